@@ -1,0 +1,37 @@
+//! Time as the server functions receive it: milliseconds since the epoch for scores and
+//! ISO 8601 (RFC 3339, UTC, milliseconds) for the job record's timestamps. Functions never read
+//! the server clock, so tests can reason about what they wrote.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn iso(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+pub fn now_iso() -> String {
+    iso(now_ms())
+}
+
+/// True when `s` is an RFC 3339 timestamp as the record stores them.
+pub fn is_iso(s: &str) -> bool {
+    humantime::parse_rfc3339_weak(s).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_is_rfc3339_with_milliseconds() {
+        assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
+        assert!(is_iso(&now_iso()));
+        assert!(!is_iso("yesterday"));
+    }
+}

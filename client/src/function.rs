@@ -1,0 +1,194 @@
+//! The server-side half of the protocol: the `hero` Redis Functions library, assembled from one
+//! Lua file per function (`function/*.lua`, each with a KEYS / ARGV / Returns / Errors header),
+//! loaded when missing or stale, and the typed handle [`Function`] every call goes through.
+
+use std::fmt;
+
+use redis::aio::ConnectionLike;
+
+use crate::error::{Error, Result};
+
+/// Bumped whenever any Lua file changes meaning; a server with another version is reloaded.
+pub const LIBRARY_VERSION: &str = "1";
+
+const PRELUDE: &str = include_str!("function/prelude.lua");
+
+/// One server-side function. The set is closed so the compiler checks every call site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    Version,
+    Submit,
+    Fetch,
+    Complete,
+    Renew,
+    Stop,
+    Recover,
+    Promote,
+}
+
+impl Function {
+    pub const ALL: [Function; 8] = [
+        Function::Version,
+        Function::Submit,
+        Function::Fetch,
+        Function::Complete,
+        Function::Renew,
+        Function::Stop,
+        Function::Recover,
+        Function::Promote,
+    ];
+
+    /// The registered name, as used with FCALL.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::Version => "hero_version",
+            Function::Submit => "hero_submit",
+            Function::Fetch => "hero_fetch",
+            Function::Complete => "hero_complete",
+            Function::Renew => "hero_renew",
+            Function::Stop => "hero_stop",
+            Function::Recover => "hero_recover",
+            Function::Promote => "hero_promote",
+        }
+    }
+
+    pub fn source(self) -> &'static str {
+        match self {
+            Function::Version => include_str!("function/version.lua"),
+            Function::Submit => include_str!("function/submit.lua"),
+            Function::Fetch => include_str!("function/fetch.lua"),
+            Function::Complete => include_str!("function/complete.lua"),
+            Function::Renew => include_str!("function/renew.lua"),
+            Function::Stop => include_str!("function/stop.lua"),
+            Function::Recover => include_str!("function/recover.lua"),
+            Function::Promote => include_str!("function/promote.lua"),
+        }
+    }
+
+    /// An FCALL of this function; keys must come from the keys module.
+    pub fn call<K: AsRef<str>>(self, keys: &[K]) -> redis::Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(self.name()).arg(keys.len());
+        for k in keys {
+            cmd.arg(k.as_ref());
+        }
+        cmd
+    }
+}
+
+/// The library source as loaded with FUNCTION LOAD.
+pub fn library_source() -> String {
+    let mut src = String::from("#!lua name=hero\n");
+    src.push_str(&format!("local VERSION = '{LIBRARY_VERSION}'\n"));
+    src.push_str(PRELUDE);
+    for f in Function::ALL {
+        src.push('\n');
+        src.push_str(f.source());
+    }
+    src.push('\n');
+    for f in Function::ALL {
+        src.push_str(&format!("redis.register_function('{0}', {0})\n", f.name()));
+    }
+    src
+}
+
+/// True when the error says the library (or one of its functions) is not on the server, as after
+/// a restart of a Redis without persistence or a FUNCTION FLUSH.
+pub fn is_missing(e: &redis::RedisError) -> bool {
+    let text = e.to_string();
+    text.contains("Function not found") || text.contains("No such library")
+}
+
+/// Loads the library unless the server already has this version.
+pub async fn ensure_loaded<C: ConnectionLike + Send>(conn: &mut C) -> Result<()> {
+    let current: redis::RedisResult<String> =
+        Function::Version.call::<&str>(&[]).query_async(conn).await;
+    match current {
+        Ok(v) if v == LIBRARY_VERSION => Ok(()),
+        Ok(_) => load(conn).await,
+        Err(e) if is_missing(&e) => load(conn).await,
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn load<C: ConnectionLike + Send>(conn: &mut C) -> Result<()> {
+    let r: redis::RedisResult<String> = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library_source())
+        .query_async(conn)
+        .await;
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::protocol(format!("FUNCTION LOAD of the hero library failed: {e}"))),
+    }
+}
+
+/// Error codes the functions raise as `HERO_<CODE> message`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerCode {
+    BadArg,
+    JobNotFound,
+}
+
+impl ServerCode {
+    pub const ALL: [ServerCode; 2] = [ServerCode::BadArg, ServerCode::JobNotFound];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerCode::BadArg => "HERO_BAD_ARG",
+            ServerCode::JobNotFound => "HERO_JOB_NOT_FOUND",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ServerCode> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for ServerCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_code_in_the_lua_sources_is_a_server_code() {
+        let mut sources = vec![PRELUDE];
+        sources.extend(Function::ALL.iter().map(|f| f.source()));
+        let mut seen = Vec::new();
+        for src in sources {
+            let mut rest = src;
+            while let Some(at) = rest.find("HERO_") {
+                let code: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                    .collect();
+                if code != "HERO_" {
+                    // `HERO_<CODE>` in a comment is the pattern, not a code
+                    assert!(ServerCode::parse(&code).is_some(), "{code} is raised in Lua but not in ServerCode");
+                    seen.push(code);
+                }
+                rest = &rest[at + 5..];
+            }
+        }
+        for c in ServerCode::ALL {
+            assert!(seen.iter().any(|s| s == c.as_str()), "{c} is in ServerCode but no Lua raises it");
+        }
+    }
+
+    #[test]
+    fn every_function_file_has_a_header_and_defines_its_function() {
+        for f in Function::ALL {
+            let src = f.source();
+            assert!(src.starts_with(&format!("-- {}:", f.name())), "{} header", f.name());
+            assert!(src.contains("-- Returns:"), "{} documents its returns", f.name());
+            assert!(src.contains(&format!("local function {}(", f.name())));
+        }
+        assert!(library_source().contains("redis.register_function('hero_recover', hero_recover)"));
+    }
+}

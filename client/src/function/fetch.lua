@@ -1,0 +1,56 @@
+-- hero_fetch: claim up to COUNT jobs for one consumer, taking streams strictly in the order given
+-- (the caller orders them instance -> group -> type, priority 0 first).
+-- KEYS[1..n] work streams in precedence order
+-- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
+-- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- Returns: {jobs, dropped, cursors}
+--   jobs: list of {stream index, entry id, job id, {field, value, ...}} now leased to the consumer
+--         (status started, lease = entry id, attempts + 1, worker_id = consumer);
+--   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
+--         deleted unclaimed: reason 'missing' (no job hash) or 'stale' (the job's current entry
+--         is another one, or it is no longer dispatched, e.g. stopped);
+--   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
+--         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry.
+-- Errors: none of its own.
+local function hero_fetch(keys, args)
+  local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
+  local now_iso, xackdel = args[5], args[6]
+  local jobs, dropped = {}, {}
+  for i, stream in ipairs(keys) do
+    if want <= 0 then break end
+    if redis.call('EXISTS', stream) == 1 then
+      while want > 0 do
+        local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
+        if not res or #res[1][2] == 0 then break end
+        for _, e in ipairs(res[1][2]) do
+          local id, f = e[1], e[2]
+          local job_id = ''
+          for k = 1, #f, 2 do if f[k] == 'j' then job_id = f[k + 1] end end
+          local job_key = prefix .. job_id
+          local cur = redis.call('HMGET', job_key, 'status', 'entry')
+          if not cur[1] then
+            ack_del(stream, group, id, xackdel)
+            dropped[#dropped + 1] = { i, id, job_id, 'missing' }
+          elseif cur[2] ~= id or cur[1] == 'finished' or cur[1] == 'error' or cur[1] == 'waiting' or cur[1] == 'started' then
+            ack_del(stream, group, id, xackdel)
+            dropped[#dropped + 1] = { i, id, job_id, 'stale' }
+          else
+            redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+              'started_at', now_iso, 'updated_at', now_iso)
+            redis.call('HINCRBY', job_key, 'attempts', 1)
+            jobs[#jobs + 1] = { i, id, job_id, redis.call('HGETALL', job_key) }
+            want = want - 1
+          end
+        end
+      end
+    end
+  end
+  local cursors = {}
+  if want > 0 then
+    for i, stream in ipairs(keys) do
+      local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+      if last[1] then cursors[i] = last[1][1] else cursors[i] = '0-0' end
+    end
+  end
+  return { jobs, dropped, cursors }
+end

@@ -1,0 +1,15 @@
+-- hero_promote: move one due job from the delayed set into its work stream.
+-- KEYS[1] delayed zset  KEYS[2] job hash  KEYS[3] work stream  KEYS[4] queue registry set
+-- ARGV[1] job id  ARGV[2] consumer group  ARGV[3] now ISO 8601
+-- Returns: 'promoted', 'gone' (another broker promoted it, or it was stopped), 'skipped' (the job
+-- is no longer waiting or its hash is gone; the stale member was removed).
+-- Errors: none of its own.
+local function hero_promote(keys, args)
+  local delayed, job_key, stream, registry = keys[1], keys[2], keys[3], keys[4]
+  local job_id, group, now_iso = args[1], args[2], args[3]
+  if redis.call('ZREM', delayed, job_id) == 0 then return 'gone' end
+  if redis.call('HGET', job_key, 'status') ~= 'waiting' then return 'skipped' end
+  enqueue(stream, group, registry, job_key, job_id, now_iso)
+  redis.call('HDEL', job_key, 'run_at')
+  return 'promoted'
+end

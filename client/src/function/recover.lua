@@ -1,0 +1,71 @@
+-- hero_recover: put abandoned deliveries of one work stream back into it (same stream, same
+-- targeting, a new entry), or dead-letter them past the attempt budget.
+-- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash
+-- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
+--         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, claimed
+--         by XAUTOCLAIM as consumer ARGV[3] from cursor ARGV[9])
+-- ARGV[3] consumer  ARGV[4] min idle ms  ARGV[5] count  ARGV[6] job key prefix
+-- ARGV[7] reply key prefix  ARGV[8] max attempts  ARGV[9] cursor ('0-0' to start)
+-- ARGV[10] '1' to hand back (the delivery does not count as an attempt)  ARGV[11] now ISO 8601
+-- ARGV[12] '1' when XACKDEL
+-- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
+-- consumer is deleted from the group once it owns nothing.
+-- Errors: HERO_BAD_ARG for an unknown mode.
+local function hero_recover(keys, args)
+  local stream, dead, config = keys[1], keys[2], keys[3]
+  local group, mode, consumer, min_idle, count = args[1], args[2], args[3], args[4], tonumber(args[5])
+  local prefix, reply_prefix, max_attempts, cursor = args[6], args[7], tonumber(args[8]), args[9]
+  local handback, now_iso, xackdel = args[10], args[11], args[12]
+  if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
+  local ids, next_cursor = {}, '0-0'
+  if mode == 'consumer' then
+    for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', count, consumer)) do
+      ids[#ids + 1] = p[1]
+    end
+    if #ids == count then next_cursor = ids[#ids] end
+  elseif mode == 'idle' then
+    local r = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', count, 'JUSTID')
+    next_cursor, ids = r[1], r[2]
+  else
+    return redis.error_reply('HERO_BAD_ARG unknown mode ' .. tostring(mode))
+  end
+  local requeued, dead_n, dropped = 0, 0, 0
+  for _, id in ipairs(ids) do
+    local entry = redis.call('XRANGE', stream, id, id)
+    local job_id
+    if entry[1] then
+      local f = entry[1][2]
+      for k = 1, #f, 2 do if f[k] == 'j' then job_id = f[k + 1] end end
+    end
+    local job_key = prefix .. (job_id or '')
+    local j = job_id and redis.call('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
+    ack_del(stream, group, id, xackdel)
+    if j and j[1] == 'started' and j[2] == id then
+      local attempts = tonumber(j[3]) or 1
+      if handback == '1' then
+        attempts = redis.call('HINCRBY', job_key, 'attempts', -1)
+      end
+      local limit = math.max(max_attempts, (tonumber(j[4]) or 0) + 1)
+      if handback ~= '1' and attempts >= limit then
+        local reason = 'abandoned after ' .. attempts .. ' attempts'
+        redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
+        finish(job_key, reply_prefix .. job_id, config, 'error', reason, j[5], now_iso)
+        dead_n = dead_n + 1
+      else
+        local new = redis.call('XADD', stream, '*', 'j', job_id)
+        redis.call('HSET', job_key, 'status', 'dispatched', 'entry', new, 'updated_at', now_iso)
+        redis.call('HDEL', job_key, 'lease', 'worker_id')
+        requeued = requeued + 1
+      end
+    else
+      dropped = dropped + 1
+    end
+  end
+  if mode == 'consumer' and next_cursor == '0-0' then
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
+  elseif mode == 'idle' then
+    -- the claimer held what it claimed only inside this call
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
+  end
+  return { requeued, dead_n, dropped, next_cursor }
+end

@@ -1,0 +1,454 @@
+//! The job record (SPEC §3): its fields, statuses, and the codec to and from the Redis hash.
+//!
+//! Every field is a string in the hash so legacy actors and other languages read it as is. The
+//! decoder is strict: a missing required field, a field it does not know, or a value it cannot
+//! parse is a [`DecodeError`] naming the key and the field; nothing panics on foreign data.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::clock;
+use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
+
+/// Where a job is in its life. The wire form is [`Status::as_str`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Delayed, in retry back-off, or waiting for prerequisites.
+    Waiting,
+    /// In a work stream, not yet taken.
+    Dispatched,
+    /// Leased by one worker.
+    Started,
+    Finished,
+    Error,
+}
+
+impl Status {
+    pub const ALL: [Status; 5] =
+        [Status::Waiting, Status::Dispatched, Status::Started, Status::Finished, Status::Error];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Waiting => "waiting",
+            Status::Dispatched => "dispatched",
+            Status::Started => "started",
+            Status::Finished => "finished",
+            Status::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Finished | Status::Error)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job hash that could not be decoded: which key, which field, and what was wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid job record at {key}: field `{field}` {reason}")]
+pub struct DecodeError {
+    pub key: String,
+    pub field: String,
+    pub reason: String,
+}
+
+/// The job record. Optional seed-001 fields stay empty strings or `None` when absent, so a
+/// record written by a legacy producer decodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    pub id: JobId,
+    pub script: String,
+    /// `None` only for legacy records that never named one.
+    pub script_type: Option<ScriptType>,
+    pub group: Option<GroupName>,
+    pub instance: Option<InstanceName>,
+    pub priority: Priority,
+    pub caller_id: String,
+    pub context_id: String,
+    /// The consumer that runs (or last ran) it.
+    pub worker_id: String,
+    pub timeout: Duration,
+    /// How many more attempts after the first a failing handler gets.
+    pub retries: u32,
+    pub concurrent: bool,
+    pub log_path: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub status: Status,
+    pub env_vars: BTreeMap<String, String>,
+    pub prerequisites: Vec<String>,
+    pub dependents: Vec<String>,
+    pub tags: Vec<String>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    /// Deliveries so far (incremented when a worker takes it).
+    pub attempts: u32,
+    /// The fencing token of the current delivery: its stream entry id.
+    pub lease: Option<String>,
+    /// The job's current work-stream entry id.
+    pub entry: Option<String>,
+    /// When a waiting job becomes due (ms since the epoch).
+    pub run_at_ms: Option<u64>,
+    /// A caller waits on the reply list.
+    pub reply: bool,
+}
+
+/// The default handler time limit when a job names none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+impl Job {
+    /// A new job record for `script` to run on `target`; everything else at its default.
+    pub fn new(id: JobId, target: &Target, script: impl Into<String>) -> Job {
+        let now = clock::now_iso();
+        Job {
+            id,
+            script: script.into(),
+            script_type: Some(target.script_type.clone()),
+            group: target.group.clone(),
+            instance: target.instance.clone(),
+            priority: Priority::DEFAULT,
+            caller_id: String::new(),
+            context_id: String::new(),
+            worker_id: String::new(),
+            timeout: DEFAULT_TIMEOUT,
+            retries: 0,
+            concurrent: false,
+            log_path: None,
+            created_at: now.clone(),
+            updated_at: now,
+            started_at: None,
+            finished_at: None,
+            status: Status::Dispatched,
+            env_vars: BTreeMap::new(),
+            prerequisites: Vec::new(),
+            dependents: Vec::new(),
+            tags: Vec::new(),
+            output: None,
+            error: None,
+            attempts: 0,
+            lease: None,
+            entry: None,
+            run_at_ms: None,
+            reply: false,
+        }
+    }
+
+    /// The dispatch target, when the record names a script type.
+    pub fn target(&self) -> Option<Target> {
+        self.script_type
+            .clone()
+            .map(|t| Target::new(t, self.group.clone(), self.instance.clone()))
+    }
+
+    /// The fields `hero_submit` writes for a new job. Empty optional fields are left out to
+    /// keep the hash small; the decoder treats absent as empty. Status and entry are the
+    /// function's to write.
+    pub fn to_submit_fields(&self) -> Vec<(&'static str, String)> {
+        let mut f: Vec<(&'static str, String)> = Vec::with_capacity(16);
+        f.push(("id", self.id.to_string()));
+        f.push(("script", self.script.clone()));
+        if let Some(t) = &self.script_type {
+            f.push(("script_type", t.to_string()));
+        }
+        if let Some(g) = &self.group {
+            f.push(("group", g.to_string()));
+        }
+        if let Some(i) = &self.instance {
+            f.push(("instance", i.to_string()));
+        }
+        f.push(("priority", self.priority.to_string()));
+        f.push(("timeout", self.timeout.as_secs().to_string()));
+        f.push(("retries", self.retries.to_string()));
+        f.push(("created_at", self.created_at.clone()));
+        f.push(("updated_at", self.updated_at.clone()));
+        let optional = [
+            ("caller_id", &self.caller_id),
+            ("context_id", &self.context_id),
+        ];
+        for (name, value) in optional {
+            if !value.is_empty() {
+                f.push((name, value.clone()));
+            }
+        }
+        if self.concurrent {
+            f.push(("concurrent", "true".into()));
+        }
+        if let Some(p) = &self.log_path {
+            f.push(("log_path", p.clone()));
+        }
+        if !self.env_vars.is_empty() {
+            f.push(("env_vars", json(&self.env_vars)));
+        }
+        for (name, list) in [
+            ("prerequisites", &self.prerequisites),
+            ("dependents", &self.dependents),
+            ("tags", &self.tags),
+        ] {
+            if !list.is_empty() {
+                f.push((name, json(list)));
+            }
+        }
+        if self.reply {
+            f.push(("reply", "1".into()));
+        }
+        f
+    }
+
+    /// Decodes a job hash read from `key`. Fails on a missing `id`, `status` or `script`, an id
+    /// that is not the key's, an unknown field, or a value of the wrong form.
+    pub fn from_fields<I, K, V>(key: &str, fields: I) -> Result<Job, DecodeError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: Into<String>,
+    {
+        let err = |field: &str, reason: String| DecodeError {
+            key: key.to_string(),
+            field: field.to_string(),
+            reason,
+        };
+        let mut map: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in fields {
+            map.insert(k.as_ref().to_string(), v.into());
+        }
+        if map.is_empty() {
+            return Err(err("id", "is missing: the hash is empty or does not exist".into()));
+        }
+        let mut take = |name: &str| map.remove(name);
+        let required = |name: &str, v: Option<String>| {
+            v.ok_or_else(|| err(name, "is missing".to_string()))
+        };
+        let id_raw = required("id", take("id"))?;
+        let id = JobId::new(&id_raw).map_err(|e| err("id", e.to_string()))?;
+        if !key.ends_with(&format!(":{id_raw}")) {
+            return Err(err("id", format!("is {id_raw:?}, which is not this key's job id")));
+        }
+        let status_raw = required("status", take("status"))?;
+        let status = Status::parse(&status_raw).ok_or_else(|| {
+            err("status", format!("is {status_raw:?}; expected one of waiting, dispatched, started, finished, error"))
+        })?;
+        let script = required("script", take("script"))?;
+        fn nonempty(v: Option<String>) -> Option<String> {
+            v.filter(|s| !s.is_empty())
+        }
+        let script_type = nonempty(take("script_type"))
+            .map(|s| ScriptType::new(s).map_err(|e| err("script_type", e.to_string())))
+            .transpose()?;
+        let group = nonempty(take("group"))
+            .map(|s| GroupName::new(s).map_err(|e| err("group", e.to_string())))
+            .transpose()?;
+        let instance = nonempty(take("instance"))
+            .map(|s| InstanceName::new(s).map_err(|e| err("instance", e.to_string())))
+            .transpose()?;
+        let priority = match take("priority").filter(|s| !s.is_empty()) {
+            None => Priority::DEFAULT,
+            Some(s) => s
+                .parse::<u8>()
+                .ok()
+                .and_then(|n| Priority::new(n).ok())
+                .ok_or_else(|| err("priority", format!("is {s:?}; expected 0 to 9")))?,
+        };
+        let number = |name: &str, v: Option<String>| -> Result<Option<u64>, DecodeError> {
+            match v.filter(|s| !s.is_empty()) {
+                None => Ok(None),
+                Some(s) => s
+                    .parse::<u64>()
+                    .map(Some)
+                    .map_err(|_| err(name, format!("is {s:?}; expected a whole number"))),
+            }
+        };
+        let timeout = number("timeout", take("timeout"))?
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let retries = number("retries", take("retries"))?.unwrap_or(0) as u32;
+        let attempts = number("attempts", take("attempts"))?.unwrap_or(0) as u32;
+        let run_at_ms = number("run_at", take("run_at"))?;
+        let concurrent = match take("concurrent").as_deref() {
+            None | Some("") | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(other) => return Err(err("concurrent", format!("is {other:?}; expected true or false"))),
+        };
+        let reply = matches!(take("reply").as_deref(), Some("1"));
+        let timestamp = |name: &str, v: Option<String>| -> Result<Option<String>, DecodeError> {
+            match v.filter(|s| !s.is_empty()) {
+                None => Ok(None),
+                Some(s) if clock::is_iso(&s) => Ok(Some(s)),
+                Some(s) => Err(err(name, format!("is {s:?}; expected an ISO 8601 timestamp"))),
+            }
+        };
+        let created_at = timestamp("created_at", take("created_at"))?.unwrap_or_default();
+        let updated_at = timestamp("updated_at", take("updated_at"))?.unwrap_or_default();
+        let started_at = timestamp("started_at", take("started_at"))?;
+        let finished_at = timestamp("finished_at", take("finished_at"))?;
+        let env_vars = match take("env_vars").filter(|s| !s.is_empty()) {
+            None => BTreeMap::new(),
+            Some(s) => serde_json::from_str::<BTreeMap<String, String>>(&s)
+                .map_err(|e| err("env_vars", format!("is not a JSON object of strings: {e}")))?,
+        };
+        let mut list = |name: &str| -> Result<Vec<String>, DecodeError> {
+            match map.remove(name).filter(|s| !s.is_empty()) {
+                None => Ok(Vec::new()),
+                Some(s) => serde_json::from_str::<Vec<String>>(&s)
+                    .map_err(|e| err(name, format!("is not a JSON array of strings: {e}"))),
+            }
+        };
+        let mut prerequisites = list("prerequisites")?;
+        // seed 001 documents `dependencies` as well: the same meaning as prerequisites
+        for extra in list("dependencies")? {
+            if !prerequisites.contains(&extra) {
+                prerequisites.push(extra);
+            }
+        }
+        let dependents = list("dependents")?;
+        let tags = list("tags")?;
+        let mut text = |name: &str| map.remove(name).unwrap_or_default();
+        let caller_id = text("caller_id");
+        let context_id = text("context_id");
+        let worker_id = text("worker_id");
+        let opt = |s: String| if s.is_empty() { None } else { Some(s) };
+        let log_path = opt(text("log_path"));
+        let output = opt(text("output"));
+        let error = opt(text("error"));
+        let lease = opt(text("lease"));
+        let entry = opt(text("entry"));
+        if let Some((field, _)) = map.into_iter().next() {
+            return Err(err(&field, "is not a field of the job record".to_string()));
+        }
+        Ok(Job {
+            id,
+            script,
+            script_type,
+            group,
+            instance,
+            priority,
+            caller_id,
+            context_id,
+            worker_id,
+            timeout,
+            retries,
+            concurrent,
+            log_path,
+            created_at,
+            updated_at,
+            started_at,
+            finished_at,
+            status,
+            env_vars,
+            prerequisites,
+            dependents,
+            tags,
+            output,
+            error,
+            attempts,
+            lease,
+            entry,
+            run_at_ms,
+            reply,
+        })
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    // serializing maps and vectors of strings cannot fail
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        let target = Target::new(ScriptType::new("osis").unwrap(), Some(GroupName::new("io").unwrap()), None);
+        let mut j = Job::new(JobId::new("j1").unwrap(), &target, "40 + 2");
+        j.tags = vec!["a".into()];
+        j.env_vars.insert("K".into(), "V".into());
+        j.retries = 2;
+        j
+    }
+
+    #[test]
+    fn submit_fields_decode_back_to_the_same_job() {
+        let j = job();
+        let mut fields: Vec<(String, String)> =
+            j.to_submit_fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        fields.push(("status".into(), "dispatched".into()));
+        let back = Job::from_fields("hero:job:j1", fields).unwrap();
+        assert_eq!(back, j);
+    }
+
+    #[test]
+    fn status_wire_names_round_trip() {
+        for s in Status::ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Status::parse("Finished"), None);
+    }
+
+    #[test]
+    fn legacy_record_with_only_seed_fields_decodes() {
+        let fields = [
+            ("id", "L1"),
+            ("caller_id", "c"),
+            ("worker_id", "w1"),
+            ("context_id", "ctx"),
+            ("script", "print(1)"),
+            ("timeout", "30"),
+            ("retries", "0"),
+            ("concurrent", "false"),
+            ("created_at", "2025-07-29T01:15:23Z"),
+            ("updated_at", "2025-07-29T01:15:23Z"),
+            ("status", "dispatched"),
+            ("dependencies", "[\"x\"]"),
+        ];
+        let j = Job::from_fields("hero:job:L1", fields).unwrap();
+        assert_eq!(j.script_type, None);
+        assert_eq!(j.prerequisites, vec!["x".to_string()]);
+    }
+
+    fn decode_err(extra: (&str, &str)) -> DecodeError {
+        let mut fields = vec![("id", "j1"), ("status", "dispatched"), ("script", "1")];
+        fields.retain(|(k, _)| *k != extra.0);
+        fields.push(extra);
+        Job::from_fields("hero:job:j1", fields).unwrap_err()
+    }
+
+    #[test]
+    fn decode_names_key_and_field_when_a_value_is_malformed() {
+        for (field, value) in [
+            ("timeout", "banana"),
+            ("status", "running"),
+            ("env_vars", "{not json"),
+            ("tags", "[1,2]"),
+            ("priority", "12"),
+            ("created_at", "yesterday"),
+            ("script_type", "a:b"),
+            ("color", "blue"),
+            ("id", "other"),
+        ] {
+            let e = decode_err((field, value));
+            assert_eq!(e.field, field, "{e}");
+            assert_eq!(e.key, "hero:job:j1");
+            assert!(e.to_string().contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn decode_fails_when_required_field_is_missing() {
+        let e = Job::from_fields("hero:job:j1", [("id", "j1"), ("status", "dispatched")]).unwrap_err();
+        assert_eq!(e.field, "script");
+        let e = Job::from_fields("hero:job:j1", Vec::<(String, String)>::new()).unwrap_err();
+        assert_eq!(e.field, "id");
+    }
+}

@@ -1,0 +1,273 @@
+//! Every key string of the system, and nothing else builds one (SPEC §2).
+//!
+//! A [`Keyspace`] is a namespace (`hero` by default). In cluster mode the namespace is wrapped in
+//! braces and becomes the hash tag (`{hero}:job:<id>`), so every key of a namespace lives in one
+//! slot and every server-side function touches one slot. Each builder names its Redis type.
+
+use crate::name::{
+    ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,
+};
+
+/// The consumer group every work stream carries; workers are its consumers.
+pub const CONSUMER_GROUP: &str = "workers";
+
+/// The stream field that holds a job id in every work-stream and dead-letter entry.
+pub const ENTRY_JOB_FIELD: &str = "j";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keyspace {
+    /// `hero` or, in cluster mode, `{hero}`: the first segment of every key.
+    prefix: String,
+}
+
+impl Keyspace {
+    pub fn new(namespace: &Namespace) -> Self {
+        Self { prefix: namespace.as_str().to_string() }
+    }
+
+    /// The cluster form: the namespace is the hash tag of every key.
+    pub fn cluster(namespace: &Namespace) -> Self {
+        Self { prefix: format!("{{{namespace}}}") }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Hash: the job record (SPEC §3).
+    pub fn job(&self, id: &JobId) -> String {
+        format!("{}{id}", self.job_prefix())
+    }
+
+    /// The part of [`Keyspace::job`] before the id, for functions that derive a job key from a
+    /// stream entry, and for SCAN patterns.
+    pub fn job_prefix(&self) -> String {
+        format!("{}:job:", self.prefix)
+    }
+
+    /// Stream: a work queue (type, group or instance level), at a priority level. The default
+    /// level has no `:prio:` suffix.
+    pub fn work(&self, target: &Target, priority: Priority) -> String {
+        let mut key = format!("{}:q:work:type:{}", self.prefix, target.script_type);
+        if let Some(group) = &target.group {
+            key.push_str(":group:");
+            key.push_str(group.as_str());
+            if let Some(instance) = &target.instance {
+                key.push_str(":inst:");
+                key.push_str(instance.as_str());
+            }
+        }
+        if priority != Priority::DEFAULT {
+            key.push_str(&format!(":prio:{priority}"));
+        }
+        key
+    }
+
+    /// The streams a worker of `types` in `group` / `instance` reads, in precedence order:
+    /// instance → group → type, within each priority 0 first, with types varying fastest.
+    pub fn precedence(
+        &self,
+        types: &[ScriptType],
+        group: &GroupName,
+        instance: &InstanceName,
+    ) -> Vec<String> {
+        let levels = [
+            (Some(group.clone()), Some(instance.clone())),
+            (Some(group.clone()), None),
+            (None, None),
+        ];
+        let mut keys = Vec::with_capacity(levels.len() * 10 * types.len());
+        for (g, i) in &levels {
+            for priority in Priority::all() {
+                for t in types {
+                    let target = Target { script_type: t.clone(), group: g.clone(), instance: i.clone() };
+                    keys.push(self.work(&target, priority));
+                }
+            }
+        }
+        keys
+    }
+
+    /// List: the run-and-wait reply of one job (expires).
+    pub fn reply(&self, id: &JobId) -> String {
+        format!("{}{id}", self.reply_prefix())
+    }
+
+    /// The part of [`Keyspace::reply`] before the id, for functions that derive it.
+    pub fn reply_prefix(&self) -> String {
+        format!("{}:q:reply:", self.prefix)
+    }
+
+    /// List: control messages for every worker of a script type.
+    pub fn ctl_type(&self, script_type: &ScriptType) -> String {
+        format!("{}:q:ctl:type:{script_type}", self.prefix)
+    }
+
+    /// List: control messages (ids of jobs to stop) for one worker instance.
+    pub fn ctl_instance(
+        &self,
+        script_type: &ScriptType,
+        group: &GroupName,
+        instance: &InstanceName,
+    ) -> String {
+        format!("{}:q:ctl:type:{script_type}:group:{group}:inst:{instance}", self.prefix)
+    }
+
+    /// String with TTL: presence JSON of one worker instance.
+    pub fn presence(
+        &self,
+        script_type: &ScriptType,
+        group: &GroupName,
+        instance: &InstanceName,
+    ) -> String {
+        format!("{}:meta:actor:inst:{script_type}:{group}:{instance}", self.prefix)
+    }
+
+    /// SCAN pattern matching every presence key.
+    pub fn presence_pattern(&self) -> String {
+        format!("{}:meta:actor:inst:*", self.prefix)
+    }
+
+    /// Sorted set: consumer name → liveness deadline (ms since the epoch).
+    pub fn consumers(&self) -> String {
+        format!("{}:meta:consumers", self.prefix)
+    }
+
+    /// Set: every work stream that exists, so the broker can walk them without SCAN.
+    pub fn queues(&self) -> String {
+        format!("{}:meta:queues", self.prefix)
+    }
+
+    /// Sorted set: job id → run-at (ms) of delayed jobs and retries.
+    pub fn delayed(&self) -> String {
+        format!("{}:meta:delayed", self.prefix)
+    }
+
+    /// Stream: dead letters (`j`, `reason`, `queue`).
+    pub fn dead_letter(&self) -> String {
+        format!("{}:meta:dead", self.prefix)
+    }
+
+    /// Hash: settings the server functions read (`retention_ms`, `reply_ttl_ms`).
+    pub fn config(&self) -> String {
+        format!("{}:meta:config", self.prefix)
+    }
+
+    /// The consumer name the broker uses while it reclaims idle entries.
+    pub fn reclaimer(&self) -> String {
+        "hero-broker-reclaim".to_string()
+    }
+
+    /// The consumer name string of a worker, as written into the consumer groups.
+    pub fn consumer(&self, consumer: &ConsumerName) -> String {
+        consumer.to_string()
+    }
+
+    // Legacy names served by the bridge (seed 001, seed 000 motivation).
+
+    /// List: legacy work queue of one worker (`LPUSH` by producers, `BLPOP` by actors).
+    pub fn legacy_work_queue(&self, worker_id: &str) -> String {
+        format!("{}:work_queue:{worker_id}", self.prefix)
+    }
+
+    /// List: legacy per-type actor queue.
+    pub fn legacy_actor_queue(&self, suffix: &str) -> String {
+        format!("{}:job:actor_queue:{suffix}", self.prefix)
+    }
+
+    /// List: legacy per-actor queue of the in-crate Rhai actor (shares the job hash prefix).
+    pub fn legacy_actor(&self, actor_id: &str) -> String {
+        format!("{}:job:{actor_id}", self.prefix)
+    }
+
+    /// List: legacy stop queue of one worker.
+    pub fn legacy_stop_queue(&self, worker_id: &str) -> String {
+        format!("{}:stop_queue:{worker_id}", self.prefix)
+    }
+
+    /// List: legacy reply of one job.
+    pub fn legacy_reply(&self, id: &JobId) -> String {
+        format!("{}:reply:{id}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ks() -> Keyspace {
+        Keyspace::new(&Namespace::new("hero").unwrap())
+    }
+    fn t(s: &str) -> ScriptType {
+        ScriptType::new(s).unwrap()
+    }
+    fn g(s: &str) -> GroupName {
+        GroupName::new(s).unwrap()
+    }
+    fn i(s: &str) -> InstanceName {
+        InstanceName::new(s).unwrap()
+    }
+
+    #[test]
+    fn every_key_matches_its_golden_name() {
+        let k = ks();
+        let id = JobId::new("abc").unwrap();
+        let osis = Target::of_type(t("osis"));
+        let io = Target::new(t("sal"), Some(g("io")), None);
+        let inst = Target::new(t("sal"), Some(g("io")), Some(i("3")));
+        let golden = [
+            (k.job(&id), "hero:job:abc"),
+            (k.job_prefix(), "hero:job:"),
+            (k.work(&osis, Priority::DEFAULT), "hero:q:work:type:osis"),
+            (k.work(&osis, Priority::HIGHEST), "hero:q:work:type:osis:prio:0"),
+            (k.work(&io, Priority::DEFAULT), "hero:q:work:type:sal:group:io"),
+            (k.work(&io, Priority::new(2).unwrap()), "hero:q:work:type:sal:group:io:prio:2"),
+            (k.work(&inst, Priority::DEFAULT), "hero:q:work:type:sal:group:io:inst:3"),
+            (k.work(&inst, Priority::LOWEST), "hero:q:work:type:sal:group:io:inst:3:prio:9"),
+            (k.reply(&id), "hero:q:reply:abc"),
+            (k.ctl_type(&t("osis")), "hero:q:ctl:type:osis"),
+            (k.ctl_instance(&t("sal"), &g("io"), &i("3")), "hero:q:ctl:type:sal:group:io:inst:3"),
+            (k.presence(&t("osis"), &g("default"), &i("1")), "hero:meta:actor:inst:osis:default:1"),
+            (k.presence_pattern(), "hero:meta:actor:inst:*"),
+            (k.consumers(), "hero:meta:consumers"),
+            (k.queues(), "hero:meta:queues"),
+            (k.delayed(), "hero:meta:delayed"),
+            (k.dead_letter(), "hero:meta:dead"),
+            (k.config(), "hero:meta:config"),
+            (k.legacy_work_queue("w1"), "hero:work_queue:w1"),
+            (k.legacy_actor_queue("osis"), "hero:job:actor_queue:osis"),
+            (k.legacy_actor("actor7"), "hero:job:actor7"),
+            (k.legacy_stop_queue("w1"), "hero:stop_queue:w1"),
+            (k.legacy_reply(&id), "hero:reply:abc"),
+        ];
+        for (got, want) in golden {
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn instance_target_without_group_uses_default_group() {
+        let target = Target::new(t("osis"), None, Some(i("2")));
+        assert_eq!(ks().work(&target, Priority::DEFAULT), "hero:q:work:type:osis:group:default:inst:2");
+    }
+
+    #[test]
+    fn cluster_keys_share_the_namespace_hash_tag() {
+        let k = Keyspace::cluster(&Namespace::new("hero").unwrap());
+        assert_eq!(k.job(&JobId::new("x").unwrap()), "{hero}:job:x");
+        assert_eq!(k.work(&Target::of_type(t("v")), Priority::DEFAULT), "{hero}:q:work:type:v");
+        assert_eq!(k.delayed(), "{hero}:meta:delayed");
+    }
+
+    #[test]
+    fn precedence_is_instance_then_group_then_type_with_priority_inside() {
+        let keys = ks().precedence(&[t("osis")], &g("default"), &i("1"));
+        assert_eq!(keys.len(), 30);
+        assert_eq!(keys[0], "hero:q:work:type:osis:group:default:inst:1:prio:0");
+        assert_eq!(keys[5], "hero:q:work:type:osis:group:default:inst:1");
+        assert_eq!(keys[9], "hero:q:work:type:osis:group:default:inst:1:prio:9");
+        assert_eq!(keys[10], "hero:q:work:type:osis:group:default:prio:0");
+        assert_eq!(keys[20], "hero:q:work:type:osis:prio:0");
+        assert_eq!(keys[29], "hero:q:work:type:osis:prio:9");
+    }
+}

@@ -1,0 +1,202 @@
+//! Typed forms of what the server functions return, decoded from raw Redis values. A reply of
+//! the wrong shape is an [`Error::Protocol`], never a panic.
+
+use redis::Value;
+
+use crate::error::{Error, Result};
+
+pub(crate) fn text(v: &Value) -> Result<String> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Int(i) => Ok(i.to_string()),
+        Value::Okay => Ok("OK".into()),
+        other => Err(Error::protocol(format!("expected a string, got {other:?}"))),
+    }
+}
+
+pub(crate) fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => text(other)?
+            .parse()
+            .map_err(|_| Error::protocol(format!("expected an integer, got {other:?}"))),
+    }
+}
+
+pub(crate) fn array(v: &Value) -> Result<&[Value]> {
+    match v {
+        Value::Array(items) => Ok(items),
+        Value::Nil => Ok(&[]),
+        other => Err(Error::protocol(format!("expected an array, got {other:?}"))),
+    }
+}
+
+/// Field/value pairs of a flat HGETALL-style array.
+pub(crate) fn pairs(v: &Value) -> Result<Vec<(String, String)>> {
+    let items = array(v)?;
+    if items.len() % 2 != 0 {
+        return Err(Error::protocol("odd number of items in a field/value list"));
+    }
+    items.chunks(2).map(|c| Ok((text(&c[0])?, text(&c[1])?))).collect()
+}
+
+/// `hero_submit`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubmitReply {
+    /// False when the id existed already (nothing was written).
+    pub created: bool,
+    /// The job's status now.
+    pub status: String,
+}
+
+impl SubmitReply {
+    pub fn decode(v: &Value) -> Result<Self> {
+        match array(v)? {
+            [kind, status] => Ok(SubmitReply { created: text(kind)? == "created", status: text(status)? }),
+            _ => Err(Error::protocol("hero_submit reply is not {kind, status}")),
+        }
+    }
+}
+
+/// One job leased to the caller by `hero_fetch`.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// Index into the stream list the fetch was given.
+    pub stream: usize,
+    /// The entry id: also the lease (fencing token).
+    pub entry: String,
+    pub job_id: String,
+    pub fields: Vec<(String, String)>,
+}
+
+/// An entry `hero_fetch` acknowledged and deleted without handing it out.
+#[derive(Clone, Debug)]
+pub struct Dropped {
+    pub stream: usize,
+    pub entry: String,
+    pub job_id: String,
+    /// `missing` (no job hash) or `stale` (not the job's current entry, or not dispatched).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct FetchReply {
+    pub jobs: Vec<Delivery>,
+    pub dropped: Vec<Dropped>,
+    /// Empty when the fetch got all it asked for; else per stream the id to XREAD BLOCK from.
+    pub cursors: Vec<String>,
+}
+
+impl FetchReply {
+    pub fn decode(v: &Value) -> Result<Self> {
+        let parts = array(v)?;
+        let [jobs, dropped, cursors] = parts else {
+            return Err(Error::protocol("hero_fetch reply is not {jobs, dropped, cursors}"));
+        };
+        let index = |v: &Value| -> Result<usize> { Ok((int(v)? - 1).max(0) as usize) };
+        let jobs = array(jobs)?
+            .iter()
+            .map(|j| match array(j)? {
+                [i, entry, id, fields] => Ok(Delivery {
+                    stream: index(i)?,
+                    entry: text(entry)?,
+                    job_id: text(id)?,
+                    fields: pairs(fields)?,
+                }),
+                _ => Err(Error::protocol("hero_fetch job is not {stream, entry, id, fields}")),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let dropped = array(dropped)?
+            .iter()
+            .map(|d| match array(d)? {
+                [i, entry, id, reason] => Ok(Dropped {
+                    stream: index(i)?,
+                    entry: text(entry)?,
+                    job_id: text(id)?,
+                    reason: text(reason)?,
+                }),
+                _ => Err(Error::protocol("hero_fetch dropped item is not {stream, entry, id, reason}")),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let cursors = array(cursors)?.iter().map(text).collect::<Result<Vec<_>>>()?;
+        Ok(FetchReply { jobs, dropped, cursors })
+    }
+}
+
+/// What `hero_complete` did with one delivery's outcome (SPEC §4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// This delivery's result is the recorded one.
+    Completed,
+    /// The job goes back to the delayed set for another attempt.
+    Retrying,
+    /// The job had already ended (for example it was stopped).
+    AlreadyCompleted,
+    /// Another delivery owns the job now; this result was not recorded.
+    LeaseLost,
+}
+
+impl Completion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Completion::Completed => "completed",
+            Completion::Retrying => "retrying",
+            Completion::AlreadyCompleted => "already_completed",
+            Completion::LeaseLost => "lease_lost",
+        }
+    }
+
+    pub fn decode(v: &Value) -> Result<Self> {
+        let s = text(v)?;
+        [Completion::Completed, Completion::Retrying, Completion::AlreadyCompleted, Completion::LeaseLost]
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| Error::protocol(format!("hero_complete answered {s:?}")))
+    }
+}
+
+/// What `hero_renew` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    Ok,
+    /// The job ended while running (stopped): interrupt the handler.
+    Stopped,
+    /// Another delivery owns the job: interrupt the handler, its result would be rejected.
+    Lost,
+}
+
+impl Renewal {
+    pub fn decode(v: &Value) -> Result<Self> {
+        match text(v)?.as_str() {
+            "ok" => Ok(Renewal::Ok),
+            "stopped" => Ok(Renewal::Stopped),
+            "lost" => Ok(Renewal::Lost),
+            other => Err(Error::protocol(format!("hero_renew answered {other:?}"))),
+        }
+    }
+}
+
+/// What `hero_recover` did in one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub requeued: u64,
+    pub dead: u64,
+    pub dropped: u64,
+    /// `0-0` when the pass is done.
+    pub cursor: String,
+}
+
+impl Recovered {
+    pub fn decode(v: &Value) -> Result<Self> {
+        match array(v)? {
+            [r, d, x, c] => Ok(Recovered {
+                requeued: int(r)? as u64,
+                dead: int(d)? as u64,
+                dropped: int(x)? as u64,
+                cursor: text(c)?,
+            }),
+            _ => Err(Error::protocol("hero_recover reply is not {requeued, dead, dropped, cursor}")),
+        }
+    }
+}
