@@ -1,0 +1,268 @@
+//! The test kit: a throwaway `redis-server` per test on a free loopback port (never 6379, never
+//! shared), killed by pid when dropped; child processes of the workspace's binaries with their
+//! output captured line by line; and bounded waits so a hang fails fast instead of sleeping.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A redis-server of this test's own. Killed (SIGKILL, by pid) when dropped.
+pub struct RedisServer {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+impl RedisServer {
+    /// No persistence: the fastest, for tests that do not restart Redis.
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// With AOF, `appendfsync always`: survives a restart with nothing lost.
+    pub fn start_durable() -> RedisServer {
+        Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("hero-test-redis-{port}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create redis test dir");
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            dir.display().to_string(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--daemonize".into(),
+            "no".into(),
+            "--loglevel".into(),
+            "warning".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = RedisServer { port, dir, child: None, args };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(redis_server_binary())
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (install it: apt-get install redis-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                if s.write_all(b"PING\r\n").is_ok() {
+                    let mut buf = [0u8; 7];
+                    if s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                        return;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server on port {} did not become ready", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGKILL, then start again on the same port and directory (AOF replayed if on).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// A plain connection for seeding and inspecting raw state.
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to test redis")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn redis_server_binary() -> String {
+    std::env::var("HERO_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// A loopback port nobody listens on now (the OS picks it; never 6379).
+pub fn free_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        if port != 6379 {
+            return port;
+        }
+    }
+}
+
+/// Polls `check` every 10 ms until it returns Some, or panics after `limit` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The directory cargo puts the workspace's binaries in (next to the test executable's `deps`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().expect("deps dir");
+    if dir.ends_with("deps") {
+        dir.parent().expect("target profile dir").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// The path of a workspace binary; tells how to build it when it is missing.
+pub fn binary(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A child process whose stdout lines are collected as they arrive. Killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    lines: Arc<Mutex<VecDeque<String>>>,
+    all: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    pub fn spawn(program: &Path, args: &[&str], envs: &[(&str, &str)], cwd: Option<&Path>) -> Proc {
+        let mut cmd = Command::new(program);
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+        let stdout = child.stdout.take().expect("stdout");
+        let lines = Arc::new(Mutex::new(VecDeque::new()));
+        let all = Arc::new(Mutex::new(Vec::new()));
+        let (l, a) = (lines.clone(), all.clone());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                a.lock().expect("lines").push(line.clone());
+                l.lock().expect("lines").push_back(line);
+            }
+        });
+        Proc { child, lines, all }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits (bounded) for a stdout line containing `needle` and returns it.
+    pub async fn expect_line(&self, needle: &str, limit: Duration) -> String {
+        let lines = self.lines.clone();
+        wait_for(&format!("a line containing {needle:?}"), limit, || {
+            let lines = lines.clone();
+            async move {
+                let mut q = lines.lock().expect("lines");
+                let pos = q.iter().position(|l| l.contains(needle))?;
+                let line = q.remove(pos);
+                q.drain(..pos);
+                line
+            }
+        })
+        .await
+    }
+
+    /// Every stdout line so far.
+    pub fn output(&self) -> Vec<String> {
+        self.all.lock().expect("lines").clone()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status();
+        assert!(status.map(|s| s.success()).unwrap_or(false), "kill -{sig} {}", self.pid());
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+
+    /// Waits (bounded) for the process to exit and returns its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> i32 {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < deadline, "process {} did not exit within {limit:?}", self.pid());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Installs a tracing subscriber once (RUST_LOG decides), so failures show the libraries' logs.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
