@@ -257,6 +257,7 @@ mod tests {
         assert_eq!(k.job(&JobId::new("x").unwrap()), "{hero}:job:x");
         assert_eq!(k.work(&Target::of_type(t("v")), Priority::DEFAULT), "{hero}:q:work:type:v");
         assert_eq!(k.delayed(), "{hero}:meta:delayed");
+        assert!(k.job_prefix().starts_with("{hero}:") && k.reply_prefix().starts_with("{hero}:"));
     }
 
     #[test]

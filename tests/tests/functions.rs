@@ -259,8 +259,10 @@ async fn functions_reload_when_the_server_lost_them() {
     assert!(c.submit(&job).await.unwrap().created);
 }
 
-/// Redis in cluster mode (one node holding every slot) refuses a script that touches keys of
-/// two slots, so running each function here proves it stays in the namespace's slot.
+/// Redis in cluster mode (one node holding every slot) refuses an FCALL whose declared keys
+/// span two slots (CROSSSLOT), so running each function here proves its KEYS share the
+/// namespace's slot. Keys a function derives (job hash, reply list) come from prefixes in the
+/// same hash tag: `keys::tests::cluster_keys_share_the_namespace_hash_tag` pins those.
 #[tokio::test]
 async fn every_function_touches_one_slot_in_cluster_mode() {
     let server = RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]);

@@ -1,0 +1,55 @@
+//! What a handler is given and what it returns: the handler contract of the SDK.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use hero_client::Job;
+use tokio_util::sync::CancellationToken;
+
+/// How one attempt of a job ended, as the handler says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Success, with the output to record.
+    Done(String),
+    /// Failure: retried with back-off while the job's `retries` budget lasts, then `error`.
+    Fail(String),
+    /// Try again after this delay (counts against the retry budget), with the reason.
+    RetryAfter(Duration, String),
+    /// Failure that no retry can fix: ends `error` at once.
+    Abort(String),
+}
+
+/// Handed to the handler with each job.
+#[derive(Clone, Debug)]
+pub struct JobContext {
+    /// Cancelled when the job must stop: its timeout passed, it was stopped, its lease was
+    /// lost, or the worker is shutting down. Async handlers are dropped at that point anyway;
+    /// blocking handlers should poll [`JobContext::is_cancelled`].
+    pub cancel: CancellationToken,
+    /// Which delivery this is (1 for the first).
+    pub attempt: u32,
+}
+
+impl JobContext {
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+}
+
+pub type BoxFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
+
+/// Runs one job. Any `Fn(Job, JobContext) -> impl Future<Output = Outcome>` is a handler.
+pub trait Handler: Send + Sync + 'static {
+    fn call(&self, job: Job, ctx: JobContext) -> BoxFuture;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(Job, JobContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    fn call(&self, job: Job, ctx: JobContext) -> BoxFuture {
+        Box::pin(self(job, ctx))
+    }
+}

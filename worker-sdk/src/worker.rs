@@ -1,0 +1,437 @@
+//! The worker: its builder, the fetch loop that takes jobs in precedence order and wakes on new
+//! entries, the task that runs one job, and graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hero_client::function::Function;
+use hero_client::keys::CONSUMER_GROUP;
+use hero_client::reply::{Completion, FetchReply};
+use hero_client::{clock, Client, ConsumerName, GroupName, InstanceName, Job, Keyspace, Redis, ScriptType};
+use redis::Value;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::complete::{self, Finished};
+use crate::error::{Error, Result};
+use crate::inflight::{CancelReason, InFlight};
+use crate::lease;
+use crate::outcome::{Handler, JobContext, Outcome};
+
+/// Something a worker did, for logs, tests and embedding programs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerEvent {
+    /// Presence is registered and the worker is fetching.
+    Ready { consumer: String },
+    Started { job_id: String, attempt: u32 },
+    /// What `hero_complete` answered for a job's outcome.
+    Completed { job_id: String, completion: Completion },
+    /// A job's handler was interrupted and its result not recorded.
+    Interrupted { job_id: String, reason: CancelReason },
+    /// A stream entry was dropped: `missing` (names no job hash) or `stale`.
+    Dropped { job_id: String, reason: String },
+    /// Shutdown finished: `handed_back` jobs went back to their queues.
+    Stopped { handed_back: u64 },
+}
+
+type EventHook = Arc<dyn Fn(&WorkerEvent) + Send + Sync>;
+
+/// Settings of a worker; see [`Worker::builder`].
+pub struct WorkerBuilder {
+    client: Client,
+    types: Vec<String>,
+    group: Option<String>,
+    instance: Option<String>,
+    concurrency: usize,
+    lease: Duration,
+    presence_ttl: Duration,
+    shutdown_deadline: Duration,
+    handler: Option<Arc<dyn Handler>>,
+    on_event: Option<EventHook>,
+}
+
+impl WorkerBuilder {
+    /// Script types served, in the order they are preferred at the same precedence level.
+    pub fn types<I, S>(mut self, types: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.types = types.into_iter().map(Into::into).collect();
+        self
+    }
+    /// The group (default `default`).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+    /// The instance name, unique within the group (default `<hostname>-<pid>`).
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+    /// At most this many handlers at once (default 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+    /// Idle time after which the broker may take a delivery back; renewed every third of it
+    /// while the job runs (default 30 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+    /// Presence TTL; refreshed every third of it. A worker silent this long is dead to the
+    /// broker and its jobs are recovered (default 15 s, as seed 000).
+    pub fn presence_ttl(mut self, ttl: Duration) -> Self {
+        self.presence_ttl = ttl;
+        self
+    }
+    /// How long shutdown waits for running jobs before handing them back (default 30 s).
+    pub fn shutdown_deadline(mut self, d: Duration) -> Self {
+        self.shutdown_deadline = d;
+        self
+    }
+    pub fn handler(mut self, handler: impl Handler) -> Self {
+        self.handler = Some(Arc::new(handler));
+        self
+    }
+    /// Called for every [`WorkerEvent`]; keep it quick.
+    pub fn on_event(mut self, hook: impl Fn(&WorkerEvent) + Send + Sync + 'static) -> Self {
+        self.on_event = Some(Arc::new(hook));
+        self
+    }
+
+    pub fn build(self) -> Result<Worker> {
+        if self.types.is_empty() {
+            return Err(Error::Config("no script types: name at least one with .types([...])".into()));
+        }
+        let types = self.types.iter().map(ScriptType::new).collect::<hero_client::Result<Vec<_>>>()?;
+        let group = match self.group {
+            Some(g) => GroupName::new(g)?,
+            None => GroupName::default_group(),
+        };
+        let instance = match self.instance {
+            Some(i) => InstanceName::new(i)?,
+            None => default_instance(),
+        };
+        if self.concurrency == 0 {
+            return Err(Error::Config("concurrency must be at least 1".into()));
+        }
+        if self.lease < Duration::from_millis(300) || self.presence_ttl < Duration::from_millis(300) {
+            return Err(Error::Config("lease and presence TTL must be at least 300 ms".into()));
+        }
+        let handler = self.handler.ok_or_else(|| Error::Config("no handler: set one with .handler(...)".into()))?;
+        let keys = self.client.keys().clone();
+        let consumer = ConsumerName::new(group.clone(), instance.clone());
+        let streams = keys.precedence(&types, &group, &instance);
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                redis: self.client.redis().clone(),
+                keys,
+                consumer_name: consumer.to_string(),
+                consumer,
+                types,
+                streams,
+                concurrency: self.concurrency,
+                lease: self.lease,
+                presence_ttl: self.presence_ttl,
+                shutdown_deadline: self.shutdown_deadline,
+                inflight: InFlight::default(),
+                handler,
+                on_event: self.on_event,
+            }),
+        })
+    }
+}
+
+fn default_instance() -> InstanceName {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .take(40)
+        .collect();
+    let name = if host.is_empty() { format!("w-{}", std::process::id()) } else { format!("{host}-{}", std::process::id()) };
+    InstanceName::new(name).unwrap_or_else(|_| InstanceName::new("worker").expect("static name"))
+}
+
+/// What every loop of one worker shares.
+pub(crate) struct Shared {
+    pub redis: Redis,
+    pub keys: Keyspace,
+    pub consumer: ConsumerName,
+    pub consumer_name: String,
+    pub types: Vec<ScriptType>,
+    /// Work streams in precedence order; deliveries refer to them by index.
+    pub streams: Vec<String>,
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub presence_ttl: Duration,
+    pub shutdown_deadline: Duration,
+    pub inflight: InFlight,
+    handler: Arc<dyn Handler>,
+    on_event: Option<EventHook>,
+}
+
+impl Shared {
+    pub fn emit(&self, event: WorkerEvent) {
+        if let Some(hook) = &self.on_event {
+            hook(&event);
+        }
+    }
+}
+
+/// A worker: presence, precedence fetch, handler calls, leases, fenced completion.
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    pub fn builder(client: Client) -> WorkerBuilder {
+        WorkerBuilder {
+            client,
+            types: Vec::new(),
+            group: None,
+            instance: None,
+            concurrency: 1,
+            lease: Duration::from_secs(30),
+            presence_ttl: Duration::from_secs(15),
+            shutdown_deadline: Duration::from_secs(30),
+            handler: None,
+            on_event: None,
+        }
+    }
+
+    /// The consumer name this worker has in the consumer groups (`<group>:<instance>:<session>`).
+    pub fn consumer(&self) -> &str {
+        &self.shared.consumer_name
+    }
+
+    /// Runs until SIGTERM or ctrl-c, then shuts down gracefully.
+    pub async fn run_until_signal(self) -> Result<()> {
+        self.run(shutdown_signal()).await
+    }
+
+    /// Runs until `shutdown` completes, then stops fetching, lets running jobs finish within the
+    /// shutdown deadline, hands back the rest and removes its presence.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+        let s = self.shared;
+        let stop_fetch = CancellationToken::new();
+        let stop_background = CancellationToken::new();
+        lease::heartbeat_once(&s).await?;
+        let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
+        let completer = tokio::spawn(complete::run(s.clone(), done_rx));
+        let background = vec![
+            tokio::spawn(lease::heartbeat(s.clone(), stop_background.clone())),
+            tokio::spawn(lease::renew(s.clone(), stop_background.clone())),
+            tokio::spawn(lease::control(s.clone(), stop_background.clone())),
+        ];
+        let permits = Arc::new(Semaphore::new(s.concurrency));
+        s.emit(WorkerEvent::Ready { consumer: s.consumer_name.clone() });
+        tracing::info!(consumer = %s.consumer_name, streams = s.streams.len(), "worker ready");
+        let fetcher = tokio::spawn(fetch_loop(s.clone(), permits.clone(), done_tx, stop_fetch.clone()));
+
+        shutdown.await;
+        tracing::info!(consumer = %s.consumer_name, running = s.inflight.len(), "shutting down: no new jobs");
+        stop_fetch.cancel();
+        let _ = fetcher.await;
+        // Every permit back means every job task has ended and queued its result.
+        let all = s.concurrency as u32;
+        if tokio::time::timeout(s.shutdown_deadline, permits.clone().acquire_many_owned(all)).await.is_err() {
+            tracing::warn!(running = s.inflight.len(), "shutdown deadline passed: handing back running jobs");
+            s.inflight.cancel_all(CancelReason::Shutdown);
+            let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many_owned(all)).await;
+        }
+        let _ = completer.await;
+        let handed_back = lease::hand_back(&s).await;
+        stop_background.cancel();
+        for task in background {
+            let _ = task.await;
+        }
+        lease::unregister(&s).await;
+        s.emit(WorkerEvent::Stopped { handed_back });
+        tracing::info!(handed_back, "worker stopped");
+        Ok(())
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn fetch_cmd(s: &Shared, count: usize) -> redis::Cmd {
+    let mut cmd = Function::Fetch.call(&s.streams);
+    cmd.arg(CONSUMER_GROUP)
+        .arg(&s.consumer_name)
+        .arg(count)
+        .arg(s.keys.job_prefix())
+        .arg(clock::now_iso())
+        .arg(s.redis.caps().xackdel_flag());
+    cmd
+}
+
+/// Takes every free slot, fetches that many jobs in precedence order, and when the queues are
+/// drier than that, blocks on XREAD from the cursors the fetch returned until a new entry lands.
+async fn fetch_loop(
+    s: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    done: mpsc::UnboundedSender<Finished>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Backoff::new();
+    let mut waker: Option<redis::aio::MultiplexedConnection> = None;
+    let wake_block = Duration::from_secs(2);
+    loop {
+        let first = tokio::select! {
+            _ = stop.cancelled() => return,
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let mut slots = vec![first];
+        while let Ok(p) = permits.clone().try_acquire_owned() {
+            slots.push(p);
+        }
+        let reply = match s.redis.query::<Value>(&fetch_cmd(&s, slots.len())).await.and_then(|v| FetchReply::decode(&v)) {
+            Ok(r) => {
+                backoff.reset();
+                r
+            }
+            Err(e) => {
+                drop(slots);
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, ?delay, "fetch failed; retrying");
+                tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
+                continue;
+            }
+        };
+        for d in &reply.dropped {
+            if d.reason == "missing" {
+                tracing::warn!(job = %d.job_id, entry = %d.entry, "dropped a stream entry naming no job hash");
+            }
+            s.emit(WorkerEvent::Dropped { job_id: d.job_id.clone(), reason: d.reason.clone() });
+        }
+        for delivery in reply.jobs {
+            let Some(permit) = slots.pop() else { break };
+            let key = format!("{}{}", s.keys.job_prefix(), delivery.job_id);
+            let running = s.inflight.insert(&delivery.job_id, delivery.stream, &delivery.entry);
+            let job = Job::from_fields(&key, delivery.fields);
+            tokio::spawn(run_job(s.clone(), delivery.job_id, job, running, permit, done.clone()));
+        }
+        drop(slots);
+        if reply.cursors.is_empty() {
+            continue;
+        }
+        // Queues are dry for our free slots: wait for any new entry (or a timeout, then look
+        // again, which also picks up freed slots and recovered jobs).
+        if waker.is_none() {
+            match s.redis.dedicated(wake_block).await {
+                Ok(c) => waker = Some(c),
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %e, ?delay, "no wake-up connection; retrying");
+                    tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
+                    continue;
+                }
+            }
+        }
+        let Some(conn) = waker.as_mut() else { continue };
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT").arg(1).arg("BLOCK").arg(wake_block.as_millis() as u64).arg("STREAMS");
+        cmd.arg(&s.streams).arg(&reply.cursors);
+        let woke = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = cmd.query_async::<Value>(conn) => r,
+        };
+        if let Err(e) = woke {
+            tracing::warn!(error = %e, "wake-up wait failed; reconnecting");
+            waker = None;
+            let delay = backoff.next_delay();
+            tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
+        }
+    }
+}
+
+/// Runs one delivered job to its outcome and queues the outcome for the completer, which
+/// releases the slot once the outcome is recorded.
+async fn run_job(
+    s: Arc<Shared>,
+    job_id: String,
+    job: std::result::Result<Job, hero_client::DecodeError>,
+    running: crate::inflight::Running,
+    permit: OwnedSemaphorePermit,
+    done: mpsc::UnboundedSender<Finished>,
+) {
+    let attempt = job.as_ref().map(|j| j.attempts).unwrap_or(1);
+    let outcome = match job {
+        Err(e) => {
+            tracing::warn!(job = %job_id, error = %e, "invalid job record");
+            Some(Outcome::Abort(format!("invalid job: {e}")))
+        }
+        Ok(job) => {
+            s.emit(WorkerEvent::Started { job_id: job_id.clone(), attempt: job.attempts });
+            let timeout = job.timeout;
+            let ctx = JobContext { cancel: running.cancel.clone(), attempt: job.attempts };
+            // The handler runs in a task of its own so a panic is an outcome, not a lost slot.
+            let mut handler = tokio::spawn(s.handler.call(job, ctx));
+            tokio::select! {
+                r = &mut handler => Some(match r {
+                    Ok(outcome) => outcome,
+                    Err(e) => Outcome::Fail(format!("handler panicked: {e}")),
+                }),
+                _ = tokio::time::sleep(timeout) => {
+                    running.cancel.cancel();
+                    handler.abort();
+                    Some(Outcome::Fail("timeout".into()))
+                }
+                _ = running.cancel.cancelled() => {
+                    handler.abort();
+                    None
+                }
+            }
+        }
+    };
+    match outcome {
+        Some(outcome) => {
+            let finished = Finished { job_id, stream: running.stream, lease: running.entry.clone(), outcome, attempt, permit };
+            if let Err(mpsc::error::SendError(f)) = done.send(finished) {
+                // the completer is gone only after shutdown: the job stays pending and is handed back
+                s.inflight.remove(&f.job_id);
+            }
+        }
+        None => {
+            let reason = running.reason().unwrap_or(CancelReason::Stopped);
+            s.inflight.remove(&job_id);
+            s.emit(WorkerEvent::Interrupted { job_id, reason });
+            drop(permit);
+        }
+    }
+}
+
+/// The retry-at time of a failed attempt (ms since the epoch).
+pub(crate) fn retry_at_ms(outcome: &Outcome, attempt: u32) -> u64 {
+    let delay = match outcome {
+        Outcome::RetryAfter(d, _) => *d,
+        _ => crate::backoff::retry_delay(attempt.max(1)),
+    };
+    clock::now_ms() + delay.as_millis() as u64
+}
