@@ -1,0 +1,18 @@
+//! hero-broker: the broker daemon and the `hero` command line.
+//!
+//! # Layout
+//! - [`broker`]: runs the daemon loops and publishes the settings the functions read.
+//! - [`recover`]: presence-driven and XAUTOCLAIM recovery of abandoned jobs.
+//! - [`promote`]: due delayed jobs and retries into their streams.
+//! - [`config`]: the broker's settings.
+//! - [`local_redis`]: the `redis-server` child of `hero up`.
+//! - [`rhai_worker`]: the built-in Rhai handler.
+//! - [`cli`]: the commands; `main.rs` only parses and calls [`cli::run`].
+
+pub mod broker;
+pub mod cli;
+pub mod config;
+pub mod local_redis;
+pub mod promote;
+pub mod recover;
+pub mod rhai_worker;

@@ -1,0 +1,35 @@
+//! The broker's settings, with the defaults a production queue would pick. Flags and `HERO_*`
+//! environment variables fill it (see `cli`).
+
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    /// How long finished and failed jobs are kept before they expire.
+    pub retention: Duration,
+    /// How long a run-and-wait reply stays for a caller that has not picked it up.
+    pub reply_ttl: Duration,
+    /// Idle time after which a delivery is reclaimed with XAUTOCLAIM. Must be at least the
+    /// workers' lease (they renew every third of theirs).
+    pub lease: Duration,
+    /// A job is dead-lettered once recovery finds it has been delivered this many times (or
+    /// its `retries + 1`, when larger).
+    pub max_attempts: u32,
+    /// How often dead consumers are looked for.
+    pub presence_poll: Duration,
+    /// How often due delayed jobs are promoted.
+    pub promote_poll: Duration,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(24 * 3600),
+            reply_ttl: Duration::from_secs(3600),
+            lease: Duration::from_secs(30),
+            max_attempts: 5,
+            presence_poll: Duration::from_millis(250),
+            promote_poll: Duration::from_millis(100),
+        }
+    }
+}

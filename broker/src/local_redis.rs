@@ -1,0 +1,90 @@
+//! The `redis-server` child that `hero up` starts when no Redis is configured: loopback only,
+//! data and AOF under `./.hero/redis`, its URL written to `./.hero/redis.url` so the other
+//! commands run from the same directory find it, shut down cleanly on exit.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+pub const STATE_DIR: &str = ".hero";
+
+/// The URL file `hero up` leaves for the other commands.
+pub fn url_file(base: &Path) -> PathBuf {
+    base.join(STATE_DIR).join("redis.url")
+}
+
+pub struct LocalRedis {
+    child: tokio::process::Child,
+    pub url: String,
+    pub dir: PathBuf,
+}
+
+fn installed() -> bool {
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|p| p.join("redis-server").is_file()))
+        .unwrap_or(false)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl LocalRedis {
+    pub async fn start(base: &Path) -> anyhow::Result<LocalRedis> {
+        if !installed() {
+            bail!(
+                "redis-server is not installed, and no Redis is configured.\n\
+                 Install it (Debian/Ubuntu: `sudo apt-get install redis-server`), or point hero at a running \
+                 Redis with --redis-url / HERO_REDIS_URL."
+            );
+        }
+        let dir = base.join(STATE_DIR).join("redis");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let port = free_port()?;
+        let child = tokio::process::Command::new("redis-server")
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no"])
+            .args(["--logfile", "redis.log"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting redis-server")?;
+        let url = format!("redis://127.0.0.1:{port}");
+        let client = redis::Client::open(url.as_str())?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                if redis::cmd("PING").query_async::<String>(&mut c).await.is_ok() {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("redis-server on port {port} did not answer within 15 s; see {}/redis.log", dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        std::fs::write(url_file(base), &url).context("writing .hero/redis.url")?;
+        Ok(LocalRedis { child, url, dir })
+    }
+
+    /// SHUTDOWN (flushes the AOF), then waits for the process; kills it if it lingers.
+    pub async fn stop(mut self, base: &Path) {
+        if let Ok(client) = redis::Client::open(self.url.as_str()) {
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                let _ = redis::cmd("SHUTDOWN").query_async::<()>(&mut c).await;
+            }
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+            let _ = self.child.kill().await;
+        }
+        let _ = std::fs::remove_file(url_file(base));
+    }
+}

@@ -1,0 +1,136 @@
+//! Recovery of jobs whose worker died (SPEC §4.5): presence-driven (a consumer whose liveness
+//! deadline passed) and idle-driven (XAUTOCLAIM past the lease), both through `hero_recover`,
+//! which re-checks owner and lease inside Redis so several brokers never double a move.
+
+use std::time::Duration;
+
+use hero_client::function::Function;
+use hero_client::keys::CONSUMER_GROUP;
+use hero_client::reply::Recovered;
+use hero_client::{clock, Client};
+use redis::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::BrokerConfig;
+
+/// Totals of one recovery pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    pub requeued: u64,
+    pub dead: u64,
+}
+
+impl Pass {
+    fn add(&mut self, r: &Recovered) {
+        self.requeued += r.requeued;
+        self.dead += r.dead;
+    }
+}
+
+enum Mode<'a> {
+    /// Every pending entry of this consumer.
+    Consumer(&'a str),
+    /// Entries idle longer than this many ms.
+    Idle(u64),
+}
+
+/// Runs `hero_recover` over one stream until its cursor is done.
+async fn recover_stream(client: &Client, cfg: &BrokerConfig, stream: &str, mode: Mode<'_>) -> hero_client::Result<Pass> {
+    let keys = client.keys();
+    let mut pass = Pass::default();
+    let mut cursor = "0-0".to_string();
+    loop {
+        let mut cmd = Function::Recover.call(&[stream.to_string(), keys.dead_letter(), keys.config()]);
+        cmd.arg(CONSUMER_GROUP);
+        match mode {
+            Mode::Consumer(c) => cmd.arg("consumer").arg(c).arg(0),
+            Mode::Idle(ms) => cmd.arg("idle").arg(keys.reclaimer()).arg(ms),
+        };
+        cmd.arg(200)
+            .arg(keys.job_prefix())
+            .arg(keys.reply_prefix())
+            .arg(cfg.max_attempts)
+            .arg(&cursor)
+            .arg("0")
+            .arg(clock::now_iso())
+            .arg(client.redis().caps().xackdel_flag());
+        let r = Recovered::decode(&client.redis().query::<Value>(&cmd).await?)?;
+        pass.add(&r);
+        if r.cursor == "0-0" {
+            return Ok(pass);
+        }
+        cursor = r.cursor;
+    }
+}
+
+async fn streams(client: &Client) -> hero_client::Result<Vec<String>> {
+    client.redis().query(redis::cmd("SMEMBERS").arg(client.keys().queues())).await
+}
+
+/// One presence pass: every consumer whose liveness deadline has passed gets its deliveries
+/// put back, then leaves the liveness set.
+pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Pass> {
+    let dead: Vec<String> = client
+        .redis()
+        .query(
+            redis::cmd("ZRANGEBYSCORE")
+                .arg(client.keys().consumers())
+                .arg("-inf")
+                .arg(clock::now_ms())
+                .arg("LIMIT")
+                .arg(0)
+                .arg(100),
+        )
+        .await?;
+    let mut total = Pass::default();
+    if dead.is_empty() {
+        return Ok(total);
+    }
+    let streams = streams(client).await?;
+    for consumer in dead {
+        let mut pass = Pass::default();
+        for stream in &streams {
+            let p = recover_stream(client, cfg, stream, Mode::Consumer(&consumer)).await?;
+            pass.requeued += p.requeued;
+            pass.dead += p.dead;
+        }
+        // Only now: had a call failed, the consumer stays listed and the next pass retries it.
+        let _: i64 = client.redis().query(redis::cmd("ZREM").arg(client.keys().consumers()).arg(&consumer)).await?;
+        tracing::info!(consumer, requeued = pass.requeued, dead = pass.dead, "recovered the jobs of a dead worker");
+        total.requeued += pass.requeued;
+        total.dead += pass.dead;
+    }
+    Ok(total)
+}
+
+/// One idle pass: XAUTOCLAIM on every stream for deliveries idle past the lease.
+pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Pass> {
+    let mut total = Pass::default();
+    for stream in streams(client).await? {
+        let p = recover_stream(client, cfg, &stream, Mode::Idle(cfg.lease.as_millis() as u64)).await?;
+        if p.requeued + p.dead > 0 {
+            tracing::info!(stream, requeued = p.requeued, dead = p.dead, "reclaimed idle deliveries");
+        }
+        total.requeued += p.requeued;
+        total.dead += p.dead;
+    }
+    Ok(total)
+}
+
+/// Runs the presence pass every `presence_poll` and the idle pass every half lease.
+pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
+    let idle_every = (cfg.lease / 2).max(Duration::from_millis(100));
+    let mut last_idle = tokio::time::Instant::now();
+    loop {
+        if let Err(e) = presence_pass(&client, &cfg).await {
+            tracing::warn!(error = %e, "presence recovery pass failed; retrying");
+        }
+        if last_idle.elapsed() >= idle_every {
+            last_idle = tokio::time::Instant::now();
+            if let Err(e) = idle_pass(&client, &cfg).await {
+                tracing::warn!(error = %e, "idle recovery pass failed; retrying");
+            }
+        }
+        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(cfg.presence_poll) => {} }
+    }
+}

@@ -1,0 +1,27 @@
+//! The built-in worker of `hero worker` and `hero up`: runs a job's `script` as Rhai, with the
+//! job's env vars as the map `env`, on a blocking thread that stops when the job is cancelled
+//! (timeout, stop, shutdown). The output is the script's value as text.
+
+use hero_client::Job;
+use hero_worker::{JobContext, Outcome};
+
+/// Runs one job's script to its outcome.
+pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
+    let cancel = ctx.cancel.clone();
+    let run = tokio::task::spawn_blocking(move || {
+        let mut engine = rhai::Engine::new();
+        engine.on_progress(move |_| if cancel.is_cancelled() { Some(rhai::Dynamic::UNIT) } else { None });
+        let mut scope = rhai::Scope::new();
+        let env: rhai::Map = job.env_vars.iter().map(|(k, v)| (k.as_str().into(), v.clone().into())).collect();
+        scope.push_constant("env", env);
+        engine.eval_with_scope::<rhai::Dynamic>(&mut scope, &job.script)
+    });
+    match run.await {
+        Ok(Ok(value)) => Outcome::Done(value.to_string()),
+        Ok(Err(e)) => match *e {
+            rhai::EvalAltResult::ErrorTerminated(..) => Outcome::Abort("stopped".into()),
+            other => Outcome::Fail(format!("script error: {other}")),
+        },
+        Err(e) => Outcome::Fail(format!("script runner failed: {e}")),
+    }
+}
