@@ -25,7 +25,11 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_client:
 }
 
 /// Runs every broker loop until `stop` is cancelled.
-pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) -> hero_client::Result<()> {
+pub async fn run(
+    client: Client,
+    cfg: BrokerConfig,
+    stop: CancellationToken,
+) -> hero_client::Result<()> {
     publish_config(&client, &cfg).await?;
     tracing::info!(redis = %client.redis().url(), "broker running");
     let tasks = [

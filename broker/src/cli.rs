@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use hero_client::{Client, ClientOptions, GroupName, InstanceName, JobId, ListFilter, NewJob, Priority, ScriptType, Status, Target};
+use hero_client::{
+    Client, ClientOptions, GroupName, InstanceName, JobId, ListFilter, NewJob, Priority,
+    ScriptType, Status, Target,
+};
 use hero_worker::Worker;
 use tokio_util::sync::CancellationToken;
 
@@ -14,7 +17,11 @@ use crate::config::BrokerConfig;
 use crate::local_redis::{self, LocalRedis};
 
 #[derive(Parser, Debug)]
-#[command(name = "hero", version, about = "hero-broker: a job broker on Redis Streams")]
+#[command(
+    name = "hero",
+    version,
+    about = "hero-broker: a job broker on Redis Streams"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -164,7 +171,8 @@ pub struct JobArgs {
 impl JobArgs {
     fn build(&self) -> Result<NewJob> {
         let script = if self.script == "-" {
-            std::io::read_to_string(std::io::stdin()).context("reading the script from standard input")?
+            std::io::read_to_string(std::io::stdin())
+                .context("reading the script from standard input")?
         } else {
             self.script.clone()
         };
@@ -185,7 +193,9 @@ impl JobArgs {
             b = b.tag(t);
         }
         for kv in &self.env {
-            let (k, v) = kv.split_once('=').with_context(|| format!("--env {kv:?} is not KEY=VALUE"))?;
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--env {kv:?} is not KEY=VALUE"))?;
             b = b.env(k, v);
         }
         if let Some(id) = &self.id {
@@ -310,11 +320,17 @@ pub async fn run(cli: Cli) -> Result<i32> {
             let client = connect(g, &resolve_url(g)).await?;
             let s = client.submit(&job).await?;
             if g.json {
-                println!("{}", serde_json::json!({"id": s.id.as_str(), "created": s.created, "status": s.status}));
+                println!(
+                    "{}",
+                    serde_json::json!({"id": s.id.as_str(), "created": s.created, "status": s.status})
+                );
             } else {
                 println!("{}", s.id);
                 if !s.created {
-                    eprintln!("job {} existed already ({}); nothing changed", s.id, s.status);
+                    eprintln!(
+                        "job {} existed already ({}); nothing changed",
+                        s.id, s.status
+                    );
                 }
             }
             Ok(0)
@@ -391,10 +407,20 @@ async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
     let filter = if let Some(t) = &args.queue_type {
         let target = Target::new(
             ScriptType::new(t)?,
-            args.queue_group.as_deref().map(GroupName::new).transpose()?,
-            args.queue_instance.as_deref().map(InstanceName::new).transpose()?,
+            args.queue_group
+                .as_deref()
+                .map(GroupName::new)
+                .transpose()?,
+            args.queue_instance
+                .as_deref()
+                .map(InstanceName::new)
+                .transpose()?,
         );
-        let prio = args.queue_priority.map(Priority::new).transpose()?.unwrap_or_default();
+        let prio = args
+            .queue_priority
+            .map(Priority::new)
+            .transpose()?
+            .unwrap_or_default();
         ListFilter::Queue(target, prio)
     } else if let Some(s) = &args.status {
         ListFilter::Status(Status::parse(s).with_context(|| {
@@ -404,7 +430,9 @@ async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         ListFilter::All
     };
     let client = connect(g, &resolve_url(g)).await?;
-    let page = client.list(&filter, args.cursor.as_deref(), args.limit).await?;
+    let page = client
+        .list(&filter, args.cursor.as_deref(), args.limit)
+        .await?;
     if g.json {
         let jobs: Vec<_> = page
             .jobs
@@ -413,10 +441,20 @@ async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
             .collect();
         println!("{}", serde_json::json!({"jobs": jobs, "next": page.next}));
     } else {
-        println!("{:<38} {:<10} {:<10} {:>8}  {}", "ID", "STATUS", "TYPE", "ATTEMPTS", "UPDATED / ERROR");
+        println!(
+            "{:<38} {:<10} {:<10} {:>8}  {}",
+            "ID", "STATUS", "TYPE", "ATTEMPTS", "UPDATED / ERROR"
+        );
         for j in &page.jobs {
-            let tail = if j.error.is_empty() { j.updated_at.clone() } else { format!("{} {}", j.updated_at, j.error) };
-            println!("{:<38} {:<10} {:<10} {:>8}  {}", j.id, j.status, j.script_type, j.attempts, tail);
+            let tail = if j.error.is_empty() {
+                j.updated_at.clone()
+            } else {
+                format!("{} {}", j.updated_at, j.error)
+            };
+            println!(
+                "{:<38} {:<10} {:<10} {:>8}  {}",
+                j.id, j.status, j.script_type, j.attempts, tail
+            );
         }
         if let Some(next) = &page.next {
             println!("more: hero jobs --cursor {next}");
@@ -451,7 +489,9 @@ async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
         };
         let worker = rhai_worker(client.clone(), &wargs)?;
         let stop = stop.clone();
-        workers.push(tokio::spawn(async move { worker.run(stop.cancelled_owned()).await }));
+        workers.push(tokio::spawn(async move {
+            worker.run(stop.cancelled_owned()).await
+        }));
     }
     let where_redis = match &local {
         Some(l) => format!("{url} (local, data in {})", l.dir.display()),
@@ -461,7 +501,10 @@ async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
     println!("  redis:     {where_redis}");
     println!("  namespace: {}", g.namespace);
     println!("  broker:    running");
-    println!("  workers:   {} x rhai, concurrency {}", args.workers, args.concurrency);
+    println!(
+        "  workers:   {} x rhai, concurrency {}",
+        args.workers, args.concurrency
+    );
     println!("  try:       hero run --type rhai '40 + 2'   (from this directory, or with HERO_REDIS_URL={url})");
     println!("ready");
     stop.cancelled().await;

@@ -28,7 +28,9 @@ fn installed() -> bool {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 impl LocalRedis {
@@ -50,7 +52,16 @@ impl LocalRedis {
             .arg("127.0.0.1")
             .arg("--dir")
             .arg(&dir)
-            .args(["--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no"])
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+            ])
             .args(["--logfile", "redis.log"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -62,12 +73,19 @@ impl LocalRedis {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if redis::cmd("PING").query_async::<String>(&mut c).await.is_ok() {
+                if redis::cmd("PING")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .is_ok()
+                {
                     break;
                 }
             }
             if Instant::now() > deadline {
-                bail!("redis-server on port {port} did not answer within 15 s; see {}/redis.log", dir.display());
+                bail!(
+                    "redis-server on port {port} did not answer within 15 s; see {}/redis.log",
+                    dir.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -82,7 +100,10 @@ impl LocalRedis {
                 let _ = redis::cmd("SHUTDOWN").query_async::<()>(&mut c).await;
             }
         }
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
             let _ = self.child.kill().await;
         }
         let _ = std::fs::remove_file(url_file(base));

@@ -6,7 +6,8 @@ use clap::Parser;
 async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,hero_broker=info,hero_worker=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,hero_broker=info,hero_worker=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

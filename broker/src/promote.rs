@@ -17,14 +17,24 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
     loop {
         let due: Vec<String> = client
             .redis()
-            .query(redis::cmd("ZRANGEBYSCORE").arg(keys.delayed()).arg("-inf").arg(clock::now_ms()).arg("LIMIT").arg(0).arg(BATCH))
+            .query(
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(keys.delayed())
+                    .arg("-inf")
+                    .arg(clock::now_ms())
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(BATCH),
+            )
             .await?;
         if due.is_empty() {
             return Ok(promoted);
         }
         let mut read = redis::pipe();
         for id in &due {
-            read.cmd("HMGET").arg(format!("{}{id}", keys.job_prefix())).arg(&["script_type", "group", "instance", "priority"]);
+            read.cmd("HMGET")
+                .arg(format!("{}{id}", keys.job_prefix()))
+                .arg(&["script_type", "group", "instance", "priority"]);
         }
         let targets = client.redis().pipeline(&read).await?;
         let mut write = redis::pipe();
@@ -32,10 +42,18 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
         for (id, row) in due.iter().zip(targets) {
             let fields: Vec<Option<String>> = redis::from_redis_value(row?).unwrap_or_default();
             let get = |i: usize| fields.get(i).cloned().flatten().unwrap_or_default();
-            let target = ScriptType::new(get(0))
+            let target = ScriptType::new(get(0)).ok().map(|t| {
+                Target::new(
+                    t,
+                    GroupName::new(get(1)).ok(),
+                    InstanceName::new(get(2)).ok(),
+                )
+            });
+            let priority = get(3)
+                .parse()
                 .ok()
-                .map(|t| Target::new(t, GroupName::new(get(1)).ok(), InstanceName::new(get(2)).ok()));
-            let priority = get(3).parse().ok().and_then(|p| Priority::new(p).ok()).unwrap_or_default();
+                .and_then(|p| Priority::new(p).ok())
+                .unwrap_or_default();
             match (JobId::new(id), target) {
                 (Ok(job_id), Some(target)) => {
                     let mut cmd = Function::Promote.call(&[

@@ -35,12 +35,18 @@ enum Mode<'a> {
 }
 
 /// Runs `hero_recover` over one stream until its cursor is done.
-async fn recover_stream(client: &Client, cfg: &BrokerConfig, stream: &str, mode: Mode<'_>) -> hero_client::Result<Pass> {
+async fn recover_stream(
+    client: &Client,
+    cfg: &BrokerConfig,
+    stream: &str,
+    mode: Mode<'_>,
+) -> hero_client::Result<Pass> {
     let keys = client.keys();
     let mut pass = Pass::default();
     let mut cursor = "0-0".to_string();
     loop {
-        let mut cmd = Function::Recover.call(&[stream.to_string(), keys.dead_letter(), keys.config()]);
+        let mut cmd =
+            Function::Recover.call(&[stream.to_string(), keys.dead_letter(), keys.config()]);
         cmd.arg(CONSUMER_GROUP);
         match mode {
             Mode::Consumer(c) => cmd.arg("consumer").arg(c).arg(0),
@@ -64,7 +70,10 @@ async fn recover_stream(client: &Client, cfg: &BrokerConfig, stream: &str, mode:
 }
 
 async fn streams(client: &Client) -> hero_client::Result<Vec<String>> {
-    client.redis().query(redis::cmd("SMEMBERS").arg(client.keys().queues())).await
+    client
+        .redis()
+        .query(redis::cmd("SMEMBERS").arg(client.keys().queues()))
+        .await
 }
 
 /// One presence pass: every consumer whose liveness deadline has passed gets its deliveries
@@ -95,8 +104,20 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
             pass.dead += p.dead;
         }
         // Only now: had a call failed, the consumer stays listed and the next pass retries it.
-        let _: i64 = client.redis().query(redis::cmd("ZREM").arg(client.keys().consumers()).arg(&consumer)).await?;
-        tracing::info!(consumer, requeued = pass.requeued, dead = pass.dead, "recovered the jobs of a dead worker");
+        let _: i64 = client
+            .redis()
+            .query(
+                redis::cmd("ZREM")
+                    .arg(client.keys().consumers())
+                    .arg(&consumer),
+            )
+            .await?;
+        tracing::info!(
+            consumer,
+            requeued = pass.requeued,
+            dead = pass.dead,
+            "recovered the jobs of a dead worker"
+        );
         total.requeued += pass.requeued;
         total.dead += pass.dead;
     }
@@ -107,9 +128,20 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
 pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Pass> {
     let mut total = Pass::default();
     for stream in streams(client).await? {
-        let p = recover_stream(client, cfg, &stream, Mode::Idle(cfg.lease.as_millis() as u64)).await?;
+        let p = recover_stream(
+            client,
+            cfg,
+            &stream,
+            Mode::Idle(cfg.lease.as_millis() as u64),
+        )
+        .await?;
         if p.requeued + p.dead > 0 {
-            tracing::info!(stream, requeued = p.requeued, dead = p.dead, "reclaimed idle deliveries");
+            tracing::info!(
+                stream,
+                requeued = p.requeued,
+                dead = p.dead,
+                "reclaimed idle deliveries"
+            );
         }
         total.requeued += p.requeued;
         total.dead += p.dead;

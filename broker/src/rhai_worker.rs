@@ -10,9 +10,19 @@ pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
     let cancel = ctx.cancel.clone();
     let run = tokio::task::spawn_blocking(move || {
         let mut engine = rhai::Engine::new();
-        engine.on_progress(move |_| if cancel.is_cancelled() { Some(rhai::Dynamic::UNIT) } else { None });
+        engine.on_progress(move |_| {
+            if cancel.is_cancelled() {
+                Some(rhai::Dynamic::UNIT)
+            } else {
+                None
+            }
+        });
         let mut scope = rhai::Scope::new();
-        let env: rhai::Map = job.env_vars.iter().map(|(k, v)| (k.as_str().into(), v.clone().into())).collect();
+        let env: rhai::Map = job
+            .env_vars
+            .iter()
+            .map(|(k, v)| (k.as_str().into(), v.clone().into()))
+            .collect();
         scope.push_constant("env", env);
         engine.eval_with_scope::<rhai::Dynamic>(&mut scope, &job.script)
     });

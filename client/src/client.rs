@@ -14,7 +14,9 @@ use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::job::{Job, Status};
 use crate::keys::{Keyspace, CONSUMER_GROUP, ENTRY_JOB_FIELD};
-use crate::name::{ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target};
+use crate::name::{
+    ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,
+};
 use crate::reply::{self, SubmitReply};
 
 /// Scripts larger than this are refused at submit (SPEC §4.7); a job queue is no blob store.
@@ -30,7 +32,11 @@ pub struct NewJob {
 impl NewJob {
     /// Starts a job of `script_type` running `script`; call [`NewJobBuilder::build`] to check it.
     pub fn builder(script_type: impl Into<String>, script: impl Into<String>) -> NewJobBuilder {
-        NewJobBuilder { script_type: script_type.into(), script: script.into(), ..Default::default() }
+        NewJobBuilder {
+            script_type: script_type.into(),
+            script: script.into(),
+            ..Default::default()
+        }
     }
 
     pub fn id(&self) -> &JobId {
@@ -43,7 +49,9 @@ impl NewJob {
 
     pub fn target(&self) -> Target {
         // built from a checked script type, so a target always exists
-        self.job.target().unwrap_or_else(|| Target::of_type(ScriptType::new("invalid").expect("static name")))
+        self.job
+            .target()
+            .unwrap_or_else(|| Target::of_type(ScriptType::new("invalid").expect("static name")))
     }
 }
 
@@ -147,14 +155,20 @@ impl NewJobBuilder {
         }
         if let Some(p) = &self.log_path {
             let path = Path::new(p);
-            if p.is_empty() || path.components().any(|c| !matches!(c, Component::Normal(_))) {
+            if p.is_empty()
+                || path
+                    .components()
+                    .any(|c| !matches!(c, Component::Normal(_)))
+            {
                 return Err(Error::InvalidInput(format!(
                     "log_path {p:?} is outside the log directory: give a relative path without `..`"
                 )));
             }
         }
         if let Some(k) = self.env.keys().find(|k| k.is_empty() || k.contains('=')) {
-            return Err(Error::InvalidInput(format!("environment variable name {k:?} is empty or contains '='")));
+            return Err(Error::InvalidInput(format!(
+                "environment variable name {k:?} is empty or contains '='"
+            )));
         }
         let mut job = Job::new(id, &target, self.script);
         if let Some(level) = self.priority {
@@ -162,7 +176,9 @@ impl NewJobBuilder {
         }
         if let Some(t) = self.timeout {
             if t.as_secs() == 0 {
-                return Err(Error::InvalidInput("timeout must be at least one second".into()));
+                return Err(Error::InvalidInput(
+                    "timeout must be at least one second".into(),
+                ));
             }
             job.timeout = t;
         }
@@ -173,7 +189,11 @@ impl NewJobBuilder {
         job.context_id = self.context_id;
         job.log_path = self.log_path;
         let run_at_ms = match (self.run_at, self.delay) {
-            (Some(at), _) => Some(at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)),
+            (Some(at), _) => Some(
+                at.duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+            ),
             (None, Some(d)) => Some(clock::now_ms() + d.as_millis() as u64),
             (None, None) => None,
         };
@@ -250,7 +270,11 @@ pub struct ClientOptions {
 
 impl ClientOptions {
     pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into(), namespace: "hero".into(), cluster: false }
+        Self {
+            url: url.into(),
+            namespace: "hero".into(),
+            cluster: false,
+        }
     }
 }
 
@@ -269,7 +293,11 @@ impl Client {
 
     pub async fn with_options(opts: ClientOptions) -> Result<Client> {
         let ns = Namespace::new(opts.namespace)?;
-        let keys = if opts.cluster { Keyspace::cluster(&ns) } else { Keyspace::new(&ns) };
+        let keys = if opts.cluster {
+            Keyspace::cluster(&ns)
+        } else {
+            Keyspace::new(&ns)
+        };
         let redis = Redis::connect(&opts.url).await?;
         Ok(Client { redis, keys })
     }
@@ -307,7 +335,11 @@ impl Client {
     pub async fn submit(&self, job: &NewJob) -> Result<Submitted> {
         let v: Value = self.redis.query(&self.submit_cmd(job, false)).await?;
         let r = SubmitReply::decode(&v)?;
-        Ok(Submitted { id: job.id().clone(), created: r.created, status: r.status })
+        Ok(Submitted {
+            id: job.id().clone(),
+            created: r.created,
+            status: r.status,
+        })
     }
 
     /// Submits many jobs in one round trip; one result per job, in order.
@@ -322,7 +354,11 @@ impl Client {
             .zip(results)
             .map(|(job, r)| {
                 let r = SubmitReply::decode(&r?)?;
-                Ok(Submitted { id: job.id().clone(), created: r.created, status: r.status })
+                Ok(Submitted {
+                    id: job.id().clone(),
+                    created: r.created,
+                    status: r.status,
+                })
             })
             .collect())
     }
@@ -347,12 +383,23 @@ impl Client {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                let status = self.status(id).await.map(|s| s.to_string()).unwrap_or_else(|_| "unknown".into());
-                return Err(Error::WaitTimedOut { job: id.clone(), waited: wait, status });
+                let status = self
+                    .status(id)
+                    .await
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|_| "unknown".into());
+                return Err(Error::WaitTimedOut {
+                    job: id.clone(),
+                    waited: wait,
+                    status,
+                });
             }
             let block = left.min(slice).as_secs_f64().max(0.01);
-            let popped: Option<(String, String)> =
-                redis::cmd("BLPOP").arg(&reply_key).arg(block).query_async(&mut conn).await?;
+            let popped: Option<(String, String)> = redis::cmd("BLPOP")
+                .arg(&reply_key)
+                .arg(block)
+                .query_async(&mut conn)
+                .await?;
             if let Some((_, payload)) = popped {
                 return parse_reply(id, &payload);
             }
@@ -362,7 +409,13 @@ impl Client {
     async fn result_from_hash(&self, id: &JobId) -> Result<Option<JobResult>> {
         let (status, output, error): (Option<String>, Option<String>, Option<String>) = self
             .redis
-            .query(redis::cmd("HMGET").arg(self.keys.job(id)).arg("status").arg("output").arg("error"))
+            .query(
+                redis::cmd("HMGET")
+                    .arg(self.keys.job(id))
+                    .arg("status")
+                    .arg("output")
+                    .arg("error"),
+            )
             .await?;
         let Some(status) = status else {
             return Err(Error::JobNotFound(id.clone()));
@@ -380,14 +433,18 @@ impl Client {
 
     /// The job's status.
     pub async fn status(&self, id: &JobId) -> Result<Status> {
-        let status: Option<String> =
-            self.redis.query(redis::cmd("HGET").arg(self.keys.job(id)).arg("status")).await?;
+        let status: Option<String> = self
+            .redis
+            .query(redis::cmd("HGET").arg(self.keys.job(id)).arg("status"))
+            .await?;
         let status = status.ok_or_else(|| Error::JobNotFound(id.clone()))?;
         Status::parse(&status).ok_or_else(|| {
             Error::InvalidJob(crate::job::DecodeError {
                 key: self.keys.job(id),
                 field: "status".into(),
-                reason: format!("is {status:?}; expected one of waiting, dispatched, started, finished, error"),
+                reason: format!(
+                    "is {status:?}; expected one of waiting, dispatched, started, finished, error"
+                ),
             })
         })
     }
@@ -395,7 +452,8 @@ impl Client {
     /// The whole job record.
     pub async fn get(&self, id: &JobId) -> Result<Job> {
         let key = self.keys.job(id);
-        let fields: Vec<(String, String)> = self.redis.query(redis::cmd("HGETALL").arg(&key)).await?;
+        let fields: Vec<(String, String)> =
+            self.redis.query(redis::cmd("HGETALL").arg(&key)).await?;
         if fields.is_empty() {
             return Err(Error::JobNotFound(id.clone()));
         }
@@ -409,21 +467,38 @@ impl Client {
         for _ in 0..5 {
             let f: Vec<Option<String>> = self
                 .redis
-                .query(redis::cmd("HMGET").arg(&key).arg(&["script_type", "group", "instance", "priority", "worker_id"]))
+                .query(redis::cmd("HMGET").arg(&key).arg(&[
+                    "script_type",
+                    "group",
+                    "instance",
+                    "priority",
+                    "worker_id",
+                ]))
                 .await?;
             let get = |i: usize| f.get(i).cloned().flatten().unwrap_or_default();
-            let (script_type, group, instance, priority, worker) = (get(0), get(1), get(2), get(3), get(4));
+            let (script_type, group, instance, priority, worker) =
+                (get(0), get(1), get(2), get(3), get(4));
             // A job without a valid target was never queued by us: its stream key is unused.
             let target = ScriptType::new(&script_type).ok().map(|t| {
-                Target::new(t, GroupName::new(&group).ok(), InstanceName::new(&instance).ok())
+                Target::new(
+                    t,
+                    GroupName::new(&group).ok(),
+                    InstanceName::new(&instance).ok(),
+                )
             });
-            let priority = priority.parse().ok().and_then(|p| Priority::new(p).ok()).unwrap_or_default();
+            let priority = priority
+                .parse()
+                .ok()
+                .and_then(|p| Priority::new(p).ok())
+                .unwrap_or_default();
             let stream = match &target {
                 Some(t) => self.keys.work(t, priority),
                 None => key.clone(),
             };
             let ctl = match (ConsumerName::parse(&worker), &target) {
-                (Ok(c), Some(t)) => self.keys.ctl_instance(&t.script_type, &c.group, &c.instance),
+                (Ok(c), Some(t)) => self
+                    .keys
+                    .ctl_instance(&t.script_type, &c.group, &c.instance),
                 _ => String::new(),
             };
             let mut cmd = Function::Stop.call(&[
@@ -432,16 +507,21 @@ impl Client {
                 self.keys.delayed(),
                 self.keys.reply(id),
                 self.keys.config(),
-                if ctl.is_empty() { self.keys.config() } else { ctl.clone() },
+                if ctl.is_empty() {
+                    self.keys.config()
+                } else {
+                    ctl.clone()
+                },
             ]);
             cmd.arg(CONSUMER_GROUP)
                 .arg(if ctl.is_empty() { "" } else { worker.as_str() })
                 .arg(clock::now_iso())
                 .arg(self.redis.caps().xackdel_flag());
             let answer: String = match self.redis.query(&cmd).await {
-                Err(Error::Server { code: crate::function::ServerCode::JobNotFound, .. }) => {
-                    return Err(Error::JobNotFound(id.clone()))
-                }
+                Err(Error::Server {
+                    code: crate::function::ServerCode::JobNotFound,
+                    ..
+                }) => return Err(Error::JobNotFound(id.clone())),
                 other => other?,
             };
             match answer.as_str() {
@@ -458,7 +538,12 @@ impl Client {
     }
 
     /// One page of jobs; start with `cursor` `None`, continue with the page's `next`.
-    pub async fn list(&self, filter: &ListFilter, cursor: Option<&str>, limit: usize) -> Result<Page> {
+    pub async fn list(
+        &self,
+        filter: &ListFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page> {
         let limit = limit.clamp(1, 10_000);
         let (ids, next): (Vec<String>, Option<String>) = match filter {
             ListFilter::Queue(target, priority) => {
@@ -469,12 +554,27 @@ impl Client {
                 };
                 let entries: Vec<(String, Vec<(String, String)>)> = self
                     .redis
-                    .query(redis::cmd("XRANGE").arg(&stream).arg(start).arg("+").arg("COUNT").arg(limit))
+                    .query(
+                        redis::cmd("XRANGE")
+                            .arg(&stream)
+                            .arg(start)
+                            .arg("+")
+                            .arg("COUNT")
+                            .arg(limit),
+                    )
                     .await?;
-                let next = if entries.len() == limit { entries.last().map(|e| e.0.clone()) } else { None };
+                let next = if entries.len() == limit {
+                    entries.last().map(|e| e.0.clone())
+                } else {
+                    None
+                };
                 let ids = entries
                     .into_iter()
-                    .filter_map(|(_, f)| f.into_iter().find(|(k, _)| k == ENTRY_JOB_FIELD).map(|(_, v)| v))
+                    .filter_map(|(_, f)| {
+                        f.into_iter()
+                            .find(|(k, _)| k == ENTRY_JOB_FIELD)
+                            .map(|(_, v)| v)
+                    })
                     .collect();
                 (ids, next)
             }
@@ -493,7 +593,10 @@ impl Client {
                             .arg("hash"),
                     )
                     .await?;
-                let ids = keys.into_iter().filter_map(|k| k.strip_prefix(&prefix).map(str::to_string)).collect();
+                let ids = keys
+                    .into_iter()
+                    .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string))
+                    .collect();
                 (ids, if next == "0" { None } else { Some(next) })
             }
         };
@@ -506,7 +609,10 @@ impl Client {
         let rows = self.redis.pipeline(&pipe).await?;
         let mut jobs = Vec::with_capacity(ids.len());
         for (id, row) in ids.into_iter().zip(rows) {
-            let values = reply::array(&row?)?.iter().map(|v| reply::text(v).unwrap_or_default()).collect::<Vec<_>>();
+            let values = reply::array(&row?)?
+                .iter()
+                .map(|v| reply::text(v).unwrap_or_default())
+                .collect::<Vec<_>>();
             let get = |i: usize| values.get(i).cloned().unwrap_or_default();
             let summary = JobSummary {
                 id,
@@ -543,5 +649,10 @@ fn parse_reply(id: &JobId, payload: &str) -> Result<JobResult> {
         .map_err(|e| Error::protocol(format!("reply of job {id} is not the expected JSON: {e}")))?;
     let status = Status::parse(&r.status)
         .ok_or_else(|| Error::protocol(format!("reply of job {id} has status {:?}", r.status)))?;
-    Ok(JobResult { id: id.clone(), status, output: r.output, error: r.error })
+    Ok(JobResult {
+        id: id.clone(),
+        status,
+        output: r.output,
+        error: r.error,
+    })
 }

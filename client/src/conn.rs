@@ -48,7 +48,10 @@ impl Redis {
     /// Connects, checks the server answers, detects its capabilities and loads the function
     /// library when it is missing or stale.
     pub async fn connect(url: &str) -> Result<Redis> {
-        let unreachable = |reason: String| Error::Unreachable { url: redacted(url), reason };
+        let unreachable = |reason: String| Error::Unreachable {
+            url: redacted(url),
+            reason,
+        };
         let client = redis::Client::open(url).map_err(|e| unreachable(e.to_string()))?;
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
@@ -63,7 +66,12 @@ impl Redis {
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| unreachable(e.to_string()))?;
-        let mut redis = Redis { url: url.to_string(), client, pool, caps: Capabilities::default() };
+        let mut redis = Redis {
+            url: url.to_string(),
+            client,
+            pool,
+            caps: Capabilities::default(),
+        };
         let mut conn = redis.conn().await?;
         let info: Value = redis::cmd("COMMAND")
             .arg("INFO")
@@ -104,7 +112,10 @@ impl Redis {
         self.client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| Error::Unreachable { url: self.url(), reason: e.to_string() })
+            .map_err(|e| Error::Unreachable {
+                url: self.url(),
+                reason: e.to_string(),
+            })
     }
 
     /// Runs one command (usually an FCALL), reloading the library once if it was missing.
@@ -127,17 +138,25 @@ impl Redis {
         let mut pipe = pipe.clone();
         pipe.ignore_errors();
         let mut results: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut conn).await?;
-        if results.iter().any(|r| matches!(r, Err(e) if function::is_missing(e))) {
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(e) if function::is_missing(e)))
+        {
             function::ensure_loaded(&mut conn).await?;
             results = pipe.query_async(&mut conn).await?;
         }
-        Ok(results.into_iter().map(|r| r.map_err(Error::from)).collect())
+        Ok(results
+            .into_iter()
+            .map(|r| r.map_err(Error::from))
+            .collect())
     }
 }
 
 fn redacted(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
         _ => url.to_string(),
     }
 }
@@ -146,7 +165,10 @@ fn redacted(url: &str) -> String {
 mod tests {
     #[test]
     fn url_password_is_redacted_in_messages() {
-        assert_eq!(super::redacted("redis://u:secret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(
+            super::redacted("redis://u:secret@h:1/0"),
+            "redis://***@h:1/0"
+        );
         assert_eq!(super::redacted("redis://h:1"), "redis://h:1");
     }
 }

@@ -11,7 +11,11 @@ use crate::name::JobId;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid {what} {value:?}: {reason}")]
-    InvalidName { what: &'static str, value: String, reason: String },
+    InvalidName {
+        what: &'static str,
+        value: String,
+        reason: String,
+    },
 
     #[error("{0}")]
     InvalidInput(String),
@@ -23,7 +27,11 @@ pub enum Error {
     JobNotFound(JobId),
 
     #[error("job {job} did not end within {waited:?} (it is {status}); wait longer or follow it with `hero status {job}`")]
-    WaitTimedOut { job: JobId, waited: Duration, status: String },
+    WaitTimedOut {
+        job: JobId,
+        waited: Duration,
+        status: String,
+    },
 
     #[error("cannot reach Redis at {url}: {reason}. Is redis-server running there? Set --redis-url or HERO_REDIS_URL")]
     Unreachable { url: String, reason: String },
@@ -34,7 +42,9 @@ pub enum Error {
     #[error("server function failed with {code}: {message}")]
     Server { code: ServerCode, message: String },
 
-    #[error("unexpected reply from Redis: {0}; is the hero function library of this version loaded?")]
+    #[error(
+        "unexpected reply from Redis: {0}; is the hero function library of this version loaded?"
+    )]
     Protocol(String),
 }
 
@@ -48,7 +58,10 @@ impl Error {
                 e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_timeout()
-                    || matches!(e.kind(), redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading))
+                    || matches!(
+                        e.kind(),
+                        redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                    )
             }
             _ => false,
         }
@@ -63,7 +76,10 @@ impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         let code = e.code().unwrap_or_default().to_string();
         match ServerCode::parse(&code) {
-            Some(code) => Error::Server { code, message: e.detail().unwrap_or_default().to_string() },
+            Some(code) => Error::Server {
+                code,
+                message: e.detail().unwrap_or_default().to_string(),
+            },
             None => Error::Redis(e),
         }
     }

@@ -120,7 +120,9 @@ async fn load<C: ConnectionLike + Send>(conn: &mut C) -> Result<()> {
         .await;
     match r {
         Ok(_) => Ok(()),
-        Err(e) => Err(Error::protocol(format!("FUNCTION LOAD of the hero library failed: {e}"))),
+        Err(e) => Err(Error::protocol(format!(
+            "FUNCTION LOAD of the hero library failed: {e}"
+        ))),
     }
 }
 
@@ -170,14 +172,20 @@ mod tests {
                     .collect();
                 if code != "HERO_" {
                     // `HERO_<CODE>` in a comment is the pattern, not a code
-                    assert!(ServerCode::parse(&code).is_some(), "{code} is raised in Lua but not in ServerCode");
+                    assert!(
+                        ServerCode::parse(&code).is_some(),
+                        "{code} is raised in Lua but not in ServerCode"
+                    );
                     seen.push(code);
                 }
                 rest = &rest[at + 5..];
             }
         }
         for c in ServerCode::ALL {
-            assert!(seen.iter().any(|s| s == c.as_str()), "{c} is in ServerCode but no Lua raises it");
+            assert!(
+                seen.iter().any(|s| s == c.as_str()),
+                "{c} is in ServerCode but no Lua raises it"
+            );
         }
     }
 
@@ -185,8 +193,16 @@ mod tests {
     fn every_function_file_has_a_header_and_defines_its_function() {
         for f in Function::ALL {
             let src = f.source();
-            assert!(src.starts_with(&format!("-- {}:", f.name())), "{} header", f.name());
-            assert!(src.contains("-- Returns:"), "{} documents its returns", f.name());
+            assert!(
+                src.starts_with(&format!("-- {}:", f.name())),
+                "{} header",
+                f.name()
+            );
+            assert!(
+                src.contains("-- Returns:"),
+                "{} documents its returns",
+                f.name()
+            );
             assert!(src.contains(&format!("local function {}(", f.name())));
         }
         assert!(library_source().contains("redis.register_function('hero_recover', hero_recover)"));

@@ -25,8 +25,13 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 5] =
-        [Status::Waiting, Status::Dispatched, Status::Started, Status::Finished, Status::Error];
+    pub const ALL: [Status; 5] = [
+        Status::Waiting,
+        Status::Dispatched,
+        Status::Started,
+        Status::Finished,
+        Status::Error,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -224,16 +229,21 @@ impl Job {
             map.insert(k.as_ref().to_string(), v.into());
         }
         if map.is_empty() {
-            return Err(err("id", "is missing: the hash is empty or does not exist".into()));
+            return Err(err(
+                "id",
+                "is missing: the hash is empty or does not exist".into(),
+            ));
         }
         let mut take = |name: &str| map.remove(name);
-        let required = |name: &str, v: Option<String>| {
-            v.ok_or_else(|| err(name, "is missing".to_string()))
-        };
+        let required =
+            |name: &str, v: Option<String>| v.ok_or_else(|| err(name, "is missing".to_string()));
         let id_raw = required("id", take("id"))?;
         let id = JobId::new(&id_raw).map_err(|e| err("id", e.to_string()))?;
         if !key.ends_with(&format!(":{id_raw}")) {
-            return Err(err("id", format!("is {id_raw:?}, which is not this key's job id")));
+            return Err(err(
+                "id",
+                format!("is {id_raw:?}, which is not this key's job id"),
+            ));
         }
         let status_raw = required("status", take("status"))?;
         let status = Status::parse(&status_raw).ok_or_else(|| {
@@ -278,14 +288,22 @@ impl Job {
         let concurrent = match take("concurrent").as_deref() {
             None | Some("") | Some("false") | Some("0") => false,
             Some("true") | Some("1") => true,
-            Some(other) => return Err(err("concurrent", format!("is {other:?}; expected true or false"))),
+            Some(other) => {
+                return Err(err(
+                    "concurrent",
+                    format!("is {other:?}; expected true or false"),
+                ))
+            }
         };
         let reply = matches!(take("reply").as_deref(), Some("1"));
         let timestamp = |name: &str, v: Option<String>| -> Result<Option<String>, DecodeError> {
             match v.filter(|s| !s.is_empty()) {
                 None => Ok(None),
                 Some(s) if clock::is_iso(&s) => Ok(Some(s)),
-                Some(s) => Err(err(name, format!("is {s:?}; expected an ISO 8601 timestamp"))),
+                Some(s) => Err(err(
+                    name,
+                    format!("is {s:?}; expected an ISO 8601 timestamp"),
+                )),
             }
         };
         let created_at = timestamp("created_at", take("created_at"))?.unwrap_or_default();
@@ -370,7 +388,11 @@ mod tests {
     use super::*;
 
     fn job() -> Job {
-        let target = Target::new(ScriptType::new("osis").unwrap(), Some(GroupName::new("io").unwrap()), None);
+        let target = Target::new(
+            ScriptType::new("osis").unwrap(),
+            Some(GroupName::new("io").unwrap()),
+            None,
+        );
         let mut j = Job::new(JobId::new("j1").unwrap(), &target, "40 + 2");
         j.tags = vec!["a".into()];
         j.env_vars.insert("K".into(), "V".into());
@@ -381,8 +403,11 @@ mod tests {
     #[test]
     fn submit_fields_decode_back_to_the_same_job() {
         let j = job();
-        let mut fields: Vec<(String, String)> =
-            j.to_submit_fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let mut fields: Vec<(String, String)> = j
+            .to_submit_fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
         fields.push(("status".into(), "dispatched".into()));
         let back = Job::from_fields("hero:job:j1", fields).unwrap();
         assert_eq!(back, j);
@@ -446,7 +471,8 @@ mod tests {
 
     #[test]
     fn decode_fails_when_required_field_is_missing() {
-        let e = Job::from_fields("hero:job:j1", [("id", "j1"), ("status", "dispatched")]).unwrap_err();
+        let e =
+            Job::from_fields("hero:job:j1", [("id", "j1"), ("status", "dispatched")]).unwrap_err();
         assert_eq!(e.field, "script");
         let e = Job::from_fields("hero:job:j1", Vec::<(String, String)>::new()).unwrap_err();
         assert_eq!(e.field, "id");

@@ -22,12 +22,16 @@ pub struct Keyspace {
 
 impl Keyspace {
     pub fn new(namespace: &Namespace) -> Self {
-        Self { prefix: namespace.as_str().to_string() }
+        Self {
+            prefix: namespace.as_str().to_string(),
+        }
     }
 
     /// The cluster form: the namespace is the hash tag of every key.
     pub fn cluster(namespace: &Namespace) -> Self {
-        Self { prefix: format!("{{{namespace}}}") }
+        Self {
+            prefix: format!("{{{namespace}}}"),
+        }
     }
 
     pub fn prefix(&self) -> &str {
@@ -80,7 +84,11 @@ impl Keyspace {
         for (g, i) in &levels {
             for priority in Priority::all() {
                 for t in types {
-                    let target = Target { script_type: t.clone(), group: g.clone(), instance: i.clone() };
+                    let target = Target {
+                        script_type: t.clone(),
+                        group: g.clone(),
+                        instance: i.clone(),
+                    };
                     keys.push(self.work(&target, priority));
                 }
             }
@@ -110,7 +118,10 @@ impl Keyspace {
         group: &GroupName,
         instance: &InstanceName,
     ) -> String {
-        format!("{}:q:ctl:type:{script_type}:group:{group}:inst:{instance}", self.prefix)
+        format!(
+            "{}:q:ctl:type:{script_type}:group:{group}:inst:{instance}",
+            self.prefix
+        )
     }
 
     /// String with TTL: presence JSON of one worker instance.
@@ -120,7 +131,10 @@ impl Keyspace {
         group: &GroupName,
         instance: &InstanceName,
     ) -> String {
-        format!("{}:meta:actor:inst:{script_type}:{group}:{instance}", self.prefix)
+        format!(
+            "{}:meta:actor:inst:{script_type}:{group}:{instance}",
+            self.prefix
+        )
     }
 
     /// SCAN pattern matching every presence key.
@@ -219,15 +233,36 @@ mod tests {
             (k.job(&id), "hero:job:abc"),
             (k.job_prefix(), "hero:job:"),
             (k.work(&osis, Priority::DEFAULT), "hero:q:work:type:osis"),
-            (k.work(&osis, Priority::HIGHEST), "hero:q:work:type:osis:prio:0"),
-            (k.work(&io, Priority::DEFAULT), "hero:q:work:type:sal:group:io"),
-            (k.work(&io, Priority::new(2).unwrap()), "hero:q:work:type:sal:group:io:prio:2"),
-            (k.work(&inst, Priority::DEFAULT), "hero:q:work:type:sal:group:io:inst:3"),
-            (k.work(&inst, Priority::LOWEST), "hero:q:work:type:sal:group:io:inst:3:prio:9"),
+            (
+                k.work(&osis, Priority::HIGHEST),
+                "hero:q:work:type:osis:prio:0",
+            ),
+            (
+                k.work(&io, Priority::DEFAULT),
+                "hero:q:work:type:sal:group:io",
+            ),
+            (
+                k.work(&io, Priority::new(2).unwrap()),
+                "hero:q:work:type:sal:group:io:prio:2",
+            ),
+            (
+                k.work(&inst, Priority::DEFAULT),
+                "hero:q:work:type:sal:group:io:inst:3",
+            ),
+            (
+                k.work(&inst, Priority::LOWEST),
+                "hero:q:work:type:sal:group:io:inst:3:prio:9",
+            ),
             (k.reply(&id), "hero:q:reply:abc"),
             (k.ctl_type(&t("osis")), "hero:q:ctl:type:osis"),
-            (k.ctl_instance(&t("sal"), &g("io"), &i("3")), "hero:q:ctl:type:sal:group:io:inst:3"),
-            (k.presence(&t("osis"), &g("default"), &i("1")), "hero:meta:actor:inst:osis:default:1"),
+            (
+                k.ctl_instance(&t("sal"), &g("io"), &i("3")),
+                "hero:q:ctl:type:sal:group:io:inst:3",
+            ),
+            (
+                k.presence(&t("osis"), &g("default"), &i("1")),
+                "hero:meta:actor:inst:osis:default:1",
+            ),
             (k.presence_pattern(), "hero:meta:actor:inst:*"),
             (k.consumers(), "hero:meta:consumers"),
             (k.queues(), "hero:meta:queues"),
@@ -248,14 +283,20 @@ mod tests {
     #[test]
     fn instance_target_without_group_uses_default_group() {
         let target = Target::new(t("osis"), None, Some(i("2")));
-        assert_eq!(ks().work(&target, Priority::DEFAULT), "hero:q:work:type:osis:group:default:inst:2");
+        assert_eq!(
+            ks().work(&target, Priority::DEFAULT),
+            "hero:q:work:type:osis:group:default:inst:2"
+        );
     }
 
     #[test]
     fn cluster_keys_share_the_namespace_hash_tag() {
         let k = Keyspace::cluster(&Namespace::new("hero").unwrap());
         assert_eq!(k.job(&JobId::new("x").unwrap()), "{hero}:job:x");
-        assert_eq!(k.work(&Target::of_type(t("v")), Priority::DEFAULT), "{hero}:q:work:type:v");
+        assert_eq!(
+            k.work(&Target::of_type(t("v")), Priority::DEFAULT),
+            "{hero}:q:work:type:v"
+        );
         assert_eq!(k.delayed(), "{hero}:meta:delayed");
         assert!(k.job_prefix().starts_with("{hero}:") && k.reply_prefix().starts_with("{hero}:"));
     }

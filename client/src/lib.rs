@@ -21,9 +21,14 @@ pub mod keys;
 pub mod name;
 pub mod reply;
 
-pub use client::{Client, ClientOptions, JobResult, JobSummary, ListFilter, NewJob, NewJobBuilder, Page, StopOutcome, Submitted};
+pub use client::{
+    Client, ClientOptions, JobResult, JobSummary, ListFilter, NewJob, NewJobBuilder, Page,
+    StopOutcome, Submitted,
+};
 pub use conn::{Capabilities, Redis};
 pub use error::{Error, Result};
 pub use job::{DecodeError, Job, Status};
 pub use keys::Keyspace;
-pub use name::{ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target};
+pub use name::{
+    ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,
+};

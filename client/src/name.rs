@@ -14,7 +14,10 @@ fn check(what: &'static str, value: &str, max: usize, extra: &[char]) -> Result<
     let reason = if value.is_empty() {
         Some("it is empty".to_string())
     } else if value.len() > max {
-        Some(format!("it is {} characters long, the limit is {max}", value.len()))
+        Some(format!(
+            "it is {} characters long, the limit is {max}",
+            value.len()
+        ))
     } else {
         value
             .chars()
@@ -171,11 +174,19 @@ impl Target {
             (None, Some(_)) => Some(GroupName::default_group()),
             _ => group,
         };
-        Self { script_type, group, instance }
+        Self {
+            script_type,
+            group,
+            instance,
+        }
     }
 
     pub fn of_type(script_type: ScriptType) -> Self {
-        Self { script_type, group: None, instance: None }
+        Self {
+            script_type,
+            group: None,
+            instance: None,
+        }
     }
 }
 
@@ -192,7 +203,11 @@ pub struct ConsumerName {
 impl ConsumerName {
     pub fn new(group: GroupName, instance: InstanceName) -> Self {
         let session = format!("{:08x}", rand::random::<u32>());
-        Self { group, instance, session }
+        Self {
+            group,
+            instance,
+            session,
+        }
     }
 
     /// Parses the form written into a job's `worker_id`.
@@ -259,7 +274,10 @@ mod tests {
 
     #[test]
     fn consumer_name_round_trips() {
-        let c = ConsumerName::new(GroupName::new("io").unwrap(), InstanceName::new("3").unwrap());
+        let c = ConsumerName::new(
+            GroupName::new("io").unwrap(),
+            InstanceName::new("3").unwrap(),
+        );
         let parsed = ConsumerName::parse(&c.to_string()).unwrap();
         assert_eq!(parsed, c);
         assert!(ConsumerName::parse("io:3").is_err());

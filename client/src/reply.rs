@@ -38,7 +38,10 @@ pub(crate) fn pairs(v: &Value) -> Result<Vec<(String, String)>> {
     if items.len() % 2 != 0 {
         return Err(Error::protocol("odd number of items in a field/value list"));
     }
-    items.chunks(2).map(|c| Ok((text(&c[0])?, text(&c[1])?))).collect()
+    items
+        .chunks(2)
+        .map(|c| Ok((text(&c[0])?, text(&c[1])?)))
+        .collect()
 }
 
 /// `hero_submit`'s answer.
@@ -53,7 +56,10 @@ pub struct SubmitReply {
 impl SubmitReply {
     pub fn decode(v: &Value) -> Result<Self> {
         match array(v)? {
-            [kind, status] => Ok(SubmitReply { created: text(kind)? == "created", status: text(status)? }),
+            [kind, status] => Ok(SubmitReply {
+                created: text(kind)? == "created",
+                status: text(status)?,
+            }),
             _ => Err(Error::protocol("hero_submit reply is not {kind, status}")),
         }
     }
@@ -92,7 +98,9 @@ impl FetchReply {
     pub fn decode(v: &Value) -> Result<Self> {
         let parts = array(v)?;
         let [jobs, dropped, cursors] = parts else {
-            return Err(Error::protocol("hero_fetch reply is not {jobs, dropped, cursors}"));
+            return Err(Error::protocol(
+                "hero_fetch reply is not {jobs, dropped, cursors}",
+            ));
         };
         let index = |v: &Value| -> Result<usize> { Ok((int(v)? - 1).max(0) as usize) };
         let jobs = array(jobs)?
@@ -104,7 +112,9 @@ impl FetchReply {
                     job_id: text(id)?,
                     fields: pairs(fields)?,
                 }),
-                _ => Err(Error::protocol("hero_fetch job is not {stream, entry, id, fields}")),
+                _ => Err(Error::protocol(
+                    "hero_fetch job is not {stream, entry, id, fields}",
+                )),
             })
             .collect::<Result<Vec<_>>>()?;
         let dropped = array(dropped)?
@@ -116,11 +126,20 @@ impl FetchReply {
                     job_id: text(id)?,
                     reason: text(reason)?,
                 }),
-                _ => Err(Error::protocol("hero_fetch dropped item is not {stream, entry, id, reason}")),
+                _ => Err(Error::protocol(
+                    "hero_fetch dropped item is not {stream, entry, id, reason}",
+                )),
             })
             .collect::<Result<Vec<_>>>()?;
-        let cursors = array(cursors)?.iter().map(text).collect::<Result<Vec<_>>>()?;
-        Ok(FetchReply { jobs, dropped, cursors })
+        let cursors = array(cursors)?
+            .iter()
+            .map(text)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(FetchReply {
+            jobs,
+            dropped,
+            cursors,
+        })
     }
 }
 
@@ -149,10 +168,15 @@ impl Completion {
 
     pub fn decode(v: &Value) -> Result<Self> {
         let s = text(v)?;
-        [Completion::Completed, Completion::Retrying, Completion::AlreadyCompleted, Completion::LeaseLost]
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| Error::protocol(format!("hero_complete answered {s:?}")))
+        [
+            Completion::Completed,
+            Completion::Retrying,
+            Completion::AlreadyCompleted,
+            Completion::LeaseLost,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+        .ok_or_else(|| Error::protocol(format!("hero_complete answered {s:?}")))
     }
 }
 
@@ -196,7 +220,9 @@ impl Recovered {
                 dropped: int(x)? as u64,
                 cursor: text(c)?,
             }),
-            _ => Err(Error::protocol("hero_recover reply is not {requeued, dead, dropped, cursor}")),
+            _ => Err(Error::protocol(
+                "hero_recover reply is not {requeued, dead, dropped, cursor}",
+            )),
         }
     }
 }

@@ -31,7 +31,8 @@ impl RedisServer {
 
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("hero-test-redis-{port}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("hero-test-redis-{port}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create redis test dir");
         let mut args: Vec<String> = vec![
@@ -51,7 +52,12 @@ impl RedisServer {
             "warning".into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut server = RedisServer { port, dir, child: None, args };
+        let mut server = RedisServer {
+            port,
+            dir,
+            child: None,
+            args,
+        };
         server.spawn();
         server
     }
@@ -76,7 +82,11 @@ impl RedisServer {
                     }
                 }
             }
-            assert!(Instant::now() < deadline, "redis-server on port {} did not become ready", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not become ready",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -126,7 +136,11 @@ fn redis_server_binary() -> String {
 /// A loopback port nobody listens on now (the OS picks it; never 6379).
 pub fn free_port() -> u16 {
     loop {
-        let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
         if port != 6379 {
             return port;
         }
@@ -144,7 +158,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -181,21 +198,29 @@ pub struct Proc {
 impl Proc {
     pub fn spawn(program: &Path, args: &[&str], envs: &[(&str, &str)], cwd: Option<&Path>) -> Proc {
         let mut cmd = Command::new(program);
-        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
+        cmd.args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .stdin(Stdio::null());
         for (k, v) in envs {
             cmd.env(k, v);
         }
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
         }
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
         let stdout = child.stdout.take().expect("stdout");
         let lines = Arc::new(Mutex::new(VecDeque::new()));
         let all = Arc::new(Mutex::new(Vec::new()));
         let (l, a) = (lines.clone(), all.clone());
         std::thread::spawn(move || {
             use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
                 a.lock().expect("lines").push(line.clone());
                 l.lock().expect("lines").push_back(line);
             }
@@ -229,8 +254,15 @@ impl Proc {
     }
 
     pub fn signal(&self, sig: &str) {
-        let status = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status();
-        assert!(status.map(|s| s.success()).unwrap_or(false), "kill -{sig} {}", self.pid());
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status();
+        assert!(
+            status.map(|s| s.success()).unwrap_or(false),
+            "kill -{sig} {}",
+            self.pid()
+        );
     }
 
     /// SIGKILL and reap.
@@ -246,7 +278,11 @@ impl Proc {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return status.code().unwrap_or(-1);
             }
-            assert!(Instant::now() < deadline, "process {} did not exit within {limit:?}", self.pid());
+            assert!(
+                Instant::now() < deadline,
+                "process {} did not exit within {limit:?}",
+                self.pid()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -287,11 +323,20 @@ impl InProcWorker {
         let consumer = worker.consumer().to_string();
         let stop = tokio_util::sync::CancellationToken::new();
         let handle = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-        InProcWorker { events, stop, handle, consumer }
+        InProcWorker {
+            events,
+            stop,
+            handle,
+            consumer,
+        }
     }
 
     /// The next event for which `pick` returns Some, within `limit`; earlier ones are skipped.
-    pub async fn next<T>(&mut self, limit: Duration, mut pick: impl FnMut(&hero_worker::WorkerEvent) -> Option<T>) -> T {
+    pub async fn next<T>(
+        &mut self,
+        limit: Duration,
+        mut pick: impl FnMut(&hero_worker::WorkerEvent) -> Option<T>,
+    ) -> T {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
@@ -301,7 +346,10 @@ impl InProcWorker {
                     }
                 }
                 Ok(None) => panic!("worker {} ended while an event was awaited", self.consumer),
-                Err(_) => panic!("timed out after {limit:?} waiting for a worker event of {}", self.consumer),
+                Err(_) => panic!(
+                    "timed out after {limit:?} waiting for a worker event of {}",
+                    self.consumer
+                ),
             }
         }
     }
@@ -324,8 +372,12 @@ pub struct InProcBroker {
 
 impl InProcBroker {
     pub async fn spawn(url: &str, cfg: hero_broker::config::BrokerConfig) -> InProcBroker {
-        let client = hero_client::Client::connect(url).await.expect("broker connects");
-        hero_broker::broker::publish_config(&client, &cfg).await.expect("publish config");
+        let client = hero_client::Client::connect(url)
+            .await
+            .expect("broker connects");
+        hero_broker::broker::publish_config(&client, &cfg)
+            .await
+            .expect("publish config");
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(hero_broker::broker::run(client, cfg, stop.clone()));
         InProcBroker { stop }

@@ -24,18 +24,34 @@ async fn submit_is_rejected_before_anything_is_written_when_input_is_invalid() {
         NewJob::builder("osis", "x").instance("").build(),
         NewJob::builder("osis", "x").id("has space").build(),
         NewJob::builder("osis", "x").priority(10).build(),
-        NewJob::builder("osis", "x".repeat(hero_client::client::MAX_SCRIPT_BYTES + 1)).build(),
-        NewJob::builder("osis", "x").log_path("../../etc/passwd").build(),
+        NewJob::builder(
+            "osis",
+            "x".repeat(hero_client::client::MAX_SCRIPT_BYTES + 1),
+        )
+        .build(),
+        NewJob::builder("osis", "x")
+            .log_path("../../etc/passwd")
+            .build(),
         NewJob::builder("osis", "x").log_path("/var/log/x").build(),
         NewJob::builder("osis", "x").env("", "v").build(),
     ];
     for (i, case) in cases.into_iter().enumerate() {
         let err = case.expect_err(&format!("case {i} must be rejected"));
-        assert!(matches!(err, Error::InvalidName { .. } | Error::InvalidInput(_)), "case {i}: {err:?}");
+        assert!(
+            matches!(err, Error::InvalidName { .. } | Error::InvalidInput(_)),
+            "case {i}: {err:?}"
+        );
         assert!(!err.to_string().is_empty());
     }
-    let msg = NewJob::builder("osis", "x").group("a:b").build().unwrap_err().to_string();
-    assert!(msg.contains("group") && msg.contains("a:b") && msg.contains("A-Z"), "says what and how: {msg}");
+    let msg = NewJob::builder("osis", "x")
+        .group("a:b")
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("group") && msg.contains("a:b") && msg.contains("A-Z"),
+        "says what and how: {msg}"
+    );
     assert_eq!(dbsize(&server).await, 0, "nothing written");
     let _ = client;
 }
@@ -49,13 +65,24 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
     client.submit(&corrupt).await.unwrap();
     client.submit(&foreign).await.unwrap();
     let mut raw = server.conn().await;
-    let _: () = raw.hset(format!("hero:job:{}", corrupt.id()), "timeout", "banana").await.unwrap();
-    let _: () = raw.hset(format!("hero:job:{}", foreign.id()), "color", "blue").await.unwrap();
-    let _: String = raw.xadd("hero:q:work:type:v", "*", &[("j", "ghost")]).await.unwrap();
+    let _: () = raw
+        .hset(format!("hero:job:{}", corrupt.id()), "timeout", "banana")
+        .await
+        .unwrap();
+    let _: () = raw
+        .hset(format!("hero:job:{}", foreign.id()), "color", "blue")
+        .await
+        .unwrap();
+    let _: String = raw
+        .xadd("hero:q:work:type:v", "*", &[("j", "ghost")])
+        .await
+        .unwrap();
     let good = NewJob::builder("v", "x").build().unwrap();
     client.submit(&good).await.unwrap();
 
-    let worker = Worker::builder(client.clone()).types(["v"]).handler(|_j: Job, _| async { Outcome::Done("ok".into()) });
+    let worker = Worker::builder(client.clone())
+        .types(["v"])
+        .handler(|_j: Job, _| async { Outcome::Done("ok".into()) });
     let mut w = InProcWorker::spawn(worker);
     let dropped = w
         .next(Duration::from_secs(10), |e| match e {
@@ -64,17 +91,30 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
         })
         .await;
     assert_eq!(dropped, ("ghost".to_string(), "missing".to_string()));
-    let r = client.wait(good.id(), Duration::from_secs(10)).await.unwrap();
+    let r = client
+        .wait(good.id(), Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(r.output, "ok", "the worker kept running");
 
     for (job, field) in [(&corrupt, "timeout"), (&foreign, "color")] {
-        let r = client.wait(job.id(), Duration::from_secs(10)).await.unwrap();
+        let r = client
+            .wait(job.id(), Duration::from_secs(10))
+            .await
+            .unwrap();
         assert_eq!(r.status, Status::Error);
-        assert!(r.error.starts_with("invalid job:") && r.error.contains(field), "{}", r.error);
+        assert!(
+            r.error.starts_with("invalid job:") && r.error.contains(field),
+            "{}",
+            r.error
+        );
     }
     // reading the corrupt record through the API is a typed error naming key and field
     match client.get(corrupt.id()).await {
-        Err(Error::InvalidJob(e)) => assert_eq!((e.key, e.field), (format!("hero:job:{}", corrupt.id()), "timeout".into())),
+        Err(Error::InvalidJob(e)) => assert_eq!(
+            (e.key, e.field),
+            (format!("hero:job:{}", corrupt.id()), "timeout".into())
+        ),
         other => panic!("expected InvalidJob, got {other:?}"),
     }
     match client.get(&JobId::new("nope").unwrap()).await {

@@ -15,7 +15,12 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn hero(args: &[&str], cwd: &std::path::Path) -> (i32, String, String) {
-    let out = Command::new(binary("hero")).args(args).current_dir(cwd).env_remove("HERO_REDIS_URL").output().unwrap();
+    let out = Command::new(binary("hero"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("HERO_REDIS_URL")
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -33,13 +38,19 @@ async fn hero_run_prints_42_when_hero_up_is_running() {
     let (code, out, _) = hero(&["--json", "run", "--type", "rhai", "\"a\" + 1"], &dir);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!((v["status"].as_str(), v["output"].as_str()), (Some("finished"), Some("a1")));
+    assert_eq!(
+        (v["status"].as_str(), v["output"].as_str()),
+        (Some("finished"), Some("a1"))
+    );
     let (code, _, err) = hero(&["run", "--type", "rhai", "let x = ;"], &dir);
     assert_eq!(code, 1, "a failed job exits 1");
     assert!(err.contains("script error"), "{err}");
     up.signal("TERM");
     assert_eq!(up.wait_exit(Duration::from_secs(30)).await, 0);
-    assert!(!dir.join(".hero/redis.url").exists(), "hero up cleaned up its URL file");
+    assert!(
+        !dir.join(".hero/redis.url").exists(),
+        "hero up cleaned up its URL file"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -48,10 +59,23 @@ async fn hero_exits_non_zero_with_a_clear_message_when_input_is_bad() {
     let server = RedisServer::start();
     let dir = temp_dir("bad");
     let url = server.url();
-    let (code, _, err) = hero(&["--redis-url", &url, "submit", "--type", "no spaces allowed", "1"], &dir);
+    let (code, _, err) = hero(
+        &[
+            "--redis-url",
+            &url,
+            "submit",
+            "--type",
+            "no spaces allowed",
+            "1",
+        ],
+        &dir,
+    );
     assert_eq!(code, 2);
     assert!(err.contains("invalid script type"), "{err}");
-    let (code, _, err) = hero(&["--redis-url", &url, "submit", "--priority", "12", "1"], &dir);
+    let (code, _, err) = hero(
+        &["--redis-url", &url, "submit", "--priority", "12", "1"],
+        &dir,
+    );
     assert_eq!(code, 2);
     assert!(err.contains("priority 12"), "{err}");
     let (code, _, err) = hero(&["--redis-url", &url, "status", "no-such-job"], &dir);
@@ -60,7 +84,10 @@ async fn hero_exits_non_zero_with_a_clear_message_when_input_is_bad() {
     let dead = format!("redis://127.0.0.1:{}", free_port());
     let (code, _, err) = hero(&["--redis-url", &dead, "status", "x"], &dir);
     assert_eq!(code, 2);
-    assert!(err.contains("cannot reach Redis") && err.contains("HERO_REDIS_URL"), "{err}");
+    assert!(
+        err.contains("cannot reach Redis") && err.contains("HERO_REDIS_URL"),
+        "{err}"
+    );
     let (code, _, err) = hero(&["--redis-url", "http://nope", "status", "x"], &dir);
     assert_eq!(code, 2);
     assert!(err.contains("cannot reach Redis"), "{err}");
@@ -72,17 +99,35 @@ async fn hero_submit_status_jobs_and_stop_work_against_a_redis() {
     let server = RedisServer::start();
     let dir = temp_dir("ops");
     let url = server.url();
-    let (code, out, _) = hero(&["--redis-url", &url, "submit", "--id", "op-1", "--delay-ms", "600000", "1"], &dir);
+    let (code, out, _) = hero(
+        &[
+            "--redis-url",
+            &url,
+            "submit",
+            "--id",
+            "op-1",
+            "--delay-ms",
+            "600000",
+            "1",
+        ],
+        &dir,
+    );
     assert_eq!((code, out.trim()), (0, "op-1"));
     let (_, out, _) = hero(&["--redis-url", &url, "status", "op-1"], &dir);
     assert_eq!(out.trim(), "waiting");
-    let (_, out, _) = hero(&["--redis-url", &url, "--json", "jobs", "--status", "waiting"], &dir);
+    let (_, out, _) = hero(
+        &["--redis-url", &url, "--json", "jobs", "--status", "waiting"],
+        &dir,
+    );
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["jobs"][0]["id"].as_str(), Some("op-1"));
     let (code, out, _) = hero(&["--redis-url", &url, "stop", "op-1"], &dir);
     assert_eq!((code, out.trim()), (0, "op-1: cancelled"));
     let (_, out, _) = hero(&["--redis-url", &url, "--json", "status", "op-1"], &dir);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!((v["status"].as_str(), v["error"].as_str()), (Some("error"), Some("stopped")));
+    assert_eq!(
+        (v["status"].as_str(), v["error"].as_str()),
+        (Some("error"), Some("stopped"))
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

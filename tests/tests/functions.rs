@@ -6,7 +6,9 @@ use std::time::Duration;
 use hero_client::function::Function;
 use hero_client::keys::CONSUMER_GROUP;
 use hero_client::reply::{Completion, FetchReply, Recovered, Renewal};
-use hero_client::{clock, Client, GroupName, InstanceName, JobId, NewJob, Priority, ScriptType, Target};
+use hero_client::{
+    clock, Client, GroupName, InstanceName, JobId, NewJob, Priority, ScriptType, Target,
+};
 use hero_tests::RedisServer;
 use redis::AsyncCommands;
 
@@ -30,7 +32,14 @@ async fn fetch(c: &Client, consumer: &str, streams: &[String], count: usize) -> 
     FetchReply::decode(&v).expect("decode fetch")
 }
 
-async fn complete(c: &Client, stream: &str, id: &str, lease: &str, outcome: &str, text: &str) -> Completion {
+async fn complete(
+    c: &Client,
+    stream: &str,
+    id: &str,
+    lease: &str,
+    outcome: &str,
+    text: &str,
+) -> Completion {
     let id = JobId::new(id).unwrap();
     let mut cmd = Function::Complete.call(&[
         c.keys().job(&id),
@@ -50,8 +59,17 @@ async fn complete(c: &Client, stream: &str, id: &str, lease: &str, outcome: &str
     Completion::decode(&v).expect("decode complete")
 }
 
-async fn recover_consumer(c: &Client, stream: &str, consumer: &str, max_attempts: u32) -> Recovered {
-    let mut cmd = Function::Recover.call(&[stream.to_string(), c.keys().dead_letter(), c.keys().config()]);
+async fn recover_consumer(
+    c: &Client,
+    stream: &str,
+    consumer: &str,
+    max_attempts: u32,
+) -> Recovered {
+    let mut cmd = Function::Recover.call(&[
+        stream.to_string(),
+        c.keys().dead_letter(),
+        c.keys().config(),
+    ]);
     cmd.arg(CONSUMER_GROUP)
         .arg("consumer")
         .arg(consumer)
@@ -88,10 +106,19 @@ async fn submit_is_idempotent_when_the_id_exists() {
 async fn submit_many_writes_every_job_in_one_call() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let jobs: Vec<NewJob> = (0..50).map(|i| NewJob::builder("v", format!("{i}")).build().unwrap()).collect();
+    let jobs: Vec<NewJob> = (0..50)
+        .map(|i| NewJob::builder("v", format!("{i}")).build().unwrap())
+        .collect();
     let results = c.submit_many(&jobs).await.unwrap();
-    assert!(results.iter().all(|r| r.as_ref().map(|s| s.created).unwrap_or(false)));
-    let len: usize = server.conn().await.xlen("hero:q:work:type:v").await.unwrap();
+    assert!(results
+        .iter()
+        .all(|r| r.as_ref().map(|s| s.created).unwrap_or(false)));
+    let len: usize = server
+        .conn()
+        .await
+        .xlen("hero:q:work:type:v")
+        .await
+        .unwrap();
     assert_eq!(len, 50);
 }
 
@@ -100,9 +127,21 @@ async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
     let server = RedisServer::start();
     let c = client(&server).await;
     for (id, prio) in [("low", 9u8), ("high", 0), ("mid", 5)] {
-        c.submit(&NewJob::builder("osis", "x").id(id).priority(prio).build().unwrap()).await.unwrap();
+        c.submit(
+            &NewJob::builder("osis", "x")
+                .id(id)
+                .priority(prio)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
     }
-    let streams = c.keys().precedence(&[t("osis")], &GroupName::default_group(), &InstanceName::new("1").unwrap());
+    let streams = c.keys().precedence(
+        &[t("osis")],
+        &GroupName::default_group(),
+        &InstanceName::new("1").unwrap(),
+    );
     let got = fetch(&c, "default:1:s", &streams, 2).await;
     let ids: Vec<_> = got.jobs.iter().map(|j| j.job_id.as_str()).collect();
     assert_eq!(ids, ["high", "mid"]);
@@ -114,40 +153,76 @@ async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!((status.as_str(), attempts, worker.as_str()), ("started", 1, "default:1:s"));
+    assert_eq!(
+        (status.as_str(), attempts, worker.as_str()),
+        ("started", 1, "default:1:s")
+    );
     assert_eq!(lease, got.jobs[0].entry);
     let rest = fetch(&c, "default:1:s", &streams, 5).await;
     assert_eq!(rest.jobs.len(), 1);
-    assert_eq!(rest.cursors.len(), streams.len(), "short fetch returns wake-up cursors");
+    assert_eq!(
+        rest.cursors.len(),
+        streams.len(),
+        "short fetch returns wake-up cursors"
+    );
 }
 
 #[tokio::test]
 async fn fetch_drops_an_entry_naming_a_missing_job() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    c.submit(&NewJob::builder("osis", "x").id("real").build().unwrap()).await.unwrap();
+    c.submit(&NewJob::builder("osis", "x").id("real").build().unwrap())
+        .await
+        .unwrap();
     let mut raw = server.conn().await;
-    let _: String = raw.xadd("hero:q:work:type:osis", "*", &[("j", "ghost")]).await.unwrap();
-    let streams = vec![c.keys().work(&Target::of_type(t("osis")), Priority::DEFAULT)];
+    let _: String = raw
+        .xadd("hero:q:work:type:osis", "*", &[("j", "ghost")])
+        .await
+        .unwrap();
+    let streams = vec![c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT)];
     let got = fetch(&c, "g:i:s", &streams, 5).await;
     assert_eq!(got.jobs.len(), 1);
     assert_eq!(got.dropped.len(), 1);
-    assert_eq!((got.dropped[0].job_id.as_str(), got.dropped[0].reason.as_str()), ("ghost", "missing"));
+    assert_eq!(
+        (
+            got.dropped[0].job_id.as_str(),
+            got.dropped[0].reason.as_str()
+        ),
+        ("ghost", "missing")
+    );
     let len: usize = raw.xlen(&streams[0]).await.unwrap();
-    assert_eq!(len, 1, "the ghost entry is deleted, the real one stays until completed");
+    assert_eq!(
+        len, 1,
+        "the ghost entry is deleted, the real one stays until completed"
+    );
 }
 
 #[tokio::test]
 async fn complete_is_fenced_by_the_lease() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    c.submit(&NewJob::builder("osis", "x").id("f").build().unwrap()).await.unwrap();
-    let stream = c.keys().work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    c.submit(&NewJob::builder("osis", "x").id("f").build().unwrap())
+        .await
+        .unwrap();
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
     let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
     let lease = got.jobs[0].entry.clone();
-    assert_eq!(complete(&c, &stream, "f", "0-1", "done", "wrong").await, Completion::LeaseLost);
-    assert_eq!(complete(&c, &stream, "f", &lease, "done", "first").await, Completion::Completed);
-    assert_eq!(complete(&c, &stream, "f", &lease, "done", "second").await, Completion::AlreadyCompleted);
+    assert_eq!(
+        complete(&c, &stream, "f", "0-1", "done", "wrong").await,
+        Completion::LeaseLost
+    );
+    assert_eq!(
+        complete(&c, &stream, "f", &lease, "done", "first").await,
+        Completion::Completed
+    );
+    assert_eq!(
+        complete(&c, &stream, "f", &lease, "done", "second").await,
+        Completion::AlreadyCompleted
+    );
     let mut raw = server.conn().await;
     let output: String = raw.hget("hero:job:f", "output").await.unwrap();
     assert_eq!(output, "first");
@@ -161,10 +236,23 @@ async fn complete_is_fenced_by_the_lease() {
 async fn failed_job_is_parked_for_retry_while_budget_lasts() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    c.submit(&NewJob::builder("osis", "x").id("r").retries(1).build().unwrap()).await.unwrap();
-    let stream = c.keys().work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    c.submit(
+        &NewJob::builder("osis", "x")
+            .id("r")
+            .retries(1)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
     let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
-    assert_eq!(complete(&c, &stream, "r", &got.jobs[0].entry, "fail", "boom").await, Completion::Retrying);
+    assert_eq!(
+        complete(&c, &stream, "r", &got.jobs[0].entry, "fail", "boom").await,
+        Completion::Retrying
+    );
     let mut raw = server.conn().await;
     let score: Option<f64> = raw.zscore("hero:meta:delayed", "r").await.unwrap();
     assert!(score.is_some());
@@ -176,12 +264,17 @@ async fn failed_job_is_parked_for_retry_while_budget_lasts() {
 async fn renew_reports_lost_when_another_delivery_owns_the_job() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    c.submit(&NewJob::builder("osis", "x").id("n").build().unwrap()).await.unwrap();
-    let stream = c.keys().work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    c.submit(&NewJob::builder("osis", "x").id("n").build().unwrap())
+        .await
+        .unwrap();
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
     let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
     let lease = got.jobs[0].entry.clone();
     let renew = |lease: String| {
-        let mut cmd = Function::Renew.call(&[c.keys().job(&JobId::new("n").unwrap()), stream.clone()]);
+        let mut cmd =
+            Function::Renew.call(&[c.keys().job(&JobId::new("n").unwrap()), stream.clone()]);
         cmd.arg(lease).arg(CONSUMER_GROUP).arg("g:a:1");
         cmd
     };
@@ -197,12 +290,29 @@ async fn renew_reports_lost_when_another_delivery_owns_the_job() {
 async fn recover_requeues_to_the_same_stream_then_dead_letters_past_the_budget() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let target = Target::new(t("sal"), Some(GroupName::new("io").unwrap()), Some(InstanceName::new("3").unwrap()));
-    c.submit(&NewJob::builder("sal", "x").id("d").group("io").instance("3").build().unwrap()).await.unwrap();
+    let target = Target::new(
+        t("sal"),
+        Some(GroupName::new("io").unwrap()),
+        Some(InstanceName::new("3").unwrap()),
+    );
+    c.submit(
+        &NewJob::builder("sal", "x")
+            .id("d")
+            .group("io")
+            .instance("3")
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
     let stream = c.keys().work(&target, Priority::DEFAULT);
     for round in 1..=2 {
         let got = fetch(&c, "io:3:s", &[stream.clone()], 1).await;
-        assert_eq!(got.jobs.len(), 1, "round {round}: the job is back in the same stream");
+        assert_eq!(
+            got.jobs.len(),
+            1,
+            "round {round}: the job is back in the same stream"
+        );
         let r = recover_consumer(&c, &stream, "io:3:s", 2).await;
         if round == 1 {
             assert_eq!((r.requeued, r.dead), (1, 0));
@@ -211,12 +321,26 @@ async fn recover_requeues_to_the_same_stream_then_dead_letters_past_the_budget()
         }
     }
     let mut raw = server.conn().await;
-    let (status, error): (String, String) =
-        redis::cmd("HMGET").arg("hero:job:d").arg("status").arg("error").query_async(&mut raw).await.unwrap();
-    assert_eq!((status.as_str(), error.as_str()), ("error", "abandoned after 2 attempts"));
+    let (status, error): (String, String) = redis::cmd("HMGET")
+        .arg("hero:job:d")
+        .arg("status")
+        .arg("error")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), error.as_str()),
+        ("error", "abandoned after 2 attempts")
+    );
     let dead: usize = raw.xlen("hero:meta:dead").await.unwrap();
     assert_eq!(dead, 1);
-    let groups: Vec<redis::Value> = redis::cmd("XINFO").arg("CONSUMERS").arg(&stream).arg(CONSUMER_GROUP).query_async(&mut raw).await.unwrap();
+    let groups: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(&stream)
+        .arg(CONSUMER_GROUP)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert!(groups.is_empty(), "a consumer that owns nothing is deleted");
 }
 
@@ -226,26 +350,47 @@ async fn stop_cancels_a_queued_job_so_no_fetch_gets_it() {
     let c = client(&server).await;
     let job = NewJob::builder("osis", "x").id("s").build().unwrap();
     c.submit(&job).await.unwrap();
-    assert_eq!(c.stop(job.id()).await.unwrap(), hero_client::StopOutcome::Cancelled);
-    let stream = c.keys().work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    assert_eq!(
+        c.stop(job.id()).await.unwrap(),
+        hero_client::StopOutcome::Cancelled
+    );
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
     assert!(fetch(&c, "g:a:1", &[stream], 1).await.jobs.is_empty());
     let r = c.get(job.id()).await.unwrap();
-    assert_eq!((r.status, r.error.as_deref()), (hero_client::Status::Error, Some("stopped")));
+    assert_eq!(
+        (r.status, r.error.as_deref()),
+        (hero_client::Status::Error, Some("stopped"))
+    );
 }
 
 #[tokio::test]
 async fn delayed_job_waits_then_promote_queues_it() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let job = NewJob::builder("osis", "x").id("later").delay(Duration::from_secs(60)).build().unwrap();
+    let job = NewJob::builder("osis", "x")
+        .id("later")
+        .delay(Duration::from_secs(60))
+        .build()
+        .unwrap();
     assert_eq!(c.submit(&job).await.unwrap().status, "waiting");
     let target = Target::of_type(t("osis"));
     let stream = c.keys().work(&target, Priority::DEFAULT);
-    let mut cmd = Function::Promote.call(&[c.keys().delayed(), c.keys().job(job.id()), stream.clone(), c.keys().queues()]);
+    let mut cmd = Function::Promote.call(&[
+        c.keys().delayed(),
+        c.keys().job(job.id()),
+        stream.clone(),
+        c.keys().queues(),
+    ]);
     cmd.arg("later").arg(CONSUMER_GROUP).arg(clock::now_iso());
     let first: String = c.redis().query(&cmd).await.unwrap();
     let second: String = c.redis().query(&cmd).await.unwrap();
-    assert_eq!((first.as_str(), second.as_str()), ("promoted", "gone"), "a second broker's promote is a no-op");
+    assert_eq!(
+        (first.as_str(), second.as_str()),
+        ("promoted", "gone"),
+        "a second broker's promote is a no-op"
+    );
     assert_eq!(fetch(&c, "g:a:1", &[stream], 1).await.jobs.len(), 1);
 }
 
@@ -254,7 +399,11 @@ async fn functions_reload_when_the_server_lost_them() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut raw = server.conn().await;
-    let _: () = redis::cmd("FUNCTION").arg("FLUSH").query_async(&mut raw).await.unwrap();
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     let job = NewJob::builder("osis", "x").build().unwrap();
     assert!(c.submit(&job).await.unwrap().created);
 }
@@ -265,13 +414,28 @@ async fn functions_reload_when_the_server_lost_them() {
 /// same hash tag: `keys::tests::cluster_keys_share_the_namespace_hash_tag` pins those.
 #[tokio::test]
 async fn every_function_touches_one_slot_in_cluster_mode() {
-    let server = RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]);
+    let server = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+    ]);
     let mut raw = server.conn().await;
-    let _: () = redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383).query_async(&mut raw).await.unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     hero_tests::wait_for("cluster state ok", Duration::from_secs(10), || {
         let mut raw = raw.clone();
         async move {
-            let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut raw).await.ok()?;
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut raw)
+                .await
+                .ok()?;
             info.contains("cluster_state:ok").then_some(())
         }
     })
@@ -279,7 +443,11 @@ async fn every_function_touches_one_slot_in_cluster_mode() {
     let mut opts = hero_client::ClientOptions::new(server.url());
     opts.cluster = true;
     let c = Client::with_options(opts).await.unwrap();
-    let job = NewJob::builder("osis", "x").id("cl").retries(1).build().unwrap();
+    let job = NewJob::builder("osis", "x")
+        .id("cl")
+        .retries(1)
+        .build()
+        .unwrap();
     c.submit(&job).await.unwrap();
     let stream = c.keys().work(&job.target(), Priority::DEFAULT);
     let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
@@ -287,8 +455,14 @@ async fn every_function_touches_one_slot_in_cluster_mode() {
     let r = recover_consumer(&c, &stream, "g:a:1", 5).await;
     assert_eq!(r.requeued, 1);
     let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
-    assert_eq!(complete(&c, &stream, "cl", &got.jobs[0].entry, "done", "ok").await, Completion::Completed);
+    assert_eq!(
+        complete(&c, &stream, "cl", &got.jobs[0].entry, "done", "ok").await,
+        Completion::Completed
+    );
     let late = NewJob::builder("osis", "x").id("cl2").build().unwrap();
     c.submit(&late).await.unwrap();
-    assert_eq!(c.stop(late.id()).await.unwrap(), hero_client::StopOutcome::Cancelled);
+    assert_eq!(
+        c.stop(late.id()).await.unwrap(),
+        hero_client::StopOutcome::Cancelled
+    );
 }

@@ -10,7 +10,11 @@ use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
 
 async fn used_memory(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("memory").query_async(raw).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(raw)
+        .await
+        .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
@@ -18,7 +22,9 @@ async fn used_memory(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
 }
 
 async fn burst(client: &Client, n: usize) -> Vec<NewJob> {
-    let jobs: Vec<NewJob> = (0..n).map(|i| NewJob::builder("m", format!("{i}")).build().unwrap()).collect();
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|i| NewJob::builder("m", format!("{i}")).build().unwrap())
+        .collect();
     for chunk in jobs.chunks(1000) {
         for r in client.submit_many(chunk).await.unwrap() {
             r.unwrap();
@@ -43,10 +49,16 @@ async fn settle(server: &RedisServer, keys_at_rest: usize) {
 async fn memory_returns_to_baseline_when_a_burst_is_done_and_retention_passed() {
     let server = RedisServer::start();
     let url = server.url();
-    let cfg = BrokerConfig { retention: Duration::from_secs(1), ..BrokerConfig::default() };
+    let cfg = BrokerConfig {
+        retention: Duration::from_secs(1),
+        ..BrokerConfig::default()
+    };
     let _broker = InProcBroker::spawn(&url, cfg).await;
     let client = Client::connect(&url).await.unwrap();
-    let worker = Worker::builder(client.clone()).types(["m"]).concurrency(64).handler(|_j: Job, _| async { Outcome::Done("ok".into()) });
+    let worker = Worker::builder(client.clone())
+        .types(["m"])
+        .concurrency(64)
+        .handler(|_j: Job, _| async { Outcome::Done("ok".into()) });
     let w = InProcWorker::spawn(worker);
     let mut raw = server.conn().await;
     let keys_at_rest = 5; // work stream, queue registry, consumers, config, presence
@@ -59,14 +71,28 @@ async fn memory_returns_to_baseline_when_a_burst_is_done_and_retention_passed() 
         let before = used_memory(&mut raw).await;
         let jobs = burst(&client, 20_000).await;
         let peak = used_memory(&mut raw).await;
-        client.wait(jobs.last().unwrap().id(), Duration::from_secs(120)).await.unwrap();
+        client
+            .wait(jobs.last().unwrap().id(), Duration::from_secs(120))
+            .await
+            .unwrap();
         settle(&server, keys_at_rest).await;
         let stream = "hero:q:work:type:m";
         let len: usize = raw.xlen(stream).await.unwrap();
-        assert_eq!(len, 0, "{round}: the work stream is trimmed of done entries");
-        let pending: Vec<redis::Value> =
-            redis::cmd("XPENDING").arg(stream).arg("workers").query_async(&mut raw).await.unwrap();
-        assert_eq!(pending.first(), Some(&redis::Value::Int(0)), "{round}: no pending entries at rest");
+        assert_eq!(
+            len, 0,
+            "{round}: the work stream is trimmed of done entries"
+        );
+        let pending: Vec<redis::Value> = redis::cmd("XPENDING")
+            .arg(stream)
+            .arg("workers")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(
+            pending.first(),
+            Some(&redis::Value::Int(0)),
+            "{round}: no pending entries at rest"
+        );
         let after = used_memory(&mut raw).await;
         eprintln!("{round}: used_memory before {before}, peak {peak}, after {after}");
         if round == "measured" {

@@ -59,7 +59,11 @@ async fn worker_takes_instance_then_group_then_type_and_priority_0_first_when_ba
                 };
                 if first {
                     // arrives while the backlog waits: it must be the very next job started
-                    let late = NewJob::builder("osis", "x").id("late-inst-p0").group("g").instance("i1").priority(0);
+                    let late = NewJob::builder("osis", "x")
+                        .id("late-inst-p0")
+                        .group("g")
+                        .instance("i1")
+                        .priority(0);
                     producer.submit(&late.build().unwrap()).await.unwrap();
                 }
                 Outcome::Done(String::new())
@@ -67,20 +71,34 @@ async fn worker_takes_instance_then_group_then_type_and_priority_0_first_when_ba
         });
     let mut w = InProcWorker::spawn(worker);
     for _ in 0..10 {
-        w.next(Duration::from_secs(10), |e| matches!(e, WorkerEvent::Completed { .. }).then_some(())).await;
+        w.next(Duration::from_secs(10), |e| {
+            matches!(e, WorkerEvent::Completed { .. }).then_some(())
+        })
+        .await;
     }
     let got = order.lock().unwrap().clone();
     assert_eq!(
         got,
         [
-            "inst-p0", "late-inst-p0", "inst-p1", "inst-p5", "group-p0", "group-p1", "group-p5", "type-p0", "type-p1",
+            "inst-p0",
+            "late-inst-p0",
+            "inst-p1",
+            "inst-p5",
+            "group-p0",
+            "group-p1",
+            "group-p5",
+            "type-p0",
+            "type-p1",
             "type-p5"
         ]
     );
     w.stop().await;
     // other instances' and groups' jobs were never this worker's
     for id in ["other-inst", "other-group"] {
-        let status = client.status(&hero_client::JobId::new(id).unwrap()).await.unwrap();
+        let status = client
+            .status(&hero_client::JobId::new(id).unwrap())
+            .await
+            .unwrap();
         assert_eq!(status, hero_client::Status::Dispatched, "{id}");
     }
 }
@@ -89,24 +107,32 @@ async fn worker_takes_instance_then_group_then_type_and_priority_0_first_when_ba
 async fn worker_runs_at_most_concurrency_handlers_at_once() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let jobs: Vec<NewJob> = (0..40).map(|_| NewJob::builder("v", "x").build().unwrap()).collect();
+    let jobs: Vec<NewJob> = (0..40)
+        .map(|_| NewJob::builder("v", "x").build().unwrap())
+        .collect();
     client.submit_many(&jobs).await.unwrap();
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     let (r, p) = (running.clone(), peak.clone());
-    let worker = Worker::builder(client.clone()).types(["v"]).concurrency(3).handler(move |_job: Job, _| {
-        let (r, p) = (r.clone(), p.clone());
-        async move {
-            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
-            p.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            r.fetch_sub(1, Ordering::SeqCst);
-            Outcome::Done(String::new())
-        }
-    });
+    let worker = Worker::builder(client.clone())
+        .types(["v"])
+        .concurrency(3)
+        .handler(move |_job: Job, _| {
+            let (r, p) = (r.clone(), p.clone());
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Outcome::Done(String::new())
+            }
+        });
     let mut w = InProcWorker::spawn(worker);
     for _ in 0..40 {
-        w.next(Duration::from_secs(10), |e| matches!(e, WorkerEvent::Completed { .. }).then_some(())).await;
+        w.next(Duration::from_secs(10), |e| {
+            matches!(e, WorkerEvent::Completed { .. }).then_some(())
+        })
+        .await;
     }
     assert_eq!(peak.load(Ordering::SeqCst), 3, "three at once, never more");
     w.stop().await;
@@ -120,16 +146,27 @@ async fn idle_worker_wakes_within_milliseconds_of_a_submit() {
         .types(["v"])
         .handler(|_job: Job, _| async { Outcome::Done("ok".into()) });
     let mut w = InProcWorker::spawn(worker);
-    w.next(Duration::from_secs(5), |e| matches!(e, WorkerEvent::Ready { .. }).then_some(())).await;
+    w.next(Duration::from_secs(5), |e| {
+        matches!(e, WorkerEvent::Ready { .. }).then_some(())
+    })
+    .await;
     // the worker is parked in its blocking wait (XREAD BLOCK) before the job arrives
     let raw = server.conn().await;
-    hero_tests::wait_for("the worker blocked in XREAD", Duration::from_secs(5), || {
-        let mut raw = raw.clone();
-        async move {
-            let clients: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut raw).await.ok()?;
-            clients.contains("cmd=xread").then_some(())
-        }
-    })
+    hero_tests::wait_for(
+        "the worker blocked in XREAD",
+        Duration::from_secs(5),
+        || {
+            let mut raw = raw.clone();
+            async move {
+                let clients: String = redis::cmd("CLIENT")
+                    .arg("LIST")
+                    .query_async(&mut raw)
+                    .await
+                    .ok()?;
+                clients.contains("cmd=xread").then_some(())
+            }
+        },
+    )
     .await;
     let job = NewJob::builder("v", "x").build().unwrap();
     let start = std::time::Instant::now();

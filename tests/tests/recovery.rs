@@ -17,7 +17,11 @@ fn test_worker(url: &str, label: &str, extra: &[&str]) -> Proc {
 }
 
 fn broker_config(lease: Duration) -> BrokerConfig {
-    BrokerConfig { lease, presence_poll: Duration::from_millis(100), ..BrokerConfig::default() }
+    BrokerConfig {
+        lease,
+        presence_poll: Duration::from_millis(100),
+        ..BrokerConfig::default()
+    }
 }
 
 /// Job id → how many times a worker's output says its result was recorded.
@@ -26,7 +30,9 @@ fn completions(procs: &[&Proc]) -> HashMap<String, usize> {
     for p in procs {
         for line in p.output() {
             let mut w = line.split_whitespace();
-            if let (Some("completion"), Some(id), Some("completed")) = (w.next(), w.next(), w.next()) {
+            if let (Some("completion"), Some(id), Some("completed")) =
+                (w.next(), w.next(), w.next())
+            {
                 *counts.entry(id.to_string()).or_insert(0) += 1;
             }
         }
@@ -40,14 +46,25 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
     let url = server.url();
     let lease = Duration::from_secs(60);
     let _broker = InProcBroker::spawn(&url, broker_config(lease)).await;
-    let flags = ["--concurrency", "10", "--presence-ms", "1000", "--lease-ms", "60000", "--sleep-ms", "5"];
+    let flags = [
+        "--concurrency",
+        "10",
+        "--presence-ms",
+        "1000",
+        "--lease-ms",
+        "60000",
+        "--sleep-ms",
+        "5",
+    ];
     let mut a = test_worker(&url, "A", &flags);
     let b = test_worker(&url, "B", &flags);
     a.expect_line("ready", Duration::from_secs(10)).await;
     b.expect_line("ready", Duration::from_secs(10)).await;
 
     let client = Client::connect(&url).await.unwrap();
-    let jobs: Vec<NewJob> = (0..2000).map(|_| NewJob::builder("t", "x").build().unwrap()).collect();
+    let jobs: Vec<NewJob> = (0..2000)
+        .map(|_| NewJob::builder("t", "x").build().unwrap())
+        .collect();
     for chunk in jobs.chunks(500) {
         for r in client.submit_many(chunk).await.unwrap() {
             assert!(r.unwrap().created);
@@ -71,12 +88,18 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
                 pipe.hget(format!("hero:job:{id}"), "status");
             }
             let statuses: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
-            statuses.iter().all(|s| s.as_deref() == Some("finished")).then_some(())
+            statuses
+                .iter()
+                .all(|s| s.as_deref() == Some("finished"))
+                .then_some(())
         }
     })
     .await;
     let recovered_in = killed_at.elapsed();
-    assert!(recovered_in < lease / 2, "recovered in {recovered_in:?}: presence-driven, not the {lease:?} lease");
+    assert!(
+        recovered_in < lease / 2,
+        "recovered in {recovered_in:?}: presence-driven, not the {lease:?} lease"
+    );
 
     let counts = completions(&[&a, &b]);
     assert_eq!(counts.len(), 2000, "every job's result recorded");
@@ -87,13 +110,25 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
         assert_eq!(job.status, Status::Finished);
         if job.attempts > 1 {
             rerun += 1;
-            assert_eq!(job.output.as_deref(), Some("B"), "{id} was re-run by the survivor");
+            assert_eq!(
+                job.output.as_deref(),
+                Some("B"),
+                "{id} was re-run by the survivor"
+            );
         }
     }
     assert!(rerun > 0, "A held jobs when it was killed");
-    let pending: Vec<redis::Value> =
-        redis::cmd("XPENDING").arg("hero:q:work:type:t").arg("workers").query_async(&mut raw).await.unwrap();
-    assert_eq!(pending.first(), Some(&redis::Value::Int(0)), "nothing left pending");
+    let pending: Vec<redis::Value> = redis::cmd("XPENDING")
+        .arg("hero:q:work:type:t")
+        .arg("workers")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending.first(),
+        Some(&redis::Value::Int(0)),
+        "nothing left pending"
+    );
     let len: usize = raw.xlen("hero:q:work:type:t").await.unwrap();
     assert_eq!(len, 0, "the work stream is empty");
 }
@@ -111,14 +146,26 @@ async fn late_completion_is_rejected_when_a_stalled_worker_lost_its_lease() {
     let client = Client::connect(&url).await.unwrap();
     let job = NewJob::builder("t", "sleep 1500").build().unwrap();
     client.submit(&job).await.unwrap();
-    a.expect_line(&format!("started {}", job.id()), Duration::from_secs(10)).await;
+    a.expect_line(&format!("started {}", job.id()), Duration::from_secs(10))
+        .await;
     a.signal("STOP");
     let b = test_worker(&url, "B", &flags);
-    b.expect_line(&format!("completion {} completed", job.id()), Duration::from_secs(20)).await;
+    b.expect_line(
+        &format!("completion {} completed", job.id()),
+        Duration::from_secs(20),
+    )
+    .await;
     a.signal("CONT");
-    a.expect_line(&format!("completion {} lease_lost", job.id()), Duration::from_secs(20)).await;
+    a.expect_line(
+        &format!("completion {} lease_lost", job.id()),
+        Duration::from_secs(20),
+    )
+    .await;
     let record = client.get(job.id()).await.unwrap();
-    assert_eq!((record.status, record.output.as_deref(), record.attempts), (Status::Finished, Some("B"), 2));
+    assert_eq!(
+        (record.status, record.output.as_deref(), record.attempts),
+        (Status::Finished, Some("B"), 2)
+    );
 }
 
 #[tokio::test]
@@ -136,5 +183,9 @@ async fn live_worker_keeps_a_job_running_three_times_its_lease() {
     assert_eq!((r.status, r.output.as_str()), (Status::Finished, "A"));
     let record = client.get(job.id()).await.unwrap();
     assert_eq!(record.attempts, 1, "never recovered while its worker lived");
-    assert!(!a.output().iter().any(|l| l.starts_with("interrupted")), "{:?}", a.output());
+    assert!(
+        !a.output().iter().any(|l| l.starts_with("interrupted")),
+        "{:?}",
+        a.output()
+    );
 }

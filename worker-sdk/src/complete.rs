@@ -73,7 +73,9 @@ pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished
                     pipe.add_command(cmd);
                     sent.push(f);
                 }
-                None => tracing::warn!(job = %f.job_id, "job id from the stream is not a valid id; outcome dropped"),
+                None => {
+                    tracing::warn!(job = %f.job_id, "job id from the stream is not a valid id; outcome dropped")
+                }
             }
         }
         // Redis away: keep the outcomes (and their slots) and try again, never drop them.
@@ -97,9 +99,14 @@ pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished
                     if completion == Completion::LeaseLost {
                         tracing::warn!(job = %f.job_id, "result not recorded: the lease was lost to another delivery");
                     }
-                    s.emit(WorkerEvent::Completed { job_id: f.job_id, completion });
+                    s.emit(WorkerEvent::Completed {
+                        job_id: f.job_id,
+                        completion,
+                    });
                 }
-                Err(e) => tracing::error!(job = %f.job_id, error = %e, "recording the outcome failed"),
+                Err(e) => {
+                    tracing::error!(job = %f.job_id, error = %e, "recording the outcome failed")
+                }
             }
             drop(f.permit);
         }

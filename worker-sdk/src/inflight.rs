@@ -64,7 +64,10 @@ impl InFlight {
         let jobs = self.lock();
         match jobs.get(job_id) {
             Some(r) if lease.is_none_or(|l| l == r.entry) => {
-                r.reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(reason);
+                r.reason
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(reason);
                 r.cancel.cancel();
                 true
             }
@@ -81,7 +84,10 @@ impl InFlight {
 
     /// (job id, stream index, lease) of every running job.
     pub fn snapshot(&self) -> Vec<(String, usize, String)> {
-        self.lock().iter().map(|(id, r)| (id.clone(), r.stream, r.entry.clone())).collect()
+        self.lock()
+            .iter()
+            .map(|(id, r)| (id.clone(), r.stream, r.entry.clone()))
+            .collect()
     }
 
     pub fn len(&self) -> usize {

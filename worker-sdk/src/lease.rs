@@ -45,7 +45,11 @@ async fn beat(s: &Shared, started_at: &str) -> hero_client::Result<()> {
             .arg(ttl_ms)
             .ignore();
     }
-    pipe.cmd("ZADD").arg(s.keys.consumers()).arg(now + ttl_ms).arg(&s.consumer_name).ignore();
+    pipe.cmd("ZADD")
+        .arg(s.keys.consumers())
+        .arg(now + ttl_ms)
+        .arg(&s.consumer_name)
+        .ignore();
     for r in s.redis.pipeline(&pipe).await? {
         r?;
     }
@@ -90,7 +94,9 @@ pub(crate) async fn renew(s: Arc<Shared>, stop: CancellationToken) {
         let mut pipe = redis::pipe();
         let mut ids = Vec::with_capacity(running.len());
         for (job_id, stream, lease) in running {
-            let Ok(id) = JobId::new(&job_id) else { continue };
+            let Ok(id) = JobId::new(&job_id) else {
+                continue;
+            };
             pipe.add_command({
                 let mut cmd = Function::Renew.call(&[s.keys.job(&id), s.streams[stream].clone()]);
                 cmd.arg(&lease).arg(CONSUMER_GROUP).arg(&s.consumer_name);
@@ -121,8 +127,14 @@ pub(crate) async fn renew(s: Arc<Shared>, stop: CancellationToken) {
 
 /// Waits on the worker's control lists and interrupts the jobs named there.
 pub(crate) async fn control(s: Arc<Shared>, stop: CancellationToken) {
-    let keys: Vec<String> =
-        s.types.iter().map(|t| s.keys.ctl_instance(t, &s.consumer.group, &s.consumer.instance)).collect();
+    let keys: Vec<String> = s
+        .types
+        .iter()
+        .map(|t| {
+            s.keys
+                .ctl_instance(t, &s.consumer.group, &s.consumer.instance)
+        })
+        .collect();
     let block = Duration::from_secs(1);
     let mut backoff = Backoff::new();
     let mut conn = None;
@@ -168,7 +180,8 @@ pub(crate) async fn hand_back(s: &Shared) -> u64 {
     for stream in &s.streams {
         let mut cursor = "0-0".to_string();
         loop {
-            let mut cmd = Function::Recover.call(&[stream.clone(), s.keys.dead_letter(), s.keys.config()]);
+            let mut cmd =
+                Function::Recover.call(&[stream.clone(), s.keys.dead_letter(), s.keys.config()]);
             cmd.arg(CONSUMER_GROUP)
                 .arg("consumer")
                 .arg(&s.consumer_name)
@@ -181,7 +194,12 @@ pub(crate) async fn hand_back(s: &Shared) -> u64 {
                 .arg("1")
                 .arg(clock::now_iso())
                 .arg(s.redis.caps().xackdel_flag());
-            match s.redis.query::<Value>(&cmd).await.and_then(|v| Recovered::decode(&v)) {
+            match s
+                .redis
+                .query::<Value>(&cmd)
+                .await
+                .and_then(|v| Recovered::decode(&v))
+            {
                 Ok(r) => {
                     total += r.requeued;
                     if r.cursor == "0-0" {
@@ -203,9 +221,14 @@ pub(crate) async fn hand_back(s: &Shared) -> u64 {
 pub(crate) async fn unregister(s: &Shared) {
     let mut pipe = redis::pipe();
     for t in &s.types {
-        pipe.cmd("DEL").arg(s.keys.presence(t, &s.consumer.group, &s.consumer.instance)).ignore();
+        pipe.cmd("DEL")
+            .arg(s.keys.presence(t, &s.consumer.group, &s.consumer.instance))
+            .ignore();
     }
-    pipe.cmd("ZREM").arg(s.keys.consumers()).arg(&s.consumer_name).ignore();
+    pipe.cmd("ZREM")
+        .arg(s.keys.consumers())
+        .arg(&s.consumer_name)
+        .ignore();
     if let Err(e) = s.redis.pipeline(&pipe).await {
         tracing::warn!(error = %e, "could not remove presence; it expires by itself");
     }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use hero_client::function::Function;
 use hero_client::keys::CONSUMER_GROUP;
 use hero_client::reply::{Completion, FetchReply};
-use hero_client::{clock, Client, ConsumerName, GroupName, InstanceName, Job, Keyspace, Redis, ScriptType};
+use hero_client::{
+    clock, Client, ConsumerName, GroupName, InstanceName, Job, Keyspace, Redis, ScriptType,
+};
 use redis::Value;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -23,16 +25,32 @@ use crate::outcome::{Handler, JobContext, Outcome};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkerEvent {
     /// Presence is registered and the worker is fetching.
-    Ready { consumer: String },
-    Started { job_id: String, attempt: u32 },
+    Ready {
+        consumer: String,
+    },
+    Started {
+        job_id: String,
+        attempt: u32,
+    },
     /// What `hero_complete` answered for a job's outcome.
-    Completed { job_id: String, completion: Completion },
+    Completed {
+        job_id: String,
+        completion: Completion,
+    },
     /// A job's handler was interrupted and its result not recorded.
-    Interrupted { job_id: String, reason: CancelReason },
+    Interrupted {
+        job_id: String,
+        reason: CancelReason,
+    },
     /// A stream entry was dropped: `missing` (names no job hash) or `stale`.
-    Dropped { job_id: String, reason: String },
+    Dropped {
+        job_id: String,
+        reason: String,
+    },
     /// Shutdown finished: `handed_back` jobs went back to their queues.
-    Stopped { handed_back: u64 },
+    Stopped {
+        handed_back: u64,
+    },
 }
 
 type EventHook = Arc<dyn Fn(&WorkerEvent) + Send + Sync>;
@@ -105,9 +123,15 @@ impl WorkerBuilder {
 
     pub fn build(self) -> Result<Worker> {
         if self.types.is_empty() {
-            return Err(Error::Config("no script types: name at least one with .types([...])".into()));
+            return Err(Error::Config(
+                "no script types: name at least one with .types([...])".into(),
+            ));
         }
-        let types = self.types.iter().map(ScriptType::new).collect::<hero_client::Result<Vec<_>>>()?;
+        let types = self
+            .types
+            .iter()
+            .map(ScriptType::new)
+            .collect::<hero_client::Result<Vec<_>>>()?;
         let group = match self.group {
             Some(g) => GroupName::new(g)?,
             None => GroupName::default_group(),
@@ -119,10 +143,15 @@ impl WorkerBuilder {
         if self.concurrency == 0 {
             return Err(Error::Config("concurrency must be at least 1".into()));
         }
-        if self.lease < Duration::from_millis(300) || self.presence_ttl < Duration::from_millis(300) {
-            return Err(Error::Config("lease and presence TTL must be at least 300 ms".into()));
+        if self.lease < Duration::from_millis(300) || self.presence_ttl < Duration::from_millis(300)
+        {
+            return Err(Error::Config(
+                "lease and presence TTL must be at least 300 ms".into(),
+            ));
         }
-        let handler = self.handler.ok_or_else(|| Error::Config("no handler: set one with .handler(...)".into()))?;
+        let handler = self
+            .handler
+            .ok_or_else(|| Error::Config("no handler: set one with .handler(...)".into()))?;
         let keys = self.client.keys().clone();
         let consumer = ConsumerName::new(group.clone(), instance.clone());
         let streams = keys.precedence(&types, &group, &instance);
@@ -151,10 +180,20 @@ fn default_instance() -> InstanceName {
     let host: String = host
         .trim()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(40)
         .collect();
-    let name = if host.is_empty() { format!("w-{}", std::process::id()) } else { format!("{host}-{}", std::process::id()) };
+    let name = if host.is_empty() {
+        format!("w-{}", std::process::id())
+    } else {
+        format!("{host}-{}", std::process::id())
+    };
     InstanceName::new(name).unwrap_or_else(|_| InstanceName::new("worker").expect("static name"))
 }
 
@@ -230,9 +269,16 @@ impl Worker {
             tokio::spawn(lease::control(s.clone(), stop_background.clone())),
         ];
         let permits = Arc::new(Semaphore::new(s.concurrency));
-        s.emit(WorkerEvent::Ready { consumer: s.consumer_name.clone() });
+        s.emit(WorkerEvent::Ready {
+            consumer: s.consumer_name.clone(),
+        });
         tracing::info!(consumer = %s.consumer_name, streams = s.streams.len(), "worker ready");
-        let fetcher = tokio::spawn(fetch_loop(s.clone(), permits.clone(), done_tx, stop_fetch.clone()));
+        let fetcher = tokio::spawn(fetch_loop(
+            s.clone(),
+            permits.clone(),
+            done_tx,
+            stop_fetch.clone(),
+        ));
 
         shutdown.await;
         tracing::info!(consumer = %s.consumer_name, running = s.inflight.len(), "shutting down: no new jobs");
@@ -240,10 +286,17 @@ impl Worker {
         let _ = fetcher.await;
         // Every permit back means every job task has ended and queued its result.
         let all = s.concurrency as u32;
-        if tokio::time::timeout(s.shutdown_deadline, permits.clone().acquire_many_owned(all)).await.is_err() {
-            tracing::warn!(running = s.inflight.len(), "shutdown deadline passed: handing back running jobs");
+        if tokio::time::timeout(s.shutdown_deadline, permits.clone().acquire_many_owned(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = s.inflight.len(),
+                "shutdown deadline passed: handing back running jobs"
+            );
             s.inflight.cancel_all(CancelReason::Shutdown);
-            let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many_owned(all)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many_owned(all))
+                .await;
         }
         let _ = completer.await;
         let handed_back = lease::hand_back(&s).await;
@@ -311,7 +364,12 @@ async fn fetch_loop(
         while let Ok(p) = permits.clone().try_acquire_owned() {
             slots.push(p);
         }
-        let reply = match s.redis.query::<Value>(&fetch_cmd(&s, slots.len())).await.and_then(|v| FetchReply::decode(&v)) {
+        let reply = match s
+            .redis
+            .query::<Value>(&fetch_cmd(&s, slots.len()))
+            .await
+            .and_then(|v| FetchReply::decode(&v))
+        {
             Ok(r) => {
                 backoff.reset();
                 r
@@ -328,14 +386,26 @@ async fn fetch_loop(
             if d.reason == "missing" {
                 tracing::warn!(job = %d.job_id, entry = %d.entry, "dropped a stream entry naming no job hash");
             }
-            s.emit(WorkerEvent::Dropped { job_id: d.job_id.clone(), reason: d.reason.clone() });
+            s.emit(WorkerEvent::Dropped {
+                job_id: d.job_id.clone(),
+                reason: d.reason.clone(),
+            });
         }
         for delivery in reply.jobs {
             let Some(permit) = slots.pop() else { break };
             let key = format!("{}{}", s.keys.job_prefix(), delivery.job_id);
-            let running = s.inflight.insert(&delivery.job_id, delivery.stream, &delivery.entry);
+            let running = s
+                .inflight
+                .insert(&delivery.job_id, delivery.stream, &delivery.entry);
             let job = Job::from_fields(&key, delivery.fields);
-            tokio::spawn(run_job(s.clone(), delivery.job_id, job, running, permit, done.clone()));
+            tokio::spawn(run_job(
+                s.clone(),
+                delivery.job_id,
+                job,
+                running,
+                permit,
+                done.clone(),
+            ));
         }
         drop(slots);
         if reply.cursors.is_empty() {
@@ -356,7 +426,11 @@ async fn fetch_loop(
         }
         let Some(conn) = waker.as_mut() else { continue };
         let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT").arg(1).arg("BLOCK").arg(wake_block.as_millis() as u64).arg("STREAMS");
+        cmd.arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(wake_block.as_millis() as u64)
+            .arg("STREAMS");
         cmd.arg(&s.streams).arg(&reply.cursors);
         let woke = tokio::select! {
             _ = stop.cancelled() => return,
@@ -388,9 +462,15 @@ async fn run_job(
             Some(Outcome::Abort(format!("invalid job: {e}")))
         }
         Ok(job) => {
-            s.emit(WorkerEvent::Started { job_id: job_id.clone(), attempt: job.attempts });
+            s.emit(WorkerEvent::Started {
+                job_id: job_id.clone(),
+                attempt: job.attempts,
+            });
             let timeout = job.timeout;
-            let ctx = JobContext { cancel: running.cancel.clone(), attempt: job.attempts };
+            let ctx = JobContext {
+                cancel: running.cancel.clone(),
+                attempt: job.attempts,
+            };
             // The handler runs in a task of its own so a panic is an outcome, not a lost slot.
             let mut handler = tokio::spawn(s.handler.call(job, ctx));
             tokio::select! {
@@ -412,7 +492,14 @@ async fn run_job(
     };
     match outcome {
         Some(outcome) => {
-            let finished = Finished { job_id, stream: running.stream, lease: running.entry.clone(), outcome, attempt, permit };
+            let finished = Finished {
+                job_id,
+                stream: running.stream,
+                lease: running.entry.clone(),
+                outcome,
+                attempt,
+                permit,
+            };
             if let Err(mpsc::error::SendError(f)) = done.send(finished) {
                 // the completer is gone only after shutdown: the job stays pending and is handed back
                 s.inflight.remove(&f.job_id);

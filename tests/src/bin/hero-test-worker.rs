@@ -45,8 +45,12 @@ async fn main() -> anyhow::Result<()> {
             async move {
                 let mut words = job.script.split_whitespace();
                 match (words.next(), words.next()) {
-                    (Some("sleep"), Some(n)) => tokio::time::sleep(Duration::from_millis(n.parse().unwrap_or(0))).await,
-                    (Some("fail"), msg) => return Outcome::Fail(msg.unwrap_or("failed").to_string()),
+                    (Some("sleep"), Some(n)) => {
+                        tokio::time::sleep(Duration::from_millis(n.parse().unwrap_or(0))).await
+                    }
+                    (Some("fail"), msg) => {
+                        return Outcome::Fail(msg.unwrap_or("failed").to_string())
+                    }
                     _ => {
                         if !sleep.is_zero() {
                             tokio::time::sleep(sleep).await
@@ -60,8 +64,12 @@ async fn main() -> anyhow::Result<()> {
             line(match e {
                 WorkerEvent::Ready { consumer } => format!("ready {consumer}"),
                 WorkerEvent::Started { job_id, attempt } => format!("started {job_id} {attempt}"),
-                WorkerEvent::Completed { job_id, completion } => format!("completion {job_id} {}", completion.as_str()),
-                WorkerEvent::Interrupted { job_id, reason } => format!("interrupted {job_id} {reason:?}"),
+                WorkerEvent::Completed { job_id, completion } => {
+                    format!("completion {job_id} {}", completion.as_str())
+                }
+                WorkerEvent::Interrupted { job_id, reason } => {
+                    format!("interrupted {job_id} {reason:?}")
+                }
                 WorkerEvent::Dropped { job_id, reason } => format!("dropped {job_id} {reason}"),
                 WorkerEvent::Stopped { handed_back } => format!("stopped {handed_back}"),
             })
