@@ -209,7 +209,7 @@ async fn complete_is_fenced_by_the_lease() {
     let stream = c
         .keys()
         .work(&Target::of_type(t("osis")), Priority::DEFAULT);
-    let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
     let lease = got.jobs[0].entry.clone();
     assert_eq!(
         complete(&c, &stream, "f", "0-1", "done", "wrong").await,
@@ -248,7 +248,7 @@ async fn failed_job_is_parked_for_retry_while_budget_lasts() {
     let stream = c
         .keys()
         .work(&Target::of_type(t("osis")), Priority::DEFAULT);
-    let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
     assert_eq!(
         complete(&c, &stream, "r", &got.jobs[0].entry, "fail", "boom").await,
         Completion::Retrying
@@ -270,7 +270,7 @@ async fn renew_reports_lost_when_another_delivery_owns_the_job() {
     let stream = c
         .keys()
         .work(&Target::of_type(t("osis")), Priority::DEFAULT);
-    let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
     let lease = got.jobs[0].entry.clone();
     let renew = |lease: String| {
         let mut cmd =
@@ -307,7 +307,7 @@ async fn recover_requeues_to_the_same_stream_then_dead_letters_past_the_budget()
     .unwrap();
     let stream = c.keys().work(&target, Priority::DEFAULT);
     for round in 1..=2 {
-        let got = fetch(&c, "io:3:s", &[stream.clone()], 1).await;
+        let got = fetch(&c, "io:3:s", std::slice::from_ref(&stream), 1).await;
         assert_eq!(
             got.jobs.len(),
             1,
@@ -450,11 +450,11 @@ async fn every_function_touches_one_slot_in_cluster_mode() {
         .unwrap();
     c.submit(&job).await.unwrap();
     let stream = c.keys().work(&job.target(), Priority::DEFAULT);
-    let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
     assert_eq!(got.jobs.len(), 1);
     let r = recover_consumer(&c, &stream, "g:a:1", 5).await;
     assert_eq!(r.requeued, 1);
-    let got = fetch(&c, "g:a:1", &[stream.clone()], 1).await;
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
     assert_eq!(
         complete(&c, &stream, "cl", &got.jobs[0].entry, "done", "ok").await,
         Completion::Completed
