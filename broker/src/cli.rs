@@ -442,8 +442,8 @@ async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         println!("{}", serde_json::json!({"jobs": jobs, "next": page.next}));
     } else {
         println!(
-            "{:<38} {:<10} {:<10} {:>8}  {}",
-            "ID", "STATUS", "TYPE", "ATTEMPTS", "UPDATED / ERROR"
+            "{:<38} {:<10} {:<10} {:>8}  UPDATED / ERROR",
+            "ID", "STATUS", "TYPE", "ATTEMPTS"
         );
         for j in &page.jobs {
             let tail = if j.error.is_empty() {
