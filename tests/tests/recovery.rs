@@ -189,3 +189,78 @@ async fn live_worker_keeps_a_job_running_three_times_its_lease() {
         a.output()
     );
 }
+
+/// Waits until every job of `ids` is `finished`.
+async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration) {
+    let raw = server.conn().await;
+    wait_for("every job finished", limit, || {
+        let mut raw = raw.clone();
+        let ids = ids.to_vec();
+        async move {
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                pipe.hget(format!("hero:job:{id}"), "status");
+            }
+            let statuses: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
+            statuses.iter().all(|s| s.as_deref() == Some("finished")).then_some(())
+        }
+    })
+    .await;
+}
+
+async fn submit_all(client: &Client, n: usize) -> Vec<String> {
+    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::builder("t", "x").build().unwrap()).collect();
+    for chunk in jobs.chunks(500) {
+        for r in client.submit_many(chunk).await.unwrap() {
+            assert!(r.unwrap().created);
+        }
+    }
+    jobs.iter().map(|j| j.id().to_string()).collect()
+}
+
+#[tokio::test]
+async fn no_job_is_lost_when_redis_is_killed_and_restarted_with_appendfsync_always() {
+    let mut server = RedisServer::start_durable();
+    let url = server.url();
+    let _broker = InProcBroker::spawn(&url, broker_config(Duration::from_secs(1))).await;
+    let flags = ["--concurrency", "10", "--presence-ms", "2000", "--lease-ms", "1000", "--sleep-ms", "2"];
+    let a = test_worker(&url, "A", &flags);
+    a.expect_line("ready", Duration::from_secs(10)).await;
+    let client = Client::connect(&url).await.unwrap();
+    let ids = submit_all(&client, 1000).await;
+    for _ in 0..200 {
+        a.expect_line("completion", Duration::from_secs(20)).await;
+    }
+    server.restart(); // SIGKILL mid-run, then the same port and AOF
+    all_finished(&server, &ids, Duration::from_secs(60)).await;
+    let counts = completions(&[&a]);
+    assert_eq!(counts.len(), 1000);
+    assert!(counts.values().all(|&n| n == 1), "no result recorded twice");
+}
+
+#[tokio::test]
+async fn no_job_is_lost_when_the_broker_and_a_worker_are_killed_together() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let hero = binary("hero");
+    let broker_args = ["--redis-url", url.as_str(), "broker", "--lease-ms", "60000"];
+    let mut broker = Proc::spawn(&hero, &broker_args, &[], None);
+    let flags = ["--concurrency", "10", "--presence-ms", "1000", "--lease-ms", "60000", "--sleep-ms", "5"];
+    let mut a = test_worker(&url, "A", &flags);
+    let b = test_worker(&url, "B", &flags);
+    a.expect_line("ready", Duration::from_secs(10)).await;
+    b.expect_line("ready", Duration::from_secs(10)).await;
+    let client = Client::connect(&url).await.unwrap();
+    let ids = submit_all(&client, 1000).await;
+    for _ in 0..100 {
+        a.expect_line("completion", Duration::from_secs(20)).await;
+    }
+    a.kill9();
+    broker.kill9();
+    // B finishes what it can; A's jobs wait, unowned by anyone alive, until a broker returns
+    let _broker2 = Proc::spawn(&hero, &broker_args, &[], None);
+    all_finished(&server, &ids, Duration::from_secs(40)).await;
+    let counts = completions(&[&a, &b]);
+    assert_eq!(counts.len(), 1000);
+    assert!(counts.values().all(|&n| n == 1), "no result recorded twice");
+}
