@@ -320,8 +320,7 @@ impl Client {
         ]);
         cmd.arg(job.id().as_str())
             .arg(CONSUMER_GROUP)
-            .arg(job.run_at_ms.unwrap_or(0))
-            .arg(clock::now_iso());
+            .arg(job.run_at_ms.unwrap_or(0));
         for (field, value) in job.job.to_submit_fields() {
             cmd.arg(field).arg(value);
         }

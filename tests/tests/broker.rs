@@ -19,42 +19,74 @@ async fn several_brokers_requeue_each_job_of_a_dead_consumer_exactly_once() {
     let server = RedisServer::start();
     let url = server.url();
     let client = Client::connect(&url).await.unwrap();
-    let jobs: Vec<NewJob> = (0..300).map(|_| NewJob::builder("t", "x").build().unwrap()).collect();
+    let jobs: Vec<NewJob> = (0..300)
+        .map(|_| NewJob::builder("t", "x").build().unwrap())
+        .collect();
     client.submit_many(&jobs).await.unwrap();
     // the state a worker leaves when it dies holding jobs: deliveries pending under its name,
     // its liveness deadline in the past
-    let stream = client.keys().work(&jobs[0].target(), hero_client::Priority::DEFAULT);
+    let stream = client
+        .keys()
+        .work(&jobs[0].target(), hero_client::Priority::DEFAULT);
     let mut cmd = Function::Fetch.call(std::slice::from_ref(&stream));
-    cmd.arg(CONSUMER_GROUP).arg("g:dead:1").arg(300).arg(client.keys().job_prefix()).arg(clock::now_iso()).arg("0");
+    cmd.arg(CONSUMER_GROUP)
+        .arg("g:dead:1")
+        .arg(300)
+        .arg(client.keys().job_prefix())
+        .arg(clock::now_iso())
+        .arg("0");
     let got = FetchReply::decode(&client.redis().query(&cmd).await.unwrap()).unwrap();
     assert_eq!(got.jobs.len(), 300);
     let mut raw = server.conn().await;
-    let _: () = raw.zadd("hero:meta:consumers", "g:dead:1", 1).await.unwrap();
+    let _: () = raw
+        .zadd("hero:meta:consumers", "g:dead:1", 1)
+        .await
+        .unwrap();
 
-    let cfg = BrokerConfig { presence_poll: Duration::from_millis(5), ..BrokerConfig::default() };
+    let cfg = BrokerConfig {
+        presence_poll: Duration::from_millis(5),
+        ..BrokerConfig::default()
+    };
     let brokers: Vec<InProcBroker> = spawn_brokers(&url, &cfg, 3).await;
-    wait_for("every job back in its queue", Duration::from_secs(20), || {
-        let (client, ids) = (client.clone(), jobs.iter().map(|j| j.id().clone()).collect::<Vec<_>>());
-        async move {
-            for id in &ids {
-                if client.status(id).await.ok()? != Status::Dispatched {
-                    return None;
+    wait_for(
+        "every job back in its queue",
+        Duration::from_secs(20),
+        || {
+            let (client, ids) = (
+                client.clone(),
+                jobs.iter().map(|j| j.id().clone()).collect::<Vec<_>>(),
+            );
+            async move {
+                for id in &ids {
+                    if client.status(id).await.ok()? != Status::Dispatched {
+                        return None;
+                    }
                 }
+                Some(())
             }
-            Some(())
-        }
-    })
+        },
+    )
     .await;
     drop(brokers);
-    let entries: Vec<(String, Vec<(String, String)>)> =
-        redis::cmd("XRANGE").arg(&stream).arg("-").arg("+").query_async(&mut raw).await.unwrap();
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert_eq!(entries.len(), 300, "one new entry per job, none twice");
     let named: HashSet<String> = entries.iter().map(|(_, f)| f[0].1.clone()).collect();
     assert_eq!(named.len(), 300);
     for job in &jobs {
         let record = client.get(job.id()).await.unwrap();
         assert_eq!(record.attempts, 1, "the delivery was counted once");
-        assert!(entries.iter().any(|(id, _)| Some(id) == record.entry.as_ref()), "its entry is the one in the stream");
+        assert!(
+            entries
+                .iter()
+                .any(|(id, _)| Some(id) == record.entry.as_ref()),
+            "its entry is the one in the stream"
+        );
     }
 }
 
@@ -71,23 +103,56 @@ async fn idle_delivery_is_reclaimed_after_the_lease_while_presence_is_alive() {
     let server = RedisServer::start();
     let url = server.url();
     let lease = Duration::from_millis(1000);
-    let _broker = InProcBroker::spawn(&url, BrokerConfig { lease, ..BrokerConfig::default() }).await;
+    let _broker = InProcBroker::spawn(
+        &url,
+        BrokerConfig {
+            lease,
+            ..BrokerConfig::default()
+        },
+    )
+    .await;
     // presence lives 60 s: only the idle-time path can take the job back
-    let flags = ["--types", "t", "--lease-ms", "1000", "--presence-ms", "60000"];
-    let a = Proc::spawn(&binary("hero-test-worker"), &[&["--url", &url, "--label", "A"][..], &flags].concat(), &[], None);
+    let flags = [
+        "--types",
+        "t",
+        "--lease-ms",
+        "1000",
+        "--presence-ms",
+        "60000",
+    ];
+    let a = Proc::spawn(
+        &binary("hero-test-worker"),
+        &[&["--url", &url, "--label", "A"][..], &flags].concat(),
+        &[],
+        None,
+    );
     a.expect_line("ready", Duration::from_secs(10)).await;
     let client = Client::connect(&url).await.unwrap();
     let job = NewJob::builder("t", "sleep 60000").build().unwrap();
     client.submit(&job).await.unwrap();
-    a.expect_line(&format!("started {}", job.id()), Duration::from_secs(10)).await;
+    a.expect_line(&format!("started {}", job.id()), Duration::from_secs(10))
+        .await;
     a.signal("STOP");
     let stalled_at = Instant::now();
-    let b = Proc::spawn(&binary("hero-test-worker"), &[&["--url", &url, "--label", "B"][..], &flags].concat(), &[], None);
-    b.expect_line(&format!("started {}", job.id()), Duration::from_secs(20)).await;
-    assert!(stalled_at.elapsed() < Duration::from_secs(15), "reclaimed soon after the 1 s lease");
+    let b = Proc::spawn(
+        &binary("hero-test-worker"),
+        &[&["--url", &url, "--label", "B"][..], &flags].concat(),
+        &[],
+        None,
+    );
+    b.expect_line(&format!("started {}", job.id()), Duration::from_secs(20))
+        .await;
+    assert!(
+        stalled_at.elapsed() < Duration::from_secs(15),
+        "reclaimed soon after the 1 s lease"
+    );
     let record = client.get(job.id()).await.unwrap();
     assert_eq!(record.attempts, 2);
-    let b_consumer = b.output().iter().find_map(|l| l.strip_prefix("ready ").map(str::to_string)).unwrap_or_default();
+    let b_consumer = b
+        .output()
+        .iter()
+        .find_map(|l| l.strip_prefix("ready ").map(str::to_string))
+        .unwrap_or_default();
     assert_eq!(record.worker_id, b_consumer, "B holds the job now");
     a.signal("CONT");
 }
@@ -98,12 +163,20 @@ async fn delayed_job_runs_once_its_time_has_come() {
     let url = server.url();
     let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
     let client = Client::connect(&url).await.unwrap();
-    let worker = Worker::builder(client.clone()).types(["v"]).handler(|_j: Job, _| async { Outcome::Done("on time".into()) });
+    let worker = Worker::builder(client.clone())
+        .types(["v"])
+        .handler(|_j: Job, _| async { Outcome::Done("on time".into()) });
     let w = InProcWorker::spawn(worker);
     let submitted = Instant::now();
-    let job = NewJob::builder("v", "x").delay(Duration::from_millis(700)).build().unwrap();
+    let job = NewJob::builder("v", "x")
+        .delay(Duration::from_millis(700))
+        .build()
+        .unwrap();
     let r = client.run(&job, Duration::from_secs(10)).await.unwrap();
     assert_eq!(r.output, "on time");
-    assert!(submitted.elapsed() >= Duration::from_millis(700), "not before its time");
+    assert!(
+        submitted.elapsed() >= Duration::from_millis(700),
+        "not before its time"
+    );
     w.stop().await;
 }

@@ -13,13 +13,24 @@ use redis::AsyncCommands;
 async fn list_pages_through_every_job_by_queue_and_by_status() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let queued: Vec<NewJob> = (0..25).map(|_| NewJob::builder("q", "x").build().unwrap()).collect();
-    let later: Vec<NewJob> =
-        (0..7).map(|_| NewJob::builder("q", "x").delay(Duration::from_secs(600)).build().unwrap()).collect();
+    let queued: Vec<NewJob> = (0..25)
+        .map(|_| NewJob::builder("q", "x").build().unwrap())
+        .collect();
+    let later: Vec<NewJob> = (0..7)
+        .map(|_| {
+            NewJob::builder("q", "x")
+                .delay(Duration::from_secs(600))
+                .build()
+                .unwrap()
+        })
+        .collect();
     client.submit_many(&queued).await.unwrap();
     client.submit_many(&later).await.unwrap();
 
-    let queue = ListFilter::Queue(Target::of_type(ScriptType::new("q").unwrap()), Priority::DEFAULT);
+    let queue = ListFilter::Queue(
+        Target::of_type(ScriptType::new("q").unwrap()),
+        Priority::DEFAULT,
+    );
     let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
     loop {
         let page = client.list(&queue, cursor.as_deref(), 10).await.unwrap();
@@ -37,7 +48,10 @@ async fn list_pages_through_every_job_by_queue_and_by_status() {
     let mut waiting = HashSet::new();
     let mut cursor = None::<String>;
     for _ in 0..1000 {
-        let page = client.list(&ListFilter::Status(Status::Waiting), cursor.as_deref(), 5).await.unwrap();
+        let page = client
+            .list(&ListFilter::Status(Status::Waiting), cursor.as_deref(), 5)
+            .await
+            .unwrap();
         waiting.extend(page.jobs.into_iter().map(|j| j.id));
         match page.next {
             Some(next) => cursor = Some(next),
@@ -52,14 +66,22 @@ async fn list_pages_through_every_job_by_queue_and_by_status() {
 async fn wait_answers_from_the_job_hash_when_no_reply_will_come() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let worker = Worker::builder(client.clone()).types(["v"]).handler(|_j: Job, _| async { Outcome::Done("kept".into()) });
+    let worker = Worker::builder(client.clone())
+        .types(["v"])
+        .handler(|_j: Job, _| async { Outcome::Done("kept".into()) });
     let mut w = InProcWorker::spawn(worker);
     // submitted without run: no reply list is ever written for it
     let job = NewJob::builder("v", "x").build().unwrap();
     client.submit(&job).await.unwrap();
-    w.next(Duration::from_secs(10), |e| matches!(e, WorkerEvent::Completed { .. }).then_some(())).await;
+    w.next(Duration::from_secs(10), |e| {
+        matches!(e, WorkerEvent::Completed { .. }).then_some(())
+    })
+    .await;
     let mut raw = server.conn().await;
-    let exists: bool = raw.exists(format!("hero:q:reply:{}", job.id())).await.unwrap();
+    let exists: bool = raw
+        .exists(format!("hero:q:reply:{}", job.id()))
+        .await
+        .unwrap();
     assert!(!exists);
     let r = client.wait(job.id(), Duration::from_secs(5)).await.unwrap();
     assert_eq!((r.status, r.output.as_str()), (Status::Finished, "kept"));
@@ -71,8 +93,14 @@ async fn run_times_out_with_a_clear_error_when_no_worker_takes_the_job() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let job = NewJob::builder("nobody", "x").build().unwrap();
-    let err = client.run(&job, Duration::from_millis(300)).await.unwrap_err();
-    assert!(matches!(err, hero_client::Error::WaitTimedOut { .. }), "{err:?}");
+    let err = client
+        .run(&job, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, hero_client::Error::WaitTimedOut { .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("dispatched"), "{err}");
 }
 
@@ -87,23 +115,39 @@ async fn presence_shows_a_live_worker_with_a_ttl_and_is_removed_on_exit() {
         .presence_ttl(Duration::from_secs(6))
         .handler(|_j: Job, _| async { Outcome::Done(String::new()) });
     let mut w = InProcWorker::spawn(worker);
-    w.next(Duration::from_secs(10), |e| matches!(e, WorkerEvent::Ready { .. }).then_some(())).await;
+    w.next(Duration::from_secs(10), |e| {
+        matches!(e, WorkerEvent::Ready { .. }).then_some(())
+    })
+    .await;
     let mut raw = server.conn().await;
     for t in ["a", "b"] {
         let key = format!("hero:meta:actor:inst:{t}:io:3");
         let json: String = raw.get(&key).await.unwrap();
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        for field in ["pid", "hostname", "started_at", "version", "capabilities", "last_heartbeat"] {
+        for field in [
+            "pid",
+            "hostname",
+            "started_at",
+            "version",
+            "capabilities",
+            "last_heartbeat",
+        ] {
             assert!(v.get(field).is_some(), "presence has {field}: {json}");
         }
         let ttl: i64 = raw.pttl(&key).await.unwrap();
         assert!(ttl > 0 && ttl <= 6000, "presence expires by itself: {ttl}");
     }
-    let live: Option<f64> = raw.zscore("hero:meta:consumers", &w.consumer).await.unwrap();
+    let live: Option<f64> = raw
+        .zscore("hero:meta:consumers", &w.consumer)
+        .await
+        .unwrap();
     assert!(live.is_some(), "liveness registered");
     let consumer = w.consumer.clone();
     w.stop().await;
     let exists: bool = raw.exists("hero:meta:actor:inst:a:io:3").await.unwrap();
     let live: Option<f64> = raw.zscore("hero:meta:consumers", &consumer).await.unwrap();
-    assert!(!exists && live.is_none(), "a clean exit removes presence and liveness");
+    assert!(
+        !exists && live.is_none(),
+        "a clean exit removes presence and liveness"
+    );
 }

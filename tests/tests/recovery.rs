@@ -202,14 +202,19 @@ async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration) {
                 pipe.hget(format!("hero:job:{id}"), "status");
             }
             let statuses: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
-            statuses.iter().all(|s| s.as_deref() == Some("finished")).then_some(())
+            statuses
+                .iter()
+                .all(|s| s.as_deref() == Some("finished"))
+                .then_some(())
         }
     })
     .await;
 }
 
 async fn submit_all(client: &Client, n: usize) -> Vec<String> {
-    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::builder("t", "x").build().unwrap()).collect();
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|_| NewJob::builder("t", "x").build().unwrap())
+        .collect();
     for chunk in jobs.chunks(500) {
         for r in client.submit_many(chunk).await.unwrap() {
             assert!(r.unwrap().created);
@@ -223,7 +228,16 @@ async fn no_job_is_lost_when_redis_is_killed_and_restarted_with_appendfsync_alwa
     let mut server = RedisServer::start_durable();
     let url = server.url();
     let _broker = InProcBroker::spawn(&url, broker_config(Duration::from_secs(1))).await;
-    let flags = ["--concurrency", "10", "--presence-ms", "2000", "--lease-ms", "1000", "--sleep-ms", "2"];
+    let flags = [
+        "--concurrency",
+        "10",
+        "--presence-ms",
+        "2000",
+        "--lease-ms",
+        "1000",
+        "--sleep-ms",
+        "2",
+    ];
     let a = test_worker(&url, "A", &flags);
     a.expect_line("ready", Duration::from_secs(10)).await;
     let client = Client::connect(&url).await.unwrap();
@@ -240,10 +254,17 @@ async fn no_job_is_lost_when_redis_is_killed_and_restarted_with_appendfsync_alwa
     let retried: Vec<String> = a
         .output()
         .iter()
-        .filter_map(|l| l.strip_prefix("completion ")?.strip_suffix(" already_completed").map(str::to_string))
+        .filter_map(|l| {
+            l.strip_prefix("completion ")?
+                .strip_suffix(" already_completed")
+                .map(str::to_string)
+        })
         .collect();
     for id in &ids {
-        assert!(counts.contains_key(id) || retried.contains(id), "{id} has a recorded result");
+        assert!(
+            counts.contains_key(id) || retried.contains(id),
+            "{id} has a recorded result"
+        );
     }
     for id in &ids {
         let job = client.get(&JobId::new(id).unwrap()).await.unwrap();
@@ -258,7 +279,16 @@ async fn no_job_is_lost_when_the_broker_and_a_worker_are_killed_together() {
     let hero = binary("hero");
     let broker_args = ["--redis-url", url.as_str(), "broker", "--lease-ms", "60000"];
     let mut broker = Proc::spawn(&hero, &broker_args, &[], None);
-    let flags = ["--concurrency", "10", "--presence-ms", "1000", "--lease-ms", "60000", "--sleep-ms", "5"];
+    let flags = [
+        "--concurrency",
+        "10",
+        "--presence-ms",
+        "1000",
+        "--lease-ms",
+        "60000",
+        "--sleep-ms",
+        "5",
+    ];
     let mut a = test_worker(&url, "A", &flags);
     let b = test_worker(&url, "B", &flags);
     a.expect_line("ready", Duration::from_secs(10)).await;

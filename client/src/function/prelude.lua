@@ -14,17 +14,15 @@ local function ack_del(stream, group, id, xackdel)
   end
 end
 
--- Append a job to a work stream (creating the stream, its group and its registry entry on first
--- use) and record the new entry as the job's current one.
-local function enqueue(stream, group, registry, job_key, job_id, now_iso)
+-- Append a job id to a work stream, creating the stream, its group and its registry entry on
+-- first use. Returns the new entry id; recording it in the job hash is the caller's, so that a
+-- new job's record is written in one HSET.
+local function append(stream, group, registry, job_id)
   if redis.call('EXISTS', stream) == 0 then
     redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
     redis.call('SADD', registry, stream)
   end
-  local entry = redis.call('XADD', stream, '*', 'j', job_id)
-  redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, 'updated_at', now_iso)
-  redis.call('HDEL', job_key, 'lease')
-  return entry
+  return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
 local function config_ms(config, field, default)
