@@ -21,9 +21,9 @@ pub struct Pass {
 }
 
 impl Pass {
-    fn add(&mut self, r: &Recovered) {
-        self.requeued += r.requeued;
-        self.dead += r.dead;
+    fn add(&mut self, requeued: u64, dead: u64) {
+        self.requeued += requeued;
+        self.dead += dead;
     }
 }
 
@@ -61,7 +61,7 @@ async fn recover_stream(
             .arg(clock::now_iso())
             .arg(client.redis().caps().xackdel_flag());
         let r = Recovered::decode(&client.redis().query::<Value>(&cmd).await?)?;
-        pass.add(&r);
+        pass.add(r.requeued, r.dead);
         if r.cursor == "0-0" {
             return Ok(pass);
         }
@@ -100,8 +100,7 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
         let mut pass = Pass::default();
         for stream in &streams {
             let p = recover_stream(client, cfg, stream, Mode::Consumer(&consumer)).await?;
-            pass.requeued += p.requeued;
-            pass.dead += p.dead;
+            pass.add(p.requeued, p.dead);
         }
         // Only now: had a call failed, the consumer stays listed and the next pass retries it.
         let _: i64 = client
@@ -118,8 +117,7 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
             dead = pass.dead,
             "recovered the jobs of a dead worker"
         );
-        total.requeued += pass.requeued;
-        total.dead += pass.dead;
+        total.add(pass.requeued, pass.dead);
     }
     Ok(total)
 }
@@ -143,8 +141,7 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Resu
                 "reclaimed idle deliveries"
             );
         }
-        total.requeued += p.requeued;
-        total.dead += p.dead;
+        total.add(p.requeued, p.dead);
     }
     Ok(total)
 }

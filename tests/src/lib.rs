@@ -303,6 +303,20 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// How many entries of `stream` are pending (delivered, not acknowledged) in the workers' group.
+pub async fn pending(raw: &mut redis::aio::MultiplexedConnection, stream: &str) -> i64 {
+    let summary: Vec<redis::Value> = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(hero_client::keys::CONSUMER_GROUP)
+        .query_async(raw)
+        .await
+        .expect("XPENDING");
+    match summary.first() {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("unexpected XPENDING summary {other:?}"),
+    }
+}
+
 /// A worker running in this test process, its events delivered on a channel.
 pub struct InProcWorker {
     events: tokio::sync::mpsc::UnboundedReceiver<hero_worker::WorkerEvent>,

@@ -82,15 +82,9 @@ async fn memory_returns_to_baseline_when_a_burst_is_done_and_retention_passed() 
             len, 0,
             "{round}: the work stream is trimmed of done entries"
         );
-        let pending: Vec<redis::Value> = redis::cmd("XPENDING")
-            .arg(stream)
-            .arg("workers")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
         assert_eq!(
-            pending.first(),
-            Some(&redis::Value::Int(0)),
+            hero_tests::pending(&mut raw, stream).await,
+            0,
             "{round}: no pending entries at rest"
         );
         let after = used_memory(&mut raw).await;

@@ -24,6 +24,26 @@ fn broker_config(lease: Duration) -> BrokerConfig {
     }
 }
 
+/// Workers A and B, ten jobs at once each, dead to the broker 1 s after they stop, leases of
+/// 60 s (so only presence-driven recovery can be quick), ready when this returns.
+async fn two_workers(url: &str) -> (Proc, Proc) {
+    let flags = [
+        "--concurrency",
+        "10",
+        "--presence-ms",
+        "1000",
+        "--lease-ms",
+        "60000",
+        "--sleep-ms",
+        "5",
+    ];
+    let a = test_worker(url, "A", &flags);
+    let b = test_worker(url, "B", &flags);
+    a.expect_line("ready", Duration::from_secs(10)).await;
+    b.expect_line("ready", Duration::from_secs(10)).await;
+    (a, b)
+}
+
 /// Job id → how many times a worker's output says its result was recorded.
 fn completions(procs: &[&Proc]) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
@@ -46,20 +66,7 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
     let url = server.url();
     let lease = Duration::from_secs(60);
     let _broker = InProcBroker::spawn(&url, broker_config(lease)).await;
-    let flags = [
-        "--concurrency",
-        "10",
-        "--presence-ms",
-        "1000",
-        "--lease-ms",
-        "60000",
-        "--sleep-ms",
-        "5",
-    ];
-    let mut a = test_worker(&url, "A", &flags);
-    let b = test_worker(&url, "B", &flags);
-    a.expect_line("ready", Duration::from_secs(10)).await;
-    b.expect_line("ready", Duration::from_secs(10)).await;
+    let (mut a, b) = two_workers(&url).await;
 
     let client = Client::connect(&url).await.unwrap();
     let jobs: Vec<NewJob> = (0..2000)
@@ -118,15 +125,9 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
         }
     }
     assert!(rerun > 0, "A held jobs when it was killed");
-    let pending: Vec<redis::Value> = redis::cmd("XPENDING")
-        .arg("hero:q:work:type:t")
-        .arg("workers")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
     assert_eq!(
-        pending.first(),
-        Some(&redis::Value::Int(0)),
+        hero_tests::pending(&mut raw, "hero:q:work:type:t").await,
+        0,
         "nothing left pending"
     );
     let len: usize = raw.xlen("hero:q:work:type:t").await.unwrap();
@@ -279,20 +280,7 @@ async fn no_job_is_lost_when_the_broker_and_a_worker_are_killed_together() {
     let hero = binary("hero");
     let broker_args = ["--redis-url", url.as_str(), "broker", "--lease-ms", "60000"];
     let mut broker = Proc::spawn(&hero, &broker_args, &[], None);
-    let flags = [
-        "--concurrency",
-        "10",
-        "--presence-ms",
-        "1000",
-        "--lease-ms",
-        "60000",
-        "--sleep-ms",
-        "5",
-    ];
-    let mut a = test_worker(&url, "A", &flags);
-    let b = test_worker(&url, "B", &flags);
-    a.expect_line("ready", Duration::from_secs(10)).await;
-    b.expect_line("ready", Duration::from_secs(10)).await;
+    let (mut a, b) = two_workers(&url).await;
     let client = Client::connect(&url).await.unwrap();
     let ids = submit_all(&client, 1000).await;
     for _ in 0..100 {
