@@ -515,7 +515,8 @@ impl Client {
             cmd.arg(CONSUMER_GROUP)
                 .arg(if ctl.is_empty() { "" } else { worker.as_str() })
                 .arg(clock::now_iso())
-                .arg(self.redis.caps().xackdel_flag());
+                .arg(self.redis.caps().xackdel_flag())
+                .arg(id.as_str());
             let answer: String = match self.redis.query(&cmd).await {
                 Err(Error::Server {
                     code: crate::function::ServerCode::JobNotFound,

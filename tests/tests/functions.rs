@@ -54,7 +54,8 @@ async fn complete(
         .arg(text)
         .arg(clock::now_ms() + 60_000)
         .arg(clock::now_iso())
-        .arg("0");
+        .arg("0")
+        .arg(id.as_str());
     let v: redis::Value = c.redis().query(&cmd).await.expect("complete");
     Completion::decode(&v).expect("decode complete")
 }

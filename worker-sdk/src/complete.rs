@@ -49,7 +49,8 @@ fn complete_cmd(s: &Shared, f: &Finished) -> Option<redis::Cmd> {
         .arg(text)
         .arg(retry_at_ms(&f.outcome, f.attempt))
         .arg(clock::now_iso())
-        .arg(s.redis.caps().xackdel_flag());
+        .arg(s.redis.caps().xackdel_flag())
+        .arg(id.as_str());
     Some(cmd)
 }
 

@@ -3,29 +3,29 @@
 -- KEYS[5] config hash  KEYS[6] control list of the worker the caller saw running it ('' allowed
 -- when it saw none)
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
--- ARGV[4] '1' when XACKDEL
+-- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
 -- (it started on another worker since the caller looked: look again and retry).
 -- Errors: HERO_JOB_NOT_FOUND when there is no such job.
 local function hero_stop(keys, args)
   local job_key, stream, delayed, reply_key, config, ctl = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
-  local group, seen_worker, now_iso, xackdel = args[1], args[2], args[3], args[4]
-  local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'id')
+  local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
+  local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply')
   local status = f[1]
   if not status then
     return redis.error_reply('HERO_JOB_NOT_FOUND no job hash at ' .. job_key)
   end
   if status == 'finished' or status == 'error' then return 'already_completed' end
   if status == 'waiting' then
-    redis.call('ZREM', delayed, f[6])
+    redis.call('ZREM', delayed, job_id)
   elseif status == 'dispatched' then
     if f[2] then ack_del(stream, group, f[2], xackdel) end
   elseif status == 'started' then
     if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
     ack_del(stream, group, f[3], xackdel)
     finish(job_key, reply_key, config, 'error', 'stopped', f[5], now_iso)
-    redis.call('LPUSH', ctl, f[6])
+    redis.call('LPUSH', ctl, job_id)
     redis.call('PEXPIRE', ctl, 3600000)
     return 'interrupted'
   end
