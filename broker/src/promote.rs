@@ -100,7 +100,10 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     loop {
         match pass(&client).await {
-            Ok(n) if n > 0 => tracing::debug!(promoted = n, "promoted delayed jobs"),
+            Ok(n) if n > 0 => {
+                metrics::counter!("hero_broker_promoted_total").increment(n);
+                tracing::debug!(promoted = n, "promoted delayed jobs")
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "promotion pass failed; retrying"),
         }

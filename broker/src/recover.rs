@@ -25,6 +25,11 @@ impl Pass {
         self.requeued += requeued;
         self.dead += dead;
     }
+
+    fn record(&self, path: &'static str) {
+        metrics::counter!("hero_broker_requeued_total", "path" => path).increment(self.requeued);
+        metrics::counter!("hero_broker_dead_lettered_total", "path" => path).increment(self.dead);
+    }
 }
 
 enum Mode<'a> {
@@ -119,6 +124,7 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
         );
         total.add(pass.requeued, pass.dead);
     }
+    total.record("presence");
     Ok(total)
 }
 
@@ -143,6 +149,7 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Resu
         }
         total.add(p.requeued, p.dead);
     }
+    total.record("idle");
     Ok(total)
 }
 

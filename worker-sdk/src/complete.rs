@@ -97,6 +97,7 @@ pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished
             s.inflight.remove(&f.job_id);
             match r.and_then(|v| Completion::decode(&v)) {
                 Ok(completion) => {
+                    metrics::counter!("hero_worker_completions_total", "result" => completion.as_str()).increment(1);
                     if completion == Completion::LeaseLost {
                         tracing::warn!(job = %f.job_id, "result not recorded: the lease was lost to another delivery");
                     }

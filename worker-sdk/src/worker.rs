@@ -507,6 +507,8 @@ async fn run_job(
         }
         None => {
             let reason = running.reason().unwrap_or(CancelReason::Stopped);
+            metrics::counter!("hero_worker_interrupted_total", "reason" => format!("{reason:?}"))
+                .increment(1);
             s.inflight.remove(&job_id);
             s.emit(WorkerEvent::Interrupted { job_id, reason });
             drop(permit);
