@@ -32,9 +32,12 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
         }
         let mut read = redis::pipe();
         for id in &due {
-            read.cmd("HMGET")
-                .arg(format!("{}{id}", keys.job_prefix()))
-                .arg(&["script_type", "group", "instance", "priority"]);
+            read.cmd("HMGET").arg(keys.job_unchecked(id)).arg(&[
+                "script_type",
+                "group",
+                "instance",
+                "priority",
+            ]);
         }
         let targets = client.redis().pipeline(&read).await?;
         let mut write = redis::pipe();

@@ -586,7 +586,7 @@ impl Client {
                         redis::cmd("SCAN")
                             .arg(cursor.unwrap_or("0"))
                             .arg("MATCH")
-                            .arg(format!("{prefix}*"))
+                            .arg(self.keys.job_pattern())
                             .arg("COUNT")
                             .arg(limit)
                             .arg("TYPE")
@@ -602,9 +602,13 @@ impl Client {
         };
         let mut pipe = redis::pipe();
         for id in &ids {
-            pipe.cmd("HMGET")
-                .arg(format!("{}{id}", self.keys.job_prefix()))
-                .arg(&["status", "script_type", "attempts", "updated_at", "error"]);
+            pipe.cmd("HMGET").arg(self.keys.job_unchecked(id)).arg(&[
+                "status",
+                "script_type",
+                "attempts",
+                "updated_at",
+                "error",
+            ]);
         }
         let rows = self.redis.pipeline(&pipe).await?;
         let mut jobs = Vec::with_capacity(ids.len());

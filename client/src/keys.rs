@@ -43,6 +43,13 @@ impl Keyspace {
         format!("{}{id}", self.job_prefix())
     }
 
+    /// The job hash named by an id read back from Redis (a stream entry, a sorted set), which
+    /// may not be a valid [`JobId`]: it is the key that id names, so a bad one is reported as
+    /// what it is rather than rejected before it can be looked at.
+    pub fn job_unchecked(&self, id: &str) -> String {
+        format!("{}{id}", self.job_prefix())
+    }
+
     /// The part of [`Keyspace::job`] before the id, for functions that derive a job key from a
     /// stream entry, and for SCAN patterns.
     pub fn job_prefix(&self) -> String {
@@ -94,6 +101,12 @@ impl Keyspace {
             }
         }
         keys
+    }
+
+    /// SCAN pattern matching every job hash (and the legacy per-actor lists that share the
+    /// prefix: scan with `TYPE hash`).
+    pub fn job_pattern(&self) -> String {
+        format!("{}*", self.job_prefix())
     }
 
     /// List: the run-and-wait reply of one job (expires).
@@ -232,6 +245,8 @@ mod tests {
         let golden = [
             (k.job(&id), "hero:job:abc"),
             (k.job_prefix(), "hero:job:"),
+            (k.job_unchecked("abc"), "hero:job:abc"),
+            (k.job_pattern(), "hero:job:*"),
             (k.work(&osis, Priority::DEFAULT), "hero:q:work:type:osis"),
             (
                 k.work(&osis, Priority::HIGHEST),

@@ -265,16 +265,35 @@ async fn worker_carries_on_when_redis_restarts_and_connections_drop() {
 async fn sigterm_stops_a_worker_process_cleanly_and_hands_back_its_job() {
     let server = RedisServer::start();
     let url = server.url();
-    let args = ["--url", url.as_str(), "--types", "t", "--shutdown-ms", "300"];
+    let args = [
+        "--url",
+        url.as_str(),
+        "--types",
+        "t",
+        "--shutdown-ms",
+        "300",
+    ];
     let mut worker = Proc::spawn(&binary("hero-test-worker"), &args, &[], None);
     worker.expect_line("ready", Duration::from_secs(10)).await;
     let client = Client::connect(&url).await.unwrap();
     let job = NewJob::builder("t", "sleep 60000").build().unwrap();
     client.submit(&job).await.unwrap();
-    worker.expect_line(&format!("started {}", job.id()), Duration::from_secs(10)).await;
+    worker
+        .expect_line(&format!("started {}", job.id()), Duration::from_secs(10))
+        .await;
     worker.signal("TERM");
-    worker.expect_line("stopped 1", Duration::from_secs(10)).await;
-    assert_eq!(worker.wait_exit(Duration::from_secs(10)).await, 0, "a clean exit");
+    worker
+        .expect_line("stopped 1", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(10)).await,
+        0,
+        "a clean exit"
+    );
     let record = client.get(job.id()).await.unwrap();
-    assert_eq!((record.status, record.attempts), (Status::Dispatched, 0), "back in its queue, no attempt counted");
+    assert_eq!(
+        (record.status, record.attempts),
+        (Status::Dispatched, 0),
+        "back in its queue, no attempt counted"
+    );
 }

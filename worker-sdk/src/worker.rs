@@ -393,7 +393,7 @@ async fn fetch_loop(
         }
         for delivery in reply.jobs {
             let Some(permit) = slots.pop() else { break };
-            let key = format!("{}{}", s.keys.job_prefix(), delivery.job_id);
+            let key = s.keys.job_unchecked(&delivery.job_id);
             let running = s
                 .inflight
                 .insert(&delivery.job_id, delivery.stream, &delivery.entry);
