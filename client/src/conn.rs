@@ -134,6 +134,10 @@ impl Redis {
     /// library and running it again if the library was missing (then every FCALL in it failed
     /// and nothing was done).
     pub async fn pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Result<Value>>> {
+        if pipe.is_empty() {
+            // nothing to send; redis-rs refuses an empty pipeline
+            return Ok(Vec::new());
+        }
         let mut conn = self.conn().await?;
         let mut pipe = pipe.clone();
         pipe.ignore_errors();

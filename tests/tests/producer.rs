@@ -151,3 +151,20 @@ async fn presence_shows_a_live_worker_with_a_ttl_and_is_removed_on_exit() {
         "a clean exit removes presence and liveness"
     );
 }
+
+#[tokio::test]
+async fn list_returns_an_empty_last_page_when_nothing_matches() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let page = client
+        .list(&ListFilter::Status(Status::Waiting), None, 10)
+        .await
+        .unwrap();
+    assert!(page.jobs.is_empty() && page.next.is_none());
+    let queue = ListFilter::Queue(
+        Target::of_type(ScriptType::new("none").unwrap()),
+        Priority::DEFAULT,
+    );
+    let page = client.list(&queue, None, 10).await.unwrap();
+    assert!(page.jobs.is_empty() && page.next.is_none());
+}
