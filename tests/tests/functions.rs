@@ -467,3 +467,40 @@ async fn every_function_touches_one_slot_in_cluster_mode() {
         hero_client::StopOutcome::Cancelled
     );
 }
+
+#[tokio::test]
+async fn xackdel_is_used_only_when_the_server_has_it() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let (major, minor) = {
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    };
+    // XACKDEL arrived in 8.2; the client asks the server instead of reading the version
+    assert_eq!(
+        c.redis().caps().xackdel,
+        (major, minor) >= (8, 2),
+        "redis {version}"
+    );
+    // and the functions run with the flag the client detected
+    let job = NewJob::builder("osis", "x").id("ack").build().unwrap();
+    c.submit(&job).await.unwrap();
+    let stream = c.keys().work(&job.target(), Priority::DEFAULT);
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    assert_eq!(
+        complete(&c, &stream, "ack", &got.jobs[0].entry, "done", "ok").await,
+        Completion::Completed
+    );
+}
