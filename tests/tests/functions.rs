@@ -54,7 +54,7 @@ async fn complete(
         .arg(text)
         .arg(clock::now_ms() + 60_000)
         .arg(clock::now_iso())
-        .arg("0")
+        .arg(c.redis().caps().xackdel_flag())
         .arg(id.as_str());
     let v: redis::Value = c.redis().query(&cmd).await.expect("complete");
     Completion::decode(&v).expect("decode complete")
@@ -82,7 +82,7 @@ async fn recover_consumer(
         .arg("0-0")
         .arg("0")
         .arg(clock::now_iso())
-        .arg("0");
+        .arg(c.redis().caps().xackdel_flag());
     let v: redis::Value = c.redis().query(&cmd).await.expect("recover");
     Recovered::decode(&v).expect("decode recover")
 }
