@@ -109,12 +109,19 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
     );
 
     let counts = completions(&[&a, &b]);
-    assert_eq!(counts.len(), 2000, "every job's result recorded");
     assert!(counts.values().all(|&n| n == 1), "no result recorded twice");
     let mut rerun = 0;
     for id in &ids {
         let job = client.get(&JobId::new(id).unwrap()).await.unwrap();
         assert_eq!(job.status, Status::Finished);
+        if !counts.contains_key(id) {
+            // SIGKILL can land after Redis recorded A's result and before A printed it
+            assert_eq!(
+                (job.output.as_deref(), job.attempts),
+                (Some("A"), 1),
+                "{id} was recorded by A before it died"
+            );
+        }
         if job.attempts > 1 {
             rerun += 1;
             assert_eq!(
