@@ -168,6 +168,27 @@ async fn idle_worker_wakes_within_milliseconds_of_a_submit() {
         },
     )
     .await;
+    // parked, it sends no fetches: at most one per 2 s wake-up timeout
+    let fcalls = |raw: redis::aio::MultiplexedConnection| async move {
+        let mut raw = raw;
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = fcalls(raw.clone()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_calls = fcalls(raw.clone()).await - before;
+    assert!(
+        idle_calls <= 1,
+        "{idle_calls} fetches in 1 s of idling: busy polling"
+    );
     let job = NewJob::builder("v", "x").build().unwrap();
     let start = std::time::Instant::now();
     let r = client.run(&job, Duration::from_secs(5)).await.unwrap();
