@@ -62,8 +62,10 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
     let client = Client::connect(&server.url()).await.unwrap();
     let corrupt = NewJob::builder("v", "x").build().unwrap();
     let foreign = NewJob::builder("v", "x").build().unwrap();
+    let counted = NewJob::builder("v", "x").build().unwrap();
     client.submit(&corrupt).await.unwrap();
     client.submit(&foreign).await.unwrap();
+    client.submit(&counted).await.unwrap();
     let mut raw = server.conn().await;
     let _: () = raw
         .hset(format!("hero:job:{}", corrupt.id()), "timeout", "banana")
@@ -71,6 +73,11 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
         .unwrap();
     let _: () = raw
         .hset(format!("hero:job:{}", foreign.id()), "color", "blue")
+        .await
+        .unwrap();
+    // a field the server function itself counts with
+    let _: () = raw
+        .hset(format!("hero:job:{}", counted.id()), "attempts", "many")
         .await
         .unwrap();
     let _: String = raw
@@ -97,12 +104,16 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
         .unwrap();
     assert_eq!(r.output, "ok", "the worker kept running");
 
-    for (job, field) in [(&corrupt, "timeout"), (&foreign, "color")] {
+    for (job, field) in [
+        (&corrupt, "timeout"),
+        (&foreign, "color"),
+        (&counted, "attempts"),
+    ] {
         let r = client
             .wait(job.id(), Duration::from_secs(10))
             .await
             .unwrap();
-        assert_eq!(r.status, Status::Error);
+        assert_eq!(r.status, Status::Error, "{field}: {r:?}");
         assert!(
             r.error.starts_with("invalid job:") && r.error.contains(field),
             "{}",

@@ -5,7 +5,8 @@
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
 -- Returns: {jobs, dropped, cursors}
 --   jobs: list of {stream index, entry id, job id, {field, value, ...}} now leased to the consumer
---         (status started, lease = entry id, attempts + 1, worker_id = consumer);
+--         (status started, lease = entry id, attempts + 1 unless it is not a number,
+--         worker_id = consumer), with the record's fields as they are after that;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
 --         deleted unclaimed: reason 'missing' (no job hash) or 'stale' (the job's current entry
 --         is another one, or it is no longer dispatched, e.g. stopped);
@@ -27,18 +28,50 @@ local function hero_fetch(keys, args)
           local job_id = ''
           for k = 1, #f, 2 do if f[k] == 'j' then job_id = f[k + 1] end end
           local job_key = prefix .. job_id
-          local cur = redis.call('HMGET', job_key, 'status', 'entry')
-          if not cur[1] then
+          -- one read of the record: every check below runs on it, nothing can raise before the
+          -- single write, so a corrupt record never leaves a half-applied fetch behind
+          local fields = redis.call('HGETALL', job_key)
+          local status, entry, attempts_at
+          for k = 1, #fields, 2 do
+            local name = fields[k]
+            if name == 'status' then status = fields[k + 1]
+            elseif name == 'entry' then entry = fields[k + 1]
+            elseif name == 'attempts' then attempts_at = k + 1 end
+          end
+          if #fields == 0 then
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'missing' }
-          elseif cur[2] ~= id or cur[1] == 'finished' or cur[1] == 'error' or cur[1] == 'waiting' or cur[1] == 'started' then
+          elseif entry ~= id or status == 'finished' or status == 'error' or status == 'waiting' or status == 'started' then
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'stale' }
           else
-            redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-              'started_at', now_iso, 'updated_at', now_iso)
-            redis.call('HINCRBY', job_key, 'attempts', 1)
-            jobs[#jobs + 1] = { i, id, job_id, redis.call('HGETALL', job_key) }
+            local update = { status = 'started', lease = id, worker_id = consumer, started_at = now_iso, updated_at = now_iso }
+            local counted = attempts_at and tonumber(fields[attempts_at])
+            if not attempts_at then
+              update.attempts = '1'
+            elseif counted then
+              update.attempts = tostring(counted + 1)
+            end
+            -- else: an unparsable count stays as it is, for the worker to report as invalid
+            local args = {}
+            for name, value in pairs(update) do
+              args[#args + 1] = name
+              args[#args + 1] = value
+            end
+            redis.call('HSET', job_key, unpack(args))
+            -- hand back the record as it is now, without reading it again
+            for k = 1, #fields, 2 do
+              local v = update[fields[k]]
+              if v then
+                fields[k + 1] = v
+                update[fields[k]] = nil
+              end
+            end
+            for name, value in pairs(update) do
+              fields[#fields + 1] = name
+              fields[#fields + 1] = value
+            end
+            jobs[#jobs + 1] = { i, id, job_id, fields }
             want = want - 1
           end
         end
