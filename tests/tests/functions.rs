@@ -66,6 +66,17 @@ async fn recover_consumer(
     consumer: &str,
     max_attempts: u32,
 ) -> Recovered {
+    recover_as(c, stream, consumer, max_attempts, "0").await
+}
+
+/// `hero_recover` in consumer mode; `handback` "1" is a worker giving its own jobs back.
+async fn recover_as(
+    c: &Client,
+    stream: &str,
+    consumer: &str,
+    max_attempts: u32,
+    handback: &str,
+) -> Recovered {
     let mut cmd = Function::Recover.call(&[
         stream.to_string(),
         c.keys().dead_letter(),
@@ -80,7 +91,7 @@ async fn recover_consumer(
         .arg(c.keys().reply_prefix())
         .arg(max_attempts)
         .arg("0-0")
-        .arg("0")
+        .arg(handback)
         .arg(clock::now_iso())
         .arg(c.redis().caps().xackdel_flag());
     let v: redis::Value = c.redis().query(&cmd).await.expect("recover");
@@ -503,4 +514,23 @@ async fn xackdel_is_used_only_when_the_server_has_it() {
         complete(&c, &stream, "ack", &got.jobs[0].entry, "done", "ok").await,
         Completion::Completed
     );
+}
+
+#[tokio::test]
+async fn hand_back_requeues_even_when_the_attempt_count_is_corrupt() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let job = NewJob::builder("osis", "x").id("hb").build().unwrap();
+    c.submit(&job).await.unwrap();
+    let stream = c.keys().work(&job.target(), Priority::DEFAULT);
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    assert_eq!(got.jobs.len(), 1);
+    let mut raw = server.conn().await;
+    let _: () = raw.hset("hero:job:hb", "attempts", "many").await.unwrap();
+    let r = recover_as(&c, &stream, "g:a:1", 5, "1").await;
+    assert_eq!(r.requeued, 1, "back in its stream, not lost");
+    let status: String = raw.hget("hero:job:hb", "status").await.unwrap();
+    assert_eq!(status, "dispatched");
+    let len: usize = raw.xlen(&stream).await.unwrap();
+    assert_eq!(len, 1);
 }

@@ -42,8 +42,10 @@ local function hero_recover(keys, args)
     ack_del(stream, group, id, xackdel)
     if j and j[1] == 'started' and j[2] == id then
       local attempts = tonumber(j[3]) or 1
-      if handback == '1' then
-        attempts = redis.call('HINCRBY', job_key, 'attempts', -1)
+      if handback == '1' and tonumber(j[3]) then
+        -- computed here, not with HINCRBY: nothing may raise once the entry is acknowledged
+        attempts = attempts - 1
+        redis.call('HSET', job_key, 'attempts', attempts)
       end
       local limit = math.max(max_attempts, (tonumber(j[4]) or 0) + 1)
       if handback ~= '1' and attempts >= limit then
