@@ -98,6 +98,19 @@ async fn recover_as(
     Recovered::decode(&v).expect("decode recover")
 }
 
+/// Submits a job `id` of type `osis` and leases it to consumer `g:a:1`: (stream, lease).
+async fn submit_and_fetch(c: &Client, id: &str) -> (String, String) {
+    c.submit(&NewJob::builder("osis", "x").id(id).build().unwrap())
+        .await
+        .unwrap();
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    let got = fetch(c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    assert_eq!(got.jobs.len(), 1, "{id} leased");
+    (stream, got.jobs[0].entry.clone())
+}
+
 #[tokio::test]
 async fn submit_is_idempotent_when_the_id_exists() {
     let server = RedisServer::start();
@@ -215,14 +228,7 @@ async fn fetch_drops_an_entry_naming_a_missing_job() {
 async fn complete_is_fenced_by_the_lease() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    c.submit(&NewJob::builder("osis", "x").id("f").build().unwrap())
-        .await
-        .unwrap();
-    let stream = c
-        .keys()
-        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
-    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
-    let lease = got.jobs[0].entry.clone();
+    let (stream, lease) = submit_and_fetch(&c, "f").await;
     assert_eq!(
         complete(&c, &stream, "f", "0-1", "done", "wrong").await,
         Completion::LeaseLost
@@ -276,14 +282,7 @@ async fn failed_job_is_parked_for_retry_while_budget_lasts() {
 async fn renew_reports_lost_when_another_delivery_owns_the_job() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    c.submit(&NewJob::builder("osis", "x").id("n").build().unwrap())
-        .await
-        .unwrap();
-    let stream = c
-        .keys()
-        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
-    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
-    let lease = got.jobs[0].entry.clone();
+    let (stream, lease) = submit_and_fetch(&c, "n").await;
     let renew = |lease: String| {
         let mut cmd =
             Function::Renew.call(&[c.keys().job(&JobId::new("n").unwrap()), stream.clone()]);

@@ -119,24 +119,8 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
     a.kill9();
     let killed_at = Instant::now();
 
-    let mut raw = server.conn().await;
     let ids: Vec<String> = jobs.iter().map(|j| j.id().to_string()).collect();
-    wait_for("every job finished", Duration::from_secs(40), || {
-        let mut raw = raw.clone();
-        let ids = ids.clone();
-        async move {
-            let mut pipe = redis::pipe();
-            for id in &ids {
-                pipe.hget(format!("hero:job:{id}"), "status");
-            }
-            let statuses: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
-            statuses
-                .iter()
-                .all(|s| s.as_deref() == Some("finished"))
-                .then_some(())
-        }
-    })
-    .await;
+    all_finished(&server, &ids, Duration::from_secs(40)).await;
     let recovered_in = killed_at.elapsed();
     assert!(
         recovered_in < lease / 2,
@@ -157,6 +141,7 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
         }
     }
     assert!(rerun > 0, "A held jobs when it was killed");
+    let mut raw = server.conn().await;
     assert_eq!(
         hero_tests::pending(&mut raw, "hero:q:work:type:t").await,
         0,
