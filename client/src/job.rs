@@ -387,6 +387,12 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 mod tests {
     use super::*;
 
+    /// The job key of `id`, from the keys module like every key.
+    fn key(id: &str) -> String {
+        crate::keys::Keyspace::new(&crate::name::Namespace::new("hero").unwrap())
+            .job(&JobId::new(id).unwrap())
+    }
+
     fn job() -> Job {
         let target = Target::new(
             ScriptType::new("osis").unwrap(),
@@ -409,7 +415,7 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
         fields.push(("status".into(), "dispatched".into()));
-        let back = Job::from_fields("hero:job:j1", fields).unwrap();
+        let back = Job::from_fields(&key("j1"), fields).unwrap();
         assert_eq!(back, j);
     }
 
@@ -437,7 +443,7 @@ mod tests {
             ("status", "dispatched"),
             ("dependencies", "[\"x\"]"),
         ];
-        let j = Job::from_fields("hero:job:L1", fields).unwrap();
+        let j = Job::from_fields(&key("L1"), fields).unwrap();
         assert_eq!(j.script_type, None);
         assert_eq!(j.prerequisites, vec!["x".to_string()]);
     }
@@ -446,7 +452,7 @@ mod tests {
         let mut fields = vec![("id", "j1"), ("status", "dispatched"), ("script", "1")];
         fields.retain(|(k, _)| *k != extra.0);
         fields.push(extra);
-        Job::from_fields("hero:job:j1", fields).unwrap_err()
+        Job::from_fields(&key("j1"), fields).unwrap_err()
     }
 
     #[test]
@@ -464,17 +470,16 @@ mod tests {
         ] {
             let e = decode_err((field, value));
             assert_eq!(e.field, field, "{e}");
-            assert_eq!(e.key, "hero:job:j1");
+            assert_eq!(e.key, key("j1"));
             assert!(e.to_string().contains(field), "{e}");
         }
     }
 
     #[test]
     fn decode_fails_when_required_field_is_missing() {
-        let e =
-            Job::from_fields("hero:job:j1", [("id", "j1"), ("status", "dispatched")]).unwrap_err();
+        let e = Job::from_fields(&key("j1"), [("id", "j1"), ("status", "dispatched")]).unwrap_err();
         assert_eq!(e.field, "script");
-        let e = Job::from_fields("hero:job:j1", Vec::<(String, String)>::new()).unwrap_err();
+        let e = Job::from_fields(&key("j1"), Vec::<(String, String)>::new()).unwrap_err();
         assert_eq!(e.field, "id");
     }
 }
