@@ -26,6 +26,7 @@ pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
 #[derive(Clone, Debug)]
 pub struct NewJob {
     job: Job,
+    target: Target,
     run_at_ms: Option<u64>,
 }
 
@@ -47,11 +48,8 @@ impl NewJob {
         &self.job
     }
 
-    pub fn target(&self) -> Target {
-        // built from a checked script type, so a target always exists
-        self.job
-            .target()
-            .unwrap_or_else(|| Target::of_type(ScriptType::new("invalid").expect("static name")))
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 }
 
@@ -197,7 +195,11 @@ impl NewJobBuilder {
             (None, Some(d)) => Some(clock::now_ms() + d.as_millis() as u64),
             (None, None) => None,
         };
-        Ok(NewJob { job, run_at_ms })
+        Ok(NewJob {
+            job,
+            target,
+            run_at_ms,
+        })
     }
 }
 
@@ -311,10 +313,9 @@ impl Client {
     }
 
     fn submit_cmd(&self, job: &NewJob, reply: bool) -> redis::Cmd {
-        let target = job.target();
         let mut cmd = Function::Submit.call(&[
             self.keys.job(job.id()),
-            self.keys.work(&target, job.job.priority),
+            self.keys.work(job.target(), job.job.priority),
             self.keys.delayed(),
             self.keys.queues(),
         ]);

@@ -4,9 +4,7 @@
 //! braces and becomes the hash tag (`{hero}:job:<id>`), so every key of a namespace lives in one
 //! slot and every server-side function touches one slot. Each builder names its Redis type.
 
-use crate::name::{
-    ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,
-};
+use crate::name::{GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target};
 
 /// The consumer group every work stream carries; workers are its consumers.
 pub const CONSUMER_GROUP: &str = "workers";
@@ -183,11 +181,6 @@ impl Keyspace {
     /// The consumer name the broker uses while it reclaims idle entries.
     pub fn reclaimer(&self) -> String {
         "hero-broker-reclaim".to_string()
-    }
-
-    /// The consumer name string of a worker, as written into the consumer groups.
-    pub fn consumer(&self, consumer: &ConsumerName) -> String {
-        consumer.to_string()
     }
 
     // Legacy names served by the bridge (seed 001, seed 000 motivation).

@@ -27,7 +27,7 @@ async fn several_brokers_requeue_each_job_of_a_dead_consumer_exactly_once() {
     // its liveness deadline in the past
     let stream = client
         .keys()
-        .work(&jobs[0].target(), hero_client::Priority::DEFAULT);
+        .work(jobs[0].target(), hero_client::Priority::DEFAULT);
     let mut cmd = Function::Fetch.call(std::slice::from_ref(&stream));
     cmd.arg(CONSUMER_GROUP)
         .arg("g:dead:1")

@@ -460,7 +460,7 @@ async fn every_function_touches_one_slot_in_cluster_mode() {
         .build()
         .unwrap();
     c.submit(&job).await.unwrap();
-    let stream = c.keys().work(&job.target(), Priority::DEFAULT);
+    let stream = c.keys().work(job.target(), Priority::DEFAULT);
     let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
     assert_eq!(got.jobs.len(), 1);
     let r = recover_consumer(&c, &stream, "g:a:1", 5).await;
@@ -507,7 +507,7 @@ async fn xackdel_is_used_only_when_the_server_has_it() {
     // and the functions run with the flag the client detected
     let job = NewJob::builder("osis", "x").id("ack").build().unwrap();
     c.submit(&job).await.unwrap();
-    let stream = c.keys().work(&job.target(), Priority::DEFAULT);
+    let stream = c.keys().work(job.target(), Priority::DEFAULT);
     let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
     assert_eq!(
         complete(&c, &stream, "ack", &got.jobs[0].entry, "done", "ok").await,
@@ -521,7 +521,7 @@ async fn hand_back_requeues_even_when_the_attempt_count_is_corrupt() {
     let c = client(&server).await;
     let job = NewJob::builder("osis", "x").id("hb").build().unwrap();
     c.submit(&job).await.unwrap();
-    let stream = c.keys().work(&job.target(), Priority::DEFAULT);
+    let stream = c.keys().work(job.target(), Priority::DEFAULT);
     let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
     assert_eq!(got.jobs.len(), 1);
     let mut raw = server.conn().await;
