@@ -134,16 +134,31 @@ async fn submit_many_writes_every_job_in_one_call() {
     let jobs: Vec<NewJob> = (0..50)
         .map(|i| NewJob::builder("v", format!("{i}")).build().unwrap())
         .collect();
+    let mut raw = server.conn().await;
+    let reads = |raw: redis::aio::MultiplexedConnection| async move {
+        let mut raw = raw;
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_reads_processed:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("total_reads_processed")
+    };
+    let before = reads(raw.clone()).await;
     let results = c.submit_many(&jobs).await.unwrap();
+    // one round trip: the 50 calls reach Redis in a read or two, not 50 (the INFO calls add 2)
+    let used = reads(raw.clone()).await - before;
+    assert!(
+        used <= 6,
+        "{used} socket reads for one submit_many of 50 jobs"
+    );
     assert!(results
         .iter()
         .all(|r| r.as_ref().map(|s| s.created).unwrap_or(false)));
-    let len: usize = server
-        .conn()
-        .await
-        .xlen("hero:q:work:type:v")
-        .await
-        .unwrap();
+    let len: usize = raw.xlen("hero:q:work:type:v").await.unwrap();
     assert_eq!(len, 50);
 }
 

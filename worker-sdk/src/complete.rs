@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use crate::backoff::Backoff;
 use crate::outcome::Outcome;
-use crate::worker::{retry_at_ms, Shared, WorkerEvent};
+use crate::worker::{Shared, WorkerEvent};
 
 /// How many outcomes go into one pipeline at most.
 const BATCH: usize = 256;
@@ -27,7 +27,24 @@ pub(crate) struct Finished {
     pub permit: OwnedSemaphorePermit,
 }
 
-fn complete_cmd(s: &Shared, f: &Finished) -> Option<redis::Cmd> {
+/// When a failed attempt may run again (ms since the epoch); 0 for outcomes that never retry,
+/// so a successful job pays for no clock read or jitter.
+fn retry_at_ms(outcome: &Outcome, attempt: u32, now_ms: u64) -> u64 {
+    let delay = match outcome {
+        Outcome::Done(_) | Outcome::Abort(_) => return 0,
+        Outcome::RetryAfter(d, _) => *d,
+        Outcome::Fail(_) => crate::backoff::retry_delay(attempt.max(1)),
+    };
+    now_ms + delay.as_millis() as u64
+}
+
+/// The time of one batch, read once for all of its outcomes.
+struct BatchClock {
+    ms: u64,
+    iso: String,
+}
+
+fn complete_cmd(s: &Shared, f: &Finished, now: &BatchClock) -> Option<redis::Cmd> {
     // ids came from Redis: one that is not a valid id cannot have a job hash of ours
     let id = JobId::new(&f.job_id).ok()?;
     let (outcome, text) = match &f.outcome {
@@ -47,8 +64,8 @@ fn complete_cmd(s: &Shared, f: &Finished) -> Option<redis::Cmd> {
         .arg(CONSUMER_GROUP)
         .arg(outcome)
         .arg(text)
-        .arg(retry_at_ms(&f.outcome, f.attempt))
-        .arg(clock::now_iso())
+        .arg(retry_at_ms(&f.outcome, f.attempt, now.ms))
+        .arg(&now.iso)
         .arg(s.redis.caps().xackdel_flag())
         .arg(id.as_str());
     Some(cmd)
@@ -66,10 +83,15 @@ pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished
                 Err(_) => break,
             }
         }
+        let ms = clock::now_ms();
+        let now = BatchClock {
+            ms,
+            iso: clock::iso(ms),
+        };
         let mut pipe = redis::pipe();
         let mut sent = Vec::with_capacity(batch.len());
         for f in batch.drain(..) {
-            match complete_cmd(&s, &f) {
+            match complete_cmd(&s, &f, &now) {
                 Some(cmd) => {
                     pipe.add_command(cmd);
                     sent.push(f);

@@ -515,12 +515,3 @@ async fn run_job(
         }
     }
 }
-
-/// The retry-at time of a failed attempt (ms since the epoch).
-pub(crate) fn retry_at_ms(outcome: &Outcome, attempt: u32) -> u64 {
-    let delay = match outcome {
-        Outcome::RetryAfter(d, _) => *d,
-        _ => crate::backoff::retry_delay(attempt.max(1)),
-    };
-    clock::now_ms() + delay.as_millis() as u64
-}
