@@ -62,6 +62,19 @@ pub enum Command {
     Stop { id: String },
     /// List jobs by status or by queue, a page at a time.
     Jobs(JobsArgs),
+    /// Benchmark hero (and a peer, with --peer bullmq) on a throwaway Redis.
+    Bench(crate::bench::BenchArgs),
+    /// The worker process `hero bench` kills in its recovery scenario.
+    #[command(hide = true)]
+    BenchWorker(crate::bench::BenchWorkerArgs),
+}
+
+impl Command {
+    /// Commands that run best on one thread: the benchmark pins itself to one core, like the
+    /// single-threaded peer it is compared with.
+    pub fn single_threaded(&self) -> bool {
+        matches!(self, Command::Bench(_) | Command::BenchWorker(_))
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -379,6 +392,11 @@ pub async fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Jobs(args) => jobs(g, args).await,
+        Command::Bench(args) => crate::bench::run(args.clone(), g.json).await,
+        Command::BenchWorker(args) => {
+            let client = connect(g, &resolve_url(g)).await?;
+            crate::bench::bench_worker(client, args).await
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! hero-broker: the broker daemon and the `hero` command line.
 //!
 //! # Layout
+//! - [`bench`]: `hero bench`, hero beside a peer on a throwaway Redis.
 //! - [`broker`]: runs the daemon loops and publishes the settings the functions read.
 //! - [`recover`]: presence-driven and XAUTOCLAIM recovery of abandoned jobs.
 //! - [`promote`]: due delayed jobs and retries into their streams.
@@ -9,6 +10,7 @@
 //! - [`rhai_worker`]: the built-in Rhai handler.
 //! - [`cli`]: the commands; `main.rs` only parses and calls [`cli::run`].
 
+pub mod bench;
 pub mod broker;
 pub mod cli;
 pub mod config;

@@ -1,6 +1,7 @@
-//! The `redis-server` child that `hero up` starts when no Redis is configured: loopback only,
+//! The `redis-server` children hero starts itself: the one of `hero up` when no Redis is configured: loopback only,
 //! data and AOF under `./.hero/redis`, its URL written to `./.hero/redis.url` so the other
-//! commands run from the same directory find it, shut down cleanly on exit.
+//! commands run from the same directory find it, shut down cleanly on exit; and the throwaway
+//! one of `hero bench`, pinned to a core, with or without persistence.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -33,8 +34,34 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
+/// How a local `redis-server` is started.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Its working directory (AOF, log).
+    pub dir: PathBuf,
+    /// `appendfsync` policy, or `None` for no persistence at all.
+    pub aof: Option<&'static str>,
+    /// Pin it to this CPU core (with taskset).
+    pub core: Option<usize>,
+}
+
 impl LocalRedis {
+    /// The Redis of `hero up`: AOF every second under `base/.hero/redis`, its URL written to
+    /// the URL file.
     pub async fn start(base: &Path) -> anyhow::Result<LocalRedis> {
+        let dir = base.join(STATE_DIR).join("redis");
+        let redis = Self::spawn(Options {
+            dir,
+            aof: Some("everysec"),
+            core: None,
+        })
+        .await?;
+        std::fs::write(url_file(base), &redis.url).context("writing .hero/redis.url")?;
+        Ok(redis)
+    }
+
+    /// Starts a loopback-only `redis-server` on a free port and waits until it answers.
+    pub async fn spawn(opts: Options) -> anyhow::Result<LocalRedis> {
         if !installed() {
             bail!(
                 "redis-server is not installed, and no Redis is configured.\n\
@@ -42,26 +69,30 @@ impl LocalRedis {
                  Redis with --redis-url / HERO_REDIS_URL."
             );
         }
-        let dir = base.join(STATE_DIR).join("redis");
+        let dir = opts.dir;
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let port = free_port()?;
-        let child = tokio::process::Command::new("redis-server")
+        let mut command = match opts.core {
+            Some(core) => {
+                let mut c = tokio::process::Command::new("taskset");
+                c.arg("-c").arg(core.to_string()).arg("redis-server");
+                c
+            }
+            None => tokio::process::Command::new("redis-server"),
+        };
+        command
             .arg("--port")
             .arg(port.to_string())
             .arg("--bind")
             .arg("127.0.0.1")
             .arg("--dir")
             .arg(&dir)
-            .args([
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "everysec",
-                "--save",
-                "",
-                "--daemonize",
-                "no",
-            ])
+            .args(["--save", "", "--daemonize", "no"]);
+        match opts.aof {
+            Some(fsync) => command.args(["--appendonly", "yes", "--appendfsync", fsync]),
+            None => command.args(["--appendonly", "no"]),
+        };
+        let child = command
             .args(["--logfile", "redis.log"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -89,12 +120,17 @@ impl LocalRedis {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        std::fs::write(url_file(base), &url).context("writing .hero/redis.url")?;
         Ok(LocalRedis { child, url, dir })
     }
 
     /// SHUTDOWN (flushes the AOF), then waits for the process; kills it if it lingers.
-    pub async fn stop(mut self, base: &Path) {
+    pub async fn stop(self, base: &Path) {
+        self.shutdown().await;
+        let _ = std::fs::remove_file(url_file(base));
+    }
+
+    /// SHUTDOWN, then waits for the process; kills it if it lingers.
+    pub async fn shutdown(mut self) {
         if let Ok(client) = redis::Client::open(self.url.as_str()) {
             if let Ok(mut c) = client.get_multiplexed_async_connection().await {
                 let _ = redis::cmd("SHUTDOWN").query_async::<()>(&mut c).await;
@@ -106,6 +142,5 @@ impl LocalRedis {
         {
             let _ = self.child.kill().await;
         }
-        let _ = std::fs::remove_file(url_file(base));
     }
 }

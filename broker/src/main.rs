@@ -2,17 +2,38 @@
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    let cli = hero_broker::cli::Cli::parse();
+    // the benchmark prints its own progress; every worker start and stop would drown it
+    let default_filter = if cli.command.single_threaded() {
+        "warn"
+    } else {
+        "warn,hero_broker=info,hero_worker=info"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,hero_broker=info,hero_worker=info".into()),
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = hero_broker::cli::Cli::parse();
-    match hero_broker::cli::run(cli).await {
+    let runtime = if cli.command.single_threaded() {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    };
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(2);
+        }
+    };
+    match runtime.block_on(hero_broker::cli::run(cli)) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -1,0 +1,339 @@
+//! `hero bench` (SPEC §9): starts a throwaway `redis-server`, pins it and the load to different
+//! cores, runs each scenario with hero's own client and worker (the API users get, no
+//! shortcuts) and, with `--peer bullmq`, the same scenario with BullMQ on the same Redis,
+//! interleaved round by round; then prints one table of medians and writes it as JSON.
+//!
+//! Every figure is measured the same way on both sides: a timed section, Redis CPU time from
+//! `INFO cpu` before and after it, latencies from a submit timestamp carried in the job.
+
+mod ours;
+mod peer;
+mod report;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+use crate::local_redis::{self, LocalRedis};
+pub use ours::{bench_worker, BenchWorkerArgs};
+use report::{Figures, Report};
+
+/// The scenarios, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Scenario {
+    /// Jobs submitted in batches → jobs/s.
+    SubmitBulk,
+    /// Pre-submitted no-op jobs, one worker of concurrency N → jobs/s.
+    WorkerConcurrent,
+    /// Producers and a worker at once → jobs/s and submit-to-start latency.
+    EndToEnd,
+    /// Jobs offered at a fixed rate → submit-to-start and submit-to-result latency.
+    Latency,
+    /// A worker process holding running jobs is killed with SIGKILL → seconds until all of
+    /// them run elsewhere (hero only: BullMQ's stalled-job check is a different mechanism).
+    Recovery,
+    /// Redis memory per waiting job, and after drain and retention.
+    Memory,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 6] = [
+        Scenario::SubmitBulk,
+        Scenario::WorkerConcurrent,
+        Scenario::EndToEnd,
+        Scenario::Latency,
+        Scenario::Recovery,
+        Scenario::Memory,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::SubmitBulk => "submit-bulk",
+            Scenario::WorkerConcurrent => "worker-concurrent",
+            Scenario::EndToEnd => "end-to-end",
+            Scenario::Latency => "latency",
+            Scenario::Recovery => "recovery",
+            Scenario::Memory => "memory",
+        }
+    }
+
+    fn has_peer(self) -> bool {
+        self != Scenario::Recovery
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PeerKind {
+    Bullmq,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AofMode {
+    /// fsync after every write: the durable mode of SPEC §4.1.
+    Always,
+    Everysec,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Jobs in submit-bulk, worker-concurrent, end-to-end and memory.
+    #[arg(long, default_value_t = 100_000)]
+    pub jobs: u64,
+    /// Jobs per submit batch.
+    #[arg(long, default_value_t = 50)]
+    pub batch: usize,
+    /// Producers with a batch in flight at once (submit-bulk, end-to-end).
+    #[arg(long, default_value_t = 4)]
+    pub producers: usize,
+    /// Worker concurrency.
+    #[arg(long, default_value_t = 100)]
+    pub concurrency: usize,
+    /// Jobs offered per second in the latency scenario.
+    #[arg(long, default_value_t = 5_000)]
+    pub rate: u64,
+    /// How long the latency scenario offers jobs.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Running jobs held by the worker the recovery scenario kills.
+    #[arg(long, default_value_t = 100)]
+    pub recovery_jobs: u64,
+    /// Presence TTL of the workers in the recovery scenario.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub presence_ttl: Duration,
+    /// Rounds; each figure is the median over them.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Run the same scenarios with this peer on the same Redis, interleaved with ours.
+    #[arg(long)]
+    pub peer: Option<PeerKind>,
+    /// Give Redis an AOF with this fsync policy (default: no persistence).
+    #[arg(long)]
+    pub aof: Option<AofMode>,
+    /// Only these scenarios (comma-separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<Scenario>,
+    /// Do not pin Redis and the load to separate cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Where --json writes the report.
+    #[arg(long, default_value = "bench-results.json")]
+    pub out: PathBuf,
+    /// Directory of the peer (its package.json and script).
+    #[arg(long, env = "HERO_BENCH_PEER_DIR", default_value = "benches/peer")]
+    pub peer_dir: PathBuf,
+}
+
+/// The cores Redis and the load run on, when the machine has two or more and taskset exists.
+#[derive(Clone, Copy, Debug)]
+pub struct Pinning {
+    pub redis: usize,
+    pub load: usize,
+}
+
+fn pinning(args: &BenchArgs) -> Option<Pinning> {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if args.no_pin || cores < 2 || !on_path("taskset") {
+        return None;
+    }
+    Some(Pinning { redis: 0, load: 1 })
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|p| p.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// Moves every thread of this process to `core` (threads made later inherit it).
+fn pin_self(core: usize) -> Result<()> {
+    let status = std::process::Command::new("taskset")
+        .args([
+            "-a",
+            "-p",
+            "-c",
+            &core.to_string(),
+            &std::process::id().to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("running taskset")?;
+    if !status.success() {
+        bail!("taskset could not pin the benchmark to core {core}");
+    }
+    Ok(())
+}
+
+/// Reads what the scenarios need from the server itself.
+#[derive(Clone)]
+pub(crate) struct Probe {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+impl Probe {
+    async fn connect(url: &str) -> Result<Probe> {
+        let client = redis::Client::open(url)?;
+        Ok(Probe {
+            conn: client.get_multiplexed_async_connection().await?,
+        })
+    }
+
+    async fn info_field(&self, section: &str, field: &str) -> Result<f64> {
+        let text: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("INFO {section} has no {field}"))
+    }
+
+    /// Seconds of CPU the server has used, user and system.
+    pub async fn cpu_secs(&self) -> Result<f64> {
+        Ok(self.info_field("cpu", "used_cpu_user").await?
+            + self.info_field("cpu", "used_cpu_sys").await?)
+    }
+
+    pub async fn used_memory(&self) -> Result<f64> {
+        self.info_field("memory", "used_memory").await
+    }
+
+    pub async fn flushall(&self) -> Result<()> {
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Walks the whole keyspace, which makes Redis delete every key whose TTL has passed.
+    pub async fn expire_due_keys(&self) -> Result<()> {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, _): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    async fn version(&self) -> Result<String> {
+        let text: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_string())
+    }
+}
+
+/// Runs the benchmark; prints progress to stderr and the table to stdout. Exit code 0.
+pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
+    if args.jobs == 0 || args.batch == 0 || args.producers == 0 || args.concurrency == 0 {
+        bail!("--jobs, --batch, --producers and --concurrency must be at least 1");
+    }
+    if args.rounds == 0 || args.rate == 0 {
+        bail!("--rounds and --rate must be at least 1");
+    }
+    let scenarios: Vec<Scenario> = if args.only.is_empty() {
+        Scenario::ALL.to_vec()
+    } else {
+        let mut s = args.only.clone();
+        s.sort();
+        s.dedup();
+        s
+    };
+    let pin = pinning(&args);
+    let peer = match args.peer {
+        Some(PeerKind::Bullmq) => Some(peer::Peer::prepare(&args.peer_dir, pin).await?),
+        None => None,
+    };
+    let dir = std::env::temp_dir().join(format!("hero-bench-{}", std::process::id()));
+    let redis = LocalRedis::spawn(local_redis::Options {
+        dir: dir.clone(),
+        aof: args.aof.map(|a| match a {
+            AofMode::Always => "always",
+            AofMode::Everysec => "everysec",
+        }),
+        core: pin.map(|p| p.redis),
+    })
+    .await?;
+    if let Some(p) = pin {
+        pin_self(p.load)?;
+    }
+    let probe = Probe::connect(&redis.url).await?;
+    let version = probe.version().await?;
+    eprintln!(
+        "hero bench: redis {version} at {} ({}), {}; {} round(s), {} jobs{}",
+        redis.url,
+        match args.aof {
+            Some(AofMode::Always) => "AOF fsync always",
+            Some(AofMode::Everysec) => "AOF fsync everysec",
+            None => "no persistence",
+        },
+        match pin {
+            Some(p) => format!("redis on core {}, load on core {}", p.redis, p.load),
+            None => "not pinned".to_string(),
+        },
+        args.rounds,
+        args.jobs,
+        if peer.is_some() { ", peer bullmq" } else { "" },
+    );
+    let ours = ours::Ours::new(&redis.url, &args).await?;
+    let mut report = Report::new(&args, &version, pin, args.peer.is_some());
+    let result = async {
+        for round in 1..=args.rounds {
+            for &scenario in &scenarios {
+                eprintln!("[round {round}/{}] {} ours", args.rounds, scenario.name());
+                probe.flushall().await?;
+                let figures = ours
+                    .run(scenario, &probe)
+                    .await
+                    .with_context(|| format!("hero {} scenario", scenario.name()))?;
+                eprintln!("    {}", figures.summary());
+                report.add(scenario, Side::Ours, figures);
+                if let (Some(peer), true) = (&peer, scenario.has_peer()) {
+                    eprintln!("[round {round}/{}] {} bullmq", args.rounds, scenario.name());
+                    probe.flushall().await?;
+                    let figures: Figures = peer
+                        .run(scenario, &redis.url, &args)
+                        .await
+                        .with_context(|| format!("bullmq {} scenario", scenario.name()))?;
+                    eprintln!("    {}", figures.summary());
+                    report.add(scenario, Side::Peer, figures);
+                }
+            }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    redis.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result?;
+    print!("{}", report.table());
+    if json {
+        std::fs::write(&args.out, serde_json::to_string_pretty(&report.json())?)
+            .with_context(|| format!("writing {}", args.out.display()))?;
+        eprintln!("wrote {}", args.out.display());
+    }
+    Ok(0)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Ours,
+    Peer,
+}

@@ -1,0 +1,449 @@
+//! hero's side of each scenario, through the same `Client` and `Worker` API users have: jobs
+//! with the job hash, fenced completion, presence and lease renewal all on. Job ids carry their
+//! submit time (`<seq>-<µs since the epoch>`), so latencies need no table of their own.
+//!
+//! Also the `bench-worker` child of the recovery scenario: a worker process whose handlers
+//! never finish, so it can be killed holding running jobs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use hero_client::{Client, Job, NewJob};
+use hero_worker::{Outcome, Worker, WorkerEvent};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::{oneshot, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::report::{percentiles, Figures};
+use super::{BenchArgs, Probe, Scenario};
+use crate::config::BrokerConfig;
+
+const TYPE: &str = "bench";
+/// The longest any single wait of a scenario may take before the run is called broken.
+const STUCK: Duration = Duration::from_secs(300);
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// The submit time a bench job id carries.
+fn submitted_us(id: &str) -> Option<u64> {
+    id.rsplit('-').next()?.parse().ok()
+}
+
+/// What a bench worker saw: jobs started and completed, with their latencies.
+#[derive(Default)]
+struct Tally {
+    target: AtomicU64,
+    started: AtomicU64,
+    completed: AtomicU64,
+    start_us: Mutex<Vec<u64>>,
+    result_us: Mutex<Vec<u64>>,
+    all_started: Notify,
+    all_completed: Notify,
+    ready: Notify,
+}
+
+impl Tally {
+    fn new(target: u64) -> Arc<Tally> {
+        let t = Tally::default();
+        t.target.store(target, Ordering::SeqCst);
+        Arc::new(t)
+    }
+
+    fn on_start(&self, id: &str) {
+        if let Some(t) = submitted_us(id) {
+            if let Ok(mut v) = self.start_us.lock() {
+                v.push(now_us().saturating_sub(t));
+            }
+        }
+        if self.started.fetch_add(1, Ordering::SeqCst) + 1 == self.target.load(Ordering::SeqCst) {
+            self.all_started.notify_one();
+        }
+    }
+
+    fn on_event(&self, e: &WorkerEvent) {
+        match e {
+            WorkerEvent::Ready { .. } => self.ready.notify_one(),
+            WorkerEvent::Completed { job_id, .. } => {
+                if let Some(t) = submitted_us(job_id) {
+                    if let Ok(mut v) = self.result_us.lock() {
+                        v.push(now_us().saturating_sub(t));
+                    }
+                }
+                let done = self.completed.fetch_add(1, Ordering::SeqCst) + 1;
+                if done == self.target.load(Ordering::SeqCst) {
+                    self.all_completed.notify_one();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn wait(&self, what: &str, n: &AtomicU64, notify: &Notify) -> Result<()> {
+        let deadline = Instant::now() + STUCK;
+        while n.load(Ordering::SeqCst) < self.target.load(Ordering::SeqCst) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, notify.notified()).await.is_err() {
+                bail!(
+                    "only {} of {} jobs {what} within {STUCK:?}",
+                    n.load(Ordering::SeqCst),
+                    self.target.load(Ordering::SeqCst)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn all_completed(&self) -> Result<()> {
+        self.wait("completed", &self.completed, &self.all_completed)
+            .await
+    }
+
+    async fn all_started(&self) -> Result<()> {
+        self.wait("started", &self.started, &self.all_started).await
+    }
+
+    fn latencies(&self, fig: &mut Figures, start: bool, result: bool) {
+        let take = |m: &Mutex<Vec<u64>>| {
+            m.lock()
+                .map(|mut v| std::mem::take(&mut *v))
+                .unwrap_or_default()
+        };
+        if start {
+            let (p50, p99, max) = percentiles(take(&self.start_us));
+            fig.set("start_p50_ms", p50);
+            fig.set("start_p99_ms", p99);
+            fig.set("start_max_ms", max);
+        }
+        if result {
+            let (p50, p99, max) = percentiles(take(&self.result_us));
+            fig.set("result_p50_ms", p50);
+            fig.set("result_p99_ms", p99);
+            fig.set("result_max_ms", max);
+        }
+    }
+}
+
+/// A worker running in this process until stopped.
+struct Running {
+    shutdown: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<hero_worker::Result<()>>,
+}
+
+impl Running {
+    async fn stop(self) -> Result<()> {
+        let _ = self.shutdown.send(());
+        tokio::time::timeout(Duration::from_secs(60), self.task)
+            .await
+            .context("the bench worker did not stop within 60 s")???;
+        Ok(())
+    }
+}
+
+pub struct Ours {
+    client: Client,
+    args: BenchArgs,
+    seq: AtomicU64,
+}
+
+impl Ours {
+    pub async fn new(url: &str, args: &BenchArgs) -> Result<Ours> {
+        Ok(Ours {
+            client: Client::connect(url).await?,
+            args: args.clone(),
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    fn job(&self) -> Result<NewJob> {
+        let id = format!("{}-{}", self.seq.fetch_add(1, Ordering::Relaxed), now_us());
+        Ok(NewJob::builder(TYPE, "noop").id(id).build()?)
+    }
+
+    /// Submits `n` jobs in batches, `producers` batches in flight at once.
+    async fn submit(&self, n: u64) -> Result<()> {
+        let next = AtomicU64::new(0);
+        let batch = self.args.batch as u64;
+        let producer = || async {
+            loop {
+                let from = next.fetch_add(batch, Ordering::Relaxed);
+                if from >= n {
+                    return anyhow::Ok(());
+                }
+                let jobs = (from..(from + batch).min(n))
+                    .map(|_| self.job())
+                    .collect::<Result<Vec<_>>>()?;
+                for r in self.client.submit_many(&jobs).await? {
+                    r?;
+                }
+            }
+        };
+        futures::future::try_join_all((0..self.args.producers).map(|_| producer())).await?;
+        Ok(())
+    }
+
+    /// Starts a worker with a no-op handler that reports to `tally`, and waits until it is ready.
+    async fn worker(&self, tally: &Arc<Tally>, concurrency: usize) -> Result<Running> {
+        let on_start = tally.clone();
+        let on_event = tally.clone();
+        let worker = Worker::builder(self.client.clone())
+            .types([TYPE])
+            .instance(format!(
+                "bench-{}",
+                self.seq.fetch_add(1, Ordering::Relaxed)
+            ))
+            .concurrency(concurrency)
+            .presence_ttl(self.args.presence_ttl.max(Duration::from_millis(300)))
+            .handler(move |job: Job, _ctx| {
+                on_start.on_start(job.id.as_str());
+                async { Outcome::Done(String::new()) }
+            })
+            .on_event(move |e| on_event.on_event(e))
+            .build()?;
+        let (shutdown, rx) = oneshot::channel::<()>();
+        let ready = tally.ready.notified();
+        let task = tokio::spawn(worker.run(async {
+            let _ = rx.await;
+        }));
+        tokio::time::timeout(Duration::from_secs(30), ready)
+            .await
+            .context("the bench worker was not ready within 30 s")?;
+        Ok(Running { shutdown, task })
+    }
+
+    pub async fn run(&self, scenario: Scenario, probe: &Probe) -> Result<Figures> {
+        let n = self.args.jobs;
+        let mut fig = Figures::default();
+        match scenario {
+            Scenario::SubmitBulk => {
+                let cpu0 = probe.cpu_secs().await?;
+                let t0 = Instant::now();
+                self.submit(n).await?;
+                let secs = t0.elapsed().as_secs_f64();
+                fig.set("jobs_per_s", n as f64 / secs);
+                fig.set("redis_us_per_job", cpu_us(probe, cpu0, n).await?);
+            }
+            Scenario::WorkerConcurrent => {
+                self.submit(n).await?;
+                let tally = Tally::new(n);
+                let cpu0 = probe.cpu_secs().await?;
+                let t0 = Instant::now();
+                let w = self.worker(&tally, self.args.concurrency).await?;
+                tally.all_completed().await?;
+                let secs = t0.elapsed().as_secs_f64();
+                fig.set("jobs_per_s", n as f64 / secs);
+                fig.set("redis_us_per_job", cpu_us(probe, cpu0, n).await?);
+                w.stop().await?;
+            }
+            Scenario::EndToEnd => {
+                let tally = Tally::new(n);
+                let w = self.worker(&tally, self.args.concurrency).await?;
+                let cpu0 = probe.cpu_secs().await?;
+                let t0 = Instant::now();
+                tokio::try_join!(self.submit(n), tally.all_completed())?;
+                let secs = t0.elapsed().as_secs_f64();
+                fig.set("jobs_per_s", n as f64 / secs);
+                fig.set("redis_us_per_job", cpu_us(probe, cpu0, n).await?);
+                tally.latencies(&mut fig, true, false);
+                w.stop().await?;
+            }
+            Scenario::Latency => {
+                let total =
+                    ((self.args.rate as f64) * self.args.duration.as_secs_f64()).round() as u64;
+                let total = total.max(1);
+                let tally = Tally::new(total);
+                let w = self.worker(&tally, self.args.concurrency).await?;
+                let cpu0 = probe.cpu_secs().await?;
+                let t0 = Instant::now();
+                let mut tick = tokio::time::interval(Duration::from_millis(1));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let mut sent = 0u64;
+                let mut submits = tokio::task::JoinSet::new();
+                while sent < total {
+                    tick.tick().await;
+                    let due =
+                        ((t0.elapsed().as_secs_f64() * self.args.rate as f64) as u64).min(total);
+                    while sent < due {
+                        let job = self.job()?;
+                        let client = self.client.clone();
+                        // each job is its own call, as a producer submitting one at a time does
+                        submits.spawn(async move { client.submit(&job).await });
+                        sent += 1;
+                    }
+                }
+                while let Some(r) = submits.join_next().await {
+                    r??;
+                }
+                tally.all_completed().await?;
+                let secs = t0.elapsed().as_secs_f64();
+                fig.set("offered_per_s", total as f64 / secs);
+                fig.set("redis_us_per_job", cpu_us(probe, cpu0, total).await?);
+                tally.latencies(&mut fig, true, true);
+                w.stop().await?;
+            }
+            Scenario::Recovery => {
+                fig.set("recovery_s", self.recovery().await?);
+                fig.set("presence_ttl_s", self.args.presence_ttl.as_secs_f64());
+            }
+            Scenario::Memory => {
+                let (per_job, after_pct) = self.memory(probe).await?;
+                fig.set("bytes_per_waiting_job", per_job);
+                fig.set("after_drain_pct", after_pct);
+            }
+        }
+        Ok(fig)
+    }
+
+    /// Runs `n` queued jobs to the end with a worker of the bench's concurrency.
+    async fn drain(&self, n: u64) -> Result<()> {
+        let tally = Tally::new(n);
+        let w = self.worker(&tally, self.args.concurrency).await?;
+        tally.all_completed().await?;
+        w.stop().await
+    }
+
+    /// Bytes per waiting job, and how far memory is from its baseline (%) after the jobs ran
+    /// and their retention passed.
+    async fn memory(&self, probe: &Probe) -> Result<(f64, f64)> {
+        let retention = Duration::from_secs(1);
+        let cfg = BrokerConfig {
+            retention,
+            ..BrokerConfig::default()
+        };
+        crate::broker::publish_config(&self.client, &cfg).await?;
+        let settle = || async {
+            tokio::time::sleep(retention + Duration::from_millis(100)).await;
+            probe.expire_due_keys().await?;
+            // Redis shrinks its tables in its own cron; give it a second, as the peer gets
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            anyhow::Ok(())
+        };
+        // warm up: the function library, the stream, its group and the connections in place
+        self.submit(1000).await?;
+        self.drain(1000).await?;
+        settle().await?;
+        let base = probe.used_memory().await?;
+        let n = self.args.jobs;
+        self.submit(n).await?;
+        let full = probe.used_memory().await?;
+        eprintln!("    {n} queued");
+        self.drain(n).await?;
+        settle().await?;
+        let after = probe.used_memory().await?;
+        Ok(((full - base) / n as f64, (after - base) * 100.0 / base))
+    }
+
+    /// Seconds from the SIGKILL of a worker process holding `recovery_jobs` running jobs until
+    /// another worker has started every one of them; the broker runs in this process.
+    async fn recovery(&self) -> Result<f64> {
+        let n = self.args.recovery_jobs;
+        let stop_broker = CancellationToken::new();
+        crate::broker::publish_config(&self.client, &BrokerConfig::default()).await?;
+        let broker = tokio::spawn(crate::broker::run(
+            self.client.clone(),
+            BrokerConfig::default(),
+            stop_broker.clone(),
+        ));
+        let result = async {
+            let exe = std::env::current_exe().context("finding the hero binary")?;
+            let mut child = tokio::process::Command::new(exe)
+                .arg("--redis-url")
+                .arg(self.client.redis().url())
+                .arg("bench-worker")
+                .arg("--concurrency")
+                .arg(n.to_string())
+                .arg("--presence-ms")
+                .arg(self.args.presence_ttl.as_millis().to_string())
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting the bench worker process")?;
+            let stdout = child
+                .stdout
+                .take()
+                .context("no stdout of the bench worker")?;
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            expect(&mut lines, "ready", 1).await?;
+            for _ in 0..n {
+                self.client.submit(&self.job()?).await?;
+            }
+            expect(&mut lines, "started", n).await?;
+            let tally = Tally::new(n);
+            let rescuer = self.worker(&tally, n as usize).await?;
+            child.start_kill().context("killing the bench worker")?;
+            let t0 = Instant::now();
+            tally.all_started().await?;
+            let secs = t0.elapsed().as_secs_f64();
+            let _ = child.wait().await;
+            rescuer.stop().await?;
+            anyhow::Ok(secs)
+        }
+        .await;
+        stop_broker.cancel();
+        let _ = broker.await;
+        result
+    }
+}
+
+/// Reads the child's lines until `count` of them start with `what`.
+async fn expect(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    what: &str,
+    count: u64,
+) -> Result<()> {
+    let mut seen = 0;
+    while seen < count {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .with_context(|| format!("the bench worker printed no '{what}' within 30 s"))??
+            .with_context(|| format!("the bench worker exited before '{what}'"))?;
+        if line.starts_with(what) {
+            seen += 1;
+        }
+    }
+    Ok(())
+}
+
+async fn cpu_us(probe: &Probe, cpu0: f64, jobs: u64) -> Result<f64> {
+    Ok((probe.cpu_secs().await? - cpu0) * 1e6 / jobs as f64)
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchWorkerArgs {
+    #[arg(long, default_value_t = 100)]
+    pub concurrency: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub presence_ms: u64,
+}
+
+/// The recovery scenario's victim: takes `concurrency` jobs, prints `ready` and one `started`
+/// line per job, and never finishes them.
+pub async fn bench_worker(client: Client, args: &BenchWorkerArgs) -> Result<i32> {
+    use std::io::Write;
+    let worker = Worker::builder(client)
+        .types([TYPE])
+        .concurrency(args.concurrency)
+        .presence_ttl(Duration::from_millis(args.presence_ms))
+        .lease(Duration::from_secs(60))
+        .handler(|_job: Job, _ctx| std::future::pending::<Outcome>())
+        .on_event(|e| {
+            let line = match e {
+                WorkerEvent::Ready { .. } => "ready".to_string(),
+                WorkerEvent::Started { job_id, .. } => format!("started {job_id}"),
+                _ => return,
+            };
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        })
+        .build()?;
+    worker.run_until_signal().await?;
+    Ok(0)
+}

@@ -1,0 +1,283 @@
+//! The figures of one run of a scenario, their medians over rounds, and the printed table and
+//! JSON report. The metric names are shared with the peer script, which prints the same keys.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{BenchArgs, Pinning, Scenario, Side};
+
+/// One metric: its key (as the peer prints it), how the table labels it, and which way is
+/// better.
+struct Metric {
+    key: &'static str,
+    label: &'static str,
+    higher_is_better: bool,
+}
+
+const fn m(key: &'static str, label: &'static str, higher_is_better: bool) -> Metric {
+    Metric {
+        key,
+        label,
+        higher_is_better,
+    }
+}
+
+const METRICS: &[Metric] = &[
+    m("jobs_per_s", "jobs/s", true),
+    m("offered_per_s", "offered jobs/s", true),
+    m("redis_us_per_job", "Redis CPU µs/job", false),
+    m("start_p50_ms", "submit→start p50 ms", false),
+    m("start_p99_ms", "submit→start p99 ms", false),
+    m("start_max_ms", "submit→start max ms", false),
+    m("result_p50_ms", "submit→result p50 ms", false),
+    m("result_p99_ms", "submit→result p99 ms", false),
+    m("result_max_ms", "submit→result max ms", false),
+    m("recovery_s", "s until all running elsewhere", false),
+    m("presence_ttl_s", "presence TTL s", false),
+    m("bytes_per_waiting_job", "Redis bytes/waiting job", false),
+    m("after_drain_pct", "after drain vs baseline %", false),
+];
+
+/// Named figures of one run.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Figures(BTreeMap<String, f64>);
+
+impl Figures {
+    pub fn set(&mut self, key: &str, value: f64) {
+        self.0.insert(key.to_string(), value);
+    }
+
+    /// One line for the progress output.
+    pub fn summary(&self) -> String {
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k}={}", fmt(*v)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn fmt(v: f64) -> String {
+    if !v.is_finite() {
+        "-".into()
+    } else if v.abs() >= 1000.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.retain(|x| x.is_finite());
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    Some(if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    })
+}
+
+/// p50, p99 and max of latencies in µs, as ms.
+pub fn percentiles(mut us: Vec<u64>) -> (f64, f64, f64) {
+    if us.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    us.sort_unstable();
+    let at = |q: f64| {
+        let i = ((q * us.len() as f64).ceil() as usize).clamp(1, us.len()) - 1;
+        us[i] as f64 / 1000.0
+    };
+    (at(0.5), at(0.99), us[us.len() - 1] as f64 / 1000.0)
+}
+
+/// One row of the table: a scenario's metric, the medians of both sides, ours ÷ peer.
+struct Row {
+    scenario: Scenario,
+    metric: &'static Metric,
+    ours: Option<f64>,
+    peer: Option<f64>,
+}
+
+impl Row {
+    fn ratio(&self) -> Option<f64> {
+        match (self.ours, self.peer) {
+            (Some(o), Some(p)) if p != 0.0 => Some(o / p),
+            _ => None,
+        }
+    }
+    /// How many times better ours is, whichever way "better" points.
+    fn advantage(&self) -> Option<f64> {
+        let r = self.ratio()?;
+        Some(if self.metric.higher_is_better {
+            r
+        } else if r != 0.0 {
+            1.0 / r
+        } else {
+            f64::INFINITY
+        })
+    }
+}
+
+pub struct Report {
+    runs: BTreeMap<(Scenario, bool), Vec<Figures>>,
+    with_peer: bool,
+    settings: serde_json::Value,
+}
+
+impl Report {
+    pub fn new(args: &BenchArgs, version: &str, pin: Option<Pinning>, with_peer: bool) -> Self {
+        let settings = serde_json::json!({
+            "date": hero_client::clock::now_iso(),
+            "redis_version": version,
+            "persistence": args.aof.map(|a| format!("{a:?}").to_lowercase()).unwrap_or_else(|| "none".into()),
+            "pinned": pin.map(|p| serde_json::json!({"redis_core": p.redis, "load_core": p.load})),
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "jobs": args.jobs,
+            "batch": args.batch,
+            "producers": args.producers,
+            "concurrency": args.concurrency,
+            "rate": args.rate,
+            "duration_s": args.duration.as_secs_f64(),
+            "recovery_jobs": args.recovery_jobs,
+            "rounds": args.rounds,
+            "peer": if with_peer { Some("bullmq 6.7.0") } else { None },
+        });
+        Report {
+            runs: BTreeMap::new(),
+            with_peer,
+            settings,
+        }
+    }
+
+    pub fn add(&mut self, scenario: Scenario, side: Side, figures: Figures) {
+        self.runs
+            .entry((scenario, side == Side::Peer))
+            .or_default()
+            .push(figures);
+    }
+
+    fn medians(&self, scenario: Scenario, peer: bool, key: &str) -> Option<f64> {
+        let runs = self.runs.get(&(scenario, peer))?;
+        median(runs.iter().filter_map(|f| f.0.get(key).copied()).collect())
+    }
+
+    fn rows(&self) -> Vec<Row> {
+        let mut scenarios: Vec<Scenario> = self.runs.keys().map(|(s, _)| *s).collect();
+        scenarios.dedup();
+        let mut rows = Vec::new();
+        for s in scenarios {
+            for metric in METRICS {
+                let ours = self.medians(s, false, metric.key);
+                let peer = self.medians(s, true, metric.key);
+                if ours.is_some() || peer.is_some() {
+                    rows.push(Row {
+                        scenario: s,
+                        metric,
+                        ours,
+                        peer,
+                    });
+                }
+            }
+        }
+        rows
+    }
+
+    pub fn table(&self) -> String {
+        let opt = |v: Option<f64>| v.map(fmt).unwrap_or_else(|| "-".into());
+        let mut lines = vec![if self.with_peer {
+            format!(
+                "{:<18} {:<30} {:>12} {:>12} {:>8} {:>9}",
+                "scenario", "metric", "hero", "bullmq", "ratio", "hero ×"
+            )
+        } else {
+            format!("{:<18} {:<30} {:>12}", "scenario", "metric", "hero")
+        }];
+        for r in self.rows() {
+            lines.push(if self.with_peer {
+                format!(
+                    "{:<18} {:<30} {:>12} {:>12} {:>8} {:>9}",
+                    r.scenario.name(),
+                    r.metric.label,
+                    opt(r.ours),
+                    opt(r.peer),
+                    opt(r.ratio()),
+                    r.advantage()
+                        .map(|a| format!("{a:.2}×"))
+                        .unwrap_or_else(|| "-".into()),
+                )
+            } else {
+                format!(
+                    "{:<18} {:<30} {:>12}",
+                    r.scenario.name(),
+                    r.metric.label,
+                    opt(r.ours)
+                )
+            });
+        }
+        if self.with_peer {
+            lines.push(
+                "ratio = hero ÷ bullmq; hero × = how many times better hero is (medians)".into(),
+            );
+        }
+        lines.join("\n") + "\n"
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let num = |v: Option<f64>| v.filter(|x| x.is_finite());
+        let rows: Vec<serde_json::Value> = self
+            .rows()
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "scenario": r.scenario.name(),
+                    "metric": r.metric.key,
+                    "label": r.metric.label,
+                    "higher_is_better": r.metric.higher_is_better,
+                    "ours": num(r.ours),
+                    "peer": num(r.peer),
+                    "ratio": num(r.ratio()),
+                    "advantage": num(r.advantage()),
+                })
+            })
+            .collect();
+        let runs: Vec<serde_json::Value> = self
+            .runs
+            .iter()
+            .map(|((s, peer), figs)| {
+                serde_json::json!({
+                    "scenario": s.name(),
+                    "side": if *peer { "peer" } else { "ours" },
+                    "rounds": figs.iter().map(|f| &f.0).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        serde_json::json!({ "settings": self.settings, "rows": rows, "runs": runs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_nearest_rank() {
+        let us: Vec<u64> = (1..=100).map(|i| i * 1000).collect();
+        assert_eq!(percentiles(us), (50.0, 99.0, 100.0));
+        assert!(percentiles(Vec::new()).0.is_nan());
+    }
+
+    #[test]
+    fn median_ignores_missing_figures() {
+        assert_eq!(median(vec![3.0, f64::NAN, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![1.0, 2.0]), Some(1.5));
+        assert_eq!(median(vec![]), None);
+    }
+}
