@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use crate::error::{Error, Result};
 
 /// Bumped whenever any Lua file changes meaning; a server with another version is reloaded.
-pub const LIBRARY_VERSION: &str = "1";
+pub const LIBRARY_VERSION: &str = "2";
 
 const PRELUDE: &str = include_str!("function/prelude.lua");
 
@@ -151,6 +151,89 @@ impl ServerCode {
 impl fmt::Display for ServerCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// How a delivery ended, as `hero_complete` takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Success; the text is the output.
+    Done,
+    /// Failure, retried at the retry time while the job's retry budget lasts.
+    Fail,
+    /// The handler asked for a retry at the retry time; an error once the budget is spent.
+    Retry,
+    /// Failure that is never retried.
+    Abort,
+}
+
+impl Ending {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ending::Done => "done",
+            Ending::Fail => "fail",
+            Ending::Retry => "retry",
+            Ending::Abort => "abort",
+        }
+    }
+}
+
+/// One `hero_complete` call recording a batch of outcomes (decode its reply with
+/// [`crate::reply::Completion::decode_many`], one answer per [`CompleteBatch::push`]).
+pub struct CompleteBatch<'a> {
+    keys: &'a crate::Keyspace,
+    key_list: Vec<String>,
+    args: Vec<String>,
+}
+
+impl<'a> CompleteBatch<'a> {
+    /// `now_iso` stamps every job of the batch; `xackdel` is [`crate::Capabilities::xackdel_flag`].
+    pub fn new(keys: &'a crate::Keyspace, now_iso: &str, xackdel: &str) -> Self {
+        CompleteBatch {
+            keys,
+            key_list: vec![keys.delayed(), keys.config()],
+            args: vec![
+                crate::keys::CONSUMER_GROUP.to_string(),
+                now_iso.to_string(),
+                xackdel.to_string(),
+            ],
+        }
+    }
+
+    /// Adds the outcome of the delivery `lease` of job `id` from `stream`; `retry_at_ms` is
+    /// read only for [`Ending::Fail`] and [`Ending::Retry`].
+    pub fn push(
+        &mut self,
+        id: &crate::JobId,
+        stream: &str,
+        lease: &str,
+        ending: Ending,
+        text: &str,
+        retry_at_ms: u64,
+    ) {
+        self.key_list
+            .extend([self.keys.job(id), stream.to_string(), self.keys.reply(id)]);
+        self.args.extend([
+            lease.to_string(),
+            ending.as_str().to_string(),
+            text.to_string(),
+            retry_at_ms.to_string(),
+            id.as_str().to_string(),
+        ]);
+    }
+
+    pub fn len(&self) -> usize {
+        (self.key_list.len() - 2) / 3
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn cmd(&self) -> redis::Cmd {
+        let mut cmd = Function::Complete.call(&self.key_list);
+        cmd.arg(&self.args);
+        cmd
     }
 }
 

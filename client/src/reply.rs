@@ -178,6 +178,19 @@ impl Completion {
         .find(|c| c.as_str() == s)
         .ok_or_else(|| Error::protocol(format!("hero_complete answered {s:?}")))
     }
+
+    /// The answers of a batched `hero_complete`, one per job; `expected` is how many it
+    /// recorded.
+    pub fn decode_many(v: &Value, expected: usize) -> Result<Vec<Self>> {
+        let items = array(v)?;
+        if items.len() != expected {
+            return Err(Error::protocol(format!(
+                "hero_complete answered {} results for {expected} jobs",
+                items.len()
+            )));
+        }
+        items.iter().map(Completion::decode).collect()
+    }
 }
 
 /// What `hero_renew` found.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hero_client::function::Function;
+use hero_client::function::{CompleteBatch, Ending, Function};
 use hero_client::keys::CONSUMER_GROUP;
 use hero_client::reply::{Completion, FetchReply, Recovered, Renewal};
 use hero_client::{
@@ -41,23 +41,18 @@ async fn complete(
     text: &str,
 ) -> Completion {
     let id = JobId::new(id).unwrap();
-    let mut cmd = Function::Complete.call(&[
-        c.keys().job(&id),
-        stream.to_string(),
-        c.keys().delayed(),
-        c.keys().reply(&id),
-        c.keys().config(),
-    ]);
-    cmd.arg(lease)
-        .arg(CONSUMER_GROUP)
-        .arg(outcome)
-        .arg(text)
-        .arg(clock::now_ms() + 60_000)
-        .arg(clock::now_iso())
-        .arg(c.redis().caps().xackdel_flag())
-        .arg(id.as_str());
-    let v: redis::Value = c.redis().query(&cmd).await.expect("complete");
-    Completion::decode(&v).expect("decode complete")
+    let ending = match outcome {
+        "done" => Ending::Done,
+        "fail" => Ending::Fail,
+        "retry" => Ending::Retry,
+        "abort" => Ending::Abort,
+        other => panic!("no outcome {other}"),
+    };
+    let now = clock::now_iso();
+    let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
+    call.push(&id, stream, lease, ending, text, clock::now_ms() + 60_000);
+    let v: redis::Value = c.redis().query(&call.cmd()).await.expect("complete");
+    Completion::decode_many(&v, 1).expect("decode complete")[0]
 }
 
 async fn recover_consumer(
@@ -237,6 +232,79 @@ async fn fetch_drops_an_entry_naming_a_missing_job() {
         len, 1,
         "the ghost entry is deleted, the real one stays until completed"
     );
+}
+
+#[tokio::test]
+async fn complete_records_a_batch_with_one_answer_per_job() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (stream, a) = submit_and_fetch(&c, "ba").await;
+    let (_, b) = submit_and_fetch(&c, "bb").await;
+    let (_, lost) = submit_and_fetch(&c, "bc").await;
+    let now = clock::now_iso();
+    let id = |s: &str| JobId::new(s).unwrap();
+    let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
+    call.push(&id("ba"), &stream, &a, Ending::Done, "out-a", 0);
+    call.push(&id("bb"), &stream, &b, Ending::Abort, "bad-b", 0);
+    call.push(&id("bc"), &stream, "0-1", Ending::Done, "never", 0);
+    call.push(&id("nope"), &stream, "0-2", Ending::Done, "never", 0);
+    let v: redis::Value = c.redis().query(&call.cmd()).await.unwrap();
+    assert_eq!(
+        Completion::decode_many(&v, 4).unwrap(),
+        [
+            Completion::Completed,
+            Completion::Completed,
+            Completion::LeaseLost,
+            Completion::LeaseLost
+        ]
+    );
+    let mut raw = server.conn().await;
+    let (sa, oa): (String, String) = redis::cmd("HMGET")
+        .arg("hero:job:ba")
+        .arg("status")
+        .arg("output")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!((sa.as_str(), oa.as_str()), ("finished", "out-a"));
+    let (sb, eb): (String, String) = redis::cmd("HMGET")
+        .arg("hero:job:bb")
+        .arg("status")
+        .arg("error")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!((sb.as_str(), eb.as_str()), ("error", "bad-b"));
+    let sc: String = raw.hget("hero:job:bc", "status").await.unwrap();
+    assert_eq!(sc, "started", "a lost lease changes nothing");
+    assert_eq!(
+        hero_tests::pending(&mut raw, &stream).await,
+        1,
+        "only the unfinished delivery stays pending"
+    );
+    let len: usize = raw.xlen(&stream).await.unwrap();
+    assert_eq!(len, 1, "done entries are deleted, the running one stays");
+
+    // a batch with one unknown outcome is refused whole, before anything is written
+    let mut bad = Function::Complete.call(&[
+        c.keys().delayed(),
+        c.keys().config(),
+        c.keys().job(&id("bc")),
+        stream.clone(),
+        c.keys().reply(&id("bc")),
+    ]);
+    bad.arg(CONSUMER_GROUP)
+        .arg(&now)
+        .arg("0")
+        .arg(&lost)
+        .arg("explode")
+        .arg("x")
+        .arg(0)
+        .arg("bc");
+    let err = c.redis().query::<redis::Value>(&bad).await.unwrap_err();
+    assert!(err.to_string().contains("unknown outcome"), "{err}");
+    let sc: String = raw.hget("hero:job:bc", "status").await.unwrap();
+    assert_eq!(sc, "started");
 }
 
 #[tokio::test]

@@ -21,7 +21,7 @@ async fn used_memory(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
         .expect("used_memory in INFO")
 }
 
-async fn burst(client: &Client, n: usize) -> Vec<NewJob> {
+async fn burst(client: &Client, n: usize) {
     let jobs: Vec<NewJob> = (0..n)
         .map(|i| NewJob::builder("m", format!("{i}")).build().unwrap())
         .collect();
@@ -30,7 +30,6 @@ async fn burst(client: &Client, n: usize) -> Vec<NewJob> {
             r.unwrap();
         }
     }
-    jobs
 }
 
 async fn settle(server: &RedisServer, keys_at_rest: usize) {
@@ -69,12 +68,10 @@ async fn memory_returns_to_baseline_when_a_burst_is_done_and_retention_passed() 
     // memory at rest after one burst, and the second burst must come back to it.
     for round in ["warm-up", "measured"] {
         let before = used_memory(&mut raw).await;
-        let jobs = burst(&client, 20_000).await;
+        burst(&client, 20_000).await;
         let peak = used_memory(&mut raw).await;
-        client
-            .wait(jobs.last().unwrap().id(), Duration::from_secs(120))
-            .await
-            .unwrap();
+        // only a finished job expires, so the keyspace at rest means every job ran (waiting on
+        // the last job instead races its own expiry once the worker is fast)
         settle(&server, keys_at_rest).await;
         let stream = "hero:q:work:type:m";
         let len: usize = raw.xlen(stream).await.unwrap();

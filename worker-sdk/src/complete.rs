@@ -1,10 +1,9 @@
-//! The completer: one task that records job outcomes with `hero_complete`, many per round trip,
+//! The completer: one task that records job outcomes with `hero_complete`, a batch per call,
 //! and only then frees the jobs' slots, so "at most N running" holds as Redis sees it too.
 
 use std::sync::Arc;
 
-use hero_client::function::Function;
-use hero_client::keys::CONSUMER_GROUP;
+use hero_client::function::{CompleteBatch, Ending};
 use hero_client::reply::Completion;
 use hero_client::{clock, JobId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
@@ -13,7 +12,7 @@ use crate::backoff::Backoff;
 use crate::outcome::Outcome;
 use crate::worker::{Shared, WorkerEvent};
 
-/// How many outcomes go into one pipeline at most.
+/// How many outcomes go into one call at most.
 const BATCH: usize = 256;
 
 /// One job's outcome on its way to Redis.
@@ -44,31 +43,13 @@ struct BatchClock {
     iso: String,
 }
 
-fn complete_cmd(s: &Shared, f: &Finished, now: &BatchClock) -> Option<redis::Cmd> {
-    // ids came from Redis: one that is not a valid id cannot have a job hash of ours
-    let id = JobId::new(&f.job_id).ok()?;
-    let (outcome, text) = match &f.outcome {
-        Outcome::Done(out) => ("done", out.as_str()),
-        Outcome::Fail(e) => ("fail", e.as_str()),
-        Outcome::RetryAfter(_, e) => ("retry", e.as_str()),
-        Outcome::Abort(e) => ("abort", e.as_str()),
-    };
-    let mut cmd = Function::Complete.call(&[
-        s.keys.job(&id),
-        s.streams[f.stream].clone(),
-        s.keys.delayed(),
-        s.keys.reply(&id),
-        s.keys.config(),
-    ]);
-    cmd.arg(&f.lease)
-        .arg(CONSUMER_GROUP)
-        .arg(outcome)
-        .arg(text)
-        .arg(retry_at_ms(&f.outcome, f.attempt, now.ms))
-        .arg(&now.iso)
-        .arg(s.redis.caps().xackdel_flag())
-        .arg(id.as_str());
-    Some(cmd)
+fn ending(outcome: &Outcome) -> (Ending, &str) {
+    match outcome {
+        Outcome::Done(out) => (Ending::Done, out.as_str()),
+        Outcome::Fail(e) => (Ending::Fail, e.as_str()),
+        Outcome::RetryAfter(_, e) => (Ending::Retry, e.as_str()),
+        Outcome::Abort(e) => (Ending::Abort, e.as_str()),
+    }
 }
 
 /// Runs until every sender is gone and every queued outcome is recorded.
@@ -88,50 +69,64 @@ pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished
             ms,
             iso: clock::iso(ms),
         };
-        let mut pipe = redis::pipe();
+        let mut call = CompleteBatch::new(&s.keys, &now.iso, s.redis.caps().xackdel_flag());
         let mut sent = Vec::with_capacity(batch.len());
         for f in batch.drain(..) {
-            match complete_cmd(&s, &f, &now) {
-                Some(cmd) => {
-                    pipe.add_command(cmd);
+            // ids came from Redis: one that is not a valid id cannot have a job hash of ours
+            match JobId::new(&f.job_id) {
+                Ok(id) => {
+                    let (ending, text) = ending(&f.outcome);
+                    let retry_at = retry_at_ms(&f.outcome, f.attempt, now.ms);
+                    call.push(&id, &s.streams[f.stream], &f.lease, ending, text, retry_at);
                     sent.push(f);
                 }
-                None => {
-                    tracing::warn!(job = %f.job_id, "job id from the stream is not a valid id; outcome dropped")
+                Err(_) => {
+                    tracing::warn!(job = %f.job_id, "job id from the stream is not a valid id; outcome dropped");
+                    s.inflight.remove(&f.job_id);
                 }
             }
         }
+        if sent.is_empty() {
+            continue;
+        }
         // Redis away: keep the outcomes (and their slots) and try again, never drop them.
-        let results = loop {
-            match s.redis.pipeline(&pipe).await {
-                Ok(r) => {
+        let cmd = call.cmd();
+        let answers = loop {
+            match s.redis.query::<redis::Value>(&cmd).await {
+                Ok(v) => {
                     backoff.reset();
-                    break r;
+                    break Completion::decode_many(&v, sent.len());
                 }
-                Err(e) => {
+                Err(e) if e.is_retryable() => {
                     let delay = backoff.next_delay();
                     tracing::warn!(error = %e, ?delay, pending = sent.len(), "recording outcomes failed; retrying");
                     tokio::time::sleep(delay).await;
                 }
+                Err(e) => break Err(e),
             }
         };
-        for (f, r) in sent.into_iter().zip(results) {
-            s.inflight.remove(&f.job_id);
-            match r.and_then(|v| Completion::decode(&v)) {
-                Ok(completion) => {
-                    metrics::counter!("hero_worker_completions_total", "result" => completion.as_str()).increment(1);
-                    if completion == Completion::LeaseLost {
-                        tracing::warn!(job = %f.job_id, "result not recorded: the lease was lost to another delivery");
-                    }
-                    s.emit(WorkerEvent::Completed {
-                        job_id: f.job_id,
-                        completion,
-                    });
+        let answers = match answers {
+            Ok(a) => a,
+            Err(e) => {
+                // a refusal, not an outage: retrying would be refused again
+                tracing::error!(error = %e, jobs = sent.len(), "recording outcomes failed");
+                for f in sent {
+                    s.inflight.remove(&f.job_id);
                 }
-                Err(e) => {
-                    tracing::error!(job = %f.job_id, error = %e, "recording the outcome failed")
-                }
+                continue;
             }
+        };
+        for (f, completion) in sent.into_iter().zip(answers) {
+            s.inflight.remove(&f.job_id);
+            metrics::counter!("hero_worker_completions_total", "result" => completion.as_str())
+                .increment(1);
+            if completion == Completion::LeaseLost {
+                tracing::warn!(job = %f.job_id, "result not recorded: the lease was lost to another delivery");
+            }
+            s.emit(WorkerEvent::Completed {
+                job_id: f.job_id,
+                completion,
+            });
             drop(f.permit);
         }
     }

@@ -1,42 +1,71 @@
--- hero_complete: record the end of one delivery, fenced by its lease.
--- KEYS[1] job hash  KEYS[2] work stream  KEYS[3] delayed zset  KEYS[4] reply list  KEYS[5] config hash
--- ARGV[1] lease (the delivery's entry id)  ARGV[2] consumer group
--- ARGV[3] outcome: 'done' (ARGV[4] = output), 'fail' (ARGV[4] = error; retried at ARGV[5] while
---         attempts <= retries), 'retry' (retry at ARGV[5] while the budget lasts, else error
---         ARGV[4]), 'abort' (error ARGV[4], never retried)
--- ARGV[4] output or error text  ARGV[5] retry-at ms  ARGV[6] now ISO 8601  ARGV[7] '1' when XACKDEL
--- ARGV[8] job id
--- Returns: 'completed' (this delivery's outcome is recorded as final), 'retrying' (parked in the
--- delayed set), 'already_completed' (the job already ended, e.g. stopped), 'lease_lost' (another
--- delivery owns the job now, or the job is gone).
--- Errors: HERO_BAD_ARG for an unknown outcome.
+-- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
+-- records a whole batch of outcomes in one call: the settings are read once and each stream's
+-- done entries are acknowledged and deleted with one command.
+-- KEYS[1] delayed zset  KEYS[2] config hash
+--   then per job i = 0, 1, ...: KEYS[3+3i] job hash  KEYS[4+3i] its work stream
+--   KEYS[5+3i] its reply list
+-- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
+--   then per job i: ARGV[4+5i] lease (the delivery's entry id)  ARGV[5+5i] outcome
+--   ARGV[6+5i] output or error text  ARGV[7+5i] retry-at ms  ARGV[8+5i] job id
+--   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
+--   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
+--   'abort' (error text, never retried)
+-- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
+-- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
+-- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
+-- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
+-- jobs; then nothing is written.
 local function hero_complete(keys, args)
-  local job_key, stream, delayed, reply_key, config = keys[1], keys[2], keys[3], keys[4], keys[5]
-  local lease, group, outcome, text, retry_at, now_iso, xackdel, job_id =
-    args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8]
-  if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
-    return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
+  local delayed, cfg = keys[1], settings(keys[2])
+  local group, now_iso, xackdel = args[1], args[2], args[3]
+  local n = (#keys - 2) / 3
+  if n ~= math.floor(n) or #args ~= 3 + 5 * n then
+    return redis.error_reply('HERO_BAD_ARG complete takes 3 keys and 5 arguments per job')
   end
-  local f = redis.call('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
-  local status, cur_lease = f[1], f[2]
-  if not status or cur_lease ~= lease then
-    return 'lease_lost'
+  for i = 0, n - 1 do
+    local outcome = args[5 + 5 * i]
+    if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
+      return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
+    end
   end
-  if status ~= 'started' then
-    return 'already_completed'
+  local answers = {}
+  local acks, streams = {}, {}
+  for i = 0, n - 1 do
+    local job_key, stream, reply_key = keys[3 + 3 * i], keys[4 + 3 * i], keys[5 + 3 * i]
+    local lease, outcome, text, retry_at, job_id =
+      args[4 + 5 * i], args[5 + 5 * i], args[6 + 5 * i], args[7 + 5 * i], args[8 + 5 * i]
+    local f = redis.call('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
+    local status, cur_lease = f[1], f[2]
+    if not status or cur_lease ~= lease then
+      answers[#answers + 1] = 'lease_lost'
+    elseif status ~= 'started' then
+      answers[#answers + 1] = 'already_completed'
+    else
+      local ids = acks[stream]
+      if not ids then
+        ids = {}
+        acks[stream] = ids
+        streams[#streams + 1] = stream
+      end
+      ids[#ids + 1] = lease
+      local attempts, retries = tonumber(f[3]) or 1, tonumber(f[4]) or 0
+      if (outcome == 'fail' or outcome == 'retry') and attempts <= retries then
+        redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
+        redis.call('HDEL', job_key, 'entry', 'lease')
+        redis.call('ZADD', delayed, retry_at, job_id)
+        answers[#answers + 1] = 'retrying'
+      else
+        if outcome == 'done' then
+          finish(job_key, reply_key, cfg, 'finished', text, f[5], now_iso)
+        else
+          finish(job_key, reply_key, cfg, 'error', text, f[5], now_iso)
+        end
+        answers[#answers + 1] = 'completed'
+      end
+    end
   end
-  ack_del(stream, group, lease, xackdel)
-  local attempts, retries = tonumber(f[3]) or 1, tonumber(f[4]) or 0
-  if (outcome == 'fail' or outcome == 'retry') and attempts <= retries then
-    redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
-    redis.call('HDEL', job_key, 'entry', 'lease')
-    redis.call('ZADD', delayed, retry_at, job_id)
-    return 'retrying'
+  for _, stream in ipairs(streams) do
+    ack_del_many(stream, group, acks[stream], xackdel)
   end
-  if outcome == 'done' then
-    finish(job_key, reply_key, config, 'finished', text, f[5], now_iso)
-  else
-    finish(job_key, reply_key, config, 'error', text, f[5], now_iso)
-  end
-  return 'completed'
+  return answers
 end

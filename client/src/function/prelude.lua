@@ -4,14 +4,22 @@
 -- stream entry; those are built from a prefix in ARGV (built by the client's keys module) and
 -- share the namespace's hash slot. Errors are raised as 'HERO_<CODE> message'.
 
--- Acknowledge and delete one delivered entry: a done entry never stays in a work stream.
-local function ack_del(stream, group, id, xackdel)
-  if xackdel == '1' then
-    redis.call('XACKDEL', stream, group, 'IDS', 1, id)
-  else
-    redis.call('XACK', stream, group, id)
-    redis.call('XDEL', stream, id)
+-- Acknowledge and delete delivered entries of one stream: a done entry never stays in a work
+-- stream. Chunked, so no call passes more arguments than Lua's stack takes.
+local function ack_del_many(stream, group, ids, xackdel)
+  for from = 1, #ids, 1000 do
+    local to = math.min(#ids, from + 999)
+    if xackdel == '1' then
+      redis.call('XACKDEL', stream, group, 'IDS', to - from + 1, unpack(ids, from, to))
+    else
+      redis.call('XACK', stream, group, unpack(ids, from, to))
+      redis.call('XDEL', stream, unpack(ids, from, to))
+    end
   end
+end
+
+local function ack_del(stream, group, id, xackdel)
+  ack_del_many(stream, group, { id }, xackdel)
 end
 
 -- Append a job id to a work stream, creating the stream, its group and its registry entry on
@@ -25,20 +33,30 @@ local function append(stream, group, registry, job_id)
   return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
-local function config_ms(config, field, default)
-  return tonumber(redis.call('HGET', config, field)) or default
+-- The settings the broker publishes in the config hash, each read at most once per call.
+local function settings(config)
+  return { key = config }
+end
+
+local function setting(cfg, field, default)
+  local v = cfg[field]
+  if v == nil then
+    v = tonumber(redis.call('HGET', cfg.key, field)) or default
+    cfg[field] = v
+  end
+  return v
 end
 
 -- Write a terminal status, start the retention clock, and answer a waiting caller.
-local function finish(job_key, reply_key, config, status, text, wants_reply, now_iso)
+local function finish(job_key, reply_key, cfg, status, text, wants_reply, now_iso)
   local field = 'error'
   if status == 'finished' then field = 'output' end
   redis.call('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso, 'updated_at', now_iso)
-  redis.call('PEXPIRE', job_key, config_ms(config, 'retention_ms', 86400000))
+  redis.call('PEXPIRE', job_key, setting(cfg, 'retention_ms', 86400000))
   if wants_reply == '1' then
     local reply = { status = status, output = '', error = '' }
     reply[field] = text
     redis.call('LPUSH', reply_key, cjson.encode(reply))
-    redis.call('PEXPIRE', reply_key, config_ms(config, 'reply_ttl_ms', 3600000))
+    redis.call('PEXPIRE', reply_key, setting(cfg, 'reply_ttl_ms', 3600000))
   end
 end

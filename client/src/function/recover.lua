@@ -12,7 +12,7 @@
 -- consumer is deleted from the group once it owns nothing.
 -- Errors: HERO_BAD_ARG for an unknown mode.
 local function hero_recover(keys, args)
-  local stream, dead, config = keys[1], keys[2], keys[3]
+  local stream, dead, cfg = keys[1], keys[2], settings(keys[3])
   local group, mode, consumer, min_idle, count = args[1], args[2], args[3], args[4], tonumber(args[5])
   local prefix, reply_prefix, max_attempts, cursor = args[6], args[7], tonumber(args[8]), args[9]
   local handback, now_iso, xackdel = args[10], args[11], args[12]
@@ -51,7 +51,7 @@ local function hero_recover(keys, args)
       if handback ~= '1' and attempts >= limit then
         local reason = 'abandoned after ' .. attempts .. ' attempts'
         redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
-        finish(job_key, reply_prefix .. job_id, config, 'error', reason, j[5], now_iso)
+        finish(job_key, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso)
         dead_n = dead_n + 1
       else
         local new = redis.call('XADD', stream, '*', 'j', job_id)

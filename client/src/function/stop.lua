@@ -9,7 +9,7 @@
 -- (it started on another worker since the caller looked: look again and retry).
 -- Errors: HERO_JOB_NOT_FOUND when there is no such job.
 local function hero_stop(keys, args)
-  local job_key, stream, delayed, reply_key, config, ctl = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
   local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply')
   local status = f[1]
@@ -24,11 +24,11 @@ local function hero_stop(keys, args)
   elseif status == 'started' then
     if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
     ack_del(stream, group, f[3], xackdel)
-    finish(job_key, reply_key, config, 'error', 'stopped', f[5], now_iso)
+    finish(job_key, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
     redis.call('LPUSH', ctl, job_id)
     redis.call('PEXPIRE', ctl, 3600000)
     return 'interrupted'
   end
-  finish(job_key, reply_key, config, 'error', 'stopped', f[5], now_iso)
+  finish(job_key, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
   return 'cancelled'
 end
