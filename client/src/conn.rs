@@ -1,12 +1,12 @@
-//! Connections to Redis: a deadpool pool of multiplexed connections for ordinary commands,
-//! dedicated connections for blocking ones (BLPOP, XREAD BLOCK) so they never stall others,
+//! Connections to Redis: one shared multiplexed connection (redis-rs's `ConnectionManager`,
+//! which pipelines concurrent calls on one socket and reconnects after a failure) for ordinary
+//! commands, dedicated connections for blocking ones (BLPOP, XREAD BLOCK) so they never stall others,
 //! what the server can do (asked of it, not guessed from its version), and calls that reload the
 //! function library when a restarted Redis lost it.
 
 use std::time::Duration;
 
-use deadpool_redis::{Manager, Pool, Runtime};
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, FromRedisValue, Value};
 
 use crate::error::{Error, Result};
@@ -35,7 +35,7 @@ impl Capabilities {
 pub struct Redis {
     url: String,
     client: redis::Client,
-    pool: Pool,
+    shared: ConnectionManager,
     caps: Capabilities,
 }
 
@@ -53,26 +53,24 @@ impl Redis {
             reason,
         };
         let client = redis::Client::open(url).map_err(|e| unreachable(e.to_string()))?;
-        let config = AsyncConnectionConfig::new()
+        // No pool: a pool would check every connection it hands out with a PING round trip,
+        // doubling the latency of each call, while one multiplexed socket already carries any
+        // number of concurrent calls.
+        let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(CONNECT_TIMEOUT));
-        let manager =
-            Manager::new_with_config(url, config).map_err(|e| unreachable(e.to_string()))?;
-        let pool = Pool::builder(manager)
-            .max_size(16)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(CONNECT_TIMEOUT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .recycle_timeout(Some(CONNECT_TIMEOUT))
-            .build()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(2));
+        let shared = ConnectionManager::new_with_config(client.clone(), config)
+            .await
             .map_err(|e| unreachable(e.to_string()))?;
         let mut redis = Redis {
             url: url.to_string(),
             client,
-            pool,
+            shared,
             caps: Capabilities::default(),
         };
-        let mut conn = redis.conn().await?;
+        let mut conn = redis.conn();
         let info: Value = redis::cmd("COMMAND")
             .arg("INFO")
             .arg("XACKDEL")
@@ -92,15 +90,9 @@ impl Redis {
         self.caps
     }
 
-    /// A pooled connection for non-blocking commands.
-    pub async fn conn(&self) -> Result<deadpool_redis::Connection> {
-        self.pool.get().await.map_err(|e| Error::Unreachable {
-            url: self.url(),
-            reason: match e {
-                deadpool_redis::PoolError::Backend(e) => e.to_string(),
-                other => other.to_string(),
-            },
-        })
+    /// The shared connection for non-blocking commands (cheap to clone).
+    pub fn conn(&self) -> ConnectionManager {
+        self.shared.clone()
     }
 
     /// A connection of its own for blocking commands; `block` is the longest block it will
@@ -118,10 +110,18 @@ impl Redis {
             })
     }
 
-    /// Runs one command (usually an FCALL), reloading the library once if it was missing.
+    /// Runs one command (usually an FCALL), reloading the library once if it was missing, and
+    /// sending it once more on a fresh connection if the shared one was found broken (a
+    /// restarted or failed-over Redis). Every function is safe to send twice: submit is
+    /// idempotent on the id, complete is fenced by the lease, and a fetch whose answer was lost
+    /// leaves leased jobs that recovery hands out again.
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut conn = self.conn().await?;
-        match cmd.query_async(&mut conn).await {
+        let mut conn = self.conn();
+        let first = match cmd.query_async(&mut conn).await {
+            Err(e) if broken(&e) => cmd.query_async(&mut conn).await,
+            other => other,
+        };
+        match first {
             Err(e) if function::is_missing(&e) => {
                 function::ensure_loaded(&mut conn).await?;
                 Ok(cmd.query_async(&mut conn).await?)
@@ -132,16 +132,20 @@ impl Redis {
 
     /// Runs a pipeline in one round trip and returns each command's own result, reloading the
     /// library and running it again if the library was missing (then every FCALL in it failed
-    /// and nothing was done).
+    /// and nothing was done). A broken connection is handled as in [`Redis::query`].
     pub async fn pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Result<Value>>> {
         if pipe.is_empty() {
             // nothing to send; redis-rs refuses an empty pipeline
             return Ok(Vec::new());
         }
-        let mut conn = self.conn().await?;
+        let mut conn = self.conn();
         let mut pipe = pipe.clone();
         pipe.ignore_errors();
-        let mut results: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut conn).await?;
+        let mut results: Vec<redis::RedisResult<Value>> = match pipe.query_async(&mut conn).await
+        {
+            Err(e) if broken(&e) => pipe.query_async(&mut conn).await?,
+            other => other?,
+        };
         if results
             .iter()
             .any(|r| matches!(r, Err(e) if function::is_missing(e)))
@@ -154,6 +158,11 @@ impl Redis {
             .map(|r| r.map_err(Error::from))
             .collect())
     }
+}
+
+/// The shared connection died under this call; the connection manager is reconnecting.
+fn broken(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal()
 }
 
 fn redacted(url: &str) -> String {

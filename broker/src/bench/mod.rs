@@ -120,6 +120,10 @@ pub struct BenchArgs {
     /// Where --json writes the report.
     #[arg(long, default_value = "bench-results.json")]
     pub out: PathBuf,
+    /// After each scenario, print where Redis spent its time, by command (INFO commandstats;
+    /// commands called from functions count on their own line too).
+    #[arg(long)]
+    pub commandstats: bool,
     /// Directory of the peer (its package.json and script).
     #[arg(long, env = "HERO_BENCH_PEER_DIR", default_value = "benches/peer")]
     pub peer_dir: PathBuf,
@@ -226,6 +230,36 @@ impl Probe {
         }
     }
 
+    pub async fn reset_stats(&self) -> Result<()> {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// The commands Redis spent most time in since the last reset: (name, calls, µs).
+    pub async fn commandstats(&self) -> Result<Vec<(String, u64, u64)>> {
+        let text: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let mut rows: Vec<(String, u64, u64)> = text
+            .lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |f: &str| {
+                    rest.split(',')
+                        .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='))
+                        .and_then(|v| v.parse::<u64>().ok())
+                };
+                Some((name.to_string(), field("calls")?, field("usec")?))
+            })
+            .collect();
+        rows.sort_by(|a, b| b.2.cmp(&a.2));
+        Ok(rows)
+    }
+
     async fn version(&self) -> Result<String> {
         let text: String = redis::cmd("INFO")
             .arg("server")
@@ -299,11 +333,22 @@ pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
             for &scenario in &scenarios {
                 eprintln!("[round {round}/{}] {} ours", args.rounds, scenario.name());
                 probe.flushall().await?;
+                if args.commandstats {
+                    probe.reset_stats().await?;
+                }
                 let figures = ours
                     .run(scenario, &probe)
                     .await
                     .with_context(|| format!("hero {} scenario", scenario.name()))?;
                 eprintln!("    {}", figures.summary());
+                if args.commandstats {
+                    for (name, calls, usec) in probe.commandstats().await?.into_iter().take(12) {
+                        eprintln!(
+                            "      {name:<16} {calls:>9} calls {usec:>10} µs {:>7.2} µs/call",
+                            usec as f64 / calls.max(1) as f64
+                        );
+                    }
+                }
                 report.add(scenario, Side::Ours, figures);
                 if let (Some(peer), true) = (&peer, scenario.has_peer()) {
                     eprintln!("[round {round}/{}] {} bullmq", args.rounds, scenario.name());
