@@ -6,7 +6,8 @@ use std::sync::Arc;
 use hero_client::function::{CompleteBatch, Ending};
 use hero_client::reply::Completion;
 use hero_client::{clock, JobId};
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::outcome::Outcome;
@@ -14,6 +15,8 @@ use crate::worker::{Shared, WorkerEvent};
 
 /// How many outcomes go into one call at most.
 const BATCH: usize = 256;
+/// How many calls may be under way at once.
+const IN_FLIGHT: usize = 4;
 
 /// One job's outcome on its way to Redis.
 pub(crate) struct Finished {
@@ -52,11 +55,19 @@ fn ending(outcome: &Outcome) -> (Ending, &str) {
     }
 }
 
-/// Runs until every sender is gone and every queued outcome is recorded.
+/// Runs until every sender is gone and every queued outcome is recorded. Up to
+/// [`IN_FLIGHT`] calls are under way at once, so Redis records one batch while this process
+/// gathers the next and the fetch loop reuses the slots already freed: the worker's Redis
+/// work and its own work overlap instead of taking turns.
 pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished>) {
-    let mut backoff = Backoff::new();
-    let mut batch: Vec<Finished> = Vec::with_capacity(BATCH);
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut calls = JoinSet::new();
     while let Some(first) = rx.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        // what piled up while every call was under way goes into this one
+        let mut batch: Vec<Finished> = Vec::with_capacity(BATCH);
         batch.push(first);
         while batch.len() < BATCH {
             match rx.try_recv() {
@@ -64,70 +75,75 @@ pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished
                 Err(_) => break,
             }
         }
-        let ms = clock::now_ms();
-        let now = BatchClock {
-            ms,
-            iso: clock::iso(ms),
-        };
-        let mut call = CompleteBatch::new(&s.keys, &now.iso, s.redis.caps().xackdel_flag());
-        let mut sent = Vec::with_capacity(batch.len());
-        for f in batch.drain(..) {
-            // ids came from Redis: one that is not a valid id cannot have a job hash of ours
-            match JobId::new(&f.job_id) {
-                Ok(id) => {
-                    let (ending, text) = ending(&f.outcome);
-                    let retry_at = retry_at_ms(&f.outcome, f.attempt, now.ms);
-                    call.push(&id, &s.streams[f.stream], &f.lease, ending, text, retry_at);
-                    sent.push(f);
-                }
-                Err(_) => {
-                    tracing::warn!(job = %f.job_id, "job id from the stream is not a valid id; outcome dropped");
-                    s.inflight.remove(&f.job_id);
-                }
+        calls.spawn(record(s.clone(), batch, slot));
+        while calls.try_join_next().is_some() {}
+    }
+    while calls.join_next().await.is_some() {}
+}
+
+/// Records one batch of outcomes with one `hero_complete` call, then frees their slots.
+async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphorePermit) {
+    let mut backoff = Backoff::new();
+    let ms = clock::now_ms();
+    let now = BatchClock {
+        ms,
+        iso: clock::iso(ms),
+    };
+    let mut call = CompleteBatch::new(&s.keys, &now.iso, s.redis.caps().xackdel_flag());
+    let mut sent = Vec::with_capacity(batch.len());
+    for f in batch.drain(..) {
+        // ids came from Redis: one that is not a valid id cannot have a job hash of ours
+        match JobId::new(&f.job_id) {
+            Ok(id) => {
+                let (ending, text) = ending(&f.outcome);
+                let retry_at = retry_at_ms(&f.outcome, f.attempt, now.ms);
+                call.push(&id, &s.streams[f.stream], &f.lease, ending, text, retry_at);
+                sent.push(f);
+            }
+            Err(_) => {
+                tracing::warn!(job = %f.job_id, "job id from the stream is not a valid id; outcome dropped");
+                s.inflight.remove(&f.job_id);
             }
         }
-        if sent.is_empty() {
-            continue;
+    }
+    if sent.is_empty() {
+        return;
+    }
+    // Redis away: keep the outcomes (and their slots) and try again, never drop them.
+    let cmd = call.cmd();
+    let answers = loop {
+        match s.redis.query::<redis::Value>(&cmd).await {
+            Ok(v) => break Completion::decode_many(&v, sent.len()),
+            Err(e) if e.is_retryable() => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, ?delay, pending = sent.len(), "recording outcomes failed; retrying");
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => break Err(e),
         }
-        // Redis away: keep the outcomes (and their slots) and try again, never drop them.
-        let cmd = call.cmd();
-        let answers = loop {
-            match s.redis.query::<redis::Value>(&cmd).await {
-                Ok(v) => {
-                    backoff.reset();
-                    break Completion::decode_many(&v, sent.len());
-                }
-                Err(e) if e.is_retryable() => {
-                    let delay = backoff.next_delay();
-                    tracing::warn!(error = %e, ?delay, pending = sent.len(), "recording outcomes failed; retrying");
-                    tokio::time::sleep(delay).await;
-                }
-                Err(e) => break Err(e),
+    };
+    let answers = match answers {
+        Ok(a) => a,
+        Err(e) => {
+            // a refusal, not an outage: retrying would be refused again
+            tracing::error!(error = %e, jobs = sent.len(), "recording outcomes failed");
+            for f in sent {
+                s.inflight.remove(&f.job_id);
             }
-        };
-        let answers = match answers {
-            Ok(a) => a,
-            Err(e) => {
-                // a refusal, not an outage: retrying would be refused again
-                tracing::error!(error = %e, jobs = sent.len(), "recording outcomes failed");
-                for f in sent {
-                    s.inflight.remove(&f.job_id);
-                }
-                continue;
-            }
-        };
-        for (f, completion) in sent.into_iter().zip(answers) {
-            s.inflight.remove(&f.job_id);
-            metrics::counter!("hero_worker_completions_total", "result" => completion.as_str())
-                .increment(1);
-            if completion == Completion::LeaseLost {
-                tracing::warn!(job = %f.job_id, "result not recorded: the lease was lost to another delivery");
-            }
-            s.emit(WorkerEvent::Completed {
-                job_id: f.job_id,
-                completion,
-            });
-            drop(f.permit);
+            return;
         }
+    };
+    for (f, completion) in sent.into_iter().zip(answers) {
+        s.inflight.remove(&f.job_id);
+        metrics::counter!("hero_worker_completions_total", "result" => completion.as_str())
+            .increment(1);
+        if completion == Completion::LeaseLost {
+            tracing::warn!(job = %f.job_id, "result not recorded: the lease was lost to another delivery");
+        }
+        s.emit(WorkerEvent::Completed {
+            job_id: f.job_id,
+            completion,
+        });
+        drop(f.permit);
     }
 }

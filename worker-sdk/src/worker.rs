@@ -355,14 +355,20 @@ async fn fetch_loop(
     let mut backoff = Backoff::new();
     let mut waker: Option<redis::aio::MultiplexedConnection> = None;
     let wake_block = Duration::from_secs(2);
+    let fetch_max = (s.concurrency / 4).max(8);
     loop {
         let first = tokio::select! {
             _ = stop.cancelled() => return,
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
+        // Several smaller fetches rather than one of every free slot: the next is under way
+        // while this process starts the jobs of the last, instead of the two taking turns.
         let mut slots = vec![first];
-        while let Ok(p) = permits.clone().try_acquire_owned() {
-            slots.push(p);
+        while slots.len() < fetch_max {
+            match permits.clone().try_acquire_owned() {
+                Ok(p) => slots.push(p),
+                Err(_) => break,
+            }
         }
         let reply = match s
             .redis

@@ -223,34 +223,34 @@ impl Ours {
         let mut fig = Figures::default();
         match scenario {
             Scenario::SubmitBulk => {
-                let cpu0 = probe.cpu_secs().await?;
+                let cpu = CpuMark::now(probe).await?;
                 let t0 = Instant::now();
                 self.submit(n).await?;
                 let secs = t0.elapsed().as_secs_f64();
                 fig.set("jobs_per_s", n as f64 / secs);
-                fig.set("redis_us_per_job", cpu_us(probe, cpu0, n).await?);
+                cpu.record(probe, n, &mut fig).await?;
             }
             Scenario::WorkerConcurrent => {
                 self.submit(n).await?;
                 let tally = Tally::new(n);
-                let cpu0 = probe.cpu_secs().await?;
+                let cpu = CpuMark::now(probe).await?;
                 let t0 = Instant::now();
                 let w = self.worker(&tally, self.args.concurrency).await?;
                 tally.all_completed().await?;
                 let secs = t0.elapsed().as_secs_f64();
                 fig.set("jobs_per_s", n as f64 / secs);
-                fig.set("redis_us_per_job", cpu_us(probe, cpu0, n).await?);
+                cpu.record(probe, n, &mut fig).await?;
                 w.stop().await?;
             }
             Scenario::EndToEnd => {
                 let tally = Tally::new(n);
                 let w = self.worker(&tally, self.args.concurrency).await?;
-                let cpu0 = probe.cpu_secs().await?;
+                let cpu = CpuMark::now(probe).await?;
                 let t0 = Instant::now();
                 tokio::try_join!(self.submit(n), tally.all_completed())?;
                 let secs = t0.elapsed().as_secs_f64();
                 fig.set("jobs_per_s", n as f64 / secs);
-                fig.set("redis_us_per_job", cpu_us(probe, cpu0, n).await?);
+                cpu.record(probe, n, &mut fig).await?;
                 tally.latencies(&mut fig, true, false);
                 w.stop().await?;
             }
@@ -260,7 +260,7 @@ impl Ours {
                 let total = total.max(1);
                 let tally = Tally::new(total);
                 let w = self.worker(&tally, self.args.concurrency).await?;
-                let cpu0 = probe.cpu_secs().await?;
+                let cpu = CpuMark::now(probe).await?;
                 let t0 = Instant::now();
                 let mut tick = tokio::time::interval(Duration::from_millis(1));
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -284,7 +284,7 @@ impl Ours {
                 tally.all_completed().await?;
                 let secs = t0.elapsed().as_secs_f64();
                 fig.set("offered_per_s", total as f64 / secs);
-                fig.set("redis_us_per_job", cpu_us(probe, cpu0, total).await?);
+                cpu.record(probe, total, &mut fig).await?;
                 tally.latencies(&mut fig, true, true);
                 w.stop().await?;
             }
@@ -411,8 +411,38 @@ async fn expect(
     Ok(())
 }
 
-async fn cpu_us(probe: &Probe, cpu0: f64, jobs: u64) -> Result<f64> {
-    Ok((probe.cpu_secs().await? - cpu0) * 1e6 / jobs as f64)
+/// CPU time of this process (all threads, user and system), in seconds.
+fn own_cpu_secs() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return f64::NAN;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// CPU spent per job by Redis and by this process since `since`.
+struct CpuMark {
+    redis: f64,
+    own: f64,
+}
+
+impl CpuMark {
+    async fn now(probe: &Probe) -> Result<CpuMark> {
+        Ok(CpuMark {
+            redis: probe.cpu_secs().await?,
+            own: own_cpu_secs(),
+        })
+    }
+
+    async fn record(&self, probe: &Probe, jobs: u64, fig: &mut Figures) -> Result<()> {
+        let own = own_cpu_secs();
+        let redis = probe.cpu_secs().await?;
+        fig.set("redis_us_per_job", (redis - self.redis) * 1e6 / jobs as f64);
+        fig.set("client_us_per_job", (own - self.own) * 1e6 / jobs as f64);
+        Ok(())
+    }
 }
 
 #[derive(Args, Debug, Clone)]

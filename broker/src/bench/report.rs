@@ -27,6 +27,7 @@ const METRICS: &[Metric] = &[
     m("jobs_per_s", "jobs/s", true),
     m("offered_per_s", "offered jobs/s", true),
     m("redis_us_per_job", "Redis CPU µs/job", false),
+    m("client_us_per_job", "client CPU µs/job", false),
     m("start_p50_ms", "submit→start p50 ms", false),
     m("start_p99_ms", "submit→start p99 ms", false),
     m("start_max_ms", "submit→start max ms", false),
