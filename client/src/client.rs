@@ -312,48 +312,53 @@ impl Client {
         &self.keys
     }
 
-    fn submit_cmd(&self, job: &NewJob, reply: bool) -> redis::Cmd {
-        let mut cmd = Function::Submit.call(&[
-            self.keys.job(job.id()),
-            self.keys.work(job.target(), job.job.priority),
-            self.keys.delayed(),
-            self.keys.queues(),
-        ]);
-        cmd.arg(job.id().as_str())
-            .arg(CONSUMER_GROUP)
-            .arg(job.run_at_ms.unwrap_or(0));
-        for (field, value) in job.job.to_submit_fields() {
-            cmd.arg(field).arg(value);
+    /// One `hero_submit` call for all of `jobs`; `reply` asks for a run-and-wait reply.
+    fn submit_cmd(&self, jobs: &[NewJob], reply: bool) -> redis::Cmd {
+        let mut keys = Vec::with_capacity(2 + 2 * jobs.len());
+        keys.push(self.keys.delayed());
+        keys.push(self.keys.queues());
+        let mut fields = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            keys.push(self.keys.job(job.id()));
+            keys.push(self.keys.work(job.target(), job.job.priority));
+            fields.push(job.job.to_submit_fields());
         }
-        if reply {
-            cmd.arg("reply").arg("1");
+        let mut cmd = Function::Submit.call(&keys);
+        cmd.arg(CONSUMER_GROUP);
+        for (job, fields) in jobs.iter().zip(fields) {
+            let extra = if reply { 2 } else { 0 };
+            cmd.arg(job.id().as_str())
+                .arg(job.run_at_ms.unwrap_or(0))
+                .arg(2 * fields.len() + extra);
+            for (field, value) in fields {
+                cmd.arg(field).arg(value);
+            }
+            if reply {
+                cmd.arg("reply").arg("1");
+            }
         }
         cmd
     }
 
     /// Submits one job. An id that exists already is not changed (`created` is false).
     pub async fn submit(&self, job: &NewJob) -> Result<Submitted> {
-        let v: Value = self.redis.query(&self.submit_cmd(job, false)).await?;
-        let r = SubmitReply::decode(&v)?;
-        Ok(Submitted {
-            id: job.id().clone(),
-            created: r.created,
-            status: r.status,
-        })
+        let mut all = self.submit_many(std::slice::from_ref(job)).await?;
+        all.pop()
+            .unwrap_or_else(|| Err(Error::protocol("hero_submit answered no job")))
     }
 
-    /// Submits many jobs in one round trip; one result per job, in order.
+    /// Submits many jobs in one call (one round trip, one function call); one result per job,
+    /// in order.
     pub async fn submit_many(&self, jobs: &[NewJob]) -> Result<Vec<Result<Submitted>>> {
-        let mut pipe = redis::pipe();
-        for job in jobs {
-            pipe.add_command(self.submit_cmd(job, false));
+        if jobs.is_empty() {
+            return Ok(Vec::new());
         }
-        let results = self.redis.pipeline(&pipe).await?;
+        let v: Value = self.redis.query(&self.submit_cmd(jobs, false)).await?;
+        let replies = SubmitReply::decode_many(&v, jobs.len())?;
         Ok(jobs
             .iter()
-            .zip(results)
+            .zip(replies)
             .map(|(job, r)| {
-                let r = SubmitReply::decode(&r?)?;
                 Ok(Submitted {
                     id: job.id().clone(),
                     created: r.created,
@@ -366,8 +371,11 @@ impl Client {
     /// Submits `job` and waits up to `wait` for it to end, through its reply list; when the
     /// reply is gone (it expired, or the job had ended before), the job hash answers.
     pub async fn run(&self, job: &NewJob, wait: Duration) -> Result<JobResult> {
-        let v: Value = self.redis.query(&self.submit_cmd(job, true)).await?;
-        SubmitReply::decode(&v)?;
+        let v: Value = self
+            .redis
+            .query(&self.submit_cmd(std::slice::from_ref(job), true))
+            .await?;
+        SubmitReply::decode_many(&v, 1)?;
         self.wait(job.id(), wait).await
     }
 

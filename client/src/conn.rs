@@ -141,8 +141,7 @@ impl Redis {
         let mut conn = self.conn();
         let mut pipe = pipe.clone();
         pipe.ignore_errors();
-        let mut results: Vec<redis::RedisResult<Value>> = match pipe.query_async(&mut conn).await
-        {
+        let mut results: Vec<redis::RedisResult<Value>> = match pipe.query_async(&mut conn).await {
             Err(e) if broken(&e) => pipe.query_async(&mut conn).await?,
             other => other?,
         };

@@ -63,6 +63,18 @@ impl SubmitReply {
             _ => Err(Error::protocol("hero_submit reply is not {kind, status}")),
         }
     }
+
+    /// The answers of a batched `hero_submit`, one per job.
+    pub fn decode_many(v: &Value, expected: usize) -> Result<Vec<Self>> {
+        let items = array(v)?;
+        if items.len() != expected {
+            return Err(Error::protocol(format!(
+                "hero_submit answered {} results for {expected} jobs",
+                items.len()
+            )));
+        }
+        items.iter().map(SubmitReply::decode).collect()
+    }
 }
 
 /// One job leased to the caller by `hero_fetch`.

@@ -107,6 +107,70 @@ async fn submit_and_fetch(c: &Client, id: &str) -> (String, String) {
 }
 
 #[tokio::test]
+async fn submit_takes_a_batch_and_refuses_a_malformed_one_whole() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    c.submit(&NewJob::builder("osis", "old").id("taken").build().unwrap())
+        .await
+        .unwrap();
+    let jobs = [
+        NewJob::builder("osis", "1").id("n1").build().unwrap(),
+        NewJob::builder("osis", "2").id("taken").build().unwrap(),
+        NewJob::builder("osis", "3")
+            .id("later")
+            .delay(Duration::from_secs(60))
+            .build()
+            .unwrap(),
+    ];
+    let got: Vec<(bool, String)> = c
+        .submit_many(&jobs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.map(|s| (s.created, s.status)).unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (true, "dispatched".to_string()),
+            (false, "dispatched".to_string()),
+            (true, "waiting".to_string())
+        ]
+    );
+    let mut raw = server.conn().await;
+    let script: String = raw.hget("hero:job:taken", "script").await.unwrap();
+    assert_eq!(script, "old", "an existing id is left as it was");
+
+    // the second job's field count runs past the end: nothing of the batch is written
+    let mut bad = Function::Submit.call(&[
+        c.keys().delayed(),
+        c.keys().queues(),
+        "hero:job:b1".to_string(),
+        "hero:q:work:type:osis".to_string(),
+        "hero:job:b2".to_string(),
+        "hero:q:work:type:osis".to_string(),
+    ]);
+    bad.arg(CONSUMER_GROUP)
+        .arg("b1")
+        .arg(0)
+        .arg(2)
+        .arg("script")
+        .arg("x")
+        .arg("b2")
+        .arg(0)
+        .arg(4)
+        .arg("script")
+        .arg("y");
+    let err = c.redis().query::<redis::Value>(&bad).await.unwrap_err();
+    assert!(err.to_string().contains("HERO_BAD_ARG"), "{err}");
+    let exists: bool = raw.exists("hero:job:b1").await.unwrap();
+    assert!(
+        !exists,
+        "the well-formed job of a refused batch is not written"
+    );
+}
+
+#[tokio::test]
 async fn submit_is_idempotent_when_the_id_exists() {
     let server = RedisServer::start();
     let c = client(&server).await;

@@ -1,26 +1,54 @@
--- hero_submit: store a new job and queue it, or park it in the delayed set.
--- KEYS[1] job hash  KEYS[2] work stream  KEYS[3] delayed zset  KEYS[4] queue registry set
--- ARGV[1] job id  ARGV[2] consumer group  ARGV[3] run-at ms ('0': now)
--- ARGV[4..] field, value pairs of the job record (without status / entry)
--- Returns: {'created', status} for a new job, {'exists', status} when the id is taken (nothing
--- is written: submitting an existing id is idempotent).
--- Errors: HERO_BAD_ARG when the field list is not in pairs.
+-- hero_submit: store new jobs and queue them, or park them in the delayed set. One call takes
+-- a whole batch, so a producer's bulk submit costs one function call, not one per job.
+-- KEYS[1] delayed zset  KEYS[2] queue registry set
+--   then per job i = 0, 1, ...: KEYS[3+2i] job hash  KEYS[4+2i] its work stream
+-- ARGV[1] consumer group
+--   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
+--   follow, and those n values: field, value pairs of the job record (without status / entry)
+-- Returns: one {kind, status} per job, in order: {'created', status} for a new job ('dispatched'
+-- or 'waiting'), {'exists', status} when the id is taken (nothing is written for it:
+-- submitting an existing id is idempotent).
+-- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
+-- not in pairs; then nothing is written.
 local function hero_submit(keys, args)
-  local job_key, stream, delayed, registry = keys[1], keys[2], keys[3], keys[4]
-  local job_id, group, run_at = args[1], args[2], tonumber(args[3])
-  local existing = redis.call('HGET', job_key, 'status')
-  if existing then
-    return { 'exists', existing }
+  local delayed, registry = keys[1], keys[2]
+  local group = args[1]
+  local n = (#keys - 2) / 2
+  if n ~= math.floor(n) then
+    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 2')
   end
-  if (#args - 3) % 2 ~= 0 then
-    return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
+  -- check the whole batch before the first write
+  local at = {}
+  local pos = 2
+  for i = 1, n do
+    local count = tonumber(args[pos + 2])
+    if not count or count % 2 ~= 0 or pos + 2 + count > #args then
+      return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
+    end
+    at[i] = pos
+    pos = pos + 3 + count
   end
-  if run_at and run_at > 0 then
-    redis.call('HSET', job_key, 'status', 'waiting', 'run_at', args[3], unpack(args, 4))
-    redis.call('ZADD', delayed, run_at, job_id)
-    return { 'created', 'waiting' }
+  if pos ~= #args + 1 then
+    return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
   end
-  local entry = append(stream, group, registry, job_id)
-  redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, 4))
-  return { 'created', 'dispatched' }
+  local answers = {}
+  for i = 1, n do
+    local job_key, stream = keys[1 + 2 * i], keys[2 + 2 * i]
+    local p = at[i]
+    local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
+    local run_at = tonumber(run_at_text)
+    local existing = redis.call('HGET', job_key, 'status')
+    if existing then
+      answers[i] = { 'exists', existing }
+    elseif run_at and run_at > 0 then
+      redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
+      redis.call('ZADD', delayed, run_at, job_id)
+      answers[i] = { 'created', 'waiting' }
+    else
+      local entry = append(stream, group, registry, job_id)
+      redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
+      answers[i] = { 'created', 'dispatched' }
+    end
+  end
+  return answers
 end
