@@ -372,6 +372,45 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
 }
 
 #[tokio::test]
+async fn complete_trims_done_entries_but_never_a_running_or_waiting_one() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (stream, old) = submit_and_fetch(&c, "old").await;
+    let (_, new) = submit_and_fetch(&c, "new").await;
+    c.submit(&NewJob::builder("osis", "w").id("waiting").build().unwrap())
+        .await
+        .unwrap();
+    let mut raw = server.conn().await;
+    assert_eq!(
+        complete(&c, &stream, "new", &new, "done", "ok").await,
+        Completion::Completed
+    );
+    let len: usize = raw.xlen(&stream).await.unwrap();
+    assert_eq!(len, 3, "the done entry behind a running job stays for now");
+    assert_eq!(
+        complete(&c, &stream, "old", &old, "done", "ok").await,
+        Completion::Completed
+    );
+    let ids: Vec<String> = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg("-")
+        .arg("+")
+        .query_async::<Vec<(String, Vec<(String, String)>)>>(&mut raw)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, f)| f[0].1.clone())
+        .collect();
+    assert_eq!(
+        ids,
+        ["waiting"],
+        "both done entries went, the waiting job stayed"
+    );
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    assert_eq!(got.jobs[0].job_id, "waiting");
+}
+
+#[tokio::test]
 async fn complete_is_fenced_by_the_lease() {
     let server = RedisServer::start();
     let c = client(&server).await;

@@ -1,6 +1,6 @@
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
--- records a whole batch of outcomes in one call: the settings are read once and each stream's
--- done entries are acknowledged and deleted with one command.
+-- records a whole batch of outcomes in one call: the settings are read once, and each stream's
+-- done entries are acknowledged with one command and trimmed with another (see ack_trim).
 -- KEYS[1] delayed zset  KEYS[2] config hash
 --   then per job i = 0, 1, ...: KEYS[3+3i] job hash  KEYS[4+3i] its work stream
 --   KEYS[5+3i] its reply list
@@ -65,7 +65,7 @@ local function hero_complete(keys, args)
     end
   end
   for _, stream in ipairs(streams) do
-    ack_del_many(stream, group, acks[stream], xackdel)
+    ack_trim(stream, group, acks[stream], xackdel)
   end
   return answers
 end

@@ -6,7 +6,8 @@
 -- Returns: {jobs, dropped, cursors}
 --   jobs: list of {stream index, entry id, job id, {field, value, ...}} now leased to the consumer
 --         (status started, lease = entry id, attempts + 1 unless it is not a number,
---         worker_id = consumer), with the record's fields as they are after that;
+--         worker_id = consumer): the record's pairs as read, then the pairs the fetch wrote;
+--         a field named twice takes its later value;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
 --         deleted unclaimed: reason 'missing' (no job hash) or 'stale' (the job's current entry
 --         is another one, or it is no longer dispatched, e.g. stopped);
@@ -45,32 +46,25 @@ local function hero_fetch(keys, args)
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'stale' }
           else
-            local update = { status = 'started', lease = id, worker_id = consumer, started_at = now_iso, updated_at = now_iso }
             local counted = attempts_at and tonumber(fields[attempts_at])
+            local attempts
             if not attempts_at then
-              update.attempts = '1'
+              attempts = '1'
             elseif counted then
-              update.attempts = tostring(counted + 1)
+              attempts = tostring(counted + 1)
             end
             -- else: an unparsable count stays as it is, for the worker to report as invalid
-            local args = {}
-            for name, value in pairs(update) do
-              args[#args + 1] = name
-              args[#args + 1] = value
+            local n = #fields
+            fields[n + 1], fields[n + 2] = 'status', 'started'
+            fields[n + 3], fields[n + 4] = 'lease', id
+            fields[n + 5], fields[n + 6] = 'worker_id', consumer
+            fields[n + 7], fields[n + 8] = 'started_at', now_iso
+            fields[n + 9], fields[n + 10] = 'updated_at', now_iso
+            if attempts then
+              fields[n + 11], fields[n + 12] = 'attempts', attempts
             end
-            redis.call('HSET', job_key, unpack(args))
-            -- hand back the record as it is now, without reading it again
-            for k = 1, #fields, 2 do
-              local v = update[fields[k]]
-              if v then
-                fields[k + 1] = v
-                update[fields[k]] = nil
-              end
-            end
-            for name, value in pairs(update) do
-              fields[#fields + 1] = name
-              fields[#fields + 1] = value
-            end
+            -- the written pairs are also what the caller gets, after the record as read
+            redis.call('HSET', job_key, unpack(fields, n + 1))
             jobs[#jobs + 1] = { i, id, job_id, fields }
             want = want - 1
           end

@@ -22,6 +22,49 @@ local function ack_del(stream, group, id, xackdel)
   ack_del_many(stream, group, { id }, xackdel)
 end
 
+-- The id right after `id` ('<ms>-<seq>'), and whether id a sorts before id b.
+local function id_parts(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+
+local function next_id(id)
+  local ms, seq = id_parts(id)
+  return string.format('%d-%d', ms, seq + 1)
+end
+
+-- Acknowledge a batch of done entries of one stream, then trim the stream of every entry that
+-- is done. XDEL would seek each id (a scan inside its node, ~2 us each); XTRIM MINID drops runs
+-- from the head. Entries are delivered in id order, so every entry below the oldest pending one
+-- (or, with nothing pending, up to the group's last delivered one) was delivered and
+-- acknowledged: nothing waiting or running is trimmed. A done entry behind an older job still
+-- running stays until that job ends. With XACKDEL (Redis 8.2) each entry goes at once instead.
+local function ack_trim(stream, group, ids, xackdel)
+  if xackdel == '1' then
+    ack_del_many(stream, group, ids, xackdel)
+    return
+  end
+  for from = 1, #ids, 1000 do
+    redis.call('XACK', stream, group, unpack(ids, from, math.min(#ids, from + 999)))
+  end
+  local pending = redis.call('XPENDING', stream, group)
+  local bound
+  if pending[1] > 0 then
+    bound = pending[2]
+  else
+    for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+      local name, last
+      for k = 1, #g, 2 do
+        if g[k] == 'name' then name = g[k + 1] elseif g[k] == 'last-delivered-id' then last = g[k + 1] end
+      end
+      if name == group and last then bound = next_id(last) end
+    end
+  end
+  if bound then
+    redis.call('XTRIM', stream, 'MINID', bound)
+  end
+end
+
 -- Append a job id to a work stream, creating the stream, its group and its registry entry on
 -- first use. Returns the new entry id; recording it in the job hash is the caller's, so that a
 -- new job's record is written in one HSET.
