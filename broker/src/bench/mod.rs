@@ -256,7 +256,7 @@ impl Probe {
                 Some((name.to_string(), field("calls")?, field("usec")?))
             })
             .collect();
-        rows.sort_by(|a, b| b.2.cmp(&a.2));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.2));
         Ok(rows)
     }
 
