@@ -1,7 +1,8 @@
-//! The `redis-server` children hero starts itself: the one of `hero up` when no Redis is configured: loopback only,
-//! data and AOF under `./.hero/redis`, its URL written to `./.hero/redis.url` so the other
-//! commands run from the same directory find it, shut down cleanly on exit; and the throwaway
-//! one of `hero bench`, pinned to a core, with or without persistence.
+//! The `redis-server` children hero starts itself: the one of `hero up` when no Redis is
+//! configured (loopback only, data and AOF under `./.hero/redis`, its URL written to
+//! `./.hero/redis.url` so the other commands run from the same directory find it, shut down
+//! cleanly on exit), and the throwaway one of `hero bench`, pinned to a core, with or without
+//! persistence.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -22,9 +23,10 @@ pub struct LocalRedis {
     pub dir: PathBuf,
 }
 
-fn installed() -> bool {
+/// Whether `program` is on the PATH.
+pub(crate) fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|p| p.join("redis-server").is_file()))
+        .map(|paths| std::env::split_paths(&paths).any(|p| p.join(program).is_file()))
         .unwrap_or(false)
 }
 
@@ -62,7 +64,7 @@ impl LocalRedis {
 
     /// Starts a loopback-only `redis-server` on a free port and waits until it answers.
     pub async fn spawn(opts: Options) -> anyhow::Result<LocalRedis> {
-        if !installed() {
+        if !on_path("redis-server") {
             bail!(
                 "redis-server is not installed, and no Redis is configured.\n\
                  Install it (Debian/Ubuntu: `sudo apt-get install redis-server`), or point hero at a running \

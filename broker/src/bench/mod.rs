@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use crate::local_redis::{self, LocalRedis};
+use crate::local_redis::{self, on_path, LocalRedis};
 pub use ours::{bench_worker, BenchWorkerArgs};
 use report::{Figures, Report};
 
@@ -146,12 +146,6 @@ fn pinning(args: &BenchArgs) -> Option<Pinning> {
     Some(Pinning { redis: 0, load: 1 })
 }
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|p| p.join(program).is_file()))
-        .unwrap_or(false)
-}
-
 /// Moves every thread of this process to `core` (threads made later inherit it).
 fn pin_self(core: usize) -> Result<()> {
     let status = std::process::Command::new("taskset")
@@ -185,14 +179,16 @@ impl Probe {
         })
     }
 
-    async fn info_field(&self, section: &str, field: &str) -> Result<f64> {
-        let text: String = redis::cmd("INFO")
+    async fn info(&self, section: &str) -> Result<String> {
+        Ok(redis::cmd("INFO")
             .arg(section)
             .query_async(&mut self.conn.clone())
-            .await?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
+            .await?)
+    }
+
+    async fn info_field(&self, section: &str, field: &str) -> Result<f64> {
+        info_value(&self.info(section).await?, field)
+            .and_then(|v| v.parse().ok())
             .with_context(|| format!("INFO {section} has no {field}"))
     }
 
@@ -240,10 +236,7 @@ impl Probe {
 
     /// The commands Redis spent most time in since the last reset: (name, calls, µs).
     pub async fn commandstats(&self) -> Result<Vec<(String, u64, u64)>> {
-        let text: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut self.conn.clone())
-            .await?;
+        let text = self.info("commandstats").await?;
         let mut rows: Vec<(String, u64, u64)> = text
             .lines()
             .filter_map(|l| {
@@ -261,17 +254,18 @@ impl Probe {
     }
 
     async fn version(&self) -> Result<String> {
-        let text: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
+        let text = self.info("server").await?;
+        Ok(info_value(&text, "redis_version")
             .unwrap_or("?")
-            .trim()
             .to_string())
     }
+}
+
+/// The value of `field` in INFO's `field:value` lines.
+fn info_value<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 /// Runs the benchmark; prints progress to stderr and the table to stdout. Exit code 0.

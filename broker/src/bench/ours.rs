@@ -345,7 +345,6 @@ impl Ours {
     async fn recovery(&self) -> Result<f64> {
         let n = self.args.recovery_jobs;
         let stop_broker = CancellationToken::new();
-        crate::broker::publish_config(&self.client, &BrokerConfig::default()).await?;
         let broker = tokio::spawn(crate::broker::run(
             self.client.clone(),
             BrokerConfig::default(),

@@ -4,33 +4,34 @@
 -- stream entry; those are built from a prefix in ARGV (built by the client's keys module) and
 -- share the namespace's hash slot. Errors are raised as 'HERO_<CODE> message'.
 
--- Acknowledge and delete delivered entries of one stream: a done entry never stays in a work
--- stream. Chunked, so no call passes more arguments than Lua's stack takes.
-local function ack_del_many(stream, group, ids, xackdel)
+-- Calls f(from, to) over runs of ids short enough for Lua's stack (unpack of a long list fails).
+local function in_runs(ids, f)
   for from = 1, #ids, 1000 do
-    local to = math.min(#ids, from + 999)
+    f(from, math.min(#ids, from + 999))
+  end
+end
+
+-- Acknowledge and delete delivered entries of one stream: a done entry never stays in a work
+-- stream.
+local function ack_del_many(stream, group, ids, xackdel)
+  in_runs(ids, function(from, to)
     if xackdel == '1' then
       redis.call('XACKDEL', stream, group, 'IDS', to - from + 1, unpack(ids, from, to))
     else
       redis.call('XACK', stream, group, unpack(ids, from, to))
       redis.call('XDEL', stream, unpack(ids, from, to))
     end
-  end
+  end)
 end
 
 local function ack_del(stream, group, id, xackdel)
   ack_del_many(stream, group, { id }, xackdel)
 end
 
--- The id right after `id` ('<ms>-<seq>'), and whether id a sorts before id b.
-local function id_parts(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-
+-- The stream id right after `id` ('<ms>-<seq>').
 local function next_id(id)
-  local ms, seq = id_parts(id)
-  return string.format('%d-%d', ms, seq + 1)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return string.format('%d-%d', tonumber(ms), tonumber(seq) + 1)
 end
 
 -- Acknowledge a batch of done entries of one stream, then trim the stream of every entry that
@@ -44,9 +45,9 @@ local function ack_trim(stream, group, ids, xackdel)
     ack_del_many(stream, group, ids, xackdel)
     return
   end
-  for from = 1, #ids, 1000 do
-    redis.call('XACK', stream, group, unpack(ids, from, math.min(#ids, from + 999)))
-  end
+  in_runs(ids, function(from, to)
+    redis.call('XACK', stream, group, unpack(ids, from, to))
+  end)
   local pending = redis.call('XPENDING', stream, group)
   local bound
   if pending[1] > 0 then
