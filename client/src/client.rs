@@ -314,9 +314,10 @@ impl Client {
 
     /// One `hero_submit` call for all of `jobs`; `reply` asks for a run-and-wait reply.
     fn submit_cmd(&self, jobs: &[NewJob], reply: bool) -> redis::Cmd {
-        let mut keys = Vec::with_capacity(2 + 2 * jobs.len());
+        let mut keys = Vec::with_capacity(3 + 2 * jobs.len());
         keys.push(self.keys.delayed());
         keys.push(self.keys.queues());
+        keys.push(self.keys.bridge_registry());
         let mut fields = Vec::with_capacity(jobs.len());
         for job in jobs {
             keys.push(self.keys.job(job.id()));

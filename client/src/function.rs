@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use crate::error::{Error, Result};
 
 /// Bumped whenever any Lua file changes meaning; a server with another version is reloaded.
-pub const LIBRARY_VERSION: &str = "4";
+pub const LIBRARY_VERSION: &str = "5";
 
 const PRELUDE: &str = include_str!("function/prelude.lua");
 
@@ -24,10 +24,13 @@ pub enum Function {
     Stop,
     Recover,
     Promote,
+    BridgeIn,
+    BridgeOut,
+    BridgeWatch,
 }
 
 impl Function {
-    pub const ALL: [Function; 8] = [
+    pub const ALL: [Function; 11] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -36,6 +39,9 @@ impl Function {
         Function::Stop,
         Function::Recover,
         Function::Promote,
+        Function::BridgeIn,
+        Function::BridgeOut,
+        Function::BridgeWatch,
     ];
 
     /// The registered name, as used with FCALL.
@@ -49,6 +55,9 @@ impl Function {
             Function::Stop => "hero_stop",
             Function::Recover => "hero_recover",
             Function::Promote => "hero_promote",
+            Function::BridgeIn => "hero_bridge_in",
+            Function::BridgeOut => "hero_bridge_out",
+            Function::BridgeWatch => "hero_bridge_watch",
         }
     }
 
@@ -62,6 +71,9 @@ impl Function {
             Function::Stop => include_str!("function/stop.lua"),
             Function::Recover => include_str!("function/recover.lua"),
             Function::Promote => include_str!("function/promote.lua"),
+            Function::BridgeIn => include_str!("function/bridge_in.lua"),
+            Function::BridgeOut => include_str!("function/bridge_out.lua"),
+            Function::BridgeWatch => include_str!("function/bridge_watch.lua"),
         }
     }
 

@@ -341,6 +341,10 @@ impl Job {
         let error = opt(text("error"));
         let lease = opt(text("lease"));
         let entry = opt(text("entry"));
+        // the legacy bridge's bookkeeping (docs/protocol.md): a handler has no use for it
+        for bridge_field in ["bridge", "bridge_stop", "bridge_taken"] {
+            map.remove(bridge_field);
+        }
         if let Some((field, _)) = map.into_iter().next() {
             return Err(err(&field, "is not a field of the job record".to_string()));
         }

@@ -209,7 +209,107 @@ impl Keyspace {
     pub fn legacy_reply(&self, id: &JobId) -> String {
         format!("{}:reply:{id}", self.prefix)
     }
+
+    /// Prefix of every legacy reply list (the functions append the job id in compatibility
+    /// mode; the broker publishes it in the config hash).
+    pub fn legacy_reply_prefix(&self) -> String {
+        format!("{}:reply:", self.prefix)
+    }
+
+    /// The list of one legacy queue.
+    pub fn legacy_queue(&self, q: &LegacyQueue) -> String {
+        match q {
+            LegacyQueue::WorkQueue(id) => self.legacy_work_queue(id),
+            LegacyQueue::ActorQueue(suffix) => self.legacy_actor_queue(suffix),
+            LegacyQueue::Actor(id) => self.legacy_actor(id),
+        }
+    }
+
+    /// The legacy stop queue of the worker behind a legacy queue.
+    pub fn legacy_stop_for(&self, q: &LegacyQueue) -> String {
+        self.legacy_stop_queue(q.worker_id())
+    }
+
+    /// Sorted set: job id → next deadline (ms) of the jobs the bridge handed to the legacy
+    /// actors of one legacy queue (or dual-pushed to it), until the job hash says they ended.
+    pub fn bridge_track(&self, q: &LegacyQueue) -> String {
+        format!("{}:meta:bridge:{}", self.prefix, q.short())
+    }
+
+    /// Hash: work stream → JSON of the dual-push mapping that copies its submits to a legacy
+    /// list (`list`, `stop`, `track`, `worker`, `pickup_ms`); read by `hero_submit`.
+    pub fn bridge_registry(&self) -> String {
+        format!("{}:meta:bridge", self.prefix)
+    }
+
+    /// Parses a legacy queue's full key (`<ns>:work_queue:<id>`, `<ns>:job:actor_queue:<s>`,
+    /// `<ns>:job:<actor_id>`) in this namespace.
+    pub fn parse_legacy_queue(&self, key: &str) -> Result<LegacyQueue, crate::Error> {
+        let bad = |why: &str| {
+            crate::Error::InvalidInput(format!("legacy queue {key:?}: {why}"))
+        };
+        let rest = key
+            .strip_prefix(&self.prefix)
+            .and_then(|r| r.strip_prefix(':'))
+            .ok_or_else(|| bad(&format!("must start with {}:", self.prefix)))?;
+        let q = if let Some(id) = rest.strip_prefix("work_queue:") {
+            LegacyQueue::WorkQueue(id.to_string())
+        } else if let Some(s) = rest.strip_prefix("job:actor_queue:") {
+            LegacyQueue::ActorQueue(s.to_string())
+        } else if let Some(id) = rest.strip_prefix("job:") {
+            LegacyQueue::Actor(id.to_string())
+        } else {
+            return Err(bad(
+                "expected <ns>:work_queue:<worker_id>, <ns>:job:actor_queue:<suffix> or <ns>:job:<actor_id>",
+            ));
+        };
+        let id = q.worker_id();
+        if id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
+            return Err(bad("its worker id must be 1-128 characters of [A-Za-z0-9_.-]"));
+        }
+        Ok(q)
+    }
 }
+
+/// A legacy list queue the bridge serves (seed 001; seed 000 names the other two forms). The
+/// id is also the legacy worker id its stop queue is named after.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LegacyQueue {
+    /// `<ns>:work_queue:<worker_id>`
+    WorkQueue(String),
+    /// `<ns>:job:actor_queue:<suffix>`
+    ActorQueue(String),
+    /// `<ns>:job:<actor_id>`
+    Actor(String),
+}
+
+impl LegacyQueue {
+    /// The legacy worker id (`hero:stop_queue:<worker_id>`, the job's `worker_id`).
+    pub fn worker_id(&self) -> &str {
+        match self {
+            LegacyQueue::WorkQueue(id) | LegacyQueue::ActorQueue(id) | LegacyQueue::Actor(id) => id,
+        }
+    }
+
+    /// A name without the namespace, for the bridge's own keys and consumer name.
+    pub fn short(&self) -> String {
+        match self {
+            LegacyQueue::WorkQueue(id) => format!("work_queue:{id}"),
+            LegacyQueue::ActorQueue(s) => format!("actor_queue:{s}"),
+            LegacyQueue::Actor(id) => format!("actor:{id}"),
+        }
+    }
+
+    /// The consumer (in the work stream's group) under which the bridge holds the entries of
+    /// jobs it handed to this queue's legacy actors. Recovery never reclaims a `bridge:`
+    /// consumer's entries: the bridge's watch decides when such a job is abandoned.
+    pub fn consumer(&self) -> String {
+        format!("{BRIDGE_CONSUMER_PREFIX}{}", self.short())
+    }
+}
+
+/// Consumers whose names start with this belong to the legacy bridge.
+pub const BRIDGE_CONSUMER_PREFIX: &str = "bridge:";
 
 #[cfg(test)]
 mod tests {
@@ -282,6 +382,16 @@ mod tests {
             (k.legacy_actor("actor7"), "hero:job:actor7"),
             (k.legacy_stop_queue("w1"), "hero:stop_queue:w1"),
             (k.legacy_reply(&id), "hero:reply:abc"),
+            (k.legacy_reply_prefix(), "hero:reply:"),
+            (k.bridge_registry(), "hero:meta:bridge"),
+            (
+                k.bridge_track(&LegacyQueue::WorkQueue("w1".into())),
+                "hero:meta:bridge:work_queue:w1",
+            ),
+            (
+                k.legacy_stop_for(&LegacyQueue::ActorQueue("osis".into())),
+                "hero:stop_queue:osis",
+            ),
         ];
         for (got, want) in golden {
             assert_eq!(got, want);
@@ -319,5 +429,21 @@ mod tests {
         assert_eq!(keys[10], "hero:q:work:type:osis:group:default:prio:0");
         assert_eq!(keys[20], "hero:q:work:type:osis:prio:0");
         assert_eq!(keys[29], "hero:q:work:type:osis:prio:9");
+    }
+
+    #[test]
+    fn legacy_queues_parse_from_their_keys_and_back() {
+        let k = ks();
+        for key in ["hero:work_queue:w1", "hero:job:actor_queue:osis", "hero:job:actor7"] {
+            let q = k.parse_legacy_queue(key).unwrap();
+            assert_eq!(k.legacy_queue(&q), key);
+        }
+        assert_eq!(
+            k.parse_legacy_queue("hero:job:actor_queue:osis").unwrap().consumer(),
+            "bridge:actor_queue:osis"
+        );
+        for bad in ["other:work_queue:w1", "hero:q:work:type:x", "hero:work_queue:", "hero:job:a b"] {
+            assert!(k.parse_legacy_queue(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -28,7 +28,7 @@ pub use client::{
 pub use conn::{Capabilities, Redis};
 pub use error::{Error, Result};
 pub use job::{DecodeError, Job, Status};
-pub use keys::Keyspace;
+pub use keys::{Keyspace, LegacyQueue};
 pub use name::{
     ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,
 };

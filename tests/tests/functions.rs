@@ -145,6 +145,7 @@ async fn submit_takes_a_batch_and_refuses_a_malformed_one_whole() {
     let mut bad = Function::Submit.call(&[
         c.keys().delayed(),
         c.keys().queues(),
+        c.keys().bridge_registry(),
         "hero:job:b1".to_string(),
         "hero:q:work:type:osis".to_string(),
         "hero:job:b2".to_string(),

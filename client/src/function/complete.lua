@@ -56,9 +56,9 @@ local function hero_complete(keys, args)
         answers[#answers + 1] = 'retrying'
       else
         if outcome == 'done' then
-          finish(job_key, reply_key, cfg, 'finished', text, f[5], now_iso)
+          finish(job_key, job_id, reply_key, cfg, 'finished', text, f[5], now_iso)
         else
-          finish(job_key, reply_key, cfg, 'error', text, f[5], now_iso)
+          finish(job_key, job_id, reply_key, cfg, 'error', text, f[5], now_iso)
         end
         answers[#answers + 1] = 'completed'
       end

@@ -9,8 +9,9 @@
 --         worker_id = consumer): the record's pairs as read, then the pairs the fetch wrote;
 --         a field named twice takes its later value;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
---         deleted unclaimed: reason 'missing' (no job hash) or 'stale' (the job's current entry
---         is another one, or it is no longer dispatched, e.g. stopped);
+--         deleted unclaimed: reason 'missing' (no job hash), 'stale' (the job's current entry
+--         is another one, or it is no longer dispatched, e.g. stopped) or 'legacy' (a
+--         dual-pushed job a legacy actor took from its list first);
 --   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
 --         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry.
 -- Errors: none of its own.
@@ -26,18 +27,18 @@ local function hero_fetch(keys, args)
         if not res or #res[1][2] == 0 then break end
         for _, e in ipairs(res[1][2]) do
           local id, f = e[1], e[2]
-          local job_id = ''
-          for k = 1, #f, 2 do if f[k] == 'j' then job_id = f[k + 1] end end
+          local job_id = entry_job(f)
           local job_key = prefix .. job_id
           -- one read of the record: every check below runs on it, nothing can raise before the
           -- single write, so a corrupt record never leaves a half-applied fetch behind
           local fields = redis.call('HGETALL', job_key)
-          local status, entry, attempts_at
+          local status, entry, attempts_at, bridge
           for k = 1, #fields, 2 do
             local name = fields[k]
             if name == 'status' then status = fields[k + 1]
             elseif name == 'entry' then entry = fields[k + 1]
-            elseif name == 'attempts' then attempts_at = k + 1 end
+            elseif name == 'attempts' then attempts_at = k + 1
+            elseif name == 'bridge' then bridge = fields[k + 1] end
           end
           if #fields == 0 then
             ack_del(stream, group, id, xackdel)
@@ -45,6 +46,10 @@ local function hero_fetch(keys, args)
           elseif entry ~= id or status == 'finished' or status == 'error' or status == 'waiting' or status == 'started' then
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'stale' }
+          elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
+            -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
+            ack_del(stream, group, id, xackdel)
+            dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
           else
             local counted = attempts_at and tonumber(fields[attempts_at])
             local attempts
@@ -60,8 +65,14 @@ local function hero_fetch(keys, args)
             fields[n + 5], fields[n + 6] = 'worker_id', consumer
             fields[n + 7], fields[n + 8] = 'started_at', now_iso
             fields[n + 9], fields[n + 10] = 'updated_at', now_iso
+            local m = n + 10
             if attempts then
-              fields[n + 11], fields[n + 12] = 'attempts', attempts
+              fields[m + 1], fields[m + 2] = 'attempts', attempts
+              m = m + 2
+            end
+            if bridge and bridge ~= '' then
+              -- taken back from the legacy list above: no longer the legacy side's
+              fields[m + 1], fields[m + 2] = 'bridge', ''
             end
             -- the written pairs are also what the caller gets, after the record as read
             redis.call('HSET', job_key, unpack(fields, n + 1))

@@ -91,16 +91,47 @@ local function setting(cfg, field, default)
   return v
 end
 
+-- A text setting ('' when the broker has not published it).
+local function setting_text(cfg, field)
+  local v = cfg[field]
+  if v == nil then
+    v = redis.call('HGET', cfg.key, field) or ''
+    cfg[field] = v
+  end
+  return v
+end
+
+-- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
+-- (the broker published the legacy reply prefix), the bare text on the legacy list
+-- `hero:reply:<id>` that seed-001 callers BLPOP.
+local function push_reply(job_id, reply_key, cfg, status, output, err, legacy_too)
+  redis.call('LPUSH', reply_key, cjson.encode({ status = status, output = output, error = err }))
+  local ttl = setting(cfg, 'reply_ttl_ms', 3600000)
+  redis.call('PEXPIRE', reply_key, ttl)
+  local legacy = setting_text(cfg, 'legacy_reply_prefix')
+  if legacy_too and legacy ~= '' then
+    local text = output
+    if status ~= 'finished' then text = err end
+    redis.call('LPUSH', legacy .. job_id, text)
+    redis.call('PEXPIRE', legacy .. job_id, ttl)
+  end
+end
+
 -- Write a terminal status, start the retention clock, and answer a waiting caller.
-local function finish(job_key, reply_key, cfg, status, text, wants_reply, now_iso)
+local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso)
   local field = 'error'
   if status == 'finished' then field = 'output' end
   redis.call('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso, 'updated_at', now_iso)
   redis.call('PEXPIRE', job_key, setting(cfg, 'retention_ms', 86400000))
   if wants_reply == '1' then
-    local reply = { status = status, output = '', error = '' }
-    reply[field] = text
-    redis.call('LPUSH', reply_key, cjson.encode(reply))
-    redis.call('PEXPIRE', reply_key, setting(cfg, 'reply_ttl_ms', 3600000))
+    local output, err = '', ''
+    if field == 'output' then output = text else err = text end
+    push_reply(job_id, reply_key, cfg, status, output, err, true)
   end
+end
+
+-- The job id a work stream entry carries (its `j` field), '' when it has none.
+local function entry_job(f)
+  for k = 1, #f, 2 do if f[k] == 'j' then return f[k + 1] end end
+  return ''
 end

@@ -2,8 +2,10 @@
 -- targeting, a new entry), or dead-letter them past the attempt budget.
 -- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash
 -- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
---         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, claimed
---         by XAUTOCLAIM as consumer ARGV[3] from cursor ARGV[9])
+--         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, listed
+--         with XPENDING IDLE from cursor ARGV[9] and claimed as consumer ARGV[3]; entries held by
+--         the legacy bridge, consumers named 'bridge:...', are skipped: the bridge's watch
+--         decides when a legacy actor abandoned a job)
 -- ARGV[3] consumer  ARGV[4] min idle ms  ARGV[5] count  ARGV[6] job key prefix
 -- ARGV[7] reply key prefix  ARGV[8] max attempts  ARGV[9] cursor ('0-0' to start)
 -- ARGV[10] '1' to hand back (the delivery does not count as an attempt)  ARGV[11] now ISO 8601
@@ -24,8 +26,16 @@ local function hero_recover(keys, args)
     end
     if #ids == count then next_cursor = ids[#ids] end
   elseif mode == 'idle' then
-    local r = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', count, 'JUSTID')
-    next_cursor, ids = r[1], r[2]
+    local from = '-'
+    if cursor ~= '0-0' then from = cursor end
+    local listed = redis.call('XPENDING', stream, group, 'IDLE', min_idle, from, '+', count)
+    for _, p in ipairs(listed) do
+      if string.sub(p[2], 1, 7) ~= 'bridge:' then
+        local claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, p[1], 'JUSTID')
+        if claimed[1] then ids[#ids + 1] = p[1] end
+      end
+    end
+    if #listed == count then next_cursor = next_id(listed[#listed][1]) end
   else
     return redis.error_reply('HERO_BAD_ARG unknown mode ' .. tostring(mode))
   end
@@ -33,10 +43,8 @@ local function hero_recover(keys, args)
   for _, id in ipairs(ids) do
     local entry = redis.call('XRANGE', stream, id, id)
     local job_id
-    if entry[1] then
-      local f = entry[1][2]
-      for k = 1, #f, 2 do if f[k] == 'j' then job_id = f[k + 1] end end
-    end
+    if entry[1] then job_id = entry_job(entry[1][2]) end
+    if job_id == '' then job_id = nil end
     local job_key = prefix .. (job_id or '')
     local j = job_id and redis.call('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
     ack_del(stream, group, id, xackdel)
@@ -51,7 +59,7 @@ local function hero_recover(keys, args)
       if handback ~= '1' and attempts >= limit then
         local reason = 'abandoned after ' .. attempts .. ' attempts'
         redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
-        finish(job_key, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso)
+        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso)
         dead_n = dead_n + 1
       else
         local new = redis.call('XADD', stream, '*', 'j', job_id)

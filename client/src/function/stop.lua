@@ -4,6 +4,9 @@
 -- when it saw none)
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
+-- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
+-- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
+-- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
 -- (it started on another worker since the caller looked: look again and retry).
@@ -11,12 +14,22 @@
 local function hero_stop(keys, args)
   local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
-  local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply')
+  local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
   local status = f[1]
   if not status then
     return redis.error_reply('HERO_JOB_NOT_FOUND no job hash at ' .. job_key)
   end
   if status == 'finished' or status == 'error' then return 'already_completed' end
+  if (f[6] or '') ~= '' and (status == 'dispatched' or status == 'started') then
+    local answer = 'cancelled'
+    if redis.call('LREM', f[6], 0, job_id) == 0 then
+      answer = 'interrupted'
+      if (f[7] or '') ~= '' then redis.call('LPUSH', f[7], job_id) end
+    end
+    if f[2] then ack_del(stream, group, f[2], xackdel) end
+    finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
+    return answer
+  end
   if status == 'waiting' then
     redis.call('ZREM', delayed, job_id)
   elseif status == 'dispatched' then
@@ -24,11 +37,11 @@ local function hero_stop(keys, args)
   elseif status == 'started' then
     if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
     ack_del(stream, group, f[3], xackdel)
-    finish(job_key, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
+    finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
     redis.call('LPUSH', ctl, job_id)
     redis.call('PEXPIRE', ctl, 3600000)
     return 'interrupted'
   end
-  finish(job_key, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
+  finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
   return 'cancelled'
 end

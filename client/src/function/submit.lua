@@ -1,7 +1,11 @@
 -- hero_submit: store new jobs and queue them, or park them in the delayed set. One call takes
 -- a whole batch, so a producer's bulk submit costs one function call, not one per job.
--- KEYS[1] delayed zset  KEYS[2] queue registry set
---   then per job i = 0, 1, ...: KEYS[3+2i] job hash  KEYS[4+2i] its work stream
+-- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
+--   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
+--   then per job i = 0, 1, ...: KEYS[4+2i] job hash  KEYS[5+2i] its work stream
+-- A job queued now on a stream the bridge registry names is also pushed (LPUSH) to that legacy
+-- list, with `bridge` = the list, `bridge_stop` = the legacy stop queue and `worker_id` = the
+-- legacy worker id, and tracked in the mapping's zset; whichever side takes it first runs it.
 -- ARGV[1] consumer group
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
@@ -11,11 +15,11 @@
 -- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
 -- not in pairs; then nothing is written.
 local function hero_submit(keys, args)
-  local delayed, registry = keys[1], keys[2]
+  local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
-  local n = (#keys - 2) / 2
+  local n = (#keys - 3) / 2
   if n ~= math.floor(n) then
-    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 2')
+    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 3')
   end
   -- check the whole batch before the first write
   local at = {}
@@ -32,8 +36,10 @@ local function hero_submit(keys, args)
     return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
   end
   local answers = {}
+  local dual = {} -- per stream: its dual-push mapping, or false; read once per call
+  local now_ms
   for i = 1, n do
-    local job_key, stream = keys[1 + 2 * i], keys[2 + 2 * i]
+    local job_key, stream = keys[2 + 2 * i], keys[3 + 2 * i]
     local p = at[i]
     local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
     local run_at = tonumber(run_at_text)
@@ -46,7 +52,23 @@ local function hero_submit(keys, args)
       answers[i] = { 'created', 'waiting' }
     else
       local entry = append(stream, group, registry, job_id)
-      redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
+      if dual[stream] == nil then
+        local m = redis.call('HGET', bridges, stream)
+        dual[stream] = m and cjson.decode(m) or false
+      end
+      local m = dual[stream]
+      if m then
+        if not now_ms then
+          local t = redis.call('TIME')
+          now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
+        redis.call('HSET', job_key, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
+        redis.call('LPUSH', m.list, job_id)
+        redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
+      else
+        redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
+      end
       answers[i] = { 'created', 'dispatched' }
     end
   end
