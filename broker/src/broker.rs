@@ -1,5 +1,5 @@
 //! The broker daemon: publishes the settings the server functions read, then runs the
-//! recovery and promotion loops until told to stop. It holds no state of its own, so any
+//! recovery, promotion and legacy bridge loops until told to stop. It holds no state of its own, so any
 //! number of brokers may run against one Redis.
 
 use hero_client::Client;
@@ -21,7 +21,7 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_client:
                 .arg(cfg.reply_ttl.as_millis() as u64),
         )
         .await?;
-    Ok(())
+    crate::bridge::publish(client, cfg).await
 }
 
 /// Runs every broker loop until `stop` is cancelled.
@@ -37,10 +37,11 @@ pub async fn run(
         tokio::spawn(promote::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
     ];
+    let bridge = crate::bridge::run(client.clone(), cfg.clone(), stop.clone()).await;
     for t in tasks {
         let _ = t.await;
     }
-    Ok(())
+    bridge
 }
 
 /// A Redis restarted without persistence forgets the settings: write them again now and then.

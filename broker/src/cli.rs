@@ -91,6 +91,25 @@ pub struct BrokerArgs {
     /// How long a run-and-wait reply waits for its caller (seconds).
     #[arg(long, env = "HERO_REPLY_TTL_SECS", default_value_t = 3600)]
     pub reply_ttl_secs: u64,
+    /// A legacy bridge mapping (repeatable):
+    /// <legacy key>=<type>[/<group>[/<instance>]][,in|out|both][,dual-push][,pickup=<secs>],
+    /// e.g. hero:work_queue:w1=osis,both
+    #[arg(long = "bridge", value_name = "MAPPING")]
+    pub bridges: Vec<crate::bridge::BridgeMapping>,
+    /// Also answer hero:reply:<id> the seed-001 way (default: on when any mapping is set).
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub legacy_replies: Option<bool>,
+    /// TOML file with [[bridge]] mappings and legacy_replies (see docs/protocol.md).
+    #[arg(long, env = "HERO_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+}
+
+fn on_off(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
 }
 
 impl BrokerArgs {
@@ -101,11 +120,20 @@ impl BrokerArgs {
         if self.lease_ms < 300 {
             bail!("--lease-ms must be at least 300");
         }
+        let (mut bridges, mut legacy_replies) = match &self.config {
+            Some(path) => crate::bridge::load_file(path)?,
+            None => (Vec::new(), None),
+        };
+        // flags add to the file's mappings and override its switch
+        bridges.extend(self.bridges.iter().cloned());
+        legacy_replies = self.legacy_replies.or(legacy_replies);
         Ok(BrokerConfig {
             retention: Duration::from_secs(self.retention_secs),
             reply_ttl: Duration::from_secs(self.reply_ttl_secs),
             lease: Duration::from_millis(self.lease_ms),
             max_attempts: self.max_attempts,
+            bridges,
+            legacy_replies,
             ..BrokerConfig::default()
         })
     }

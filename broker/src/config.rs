@@ -19,6 +19,19 @@ pub struct BrokerConfig {
     pub presence_poll: Duration,
     /// How often due delayed jobs are promoted.
     pub promote_poll: Duration,
+    /// Legacy bridge mappings (SPEC §6).
+    pub bridges: Vec<crate::bridge::BridgeMapping>,
+    /// Compatibility mode: completions also answer `hero:reply:<id>` the seed-001 way.
+    /// `None`: on when any bridge mapping is configured.
+    pub legacy_replies: Option<bool>,
+    /// How often the bridge hands out jobs and looks at the ones legacy actors hold.
+    pub bridge_poll: Duration,
+}
+
+impl BrokerConfig {
+    pub fn legacy_replies(&self) -> bool {
+        self.legacy_replies.unwrap_or(!self.bridges.is_empty())
+    }
 }
 
 impl Default for BrokerConfig {
@@ -30,6 +43,9 @@ impl Default for BrokerConfig {
             max_attempts: 5,
             presence_poll: Duration::from_millis(250),
             promote_poll: Duration::from_millis(100),
+            bridges: Vec::new(),
+            legacy_replies: None,
+            bridge_poll: Duration::from_millis(100),
         }
     }
 }

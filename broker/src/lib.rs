@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`bench`]: `hero bench`, hero beside a peer on a throwaway Redis.
+//! - [`bridge`]: the legacy bridge: mappings, inbound moves, outbound hand-outs, the watch.
 //! - [`broker`]: runs the daemon loops and publishes the settings the functions read.
 //! - [`recover`]: presence-driven and XAUTOCLAIM recovery of abandoned jobs.
 //! - [`promote`]: due delayed jobs and retries into their streams.
@@ -11,6 +12,7 @@
 //! - [`cli`]: the commands; `main.rs` only parses and calls [`cli::run`].
 
 pub mod bench;
+pub mod bridge;
 pub mod broker;
 pub mod cli;
 pub mod config;
