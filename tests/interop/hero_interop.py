@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""A hero-broker producer and worker in Python, written only from docs/protocol.md with the
+`redis` package from PyPI. The test suite runs it against the real broker and Rust peers.
+
+  hero_interop.py submit --url U --type T --script S [--wait SECS]
+      submits one job (run-and-wait when --wait is given) and prints one JSON line:
+      {"id", "answer"} or, with --wait, {"id", "status", "output", "error"}
+  hero_interop.py worker --url U --type T --label L [--jobs N]
+      serves type T until it has completed N jobs, answering "<label>:<script>"; prints
+      "ready <consumer>", "completion <id> <answer>" and, for each job, the answer to the same
+      completion sent again, "resend <id> <answer>" (the lease fences it: already_completed)
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+
+import redis
+
+NS = "hero"
+GROUP = "workers"  # the consumer group of every work stream
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def iso(ms=None):
+    ms = now_ms() if ms is None else ms
+    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def work_stream(script_type, group=None, instance=None, priority=5):
+    key = f"{NS}:q:work:type:{script_type}"
+    if group:
+        key += f":group:{group}"
+        if instance:
+            key += f":inst:{instance}"
+    if priority != 5:
+        key += f":prio:{priority}"
+    return key
+
+
+def say(line):
+    print(line, flush=True)
+
+
+def submit(r, args):
+    job_id = str(uuid.uuid4())
+    now = iso()
+    fields = {
+        "id": job_id,
+        "script": args.script,
+        "script_type": args.type,
+        "created_at": now,
+        "updated_at": now,
+        "caller_id": "python",
+    }
+    if args.wait is not None:
+        fields["reply"] = "1"
+    pairs = [x for kv in fields.items() for x in kv]
+    keys = [f"{NS}:meta:delayed", f"{NS}:meta:queues", f"{NS}:meta:bridge",
+            f"{NS}:job:{job_id}", work_stream(args.type)]
+    answer = r.fcall("hero_submit", len(keys), *keys, GROUP, job_id, 0, len(pairs), *pairs)
+    kind, status = answer[0]
+    if args.wait is None:
+        say(json.dumps({"id": job_id, "answer": kind, "status": status}))
+        return
+    got = r.blpop([f"{NS}:q:reply:{job_id}"], timeout=args.wait)
+    if got is not None:
+        reply = json.loads(got[1])
+    else:  # the reply list expired or none was pushed: the hash has the answer
+        h = r.hgetall(f"{NS}:job:{job_id}")
+        reply = {"status": h.get("status"), "output": h.get("output", ""), "error": h.get("error", "")}
+    say(json.dumps({"id": job_id, **reply}))
+
+
+def worker(r, args):
+    instance = f"py-{os.getpid()}"
+    consumer = f"default:{instance}:{uuid.uuid4().hex[:8]}"
+    ttl_ms = 15000
+    started = iso()
+    presence = f"{NS}:meta:actor:inst:{args.type}:default:{instance}"
+
+    def heartbeat():
+        body = json.dumps({"pid": os.getpid(), "hostname": socket.gethostname(), "started_at": started,
+                           "version": "interop", "capabilities": [args.type], "last_heartbeat": iso()})
+        r.set(presence, body, px=ttl_ms)
+        r.zadd(f"{NS}:meta:consumers", {consumer: now_ms() + ttl_ms})
+
+    # precedence: instance -> group -> type, priority 0..9 within each
+    streams = []
+    for g, i in (("default", instance), ("default", None), (None, None)):
+        for p in range(10):
+            streams.append(work_stream(args.type, g, i, p))
+
+    heartbeat()
+    last_beat = time.time()
+    say(f"ready {consumer}")
+    done = 0
+    while done < args.jobs:
+        if time.time() - last_beat > ttl_ms / 3000:
+            heartbeat()
+            last_beat = time.time()
+        jobs, dropped, cursors = r.fcall("hero_fetch", len(streams), *streams, GROUP, consumer, 1,
+                                         f"{NS}:job:", iso(), 0)
+        for index, entry, job_id, pairs in jobs:
+            record = dict(zip(pairs[0::2], pairs[1::2]))  # a later pair wins
+            stream = streams[int(index) - 1]
+            output = f"{args.label}:{record.get('script', '')}"
+            keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:job:{job_id}", stream,
+                    f"{NS}:q:reply:{job_id}"]
+            argv = [GROUP, iso(), 0, entry, "done", output, 0, job_id]
+            answer = r.fcall("hero_complete", len(keys), *keys, *argv)[0]
+            say(f"completion {job_id} {answer}")
+            again = r.fcall("hero_complete", len(keys), *keys, *argv)[0]
+            say(f"resend {job_id} {again}")
+            done += 1
+        if cursors and done < args.jobs:
+            r.xread(dict(zip(streams, cursors)), count=1, block=1000)
+    r.delete(presence)
+    r.zrem(f"{NS}:meta:consumers", consumer)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["submit", "worker"])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--type", required=True)
+    ap.add_argument("--script", default="x")
+    ap.add_argument("--wait", type=int)
+    ap.add_argument("--label", default="python")
+    ap.add_argument("--jobs", type=int, default=1)
+    args = ap.parse_args()
+    r = redis.Redis.from_url(args.url, decode_responses=True)
+    submit(r, args) if args.mode == "submit" else worker(r, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

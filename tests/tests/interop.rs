@@ -1,0 +1,92 @@
+//! A second language speaks the protocol (SPEC §7, issue 4): the Python producer and worker of
+//! `tests/interop/hero_interop.py`, written only from `docs/protocol.md` with the `redis`
+//! package from PyPI, against the real broker and the Rust client and worker, both ways, with
+//! run-and-wait and fenced completion. `scripts/interop-setup` makes the Python environment.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hero_broker::config::BrokerConfig;
+use hero_client::{Client, Job, JobId, NewJob, Status};
+use hero_tests::{InProcBroker, InProcWorker, Proc, RedisServer};
+use hero_worker::{Outcome, Worker};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("HERO_INTEROP_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let p = workspace().join("target/interop-venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/interop-setup (scripts/test does) to make the Python environment",
+        p.display()
+    );
+    p
+}
+
+fn py(args: &[&str]) -> Proc {
+    let script = workspace().join("tests/interop/hero_interop.py");
+    let mut all = vec![script.to_str().expect("utf-8 path")];
+    all.extend_from_slice(args);
+    Proc::spawn(&python(), &all, &[], None)
+}
+
+#[tokio::test]
+async fn python_submits_with_run_and_wait_and_the_rust_worker_runs_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
+    let client = Client::connect(&url).await.unwrap();
+    let worker = Worker::builder(client.clone())
+        .types(["pyt"])
+        .handler(|job: Job, _| async move {
+            Outcome::Done(format!("rust ran {} for {}", job.script, job.caller_id))
+        });
+    let _w = InProcWorker::spawn(worker);
+
+    let mut p = py(&["submit", "--url", &url, "--type", "pyt", "--script", "hello", "--wait", "20"]);
+    let line = p.expect_line("\"id\"", LONG).await;
+    assert_eq!(p.wait_exit(LONG).await, 0);
+    let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(reply["status"], "finished", "{line}");
+    assert_eq!(reply["output"], "rust ran hello for python", "{line}");
+    let job = client
+        .get(&JobId::new(reply["id"].as_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(job.status, Status::Finished);
+    assert_eq!(job.attempts, 1);
+}
+
+#[tokio::test]
+async fn rust_submits_with_run_and_wait_and_the_python_worker_runs_it_with_fenced_completion() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
+    let client = Client::connect(&url).await.unwrap();
+    let mut w = py(&["worker", "--url", &url, "--type", "pyw", "--label", "py", "--jobs", "3"]);
+    w.expect_line("ready", LONG).await;
+
+    for script in ["one", "two", "three"] {
+        let job = NewJob::builder("pyw", script).build().unwrap();
+        let r = client.run(&job, LONG).await.unwrap();
+        assert_eq!((r.status, r.output.as_str()), (Status::Finished, format!("py:{script}").as_str()));
+        w.expect_line(&format!("completion {} completed", job.id()), LONG).await;
+        // the same completion sent again is fenced: recorded once
+        w.expect_line(&format!("resend {} already_completed", job.id()), LONG).await;
+        let rec = client.get(job.id()).await.unwrap();
+        assert_eq!(rec.lease.as_deref().map(|l| l.contains('-')), Some(true));
+    }
+    assert_eq!(w.wait_exit(LONG).await, 0, "the worker stops after its 3 jobs");
+    let mut raw = server.conn().await;
+    assert_eq!(hero_tests::pending(&mut raw, "hero:q:work:type:pyw").await, 0);
+}
