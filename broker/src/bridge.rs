@@ -91,7 +91,9 @@ impl BridgeMapping {
             why: why.to_string(),
         };
         if dual_push && !direction.outbound() {
-            return Err(bad("dual-push sends jobs to legacy actors: it needs direction outbound or both"));
+            return Err(bad(
+                "dual-push sends jobs to legacy actors: it needs direction outbound or both",
+            ));
         }
         if pickup.is_zero() {
             return Err(bad("the pickup time must be more than 0"));
@@ -287,8 +289,12 @@ pub async fn publish(client: &Client, cfg: &BrokerConfig) -> hero_client::Result
             .ignore();
     }
     if cfg.legacy_replies() {
-        tx.hset(keys.config(), "legacy_reply_prefix", keys.legacy_reply_prefix())
-            .ignore();
+        tx.hset(
+            keys.config(),
+            "legacy_reply_prefix",
+            keys.legacy_reply_prefix(),
+        )
+        .ignore();
     } else {
         tx.hdel(keys.config(), "legacy_reply_prefix").ignore();
     }
@@ -306,13 +312,28 @@ pub async fn run(
     for lane in lanes(&client, &cfg)? {
         tracing::info!(legacy = %lane.list, stream = %lane.stream, direction = ?lane.m.direction, dual_push = lane.m.dual_push, "bridge mapping");
         if lane.m.direction.inbound() {
-            tasks.push(tokio::spawn(inbound(client.clone(), cfg.clone(), lane.clone(), stop.clone())));
+            tasks.push(tokio::spawn(inbound(
+                client.clone(),
+                cfg.clone(),
+                lane.clone(),
+                stop.clone(),
+            )));
         }
         if lane.m.direction.outbound() {
             if !lane.m.dual_push {
-                tasks.push(tokio::spawn(outbound(client.clone(), cfg.clone(), lane.clone(), stop.clone())));
+                tasks.push(tokio::spawn(outbound(
+                    client.clone(),
+                    cfg.clone(),
+                    lane.clone(),
+                    stop.clone(),
+                )));
             }
-            tasks.push(tokio::spawn(watch(client.clone(), cfg.clone(), lane, stop.clone())));
+            tasks.push(tokio::spawn(watch(
+                client.clone(),
+                cfg.clone(),
+                lane,
+                stop.clone(),
+            )));
         }
     }
     for t in tasks {
@@ -354,7 +375,11 @@ async fn inbound(client: Client, cfg: BrokerConfig, lane: Lane, stop: Cancellati
         let (moved, dead, blocked) = match client.redis().query::<Value>(&cmd).await {
             Ok(v) => {
                 let c = counts(&v);
-                (c.first().copied().unwrap_or(0), c.get(1).copied().unwrap_or(0), c.get(2) == Some(&1))
+                (
+                    c.first().copied().unwrap_or(0),
+                    c.get(1).copied().unwrap_or(0),
+                    c.get(2) == Some(&1),
+                )
             }
             Err(e) => {
                 tracing::warn!(error = %e, list = %lane.list, "bridge inbound move failed; retrying");
@@ -437,7 +462,9 @@ async fn outbound(client: Client, cfg: BrokerConfig, lane: Lane, stop: Cancellat
                     continue;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, list = %lane.list, "bridge hand-out failed; retrying"),
+            Err(e) => {
+                tracing::warn!(error = %e, list = %lane.list, "bridge hand-out failed; retrying")
+            }
         }
         if !pause(&stop, cfg.bridge_poll).await {
             return;
@@ -495,5 +522,62 @@ async fn watch_pass(client: &Client, cfg: &BrokerConfig, lane: &Lane) -> hero_cl
         if rank == 0 {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_mappings_parse_with_their_options_and_bad_ones_say_why() {
+        let m: BridgeMapping = "hero:work_queue:w1=osis/io/3,in,pickup=5".parse().unwrap();
+        assert_eq!(m.legacy, "hero:work_queue:w1");
+        assert_eq!(m.target.script_type.as_str(), "osis");
+        assert_eq!(m.target.group.as_ref().map(|g| g.as_str()), Some("io"));
+        assert_eq!(m.target.instance.as_ref().map(|i| i.as_str()), Some("3"));
+        assert_eq!(
+            (m.direction, m.dual_push, m.pickup),
+            (Direction::Inbound, false, Duration::from_secs(5))
+        );
+        let d: BridgeMapping = "hero:job:actor_queue:sal=sal,dual-push".parse().unwrap();
+        assert_eq!((d.direction, d.dual_push), (Direction::Both, true));
+        for (bad, says) in [
+            ("hero:work_queue:w1", "expected <legacy key>="),
+            ("hero:work_queue:w1=bad type", "script type"),
+            ("hero:work_queue:w1=osis,sideways", "unknown option"),
+            ("hero:work_queue:w1=osis,in,dual-push", "dual-push"),
+            ("hero:work_queue:w1=osis,pickup=soon", "whole number"),
+        ] {
+            let e = bad.parse::<BridgeMapping>().unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_config_file_gives_mappings_and_the_compatibility_switch() {
+        let dir = std::env::temp_dir().join(format!("hero-bridge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("hero.toml");
+        std::fs::write(
+            &path,
+            "legacy_replies = false\n[[bridge]]\nlegacy = \"hero:job:a7\"\ntype = \"v\"\ndirection = \"outbound\"\ndual_push = true\npickup_secs = 9\n",
+        )
+        .unwrap();
+        let (maps, compat) = load_file(&path).unwrap();
+        assert_eq!(compat, Some(false));
+        assert_eq!(maps.len(), 1);
+        assert_eq!(
+            (maps[0].direction, maps[0].dual_push, maps[0].pickup),
+            (Direction::Outbound, true, Duration::from_secs(9))
+        );
+        std::fs::write(
+            &path,
+            "[[bridge]]\nlegacy = \"hero:job:a7\"\ntype = \"v\"\ncolour = 1\n",
+        )
+        .unwrap();
+        let e = load_file(&path).unwrap_err().to_string();
+        assert!(e.contains("colour"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

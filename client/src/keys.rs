@@ -245,9 +245,7 @@ impl Keyspace {
     /// Parses a legacy queue's full key (`<ns>:work_queue:<id>`, `<ns>:job:actor_queue:<s>`,
     /// `<ns>:job:<actor_id>`) in this namespace.
     pub fn parse_legacy_queue(&self, key: &str) -> Result<LegacyQueue, crate::Error> {
-        let bad = |why: &str| {
-            crate::Error::InvalidInput(format!("legacy queue {key:?}: {why}"))
-        };
+        let bad = |why: &str| crate::Error::InvalidInput(format!("legacy queue {key:?}: {why}"));
         let rest = key
             .strip_prefix(&self.prefix)
             .and_then(|r| r.strip_prefix(':'))
@@ -264,8 +262,15 @@ impl Keyspace {
             ));
         };
         let id = q.worker_id();
-        if id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
-            return Err(bad("its worker id must be 1-128 characters of [A-Za-z0-9_.-]"));
+        if id.is_empty()
+            || id.len() > 128
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+        {
+            return Err(bad(
+                "its worker id must be 1-128 characters of [A-Za-z0-9_.-]",
+            ));
         }
         Ok(q)
     }
@@ -434,15 +439,26 @@ mod tests {
     #[test]
     fn legacy_queues_parse_from_their_keys_and_back() {
         let k = ks();
-        for key in ["hero:work_queue:w1", "hero:job:actor_queue:osis", "hero:job:actor7"] {
+        for key in [
+            "hero:work_queue:w1",
+            "hero:job:actor_queue:osis",
+            "hero:job:actor7",
+        ] {
             let q = k.parse_legacy_queue(key).unwrap();
             assert_eq!(k.legacy_queue(&q), key);
         }
         assert_eq!(
-            k.parse_legacy_queue("hero:job:actor_queue:osis").unwrap().consumer(),
+            k.parse_legacy_queue("hero:job:actor_queue:osis")
+                .unwrap()
+                .consumer(),
             "bridge:actor_queue:osis"
         );
-        for bad in ["other:work_queue:w1", "hero:q:work:type:x", "hero:work_queue:", "hero:job:a b"] {
+        for bad in [
+            "other:work_queue:w1",
+            "hero:q:work:type:x",
+            "hero:work_queue:",
+            "hero:job:a b",
+        ] {
             assert!(k.parse_legacy_queue(bad).is_err(), "{bad}");
         }
     }

@@ -31,7 +31,12 @@ fn broker_config(bridges: Vec<BridgeMapping>) -> BrokerConfig {
 }
 
 /// A seed-001 producer: the job hash with seed 001's fields only, then LPUSH of its id.
-async fn legacy_submit(raw: &mut redis::aio::MultiplexedConnection, queue: &str, id: &str, script: &str) {
+async fn legacy_submit(
+    raw: &mut redis::aio::MultiplexedConnection,
+    queue: &str,
+    id: &str,
+    script: &str,
+) {
     let _: () = legacy_hash(id, script, &[]).query_async(raw).await.unwrap();
     let _: () = raw.lpush(queue, id).await.unwrap();
 }
@@ -80,12 +85,15 @@ async fn legacy_reply(url: &str, id: &str) -> String {
         .query_async(&mut conn)
         .await
         .unwrap();
-    got.unwrap_or_else(|| panic!("no legacy reply for {id} within 20 s")).1
+    got.unwrap_or_else(|| panic!("no legacy reply for {id} within 20 s"))
+        .1
 }
 
 fn legacy_actor(url: &str, queue: &str, label: &str, hang: bool) -> Proc {
     let hang = if hang { "1" } else { "0" };
-    let args = ["--url", url, "--queue", queue, "--label", label, "--hang", hang];
+    let args = [
+        "--url", url, "--queue", queue, "--label", label, "--hang", hang,
+    ];
     Proc::spawn(&binary("hero-legacy-actor"), &args, &[], None)
 }
 
@@ -152,14 +160,21 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
     legacy_submit(&mut raw, "hero:work_queue:in_a", "lp-new", "x").await;
     assert_eq!(legacy_reply(&url, "lp-new").await, "new");
     let job = record(&client, "lp-new").await;
-    assert_eq!((job.status, job.output.as_deref()), (Status::Finished, Some("new")));
-    assert_eq!(job.caller_id, "legacy-client", "the legacy producer's fields are kept");
+    assert_eq!(
+        (job.status, job.output.as_deref()),
+        (Status::Finished, Some("new"))
+    );
+    assert_eq!(
+        job.caller_id, "legacy-client",
+        "the legacy producer's fields are kept"
+    );
 
     // new client -> legacy actor (through the outbound hand-out)
     let to_legacy = NewJob::builder("oldt", "x").build().unwrap();
     let r = client.run(&to_legacy, LONG).await.unwrap();
     assert_eq!((r.status, r.output.as_str()), (Status::Finished, "legacyB"));
-    b.expect_line(&format!("ran {}", to_legacy.id()), LONG).await;
+    b.expect_line(&format!("ran {}", to_legacy.id()), LONG)
+        .await;
 
     // legacy producer -> legacy actor, in through one legacy queue and out through another
     legacy_submit(&mut raw, "hero:work_queue:in_c", "lp-old", "x").await;
@@ -173,14 +188,32 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
 
     // the outbound jobs stayed pending on the canonical side until their hash said finished,
     // and nothing is left behind once they did
-    bridge_settled(&server, "hero:meta:bridge:work_queue:out_b", "hero:q:work:type:oldt").await;
-    bridge_settled(&server, "hero:meta:bridge:actor:actor_c", "hero:q:work:type:relay").await;
-    for list in ["hero:work_queue:in_a", "hero:work_queue:out_b", "hero:work_queue:in_c", "hero:job:actor_c"] {
+    bridge_settled(
+        &server,
+        "hero:meta:bridge:work_queue:out_b",
+        "hero:q:work:type:oldt",
+    )
+    .await;
+    bridge_settled(
+        &server,
+        "hero:meta:bridge:actor:actor_c",
+        "hero:q:work:type:relay",
+    )
+    .await;
+    for list in [
+        "hero:work_queue:in_a",
+        "hero:work_queue:out_b",
+        "hero:work_queue:in_c",
+        "hero:job:actor_c",
+    ] {
         let n: i64 = raw.llen(list).await.unwrap();
         assert_eq!(n, 0, "{list} is empty");
     }
     let done = record(&client, to_legacy.id().as_str()).await;
-    assert!(done.finished_at.is_some(), "the bridge stamped the legacy actor's finish");
+    assert!(
+        done.finished_at.is_some(),
+        "the bridge stamped the legacy actor's finish"
+    );
     assert!(runs.lock().unwrap().values().all(|&n| n == 1));
 }
 
@@ -190,7 +223,12 @@ async fn a_legacy_job_with_garbage_fields_ends_error_and_one_without_a_hash_is_d
     let url = server.url();
     let _broker = InProcBroker::spawn(
         &url,
-        broker_config(vec![mapping("hero:work_queue:g", "gt", Direction::Inbound, false)]),
+        broker_config(vec![mapping(
+            "hero:work_queue:g",
+            "gt",
+            Direction::Inbound,
+            false,
+        )]),
     )
     .await;
     let client = Client::connect(&url).await.unwrap();
@@ -228,7 +266,12 @@ async fn a_stop_for_a_job_held_by_a_legacy_actor_reaches_its_stop_queue() {
     let url = server.url();
     let _broker = InProcBroker::spawn(
         &url,
-        broker_config(vec![mapping("hero:work_queue:ws", "st", Direction::Outbound, false)]),
+        broker_config(vec![mapping(
+            "hero:work_queue:ws",
+            "st",
+            Direction::Outbound,
+            false,
+        )]),
     )
     .await;
     let client = Client::connect(&url).await.unwrap();
@@ -248,13 +291,28 @@ async fn a_stop_for_a_job_held_by_a_legacy_actor_reaches_its_stop_queue() {
         }
     })
     .await;
-    assert_eq!(client.stop(job.id()).await.unwrap(), StopOutcome::Interrupted);
+    assert_eq!(
+        client.stop(job.id()).await.unwrap(),
+        StopOutcome::Interrupted
+    );
     let mut raw = raw.clone();
     let stops: Vec<String> = raw.lrange("hero:stop_queue:ws", 0, -1).await.unwrap();
-    assert_eq!(stops, vec![job.id().to_string()], "the seed's format: the bare job id");
+    assert_eq!(
+        stops,
+        vec![job.id().to_string()],
+        "the seed's format: the bare job id"
+    );
     let rec = record(&client, job.id().as_str()).await;
-    assert_eq!((rec.status, rec.error.as_deref()), (Status::Error, Some("stopped")));
-    bridge_settled(&server, "hero:meta:bridge:work_queue:ws", "hero:q:work:type:st").await;
+    assert_eq!(
+        (rec.status, rec.error.as_deref()),
+        (Status::Error, Some("stopped"))
+    );
+    bridge_settled(
+        &server,
+        "hero:meta:bridge:work_queue:ws",
+        "hero:q:work:type:st",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -321,14 +379,19 @@ async fn kill_9_of_the_broker_while_5000_legacy_ids_flow_inbound_loses_and_doubl
                 p.hget(format!("hero:job:{id}"), "status");
             }
             let s: Vec<Option<String>> = p.query_async(&mut raw).await.ok()?;
-            s.iter().all(|s| s.as_deref() == Some("finished")).then_some(())
+            s.iter()
+                .all(|s| s.as_deref() == Some("finished"))
+                .then_some(())
         }
     })
     .await;
     drop(statuses);
     let counts = runs.lock().unwrap().clone();
     assert_eq!(counts.len(), 5000);
-    assert!(counts.values().all(|&n| n == 1), "every job ran exactly once");
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "every job ran exactly once"
+    );
     let left: i64 = raw.llen("hero:work_queue:bulk").await.unwrap();
     assert_eq!(left, 0, "none left in the legacy list");
     let raw2 = raw.clone();
@@ -350,7 +413,12 @@ async fn a_legacy_actor_killed_mid_job_has_the_job_handed_out_again_after_its_ti
     let url = server.url();
     let _broker = InProcBroker::spawn(
         &url,
-        broker_config(vec![mapping("hero:work_queue:lw", "lt", Direction::Outbound, false)]),
+        broker_config(vec![mapping(
+            "hero:work_queue:lw",
+            "lt",
+            Direction::Outbound,
+            false,
+        )]),
     )
     .await;
     let client = Client::connect(&url).await.unwrap();
@@ -361,7 +429,9 @@ async fn a_legacy_actor_killed_mid_job_has_the_job_handed_out_again_after_its_ti
         .build()
         .unwrap();
     client.submit(&job).await.unwrap();
-    doomed.expect_line(&format!("took {}", job.id()), LONG).await;
+    doomed
+        .expect_line(&format!("took {}", job.id()), LONG)
+        .await;
     doomed.kill9();
     let b = legacy_actor(&url, "hero:work_queue:lw", "B", false);
     let r = client.wait(job.id(), LONG).await.unwrap();
@@ -369,14 +439,26 @@ async fn a_legacy_actor_killed_mid_job_has_the_job_handed_out_again_after_its_ti
     b.expect_line(&format!("ran {}", job.id()), LONG).await;
     let rec = record(&client, job.id().as_str()).await;
     assert_eq!(rec.attempts, 2, "handed out twice");
-    bridge_settled(&server, "hero:meta:bridge:work_queue:lw", "hero:q:work:type:lt").await;
+    bridge_settled(
+        &server,
+        "hero:meta:bridge:work_queue:lw",
+        "hero:q:work:type:lt",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
     let server = RedisServer::start();
     let url = server.url();
-    let dual = |on| broker_config(vec![mapping("hero:work_queue:dp", "dp", Direction::Outbound, on)]);
+    let dual = |on| {
+        broker_config(vec![mapping(
+            "hero:work_queue:dp",
+            "dp",
+            Direction::Outbound,
+            on,
+        )])
+    };
     let broker = InProcBroker::spawn(&url, dual(true)).await;
     let client = Client::connect(&url).await.unwrap();
     let runs = Runs::default();
@@ -390,7 +472,9 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
         async move {
             let mut ids = Vec::new();
             for _ in 0..n / 10 {
-                let batch: Vec<NewJob> = (0..10).map(|_| NewJob::builder("dp", "x").build().unwrap()).collect();
+                let batch: Vec<NewJob> = (0..10)
+                    .map(|_| NewJob::builder("dp", "x").build().unwrap())
+                    .collect();
                 client.submit_many(&batch).await.unwrap();
                 ids.extend(batch.iter().map(|j| j.id().to_string()));
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -414,11 +498,31 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
                 p.hget(format!("hero:job:{id}"), "status");
             }
             let s: Vec<Option<String>> = p.query_async(&mut raw).await.ok()?;
-            s.iter().all(|s| s.as_deref() == Some("finished")).then_some(())
+            s.iter()
+                .all(|s| s.as_deref() == Some("finished"))
+                .then_some(())
         }
     })
     .await;
-    bridge_settled(&server, "hero:meta:bridge:work_queue:dp", "hero:q:work:type:dp").await;
+    bridge_settled(
+        &server,
+        "hero:meta:bridge:work_queue:dp",
+        "hero:q:work:type:dp",
+    )
+    .await;
+    // the legacy actor prints `ran` just after it records the result: wait for its lines
+    let mut by_legacy = Vec::new();
+    for id in &ids {
+        if record(&client, id).await.output.as_deref() == Some("legacy") {
+            by_legacy.push(format!("ran {id}"));
+        }
+    }
+    let legacy_ran = by_legacy.len();
+    wait_for("the legacy actor printed every job it ran", LONG, || {
+        let out = actor.output();
+        std::future::ready(by_legacy.iter().all(|l| out.contains(l)).then_some(()))
+    })
+    .await;
     let mut total: HashMap<String, usize> = runs.lock().unwrap().clone();
     let new_side = total.len();
     for line in actor.output() {
@@ -426,7 +530,7 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
             *total.entry(id.to_string()).or_default() += 1;
         }
     }
-    eprintln!("new workers ran {new_side}, the legacy actor {}", total.len() - new_side);
+    eprintln!("new workers ran {new_side}, the legacy actor {legacy_ran}");
     for id in &ids {
         assert_eq!(total.get(id), Some(&1), "{id} ran exactly once");
     }

@@ -53,7 +53,9 @@ async fn python_submits_with_run_and_wait_and_the_rust_worker_runs_it() {
         });
     let _w = InProcWorker::spawn(worker);
 
-    let mut p = py(&["submit", "--url", &url, "--type", "pyt", "--script", "hello", "--wait", "20"]);
+    let mut p = py(&[
+        "submit", "--url", &url, "--type", "pyt", "--script", "hello", "--wait", "20",
+    ]);
     let line = p.expect_line("\"id\"", LONG).await;
     assert_eq!(p.wait_exit(LONG).await, 0);
     let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -73,20 +75,34 @@ async fn rust_submits_with_run_and_wait_and_the_python_worker_runs_it_with_fence
     let url = server.url();
     let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
     let client = Client::connect(&url).await.unwrap();
-    let mut w = py(&["worker", "--url", &url, "--type", "pyw", "--label", "py", "--jobs", "3"]);
+    let mut w = py(&[
+        "worker", "--url", &url, "--type", "pyw", "--label", "py", "--jobs", "3",
+    ]);
     w.expect_line("ready", LONG).await;
 
     for script in ["one", "two", "three"] {
         let job = NewJob::builder("pyw", script).build().unwrap();
         let r = client.run(&job, LONG).await.unwrap();
-        assert_eq!((r.status, r.output.as_str()), (Status::Finished, format!("py:{script}").as_str()));
-        w.expect_line(&format!("completion {} completed", job.id()), LONG).await;
+        assert_eq!(
+            (r.status, r.output.as_str()),
+            (Status::Finished, format!("py:{script}").as_str())
+        );
+        w.expect_line(&format!("completion {} completed", job.id()), LONG)
+            .await;
         // the same completion sent again is fenced: recorded once
-        w.expect_line(&format!("resend {} already_completed", job.id()), LONG).await;
+        w.expect_line(&format!("resend {} already_completed", job.id()), LONG)
+            .await;
         let rec = client.get(job.id()).await.unwrap();
         assert_eq!(rec.lease.as_deref().map(|l| l.contains('-')), Some(true));
     }
-    assert_eq!(w.wait_exit(LONG).await, 0, "the worker stops after its 3 jobs");
+    assert_eq!(
+        w.wait_exit(LONG).await,
+        0,
+        "the worker stops after its 3 jobs"
+    );
     let mut raw = server.conn().await;
-    assert_eq!(hero_tests::pending(&mut raw, "hero:q:work:type:pyw").await, 0);
+    assert_eq!(
+        hero_tests::pending(&mut raw, "hero:q:work:type:pyw").await,
+        0
+    );
 }

@@ -32,8 +32,11 @@ async fn main() -> anyhow::Result<()> {
     let hang = get("hang", "0") == "1";
     let client = redis::Client::open(get("url", "redis://127.0.0.1:6379"))?;
     // BLPOP blocks for 1 s: the default response timeout would cut it short
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
-    let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
     line("ready".into());
     loop {
         // 1. wait for a job
@@ -49,7 +52,10 @@ async fn main() -> anyhow::Result<()> {
         }
         // 5. run the script
         let script = job.get("script").cloned().unwrap_or_default();
-        if let Some(ms) = script.strip_prefix("sleep ").and_then(|n| n.trim().parse().ok()) {
+        if let Some(ms) = script
+            .strip_prefix("sleep ")
+            .and_then(|n| n.trim().parse().ok())
+        {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         // 6. the result  7. the reply
