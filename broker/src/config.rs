@@ -9,7 +9,7 @@ pub struct BrokerConfig {
     pub retention: Duration,
     /// How long a run-and-wait reply stays for a caller that has not picked it up.
     pub reply_ttl: Duration,
-    /// Idle time after which a delivery is reclaimed with XAUTOCLAIM. Must be at least the
+    /// Idle time after which a delivery is reclaimed (XPENDING IDLE + XCLAIM). Must be at least the
     /// workers' lease (they renew every third of theirs).
     pub lease: Duration,
     /// A job is dead-lettered once recovery finds it has been delivered this many times (or

@@ -4,7 +4,7 @@
 //! - [`bench`]: `hero bench`, hero beside a peer on a throwaway Redis.
 //! - [`bridge`]: the legacy bridge: mappings, inbound moves, outbound hand-outs, the watch.
 //! - [`broker`]: runs the daemon loops and publishes the settings the functions read.
-//! - [`recover`]: presence-driven and XAUTOCLAIM recovery of abandoned jobs.
+//! - [`recover`]: presence-driven and idle recovery of abandoned jobs.
 //! - [`promote`]: due delayed jobs and retries into their streams.
 //! - [`config`]: the broker's settings.
 //! - [`local_redis`]: the `redis-server` child of `hero up`.

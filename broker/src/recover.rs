@@ -1,5 +1,5 @@
 //! Recovery of jobs whose worker died (SPEC §4.5): presence-driven (a consumer whose liveness
-//! deadline passed) and idle-driven (XAUTOCLAIM past the lease), both through `hero_recover`,
+//! deadline passed) and idle-driven (XPENDING IDLE + XCLAIM past the lease, never a `bridge:` consumer's entries), both through `hero_recover`,
 //! which re-checks owner and lease inside Redis so several brokers never double a move.
 
 use std::time::Duration;
@@ -128,7 +128,7 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
     Ok(total)
 }
 
-/// One idle pass: XAUTOCLAIM on every stream for deliveries idle past the lease.
+/// One idle pass: XPENDING IDLE + XCLAIM on every stream for deliveries idle past the lease.
 pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Pass> {
     let mut total = Pass::default();
     for stream in streams(client).await? {
