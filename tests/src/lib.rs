@@ -403,3 +403,19 @@ impl Drop for InProcBroker {
         self.stop.cancel();
     }
 }
+
+/// For the test binaries: one stdout line, flushed at once so a test following the process sees it.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// For the test binaries: `--name value` pairs of the command line.
+pub fn flags() -> std::collections::HashMap<String, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    args.chunks(2)
+        .filter_map(|c| Some((c[0].trim_start_matches("--").to_string(), c.get(1)?.clone())))
+        .collect()
+}

@@ -118,6 +118,34 @@ async fn record(client: &Client, id: &str) -> Job {
     client.get(&JobId::new(id).unwrap()).await.unwrap()
 }
 
+/// Waits until every job of `ids` is `finished`.
+async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration) {
+    let raw = server.conn().await;
+    wait_for("every job finished", limit, || {
+        let mut raw = raw.clone();
+        let ids = ids.to_vec();
+        async move {
+            let mut p = redis::pipe();
+            for id in &ids {
+                p.hget(format!("hero:job:{id}"), "status");
+            }
+            let s: Vec<Option<String>> = p.query_async(&mut raw).await.ok()?;
+            s.iter()
+                .all(|s| s.as_deref() == Some("finished"))
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+/// A throwaway Redis, a broker in this process serving one mapping, and a client.
+async fn one_mapping(m: BridgeMapping) -> (RedisServer, InProcBroker, Client) {
+    let server = RedisServer::start();
+    let broker = InProcBroker::spawn(&server.url(), broker_config(vec![m])).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    (server, broker, client)
+}
+
 /// Waits until the bridge settled everything it tracked for a legacy queue.
 async fn bridge_settled(server: &RedisServer, track: &str, stream: &str) {
     let raw = server.conn().await;
@@ -219,19 +247,14 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
 
 #[tokio::test]
 async fn a_legacy_job_with_garbage_fields_ends_error_and_one_without_a_hash_is_dead_lettered() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let _broker = InProcBroker::spawn(
-        &url,
-        broker_config(vec![mapping(
-            "hero:work_queue:g",
-            "gt",
-            Direction::Inbound,
-            false,
-        )]),
-    )
+    let (server, _broker, client) = one_mapping(mapping(
+        "hero:work_queue:g",
+        "gt",
+        Direction::Inbound,
+        false,
+    ))
     .await;
-    let client = Client::connect(&url).await.unwrap();
+    let url = server.url();
     let _w = new_worker(&client, "gt", "new", Runs::default());
     let mut raw = server.conn().await;
     let _: () = legacy_hash("bad", "x", &[("timeout", "soon"), ("colour", "blue")])
@@ -262,19 +285,14 @@ async fn a_legacy_job_with_garbage_fields_ends_error_and_one_without_a_hash_is_d
 
 #[tokio::test]
 async fn a_stop_for_a_job_held_by_a_legacy_actor_reaches_its_stop_queue() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let _broker = InProcBroker::spawn(
-        &url,
-        broker_config(vec![mapping(
-            "hero:work_queue:ws",
-            "st",
-            Direction::Outbound,
-            false,
-        )]),
-    )
+    let (server, _broker, client) = one_mapping(mapping(
+        "hero:work_queue:ws",
+        "st",
+        Direction::Outbound,
+        false,
+    ))
     .await;
-    let client = Client::connect(&url).await.unwrap();
+    let url = server.url();
     let actor = legacy_actor(&url, "hero:work_queue:ws", "L", true);
     actor.expect_line("ready", LONG).await;
     let job = NewJob::builder("st", "x").build().unwrap();
@@ -362,30 +380,7 @@ async fn kill_9_of_the_broker_while_5000_legacy_ids_flow_inbound_loses_and_doubl
         std::future::ready((n == 5000).then_some(()))
     })
     .await;
-    let statuses: Vec<Option<String>> = {
-        let mut p = redis::pipe();
-        for id in &ids {
-            p.hget(format!("hero:job:{id}"), "status");
-        }
-        p.query_async(&mut raw).await.unwrap()
-    };
-    wait_for("every job finished", LONG, || {
-        let raw = raw.clone();
-        let ids = ids.clone();
-        async move {
-            let mut raw = raw;
-            let mut p = redis::pipe();
-            for id in &ids {
-                p.hget(format!("hero:job:{id}"), "status");
-            }
-            let s: Vec<Option<String>> = p.query_async(&mut raw).await.ok()?;
-            s.iter()
-                .all(|s| s.as_deref() == Some("finished"))
-                .then_some(())
-        }
-    })
-    .await;
-    drop(statuses);
+    all_finished(&server, &ids, LONG).await;
     let counts = runs.lock().unwrap().clone();
     assert_eq!(counts.len(), 5000);
     assert!(
@@ -409,19 +404,14 @@ async fn kill_9_of_the_broker_while_5000_legacy_ids_flow_inbound_loses_and_doubl
 
 #[tokio::test]
 async fn a_legacy_actor_killed_mid_job_has_the_job_handed_out_again_after_its_timeout() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let _broker = InProcBroker::spawn(
-        &url,
-        broker_config(vec![mapping(
-            "hero:work_queue:lw",
-            "lt",
-            Direction::Outbound,
-            false,
-        )]),
-    )
+    let (server, _broker, client) = one_mapping(mapping(
+        "hero:work_queue:lw",
+        "lt",
+        Direction::Outbound,
+        false,
+    ))
     .await;
-    let client = Client::connect(&url).await.unwrap();
+    let url = server.url();
     let mut doomed = legacy_actor(&url, "hero:work_queue:lw", "A", true);
     doomed.expect_line("ready", LONG).await;
     let job = NewJob::builder("lt", "x")
@@ -489,21 +479,7 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
     ids.extend(submit_some(300).await);
 
     let mut raw = server.conn().await;
-    wait_for("all 600 jobs finished", Duration::from_secs(60), || {
-        let mut raw = raw.clone();
-        let ids = ids.clone();
-        async move {
-            let mut p = redis::pipe();
-            for id in &ids {
-                p.hget(format!("hero:job:{id}"), "status");
-            }
-            let s: Vec<Option<String>> = p.query_async(&mut raw).await.ok()?;
-            s.iter()
-                .all(|s| s.as_deref() == Some("finished"))
-                .then_some(())
-        }
-    })
-    .await;
+    all_finished(&server, &ids, Duration::from_secs(60)).await;
     bridge_settled(
         &server,
         "hero:meta:bridge:work_queue:dp",

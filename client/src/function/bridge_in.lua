@@ -5,8 +5,9 @@
 -- ARGV[1] consumer group  ARGV[2] most ids to move  ARGV[3] job key prefix  ARGV[4] script type
 -- ARGV[5] group ('' for none)  ARGV[6] instance ('' for none)  ARGV[7] now ISO 8601
 -- Per id: the job hash (seed-001 fields are enough) gets status 'dispatched', entry, the
--- mapping's script_type / group / instance, reply '1' (a seed-001 caller may BLPOP
--- hero:reply:<id>) and updated_at; leftovers of an earlier run (lease, output, error,
+-- mapping's script_type / group / instance, reply 'legacy' (a seed-001 caller may BLPOP
+-- hero:reply:<id>: in compatibility mode it gets the bare result there, and nothing is pushed
+-- to the canonical reply list no one waits on) and updated_at; leftovers of an earlier run (lease, output, error,
 -- finished_at) are removed, so a legacy requeue of a crashed job runs it again. The worker that
 -- takes it checks the rest of the record: a malformed one ends `error` with the reason.
 -- An id with no job hash, or one of a job already queued in a stream, goes to the dead-letter
@@ -40,7 +41,7 @@ local function hero_bridge_in(keys, args)
       dead_n = dead_n + 1
     else
       local entry = append(stream, group, registry, job_id)
-      local w = { 'status', 'dispatched', 'entry', entry, 'script_type', stype, 'reply', '1', 'updated_at', now_iso }
+      local w = { 'status', 'dispatched', 'entry', entry, 'script_type', stype, 'reply', 'legacy', 'updated_at', now_iso }
       if tgroup ~= '' then w[#w + 1] = 'group'; w[#w + 1] = tgroup end
       if tinst ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = tinst end
       redis.call('HDEL', job_key, 'lease', 'output', 'error', 'finished_at', 'started_at')

@@ -88,7 +88,7 @@ local function hero_bridge_watch(keys, args)
         redis.call('HSET', job_key, 'finished_at', now_iso, 'updated_at', now_iso)
         redis.call('PEXPIRE', job_key, setting(cfg, 'retention_ms', 86400000))
         if f[7] == '1' then
-          push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', false)
+          push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', true, false)
         end
       end
       untrack(job_id)

@@ -104,10 +104,13 @@ end
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
 -- (the broker published the legacy reply prefix), the bare text on the legacy list
 -- `hero:reply:<id>` that seed-001 callers BLPOP.
-local function push_reply(job_id, reply_key, cfg, status, output, err, legacy_too)
-  redis.call('LPUSH', reply_key, cjson.encode({ status = status, output = output, error = err }))
+-- A job moved in from a legacy list has reply 'legacy': only the legacy list is answered.
+local function push_reply(job_id, reply_key, cfg, status, output, err, canonical, legacy_too)
   local ttl = setting(cfg, 'reply_ttl_ms', 3600000)
-  redis.call('PEXPIRE', reply_key, ttl)
+  if canonical then
+    redis.call('LPUSH', reply_key, cjson.encode({ status = status, output = output, error = err }))
+    redis.call('PEXPIRE', reply_key, ttl)
+  end
   local legacy = setting_text(cfg, 'legacy_reply_prefix')
   if legacy_too and legacy ~= '' then
     local text = output
@@ -123,10 +126,10 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
   if status == 'finished' then field = 'output' end
   redis.call('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso, 'updated_at', now_iso)
   redis.call('PEXPIRE', job_key, setting(cfg, 'retention_ms', 86400000))
-  if wants_reply == '1' then
+  if wants_reply == '1' or wants_reply == 'legacy' then
     local output, err = '', ''
     if field == 'output' then output = text else err = text end
-    push_reply(job_id, reply_key, cfg, status, output, err, true)
+    push_reply(job_id, reply_key, cfg, status, output, err, wants_reply == '1', true)
   end
 end
 

@@ -8,24 +8,17 @@
 //! A script `sleep <ms>` sleeps that long before finishing.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::time::Duration;
 
 use redis::AsyncCommands;
 
 fn line(s: String) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{s}");
-    let _ = out.flush();
+    hero_tests::say(&s);
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let flags: HashMap<String, String> = args
-        .chunks(2)
-        .filter_map(|c| Some((c[0].trim_start_matches("--").to_string(), c.get(1)?.clone())))
-        .collect();
+    let flags = hero_tests::flags();
     let get = |k: &str, d: &str| flags.get(k).cloned().unwrap_or_else(|| d.to_string());
     let queue = get("queue", "hero:work_queue:w1");
     let label = get("label", "legacy");

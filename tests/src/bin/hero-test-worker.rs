@@ -7,26 +7,18 @@
 //! --presence-ms N --shutdown-ms N --sleep-ms N --label L. A script `sleep <ms>` overrides
 //! --sleep-ms for that job; `fail <msg>` fails it.
 
-use std::collections::HashMap;
-use std::io::Write;
 use std::time::Duration;
 
 use hero_worker::{Outcome, Worker, WorkerEvent};
 
 fn line(s: String) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{s}");
-    let _ = out.flush();
+    hero_tests::say(&s);
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     hero_tests::init_tracing();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let flags: HashMap<String, String> = args
-        .chunks(2)
-        .filter_map(|c| Some((c[0].trim_start_matches("--").to_string(), c.get(1)?.clone())))
-        .collect();
+    let flags = hero_tests::flags();
     let get = |k: &str, d: &str| flags.get(k).cloned().unwrap_or_else(|| d.to_string());
     let ms = |k: &str, d: u64| Duration::from_millis(get(k, &d.to_string()).parse().unwrap_or(d));
     let client = hero_client::Client::connect(&get("url", "redis://127.0.0.1:6379")).await?;
