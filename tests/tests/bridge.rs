@@ -196,6 +196,11 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
         job.caller_id, "legacy-client",
         "the legacy producer's fields are kept"
     );
+    let canonical: bool = raw.exists("hero:q:reply:lp-new").await.unwrap();
+    assert!(
+        !canonical,
+        "no one waits on the canonical reply of a legacy job"
+    );
 
     // new client -> legacy actor (through the outbound hand-out)
     let to_legacy = NewJob::builder("oldt", "x").build().unwrap();
