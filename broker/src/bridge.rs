@@ -196,7 +196,7 @@ struct FileMapping {
 /// ```toml
 /// legacy_replies = true           # also answer hero:reply:<id> (default: on when mapped)
 /// [[bridge]]
-/// legacy = "hero:work_queue:w1"
+/// legacy = "<namespace>:work_queue:w1"
 /// type = "osis"                   # group = "io", instance = "3" are optional
 /// direction = "both"              # inbound | outbound | both
 /// dual_push = false
@@ -528,11 +528,18 @@ async fn watch_pass(client: &Client, cfg: &BrokerConfig, lane: &Lane) -> hero_cl
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hero_client::Namespace;
+
+    /// A legacy key of the default namespace, built by the keys module.
+    fn work_queue(id: &str) -> String {
+        Keyspace::new(&Namespace::new("hero").unwrap()).legacy_work_queue(id)
+    }
 
     #[test]
     fn flag_mappings_parse_with_their_options_and_bad_ones_say_why() {
-        let m: BridgeMapping = "hero:work_queue:w1=osis/io/3,in,pickup=5".parse().unwrap();
-        assert_eq!(m.legacy, "hero:work_queue:w1");
+        let w1 = work_queue("w1");
+        let m: BridgeMapping = format!("{w1}=osis/io/3,in,pickup=5").parse().unwrap();
+        assert_eq!(m.legacy, w1);
         assert_eq!(m.target.script_type.as_str(), "osis");
         assert_eq!(m.target.group.as_ref().map(|g| g.as_str()), Some("io"));
         assert_eq!(m.target.instance.as_ref().map(|i| i.as_str()), Some("3"));
@@ -540,15 +547,16 @@ mod tests {
             (m.direction, m.dual_push, m.pickup),
             (Direction::Inbound, false, Duration::from_secs(5))
         );
-        let d: BridgeMapping = "hero:job:actor_queue:sal=sal,dual-push".parse().unwrap();
+        let d: BridgeMapping = format!("{w1}=sal,dual-push").parse().unwrap();
         assert_eq!((d.direction, d.dual_push), (Direction::Both, true));
-        for (bad, says) in [
-            ("hero:work_queue:w1", "expected <legacy key>="),
-            ("hero:work_queue:w1=bad type", "script type"),
-            ("hero:work_queue:w1=osis,sideways", "unknown option"),
-            ("hero:work_queue:w1=osis,in,dual-push", "dual-push"),
-            ("hero:work_queue:w1=osis,pickup=soon", "whole number"),
+        for (rest, says) in [
+            ("", "expected <legacy key>="),
+            ("=bad type", "script type"),
+            ("=osis,sideways", "unknown option"),
+            ("=osis,in,dual-push", "dual-push"),
+            ("=osis,pickup=soon", "whole number"),
         ] {
+            let bad = format!("{w1}{rest}");
             let e = bad.parse::<BridgeMapping>().unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
@@ -561,7 +569,7 @@ mod tests {
         let path = dir.join("hero.toml");
         std::fs::write(
             &path,
-            "legacy_replies = false\n[[bridge]]\nlegacy = \"hero:job:a7\"\ntype = \"v\"\ndirection = \"outbound\"\ndual_push = true\npickup_secs = 9\n",
+            format!("legacy_replies = false\n[[bridge]]\nlegacy = \"{}\"\ntype = \"v\"\ndirection = \"outbound\"\ndual_push = true\npickup_secs = 9\n", work_queue("a7")),
         )
         .unwrap();
         let (maps, compat) = load_file(&path).unwrap();
@@ -573,7 +581,10 @@ mod tests {
         );
         std::fs::write(
             &path,
-            "[[bridge]]\nlegacy = \"hero:job:a7\"\ntype = \"v\"\ncolour = 1\n",
+            format!(
+                "[[bridge]]\nlegacy = \"{}\"\ntype = \"v\"\ncolour = 1\n",
+                work_queue("a7")
+            ),
         )
         .unwrap();
         let e = load_file(&path).unwrap_err().to_string();

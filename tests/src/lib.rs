@@ -419,3 +419,24 @@ pub fn flags() -> std::collections::HashMap<String, String> {
         .filter_map(|c| Some((c[0].trim_start_matches("--").to_string(), c.get(1)?.clone())))
         .collect()
 }
+
+/// Waits until every job of `ids` is `finished` (namespace `hero`).
+pub async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration) {
+    let raw = server.conn().await;
+    wait_for("every job finished", limit, || {
+        let mut raw = raw.clone();
+        let ids = ids.to_vec();
+        async move {
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                pipe.hget(format!("hero:job:{id}"), "status");
+            }
+            let statuses: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
+            statuses
+                .iter()
+                .all(|s| s.as_deref() == Some("finished"))
+                .then_some(())
+        }
+    })
+    .await;
+}

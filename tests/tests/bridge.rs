@@ -11,7 +11,9 @@ use std::time::Duration;
 use hero_broker::bridge::{BridgeMapping, Direction};
 use hero_broker::config::BrokerConfig;
 use hero_client::{clock, Client, Job, JobId, NewJob, ScriptType, Status, StopOutcome, Target};
-use hero_tests::{binary, pending, wait_for, InProcBroker, InProcWorker, Proc, RedisServer};
+use hero_tests::{
+    all_finished, binary, pending, wait_for, InProcBroker, InProcWorker, Proc, RedisServer,
+};
 use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
 
@@ -116,26 +118,6 @@ fn new_worker(client: &Client, script_type: &str, label: &'static str, runs: Run
 
 async fn record(client: &Client, id: &str) -> Job {
     client.get(&JobId::new(id).unwrap()).await.unwrap()
-}
-
-/// Waits until every job of `ids` is `finished`.
-async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration) {
-    let raw = server.conn().await;
-    wait_for("every job finished", limit, || {
-        let mut raw = raw.clone();
-        let ids = ids.to_vec();
-        async move {
-            let mut p = redis::pipe();
-            for id in &ids {
-                p.hget(format!("hero:job:{id}"), "status");
-            }
-            let s: Vec<Option<String>> = p.query_async(&mut raw).await.ok()?;
-            s.iter()
-                .all(|s| s.as_deref() == Some("finished"))
-                .then_some(())
-        }
-    })
-    .await;
 }
 
 /// A throwaway Redis, a broker in this process serving one mapping, and a client.

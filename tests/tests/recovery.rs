@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
 use hero_client::{Client, JobId, NewJob, Status};
-use hero_tests::{binary, wait_for, InProcBroker, Proc, RedisServer};
+use hero_tests::{all_finished, binary, InProcBroker, Proc, RedisServer};
 use redis::AsyncCommands;
 
 fn test_worker(url: &str, label: &str, extra: &[&str]) -> Proc {
@@ -239,27 +239,6 @@ async fn live_worker_keeps_a_job_running_three_times_its_lease() {
         "{:?}",
         a.output()
     );
-}
-
-/// Waits until every job of `ids` is `finished`.
-async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration) {
-    let raw = server.conn().await;
-    wait_for("every job finished", limit, || {
-        let mut raw = raw.clone();
-        let ids = ids.to_vec();
-        async move {
-            let mut pipe = redis::pipe();
-            for id in &ids {
-                pipe.hget(format!("hero:job:{id}"), "status");
-            }
-            let statuses: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
-            statuses
-                .iter()
-                .all(|s| s.as_deref() == Some("finished"))
-                .then_some(())
-        }
-    })
-    .await;
 }
 
 async fn submit_all(client: &Client, n: usize) -> Vec<String> {
