@@ -157,12 +157,13 @@ impl Job {
             .map(|t| Target::new(t, self.group.clone(), self.instance.clone()))
     }
 
-    /// The fields `hero_submit` writes for a new job. Empty optional fields are left out to
-    /// keep the hash small; the decoder treats absent as empty. Status and entry are the
-    /// function's to write.
+    /// The fields `hero_submit` writes for a new job. Fields at their default are left out to
+    /// keep the hash small (a waiting tiny job costs Redis about a third less memory): the
+    /// decoder reads an absent `id` as the key's, `updated_at` as `created_at`, `priority`,
+    /// `timeout` and `retries` as their defaults, and optional fields as empty. Status and
+    /// entry are the function's to write.
     pub fn to_submit_fields(&self) -> Vec<(&'static str, String)> {
-        let mut f: Vec<(&'static str, String)> = Vec::with_capacity(16);
-        f.push(("id", self.id.to_string()));
+        let mut f: Vec<(&'static str, String)> = Vec::with_capacity(12);
         f.push(("script", self.script.clone()));
         if let Some(t) = &self.script_type {
             f.push(("script_type", t.to_string()));
@@ -173,11 +174,19 @@ impl Job {
         if let Some(i) = &self.instance {
             f.push(("instance", i.to_string()));
         }
-        f.push(("priority", self.priority.to_string()));
-        f.push(("timeout", self.timeout.as_secs().to_string()));
-        f.push(("retries", self.retries.to_string()));
+        if self.priority != Priority::DEFAULT {
+            f.push(("priority", self.priority.to_string()));
+        }
+        if self.timeout != DEFAULT_TIMEOUT {
+            f.push(("timeout", self.timeout.as_secs().to_string()));
+        }
+        if self.retries != 0 {
+            f.push(("retries", self.retries.to_string()));
+        }
         f.push(("created_at", self.created_at.clone()));
-        f.push(("updated_at", self.updated_at.clone()));
+        if self.updated_at != self.created_at {
+            f.push(("updated_at", self.updated_at.clone()));
+        }
         let optional = [
             ("caller_id", &self.caller_id),
             ("context_id", &self.context_id),
@@ -211,8 +220,9 @@ impl Job {
         f
     }
 
-    /// Decodes a job hash read from `key`. Fails on a missing `id`, `status` or `script`, an id
-    /// that is not the key's, an unknown field, or a value of the wrong form.
+    /// Decodes a job hash read from `key`. Fails on a missing `status` or `script`, an id that
+    /// is not the key's, an unknown field, or a value of the wrong form. An absent `id` is the
+    /// key's (a key's id is what follows its last `:`).
     pub fn from_fields<I, K, V>(key: &str, fields: I) -> Result<Job, DecodeError>
     where
         I: IntoIterator<Item = (K, V)>,
@@ -237,14 +247,25 @@ impl Job {
         let mut take = |name: &str| map.remove(name);
         let required =
             |name: &str, v: Option<String>| v.ok_or_else(|| err(name, "is missing".to_string()));
-        let id_raw = required("id", take("id"))?;
-        let id = JobId::new(&id_raw).map_err(|e| err("id", e.to_string()))?;
-        if !key.ends_with(&format!(":{id_raw}")) {
-            return Err(err(
-                "id",
-                format!("is {id_raw:?}, which is not this key's job id"),
-            ));
-        }
+        let key_id = key.rsplit(':').next().unwrap_or(key);
+        let id = match take("id") {
+            None => JobId::new(key_id).map_err(|e| {
+                err(
+                    "id",
+                    format!("is missing, and the key's own id is not valid: {e}"),
+                )
+            })?,
+            Some(id_raw) => {
+                let id = JobId::new(&id_raw).map_err(|e| err("id", e.to_string()))?;
+                if id_raw != key_id {
+                    return Err(err(
+                        "id",
+                        format!("is {id_raw:?}, which is not this key's job id"),
+                    ));
+                }
+                id
+            }
+        };
         let status_raw = required("status", take("status"))?;
         let status = Status::parse(&status_raw).ok_or_else(|| {
             err("status", format!("is {status_raw:?}; expected one of waiting, dispatched, started, finished, error"))
@@ -307,7 +328,8 @@ impl Job {
             }
         };
         let created_at = timestamp("created_at", take("created_at"))?.unwrap_or_default();
-        let updated_at = timestamp("updated_at", take("updated_at"))?.unwrap_or_default();
+        let updated_at = timestamp("updated_at", take("updated_at"))?
+            .unwrap_or_else(|| created_at.clone());
         let started_at = timestamp("started_at", take("started_at"))?;
         let finished_at = timestamp("finished_at", take("finished_at"))?;
         let env_vars = match take("env_vars").filter(|s| !s.is_empty()) {
@@ -421,6 +443,21 @@ mod tests {
         fields.push(("status".into(), "dispatched".into()));
         let back = Job::from_fields(&key("j1"), fields).unwrap();
         assert_eq!(back, j);
+    }
+
+    #[test]
+    fn a_tiny_job_writes_no_field_at_its_default_and_decodes_back_whole() {
+        let target = Target::new(ScriptType::new("osis").unwrap(), None, None);
+        let j = Job::new(JobId::new("j1").unwrap(), &target, "noop");
+        let fields = j.to_submit_fields();
+        let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+        assert_eq!(names, ["script", "script_type", "created_at"]);
+        let mut fields: Vec<(String, String)> =
+            fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        fields.push(("status".into(), "dispatched".into()));
+        let back = Job::from_fields(&key("j1"), fields).unwrap();
+        assert_eq!(back, j);
+        assert_eq!(back.updated_at, back.created_at);
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub(crate) fn array(v: &Value) -> Result<&[Value]> {
 }
 
 /// Field/value pairs of a flat HGETALL-style array.
-pub(crate) fn pairs(v: &Value) -> Result<Vec<(String, String)>> {
+pub fn pairs(v: &Value) -> Result<Vec<(String, String)>> {
     let items = array(v)?;
     if items.len() % 2 != 0 {
         return Err(Error::protocol("odd number of items in a field/value list"));
@@ -85,7 +85,6 @@ pub struct Delivery {
     /// The entry id: also the lease (fencing token).
     pub entry: String,
     pub job_id: String,
-    pub fields: Vec<(String, String)>,
 }
 
 /// An entry `hero_fetch` acknowledged and deleted without handing it out.
@@ -118,15 +117,12 @@ impl FetchReply {
         let jobs = array(jobs)?
             .iter()
             .map(|j| match array(j)? {
-                [i, entry, id, fields] => Ok(Delivery {
+                [i, entry, id] => Ok(Delivery {
                     stream: index(i)?,
                     entry: text(entry)?,
                     job_id: text(id)?,
-                    fields: pairs(fields)?,
                 }),
-                _ => Err(Error::protocol(
-                    "hero_fetch job is not {stream, entry, id, fields}",
-                )),
+                _ => Err(Error::protocol("hero_fetch job is not {stream, entry, id}")),
             })
             .collect::<Result<Vec<_>>>()?;
         let dropped = array(dropped)?

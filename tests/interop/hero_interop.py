@@ -109,8 +109,10 @@ def worker(r, args):
             last_beat = time.time()
         jobs, dropped, cursors = r.fcall("hero_fetch", len(streams), *streams, GROUP, consumer, 1,
                                          f"{NS}:job:", iso(), 0)
-        for index, entry, job_id, pairs in jobs:
-            record = dict(zip(pairs[0::2], pairs[1::2]))  # a later pair wins
+        for index, entry, job_id in jobs:
+            record = r.hgetall(f"{NS}:job:{job_id}")
+            if record.get("status") != "started" or record.get("lease") != entry:
+                continue  # stopped or recovered since the fetch: no longer ours
             stream = streams[int(index) - 1]
             output = f"{args.label}:{record.get('script', '')}"
             keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:job:{job_id}", stream,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hero_client::function::Function;
 use hero_client::keys::CONSUMER_GROUP;
-use hero_client::reply::{Completion, FetchReply};
+use hero_client::reply::{Completion, Delivery, FetchReply};
 use hero_client::{
     clock, Client, ConsumerName, GroupName, InstanceName, Job, Keyspace, Redis, ScriptType,
 };
@@ -397,21 +397,10 @@ async fn fetch_loop(
                 reason: d.reason.clone(),
             });
         }
-        for delivery in reply.jobs {
-            let Some(permit) = slots.pop() else { break };
-            let key = s.keys.job_unchecked(&delivery.job_id);
-            let running = s
-                .inflight
-                .insert(&delivery.job_id, delivery.stream, &delivery.entry);
-            let job = Job::from_fields(&key, delivery.fields);
-            tokio::spawn(run_job(
-                s.clone(),
-                delivery.job_id,
-                job,
-                running,
-                permit,
-                done.clone(),
-            ));
+        if !reply.jobs.is_empty() {
+            let take = reply.jobs.len().min(slots.len());
+            let permits = slots.split_off(slots.len() - take);
+            tokio::spawn(start_jobs(s.clone(), reply.jobs, permits, done.clone()));
         }
         drop(slots);
         if reply.cursors.is_empty() {
@@ -448,6 +437,80 @@ async fn fetch_loop(
             let delay = backoff.next_delay();
             tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
         }
+    }
+}
+
+/// Reads the records of jobs a fetch leased to this worker (one pipelined HGETALL per job, off
+/// the fetch loop so the next fetch is already under way) and starts each one whose record still
+/// carries its lease. A stop or recovery that took a job away between the fetch and the read
+/// dealt with its entry too, so such a job is only forgotten here.
+async fn start_jobs(
+    s: Arc<Shared>,
+    deliveries: Vec<Delivery>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+    done: mpsc::UnboundedSender<Finished>,
+) {
+    let mut pipe = redis::pipe();
+    let mut keys = Vec::with_capacity(deliveries.len());
+    let mut running = Vec::with_capacity(deliveries.len());
+    for d in &deliveries {
+        let key = s.keys.job_unchecked(&d.job_id);
+        pipe.cmd("HGETALL").arg(&key);
+        keys.push(key);
+        // known at once to the lease loop and to stop requests, before the record is even read
+        running.push(s.inflight.insert(&d.job_id, d.stream, &d.entry));
+    }
+    let mut backoff = Backoff::new();
+    let give_up = tokio::time::Instant::now() + s.lease / 2;
+    let records = loop {
+        match s.redis.pipeline(&pipe).await {
+            Ok(r) => break r,
+            Err(e) if tokio::time::Instant::now() < give_up => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, ?delay, jobs = deliveries.len(), "reading fetched jobs failed; retrying");
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => {
+                // not renewed from now on: recovery hands them out again once the lease idles
+                tracing::error!(error = %e, jobs = deliveries.len(), "reading fetched jobs failed; leaving them to recovery");
+                for d in &deliveries {
+                    s.inflight.remove(&d.job_id);
+                }
+                return;
+            }
+        }
+    };
+    for (((d, key), record), running) in deliveries
+        .into_iter()
+        .zip(keys)
+        .zip(records)
+        .zip(running)
+    {
+        let Some(permit) = permits.pop() else {
+            // never more jobs than slots asked for; if so, recovery hands the extra one out
+            s.inflight.remove(&d.job_id);
+            continue;
+        };
+        let fields = record.and_then(|v| Ok(hero_client::reply::pairs(&v)?));
+        let fields = match fields {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(job = %d.job_id, error = %e, "reading a fetched job failed; leaving it to recovery");
+                s.inflight.remove(&d.job_id);
+                continue;
+            }
+        };
+        let field = |name: &str| fields.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        if field("status") != Some("started") || field("lease") != Some(d.entry.as_str()) {
+            s.inflight.remove(&d.job_id);
+            s.emit(WorkerEvent::Dropped {
+                job_id: d.job_id,
+                reason: "stale".into(),
+            });
+            continue;
+        }
+        let job = Job::from_fields(&key, fields);
+        tokio::spawn(run_job(s.clone(), d.job_id, job, running, permit, done.clone()));
     }
 }
 

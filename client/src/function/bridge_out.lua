@@ -29,7 +29,8 @@ local function hero_bridge_out(keys, args)
       dropped = dropped + 1
     else
       local attempts = tonumber(f[3])
-      local w = { 'status', 'dispatched', 'lease', id, 'worker_id', worker, 'bridge', list,
+      -- `id` too: a submit leaves it out, and seed-001 actors read it from the record
+      local w = { 'id', job_id, 'status', 'dispatched', 'lease', id, 'worker_id', worker, 'bridge', list,
         'bridge_stop', stop_queue, 'bridge_taken', '', 'updated_at', now_iso }
       if attempts or not f[3] then
         w[#w + 1] = 'attempts'; w[#w + 1] = tostring((attempts or 0) + 1)

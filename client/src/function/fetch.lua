@@ -4,10 +4,12 @@
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
 -- Returns: {jobs, dropped, cursors}
---   jobs: list of {stream index, entry id, job id, {field, value, ...}} now leased to the consumer
---         (status started, lease = entry id, attempts + 1 unless it is not a number,
---         worker_id = consumer): the record's pairs as read, then the pairs the fetch wrote;
---         a field named twice takes its later value;
+--   jobs: list of {stream index, entry id, job id} now leased to the consumer: the fetch wrote
+--         status started, lease = entry id, worker_id = consumer, started_at, updated_at, and
+--         attempts + 1 (unless it is not a number). The caller reads the record itself (one
+--         HGETALL per job, pipelined), and runs the job only while that record still says
+--         started with this lease: a stop or recovery in between took it away. Handing the
+--         record back from here would cost Redis about twice as much as the plain read;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
 --         deleted unclaimed: reason 'missing' (no job hash), 'stale' (the job's current entry
 --         is another one, or it is no longer dispatched, e.g. stopped) or 'legacy' (a
@@ -29,18 +31,11 @@ local function hero_fetch(keys, args)
           local id, f = e[1], e[2]
           local job_id = entry_job(f)
           local job_key = prefix .. job_id
-          -- one read of the record: every check below runs on it, nothing can raise before the
-          -- single write, so a corrupt record never leaves a half-applied fetch behind
-          local fields = redis.call('HGETALL', job_key)
-          local status, entry, attempts_at, bridge
-          for k = 1, #fields, 2 do
-            local name = fields[k]
-            if name == 'status' then status = fields[k + 1]
-            elseif name == 'entry' then entry = fields[k + 1]
-            elseif name == 'attempts' then attempts_at = k + 1
-            elseif name == 'bridge' then bridge = fields[k + 1] end
-          end
-          if #fields == 0 then
+          -- one read of what the checks need: nothing can raise before the single write, so
+          -- a corrupt record never leaves a half-applied fetch behind
+          local f = redis.call('HMGET', job_key, 'status', 'entry', 'attempts', 'bridge')
+          local status, entry, attempts_raw, bridge = f[1], f[2], f[3], f[4]
+          if not status and not entry then
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'missing' }
           elseif entry ~= id or status == 'finished' or status == 'error' or status == 'waiting' or status == 'started' then
@@ -51,32 +46,19 @@ local function hero_fetch(keys, args)
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
           else
-            local counted = attempts_at and tonumber(fields[attempts_at])
-            local attempts
-            if not attempts_at then
-              attempts = '1'
-            elseif counted then
-              attempts = tostring(counted + 1)
+            local w = { 'status', 'started', 'lease', id, 'worker_id', consumer, 'started_at', now_iso, 'updated_at', now_iso }
+            if not attempts_raw then
+              w[11], w[12] = 'attempts', '1'
+            elseif tonumber(attempts_raw) then
+              w[11], w[12] = 'attempts', tostring(tonumber(attempts_raw) + 1)
             end
             -- else: an unparsable count stays as it is, for the worker to report as invalid
-            local n = #fields
-            fields[n + 1], fields[n + 2] = 'status', 'started'
-            fields[n + 3], fields[n + 4] = 'lease', id
-            fields[n + 5], fields[n + 6] = 'worker_id', consumer
-            fields[n + 7], fields[n + 8] = 'started_at', now_iso
-            fields[n + 9], fields[n + 10] = 'updated_at', now_iso
-            local m = n + 10
-            if attempts then
-              fields[m + 1], fields[m + 2] = 'attempts', attempts
-              m = m + 2
-            end
             if bridge and bridge ~= '' then
               -- taken back from the legacy list above: no longer the legacy side's
-              fields[m + 1], fields[m + 2] = 'bridge', ''
+              w[#w + 1], w[#w + 2] = 'bridge', ''
             end
-            -- the written pairs are also what the caller gets, after the record as read
-            redis.call('HSET', job_key, unpack(fields, n + 1))
-            jobs[#jobs + 1] = { i, id, job_id, fields }
+            redis.call('HSET', job_key, unpack(w))
+            jobs[#jobs + 1] = { i, id, job_id }
             want = want - 1
           end
         end

@@ -68,11 +68,15 @@ end
 
 -- Append a job id to a work stream, creating the stream, its group and its registry entry on
 -- first use. Returns the new entry id; recording it in the job hash is the caller's, so that a
--- new job's record is written in one HSET.
-local function append(stream, group, registry, job_id)
-  if redis.call('EXISTS', stream) == 0 then
-    redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-    redis.call('SADD', registry, stream)
+-- new job's record is written in one HSET. `known` (optional) is a per-call set of streams
+-- already seen to exist, so a batch onto one stream asks once, not once per job.
+local function append(stream, group, registry, job_id, known)
+  if not (known and known[stream]) then
+    if redis.call('EXISTS', stream) == 0 then
+      redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+      redis.call('SADD', registry, stream)
+    end
+    if known then known[stream] = true end
   end
   return redis.call('XADD', stream, '*', 'j', job_id)
 end

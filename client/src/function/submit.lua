@@ -37,6 +37,7 @@ local function hero_submit(keys, args)
   end
   local answers = {}
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
+  local known = {} -- streams seen to exist in this call
   local now_ms
   for i = 1, n do
     local job_key, stream = keys[2 + 2 * i], keys[3 + 2 * i]
@@ -51,7 +52,7 @@ local function hero_submit(keys, args)
       redis.call('ZADD', delayed, run_at, job_id)
       answers[i] = { 'created', 'waiting' }
     else
-      local entry = append(stream, group, registry, job_id)
+      local entry = append(stream, group, registry, job_id, known)
       if dual[stream] == nil then
         local m = redis.call('HGET', bridges, stream)
         dual[stream] = m and cjson.decode(m) or false
@@ -63,7 +64,7 @@ local function hero_submit(keys, args)
           now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
         end
         redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
-        redis.call('HSET', job_key, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
+        redis.call('HSET', job_key, 'id', job_id, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
         redis.call('LPUSH', m.list, job_id)
         redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
       else
