@@ -95,6 +95,18 @@ local function setting(cfg, field, default)
   return v
 end
 
+-- A numeric setting as the text a command argument takes, formatted once per call: Redis turns a
+-- Lua number argument into text with printf, which is a visible cost when done once per job.
+local function setting_arg(cfg, field, default)
+  local key = field .. '/arg'
+  local v = cfg[key]
+  if v == nil then
+    v = string.format('%d', setting(cfg, field, default))
+    cfg[key] = v
+  end
+  return v
+end
+
 -- A text setting ('' when the broker has not published it).
 local function setting_text(cfg, field)
   local v = cfg[field]
@@ -110,7 +122,7 @@ end
 -- `hero:reply:<id>` that seed-001 callers BLPOP.
 -- A job moved in from a legacy list has reply 'legacy': only the legacy list is answered.
 local function push_reply(job_id, reply_key, cfg, status, output, err, canonical, legacy_too)
-  local ttl = setting(cfg, 'reply_ttl_ms', 3600000)
+  local ttl = setting_arg(cfg, 'reply_ttl_ms', 3600000)
   if canonical then
     redis.call('LPUSH', reply_key, cjson.encode({ status = status, output = output, error = err }))
     redis.call('PEXPIRE', reply_key, ttl)
@@ -129,7 +141,7 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
   local field = 'error'
   if status == 'finished' then field = 'output' end
   redis.call('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso, 'updated_at', now_iso)
-  redis.call('PEXPIRE', job_key, setting(cfg, 'retention_ms', 86400000))
+  redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
   if wants_reply == '1' or wants_reply == 'legacy' then
     local output, err = '', ''
     if field == 'output' then output = text else err = text end
