@@ -328,8 +328,8 @@ impl Job {
             }
         };
         let created_at = timestamp("created_at", take("created_at"))?.unwrap_or_default();
-        let updated_at = timestamp("updated_at", take("updated_at"))?
-            .unwrap_or_else(|| created_at.clone());
+        let updated_at =
+            timestamp("updated_at", take("updated_at"))?.unwrap_or_else(|| created_at.clone());
         let started_at = timestamp("started_at", take("started_at"))?;
         let finished_at = timestamp("finished_at", take("finished_at"))?;
         let env_vars = match take("env_vars").filter(|s| !s.is_empty()) {
@@ -452,8 +452,10 @@ mod tests {
         let fields = j.to_submit_fields();
         let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
         assert_eq!(names, ["script", "script_type", "created_at"]);
-        let mut fields: Vec<(String, String)> =
-            fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let mut fields: Vec<(String, String)> = fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
         fields.push(("status".into(), "dispatched".into()));
         let back = Job::from_fields(&key("j1"), fields).unwrap();
         assert_eq!(back, j);

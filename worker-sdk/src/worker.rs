@@ -480,11 +480,7 @@ async fn start_jobs(
             }
         }
     };
-    for (((d, key), record), running) in deliveries
-        .into_iter()
-        .zip(keys)
-        .zip(records)
-        .zip(running)
+    for (((d, key), record), running) in deliveries.into_iter().zip(keys).zip(records).zip(running)
     {
         let Some(permit) = permits.pop() else {
             // never more jobs than slots asked for; if so, recovery hands the extra one out
@@ -500,8 +496,7 @@ async fn start_jobs(
                 continue;
             }
         };
-        let field = |name: &str| fields.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-        if field("status") != Some("started") || field("lease") != Some(d.entry.as_str()) {
+        if !still_leased(&fields, &d.entry) {
             s.inflight.remove(&d.job_id);
             s.emit(WorkerEvent::Dropped {
                 job_id: d.job_id,
@@ -510,8 +505,26 @@ async fn start_jobs(
             continue;
         }
         let job = Job::from_fields(&key, fields);
-        tokio::spawn(run_job(s.clone(), d.job_id, job, running, permit, done.clone()));
+        tokio::spawn(run_job(
+            s.clone(),
+            d.job_id,
+            job,
+            running,
+            permit,
+            done.clone(),
+        ));
     }
+}
+
+/// Whether a record read after the fetch still says the delivery with this entry id runs it.
+fn still_leased(fields: &[(String, String)], entry: &str) -> bool {
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    field("status") == Some("started") && field("lease") == Some(entry)
 }
 
 /// Runs one delivered job to its outcome and queues the outcome for the completer, which
@@ -582,5 +595,32 @@ async fn run_job(
             s.emit(WorkerEvent::Interrupted { job_id, reason });
             drop(permit);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::still_leased;
+
+    fn record(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_fetched_job_runs_only_while_its_record_carries_this_lease() {
+        let entry = "1763712000000-0";
+        let ours = record(&[("status", "started"), ("lease", entry), ("script", "x")]);
+        assert!(still_leased(&ours, entry));
+        // stopped between the fetch and the read
+        let stopped = record(&[("status", "error"), ("lease", entry), ("error", "stopped")]);
+        assert!(!still_leased(&stopped, entry));
+        // recovered and fetched again by another worker under a new entry
+        let recovered = record(&[("status", "started"), ("lease", "1763712000005-0")]);
+        assert!(!still_leased(&recovered, entry));
+        // gone (retention, or deleted by hand)
+        assert!(!still_leased(&[], entry));
     }
 }
