@@ -487,7 +487,7 @@ async fn start_jobs(
             s.inflight.remove(&d.job_id);
             continue;
         };
-        let fields = record.and_then(|v| Ok(hero_client::reply::pairs(&v)?));
+        let fields = record.and_then(|v| hero_client::reply::pairs(&v));
         let fields = match fields {
             Ok(f) => f,
             Err(e) => {
