@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use crate::error::{Error, Result};
 
 /// Bumped whenever any Lua file changes meaning; a server with another version is reloaded.
-pub const LIBRARY_VERSION: &str = "7";
+pub const LIBRARY_VERSION: &str = "8";
 
 const PRELUDE: &str = include_str!("function/prelude.lua");
 

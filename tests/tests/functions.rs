@@ -279,24 +279,31 @@ async fn fetch_drops_an_entry_naming_a_missing_job() {
         .xadd("hero:q:work:type:osis", "*", &[("j", "ghost")])
         .await
         .unwrap();
+    // a job key holding a string, not a hash: foreign data must not stop the fetch
+    let alien = c.keys().job(&JobId::new("alien").unwrap());
+    let _: () = raw.set(&alien, "not a job").await.unwrap();
+    let _: String = raw
+        .xadd("hero:q:work:type:osis", "*", &[("j", "alien")])
+        .await
+        .unwrap();
     let streams = vec![c
         .keys()
         .work(&Target::of_type(t("osis")), Priority::DEFAULT)];
     let got = fetch(&c, "g:i:s", &streams, 5).await;
     assert_eq!(got.jobs.len(), 1);
-    assert_eq!(got.dropped.len(), 1);
-    assert_eq!(
-        (
-            got.dropped[0].job_id.as_str(),
-            got.dropped[0].reason.as_str()
-        ),
-        ("ghost", "missing")
-    );
+    let dropped: Vec<(&str, &str)> = got
+        .dropped
+        .iter()
+        .map(|d| (d.job_id.as_str(), d.reason.as_str()))
+        .collect();
+    assert_eq!(dropped, [("ghost", "missing"), ("alien", "foreign")]);
     let len: usize = raw.xlen(&streams[0]).await.unwrap();
     assert_eq!(
         len, 1,
-        "the ghost entry is deleted, the real one stays until completed"
+        "the ghost and alien entries are deleted, the real one stays until completed"
     );
+    let untouched: String = raw.get(&alien).await.unwrap();
+    assert_eq!(untouched, "not a job");
 }
 
 #[tokio::test]
@@ -306,6 +313,12 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     let (stream, a) = submit_and_fetch(&c, "ba").await;
     let (_, b) = submit_and_fetch(&c, "bb").await;
     let (_, lost) = submit_and_fetch(&c, "bc").await;
+    let (_, overwritten) = submit_and_fetch(&c, "bd").await;
+    let mut raw = server.conn().await;
+    // someone replaced a running job's hash with a string: foreign data, lost for this delivery,
+    // and the rest of the batch is recorded all the same
+    let bd = c.keys().job(&JobId::new("bd").unwrap());
+    let _: () = raw.set(&bd, "not a job").await.unwrap();
     let now = clock::now_iso();
     let id = |s: &str| JobId::new(s).unwrap();
     let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
@@ -313,17 +326,18 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     call.push(&id("bb"), &stream, &b, Ending::Abort, "bad-b", 0);
     call.push(&id("bc"), &stream, "0-1", Ending::Done, "never", 0);
     call.push(&id("nope"), &stream, "0-2", Ending::Done, "never", 0);
+    call.push(&id("bd"), &stream, &overwritten, Ending::Done, "never", 0);
     let v: redis::Value = c.redis().query(&call.cmd()).await.unwrap();
     assert_eq!(
-        Completion::decode_many(&v, 4).unwrap(),
+        Completion::decode_many(&v, 5).unwrap(),
         [
             Completion::Completed,
             Completion::Completed,
             Completion::LeaseLost,
+            Completion::LeaseLost,
             Completion::LeaseLost
         ]
     );
-    let mut raw = server.conn().await;
     let (sa, oa): (String, String) = redis::cmd("HMGET")
         .arg("hero:job:ba")
         .arg("status")
@@ -344,11 +358,11 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     assert_eq!(sc, "started", "a lost lease changes nothing");
     assert_eq!(
         hero_tests::pending(&mut raw, &stream).await,
-        1,
-        "only the unfinished delivery stays pending"
+        2,
+        "only the unfinished deliveries (bc, bd) stay pending"
     );
     let len: usize = raw.xlen(&stream).await.unwrap();
-    assert_eq!(len, 1, "done entries are deleted, the running one stays");
+    assert_eq!(len, 2, "done entries are deleted, the unfinished ones stay");
 
     // a batch with one unknown outcome is refused whole, before anything is written
     let mut bad = Function::Complete.call(&[
@@ -370,6 +384,9 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     assert!(err.to_string().contains("unknown outcome"), "{err}");
     let sc: String = raw.hget("hero:job:bc", "status").await.unwrap();
     assert_eq!(sc, "started");
+    // recovery drops the overwritten job's entry instead of failing on it
+    let got = recover_consumer(&c, &stream, "g:a:1", 5).await;
+    assert_eq!((got.requeued, got.dropped), (1, 1), "{got:?}");
 }
 
 #[tokio::test]

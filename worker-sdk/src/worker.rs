@@ -42,7 +42,8 @@ pub enum WorkerEvent {
         job_id: String,
         reason: CancelReason,
     },
-    /// A stream entry was dropped: `missing` (names no job hash) or `stale`.
+    /// A stream entry was dropped: `missing` (names no job hash), `foreign` (its job key is not
+    /// a hash), `stale` or `legacy`.
     Dropped {
         job_id: String,
         reason: String,

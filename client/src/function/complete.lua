@@ -34,9 +34,11 @@ local function hero_complete(keys, args)
     local job_key, stream, reply_key = keys[3 + 3 * i], keys[4 + 3 * i], keys[5 + 3 * i]
     local lease, outcome, text, retry_at, job_id =
       args[4 + 5 * i], args[5 + 5 * i], args[6 + 5 * i], args[7 + 5 * i], args[8 + 5 * i]
-    local f = redis.call('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
+    -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
+    -- the whole batch of other workers' jobs with it
+    local f = redis.pcall('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
     local status, cur_lease = f[1], f[2]
-    if not status or cur_lease ~= lease then
+    if f.err or not status or cur_lease ~= lease then
       answers[#answers + 1] = 'lease_lost'
     elseif status ~= 'started' then
       answers[#answers + 1] = 'already_completed'

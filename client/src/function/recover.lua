@@ -46,9 +46,11 @@ local function hero_recover(keys, args)
     if entry[1] then job_id = entry_job(entry[1][2]) end
     if job_id == '' then job_id = nil end
     local job_key = prefix .. (job_id or '')
-    local j = job_id and redis.call('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
+    -- pcall: a job key holding another type is foreign data; its entry is dropped like one
+    -- naming no job, instead of failing the recovery of every entry after it
+    local j = job_id and redis.pcall('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
     ack_del(stream, group, id, xackdel)
-    if j and j[1] == 'started' and j[2] == id then
+    if j and not j.err and j[1] == 'started' and j[2] == id then
       local attempts = tonumber(j[3]) or 1
       if handback == '1' and tonumber(j[3]) then
         -- computed here, not with HINCRBY: nothing may raise once the entry is acknowledged
