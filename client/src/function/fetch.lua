@@ -11,7 +11,8 @@
 --         started with this lease: a stop or recovery in between took it away. Handing the
 --         record back from here would cost Redis about twice as much as the plain read;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
---         deleted unclaimed: reason 'missing' (no job hash), 'foreign' (the job key holds
+--         deleted unclaimed: reason 'missing' (no job hash, or one with neither status nor
+--         entry), 'foreign' (the job key holds
 --         another type), 'stale' (the job's current entry
 --         is another one, or it is no longer dispatched, e.g. stopped) or 'legacy' (a
 --         dual-pushed job a legacy actor took from its list first);
@@ -34,9 +35,9 @@ local function hero_fetch(keys, args)
           local job_key = prefix .. job_id
           -- one read of what the checks need: nothing can raise before the single write, so
           -- a corrupt record never leaves a half-applied fetch behind
-          local f = redis.pcall('HMGET', job_key, 'status', 'entry', 'attempts', 'bridge')
-          local status, entry, attempts_raw, bridge = f[1], f[2], f[3], f[4]
-          if f.err then
+          local r = redis.pcall('HMGET', job_key, 'status', 'entry', 'attempts', 'bridge')
+          local status, entry, attempts_raw, bridge = r[1], r[2], r[3], r[4]
+          if r.err then
             -- the key holds something other than a hash: foreign data, never a job of ours, and
             -- it must not stop this fetch for every entry behind it
             ack_del(stream, group, id, xackdel)
