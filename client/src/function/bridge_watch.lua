@@ -86,7 +86,7 @@ local function hero_bridge_watch(keys, args)
       redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
       if not f[9] then
         redis.call('HSET', job_key, 'finished_at', now_iso, 'updated_at', now_iso)
-        redis.call('PEXPIRE', job_key, setting(cfg, 'retention_ms', 86400000))
+        redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
         if f[7] == '1' then
           push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', true, false)
         end

@@ -12,8 +12,7 @@
 --         record back from here would cost Redis about twice as much as the plain read;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
 --         deleted unclaimed: reason 'missing' (no job hash, or one with neither status nor
---         entry), 'foreign' (the job key holds
---         another type), 'stale' (the job's current entry
+--         entry), 'foreign' (the job key holds another type), 'stale' (the job's current entry
 --         is another one, or it is no longer dispatched, e.g. stopped) or 'legacy' (a
 --         dual-pushed job a legacy actor took from its list first);
 --   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
@@ -54,10 +53,9 @@ local function hero_fetch(keys, args)
             dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
           else
             local w = { 'status', 'started', 'lease', id, 'worker_id', consumer, 'started_at', now_iso, 'updated_at', now_iso }
-            if not attempts_raw then
-              w[11], w[12] = 'attempts', '1'
-            elseif tonumber(attempts_raw) then
-              w[11], w[12] = 'attempts', tostring(tonumber(attempts_raw) + 1)
+            local counted = tonumber(attempts_raw or '0')
+            if counted then
+              w[11], w[12] = 'attempts', tostring(counted + 1)
             end
             -- else: an unparsable count stays as it is, for the worker to report as invalid
             if bridge and bridge ~= '' then

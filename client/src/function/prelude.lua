@@ -98,11 +98,15 @@ end
 -- A numeric setting as the text a command argument takes, formatted once per call: Redis turns a
 -- Lua number argument into text with printf, which is a visible cost when done once per job.
 local function setting_arg(cfg, field, default)
-  local key = field .. '/arg'
-  local v = cfg[key]
+  local args = cfg.args
+  if not args then
+    args = {}
+    cfg.args = args
+  end
+  local v = args[field]
   if v == nil then
     v = string.format('%d', setting(cfg, field, default))
-    cfg[key] = v
+    args[field] = v
   end
   return v
 end
