@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use crate::error::{Error, Result};
 
 /// Bumped whenever any Lua file changes meaning; a server with another version is reloaded.
-pub const LIBRARY_VERSION: &str = "8";
+pub const LIBRARY_VERSION: &str = "9";
 
 const PRELUDE: &str = include_str!("function/prelude.lua");
 
@@ -190,6 +190,17 @@ impl Ending {
     }
 }
 
+/// The delivery an outcome belongs to, as the worker read it: the job, the stream it came from,
+/// its lease (the entry id it was fetched with) and the job's `reply` field ('' when it has
+/// none), which tells `hero_complete` whom to answer without reading the record again.
+#[derive(Clone, Copy, Debug)]
+pub struct Leased<'a> {
+    pub id: &'a crate::JobId,
+    pub stream: &'a str,
+    pub lease: &'a str,
+    pub reply: &'a str,
+}
+
 /// One `hero_complete` call recording a batch of outcomes (decode its reply with
 /// [`crate::reply::Completion::decode_many`], one answer per [`CompleteBatch::push`]).
 pub struct CompleteBatch<'a> {
@@ -212,25 +223,21 @@ impl<'a> CompleteBatch<'a> {
         }
     }
 
-    /// Adds the outcome of the delivery `lease` of job `id` from `stream`; `retry_at_ms` is
-    /// read only for [`Ending::Fail`] and [`Ending::Retry`].
-    pub fn push(
-        &mut self,
-        id: &crate::JobId,
-        stream: &str,
-        lease: &str,
-        ending: Ending,
-        text: &str,
-        retry_at_ms: u64,
-    ) {
-        self.key_list
-            .extend([self.keys.job(id), stream.to_string(), self.keys.reply(id)]);
+    /// Adds the outcome of one delivery; `retry_at_ms` is read only for [`Ending::Fail`] and
+    /// [`Ending::Retry`].
+    pub fn push(&mut self, d: Leased<'_>, ending: Ending, text: &str, retry_at_ms: u64) {
+        self.key_list.extend([
+            self.keys.job(d.id),
+            d.stream.to_string(),
+            self.keys.reply(d.id),
+        ]);
         self.args.extend([
-            lease.to_string(),
+            d.lease.to_string(),
             ending.as_str().to_string(),
             text.to_string(),
             retry_at_ms.to_string(),
-            id.as_str().to_string(),
+            d.id.as_str().to_string(),
+            d.reply.to_string(),
         ]);
     }
 

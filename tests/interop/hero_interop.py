@@ -117,7 +117,7 @@ def worker(r, args):
             output = f"{args.label}:{record.get('script', '')}"
             keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:job:{job_id}", stream,
                     f"{NS}:q:reply:{job_id}"]
-            argv = [GROUP, iso(), 0, entry, "done", output, 0, job_id]
+            argv = [GROUP, iso(), 0, entry, "done", output, 0, job_id, record.get("reply", "")]
             answer = r.fcall("hero_complete", len(keys), *keys, *argv)[0]
             say(f"completion {job_id} {answer}")
             again = r.fcall("hero_complete", len(keys), *keys, *argv)[0]

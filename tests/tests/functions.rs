@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hero_client::function::{CompleteBatch, Ending, Function};
+use hero_client::function::{CompleteBatch, Ending, Function, Leased};
 use hero_client::keys::CONSUMER_GROUP;
 use hero_client::reply::{Completion, FetchReply, Recovered, Renewal};
 use hero_client::{
@@ -48,9 +48,20 @@ async fn complete(
         "abort" => Ending::Abort,
         other => panic!("no outcome {other}"),
     };
+    // as a worker does: the `reply` field comes from the record it read after the fetch
+    let mut raw = c.redis().conn();
+    let reply: Option<String> = redis::AsyncCommands::hget(&mut raw, c.keys().job(&id), "reply")
+        .await
+        .unwrap_or_default();
+    let held = Leased {
+        id: &id,
+        stream,
+        lease,
+        reply: reply.as_deref().unwrap_or(""),
+    };
     let now = clock::now_iso();
     let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
-    call.push(&id, stream, lease, ending, text, clock::now_ms() + 60_000);
+    call.push(held, ending, text, clock::now_ms() + 60_000);
     let v: redis::Value = c.redis().query(&call.cmd()).await.expect("complete");
     Completion::decode_many(&v, 1).expect("decode complete")[0]
 }
@@ -322,11 +333,22 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     let now = clock::now_iso();
     let id = |s: &str| JobId::new(s).unwrap();
     let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
-    call.push(&id("ba"), &stream, &a, Ending::Done, "out-a", 0);
-    call.push(&id("bb"), &stream, &b, Ending::Abort, "bad-b", 0);
-    call.push(&id("bc"), &stream, "0-1", Ending::Done, "never", 0);
-    call.push(&id("nope"), &stream, "0-2", Ending::Done, "never", 0);
-    call.push(&id("bd"), &stream, &overwritten, Ending::Done, "never", 0);
+    for (job, lease, ending, text) in [
+        ("ba", a.as_str(), Ending::Done, "out-a"),
+        ("bb", b.as_str(), Ending::Abort, "bad-b"),
+        ("bc", "0-1", Ending::Done, "never"),
+        ("nope", "0-2", Ending::Done, "never"),
+        ("bd", overwritten.as_str(), Ending::Done, "never"),
+    ] {
+        let job = id(job);
+        let held = Leased {
+            id: &job,
+            stream: &stream,
+            lease,
+            reply: "",
+        };
+        call.push(held, ending, text, 0);
+    }
     let v: redis::Value = c.redis().query(&call.cmd()).await.unwrap();
     assert_eq!(
         Completion::decode_many(&v, 5).unwrap(),
@@ -358,11 +380,14 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     assert_eq!(sc, "started", "a lost lease changes nothing");
     assert_eq!(
         hero_tests::pending(&mut raw, &stream).await,
-        2,
-        "only the unfinished deliveries (bc, bd) stay pending"
+        1,
+        "only bc's real delivery stays pending: bd's entry named foreign data and went with the batch"
     );
     let len: usize = raw.xlen(&stream).await.unwrap();
-    assert_eq!(len, 2, "done entries are deleted, the unfinished ones stay");
+    assert_eq!(
+        len, 2,
+        "the done entries ahead of bc's are trimmed; bd's stays behind it until bc ends"
+    );
 
     // a batch with one unknown outcome is refused whole, before anything is written
     let mut bad = Function::Complete.call(&[
@@ -379,12 +404,19 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
         .arg("explode")
         .arg("x")
         .arg(0)
-        .arg("bc");
+        .arg("bc")
+        .arg("");
     let err = c.redis().query::<redis::Value>(&bad).await.unwrap_err();
     assert!(err.to_string().contains("unknown outcome"), "{err}");
     let sc: String = raw.hget("hero:job:bc", "status").await.unwrap();
     assert_eq!(sc, "started");
-    // recovery drops the overwritten job's entry instead of failing on it
+    let untouched: String = raw.get(&bd).await.unwrap();
+    assert_eq!(untouched, "not a job");
+    // recovery drops the entry of a running job whose hash was overwritten the same way, instead
+    // of failing on it, and requeues bc
+    let (_, _) = submit_and_fetch(&c, "be").await;
+    let be = c.keys().job(&JobId::new("be").unwrap());
+    let _: () = raw.set(&be, "not a job either").await.unwrap();
     let got = recover_consumer(&c, &stream, "g:a:1", 5).await;
     assert_eq!((got.requeued, got.dropped), (1, 1), "{got:?}");
 }
@@ -452,6 +484,54 @@ async fn complete_is_fenced_by_the_lease() {
     assert_eq!(len, 0, "a done entry is deleted from the work stream");
     let ttl: i64 = raw.pttl("hero:job:f").await.unwrap();
     assert!(ttl > 0, "a finished job expires after the retention time");
+}
+
+/// The fence of a batch is one XACK: recovery and stop acknowledge the entry of the delivery
+/// they take a job from, so that delivery's completion finds it no longer pending, and the
+/// record tells which answer it gets.
+#[tokio::test]
+async fn a_delivery_taken_away_by_recovery_or_stop_records_nothing() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let (stream, old) = submit_and_fetch(&c, "rec").await;
+    assert_eq!(recover_consumer(&c, &stream, "g:a:1", 5).await.requeued, 1);
+    let got = fetch(&c, "g:b:1", std::slice::from_ref(&stream), 1).await;
+    let new = got.jobs[0].entry.clone();
+    assert_eq!(
+        complete(&c, &stream, "rec", &old, "done", "late").await,
+        Completion::LeaseLost
+    );
+    assert_eq!(
+        complete(&c, &stream, "rec", &new, "done", "ok").await,
+        Completion::Completed
+    );
+    let output: String = raw.hget("hero:job:rec", "output").await.unwrap();
+    assert_eq!(
+        output, "ok",
+        "only the current delivery's result is recorded"
+    );
+
+    let (stream, lease) = submit_and_fetch(&c, "stp").await;
+    let stopped = JobId::new("stp").unwrap();
+    assert_eq!(
+        c.stop(&stopped).await.unwrap(),
+        hero_client::StopOutcome::Interrupted
+    );
+    assert_eq!(
+        hero_tests::pending(&mut raw, &stream).await,
+        0,
+        "the stop acknowledged the delivery"
+    );
+    assert_eq!(
+        complete(&c, &stream, "stp", &lease, "done", "late").await,
+        Completion::AlreadyCompleted
+    );
+    let r = c.get(&stopped).await.unwrap();
+    assert_eq!(
+        (r.status, r.error.as_deref(), r.output),
+        (hero_client::Status::Error, Some("stopped"), None)
+    );
 }
 
 #[tokio::test]
@@ -572,7 +652,18 @@ async fn stop_cancels_a_queued_job_so_no_fetch_gets_it() {
     let stream = c
         .keys()
         .work(&Target::of_type(t("osis")), Priority::DEFAULT);
-    assert!(fetch(&c, "g:a:1", &[stream], 1).await.jobs.is_empty());
+    // the record does not name a queued job's entry: the stop leaves it, the next fetch drops it
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    assert!(got.jobs.is_empty());
+    let dropped: Vec<(&str, &str)> = got
+        .dropped
+        .iter()
+        .map(|d| (d.job_id.as_str(), d.reason.as_str()))
+        .collect();
+    assert_eq!(dropped, [("s", "stale")]);
+    let mut raw = server.conn().await;
+    let len: usize = raw.xlen(&stream).await.unwrap();
+    assert_eq!(len, 0, "the stale entry is deleted");
     let r = c.get(job.id()).await.unwrap();
     assert_eq!(
         (r.status, r.error.as_deref()),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use hero_client::function::{CompleteBatch, Ending};
+use hero_client::function::{CompleteBatch, Ending, Leased};
 use hero_client::reply::Completion;
 use hero_client::{clock, JobId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -23,6 +23,8 @@ pub(crate) struct Finished {
     pub job_id: String,
     pub stream: usize,
     pub lease: String,
+    /// The job's `reply` field as read with its record ('' when it has none).
+    pub reply: String,
     pub outcome: Outcome,
     pub attempt: u32,
     /// Released once the outcome is recorded.
@@ -97,7 +99,13 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
             Ok(id) => {
                 let (ending, text) = ending(&f.outcome);
                 let retry_at = retry_at_ms(&f.outcome, f.attempt, now.ms);
-                call.push(&id, &s.streams[f.stream], &f.lease, ending, text, retry_at);
+                let held = Leased {
+                    id: &id,
+                    stream: &s.streams[f.stream],
+                    lease: &f.lease,
+                    reply: &f.reply,
+                };
+                call.push(held, ending, text, retry_at);
                 sent.push(f);
             }
             Err(_) => {

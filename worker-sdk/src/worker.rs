@@ -497,6 +497,7 @@ async fn start_jobs(
                 continue;
             }
         };
+        let reply = field(&fields, "reply").unwrap_or_default().to_string();
         if !still_leased(&fields, &d.entry) {
             s.inflight.remove(&d.job_id);
             s.emit(WorkerEvent::Dropped {
@@ -508,36 +509,51 @@ async fn start_jobs(
         let job = Job::from_fields(&key, fields);
         tokio::spawn(run_job(
             s.clone(),
-            d.job_id,
-            job,
-            running,
-            permit,
+            Taken {
+                job_id: d.job_id,
+                job,
+                reply,
+                running,
+                permit,
+            },
             done.clone(),
         ));
     }
 }
 
+/// One field of a record read as pairs.
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 /// Whether a record read after the fetch still says the delivery with this entry id runs it.
 fn still_leased(fields: &[(String, String)], entry: &str) -> bool {
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
-    field("status") == Some("started") && field("lease") == Some(entry)
+    field(fields, "status") == Some("started") && field(fields, "lease") == Some(entry)
+}
+
+/// A job this worker holds the lease of, read and ready to run.
+struct Taken {
+    job_id: String,
+    job: std::result::Result<Job, hero_client::DecodeError>,
+    /// The record's `reply` field, handed back with the outcome.
+    reply: String,
+    running: crate::inflight::Running,
+    permit: OwnedSemaphorePermit,
 }
 
 /// Runs one delivered job to its outcome and queues the outcome for the completer, which
 /// releases the slot once the outcome is recorded.
-async fn run_job(
-    s: Arc<Shared>,
-    job_id: String,
-    job: std::result::Result<Job, hero_client::DecodeError>,
-    running: crate::inflight::Running,
-    permit: OwnedSemaphorePermit,
-    done: mpsc::UnboundedSender<Finished>,
-) {
+async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finished>) {
+    let Taken {
+        job_id,
+        job,
+        reply,
+        running,
+        permit,
+    } = taken;
     let attempt = job.as_ref().map(|j| j.attempts).unwrap_or(1);
     let outcome = match job {
         Err(e) => {
@@ -579,6 +595,7 @@ async fn run_job(
                 job_id,
                 stream: running.stream,
                 lease: running.entry.clone(),
+                reply,
                 outcome,
                 attempt,
                 permit,

@@ -4,14 +4,15 @@
 -- KEYS[1] legacy list  KEYS[2] work stream  KEYS[3] queue registry set  KEYS[4] dead-letter stream
 -- ARGV[1] consumer group  ARGV[2] most ids to move  ARGV[3] job key prefix  ARGV[4] script type
 -- ARGV[5] group ('' for none)  ARGV[6] instance ('' for none)  ARGV[7] now ISO 8601
--- Per id: the job hash (seed-001 fields are enough) gets status 'dispatched', entry, the
+-- Per id: the job hash (seed-001 fields are enough) gets status 'dispatched', the
 -- mapping's script_type / group / instance, reply 'legacy' (a seed-001 caller may BLPOP
 -- hero:reply:<id>: in compatibility mode it gets the bare result there, and nothing is pushed
 -- to the canonical reply list no one waits on) and updated_at; leftovers of an earlier run (lease, output, error,
 -- finished_at) are removed, so a legacy requeue of a crashed job runs it again. The worker that
 -- takes it checks the rest of the record: a malformed one ends `error` with the reason.
--- An id with no job hash, or one of a job already queued in a stream, goes to the dead-letter
--- stream with the reason instead.
+-- An id with no job hash, or one of a job a worker of ours runs (started, with a lease), goes
+-- to the dead-letter stream with the reason instead. A job still queued in a stream gets a
+-- second entry: whichever is read first runs it, the other is dropped as stale.
 -- Returns: {moved, dead, blocked}: blocked is 1 when the oldest id is a job the bridge handed
 -- to this list's legacy actors (it stays where it is, for them).
 -- Errors: none of its own.
@@ -24,7 +25,7 @@ local function hero_bridge_in(keys, args)
     local job_id = redis.call('RPOP', list)
     if not job_id then break end
     local job_key = prefix .. job_id
-    local f = redis.call('HMGET', job_key, 'status', 'entry', 'bridge')
+    local f = redis.call('HMGET', job_key, 'status', 'lease', 'bridge')
     if (f[3] or '') ~= '' then
       redis.call('RPUSH', list, job_id)
       blocked = 1
@@ -33,18 +34,18 @@ local function hero_bridge_in(keys, args)
     local reason
     if redis.call('EXISTS', job_key) == 0 then
       reason = 'no job hash at ' .. job_key
-    elseif f[2] and (f[1] == 'dispatched' or f[1] == 'started') then
-      reason = 'pushed to ' .. list .. ' while already ' .. f[1] .. ' in a stream'
+    elseif f[1] == 'started' and (f[2] or '') ~= '' then
+      reason = 'pushed to ' .. list .. ' while a worker runs it'
     end
     if reason then
       redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
       dead_n = dead_n + 1
     else
-      local entry = append(stream, group, registry, job_id)
-      local w = { 'status', 'dispatched', 'entry', entry, 'script_type', stype, 'reply', 'legacy', 'updated_at', now_iso }
+      append(stream, group, registry, job_id)
+      local w = { 'status', 'dispatched', 'script_type', stype, 'reply', 'legacy', 'updated_at', now_iso }
       if tgroup ~= '' then w[#w + 1] = 'group'; w[#w + 1] = tgroup end
       if tinst ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = tinst end
-      redis.call('HDEL', job_key, 'lease', 'output', 'error', 'finished_at', 'started_at')
+      redis.call('HDEL', job_key, 'lease', 'entry', 'output', 'error', 'finished_at', 'started_at')
       redis.call('HSET', job_key, unpack(w))
       moved = moved + 1
     end

@@ -8,7 +8,7 @@
 -- Per job: status 'dispatched' (what seed-001 actors expect to find), lease = entry,
 -- attempts + 1, worker_id = the legacy worker id, bridge = the list, bridge_stop = the stop
 -- queue, bridge_taken = ''; LPUSH of the id to the list; tracked until the pickup deadline.
--- Entries naming no job hash, or a job that is not dispatched with this entry, are dropped.
+-- Entries naming no job hash, or a job that is no longer dispatched, are dropped.
 -- Returns: {handed out, dropped}
 -- Errors: none of its own.
 local function hero_bridge_out(keys, args)
@@ -23,16 +23,16 @@ local function hero_bridge_out(keys, args)
     local id = e[1]
     local job_id = entry_job(e[2])
     local job_key = prefix .. job_id
-    local f = redis.call('HMGET', job_key, 'status', 'entry', 'attempts')
-    if f[1] ~= 'dispatched' or f[2] ~= id then
+    local f = redis.call('HMGET', job_key, 'status', 'attempts')
+    if f[1] ~= 'dispatched' then
       ack_del(stream, group, id, xackdel)
       dropped = dropped + 1
     else
-      local attempts = tonumber(f[3])
+      local attempts = tonumber(f[2])
       -- `id` too: a submit leaves it out, and seed-001 actors read it from the record
       local w = { 'id', job_id, 'status', 'dispatched', 'lease', id, 'worker_id', worker, 'bridge', list,
         'bridge_stop', stop_queue, 'bridge_taken', '', 'updated_at', now_iso }
-      if attempts or not f[3] then
+      if attempts or not f[2] then
         w[#w + 1] = 'attempts'; w[#w + 1] = tostring((attempts or 0) + 1)
       end
       redis.call('HSET', job_key, unpack(w))

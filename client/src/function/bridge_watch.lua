@@ -31,9 +31,10 @@ local function hero_bridge_watch(keys, args)
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
 
-  -- the stream entry the legacy side held: acknowledged if the bridge read it, else deleted
+  -- the stream entry the legacy side held: acknowledged if the bridge read it (its delivery is
+  -- the lease), else the unread entry of a dual-pushed job (the record names it) is deleted
   local function release(lease, entry)
-    if lease and lease ~= '' and lease == entry then
+    if lease and lease ~= '' then
       ack_trim(stream, group, { lease }, xackdel)
     elseif entry and entry ~= '' then
       redis.call('XDEL', stream, entry)
@@ -58,13 +59,15 @@ local function hero_bridge_watch(keys, args)
       return
     end
     local new = append(stream, group, registry, job_id)
-    redis.call('HSET', job_key, 'status', 'dispatched', 'entry', new, 'lease', '', 'bridge_taken', '',
+    redis.call('HSET', job_key, 'status', 'dispatched', 'lease', '', 'bridge_taken', '',
       'updated_at', now_iso)
     if dual then
+      redis.call('HSET', job_key, 'entry', new)
       redis.call('LPUSH', list, job_id)
       redis.call('ZADD', track, now_ms + pickup_ms, job_id)
     else
       redis.call('HSET', job_key, 'bridge', '')
+      redis.call('HDEL', job_key, 'entry')
       untrack(job_id)
     end
     requeued = requeued + 1

@@ -11,12 +11,15 @@
 --         started with this lease: a stop or recovery in between took it away. Handing the
 --         record back from here would cost Redis about twice as much as the plain read;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
---         deleted unclaimed: reason 'missing' (no job hash, or one with neither status nor
---         entry), 'foreign' (the job key holds another type), 'stale' (the job's current entry
---         is another one, or it is no longer dispatched, e.g. stopped) or 'legacy' (a
---         dual-pushed job a legacy actor took from its list first);
+--         deleted unclaimed: reason 'missing' (no job hash, or one without a status),
+--         'foreign' (the job key holds another type), 'stale' (the job is no longer dispatched:
+--         stopped, or already taken through another entry) or 'legacy' (a dual-pushed job a
+--         legacy actor took from its list first);
 --   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
 --         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry.
+-- A job is queued through one entry at a time, except when it was stopped while queued and then
+-- queued again: the stop leaves the old entry behind (the record does not name its entry), and
+-- whichever of the two is read first runs the job; the other is dropped as stale.
 -- Errors: none of its own.
 local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
@@ -34,17 +37,17 @@ local function hero_fetch(keys, args)
           local job_key = prefix .. job_id
           -- one read of what the checks need: nothing can raise before the single write, so
           -- a corrupt record never leaves a half-applied fetch behind
-          local r = redis.pcall('HMGET', job_key, 'status', 'entry', 'attempts', 'bridge')
-          local status, entry, attempts_raw, bridge = r[1], r[2], r[3], r[4]
+          local r = redis.pcall('HMGET', job_key, 'status', 'attempts', 'bridge')
+          local status, attempts_raw, bridge = r[1], r[2], r[3]
           if r.err then
             -- the key holds something other than a hash: foreign data, never a job of ours, and
             -- it must not stop this fetch for every entry behind it
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'foreign' }
-          elseif not status and not entry then
+          elseif not status then
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'missing' }
-          elseif entry ~= id or status == 'finished' or status == 'error' or status == 'waiting' or status == 'started' then
+          elseif status ~= 'dispatched' then
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'stale' }
           elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then

@@ -34,20 +34,29 @@ local function next_id(id)
   return string.format('%d-%d', tonumber(ms), tonumber(seq) + 1)
 end
 
--- Acknowledge a batch of done entries of one stream, then trim the stream of every entry that
--- is done. XDEL would seek each id (a scan inside its node, ~2 us each); XTRIM MINID drops runs
--- from the head. Entries are delivered in id order, so every entry below the oldest pending one
--- (or, with nothing pending, up to the group's last delivered one) was delivered and
--- acknowledged: nothing waiting or running is trimmed. A done entry behind an older job still
--- running stays until that job ends. With XACKDEL (Redis 8.2) each entry goes at once instead.
-local function ack_trim(stream, group, ids, xackdel)
+-- Acknowledge delivered entries of one stream. Returns how many of them were pending.
+local function ack(stream, group, ids)
+  local acked = 0
+  in_runs(ids, function(from, to)
+    acked = acked + redis.call('XACK', stream, group, unpack(ids, from, to))
+  end)
+  return acked
+end
+
+-- Trim a stream of the entries `ids` just acknowledged and of every other done entry. XDEL
+-- would seek each id (a scan inside its node, ~2 us each); XTRIM MINID drops runs from the head.
+-- Entries are delivered in id order, so every entry below the oldest pending one (or, with
+-- nothing pending, up to the group's last delivered one) was delivered and acknowledged:
+-- nothing waiting or running is trimmed. A done entry behind an older job still running stays
+-- until that job ends. Where the server has XACKDEL (Redis 8.2) deleting by id is cheap, and
+-- each entry goes at once instead.
+local function trim_done(stream, group, ids, xackdel)
   if xackdel == '1' then
-    ack_del_many(stream, group, ids, xackdel)
+    in_runs(ids, function(from, to)
+      redis.call('XDEL', stream, unpack(ids, from, to))
+    end)
     return
   end
-  in_runs(ids, function(from, to)
-    redis.call('XACK', stream, group, unpack(ids, from, to))
-  end)
   local pending = redis.call('XPENDING', stream, group)
   local bound
   if pending[1] > 0 then
@@ -64,6 +73,16 @@ local function ack_trim(stream, group, ids, xackdel)
   if bound then
     redis.call('XTRIM', stream, 'MINID', bound)
   end
+end
+
+-- Acknowledge a batch of done entries of one stream, then trim it (see trim_done).
+local function ack_trim(stream, group, ids, xackdel)
+  if xackdel == '1' then
+    ack_del_many(stream, group, ids, xackdel)
+    return
+  end
+  ack(stream, group, ids)
+  trim_done(stream, group, ids, xackdel)
 end
 
 -- Append a job id to a work stream, creating the stream, its group and its registry entry on

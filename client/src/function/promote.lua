@@ -9,8 +9,8 @@ local function hero_promote(keys, args)
   local job_id, group, now_iso = args[1], args[2], args[3]
   if redis.call('ZREM', delayed, job_id) == 0 then return 'gone' end
   if redis.call('HGET', job_key, 'status') ~= 'waiting' then return 'skipped' end
-  local entry = append(stream, group, registry, job_id)
-  redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, 'updated_at', now_iso)
+  append(stream, group, registry, job_id)
+  redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
   redis.call('HDEL', job_key, 'run_at')
   return 'promoted'
 end

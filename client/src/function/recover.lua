@@ -64,9 +64,9 @@ local function hero_recover(keys, args)
         finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso)
         dead_n = dead_n + 1
       else
-        local new = redis.call('XADD', stream, '*', 'j', job_id)
-        redis.call('HSET', job_key, 'status', 'dispatched', 'entry', new, 'updated_at', now_iso)
-        redis.call('HDEL', job_key, 'lease', 'worker_id')
+        redis.call('XADD', stream, '*', 'j', job_id)
+        redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
+        redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry')
         requeued = requeued + 1
       end
     else

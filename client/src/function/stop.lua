@@ -7,6 +7,8 @@
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
 -- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
+-- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
+-- other stays until a worker reads it, finds the job stopped and drops it.
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
 -- (it started on another worker since the caller looked: look again and retry).
@@ -26,7 +28,11 @@ local function hero_stop(keys, args)
       answer = 'interrupted'
       if (f[7] or '') ~= '' then redis.call('LPUSH', f[7], job_id) end
     end
-    if f[2] then ack_del(stream, group, f[2], xackdel) end
+    -- the entry the legacy side holds: the bridge's delivery (lease), or a dual-pushed job's
+    -- unread entry
+    local held = f[3]
+    if (held or '') == '' then held = f[2] end
+    if (held or '') ~= '' then ack_del(stream, group, held, xackdel) end
     finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
     return answer
   end

@@ -3,9 +3,12 @@
 -- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
 --   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
 --   then per job i = 0, 1, ...: KEYS[4+2i] job hash  KEYS[5+2i] its work stream
--- A job queued now on a stream the bridge registry names is also pushed (LPUSH) to that legacy
--- list, with `bridge` = the list, `bridge_stop` = the legacy stop queue and `worker_id` = the
--- legacy worker id, and tracked in the mapping's zset; whichever side takes it first runs it.
+-- A job queued now gets status 'dispatched'; its record does not name its stream entry (the
+-- entry names the job), except on a stream the bridge registry names: such a job is also pushed
+-- (LPUSH) to that legacy list, with `entry` = its entry id, `bridge` = the list, `bridge_stop` =
+-- the legacy stop queue and `worker_id` = the legacy worker id, and tracked in the mapping's
+-- zset; whichever side takes it first runs it, and the bridge deletes the entry the other side
+-- never read.
 -- ARGV[1] consumer group
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
@@ -68,7 +71,7 @@ local function hero_submit(keys, args)
         redis.call('LPUSH', m.list, job_id)
         redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
       else
-        redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
+        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       end
       answers[i] = { 'created', 'dispatched' }
     end
