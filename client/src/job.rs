@@ -159,9 +159,9 @@ impl Job {
 
     /// The fields `hero_submit` writes for a new job. Fields at their default are left out to
     /// keep the hash small (a waiting tiny job costs Redis about a third less memory): the
-    /// decoder reads an absent `id` as the key's, `updated_at` as `created_at`, `priority`,
-    /// `timeout` and `retries` as their defaults, and optional fields as empty. Status and
-    /// entry are the function's to write.
+    /// decoder reads an absent `id` as the key's, `updated_at` as the latest of `created_at`,
+    /// `started_at` and `finished_at`, `priority`, `timeout` and `retries` as their defaults, and
+    /// optional fields as empty. The status is the function's to write.
     pub fn to_submit_fields(&self) -> Vec<(&'static str, String)> {
         let mut f: Vec<(&'static str, String)> = Vec::with_capacity(12);
         f.push(("script", self.script.clone()));
@@ -328,10 +328,21 @@ impl Job {
             }
         };
         let created_at = timestamp("created_at", take("created_at"))?.unwrap_or_default();
-        let updated_at =
-            timestamp("updated_at", take("updated_at"))?.unwrap_or_else(|| created_at.clone());
+        let written_update = timestamp("updated_at", take("updated_at"))?;
         let started_at = timestamp("started_at", take("started_at"))?;
         let finished_at = timestamp("finished_at", take("finished_at"))?;
+        // A start or an end writes only its own timestamp, so the last update is the latest of
+        // them all (ISO 8601 timestamps of one clock order as text).
+        let updated_at = [&written_update, &started_at, &finished_at]
+            .into_iter()
+            .flatten()
+            .fold(created_at.clone(), |latest, t| {
+                if *t > latest {
+                    t.clone()
+                } else {
+                    latest
+                }
+            });
         let env_vars = match take("env_vars").filter(|s| !s.is_empty()) {
             None => BTreeMap::new(),
             Some(s) => serde_json::from_str::<BTreeMap<String, String>>(&s)
@@ -458,6 +469,26 @@ mod tests {
         let back = submitted_and_read_back(&j);
         assert_eq!(back, j);
         assert_eq!(back.updated_at, back.created_at);
+    }
+
+    #[test]
+    fn updated_at_is_the_latest_timestamp_written() {
+        let at = |pairs: &[(&'static str, &'static str)]| {
+            let mut fields = vec![("status", "started"), ("script", "1")];
+            fields.extend_from_slice(pairs);
+            Job::from_fields(&key("j1"), fields).unwrap().updated_at
+        };
+        let created = ("created_at", "2026-11-21T10:00:00.000Z");
+        let requeued = ("updated_at", "2026-11-21T10:00:05.000Z");
+        let started = ("started_at", "2026-11-21T10:00:07.000Z");
+        let finished = ("finished_at", "2026-11-21T10:00:09.000Z");
+        assert_eq!(at(&[created]), created.1);
+        assert_eq!(at(&[created, requeued]), requeued.1);
+        assert_eq!(at(&[created, requeued, started]), started.1);
+        assert_eq!(at(&[created, started, finished]), finished.1);
+        // a retry written after the last start keeps its own time
+        let retried = ("updated_at", "2026-11-21T10:00:08.000Z");
+        assert_eq!(at(&[created, started, retried]), retried.1);
     }
 
     #[test]

@@ -54,26 +54,24 @@ pub struct SubmitReply {
 }
 
 impl SubmitReply {
-    pub fn decode(v: &Value) -> Result<Self> {
-        match array(v)? {
-            [kind, status] => Ok(SubmitReply {
-                created: text(kind)? == "created",
-                status: text(status)?,
-            }),
-            _ => Err(Error::protocol("hero_submit reply is not {kind, status}")),
-        }
-    }
-
-    /// The answers of a batched `hero_submit`, one per job.
+    /// The answers of a batched `hero_submit`, one per job (kind, status pairs in one list).
     pub fn decode_many(v: &Value, expected: usize) -> Result<Vec<Self>> {
         let items = array(v)?;
-        if items.len() != expected {
+        if items.len() != 2 * expected {
             return Err(Error::protocol(format!(
-                "hero_submit answered {} results for {expected} jobs",
+                "hero_submit answered {} values for {expected} jobs; expected a kind and a status each",
                 items.len()
             )));
         }
-        items.iter().map(SubmitReply::decode).collect()
+        items
+            .chunks(2)
+            .map(|c| {
+                Ok(SubmitReply {
+                    created: text(&c[0])? == "created",
+                    status: text(&c[1])?,
+                })
+            })
+            .collect()
     }
 }
 
@@ -93,7 +91,8 @@ pub struct Dropped {
     pub stream: usize,
     pub entry: String,
     pub job_id: String,
-    /// `missing` (no job hash) or `stale` (not the job's current entry, or not dispatched).
+    /// `missing` (no job hash, or one without a status), `foreign` (the key holds another
+    /// type), `stale` (the job is no longer dispatched) or `legacy` (a legacy actor took it).
     pub reason: String,
 }
 
@@ -114,15 +113,20 @@ impl FetchReply {
             ));
         };
         let index = |v: &Value| -> Result<usize> { Ok((int(v)? - 1).max(0) as usize) };
-        let jobs = array(jobs)?
-            .iter()
-            .map(|j| match array(j)? {
-                [i, entry, id] => Ok(Delivery {
-                    stream: index(i)?,
-                    entry: text(entry)?,
-                    job_id: text(id)?,
-                }),
-                _ => Err(Error::protocol("hero_fetch job is not {stream, entry, id}")),
+        let jobs = array(jobs)?;
+        if jobs.len() % 3 != 0 {
+            return Err(Error::protocol(
+                "hero_fetch jobs are not stream, entry, id triples",
+            ));
+        }
+        let jobs = jobs
+            .chunks(3)
+            .map(|j| {
+                Ok(Delivery {
+                    stream: index(&j[0])?,
+                    entry: text(&j[1])?,
+                    job_id: text(&j[2])?,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         let dropped = array(dropped)?

@@ -67,7 +67,7 @@ def submit(r, args):
     keys = [f"{NS}:meta:delayed", f"{NS}:meta:queues", f"{NS}:meta:bridge",
             f"{NS}:job:{job_id}", work_stream(args.type)]
     answer = r.fcall("hero_submit", len(keys), *keys, GROUP, job_id, 0, len(pairs), *pairs)
-    kind, status = answer[0]
+    kind, status = answer[0], answer[1]
     if args.wait is None:
         say(json.dumps({"id": job_id, "answer": kind, "status": status}))
         return
@@ -109,7 +109,8 @@ def worker(r, args):
             last_beat = time.time()
         jobs, dropped, cursors = r.fcall("hero_fetch", len(streams), *streams, GROUP, consumer, 1,
                                          f"{NS}:job:", iso(), 0)
-        for index, entry, job_id in jobs:
+        for k in range(0, len(jobs), 3):
+            index, entry, job_id = jobs[k:k + 3]
             record = r.hgetall(f"{NS}:job:{job_id}")
             if record.get("status") != "started" or record.get("lease") != entry:
                 continue  # stopped or recovered since the fetch: no longer ours

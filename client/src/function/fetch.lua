@@ -4,12 +4,14 @@
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
 -- Returns: {jobs, dropped, cursors}
---   jobs: list of {stream index, entry id, job id} now leased to the consumer: the fetch wrote
---         status started, lease = entry id, worker_id = consumer, started_at, updated_at, and
---         attempts + 1 (unless it is not a number). The caller reads the record itself (one
---         HGETALL per job, pipelined), and runs the job only while that record still says
---         started with this lease: a stop or recovery in between took it away. Handing the
---         record back from here would cost Redis about twice as much as the plain read;
+--   jobs: flat list of stream index, entry id, job id, three items per job now leased to the
+--         consumer (flat because every Lua table costs Redis more than the three values): the
+--         fetch wrote status started, lease = entry id, worker_id = consumer, started_at (the
+--         record's updated_at from then on) and attempts + 1 (unless it is not a number). The
+--         caller reads the record itself (one HGETALL per job, pipelined), and runs the job
+--         only while that record still says started with this lease: a stop or recovery in
+--         between took it away. Handing the record back from here would cost Redis about twice
+--         as much as the plain read;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
 --         deleted unclaimed: reason 'missing' (no job hash, or one without a status),
 --         'foreign' (the job key holds another type), 'stale' (the job is no longer dispatched:
@@ -55,18 +57,22 @@ local function hero_fetch(keys, args)
             ack_del(stream, group, id, xackdel)
             dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
           else
-            local w = { 'status', 'started', 'lease', id, 'worker_id', consumer, 'started_at', now_iso, 'updated_at', now_iso }
+            -- one HSET with its arguments spelled out: building a table to unpack costs more
+            -- than the command. An unparsable count stays as it is, for the worker to report.
             local counted = tonumber(attempts_raw or '0')
             if counted then
-              w[11], w[12] = 'attempts', tostring(counted + 1)
+              redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+                'started_at', now_iso, 'attempts', tostring(counted + 1))
+            else
+              redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+                'started_at', now_iso)
             end
-            -- else: an unparsable count stays as it is, for the worker to report as invalid
             if bridge and bridge ~= '' then
               -- taken back from the legacy list above: no longer the legacy side's
-              w[#w + 1], w[#w + 2] = 'bridge', ''
+              redis.call('HSET', job_key, 'bridge', '')
             end
-            redis.call('HSET', job_key, unpack(w))
-            jobs[#jobs + 1] = { i, id, job_id }
+            local n = #jobs
+            jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
             want = want - 1
           end
         end

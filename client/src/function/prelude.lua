@@ -159,11 +159,12 @@ local function push_reply(job_id, reply_key, cfg, status, output, err, canonical
   end
 end
 
--- Write a terminal status, start the retention clock, and answer a waiting caller.
+-- Write a terminal status, start the retention clock, and answer a waiting caller. finished_at
+-- is the record's updated_at from then on (a reader takes the latest of the timestamps).
 local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso)
   local field = 'error'
   if status == 'finished' then field = 'output' end
-  redis.call('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso, 'updated_at', now_iso)
+  redis.call('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
   redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
   if wants_reply == '1' or wants_reply == 'legacy' then
     local output, err = '', ''

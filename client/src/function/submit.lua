@@ -12,9 +12,10 @@
 -- ARGV[1] consumer group
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
--- Returns: one {kind, status} per job, in order: {'created', status} for a new job ('dispatched'
--- or 'waiting'), {'exists', status} when the id is taken (nothing is written for it:
--- submitting an existing id is idempotent).
+-- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
+-- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
+-- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
+-- is idempotent).
 -- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
 -- not in pairs; then nothing is written.
 local function hero_submit(keys, args)
@@ -49,11 +50,11 @@ local function hero_submit(keys, args)
     local run_at = tonumber(run_at_text)
     local existing = redis.call('HGET', job_key, 'status')
     if existing then
-      answers[i] = { 'exists', existing }
+      answers[2 * i - 1], answers[2 * i] = 'exists', existing
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
-      answers[i] = { 'created', 'waiting' }
+      answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
     else
       local entry = append(stream, group, registry, job_id, known)
       if dual[stream] == nil then
@@ -73,7 +74,7 @@ local function hero_submit(keys, args)
       else
         redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       end
-      answers[i] = { 'created', 'dispatched' }
+      answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
     end
   end
   return answers
