@@ -304,7 +304,7 @@ impl Job {
             .map(Duration::from_secs)
             .unwrap_or(DEFAULT_TIMEOUT);
         let retries = number("retries", take("retries"))?.unwrap_or(0) as u32;
-        let attempts = number("attempts", take("attempts"))?.unwrap_or(0) as u32;
+        let written_attempts = number("attempts", take("attempts"))?;
         let run_at_ms = number("run_at", take("run_at"))?;
         let concurrent = match take("concurrent").as_deref() {
             None | Some("") | Some("false") | Some("0") => false,
@@ -331,6 +331,15 @@ impl Job {
         let written_update = timestamp("updated_at", take("updated_at"))?;
         let started_at = timestamp("started_at", take("started_at"))?;
         let finished_at = timestamp("finished_at", take("finished_at"))?;
+        // a first delivery writes no count (docs/protocol.md): a record that started, or ended
+        // after it started, without one made one attempt; one handed back before it finished is
+        // queued again with none counted
+        let ran = matches!(status, Status::Started | Status::Finished | Status::Error);
+        let attempts = match written_attempts {
+            Some(n) => n as u32,
+            None if ran && started_at.is_some() => 1,
+            None => 0,
+        };
         // A start or an end writes only its own timestamp, so the last update is the latest of
         // them all (ISO 8601 timestamps of one clock order as text).
         let updated_at = [&written_update, &started_at, &finished_at]
@@ -489,6 +498,25 @@ mod tests {
         // a retry written after the last start keeps its own time
         let retried = ("updated_at", "2026-11-21T10:00:08.000Z");
         assert_eq!(at(&[created, started, retried]), retried.1);
+    }
+
+    #[test]
+    fn a_started_record_without_a_count_is_on_its_first_attempt() {
+        let attempts = |pairs: &[(&'static str, &'static str)]| {
+            let mut fields = vec![("status", "started"), ("script", "1")];
+            fields.extend_from_slice(pairs);
+            Job::from_fields(&key("j1"), fields).unwrap().attempts
+        };
+        let started = ("started_at", "2026-11-21T10:00:07.000Z");
+        assert_eq!(attempts(&[]), 0, "never delivered");
+        assert_eq!(attempts(&[started]), 1);
+        assert_eq!(attempts(&[started, ("attempts", "3")]), 3);
+        let handed_back = Job::from_fields(
+            &key("j1"),
+            [("status", "dispatched"), ("script", "1"), started],
+        )
+        .unwrap();
+        assert_eq!(handed_back.attempts, 0, "a hand-back counts no attempt");
     }
 
     #[test]

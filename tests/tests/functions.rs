@@ -258,17 +258,21 @@ async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
     assert_eq!(ids, ["high", "mid"]);
     assert!(got.cursors.is_empty(), "no cursors when the count was met");
     let mut raw = server.conn().await;
-    let (status, lease, attempts, worker): (String, String, u32, String) = redis::cmd("HMGET")
-        .arg("hero:job:high")
-        .arg(&["status", "lease", "attempts", "worker_id"])
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let (status, lease, attempts, worker): (String, String, Option<u32>, String) =
+        redis::cmd("HMGET")
+            .arg("hero:job:high")
+            .arg(&["status", "lease", "attempts", "worker_id"])
+            .query_async(&mut raw)
+            .await
+            .unwrap();
     assert_eq!(
         (status.as_str(), attempts, worker.as_str()),
-        ("started", 1, "default:1:s")
+        ("started", None, "default:1:s"),
+        "a first delivery writes no count"
     );
     assert_eq!(lease, got.jobs[0].entry);
+    let high = c.get(&JobId::new("high").unwrap()).await.unwrap();
+    assert_eq!(high.attempts, 1, "read as the first attempt");
     let rest = fetch(&c, "default:1:s", &streams, 5).await;
     assert_eq!(rest.jobs.len(), 1);
     assert_eq!(

@@ -72,6 +72,8 @@ local function hero_complete(keys, args)
           -- only a failure needs the budget: a success is recorded without reading the record
           local f = redis.call('HMGET', job_key, 'attempts', 'retries')
           retried = (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
+          -- a first delivery left no count (see hero_fetch): the next one must count from it
+          if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
         end
         if retried then
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)

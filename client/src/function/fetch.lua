@@ -7,7 +7,9 @@
 --   jobs: flat list of stream index, entry id, job id, three items per job now leased to the
 --         consumer (flat because every Lua table costs Redis more than the three values): the
 --         fetch wrote status started, lease = entry id, worker_id = consumer, started_at (the
---         record's updated_at from then on) and attempts + 1 (unless it is not a number). The
+--         record's updated_at from then on) and, from the second delivery on, attempts + 1
+--         (the first writes none: a started record without attempts is on its first; an
+--         unparsable count stays as it is, for the worker to report as invalid). The
 --         caller reads the record itself (one HGETALL per job, pipelined), and runs the job
 --         only while that record still says started with this lease: a stop or recovery in
 --         between took it away. Handing the record back from here would cost Redis about twice
@@ -58,8 +60,8 @@ local function hero_fetch(keys, args)
             dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
           else
             -- one HSET with its arguments spelled out: building a table to unpack costs more
-            -- than the command. An unparsable count stays as it is, for the worker to report.
-            local counted = tonumber(attempts_raw or '0')
+            -- than the command
+            local counted = attempts_raw and tonumber(attempts_raw)
             if counted then
               redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
                 'started_at', now_iso, 'attempts', tostring(counted + 1))

@@ -51,11 +51,15 @@ local function hero_recover(keys, args)
     local j = job_id and redis.pcall('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
     ack_del(stream, group, id, xackdel)
     if j and not j.err and j[1] == 'started' and j[2] == id then
+      -- a started record without a count is on its first delivery (see hero_fetch)
       local attempts = tonumber(j[3]) or 1
       if handback == '1' and tonumber(j[3]) then
         -- computed here, not with HINCRBY: nothing may raise once the entry is acknowledged
         attempts = attempts - 1
         redis.call('HSET', job_key, 'attempts', attempts)
+      elseif handback ~= '1' and not j[3] then
+        -- the abandoned first delivery counts: the next fetch adds one to this
+        redis.call('HSET', job_key, 'attempts', '1')
       end
       local limit = math.max(max_attempts, (tonumber(j[4]) or 0) + 1)
       if handback ~= '1' and attempts >= limit then
