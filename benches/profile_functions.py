@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Instructions Redis executes per job in each step of the hot path, counted by callgrind.
+
+Wall-clock and CPU-time figures on a shared machine move by ±15 % from run to run; instruction
+counts do not, so this is how a change to a server-side function is judged before the full
+benchmark. It runs redis-server under `valgrind --tool=callgrind`, loads the function library
+from client/src/function/ (assembled as client/src/function.rs does), and measures, per job:
+submit (batches of 50), fetch (25 a call), the worker's plain HGETALL, and complete (25 a call),
+as the Rust client and worker call them. The callgrind dump of each step stays in --out for
+`callgrind_annotate --inclusive=yes <file>`.
+
+Needs valgrind (apt-get install valgrind) and the `redis` package (scripts/interop-setup makes a
+virtualenv with it): target/interop-venv/bin/python benches/profile_functions.py [--jobs N]
+"""
+import argparse
+import glob
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import redis
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+FUNCTIONS = os.path.join(ROOT, "client", "src", "function")
+STREAM = "hero:q:work:type:bench"
+ISO = "2026-11-21T10:00:00.123Z"
+
+
+def library():
+    """The library as FUNCTION LOAD gets it, in Function::ALL's order."""
+    rs = open(os.path.join(ROOT, "client", "src", "function.rs")).read()
+    version = re.search(r'LIBRARY_VERSION: &str = "([^"]+)"', rs).group(1)
+    files = re.findall(r'include_str!\("function/(\w+)\.lua"\)', rs)
+    src = f"#!lua name=hero\nlocal VERSION = '{version}'\n"
+    src += open(os.path.join(FUNCTIONS, "prelude.lua")).read()
+    names = [f for f in files if f != "prelude"]
+    for n in names:
+        src += "\n" + open(os.path.join(FUNCTIONS, n + ".lua")).read()
+    src += "\n" + "".join(f"redis.register_function('hero_{n}', hero_{n})\n" for n in names)
+    return src
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jobs", type=int, default=10000, help="jobs per step (multiple of 50)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "target", "callgrind"))
+    args = ap.parse_args()
+    n = args.jobs - args.jobs % 50
+    os.makedirs(args.out, exist_ok=True)
+    for f in glob.glob(os.path.join(args.out, "redis.out*")):
+        os.remove(f)
+    port = free_port()
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={args.out}/redis.out",
+         "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=port, decode_responses=True)
+        for _ in range(300):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        r.function_load(library(), replace=True)
+        dumps = []
+
+        def instructions():
+            """Instructions since the last call (callgrind dump, then zero)."""
+            r.ping()
+            subprocess.run(["callgrind_control", "-d", str(server.pid)], capture_output=True, check=True)
+            subprocess.run(["callgrind_control", "-z", str(server.pid)], capture_output=True, check=True)
+            latest = max(glob.glob(os.path.join(args.out, "redis.out.*")), key=os.path.getmtime)
+            dumps.append(latest)
+            with open(latest) as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+
+        results = {}
+        instructions()
+        pipe = r.pipeline(transaction=False)
+        for b in range(n // 50):
+            keys = ["hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge"]
+            argv = ["workers"]
+            for _ in range(50):
+                job = str(uuid.uuid4())
+                keys += ["hero:job:" + job, STREAM]
+                argv += [job, 0, 6, "script", "noop", "script_type", "bench", "created_at", ISO]
+            pipe.fcall("hero_submit", len(keys), *keys, *argv)
+            if b % 8 == 7:
+                pipe.execute()
+        pipe.execute()
+        results["submit"] = instructions()
+
+        fetched = []
+        for _ in range(n // 25):
+            jobs, _, _ = r.fcall("hero_fetch", 1, STREAM, "workers", "bench:1:x", 25, "hero:job:", ISO, 0)
+            fetched += [jobs[k:k + 3] for k in range(0, len(jobs), 3)]
+        results["fetch"] = instructions()
+
+        records = {}
+        for b in range(0, len(fetched), 100):
+            batch = fetched[b:b + 100]
+            pipe = r.pipeline(transaction=False)
+            for _, _, job in batch:
+                pipe.hgetall("hero:job:" + job)
+            for (_, _, job), record in zip(batch, pipe.execute()):
+                records[job] = record
+        results["hgetall"] = instructions()
+
+        for b in range(0, len(fetched), 25):
+            keys = ["hero:meta:delayed", "hero:meta:config"]
+            argv = ["workers", ISO, 0]
+            for _, entry, job in fetched[b:b + 25]:
+                keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job]
+                argv += [entry, "done", "", 0, job, records[job].get("reply", "")]
+            answers = r.fcall("hero_complete", len(keys), *keys, *argv)
+            assert all(a == "completed" for a in answers), answers
+        results["complete"] = instructions()
+        if len(fetched) != n or r.xlen(STREAM) != 0:
+            sys.exit(f"expected {n} jobs fetched and an empty stream, got {len(fetched)}, {r.xlen(STREAM)}")
+
+        print(f"Redis instructions per job ({n} jobs, library from {FUNCTIONS}):")
+        for (step, count), dump in zip(results.items(), dumps[1:]):
+            print(f"  {step:<9} {count / n:>9,.0f}   {dump}")
+        worker = results["fetch"] + results["hgetall"] + results["complete"]
+        print(f"  {'worker':<9} {worker / n:>9,.0f}   (fetch + hgetall + complete)")
+    finally:
+        server.kill()
+        server.wait()
+
+
+
+if __name__ == "__main__":
+    main()
