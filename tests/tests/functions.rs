@@ -425,6 +425,65 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     assert_eq!((got.requeued, got.dropped), (1, 1), "{got:?}");
 }
 
+/// A batch whose entries are all still pending is acknowledged before any record is written;
+/// foreign data met after that (a job key or a reply list holding another type) costs only its
+/// own job, never the jobs behind it in the batch, which would otherwise stay started with no
+/// pending entry for recovery to find.
+#[tokio::test]
+async fn foreign_data_in_a_held_batch_costs_only_its_own_job() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let mut leases = Vec::new();
+    let mut stream = String::new();
+    for job in ["ha", "hb", "hr", "hd"] {
+        let (s, lease) = submit_and_fetch(&c, job).await;
+        stream = s;
+        leases.push(lease);
+    }
+    let hb = c.keys().job(&JobId::new("hb").unwrap());
+    let _: () = raw.set(&hb, "not a job").await.unwrap();
+    let hr_reply = c.keys().reply(&JobId::new("hr").unwrap());
+    let _: () = raw.set(&hr_reply, "not a list").await.unwrap();
+    let now = clock::now_iso();
+    let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
+    for ((job, reply, ending), lease) in [
+        ("ha", "", Ending::Done),
+        ("hb", "", Ending::Done),
+        ("hr", "1", Ending::Done),
+        ("hd", "", Ending::Fail),
+    ]
+    .into_iter()
+    .zip(&leases)
+    {
+        let job = JobId::new(job).unwrap();
+        let held = Leased {
+            id: &job,
+            stream: &stream,
+            lease,
+            reply,
+        };
+        call.push(held, ending, "text", clock::now_ms());
+    }
+    let v: redis::Value = c.redis().query(&call.cmd()).await.unwrap();
+    assert_eq!(
+        Completion::decode_many(&v, 4).unwrap(),
+        [
+            Completion::Completed,
+            Completion::LeaseLost,
+            Completion::Completed,
+            Completion::Completed
+        ]
+    );
+    assert_eq!(hero_tests::pending(&mut raw, &stream).await, 0);
+    for (job, status) in [("hr", "finished"), ("hd", "error")] {
+        let got: String = raw.hget(format!("hero:job:{job}"), "status").await.unwrap();
+        assert_eq!(got, status, "{job}");
+    }
+    let untouched: String = raw.get(&hr_reply).await.unwrap();
+    assert_eq!(untouched, "not a list");
+}
+
 #[tokio::test]
 async fn complete_trims_done_entries_but_never_a_running_or_waiting_one() {
     let server = RedisServer::start();

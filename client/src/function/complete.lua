@@ -67,26 +67,34 @@ local function hero_complete(keys, args)
         end
       end
       if not answer then
+        -- The entries were acknowledged already: from here on nothing may raise, or the jobs
+        -- after this one would stay started with no pending entry for recovery to find. A job
+        -- key holding another type is foreign data, lost for this delivery (pcall, finish).
         local retried = false
         if outcome == 'fail' or outcome == 'retry' then
           -- only a failure needs the budget: a success is recorded without reading the record
-          local f = redis.call('HMGET', job_key, 'attempts', 'retries')
-          retried = (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
-          -- a first delivery left no count (see hero_fetch): the next one must count from it
-          if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
+          local f = redis.pcall('HMGET', job_key, 'attempts', 'retries')
+          if f.err then
+            answer = 'lease_lost'
+          else
+            retried = (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
+            -- a first delivery left no count (see hero_fetch): the next one must count from it
+            if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
+          end
         end
         if retried then
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
           redis.call('ZADD', delayed, retry_at, job_id)
           answer = 'retrying'
-        else
-          if outcome == 'done' then
-            finish(job_key, job_id, reply_key, cfg, 'finished', text, wants_reply, now_iso)
+        elseif not answer then
+          local status = 'error'
+          if outcome == 'done' then status = 'finished' end
+          if finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso) then
+            answer = 'completed'
           else
-            finish(job_key, job_id, reply_key, cfg, 'error', text, wants_reply, now_iso)
+            answer = 'lease_lost'
           end
-          answer = 'completed'
         end
       end
       answers[i + 1] = answer

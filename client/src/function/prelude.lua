@@ -144,33 +144,41 @@ end
 -- (the broker published the legacy reply prefix), the bare text on the legacy list
 -- `hero:reply:<id>` that seed-001 callers BLPOP.
 -- A job moved in from a legacy list has reply 'legacy': only the legacy list is answered.
+-- A reply key holding another type (foreign data) gets no answer, and fails nothing: callers
+-- such as hero_complete have acknowledged entries before they answer.
 local function push_reply(job_id, reply_key, cfg, status, output, err, canonical, legacy_too)
   local ttl = setting_arg(cfg, 'reply_ttl_ms', 3600000)
+  local function answer(key, text)
+    local pushed = redis.pcall('LPUSH', key, text)
+    if type(pushed) ~= 'table' then redis.call('PEXPIRE', key, ttl) end
+  end
   if canonical then
-    redis.call('LPUSH', reply_key, cjson.encode({ status = status, output = output, error = err }))
-    redis.call('PEXPIRE', reply_key, ttl)
+    answer(reply_key, cjson.encode({ status = status, output = output, error = err }))
   end
   local legacy = setting_text(cfg, 'legacy_reply_prefix')
   if legacy_too and legacy ~= '' then
     local text = output
     if status ~= 'finished' then text = err end
-    redis.call('LPUSH', legacy .. job_id, text)
-    redis.call('PEXPIRE', legacy .. job_id, ttl)
+    answer(legacy .. job_id, text)
   end
 end
 
 -- Write a terminal status, start the retention clock, and answer a waiting caller. finished_at
 -- is the record's updated_at from then on (a reader takes the latest of the timestamps).
+-- Returns false, having written nothing, when the job key holds another type (foreign data):
+-- a caller that did not read the record first must not fail the rest of its call on it.
 local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso)
   local field = 'error'
   if status == 'finished' then field = 'output' end
-  redis.call('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  local w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  if type(w) == 'table' and w.err then return false end
   redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
   if wants_reply == '1' or wants_reply == 'legacy' then
     local output, err = '', ''
     if field == 'output' then output = text else err = text end
     push_reply(job_id, reply_key, cfg, status, output, err, wants_reply == '1', true)
   end
+  return true
 end
 
 -- The job id a work stream entry carries (its `j` field), '' when it has none.
