@@ -25,7 +25,7 @@ local function hero_bridge_in(keys, args)
     local job_id = redis.call('RPOP', list)
     if not job_id then break end
     local job_key = prefix .. job_id
-    local f = redis.call('HMGET', job_key, 'status', 'lease', 'bridge')
+    local f = redis.call('HMGET', job_key, 'status', 'lease', 'bridge', 'attempts')
     if (f[3] or '') ~= '' then
       redis.call('RPUSH', list, job_id)
       blocked = 1
@@ -41,7 +41,7 @@ local function hero_bridge_in(keys, args)
       redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
       dead_n = dead_n + 1
     else
-      append(stream, group, registry, job_id)
+      append(stream, group, registry, job_id, nil, f[4] or nil)
       local w = { 'status', 'dispatched', 'script_type', stype, 'reply', 'legacy', 'updated_at', now_iso }
       if tgroup ~= '' then w[#w + 1] = 'group'; w[#w + 1] = tgroup end
       if tinst ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = tinst end

@@ -58,7 +58,7 @@ local function hero_bridge_watch(keys, args)
       failed = failed + 1
       return
     end
-    local new = append(stream, group, registry, job_id)
+    local new = append(stream, group, registry, job_id, nil, tostring(attempts), dual)
     redis.call('HSET', job_key, 'status', 'dispatched', 'lease', '', 'bridge_taken', '',
       'updated_at', now_iso)
     if dual then

@@ -1,5 +1,7 @@
 -- hero_fetch: claim up to COUNT jobs for one consumer, taking streams strictly in the order given
--- (the caller orders them instance -> group -> type, priority 0 first).
+-- (the caller orders them instance -> group -> type, priority 0 first). Per entry it reads the
+-- job's status only; the entry itself says how many attempts came before and whether the job was
+-- dual-pushed (see append).
 -- KEYS[1..n] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
@@ -7,9 +9,9 @@
 --   jobs: flat list of stream index, entry id, job id, three items per job now leased to the
 --         consumer (flat because every Lua table costs Redis more than the three values): the
 --         fetch wrote status started, lease = entry id, worker_id = consumer, started_at (the
---         record's updated_at from then on) and, from the second delivery on, attempts + 1
---         (the first writes none: a started record without attempts is on its first; an
---         unparsable count stays as it is, for the worker to report as invalid). The
+--         record's updated_at from then on) and, from the second delivery on, attempts = the
+--         count the entry carries + 1 (the first writes none: a started record without
+--         attempts is on its first). The
 --         caller reads the record itself (one HGETALL per job, pipelined), and runs the job
 --         only while that record still says started with this lease: a stop or recovery in
 --         between took it away. Handing the record back from here would cost Redis about twice
@@ -36,14 +38,21 @@ local function hero_fetch(keys, args)
         local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
         if not res or #res[1][2] == 0 then break end
         for _, e in ipairs(res[1][2]) do
-          local id, f = e[1], e[2]
-          local job_id = entry_job(f)
+          local id = e[1]
+          local job_id, before, dual = entry_fields(e[2])
           local job_key = prefix .. job_id
-          -- one read of what the checks need: nothing can raise before the single write, so
-          -- a corrupt record never leaves a half-applied fetch behind
-          local r = redis.pcall('HMGET', job_key, 'status', 'attempts', 'bridge')
-          local status, attempts_raw, bridge = r[1], r[2], r[3]
-          if r.err then
+          -- one read of what the checks need, the status (and the legacy list of a dual-pushed
+          -- job; the entry says which, and how many attempts came before): nothing can raise
+          -- before the single write, so a corrupt record never leaves a half-applied fetch
+          local status, bridge, err
+          if dual then
+            local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
+            err, status, bridge = r.err, r[1], r[2]
+          else
+            local r = redis.pcall('HGET', job_key, 'status')
+            if type(r) == 'table' then err = r.err else status = r end
+          end
+          if err then
             -- the key holds something other than a hash: foreign data, never a job of ours, and
             -- it must not stop this fetch for every entry behind it
             ack_del(stream, group, id, xackdel)
@@ -61,7 +70,7 @@ local function hero_fetch(keys, args)
           else
             -- one HSET with its arguments spelled out: building a table to unpack costs more
             -- than the command
-            local counted = attempts_raw and tonumber(attempts_raw)
+            local counted = before and tonumber(before)
             if counted then
               redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
                 'started_at', now_iso, 'attempts', tostring(counted + 1))

@@ -86,10 +86,12 @@ local function ack_trim(stream, group, ids, xackdel)
 end
 
 -- Append a job id to a work stream, creating the stream, its group and its registry entry on
--- first use. Returns the new entry id; recording it in the job hash is the caller's, so that a
--- new job's record is written in one HSET. `known` (optional) is a per-call set of streams
--- already seen to exist, so a batch onto one stream asks once, not once per job.
-local function append(stream, group, registry, job_id, known)
+-- first use. Returns the new entry id. `known` (optional) is a per-call set of streams already
+-- seen to exist, so a batch onto one stream asks once, not once per job. The entry tells the
+-- fetch what it would otherwise read from the record: `attempts` (optional) is the count made
+-- so far, for a job queued again after a delivery (field `a`), and `dual` marks a job also
+-- pushed to a legacy list (field `b`).
+local function append(stream, group, registry, job_id, known, attempts, dual)
   if not (known and known[stream]) then
     if redis.call('EXISTS', stream) == 0 then
       redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
@@ -97,6 +99,11 @@ local function append(stream, group, registry, job_id, known)
     end
     if known then known[stream] = true end
   end
+  if dual then
+    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
+    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
+  end
+  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
   return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
@@ -181,8 +188,21 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
   return true
 end
 
+-- What a work stream entry carries (see append): the job id ('' when it has none), the
+-- attempts made before this delivery (nil on a first one) and whether it was dual-pushed.
+local function entry_fields(f)
+  local job_id, attempts, dual = '', nil, false
+  for k = 1, #f, 2 do
+    local name = f[k]
+    if name == 'j' then job_id = f[k + 1]
+    elseif name == 'a' then attempts = f[k + 1]
+    elseif name == 'b' then dual = true end
+  end
+  return job_id, attempts, dual
+end
+
 -- The job id a work stream entry carries (its `j` field), '' when it has none.
 local function entry_job(f)
-  for k = 1, #f, 2 do if f[k] == 'j' then return f[k + 1] end end
-  return ''
+  local job_id = entry_fields(f)
+  return job_id
 end

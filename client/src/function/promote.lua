@@ -8,8 +8,9 @@ local function hero_promote(keys, args)
   local delayed, job_key, stream, registry = keys[1], keys[2], keys[3], keys[4]
   local job_id, group, now_iso = args[1], args[2], args[3]
   if redis.call('ZREM', delayed, job_id) == 0 then return 'gone' end
-  if redis.call('HGET', job_key, 'status') ~= 'waiting' then return 'skipped' end
-  append(stream, group, registry, job_id)
+  local f = redis.call('HMGET', job_key, 'status', 'attempts')
+  if f[1] ~= 'waiting' then return 'skipped' end
+  append(stream, group, registry, job_id, nil, f[2] or nil)
   redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
   redis.call('HDEL', job_key, 'run_at')
   return 'promoted'

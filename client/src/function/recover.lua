@@ -68,7 +68,12 @@ local function hero_recover(keys, args)
         finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso)
         dead_n = dead_n + 1
       else
-        redis.call('XADD', stream, '*', 'j', job_id)
+        -- the entry carries the count for the next fetch; a first delivery handed back has none
+        if handback == '1' and not tonumber(j[3]) then
+          redis.call('XADD', stream, '*', 'j', job_id)
+        else
+          redis.call('XADD', stream, '*', 'j', job_id, 'a', tostring(attempts))
+        end
         redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
         redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry')
         requeued = requeued + 1

@@ -56,12 +56,12 @@ local function hero_submit(keys, args)
       redis.call('ZADD', delayed, run_at, job_id)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
     else
-      local entry = append(stream, group, registry, job_id, known)
       if dual[stream] == nil then
         local m = redis.call('HGET', bridges, stream)
         dual[stream] = m and cjson.decode(m) or false
       end
       local m = dual[stream]
+      local entry = append(stream, group, registry, job_id, known, nil, m and true)
       if m then
         if not now_ms then
           local t = redis.call('TIME')
