@@ -53,17 +53,31 @@ async fn complete(
     let reply: Option<String> = redis::AsyncCommands::hget(&mut raw, c.keys().job(&id), "reply")
         .await
         .unwrap_or_default();
-    let held = Leased {
-        id: &id,
-        stream,
-        lease,
-        reply: reply.as_deref().unwrap_or(""),
-    };
+    let reply = reply.unwrap_or_default();
+    complete_batch(c, stream, &[(id.as_str(), lease, &reply, ending, text)]).await[0]
+}
+
+/// One `hero_complete` call for a batch of (job, lease, its `reply` field, outcome, text), as
+/// a worker sends it; a failure may run again in a minute.
+async fn complete_batch(
+    c: &Client,
+    stream: &str,
+    batch: &[(&str, &str, &str, Ending, &str)],
+) -> Vec<Completion> {
     let now = clock::now_iso();
     let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
-    call.push(held, ending, text, clock::now_ms() + 60_000);
+    for &(job, lease, reply, ending, text) in batch {
+        let job = JobId::new(job).unwrap();
+        let held = Leased {
+            id: &job,
+            stream,
+            lease,
+            reply,
+        };
+        call.push(held, ending, text, clock::now_ms() + 60_000);
+    }
     let v: redis::Value = c.redis().query(&call.cmd()).await.expect("complete");
-    Completion::decode_many(&v, 1).expect("decode complete")[0]
+    Completion::decode_many(&v, batch.len()).expect("decode complete")
 }
 
 async fn recover_consumer(
@@ -336,26 +350,20 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     let _: () = raw.set(&bd, "not a job").await.unwrap();
     let now = clock::now_iso();
     let id = |s: &str| JobId::new(s).unwrap();
-    let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
-    for (job, lease, ending, text) in [
-        ("ba", a.as_str(), Ending::Done, "out-a"),
-        ("bb", b.as_str(), Ending::Abort, "bad-b"),
-        ("bc", "0-1", Ending::Done, "never"),
-        ("nope", "0-2", Ending::Done, "never"),
-        ("bd", overwritten.as_str(), Ending::Done, "never"),
-    ] {
-        let job = id(job);
-        let held = Leased {
-            id: &job,
-            stream: &stream,
-            lease,
-            reply: "",
-        };
-        call.push(held, ending, text, 0);
-    }
-    let v: redis::Value = c.redis().query(&call.cmd()).await.unwrap();
+    let answers = complete_batch(
+        &c,
+        &stream,
+        &[
+            ("ba", &a, "", Ending::Done, "out-a"),
+            ("bb", &b, "", Ending::Abort, "bad-b"),
+            ("bc", "0-1", "", Ending::Done, "never"),
+            ("nope", "0-2", "", Ending::Done, "never"),
+            ("bd", &overwritten, "", Ending::Done, "never"),
+        ],
+    )
+    .await;
     assert_eq!(
-        Completion::decode_many(&v, 5).unwrap(),
+        answers,
         [
             Completion::Completed,
             Completion::Completed,
@@ -445,29 +453,19 @@ async fn foreign_data_in_a_held_batch_costs_only_its_own_job() {
     let _: () = raw.set(&hb, "not a job").await.unwrap();
     let hr_reply = c.keys().reply(&JobId::new("hr").unwrap());
     let _: () = raw.set(&hr_reply, "not a list").await.unwrap();
-    let now = clock::now_iso();
-    let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
-    for ((job, reply, ending), lease) in [
-        ("ha", "", Ending::Done),
-        ("hb", "", Ending::Done),
-        ("hr", "1", Ending::Done),
-        ("hd", "", Ending::Fail),
-    ]
-    .into_iter()
-    .zip(&leases)
-    {
-        let job = JobId::new(job).unwrap();
-        let held = Leased {
-            id: &job,
-            stream: &stream,
-            lease,
-            reply,
-        };
-        call.push(held, ending, "text", clock::now_ms());
-    }
-    let v: redis::Value = c.redis().query(&call.cmd()).await.unwrap();
+    let answers = complete_batch(
+        &c,
+        &stream,
+        &[
+            ("ha", &leases[0], "", Ending::Done, "text"),
+            ("hb", &leases[1], "", Ending::Done, "text"),
+            ("hr", &leases[2], "1", Ending::Done, "text"),
+            ("hd", &leases[3], "", Ending::Fail, "text"),
+        ],
+    )
+    .await;
     assert_eq!(
-        Completion::decode_many(&v, 4).unwrap(),
+        answers,
         [
             Completion::Completed,
             Completion::LeaseLost,
