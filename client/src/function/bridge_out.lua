@@ -21,7 +21,7 @@ local function hero_bridge_out(keys, args)
   local handed, dropped = 0, 0
   for _, e in ipairs(res[1][2]) do
     local id = e[1]
-    local job_id = entry_job(e[2])
+    local job_id = entry_fields(e[2])
     local job_key = prefix .. job_id
     local f = redis.call('HMGET', job_key, 'status', 'attempts')
     if f[1] ~= 'dispatched' then

@@ -200,9 +200,3 @@ local function entry_fields(f)
   end
   return job_id, attempts, dual
 end
-
--- The job id a work stream entry carries (its `j` field), '' when it has none.
-local function entry_job(f)
-  local job_id = entry_fields(f)
-  return job_id
-end

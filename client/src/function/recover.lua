@@ -43,7 +43,7 @@ local function hero_recover(keys, args)
   for _, id in ipairs(ids) do
     local entry = redis.call('XRANGE', stream, id, id)
     local job_id
-    if entry[1] then job_id = entry_job(entry[1][2]) end
+    if entry[1] then job_id = entry_fields(entry[1][2]) end
     if job_id == '' then job_id = nil end
     local job_key = prefix .. (job_id or '')
     -- pcall: a job key holding another type is foreign data; its entry is dropped like one
