@@ -101,9 +101,14 @@ def main():
         pipe.execute()
         results["submit"] = instructions()
 
+        # a worker names 30 streams per type; a plain job waits in the 26th
+        # (instance, then group, then type level; priority 0..9, the default 5 has no suffix)
+        streams = [f"{STREAM}:{lvl}:prio:{p}" for lvl in ("group:g:inst:i", "group:g") for p in range(10)]
+        streams += [f"{STREAM}:prio:{p}" if p != 5 else STREAM for p in range(10)]
         fetched = []
         for _ in range(n // 25):
-            jobs, _, _ = r.fcall("hero_fetch", 1, STREAM, "workers", "bench:1:x", 25, "hero:job:", ISO, 0)
+            jobs, _, _ = r.fcall("hero_fetch", len(streams) + 1, "hero:meta:queues", *streams, "workers",
+                                 "bench:1:x", 25, "hero:job:", ISO, 0)
             fetched += [jobs[k:k + 3] for k in range(0, len(jobs), 3)]
         results["fetch"] = instructions()
 

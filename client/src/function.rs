@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use crate::error::{Error, Result};
 
 /// Bumped whenever any Lua file changes meaning; a server with another version is reloaded.
-pub const LIBRARY_VERSION: &str = "9";
+pub const LIBRARY_VERSION: &str = "10";
 
 const PRELUDE: &str = include_str!("function/prelude.lua");
 
@@ -164,6 +164,30 @@ impl fmt::Display for ServerCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// One `hero_fetch` call: up to `count` jobs for `consumer` from `streams`, taken in the order
+/// given (see [`crate::Keyspace::precedence`]); decode its reply with
+/// [`crate::reply::FetchReply::decode`]. `xackdel` is [`crate::Capabilities::xackdel_flag`].
+pub fn fetch(
+    keys: &crate::Keyspace,
+    streams: &[String],
+    consumer: &str,
+    count: usize,
+    xackdel: &str,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(Function::Fetch.name())
+        .arg(streams.len() + 1)
+        .arg(keys.queues())
+        .arg(streams)
+        .arg(crate::keys::CONSUMER_GROUP)
+        .arg(consumer)
+        .arg(count)
+        .arg(keys.job_prefix())
+        .arg(crate::clock::now_iso())
+        .arg(xackdel);
+    cmd
 }
 
 /// How a delivery ended, as `hero_complete` takes it.

@@ -107,7 +107,7 @@ def worker(r, args):
         if time.time() - last_beat > ttl_ms / 3000:
             heartbeat()
             last_beat = time.time()
-        jobs, dropped, cursors = r.fcall("hero_fetch", len(streams), *streams, GROUP, consumer, 1,
+        jobs, dropped, cursors = r.fcall("hero_fetch", len(streams) + 1, f"{NS}:meta:queues", *streams, GROUP, consumer, 1,
                                          f"{NS}:job:", iso(), 0)
         for k in range(0, len(jobs), 3):
             index, entry, job_id = jobs[k:k + 3]

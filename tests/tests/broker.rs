@@ -6,10 +6,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
-use hero_client::function::Function;
-use hero_client::keys::CONSUMER_GROUP;
 use hero_client::reply::FetchReply;
-use hero_client::{clock, Client, Job, NewJob, Status};
+use hero_client::{Client, Job, NewJob, Status};
 use hero_tests::{binary, wait_for, InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
@@ -28,13 +26,13 @@ async fn several_brokers_requeue_each_job_of_a_dead_consumer_exactly_once() {
     let stream = client
         .keys()
         .work(jobs[0].target(), hero_client::Priority::DEFAULT);
-    let mut cmd = Function::Fetch.call(std::slice::from_ref(&stream));
-    cmd.arg(CONSUMER_GROUP)
-        .arg("g:dead:1")
-        .arg(300)
-        .arg(client.keys().job_prefix())
-        .arg(clock::now_iso())
-        .arg("0");
+    let cmd = hero_client::function::fetch(
+        client.keys(),
+        std::slice::from_ref(&stream),
+        "g:dead:1",
+        300,
+        "0",
+    );
     let got = FetchReply::decode(&client.redis().query(&cmd).await.unwrap()).unwrap();
     assert_eq!(got.jobs.len(), 300);
     let mut raw = server.conn().await;

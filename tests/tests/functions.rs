@@ -21,13 +21,13 @@ fn t(s: &str) -> ScriptType {
 }
 
 async fn fetch(c: &Client, consumer: &str, streams: &[String], count: usize) -> FetchReply {
-    let mut cmd = Function::Fetch.call(streams);
-    cmd.arg(CONSUMER_GROUP)
-        .arg(consumer)
-        .arg(count)
-        .arg(c.keys().job_prefix())
-        .arg(clock::now_iso())
-        .arg(c.redis().caps().xackdel_flag());
+    let cmd = hero_client::function::fetch(
+        c.keys(),
+        streams,
+        consumer,
+        count,
+        c.redis().caps().xackdel_flag(),
+    );
     let v: redis::Value = c.redis().query(&cmd).await.expect("fetch");
     FetchReply::decode(&v).expect("decode fetch")
 }
@@ -293,6 +293,86 @@ async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
         rest.cursors.len(),
         streams.len(),
         "short fetch returns wake-up cursors"
+    );
+}
+
+#[tokio::test]
+async fn fetch_reads_only_registered_streams_and_skips_one_broken_by_hand() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    for (id, prio) in [("p0", 0u8), ("p1", 1), ("p5", 5)] {
+        c.submit(
+            &NewJob::builder("osis", "x")
+                .id(id)
+                .priority(prio)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let streams = c.keys().precedence(
+        &[t("osis")],
+        &GroupName::default_group(),
+        &InstanceName::new("1").unwrap(),
+    );
+    let p0 = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::new(0).unwrap());
+    let p1 = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::new(1).unwrap());
+    let mut raw = server.conn().await;
+    // an entry added by hand to a stream no submit created is not a queue: not registered
+    let stray = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::new(2).unwrap());
+    let _: String = raw.xadd(&stray, "*", &[("j", "p5")]).await.unwrap();
+    // a registered stream deleted by hand, and one whose group was destroyed, read as empty
+    let _: () = raw.del(&p0).await.unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("DESTROY")
+        .arg(&p1)
+        .arg(CONSUMER_GROUP)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let got = fetch(&c, "default:1:s", &streams, 5).await;
+    let ids: Vec<_> = got.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["p5"], "the fetch goes on past the broken streams");
+    assert!(got.dropped.is_empty(), "{:?}", got.dropped);
+    assert_eq!(got.cursors.len(), streams.len());
+    let at = |key: &str| streams.iter().position(|s| s == key).unwrap();
+    assert_eq!(got.cursors[at(&p0)], "0-0");
+    assert_ne!(
+        got.cursors[at(&stray)],
+        "0-0",
+        "a wake-up from past the entries a stray stream holds"
+    );
+    // submitting again re-creates the deleted stream with its group, and registers the stray one
+    for (id, prio) in [("again", 0u8), ("stray", 2)] {
+        c.submit(
+            &NewJob::builder("osis", "x")
+                .id(id)
+                .priority(prio)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let again = fetch(&c, "default:1:s", &streams, 5).await;
+    let ids: Vec<_> = again.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["again", "stray"]);
+    let dropped: Vec<_> = again
+        .dropped
+        .iter()
+        .map(|d| (d.job_id.as_str(), d.reason.as_str()))
+        .collect();
+    assert_eq!(
+        dropped,
+        [("p5", "stale")],
+        "the entry added by hand names a job that ran"
     );
 }
 

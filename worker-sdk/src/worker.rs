@@ -4,11 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hero_client::function::Function;
-use hero_client::keys::CONSUMER_GROUP;
+use hero_client::function;
 use hero_client::reply::{Completion, Delivery, FetchReply};
 use hero_client::{
-    clock, Client, ConsumerName, GroupName, InstanceName, Job, Keyspace, Redis, ScriptType,
+    Client, ConsumerName, GroupName, InstanceName, Job, Keyspace, Redis, ScriptType,
 };
 use redis::Value;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -334,15 +333,14 @@ async fn shutdown_signal() {
     }
 }
 
-fn fetch_cmd(s: &Shared, count: usize) -> redis::Cmd {
-    let mut cmd = Function::Fetch.call(&s.streams);
-    cmd.arg(CONSUMER_GROUP)
-        .arg(&s.consumer_name)
-        .arg(count)
-        .arg(s.keys.job_prefix())
-        .arg(clock::now_iso())
-        .arg(s.redis.caps().xackdel_flag());
-    cmd
+pub(crate) fn fetch_cmd(s: &Shared, count: usize) -> redis::Cmd {
+    function::fetch(
+        &s.keys,
+        &s.streams,
+        &s.consumer_name,
+        count,
+        s.redis.caps().xackdel_flag(),
+    )
 }
 
 /// Takes every free slot, fetches that many jobs in precedence order, and when the queues are

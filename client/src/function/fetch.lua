@@ -2,11 +2,12 @@
 -- (the caller orders them instance -> group -> type, priority 0 first). Per entry it reads the
 -- job's status only; the entry itself says how many attempts came before and whether the job was
 -- dual-pushed (see append).
--- KEYS[1..n] work streams in precedence order
+-- KEYS[1] queue registry set  KEYS[2..n+1] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
 -- Returns: {jobs, dropped, cursors}
---   jobs: flat list of stream index, entry id, job id, three items per job now leased to the
+--   jobs: flat list of stream index (1..n, into the streams), entry id, job id, three items per
+--         job now leased to the
 --         consumer (flat because every Lua table costs Redis more than the three values): the
 --         fetch wrote status started, lease = entry id, worker_id = consumer, started_at (the
 --         record's updated_at from then on) and, from the second delivery on, attempts = the
@@ -23,6 +24,10 @@
 --         legacy actor took from its list first);
 --   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
 --         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry.
+-- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
+-- the call that creates it (recovery walks the same set), and one question for every stream
+-- costs Redis less than an EXISTS per stream (a worker names 30 streams per type, most of them
+-- never used). A registered stream that was deleted, or lost its group, by hand reads as empty.
 -- A job is queued through one entry at a time, except when it was stopped while queued and then
 -- queued again: the stop leaves the old entry behind (the record does not name its entry), and
 -- whichever of the two is read first runs the job; the other is dropped as stale.
@@ -31,12 +36,20 @@ local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
   local now_iso, xackdel = args[5], args[6]
   local jobs, dropped = {}, {}
-  for i, stream in ipairs(keys) do
+  local n = #keys - 1
+  -- in runs, like in_runs: unpack of a very long list overflows Lua's stack
+  local present = {}
+  for from = 2, #keys, 1000 do
+    local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
+    if from == 2 then present = r else for k = 1, #r do present[from - 2 + k] = r[k] end end
+  end
+  for i = 1, n do
     if want <= 0 then break end
-    if redis.call('EXISTS', stream) == 1 then
+    local stream = keys[i + 1]
+    if present[i] == 1 then
       while want > 0 do
-        local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
-        if not res or #res[1][2] == 0 then break end
+        local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
+        if type(res) ~= 'table' or res.err or #res[1][2] == 0 then break end
         for _, e in ipairs(res[1][2]) do
           local id = e[1]
           local job_id, before, dual = entry_fields(e[2])
@@ -92,9 +105,12 @@ local function hero_fetch(keys, args)
   end
   local cursors = {}
   if want > 0 then
-    for i, stream in ipairs(keys) do
-      local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
-      if last[1] then cursors[i] = last[1][1] else cursors[i] = '0-0' end
+    -- every stream, registered or not: a stream made by hand that holds entries must not wake
+    -- the worker at once, over and over
+    for i = 1, n do
+      cursors[i] = '0-0'
+      local last = redis.pcall('XREVRANGE', keys[i + 1], '+', '-', 'COUNT', 1)
+      if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
     end
   end
   return { jobs, dropped, cursors }

@@ -86,7 +86,7 @@ local function ack_trim(stream, group, ids, xackdel)
 end
 
 -- Append a job id to a work stream, creating the stream, its group and its registry entry on
--- first use. Returns the new entry id. `known` (optional) is a per-call set of streams already
+-- first use (the registry names every work stream: the fetch and recovery read it). Returns the new entry id. `known` (optional) is a per-call set of streams already
 -- seen to exist, so a batch onto one stream asks once, not once per job. The entry tells the
 -- fetch what it would otherwise read from the record: `attempts` (optional) is the count made
 -- so far, for a job queued again after a delivery (field `a`), and `dual` marks a job also
@@ -96,6 +96,10 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
     if redis.call('EXISTS', stream) == 0 then
       redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
       redis.call('SADD', registry, stream)
+    elseif redis.call('SADD', registry, stream) == 1 then
+      -- a stream made by hand, or one whose registration was lost: the fetch and recovery see
+      -- registered streams only, so it becomes a queue here (its group may exist already)
+      redis.pcall('XGROUP', 'CREATE', stream, group, '0')
     end
     if known then known[stream] = true end
   end
