@@ -86,8 +86,9 @@ local function ack_trim(stream, group, ids, xackdel)
 end
 
 -- Append a job id to a work stream, creating the stream, its group and its registry entry on
--- first use (the registry names every work stream: the fetch and recovery read it). Returns the new entry id. `known` (optional) is a per-call set of streams already
--- seen to exist, so a batch onto one stream asks once, not once per job. The entry tells the
+-- first use (the registry names every work stream: the fetch and recovery read it). Returns the
+-- new entry id. `known` (optional) is a per-call set of streams already seen to exist, so a
+-- batch onto one stream asks once, not once per job. The entry tells the
 -- fetch what it would otherwise read from the record: `attempts` (optional) is the count made
 -- so far, for a job queued again after a delivery (field `a`), and `dual` marks a job also
 -- pushed to a legacy list (field `b`).
