@@ -247,11 +247,10 @@ async fn submit_many_writes_every_job_in_one_call() {
     assert_eq!(len, 50);
 }
 
-#[tokio::test]
-async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    for (id, prio) in [("low", 9u8), ("high", 0), ("mid", 5)] {
+/// Submits osis jobs with these ids at these priority levels; returns the streams a worker of
+/// group `default`, instance `1` reads, in precedence order.
+async fn submit_osis_at(c: &Client, jobs: &[(&str, u8)]) -> Vec<String> {
+    for &(id, prio) in jobs {
         c.submit(
             &NewJob::builder("osis", "x")
                 .id(id)
@@ -262,11 +261,18 @@ async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
         .await
         .unwrap();
     }
-    let streams = c.keys().precedence(
+    c.keys().precedence(
         &[t("osis")],
         &GroupName::default_group(),
         &InstanceName::new("1").unwrap(),
-    );
+    )
+}
+
+#[tokio::test]
+async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let streams = submit_osis_at(&c, &[("low", 9), ("high", 0), ("mid", 5)]).await;
     let got = fetch(&c, "default:1:s", &streams, 2).await;
     let ids: Vec<_> = got.jobs.iter().map(|j| j.job_id.as_str()).collect();
     assert_eq!(ids, ["high", "mid"]);
@@ -300,22 +306,7 @@ async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
 async fn fetch_reads_only_registered_streams_and_skips_one_broken_by_hand() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    for (id, prio) in [("p0", 0u8), ("p1", 1), ("p5", 5)] {
-        c.submit(
-            &NewJob::builder("osis", "x")
-                .id(id)
-                .priority(prio)
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    }
-    let streams = c.keys().precedence(
-        &[t("osis")],
-        &GroupName::default_group(),
-        &InstanceName::new("1").unwrap(),
-    );
+    let streams = submit_osis_at(&c, &[("p0", 0), ("p1", 1), ("p5", 5)]).await;
     let p0 = c
         .keys()
         .work(&Target::of_type(t("osis")), Priority::new(0).unwrap());
@@ -350,17 +341,7 @@ async fn fetch_reads_only_registered_streams_and_skips_one_broken_by_hand() {
         "a wake-up from past the entries a stray stream holds"
     );
     // submitting again re-creates the deleted stream with its group, and registers the stray one
-    for (id, prio) in [("again", 0u8), ("stray", 2)] {
-        c.submit(
-            &NewJob::builder("osis", "x")
-                .id(id)
-                .priority(prio)
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    }
+    submit_osis_at(&c, &[("again", 0), ("stray", 2)]).await;
     let again = fetch(&c, "default:1:s", &streams, 5).await;
     let ids: Vec<_> = again.jobs.iter().map(|j| j.job_id.as_str()).collect();
     assert_eq!(ids, ["again", "stray"]);
