@@ -6,17 +6,16 @@
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
 -- Returns: {jobs, dropped, cursors}
---   jobs: flat list of stream index (1..n, into the streams), entry id, job id, three items per
---         job now leased to the
---         consumer (flat because every Lua table costs Redis more than the three values): the
---         fetch wrote status started, lease = entry id, worker_id = consumer, started_at (the
---         record's updated_at from then on) and, from the second delivery on, attempts = the
---         count the entry carries + 1 (the first writes none: a started record without
---         attempts is on its first). The
---         caller reads the record itself (one HGETALL per job, pipelined), and runs the job
---         only while that record still says started with this lease: a stop or recovery in
---         between took it away. Handing the record back from here would cost Redis about twice
---         as much as the plain read;
+--   jobs: flat list of stream index (1..n, into the streams), entry id, job id, three items
+--         per job now leased to the consumer (flat because every Lua table costs Redis more
+--         than the three values): the fetch wrote status started, lease = entry id,
+--         worker_id = consumer, started_at (the record's updated_at from then on) and, from
+--         the second delivery on, attempts = the count the entry carries + 1 (the first writes
+--         none: a started record without attempts is on its first). The caller reads the
+--         record itself (one HGETALL per job, pipelined), and runs the job only while that
+--         record still says started with this lease: a stop or recovery in between took it
+--         away. Handing the record back from here would cost Redis about twice as much as
+--         the plain read;
 --   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
 --         deleted unclaimed: reason 'missing' (no job hash, or one without a status),
 --         'foreign' (the job key holds another type), 'stale' (the job is no longer dispatched:
@@ -37,7 +36,8 @@ local function hero_fetch(keys, args)
   local now_iso, xackdel = args[5], args[6]
   local jobs, dropped = {}, {}
   local n = #keys - 1
-  -- in runs, like in_runs: unpack of a very long list overflows Lua's stack
+  -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
+  -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
   for from = 2, #keys, 1000 do
     local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
