@@ -123,8 +123,8 @@ def main():
         results["hgetall"] = instructions()
 
         for b in range(0, len(fetched), 25):
-            keys = ["hero:meta:delayed", "hero:meta:config"]
-            argv = ["workers", ISO, 0]
+            keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention"]
+            argv = ["workers", ISO, 0, " ".join(job for _, _, job in fetched[b:b + 25])]
             for _, entry, job in fetched[b:b + 25]:
                 keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job]
                 argv += [entry, "done", "", 0, job, records[job].get("reply", "")]

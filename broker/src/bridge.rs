@@ -496,6 +496,7 @@ async fn watch_pass(client: &Client, cfg: &BrokerConfig, lane: &Lane) -> hero_cl
             keys.queues(),
             keys.config(),
             keys.dead_letter(),
+            keys.retention(),
         ]);
         cmd.arg(CONSUMER_GROUP)
             .arg(keys.job_prefix())

@@ -1,12 +1,12 @@
 //! The broker daemon: publishes the settings the server functions read, then runs the
-//! recovery, promotion and legacy bridge loops until told to stop. It holds no state of its own, so any
+//! recovery, promotion, retention and legacy bridge loops until told to stop. It holds no state of its own, so any
 //! number of brokers may run against one Redis.
 
 use hero_client::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::{promote, recover};
+use crate::{promote, recover, retention};
 
 /// Writes retention and reply TTL into the namespace's config hash.
 pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<()> {
@@ -35,6 +35,7 @@ pub async fn run(
     let tasks = [
         tokio::spawn(recover::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(promote::run(client.clone(), cfg.clone(), stop.clone())),
+        tokio::spawn(retention::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
     ];
     let bridge = crate::bridge::run(client.clone(), cfg.clone(), stop.clone()).await;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
-    /// How long finished and failed jobs are kept before they expire.
+    /// How long finished and failed jobs are kept before the broker deletes them.
     pub retention: Duration,
     /// How long a run-and-wait reply stays for a caller that has not picked it up.
     pub reply_ttl: Duration,
@@ -19,6 +19,8 @@ pub struct BrokerConfig {
     pub presence_poll: Duration,
     /// How often due delayed jobs are promoted.
     pub promote_poll: Duration,
+    /// How often jobs past their retention are deleted.
+    pub retention_poll: Duration,
     /// Legacy bridge mappings (SPEC §6).
     pub bridges: Vec<crate::bridge::BridgeMapping>,
     /// Compatibility mode: completions also answer `hero:reply:<id>` the seed-001 way.
@@ -43,6 +45,7 @@ impl Default for BrokerConfig {
             max_attempts: 5,
             presence_poll: Duration::from_millis(250),
             promote_poll: Duration::from_millis(100),
+            retention_poll: Duration::from_millis(500),
             bridges: Vec::new(),
             legacy_replies: None,
             bridge_poll: Duration::from_millis(100),

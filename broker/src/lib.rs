@@ -6,6 +6,7 @@
 //! - [`broker`]: runs the daemon loops and publishes the settings the functions read.
 //! - [`recover`]: presence-driven and idle recovery of abandoned jobs.
 //! - [`promote`]: due delayed jobs and retries into their streams.
+//! - [`retention`]: deletes ended jobs once the retention time has passed.
 //! - [`config`]: the broker's settings.
 //! - [`local_redis`]: the `redis-server` child of `hero up`.
 //! - [`rhai_worker`]: the built-in Rhai handler.
@@ -19,4 +20,5 @@ pub mod config;
 pub mod local_redis;
 pub mod promote;
 pub mod recover;
+pub mod retention;
 pub mod rhai_worker;

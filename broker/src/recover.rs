@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use hero_client::function::Function;
-use hero_client::keys::CONSUMER_GROUP;
+use hero_client::function::{self, Recovery};
 use hero_client::reply::Recovered;
 use hero_client::{clock, Client};
 use redis::Value;
@@ -32,39 +31,26 @@ impl Pass {
     }
 }
 
-enum Mode<'a> {
-    /// Every pending entry of this consumer.
-    Consumer(&'a str),
-    /// Entries idle longer than this many ms.
-    Idle(u64),
-}
-
 /// Runs `hero_recover` over one stream until its cursor is done.
 async fn recover_stream(
     client: &Client,
     cfg: &BrokerConfig,
     stream: &str,
-    mode: Mode<'_>,
+    which: Recovery<'_>,
 ) -> hero_client::Result<Pass> {
     let keys = client.keys();
     let mut pass = Pass::default();
     let mut cursor = "0-0".to_string();
     loop {
-        let mut cmd =
-            Function::Recover.call(&[stream.to_string(), keys.dead_letter(), keys.config()]);
-        cmd.arg(CONSUMER_GROUP);
-        match mode {
-            Mode::Consumer(c) => cmd.arg("consumer").arg(c).arg(0),
-            Mode::Idle(ms) => cmd.arg("idle").arg(keys.reclaimer()).arg(ms),
-        };
-        cmd.arg(200)
-            .arg(keys.job_prefix())
-            .arg(keys.reply_prefix())
-            .arg(cfg.max_attempts)
-            .arg(&cursor)
-            .arg("0")
-            .arg(clock::now_iso())
-            .arg(client.redis().caps().xackdel_flag());
+        let cmd = function::recover(
+            keys,
+            stream,
+            which,
+            200,
+            cfg.max_attempts,
+            &cursor,
+            client.redis().caps().xackdel_flag(),
+        );
         let r = Recovered::decode(&client.redis().query::<Value>(&cmd).await?)?;
         pass.add(r.requeued, r.dead);
         if r.cursor == "0-0" {
@@ -104,7 +90,7 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
     for consumer in dead {
         let mut pass = Pass::default();
         for stream in &streams {
-            let p = recover_stream(client, cfg, stream, Mode::Consumer(&consumer)).await?;
+            let p = recover_stream(client, cfg, stream, Recovery::Consumer(&consumer)).await?;
             pass.add(p.requeued, p.dead);
         }
         // Only now: had a call failed, the consumer stays listed and the next pass retries it.
@@ -136,7 +122,7 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Resu
             client,
             cfg,
             &stream,
-            Mode::Idle(cfg.lease.as_millis() as u64),
+            Recovery::Idle(cfg.lease.as_millis() as u64),
         )
         .await?;
         if p.requeued + p.dead > 0 {

@@ -521,6 +521,7 @@ impl Client {
                 } else {
                     ctl.clone()
                 },
+                self.keys.retention(),
             ]);
             cmd.arg(CONSUMER_GROUP)
                 .arg(if ctl.is_empty() { "" } else { worker.as_str() })

@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use crate::error::{Error, Result};
 
 /// Bumped whenever any Lua file changes meaning; a server with another version is reloaded.
-pub const LIBRARY_VERSION: &str = "10";
+pub const LIBRARY_VERSION: &str = "11";
 
 const PRELUDE: &str = include_str!("function/prelude.lua");
 
@@ -27,10 +27,11 @@ pub enum Function {
     BridgeIn,
     BridgeOut,
     BridgeWatch,
+    Expire,
 }
 
 impl Function {
-    pub const ALL: [Function; 11] = [
+    pub const ALL: [Function; 12] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -42,6 +43,7 @@ impl Function {
         Function::BridgeIn,
         Function::BridgeOut,
         Function::BridgeWatch,
+        Function::Expire,
     ];
 
     /// The registered name, as used with FCALL.
@@ -58,6 +60,7 @@ impl Function {
             Function::BridgeIn => "hero_bridge_in",
             Function::BridgeOut => "hero_bridge_out",
             Function::BridgeWatch => "hero_bridge_watch",
+            Function::Expire => "hero_expire",
         }
     }
 
@@ -74,6 +77,7 @@ impl Function {
             Function::BridgeIn => include_str!("function/bridge_in.lua"),
             Function::BridgeOut => include_str!("function/bridge_out.lua"),
             Function::BridgeWatch => include_str!("function/bridge_watch.lua"),
+            Function::Expire => include_str!("function/expire.lua"),
         }
     }
 
@@ -190,6 +194,77 @@ pub fn fetch(
     cmd
 }
 
+/// Which deliveries of a stream one `hero_recover` call takes back.
+#[derive(Clone, Copy, Debug)]
+pub enum Recovery<'a> {
+    /// Every pending entry of this consumer (a dead worker's); each delivery counts as an
+    /// attempt.
+    Consumer(&'a str),
+    /// Every pending entry of this consumer, a live worker giving its own jobs back: the
+    /// deliveries do not count.
+    HandBack(&'a str),
+    /// Entries idle longer than this many ms, whoever holds them.
+    Idle(u64),
+}
+
+/// One `hero_recover` call over `stream` from `cursor` ('0-0' to start), at most `count`
+/// entries; decode its reply with [`crate::reply::Recovered::decode`]. `xackdel` is
+/// [`crate::Capabilities::xackdel_flag`].
+pub fn recover(
+    keys: &crate::Keyspace,
+    stream: &str,
+    which: Recovery<'_>,
+    count: usize,
+    max_attempts: u32,
+    cursor: &str,
+    xackdel: &str,
+) -> redis::Cmd {
+    let mut cmd = Function::Recover.call(&[
+        stream.to_string(),
+        keys.dead_letter(),
+        keys.config(),
+        keys.retention(),
+    ]);
+    cmd.arg(crate::keys::CONSUMER_GROUP);
+    let handback = match which {
+        Recovery::Consumer(c) => {
+            cmd.arg("consumer").arg(c).arg(0);
+            "0"
+        }
+        Recovery::HandBack(c) => {
+            cmd.arg("consumer").arg(c).arg(0);
+            "1"
+        }
+        Recovery::Idle(ms) => {
+            cmd.arg("idle").arg(keys.reclaimer()).arg(ms);
+            "0"
+        }
+    };
+    cmd.arg(count)
+        .arg(keys.job_prefix())
+        .arg(keys.reply_prefix())
+        .arg(max_attempts)
+        .arg(cursor)
+        .arg(handback)
+        .arg(crate::clock::now_iso())
+        .arg(xackdel);
+    cmd
+}
+
+/// One `hero_expire` call: deletes the jobs of at most `entries` retention entries older than
+/// `retention`; decode its reply with [`crate::reply::Expired::decode`].
+pub fn expire(
+    keys: &crate::Keyspace,
+    retention: std::time::Duration,
+    entries: usize,
+) -> redis::Cmd {
+    let mut cmd = Function::Expire.call(&[keys.retention()]);
+    cmd.arg(keys.job_prefix())
+        .arg(retention.as_millis() as u64)
+        .arg(entries);
+    cmd
+}
+
 /// How a delivery ended, as `hero_complete` takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ending {
@@ -231,6 +306,8 @@ pub struct CompleteBatch<'a> {
     keys: &'a crate::Keyspace,
     key_list: Vec<String>,
     args: Vec<String>,
+    /// The job ids joined by spaces (a [`crate::JobId`] holds none): the retention entry.
+    ids: String,
 }
 
 impl<'a> CompleteBatch<'a> {
@@ -238,12 +315,13 @@ impl<'a> CompleteBatch<'a> {
     pub fn new(keys: &'a crate::Keyspace, now_iso: &str, xackdel: &str) -> Self {
         CompleteBatch {
             keys,
-            key_list: vec![keys.delayed(), keys.config()],
+            key_list: vec![keys.delayed(), keys.config(), keys.retention()],
             args: vec![
                 crate::keys::CONSUMER_GROUP.to_string(),
                 now_iso.to_string(),
                 xackdel.to_string(),
             ],
+            ids: String::new(),
         }
     }
 
@@ -263,10 +341,14 @@ impl<'a> CompleteBatch<'a> {
             d.id.as_str().to_string(),
             d.reply.to_string(),
         ]);
+        if !self.ids.is_empty() {
+            self.ids.push(' ');
+        }
+        self.ids.push_str(d.id.as_str());
     }
 
     pub fn len(&self) -> usize {
-        (self.key_list.len() - 2) / 3
+        (self.key_list.len() - 3) / 3
     }
 
     pub fn is_empty(&self) -> bool {
@@ -275,7 +357,7 @@ impl<'a> CompleteBatch<'a> {
 
     pub fn cmd(&self) -> redis::Cmd {
         let mut cmd = Function::Complete.call(&self.key_list);
-        cmd.arg(&self.args);
+        cmd.arg(&self.args[..3]).arg(&self.ids).arg(&self.args[3..]);
         cmd
     }
 }

@@ -173,6 +173,13 @@ impl Keyspace {
         format!("{}:meta:dead", self.prefix)
     }
 
+    /// Stream: finished jobs waiting out their retention, one entry per call that ended jobs
+    /// (`t` = the `finished_at` it wrote, `j` = the job ids, space-separated); the broker deletes
+    /// them once the retention time has passed (`hero_expire`).
+    pub fn retention(&self) -> String {
+        format!("{}:meta:retention", self.prefix)
+    }
+
     /// Hash: settings the server functions read (`retention_ms`, `reply_ttl_ms`).
     pub fn config(&self) -> String {
         format!("{}:meta:config", self.prefix)
@@ -381,6 +388,7 @@ mod tests {
             (k.queues(), "hero:meta:queues"),
             (k.delayed(), "hero:meta:delayed"),
             (k.dead_letter(), "hero:meta:dead"),
+            (k.retention(), "hero:meta:retention"),
             (k.config(), "hero:meta:config"),
             (k.legacy_work_queue("w1"), "hero:work_queue:w1"),
             (k.legacy_actor_queue("osis"), "hero:job:actor_queue:osis"),

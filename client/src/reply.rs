@@ -226,6 +226,32 @@ impl Renewal {
     }
 }
 
+/// What `hero_expire` did in one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Retention entries taken (and deleted).
+    pub entries: u64,
+    /// Jobs deleted.
+    pub jobs: u64,
+    /// More entries were due than the call took.
+    pub more: bool,
+}
+
+impl Expired {
+    pub fn decode(v: &Value) -> Result<Self> {
+        match array(v)? {
+            [e, j, m] => Ok(Expired {
+                entries: int(e)? as u64,
+                jobs: int(j)? as u64,
+                more: int(m)? != 0,
+            }),
+            _ => Err(Error::protocol(
+                "hero_expire reply is not {entries, jobs, more}",
+            )),
+        }
+    }
+}
+
 /// What `hero_recover` did in one call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovered {

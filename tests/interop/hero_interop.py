@@ -116,9 +116,9 @@ def worker(r, args):
                 continue  # stopped or recovered since the fetch: no longer ours
             stream = streams[int(index) - 1]
             output = f"{args.label}:{record.get('script', '')}"
-            keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:job:{job_id}", stream,
-                    f"{NS}:q:reply:{job_id}"]
-            argv = [GROUP, iso(), 0, entry, "done", output, 0, job_id, record.get("reply", "")]
+            keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:meta:retention",
+                    f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
+            argv = [GROUP, iso(), 0, job_id, entry, "done", output, 0, job_id, record.get("reply", "")]
             answer = r.fcall("hero_complete", len(keys), *keys, *argv)[0]
             say(f"completion {job_id} {answer}")
             again = r.fcall("hero_complete", len(keys), *keys, *argv)[0]

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use hero_client::function::{CompleteBatch, Ending, Function, Leased};
+use hero_client::function::{self, CompleteBatch, Ending, Function, Leased, Recovery};
 use hero_client::keys::CONSUMER_GROUP;
-use hero_client::reply::{Completion, FetchReply, Recovered, Renewal};
+use hero_client::reply::{Completion, Expired, FetchReply, Recovered, Renewal};
 use hero_client::{
     clock, Client, GroupName, InstanceName, JobId, NewJob, Priority, ScriptType, Target,
 };
@@ -97,23 +97,20 @@ async fn recover_as(
     max_attempts: u32,
     handback: &str,
 ) -> Recovered {
-    let mut cmd = Function::Recover.call(&[
-        stream.to_string(),
-        c.keys().dead_letter(),
-        c.keys().config(),
-    ]);
-    cmd.arg(CONSUMER_GROUP)
-        .arg("consumer")
-        .arg(consumer)
-        .arg(0)
-        .arg(100)
-        .arg(c.keys().job_prefix())
-        .arg(c.keys().reply_prefix())
-        .arg(max_attempts)
-        .arg("0-0")
-        .arg(handback)
-        .arg(clock::now_iso())
-        .arg(c.redis().caps().xackdel_flag());
+    let which = if handback == "1" {
+        Recovery::HandBack(consumer)
+    } else {
+        Recovery::Consumer(consumer)
+    };
+    let cmd = function::recover(
+        c.keys(),
+        stream,
+        which,
+        100,
+        max_attempts,
+        "0-0",
+        c.redis().caps().xackdel_flag(),
+    );
     let v: redis::Value = c.redis().query(&cmd).await.expect("recover");
     Recovered::decode(&v).expect("decode recover")
 }
@@ -466,6 +463,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     let mut bad = Function::Complete.call(&[
         c.keys().delayed(),
         c.keys().config(),
+        c.keys().retention(),
         c.keys().job(&id("bc")),
         stream.clone(),
         c.keys().reply(&id("bc")),
@@ -473,6 +471,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     bad.arg(CONSUMER_GROUP)
         .arg(&now)
         .arg("0")
+        .arg("bc")
         .arg(&lost)
         .arg("explode")
         .arg("x")
@@ -604,8 +603,134 @@ async fn complete_is_fenced_by_the_lease() {
     assert_eq!(output, "first");
     let len: usize = raw.xlen(&stream).await.unwrap();
     assert_eq!(len, 0, "a done entry is deleted from the work stream");
-    let ttl: i64 = raw.pttl("hero:job:f").await.unwrap();
-    assert!(ttl > 0, "a finished job expires after the retention time");
+}
+
+/// The retention stream's entries as (t, ids).
+async fn retention_entries(raw: &mut redis::aio::MultiplexedConnection) -> Vec<(String, String)> {
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("hero:meta:retention")
+        .arg("-")
+        .arg("+")
+        .query_async(raw)
+        .await
+        .unwrap();
+    entries
+        .into_iter()
+        .map(|(_, f)| {
+            let get = |k: &str| f.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            (get("t").unwrap_or_default(), get("j").unwrap_or_default())
+        })
+        .collect()
+}
+
+async fn expire(c: &Client, retention: Duration, entries: usize) -> Expired {
+    let v: redis::Value = c
+        .redis()
+        .query(&function::expire(c.keys(), retention, entries))
+        .await
+        .expect("expire");
+    Expired::decode(&v).expect("decode expire")
+}
+
+/// SPEC §4.6: an ended job has no TTL of its own; the call that ended it names it in a retention
+/// entry, and hero_expire deletes it once the retention time has passed, unless it ran again.
+#[tokio::test]
+async fn an_ended_job_is_deleted_once_its_retention_passed_unless_it_ran_again() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let (stream, lease) = submit_and_fetch(&c, "r1").await;
+    let (_, lease2) = submit_and_fetch(&c, "r2").await;
+    submit_and_fetch(&c, "r3").await;
+    let ended = complete_batch(
+        &c,
+        &stream,
+        &[
+            ("r1", lease.as_str(), "", Ending::Done, "ok"),
+            ("r2", lease2.as_str(), "", Ending::Abort, "no"),
+            ("r3", "0-1", "", Ending::Done, "not the lease"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        ended,
+        [
+            Completion::Completed,
+            Completion::Completed,
+            Completion::LeaseLost
+        ]
+    );
+    let stopped = NewJob::builder("osis", "x").id("r4").build().unwrap();
+    c.submit(&stopped).await.unwrap();
+    c.stop(stopped.id()).await.unwrap();
+    let pttl: i64 = raw.pttl("hero:job:r1").await.unwrap();
+    assert_eq!(pttl, -1, "no TTL per job");
+    let finished_at: String = raw.hget("hero:job:r1", "finished_at").await.unwrap();
+    let stopped_at: String = raw.hget("hero:job:r4", "finished_at").await.unwrap();
+    assert_eq!(
+        retention_entries(&mut raw).await,
+        [
+            (finished_at.clone(), "r1 r2 r3".to_string()),
+            (stopped_at, "r4".to_string())
+        ],
+        "one entry per call, naming the batch"
+    );
+
+    assert_eq!(
+        expire(&c, Duration::from_secs(60), 10).await,
+        Expired::default(),
+        "nothing is due before the retention time"
+    );
+    // r2 is ended again later (a retry by hand), r3 (whose completion lost its lease) runs
+    // elsewhere, and an entry names a key of another type
+    let _: () = raw
+        .hset("hero:job:r2", "finished_at", "2099-01-01T00:00:00.000Z")
+        .await
+        .unwrap();
+    let _: () = raw.set("hero:job:r5", "foreign").await.unwrap();
+    let _: () = redis::cmd("XADD")
+        .arg("hero:meta:retention")
+        .arg("*")
+        .arg("t")
+        .arg(&finished_at)
+        .arg("j")
+        .arg("r5")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        expire(&c, Duration::ZERO, 2).await,
+        Expired {
+            entries: 2,
+            jobs: 2,
+            more: true
+        },
+        "r1 and the stopped r4 go; a call takes at most the entries asked for"
+    );
+    assert_eq!(
+        expire(&c, Duration::ZERO, 2).await,
+        Expired {
+            entries: 1,
+            jobs: 0,
+            more: false
+        }
+    );
+    let exists: Vec<bool> = redis::pipe()
+        .exists("hero:job:r1")
+        .exists("hero:job:r2")
+        .exists("hero:job:r3")
+        .exists("hero:job:r4")
+        .exists("hero:job:r5")
+        .exists("hero:meta:retention")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        exists,
+        [false, true, true, false, true, false],
+        "r2 ended again and r3 still runs: kept; the foreign key is left alone; the empty \
+         stream goes"
+    );
 }
 
 /// The fence of a batch is one XACK: recovery and stop acknowledge the entry of the delivery
@@ -893,6 +1018,7 @@ async fn every_function_touches_one_slot_in_cluster_mode() {
         c.stop(late.id()).await.unwrap(),
         hero_client::StopOutcome::Cancelled
     );
+    assert_eq!(expire(&c, Duration::ZERO, 10).await.jobs, 2);
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hero_client::function::Function;
+use hero_client::function::{self, Function, Recovery};
 use hero_client::keys::CONSUMER_GROUP;
 use hero_client::reply::{Recovered, Renewal};
 use hero_client::{clock, JobId};
@@ -180,20 +180,15 @@ pub(crate) async fn hand_back(s: &Shared) -> u64 {
     for stream in &s.streams {
         let mut cursor = "0-0".to_string();
         loop {
-            let mut cmd =
-                Function::Recover.call(&[stream.clone(), s.keys.dead_letter(), s.keys.config()]);
-            cmd.arg(CONSUMER_GROUP)
-                .arg("consumer")
-                .arg(&s.consumer_name)
-                .arg(0)
-                .arg(500)
-                .arg(s.keys.job_prefix())
-                .arg(s.keys.reply_prefix())
-                .arg(u32::MAX)
-                .arg(&cursor)
-                .arg("1")
-                .arg(clock::now_iso())
-                .arg(s.redis.caps().xackdel_flag());
+            let cmd = function::recover(
+                &s.keys,
+                stream,
+                Recovery::HandBack(&s.consumer_name),
+                500,
+                u32::MAX,
+                &cursor,
+                s.redis.caps().xackdel_flag(),
+            );
             match s
                 .redis
                 .query::<Value>(&cmd)

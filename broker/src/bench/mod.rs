@@ -209,23 +209,6 @@ impl Probe {
         Ok(())
     }
 
-    /// Walks the whole keyspace, which makes Redis delete every key whose TTL has passed.
-    pub async fn expire_due_keys(&self) -> Result<()> {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, _): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut self.conn.clone())
-                .await?;
-            if next == 0 {
-                return Ok(());
-            }
-            cursor = next;
-        }
-    }
-
     pub async fn reset_stats(&self) -> Result<()> {
         let _: () = redis::cmd("CONFIG")
             .arg("RESETSTAT")

@@ -320,7 +320,8 @@ impl Ours {
         crate::broker::publish_config(&self.client, &cfg).await?;
         let settle = || async {
             tokio::time::sleep(retention + Duration::from_millis(100)).await;
-            probe.expire_due_keys().await?;
+            // what the broker's retention loop does
+            crate::retention::pass(&self.client, retention).await?;
             // Redis shrinks its tables in its own cron; give it a second, as the peer gets
             tokio::time::sleep(Duration::from_secs(1)).await;
             anyhow::Ok(())

@@ -3,6 +3,7 @@
 -- take back the ones a legacy actor never picked up or abandoned.
 -- KEYS[1] tracking zset (job id -> next deadline ms)  KEYS[2] legacy list  KEYS[3] work stream
 -- KEYS[4] queue registry set  KEYS[5] config hash  KEYS[6] dead-letter stream
+-- KEYS[7] retention stream
 -- ARGV[1] consumer group  ARGV[2] job key prefix  ARGV[3] reply key prefix  ARGV[4] now ISO 8601
 -- ARGV[5] now ms  ARGV[6] pickup time ms  ARGV[7] max attempts  ARGV[8] '1' for a dual-push
 -- mapping  ARGV[9] '1' when XACKDEL  ARGV[10] most jobs to look at  ARGV[11] rank to start at
@@ -28,6 +29,7 @@ local function hero_bridge_watch(keys, args)
   local group, prefix, reply_prefix, now_iso = args[1], args[2], args[3], args[4]
   local now_ms, pickup_ms, max_attempts = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
   local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
+  local done = retained(keys[7], now_iso)
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
 
@@ -53,7 +55,7 @@ local function hero_bridge_watch(keys, args)
     if attempts >= limit then
       redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
       redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
-      finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso)
+      finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
       untrack(job_id)
       failed = failed + 1
       return
@@ -89,7 +91,7 @@ local function hero_bridge_watch(keys, args)
       redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
       if not f[9] then
         redis.call('HSET', job_key, 'finished_at', now_iso, 'updated_at', now_iso)
-        redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
+        retain(done, job_key, job_id, cfg)
         if f[7] == '1' then
           push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', true, false)
         end
@@ -125,6 +127,7 @@ local function hero_bridge_watch(keys, args)
         ' did not finish within ' .. timeout_s .. ' s')
     end
   end
+  flush_retained(done)
   local next_rank = 0
   if #tracked == 2 * count then next_rank = from + count - removed end
   return { ended, requeued, failed, next_rank }

@@ -1,13 +1,14 @@
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
 -- entries are acknowledged with one command and trimmed with another (see trim_done).
--- KEYS[1] delayed zset  KEYS[2] config hash
---   then per job i = 0, 1, ...: KEYS[3+3i] job hash  KEYS[4+3i] its work stream
---   KEYS[5+3i] its reply list
+-- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream
+--   then per job i = 0, 1, ...: KEYS[4+3i] job hash  KEYS[5+3i] its work stream
+--   KEYS[6+3i] its reply list
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
---   then per job i: ARGV[4+6i] lease (the delivery's entry id)  ARGV[5+6i] outcome
---   ARGV[6+6i] output or error text  ARGV[7+6i] retry-at ms  ARGV[8+6i] job id
---   ARGV[9+6i] the job's `reply` field as read with the record ('' when it has none)
+-- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
+--   then per job i: ARGV[5+6i] lease (the delivery's entry id)  ARGV[6+6i] outcome
+--   ARGV[7+6i] output or error text  ARGV[8+6i] retry-at ms  ARGV[9+6i] job id
+--   ARGV[10+6i] the job's `reply` field as read with the record ('' when it has none)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried)
@@ -16,6 +17,10 @@
 -- entry in the same call. So one XACK per stream acknowledges the batch and proves every lease
 -- in it at once; only when it acknowledged fewer entries than it was given are the records
 -- read, to tell the deliveries that still hold their job from the ones that lost it.
+-- Retention: the batch is named in one entry of the retention stream as the caller joined it
+-- (ARGV[4]; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
+-- does not end is named too, and harmlessly: hero_expire deletes only a job whose record
+-- carries the entry's finished_at, and only this call wrote that one.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
 -- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
@@ -23,13 +28,13 @@
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
   local delayed, cfg = keys[1], settings(keys[2])
-  local group, now_iso, xackdel = args[1], args[2], args[3]
-  local n = (#keys - 2) / 3
-  if n ~= math.floor(n) or #args ~= 3 + 6 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 3 keys and 6 arguments per job')
+  local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
+  local n = (#keys - 3) / 3
+  if n ~= math.floor(n) or #args ~= 4 + 6 * n then
+    return redis.error_reply('HERO_BAD_ARG complete takes 3 keys and 4 arguments, then 3 keys and 6 arguments per job')
   end
   for i = 0, n - 1 do
-    local outcome = args[5 + 6 * i]
+    local outcome = args[6 + 6 * i]
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
@@ -37,14 +42,14 @@ local function hero_complete(keys, args)
   -- the batch by stream, each job keeping its place in the answers
   local streams, batches = {}, {}
   for i = 0, n - 1 do
-    local stream = keys[4 + 3 * i]
+    local stream = keys[5 + 3 * i]
     local b = batches[stream]
     if not b then
       b = { ids = {}, jobs = {} }
       batches[stream] = b
       streams[#streams + 1] = stream
     end
-    b.ids[#b.ids + 1] = args[4 + 6 * i]
+    b.ids[#b.ids + 1] = args[5 + 6 * i]
     b.jobs[#b.jobs + 1] = i
   end
   local answers = {}
@@ -52,9 +57,9 @@ local function hero_complete(keys, args)
     local b = batches[stream]
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
-      local job_key, reply_key = keys[3 + 3 * i], keys[5 + 3 * i]
+      local job_key, reply_key = keys[4 + 3 * i], keys[6 + 3 * i]
       local lease, outcome, text, retry_at, job_id, wants_reply =
-        args[4 + 6 * i], args[5 + 6 * i], args[6 + 6 * i], args[7 + 6 * i], args[8 + 6 * i], args[9 + 6 * i]
+        args[5 + 6 * i], args[6 + 6 * i], args[7 + 6 * i], args[8 + 6 * i], args[9 + 6 * i], args[10 + 6 * i]
       local answer
       if not all_held then
         -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
@@ -101,5 +106,6 @@ local function hero_complete(keys, args)
     end
     trim_done(stream, group, b.ids, xackdel)
   end
+  redis.call('XADD', keys[3], '*', 't', now_iso, 'j', ids)
   return answers
 end

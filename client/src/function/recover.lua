@@ -1,6 +1,6 @@
 -- hero_recover: put abandoned deliveries of one work stream back into it (same stream, same
 -- targeting, a new entry), or dead-letter them past the attempt budget.
--- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash
+-- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash  KEYS[4] retention stream
 -- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
 --         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, listed
 --         with XPENDING IDLE from cursor ARGV[9] and claimed as consumer ARGV[3]; entries held by
@@ -18,6 +18,7 @@ local function hero_recover(keys, args)
   local group, mode, consumer, min_idle, count = args[1], args[2], args[3], args[4], tonumber(args[5])
   local prefix, reply_prefix, max_attempts, cursor = args[6], args[7], tonumber(args[8]), args[9]
   local handback, now_iso, xackdel = args[10], args[11], args[12]
+  local done = retained(keys[4], now_iso)
   if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
   local ids, next_cursor = {}, '0-0'
   if mode == 'consumer' then
@@ -65,7 +66,7 @@ local function hero_recover(keys, args)
       if handback ~= '1' and attempts >= limit then
         local reason = 'abandoned after ' .. attempts .. ' attempts'
         redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
-        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso)
+        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done)
         dead_n = dead_n + 1
       else
         -- the entry carries the count for the next fetch; a first delivery handed back has none
@@ -88,5 +89,6 @@ local function hero_recover(keys, args)
     -- the claimer held what it claimed only inside this call
     redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
   end
+  flush_retained(done)
   return { requeued, dead_n, dropped, next_cursor }
 end

@@ -1,7 +1,7 @@
 -- hero_stop: stop a job wherever it is.
 -- KEYS[1] job hash  KEYS[2] its work stream  KEYS[3] delayed zset  KEYS[4] reply list
 -- KEYS[5] config hash  KEYS[6] control list of the worker the caller saw running it ('' allowed
--- when it saw none)
+-- when it saw none)  KEYS[7] retention stream
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
@@ -17,6 +17,12 @@ local function hero_stop(keys, args)
   local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
   local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
+  local done = retained(keys[7], now_iso)
+  -- the one job this call can end
+  local function stopped()
+    finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso, done)
+    flush_retained(done)
+  end
   local status = f[1]
   if not status then
     return redis.error_reply('HERO_JOB_NOT_FOUND no job hash at ' .. job_key)
@@ -33,7 +39,7 @@ local function hero_stop(keys, args)
     local held = f[3]
     if (held or '') == '' then held = f[2] end
     if (held or '') ~= '' then ack_del(stream, group, held, xackdel) end
-    finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
+    stopped()
     return answer
   end
   if status == 'waiting' then
@@ -43,11 +49,11 @@ local function hero_stop(keys, args)
   elseif status == 'started' then
     if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
     ack_del(stream, group, f[3], xackdel)
-    finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
+    stopped()
     redis.call('LPUSH', ctl, job_id)
     redis.call('PEXPIRE', ctl, 3600000)
     return 'interrupted'
   end
-  finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso)
+  stopped()
   return 'cancelled'
 end

@@ -1,0 +1,46 @@
+-- hero_expire: delete the ended jobs whose retention time has passed, oldest first, as the
+-- retention stream names them (one entry per call that ended jobs: see retained in the prelude).
+-- KEYS[1] retention stream
+-- ARGV[1] job key prefix  ARGV[2] retention ms  ARGV[3] most entries to take in this call
+-- An entry is due once it is older than the retention time by Redis's clock (its id). Each job
+-- it names is deleted when its record still says finished or error with the finished_at the
+-- entry carries; any other is left alone: it ran again since (whatever ended it again added a
+-- newer entry), or it is gone already. An entry that is not of this form (foreign data) names
+-- no job. The entries taken are deleted, and the stream with them once it is empty.
+-- Returns: {entries taken, jobs deleted, 1 when more entries are due, else 0}
+-- Errors: none of its own.
+local function hero_expire(keys, args)
+  local stream, prefix = keys[1], args[1]
+  local retention_ms, count = tonumber(args[2]), tonumber(args[3])
+  local now = redis.call('TIME')
+  local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
+  if cutoff < 0 then return { 0, 0, 0 } end
+  -- pcall: a retention key holding another type (foreign data) holds no job of ours
+  local entries = redis.pcall('XRANGE', stream, '-', string.format('%d', cutoff), 'COUNT', count)
+  if entries.err or #entries == 0 then return { 0, 0, 0 } end
+  local deleted = 0
+  for _, e in ipairs(entries) do
+    local t, ids
+    local f = e[2]
+    for k = 1, #f, 2 do
+      if f[k] == 't' then t = f[k + 1] elseif f[k] == 'j' then ids = f[k + 1] end
+    end
+    if t and ids then
+      for job_id in string.gmatch(ids, '[^ ]+') do
+        local job_key = prefix .. job_id
+        -- pcall: a job key holding another type is not a job of ours
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at')
+        if not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
+          redis.call('DEL', job_key)
+          deleted = deleted + 1
+        end
+      end
+    end
+  end
+  -- entries are taken from the head, so everything up to the last one taken goes
+  redis.call('XTRIM', stream, 'MINID', next_id(entries[#entries][1]))
+  if redis.call('XLEN', stream) == 0 then redis.call('DEL', stream) end
+  local more = 0
+  if #entries == count then more = 1 end
+  return { #entries, deleted, more }
+end
