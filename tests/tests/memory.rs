@@ -1,7 +1,7 @@
 //! SPEC §4.6: after a burst is done and retention passes, work streams are empty, no pending
 //! entries remain, and Redis memory is back at its baseline.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
 use hero_client::{Client, Job, NewJob};
@@ -42,6 +42,19 @@ async fn settle(server: &RedisServer, keys_at_rest: usize) {
         }
     })
     .await;
+    // Redis shrinks its tables in its own cron (10 times a second, a step at a time): the rest
+    // is measured once used_memory has not moved for half a second
+    let mut raw = raw.clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut last, mut since) = (used_memory(&mut raw).await, Instant::now());
+    while since.elapsed() < Duration::from_millis(500) {
+        assert!(Instant::now() < deadline, "used_memory never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = used_memory(&mut raw).await;
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
 }
 
 #[tokio::test]

@@ -33,15 +33,14 @@ local function hero_complete(keys, args)
   if n ~= math.floor(n) or #args ~= 4 + 6 * n then
     return redis.error_reply('HERO_BAD_ARG complete takes 3 keys and 4 arguments, then 3 keys and 6 arguments per job')
   end
+  -- check every outcome before the first write, and group the batch by stream, each job
+  -- keeping its place in the answers
+  local streams, batches = {}, {}
   for i = 0, n - 1 do
     local outcome = args[6 + 6 * i]
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
-  end
-  -- the batch by stream, each job keeping its place in the answers
-  local streams, batches = {}, {}
-  for i = 0, n - 1 do
     local stream = keys[5 + 3 * i]
     local b = batches[stream]
     if not b then
@@ -49,19 +48,19 @@ local function hero_complete(keys, args)
       batches[stream] = b
       streams[#streams + 1] = stream
     end
-    b.ids[#b.ids + 1] = args[5 + 6 * i]
-    b.jobs[#b.jobs + 1] = i
+    local k = #b.ids + 1
+    b.ids[k], b.jobs[k] = args[5 + 6 * i], i
   end
   local answers = {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
-      local job_key, reply_key = keys[4 + 3 * i], keys[6 + 3 * i]
-      local lease, outcome, text, retry_at, job_id, wants_reply =
-        args[5 + 6 * i], args[6 + 6 * i], args[7 + 6 * i], args[8 + 6 * i], args[9 + 6 * i], args[10 + 6 * i]
+      local a = 6 * i
+      local job_key, outcome, text = keys[4 + 3 * i], args[6 + a], args[7 + a]
       local answer
       if not all_held then
+        local lease = args[5 + a]
         -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
         -- the whole batch of other workers' jobs with it
         local f = redis.pcall('HMGET', job_key, 'status', 'lease')
@@ -88,14 +87,20 @@ local function hero_complete(keys, args)
           end
         end
         if retried then
+          local retry_at, job_id = args[8 + a], args[9 + a]
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
           redis.call('ZADD', delayed, retry_at, job_id)
           answer = 'retrying'
+        elseif not answer and outcome == 'done' and args[10 + a] == '' then
+          -- a success no one waits on, the common case, is written here: through finish it costs
+          -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
+          local w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
+          if type(w) == 'table' and w.err then answer = 'lease_lost' else answer = 'completed' end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
-          if finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso) then
+          if finish(job_key, args[9 + a], keys[6 + 3 * i], cfg, status, text, args[10 + a], now_iso) then
             answer = 'completed'
           else
             answer = 'lease_lost'
