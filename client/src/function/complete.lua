@@ -20,7 +20,10 @@
 -- Retention: the batch is named in one entry of the retention stream as the caller joined it
 -- (ARGV[4]; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
 -- does not end is named too, and harmlessly: hero_expire deletes only a job whose record
--- carries the entry's finished_at, and only this call wrote that one.
+-- carries the entry's finished_at, and only this call wrote that one. A job id holds no space
+-- (the worker completes valid ids only); checking the list here would cost Redis more than the
+-- PEXPIRE it replaces (string.gsub over it: ~4 k instructions a job), so an id with a space from
+-- a foreign caller is split, and that job is simply never deleted.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
 -- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
@@ -111,6 +114,6 @@ local function hero_complete(keys, args)
     end
     trim_done(stream, group, b.ids, xackdel)
   end
-  redis.call('XADD', keys[3], '*', 't', now_iso, 'j', ids)
+  if n > 0 then redis.call('XADD', keys[3], '*', 't', now_iso, 'j', ids) end
   return answers
 end
