@@ -101,15 +101,13 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
 }
 
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
-    loop {
-        match pass(&client).await {
-            Ok(n) if n > 0 => {
-                metrics::counter!("hero_broker_promoted_total").increment(n);
-                tracing::debug!(promoted = n, "promoted delayed jobs")
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "promotion pass failed; retrying"),
-        }
-        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(cfg.promote_poll) => {} }
-    }
+    let metric = "hero_broker_promoted_total";
+    crate::broker::every(
+        "promoted delayed jobs",
+        metric,
+        cfg.promote_poll,
+        stop,
+        || pass(&client),
+    )
+    .await
 }

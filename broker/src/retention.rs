@@ -30,15 +30,13 @@ pub async fn pass(client: &Client, retention: Duration) -> hero_client::Result<u
 }
 
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
-    loop {
-        match pass(&client, cfg.retention).await {
-            Ok(n) if n > 0 => {
-                metrics::counter!("hero_broker_expired_total").increment(n);
-                tracing::debug!(expired = n, "deleted jobs past their retention")
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "retention pass failed; retrying"),
-        }
-        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(cfg.retention_poll) => {} }
-    }
+    let metric = "hero_broker_expired_total";
+    crate::broker::every(
+        "deleted jobs past their retention",
+        metric,
+        cfg.retention_poll,
+        stop,
+        || pass(&client, cfg.retention),
+    )
+    .await
 }
