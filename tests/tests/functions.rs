@@ -733,6 +733,55 @@ async fn an_ended_job_is_deleted_once_its_retention_passed_unless_it_ran_again()
     );
 }
 
+/// A legacy job id may hold a space, which cannot go into a retention entry's space-joined list:
+/// such a job, dead-lettered here by recovery, gets a TTL of the retention time instead.
+#[tokio::test]
+async fn an_ended_legacy_job_whose_id_holds_a_space_gets_a_ttl_instead() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let stream = "hero:q:work:type:osis";
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(CONSUMER_GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let entry: String = raw.xadd(stream, "*", &[("j", "old job")]).await.unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(CONSUMER_GROUP)
+        .arg("g:a:1")
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = raw
+        .hset_multiple(
+            "hero:job:old job",
+            &[
+                ("status", "started"),
+                ("lease", entry.as_str()),
+                ("attempts", "1"),
+            ],
+        )
+        .await
+        .unwrap();
+    let r = recover_consumer(&c, stream, "g:a:1", 1).await;
+    assert_eq!(r.dead, 1);
+    let status: String = raw.hget("hero:job:old job", "status").await.unwrap();
+    assert_eq!(status, "error");
+    let pttl: i64 = raw.pttl("hero:job:old job").await.unwrap();
+    assert!(pttl > 0, "the job expires by itself");
+    let entries: bool = raw.exists("hero:meta:retention").await.unwrap();
+    assert!(!entries, "no retention entry names it");
+}
+
 /// The fence of a batch is one XACK: recovery and stop acknowledge the entry of the delivery
 /// they take a job from, so that delivery's completion finds it no longer pending, and the
 /// record tells which answer it gets.

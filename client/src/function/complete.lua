@@ -114,6 +114,6 @@ local function hero_complete(keys, args)
     end
     trim_done(stream, group, b.ids, xackdel)
   end
-  if n > 0 then redis.call('XADD', keys[3], '*', 't', now_iso, 'j', ids) end
+  if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
   return answers
 end

@@ -184,10 +184,13 @@ local function retained(stream, now_iso)
   return { key = stream, t = now_iso, ids = {} }
 end
 
+-- One retention entry (hero_expire reads it): `t` the finished_at, `j` the ids joined by spaces.
+local function add_retention_entry(stream, now_iso, joined_ids)
+  redis.call('XADD', stream, '*', 't', now_iso, 'j', joined_ids)
+end
+
 local function flush_retained(done)
-  if #done.ids > 0 then
-    redis.call('XADD', done.key, '*', 't', done.t, 'j', table.concat(done.ids, ' '))
-  end
+  if #done.ids > 0 then add_retention_entry(done.key, done.t, table.concat(done.ids, ' ')) end
 end
 
 -- Register a job that just ended (its finished_at = done.t) for retention.
