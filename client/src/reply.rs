@@ -32,16 +32,32 @@ pub(crate) fn array(v: &Value) -> Result<&[Value]> {
     }
 }
 
-/// Field/value pairs of a flat HGETALL-style array.
-pub fn pairs(v: &Value) -> Result<Vec<(String, String)>> {
-    let items = array(v)?;
+/// Field/value pairs of a flat HGETALL-style array, taking the strings out of the reply rather
+/// than copying them (a worker reads a record per job).
+pub fn pairs(v: Value) -> Result<Vec<(String, String)>> {
+    let items = match v {
+        Value::Array(items) => items,
+        Value::Nil => Vec::new(),
+        other => return Err(Error::protocol(format!("expected an array, got {other:?}"))),
+    };
     if items.len() % 2 != 0 {
         return Err(Error::protocol("odd number of items in a field/value list"));
     }
-    items
-        .chunks(2)
-        .map(|c| Ok((text(&c[0])?, text(&c[1])?)))
-        .collect()
+    let mut out = Vec::with_capacity(items.len() / 2);
+    let mut items = items.into_iter();
+    while let (Some(k), Some(v)) = (items.next(), items.next()) {
+        out.push((owned_text(k)?, owned_text(v)?));
+    }
+    Ok(out)
+}
+
+/// [`text`] of a reply the caller owns: a bulk string becomes the String without a copy.
+fn owned_text(v: Value) -> Result<String> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8(b)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())),
+        other => text(&other),
+    }
 }
 
 /// `hero_submit`'s answer.

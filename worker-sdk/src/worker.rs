@@ -574,7 +574,7 @@ async fn start_jobs(
             s.inflight.remove(&d.job_id);
             continue;
         };
-        let fields = record.and_then(|v| hero_client::reply::pairs(&v));
+        let fields = record.and_then(hero_client::reply::pairs);
         let fields = match fields {
             Ok(f) => f,
             Err(e) => {
