@@ -4,6 +4,7 @@
 //! what the server can do (asked of it, not guessed from its version), and calls that reload the
 //! function library when a restarted Redis lost it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -11,6 +12,7 @@ use redis::{AsyncConnectionConfig, FromRedisValue, Value};
 
 use crate::error::{Error, Result};
 use crate::function;
+use crate::wire::Lane;
 
 /// What the server supports beyond Redis 7.0, detected with COMMAND INFO.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,6 +38,9 @@ pub struct Redis {
     url: String,
     client: redis::Client,
     shared: ConnectionManager,
+    /// Where `query` and `pipeline` go when the server is reached over plain TCP (see
+    /// [`crate::wire`]); None: through `shared`.
+    lane: Option<Arc<Lane>>,
     caps: Capabilities,
 }
 
@@ -64,10 +69,16 @@ impl Redis {
         let shared = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|e| unreachable(e.to_string()))?;
+        let lane = Lane::for_server(
+            client.get_connection_info(),
+            CONNECT_TIMEOUT,
+            RESPONSE_TIMEOUT,
+        );
         let mut redis = Redis {
             url: url.to_string(),
             client,
             shared,
+            lane: lane.map(Arc::new),
             caps: Capabilities::default(),
         };
         let mut conn = redis.conn();
@@ -116,46 +127,74 @@ impl Redis {
     /// idempotent on the id, complete is fenced by the lease, and a fetch whose answer was lost
     /// leaves leased jobs that recovery hands out again.
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut conn = self.conn();
-        let first = match cmd.query_async(&mut conn).await {
-            Err(e) if broken(&e) => cmd.query_async(&mut conn).await,
+        let first = match self.send(cmd).await {
+            Err(e) if broken(&e) => self.send(cmd).await,
             other => other,
         };
         match first {
             Err(e) if function::is_missing(&e) => {
-                function::ensure_loaded(&mut conn).await?;
-                Ok(cmd.query_async(&mut conn).await?)
+                function::ensure_loaded(&mut self.conn()).await?;
+                Ok(self.send(cmd).await?)
             }
             other => Ok(other?),
         }
     }
 
-    /// Runs a pipeline in one round trip and returns each command's own result, reloading the
-    /// library and running it again if the library was missing (then every FCALL in it failed
-    /// and nothing was done). A broken connection is handled as in [`Redis::query`].
+    async fn send<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match &self.lane {
+            Some(lane) => {
+                let mut replies = lane.request(cmd.get_packed_command(), 1).await?;
+                let reply = replies.pop().unwrap_or(Value::Nil);
+                Ok(redis::from_redis_value(reply.extract_error()?)?)
+            }
+            None => cmd.query_async(&mut self.conn()).await,
+        }
+    }
+
+    /// Runs a pipeline in one round trip and returns each command's own result (mark no command
+    /// `.ignore()`: the lane answers for it, redis-rs does not), reloading the library and running it again if the library
+    /// was missing (then every FCALL in it failed and nothing was done). A broken connection is
+    /// handled as in [`Redis::query`].
     pub async fn pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Result<Value>>> {
         if pipe.is_empty() {
             // nothing to send; redis-rs refuses an empty pipeline
             return Ok(Vec::new());
         }
-        let mut conn = self.conn();
-        let mut pipe = pipe.clone();
-        pipe.ignore_errors();
-        let mut results: Vec<redis::RedisResult<Value>> = match pipe.query_async(&mut conn).await {
-            Err(e) if broken(&e) => pipe.query_async(&mut conn).await?,
+        let mut results = match self.send_pipeline(pipe).await {
+            Err(e) if broken(&e) => self.send_pipeline(pipe).await?,
             other => other?,
         };
         if results
             .iter()
             .any(|r| matches!(r, Err(e) if function::is_missing(e)))
         {
-            function::ensure_loaded(&mut conn).await?;
-            results = pipe.query_async(&mut conn).await?;
+            function::ensure_loaded(&mut self.conn()).await?;
+            results = self.send_pipeline(pipe).await?;
         }
         Ok(results
             .into_iter()
             .map(|r| r.map_err(Error::from))
             .collect())
+    }
+
+    async fn send_pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> redis::RedisResult<Vec<redis::RedisResult<Value>>> {
+        match &self.lane {
+            // a transaction answers in a shape of its own: redis-rs unpacks it
+            Some(lane) if !pipe.is_transaction() => Ok(lane
+                .request(pipe.get_packed_pipeline(), pipe.len())
+                .await?
+                .into_iter()
+                .map(Value::extract_error)
+                .collect()),
+            _ => {
+                let mut pipe = pipe.clone();
+                pipe.ignore_errors();
+                pipe.query_async(&mut self.conn()).await
+            }
+        }
     }
 }
 

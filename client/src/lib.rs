@@ -20,6 +20,7 @@ pub mod job;
 pub mod keys;
 pub mod name;
 pub mod reply;
+mod wire;
 
 pub use client::{
     Client, ClientOptions, JobResult, JobSummary, ListFilter, NewJob, NewJobBuilder, Page,

@@ -77,7 +77,10 @@ impl RedisServer {
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                 if s.write_all(b"PING\r\n").is_ok() {
                     let mut buf = [0u8; 7];
-                    if s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                    // a server with a password answers, and refuses: it is up all the same
+                    if s.read_exact(&mut buf).is_ok()
+                        && (&buf == b"+PONG\r\n" || &buf == b"-NOAUTH")
+                    {
                         return;
                     }
                 }

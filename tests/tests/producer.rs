@@ -168,3 +168,38 @@ async fn list_returns_an_empty_last_page_when_nothing_matches() {
     let page = client.list(&queue, None, 10).await.unwrap();
     assert!(page.jobs.is_empty() && page.next.is_none());
 }
+
+/// The client's calls go over a connection of their own when Redis is reached over TCP: it too
+/// must log in with the URL's password and use the URL's database, as redis-rs's does.
+#[tokio::test]
+async fn a_client_logs_in_and_uses_the_database_its_url_names() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let url = format!("redis://:s3cret@127.0.0.1:{}/3", server.port);
+    let client = Client::connect(&url).await.unwrap();
+    let job = NewJob::builder("q", "x").build().unwrap();
+    client.submit(&job).await.unwrap();
+    let read = client.get(job.id()).await.unwrap();
+    assert_eq!(read.status, Status::Dispatched);
+    let key = client.keys().job(job.id());
+    let in_db = |db: u8| {
+        let url = format!("redis://:s3cret@127.0.0.1:{}/{db}", server.port);
+        let key = key.clone();
+        async move {
+            let mut raw = redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            raw.exists::<_, bool>(&key).await.unwrap()
+        }
+    };
+    assert!(in_db(3).await, "the job is in the URL's database");
+    assert!(!in_db(0).await, "and not in database 0");
+
+    let wrong = format!("redis://:nope@127.0.0.1:{}/3", server.port);
+    let e = Client::connect(&wrong)
+        .await
+        .err()
+        .expect("a wrong password is refused");
+    assert!(e.to_string().contains("127.0.0.1"), "{e}");
+}

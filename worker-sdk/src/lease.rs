@@ -42,14 +42,12 @@ async fn beat(s: &Shared, started_at: &str) -> hero_client::Result<()> {
             .arg(s.keys.presence(t, &s.consumer.group, &s.consumer.instance))
             .arg(&json)
             .arg("PX")
-            .arg(ttl_ms)
-            .ignore();
+            .arg(ttl_ms);
     }
     pipe.cmd("ZADD")
         .arg(s.keys.consumers())
         .arg(now + ttl_ms)
-        .arg(&s.consumer_name)
-        .ignore();
+        .arg(&s.consumer_name);
     for r in s.redis.pipeline(&pipe).await? {
         r?;
     }
@@ -217,13 +215,11 @@ pub(crate) async fn unregister(s: &Shared) {
     let mut pipe = redis::pipe();
     for t in &s.types {
         pipe.cmd("DEL")
-            .arg(s.keys.presence(t, &s.consumer.group, &s.consumer.instance))
-            .ignore();
+            .arg(s.keys.presence(t, &s.consumer.group, &s.consumer.instance));
     }
     pipe.cmd("ZREM")
         .arg(s.keys.consumers())
-        .arg(&s.consumer_name)
-        .ignore();
+        .arg(&s.consumer_name);
     if let Err(e) = s.redis.pipeline(&pipe).await {
         tracing::warn!(error = %e, "could not remove presence; it expires by itself");
     }
