@@ -423,16 +423,32 @@ fn memchr_crlf(b: &[u8]) -> Option<usize> {
     None
 }
 
+/// A RESP length or integer, read by hand: it is read several times per job.
 fn number(digits: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(digits)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            format!(
-                "Redis sent {:?} where a number belongs",
-                String::from_utf8_lossy(digits)
-            )
-        })
+    let bad = || {
+        format!(
+            "Redis sent {:?} where a number belongs",
+            String::from_utf8_lossy(digits)
+        )
+    };
+    let (negative, digits) = match digits.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, digits),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return Err(bad());
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(bad());
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(i64::from(d - b'0')))
+            .ok_or_else(bad)?;
+    }
+    Ok(if negative { -n } else { n })
 }
 
 /// One item at the start of `b` and the bytes it took, or None when `b` ends inside it.
@@ -560,5 +576,9 @@ mod tests {
         assert!(Decoder::default().next(b":12x\r\n", &mut at).is_err());
         let mut at = 0;
         assert!(Decoder::default().next(b"$2\r\nabcd\r\n", &mut at).is_err());
+        let mut at = 0;
+        assert!(Decoder::default().next(b":99999999999999999999\r\n", &mut at).is_err());
+        let mut at = 0;
+        assert!(Decoder::default().next(b":-\r\n", &mut at).is_err());
     }
 }

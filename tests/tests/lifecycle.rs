@@ -99,6 +99,31 @@ async fn timeout_interrupts_the_handler_and_ends_the_job_error_timeout() {
 }
 
 #[tokio::test]
+async fn a_panicking_handler_ends_its_job_error_and_the_worker_goes_on() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let worker = Worker::builder(client.clone())
+        .types(["v"])
+        .handler(|j: Job, _| async move {
+            if j.script == "boom" {
+                panic!("boom at {}", j.script.len());
+            }
+            Outcome::Done("fine".into())
+        });
+    let w = InProcWorker::spawn(worker);
+    let bad = NewJob::builder("v", "boom").build().unwrap();
+    let r = client.run(&bad, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        (r.status, r.error.as_str()),
+        (Status::Error, "handler panicked: boom at 4")
+    );
+    let good = NewJob::builder("v", "x").build().unwrap();
+    let r = client.run(&good, Duration::from_secs(10)).await.unwrap();
+    assert_eq!((r.status, r.output.as_str()), (Status::Finished, "fine"));
+    w.stop().await;
+}
+
+#[tokio::test]
 async fn failed_job_is_retried_then_finishes() {
     let server = RedisServer::start();
     let url = server.url();
