@@ -577,7 +577,9 @@ mod tests {
         let mut at = 0;
         assert!(Decoder::default().next(b"$2\r\nabcd\r\n", &mut at).is_err());
         let mut at = 0;
-        assert!(Decoder::default().next(b":99999999999999999999\r\n", &mut at).is_err());
+        assert!(Decoder::default()
+            .next(b":99999999999999999999\r\n", &mut at)
+            .is_err());
         let mut at = 0;
         assert!(Decoder::default().next(b":-\r\n", &mut at).is_err());
     }

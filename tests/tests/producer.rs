@@ -203,3 +203,51 @@ async fn a_client_logs_in_and_uses_the_database_its_url_names() {
         .expect("a wrong password is refused");
     assert!(e.to_string().contains("127.0.0.1"), "{e}");
 }
+
+/// What `Redis::pipeline` and `Redis::query` answer over the lane: each command its own result
+/// or error, in order, and replies of any size whole however they are split on the wire.
+#[tokio::test]
+async fn each_command_of_a_pipeline_gets_its_own_answer_whatever_its_size() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let redis = client.redis();
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("t:k").arg("v");
+    pipe.cmd("HGETALL").arg("t:k");
+    pipe.cmd("GET").arg("t:k");
+    pipe.cmd("GET").arg("t:missing");
+    let r = redis.pipeline(&pipe).await.unwrap();
+    assert_eq!(r.len(), 4);
+    assert!(r[0].is_ok());
+    let wrong = r[1].as_ref().unwrap_err().to_string();
+    assert!(wrong.contains("WRONGTYPE"), "{wrong}");
+    assert_eq!(
+        r[2].as_ref().unwrap(),
+        &redis::Value::BulkString(b"v".to_vec())
+    );
+    assert_eq!(r[3].as_ref().unwrap(), &redis::Value::Nil);
+
+    // one value larger than any read, and one reply of very many small values
+    let big = "x".repeat(3 << 20);
+    let _: () = redis
+        .query(redis::cmd("SET").arg("t:big").arg(&big))
+        .await
+        .unwrap();
+    let back: String = redis.query(redis::cmd("GET").arg("t:big")).await.unwrap();
+    assert_eq!(back.len(), big.len());
+    let items: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+    let _: () = redis
+        .query(redis::cmd("RPUSH").arg("t:list").arg(&items))
+        .await
+        .unwrap();
+    let all: Vec<String> = redis
+        .query(redis::cmd("LRANGE").arg("t:list").arg(0).arg(-1))
+        .await
+        .unwrap();
+    assert_eq!(all, items);
+    let refused = redis
+        .query::<String>(redis::cmd("GET").arg("t:list"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("WRONGTYPE"), "{refused}");
+}

@@ -5,12 +5,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use hero_client::function;
 use hero_client::reply::{Completion, Delivery, FetchReply};
 use hero_client::{
     Client, ConsumerName, GroupName, InstanceName, Job, Keyspace, Redis, ScriptType,
 };
-use futures::FutureExt;
 use redis::Value;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
