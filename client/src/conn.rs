@@ -152,9 +152,9 @@ impl Redis {
     }
 
     /// Runs a pipeline in one round trip and returns each command's own result (mark no command
-    /// `.ignore()`: the lane answers for it, redis-rs does not), reloading the library and running it again if the library
-    /// was missing (then every FCALL in it failed and nothing was done). A broken connection is
-    /// handled as in [`Redis::query`].
+    /// `.ignore()`: the lane answers for it, redis-rs does not), reloading the library and
+    /// running it again if the library was missing (then every FCALL in it failed and nothing
+    /// was done). A broken connection is handled as in [`Redis::query`].
     pub async fn pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Result<Value>>> {
         if pipe.is_empty() {
             // nothing to send; redis-rs refuses an empty pipeline

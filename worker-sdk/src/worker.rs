@@ -670,8 +670,9 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 attempt: job.attempts,
             };
             // A panic is caught and becomes the outcome, not a lost slot. Caught here rather
-            // than by running the handler in a task of its own: a task per job was a tenth of
-            // the worker's CPU in the worker benchmark. Timeout and cancellation drop it.
+            // than by running the handler in a task of its own: spawning and joining a second
+            // task per job showed in the worker benchmark's profile at a few per cent of the
+            // worker's CPU. Timeout and cancellation drop the handler's future.
             let handler = AssertUnwindSafe(s.handler.call(job, ctx)).catch_unwind();
             tokio::select! {
                 r = handler => Some(match r {
