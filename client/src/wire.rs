@@ -5,10 +5,10 @@
 //!
 //! It exists for speed: redis-rs's reply decoder (built on `combine`) was a third of a worker's
 //! CPU in the worker benchmark, and the worker's CPU is on the path of every job: with this
-//! decoder the worker's CPU per job fell from ~8.6 to ~6 µs. Everything else stays on redis-rs: blocking
-//! commands, transactions, unix sockets and RESP3 URLs. A broken socket fails the requests on
-//! it with an I/O error, which the callers treat like redis-rs's own (retry, reconnect); the
-//! next request connects anew.
+//! decoder the worker's CPU per job fell from ~8.6 to ~6 µs. Everything else stays on
+//! redis-rs: blocking commands, transactions, unix sockets and RESP3 URLs. A broken socket
+//! fails the requests on it with an I/O error, which the callers treat like redis-rs's own
+//! (retry, reconnect); the next request connects anew.
 
 use std::collections::VecDeque;
 use std::io;
