@@ -566,13 +566,16 @@ mod tests {
         assert_eq!(back.updated_at, back.created_at);
     }
 
+    /// A started record of job `j1` with these fields besides.
+    fn started_with(pairs: &[(&'static str, &'static str)]) -> Job {
+        let mut fields = vec![("status", "started"), ("script", "1")];
+        fields.extend_from_slice(pairs);
+        Job::from_fields(&key("j1"), fields).unwrap()
+    }
+
     #[test]
     fn updated_at_is_the_latest_timestamp_written() {
-        let at = |pairs: &[(&'static str, &'static str)]| {
-            let mut fields = vec![("status", "started"), ("script", "1")];
-            fields.extend_from_slice(pairs);
-            Job::from_fields(&key("j1"), fields).unwrap().updated_at
-        };
+        let at = |pairs: &[(&'static str, &'static str)]| started_with(pairs).updated_at;
         let created = ("created_at", "2026-11-21T10:00:00.000Z");
         let requeued = ("updated_at", "2026-11-21T10:00:05.000Z");
         let started = ("started_at", "2026-11-21T10:00:07.000Z");
@@ -588,11 +591,7 @@ mod tests {
 
     #[test]
     fn a_started_record_without_a_count_is_on_its_first_attempt() {
-        let attempts = |pairs: &[(&'static str, &'static str)]| {
-            let mut fields = vec![("status", "started"), ("script", "1")];
-            fields.extend_from_slice(pairs);
-            Job::from_fields(&key("j1"), fields).unwrap().attempts
-        };
+        let attempts = |pairs: &[(&'static str, &'static str)]| started_with(pairs).attempts;
         let started = ("started_at", "2026-11-21T10:00:07.000Z");
         assert_eq!(attempts(&[]), 0, "never delivered");
         assert_eq!(attempts(&[started]), 1);
