@@ -4,7 +4,7 @@
 Wall-clock and CPU-time figures on a shared machine move by ±15 % from run to run; instruction
 counts do not, so this is how a change to a server-side function is judged before the full
 benchmark. It runs redis-server under `valgrind --tool=callgrind`, loads the function library
-from client/src/function/ (assembled as client/src/function.rs does), and measures, per job:
+from docs/hero-library.lua (the library as client/src/function/mod.rs assembles it), and measures, per job:
 submit (batches of 50), fetch (25 a call), the worker's plain HGETALL, and complete (25 a call),
 as the Rust client and worker call them. The callgrind dump of each step stays in --out for
 `callgrind_annotate --inclusive=yes <file>`.
@@ -25,23 +25,19 @@ import uuid
 import redis
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-FUNCTIONS = os.path.join(ROOT, "client", "src", "function")
 STREAM = "hero:q:work:type:bench"
 ISO = "2026-11-21T10:00:00.123Z"
 
 
 def library():
-    """The library as FUNCTION LOAD gets it, in Function::ALL's order."""
-    rs = open(os.path.join(ROOT, "client", "src", "function.rs")).read()
-    version = re.search(r'LIBRARY_VERSION: &str = "([^"]+)"', rs).group(1)
-    files = re.findall(r'include_str!\("function/(\w+)\.lua"\)', rs)
-    src = f"#!lua name=hero\nlocal VERSION = '{version}'\n"
-    src += open(os.path.join(FUNCTIONS, "prelude.lua")).read()
-    names = [f for f in files if f != "prelude"]
-    for n in names:
-        src += "\n" + open(os.path.join(FUNCTIONS, n + ".lua")).read()
-    src += "\n" + "".join(f"redis.register_function('hero_{n}', hero_{n})\n" for n in names)
-    return src
+    """The library as FUNCTION LOAD gets it: the file shipped for other languages."""
+    return open(os.path.join(ROOT, "docs", "hero-library.lua")).read()
+
+
+def fn(name):
+    """The registered name of a function of the shipped library's version."""
+    version = re.search(r"^local VERSION = '([^']+)'", library(), re.M).group(1)
+    return f"hero_v{version}_{name}"
 
 
 def free_port():
@@ -95,7 +91,7 @@ def main():
                 job = str(uuid.uuid4())
                 keys += ["hero:job:" + job, STREAM]
                 argv += [job, 0, 6, "script", "noop", "script_type", "bench", "created_at", ISO]
-            pipe.fcall("hero_submit", len(keys), *keys, *argv)
+            pipe.fcall(fn("submit"), len(keys), *keys, *argv)
             if b % 8 == 7:
                 pipe.execute()
         pipe.execute()
@@ -107,7 +103,7 @@ def main():
         streams += [f"{STREAM}:prio:{p}" if p != 5 else STREAM for p in range(10)]
         fetched = []
         for _ in range(n // 25):
-            jobs, _, _ = r.fcall("hero_fetch", len(streams) + 1, "hero:meta:queues", *streams, "workers",
+            jobs, _, _ = r.fcall(fn("fetch"), len(streams) + 1, "hero:meta:queues", *streams, "workers",
                                  "bench:1:x", 25, "hero:job:", ISO, 0)
             fetched += [jobs[k:k + 3] for k in range(0, len(jobs), 3)]
         results["fetch"] = instructions()
@@ -128,13 +124,13 @@ def main():
             for _, entry, job in fetched[b:b + 25]:
                 keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job]
                 argv += [entry, "done", "", 0, job, records[job].get("reply", "")]
-            answers = r.fcall("hero_complete", len(keys), *keys, *argv)
+            answers = r.fcall(fn("complete"), len(keys), *keys, *argv)
             assert all(a == "completed" for a in answers), answers
         results["complete"] = instructions()
         if len(fetched) != n or r.xlen(STREAM) != 0:
             sys.exit(f"expected {n} jobs fetched and an empty stream, got {len(fetched)}, {r.xlen(STREAM)}")
 
-        print(f"Redis instructions per job ({n} jobs, library from {FUNCTIONS}):")
+        print(f"Redis instructions per job ({n} jobs, library from docs/hero-library.lua):")
         for (step, count), dump in zip(results.items(), dumps[1:]):
             print(f"  {step:<9} {count / n:>9,.0f}   {dump}")
         worker = results["fetch"] + results["hgetall"] + results["complete"]

@@ -1,24 +1,26 @@
 //! hero-broker: the broker daemon and the `hero` command line.
 //!
 //! # Layout
-//! - [`bench`]: `hero bench`, hero beside a peer on a throwaway Redis.
-//! - [`bridge`]: the legacy bridge: mappings, inbound moves, outbound hand-outs, the watch.
-//! - [`broker`]: runs the daemon loops and publishes the settings the functions read.
-//! - [`recover`]: presence-driven and idle recovery of abandoned jobs.
-//! - [`promote`]: due delayed jobs and retries into their streams.
-//! - [`retention`]: deletes ended jobs once the retention time has passed.
+//! - [`daemon`]: runs the loops and the bridge, publishes the settings the functions read.
+//! - [`loops`]: the periodic passes ([`loops::recover`], [`loops::promote`],
+//!   [`loops::retention`]; stats and cron passes will join them), over one `every` helper.
+//! - [`bridge`]: the legacy bridge: [`bridge::mapping`] (flags and config file), and the
+//!   inbound, outbound and watch loops.
 //! - [`config`]: the broker's settings.
-//! - [`local_redis`]: the `redis-server` child of `hero up`.
+//! - [`local_redis`]: the `redis-server` child of `hero up` (and of the benchmark).
 //! - [`rhai_worker`]: the built-in Rhai handler.
-//! - [`cli`]: the commands; `main.rs` only parses and calls [`cli::run`].
+//! - [`cli`]: the clap definitions, one file per command's body; `main.rs` only parses, picks
+//!   the runtime and calls [`cli::run`].
+//!
+//! Where the HTTP face will live: `http/` (axum) with `http::api` (the admin JSON API over
+//! `hero_client::inspect`), `http::metrics` (`/metrics`, `/healthz`, `/readyz`) and
+//! `http::dashboard` (server-rendered pages and their assets); the daemon starts it beside the
+//! loops. The benchmark is not here: it is the `hero-bench` crate under `benches/`.
 
-pub mod bench;
 pub mod bridge;
-pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod local_redis;
-pub mod promote;
-pub mod recover;
-pub mod retention;
+pub mod loops;
 pub mod rhai_worker;

@@ -24,7 +24,7 @@ pub struct LocalRedis {
 }
 
 /// Whether `program` is on the PATH.
-pub(crate) fn on_path(program: &str) -> bool {
+pub fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|p| p.join(program).is_file()))
         .unwrap_or(false)

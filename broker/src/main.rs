@@ -8,29 +8,17 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     let cli = hero_broker::cli::Cli::parse();
-    // the benchmark prints its own progress; every worker start and stop would drown it
-    let default_filter = if cli.command.single_threaded() {
-        "warn"
-    } else {
-        "warn,hero_broker=info,hero_worker=info"
-    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_filter.into()),
+                .unwrap_or_else(|_| "warn,hero_broker=info,hero_worker=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = if cli.command.single_threaded() {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-    };
-    let runtime = match runtime {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -1,6 +1,8 @@
 //! Time as the server functions receive it: milliseconds since the epoch for scores and
-//! ISO 8601 (RFC 3339, UTC, milliseconds) for the job record's timestamps. Functions never read
-//! the server clock, so tests can reason about what they wrote.
+//! ISO 8601 (RFC 3339, UTC, milliseconds) for the job record's timestamps. The functions stamp
+//! records and scores with the time they are given, so tests can reason about what they wrote.
+//! Two go by Redis's own clock where only it will do: `hero_expire` (retention entries are aged
+//! by their ids, which Redis stamped) and `hero_recover`'s idle mode (XPENDING's idle times).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

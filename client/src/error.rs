@@ -1,12 +1,13 @@
 //! The one error type of hero-client, named for what happened from the caller's side, with
 //! [`Error::is_retryable`] to tell a passing fault from a final one. Expected outcomes
 //! (`lease_lost`, `already completed`, an existing id on submit) are values, not errors.
+//!
+//! This module depends on nothing else in the crate (job ids are carried as the strings they
+//! were checked as), so every other module may use it without an import circle. It also holds
+//! the codes server functions raise ([`ServerCode`]) and the record decoder's [`DecodeError`].
 
+use std::fmt;
 use std::time::Duration;
-
-use crate::function::ServerCode;
-use crate::job::DecodeError;
-use crate::name::JobId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -24,11 +25,11 @@ pub enum Error {
     InvalidJob(#[from] DecodeError),
 
     #[error("job {0} not found: it never existed, or its retention time has passed")]
-    JobNotFound(JobId),
+    JobNotFound(String),
 
     #[error("job {job} did not end within {waited:?} (it is {status}); wait longer or follow it with `hero status {job}`")]
     WaitTimedOut {
-        job: JobId,
+        job: String,
         waited: Duration,
         status: String,
     },
@@ -83,6 +84,43 @@ impl From<redis::RedisError> for Error {
             None => Error::Redis(e),
         }
     }
+}
+
+/// Error codes the functions raise as `HERO_<CODE> message`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerCode {
+    BadArg,
+    JobNotFound,
+}
+
+impl ServerCode {
+    pub const ALL: [ServerCode; 2] = [ServerCode::BadArg, ServerCode::JobNotFound];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerCode::BadArg => "HERO_BAD_ARG",
+            ServerCode::JobNotFound => "HERO_JOB_NOT_FOUND",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ServerCode> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for ServerCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job hash that could not be decoded: which key, which field, and what was wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid job record at {key}: field `{field}` {reason}")]
+pub struct DecodeError {
+    pub key: String,
+    pub field: String,
+    pub reason: String,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock;
+use crate::error::DecodeError;
 use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
 
 /// Where a job is in its life. The wire form is [`Status::as_str`].
@@ -58,13 +59,36 @@ impl fmt::Display for Status {
     }
 }
 
-/// A job hash that could not be decoded: which key, which field, and what was wrong with it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid job record at {key}: field `{field}` {reason}")]
-pub struct DecodeError {
-    pub key: String,
-    pub field: String,
-    pub reason: String,
+/// The fields of a record that say where it is queued, in the order [`Placement::read`] takes
+/// their values (as an HMGET of them answers).
+pub const PLACEMENT_FIELDS: [&str; 4] = ["script_type", "group", "instance", "priority"];
+
+/// Where a job is queued: its target and priority level, as its record says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub target: Target,
+    pub priority: Priority,
+}
+
+impl Placement {
+    /// Reads the values of [`PLACEMENT_FIELDS`] (missing ones `None`). `None` when the record
+    /// names no valid script type: such a job was never queued by us. An invalid group, instance
+    /// or priority reads as absent, which is where such a job was queued.
+    pub fn read(values: &[Option<String>]) -> Option<Placement> {
+        let get = |i: usize| values.get(i).and_then(Option::as_deref).unwrap_or_default();
+        let script_type = ScriptType::new(get(0)).ok()?;
+        let target = Target::new(
+            script_type,
+            GroupName::new(get(1)).ok(),
+            InstanceName::new(get(2)).ok(),
+        );
+        let priority = get(3)
+            .parse()
+            .ok()
+            .and_then(|p| Priority::new(p).ok())
+            .unwrap_or_default();
+        Some(Placement { target, priority })
+    }
 }
 
 /// The job record. Optional seed-001 fields stay empty strings or `None` when absent, so a

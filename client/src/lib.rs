@@ -3,33 +3,43 @@
 //! # Layout
 //! - [`name`]: checked identifiers (script type, group, instance, job id, priority, consumer).
 //! - [`keys`]: every key string; nothing else in the workspace formats one.
-//! - [`job`]: the job record, its statuses and the hash codec.
-//! - [`function`]: the Redis Functions library (`function/*.lua`) and how it is loaded and called.
+//! - [`job`]: the job record, its statuses, where it is queued, and the hash codec.
+//! - [`function`]: the Redis Functions library (`function/*.lua`), how it is loaded, and one
+//!   call builder per function; no FCALL is assembled anywhere else.
 //! - [`reply`]: typed forms of the functions' replies.
-//! - [`conn`]: pooled and dedicated connections, server capabilities.
-//! - [`client`]: the producer API ([`Client`], [`NewJob`]).
+//! - [`conn`]: connections (the lane, a multiplexed redis-rs one, dedicated ones for blocking
+//!   calls) and server capabilities; `wire` is the lane's socket and RESP2 decoder.
+//! - [`new_job`]: a job to submit and its checked builder.
+//! - [`client`]: the producer API ([`Client`]); [`answer`]: what its calls answer.
+//! - [`inspect`]: the read side ([`Inspector`]): listings now; stats, queues, workers and the
+//!   audit next.
+//! - [`recovery`]: the cursor loop that takes deliveries back (broker recovery, worker hand-back).
 //! - [`clock`]: the time the functions are given.
-//! - [`error`]: the crate's error type.
+//! - [`error`]: the crate's error type; it depends on no other module.
 
+pub mod answer;
 pub mod client;
 pub mod clock;
 pub mod conn;
 pub mod error;
 pub mod function;
+pub mod inspect;
 pub mod job;
 pub mod keys;
 pub mod name;
+pub mod new_job;
+pub mod recovery;
 pub mod reply;
 mod wire;
 
-pub use client::{
-    Client, ClientOptions, JobResult, JobSummary, ListFilter, NewJob, NewJobBuilder, Page,
-    StopOutcome, Submitted,
-};
+pub use answer::{JobResult, StopOutcome, Submitted};
+pub use client::{Client, ClientOptions};
 pub use conn::{Capabilities, Redis};
-pub use error::{Error, Result};
-pub use job::{DecodeError, Job, Status};
+pub use error::{DecodeError, Error, Result, ServerCode};
+pub use inspect::{Inspector, JobSummary, ListFilter, Page};
+pub use job::{Job, Placement, Status};
 pub use keys::{Keyspace, LegacyQueue};
 pub use name::{
     ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,
 };
+pub use new_job::{NewJob, NewJobBuilder, MAX_SCRIPT_BYTES};

@@ -4,6 +4,7 @@
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::name::JobId;
 
 pub(crate) fn text(v: &Value) -> Result<String> {
     match v {
@@ -98,7 +99,7 @@ pub struct Delivery {
     pub stream: usize,
     /// The entry id: also the lease (fencing token).
     pub entry: String,
-    pub job_id: String,
+    pub job_id: JobId,
 }
 
 /// An entry `hero_fetch` acknowledged and deleted without handing it out.
@@ -106,9 +107,13 @@ pub struct Delivery {
 pub struct Dropped {
     pub stream: usize,
     pub entry: String,
+    /// What the entry names: any string, as it came from the stream.
     pub job_id: String,
     /// `missing` (no job hash, or one without a status), `foreign` (the key holds another
     /// type), `stale` (the job is no longer dispatched) or `legacy` (a legacy actor took it).
+    /// One more comes from the client, not the function: `invalid_id`, a job leased under an
+    /// id no [`JobId`] can hold (a legacy producer's). It is not run; its lease idles out and
+    /// recovery dead-letters it once its attempts are spent.
     pub reason: String,
 }
 
@@ -135,17 +140,26 @@ impl FetchReply {
                 "hero_fetch jobs are not stream, entry, id triples",
             ));
         }
-        let jobs = jobs
-            .chunks(3)
-            .map(|j| {
-                Ok(Delivery {
-                    stream: index(&j[0])?,
-                    entry: text(&j[1])?,
-                    job_id: text(&j[2])?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let dropped = array(dropped)?
+        let mut delivered = Vec::with_capacity(jobs.len() / 3);
+        let mut unusable = Vec::new();
+        for j in jobs.chunks(3) {
+            let (stream, entry, raw) = (index(&j[0])?, text(&j[1])?, text(&j[2])?);
+            match JobId::new(&raw) {
+                Ok(job_id) => delivered.push(Delivery {
+                    stream,
+                    entry,
+                    job_id,
+                }),
+                Err(_) => unusable.push(Dropped {
+                    stream,
+                    entry,
+                    job_id: raw,
+                    reason: "invalid_id".into(),
+                }),
+            }
+        }
+        let jobs = delivered;
+        let mut dropped = array(dropped)?
             .iter()
             .map(|d| match array(d)? {
                 [i, entry, id, reason] => Ok(Dropped {
@@ -159,6 +173,7 @@ impl FetchReply {
                 )),
             })
             .collect::<Result<Vec<_>>>()?;
+        dropped.extend(unusable);
         let cursors = array(cursors)?
             .iter()
             .map(text)

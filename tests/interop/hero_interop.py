@@ -23,6 +23,24 @@ import redis
 
 NS = "hero"
 GROUP = "workers"  # the consumer group of every work stream
+VERSION = "12"  # the protocol version this peer speaks: its functions are hero_v12_<name>
+LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "hero-library.lua")
+
+
+def fn(name):
+    return f"hero_v{VERSION}_{name}"
+
+
+def ensure_library(r):
+    """Loads docs/hero-library.lua unless this version's library is on the server."""
+    try:
+        if r.fcall(fn("version"), 0) == VERSION:
+            return
+    except redis.ResponseError as e:
+        if "Function not found" not in str(e):
+            raise
+    with open(LIBRARY) as f:
+        r.function_load(f.read(), replace=True)
 
 
 def now_ms():
@@ -66,7 +84,7 @@ def submit(r, args):
     pairs = [x for kv in fields.items() for x in kv]
     keys = [f"{NS}:meta:delayed", f"{NS}:meta:queues", f"{NS}:meta:bridge",
             f"{NS}:job:{job_id}", work_stream(args.type)]
-    answer = r.fcall("hero_submit", len(keys), *keys, GROUP, job_id, 0, len(pairs), *pairs)
+    answer = r.fcall(fn("submit"), len(keys), *keys, GROUP, job_id, 0, len(pairs), *pairs)
     kind, status = answer[0], answer[1]
     if args.wait is None:
         say(json.dumps({"id": job_id, "answer": kind, "status": status}))
@@ -107,7 +125,7 @@ def worker(r, args):
         if time.time() - last_beat > ttl_ms / 3000:
             heartbeat()
             last_beat = time.time()
-        jobs, dropped, cursors = r.fcall("hero_fetch", len(streams) + 1, f"{NS}:meta:queues", *streams, GROUP, consumer, 1,
+        jobs, dropped, cursors = r.fcall(fn("fetch"), len(streams) + 1, f"{NS}:meta:queues", *streams, GROUP, consumer, 1,
                                          f"{NS}:job:", iso(), 0)
         for k in range(0, len(jobs), 3):
             index, entry, job_id = jobs[k:k + 3]
@@ -119,9 +137,9 @@ def worker(r, args):
             keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:meta:retention",
                     f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
             argv = [GROUP, iso(), 0, job_id, entry, "done", output, 0, job_id, record.get("reply", "")]
-            answer = r.fcall("hero_complete", len(keys), *keys, *argv)[0]
+            answer = r.fcall(fn("complete"), len(keys), *keys, *argv)[0]
             say(f"completion {job_id} {answer}")
-            again = r.fcall("hero_complete", len(keys), *keys, *argv)[0]
+            again = r.fcall(fn("complete"), len(keys), *keys, *argv)[0]
             say(f"resend {job_id} {again}")
             done += 1
         if cursors and done < args.jobs:
@@ -141,6 +159,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=1)
     args = ap.parse_args()
     r = redis.Redis.from_url(args.url, decode_responses=True)
+    ensure_library(r)
     submit(r, args) if args.mode == "submit" else worker(r, args)
 
 

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use hero_client::{Client, Error, Job, JobId, NewJob, Status};
-use hero_tests::{InProcWorker, RedisServer};
+use hero_testkit::{job_key, work_key};
+use hero_testkit::{InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 use redis::AsyncCommands;
 
@@ -24,11 +25,7 @@ async fn submit_is_rejected_before_anything_is_written_when_input_is_invalid() {
         NewJob::builder("osis", "x").instance("").build(),
         NewJob::builder("osis", "x").id("has space").build(),
         NewJob::builder("osis", "x").priority(10).build(),
-        NewJob::builder(
-            "osis",
-            "x".repeat(hero_client::client::MAX_SCRIPT_BYTES + 1),
-        )
-        .build(),
+        NewJob::builder("osis", "x".repeat(hero_client::MAX_SCRIPT_BYTES + 1)).build(),
         NewJob::builder("osis", "x")
             .log_path("../../etc/passwd")
             .build(),
@@ -68,20 +65,20 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
     client.submit(&counted).await.unwrap();
     let mut raw = server.conn().await;
     let _: () = raw
-        .hset(format!("hero:job:{}", corrupt.id()), "timeout", "banana")
+        .hset(job_key(corrupt.id()), "timeout", "banana")
         .await
         .unwrap();
     let _: () = raw
-        .hset(format!("hero:job:{}", foreign.id()), "color", "blue")
+        .hset(job_key(foreign.id()), "color", "blue")
         .await
         .unwrap();
     // a field the server function itself counts with
     let _: () = raw
-        .hset(format!("hero:job:{}", counted.id()), "attempts", "many")
+        .hset(job_key(counted.id()), "attempts", "many")
         .await
         .unwrap();
     let _: String = raw
-        .xadd("hero:q:work:type:v", "*", &[("j", "ghost")])
+        .xadd(work_key("v"), "*", &[("j", "ghost")])
         .await
         .unwrap();
     let good = NewJob::builder("v", "x").build().unwrap();
@@ -122,10 +119,9 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
     }
     // reading the corrupt record through the API is a typed error naming key and field
     match client.get(corrupt.id()).await {
-        Err(Error::InvalidJob(e)) => assert_eq!(
-            (e.key, e.field),
-            (format!("hero:job:{}", corrupt.id()), "timeout".into())
-        ),
+        Err(Error::InvalidJob(e)) => {
+            assert_eq!((e.key, e.field), (job_key(corrupt.id()), "timeout".into()))
+        }
         other => panic!("expected InvalidJob, got {other:?}"),
     }
     match client.get(&JobId::new("nope").unwrap()).await {

@@ -1,10 +1,10 @@
-//! `hero bench` cannot rot: a short run of every scenario (small sizes, no peer) must finish,
+//! The benchmark (`hero-bench`) cannot rot: a short run of every scenario (small sizes, no peer) must finish,
 //! print its table and write a JSON report with a figure for each scenario. The figures
 //! themselves are not judged here; performance targets live in the full run (benches/run).
 
 use std::process::Command;
 
-use hero_tests::binary;
+use hero_testkit::binary;
 
 #[test]
 fn a_short_bench_run_reports_every_scenario() {
@@ -12,17 +12,15 @@ fn a_short_bench_run_reports_every_scenario() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let out_file = dir.join("bench.json");
-    let out = Command::new(binary("hero"))
-        .args([
-            "--json", "bench", "--jobs", "400", "--batch", "20", "--rate", "200",
-        ])
+    let out = Command::new(binary("hero-bench"))
+        .args(["--json", "--jobs", "400", "--batch", "20", "--rate", "200"])
         .args(["--duration", "1s", "--rounds", "1", "--recovery-jobs", "10"])
         .arg("--out")
         .arg(&out_file)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "hero bench failed: {stderr}");
+    assert!(out.status.success(), "hero-bench failed: {stderr}");
     let table = String::from_utf8_lossy(&out.stdout);
     for scenario in [
         "submit-bulk",

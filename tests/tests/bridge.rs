@@ -11,9 +11,10 @@ use std::time::Duration;
 use hero_broker::bridge::{BridgeMapping, Direction};
 use hero_broker::config::BrokerConfig;
 use hero_client::{clock, Client, Job, JobId, NewJob, ScriptType, Status, StopOutcome, Target};
-use hero_tests::{
+use hero_testkit::{
     all_finished, binary, pending, wait_for, InProcBroker, InProcWorker, Proc, RedisServer,
 };
+use hero_testkit::{bridge_track_key, job_key, keys, work_key};
 use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
 
@@ -67,7 +68,7 @@ fn legacy_hash(id: &str, script: &str, overrides: &[(&str, &str)]) -> redis::Cmd
         fields.push((k, v.to_string()));
     }
     let mut cmd = redis::cmd("HSET");
-    cmd.arg(format!("hero:job:{id}"));
+    cmd.arg(job_key(&id));
     for (k, v) in fields {
         cmd.arg(k).arg(v);
     }
@@ -82,7 +83,7 @@ async fn legacy_reply(url: &str, id: &str) -> String {
         .await
         .unwrap();
     let got: Option<(String, String)> = redis::cmd("BLPOP")
-        .arg(format!("hero:reply:{id}"))
+        .arg(keys().legacy_reply_prefix() + id)
         .arg(20)
         .query_async(&mut conn)
         .await
@@ -150,24 +151,44 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
     let _broker = InProcBroker::spawn(
         &url,
         broker_config(vec![
-            mapping("hero:work_queue:in_a", "newt", Direction::Inbound, false),
-            mapping("hero:work_queue:out_b", "oldt", Direction::Outbound, false),
-            mapping("hero:work_queue:in_c", "relay", Direction::Inbound, false),
-            mapping("hero:job:actor_c", "relay", Direction::Outbound, false),
+            mapping(
+                &keys().legacy_work_queue("in_a"),
+                "newt",
+                Direction::Inbound,
+                false,
+            ),
+            mapping(
+                &keys().legacy_work_queue("out_b"),
+                "oldt",
+                Direction::Outbound,
+                false,
+            ),
+            mapping(
+                &keys().legacy_work_queue("in_c"),
+                "relay",
+                Direction::Inbound,
+                false,
+            ),
+            mapping(
+                &keys().legacy_actor("actor_c"),
+                "relay",
+                Direction::Outbound,
+                false,
+            ),
         ]),
     )
     .await;
     let client = Client::connect(&url).await.unwrap();
     let runs = Runs::default();
     let _w = new_worker(&client, "newt", "new", runs.clone());
-    let b = legacy_actor(&url, "hero:work_queue:out_b", "legacyB", false);
-    let c = legacy_actor(&url, "hero:job:actor_c", "legacyC", false);
+    let b = legacy_actor(&url, &keys().legacy_work_queue("out_b"), "legacyB", false);
+    let c = legacy_actor(&url, &keys().legacy_actor("actor_c"), "legacyC", false);
     b.expect_line("ready", LONG).await;
     c.expect_line("ready", LONG).await;
     let mut raw = server.conn().await;
 
     // legacy producer -> new worker
-    legacy_submit(&mut raw, "hero:work_queue:in_a", "lp-new", "x").await;
+    legacy_submit(&mut raw, &keys().legacy_work_queue("in_a"), "lp-new", "x").await;
     assert_eq!(legacy_reply(&url, "lp-new").await, "new");
     let job = record(&client, "lp-new").await;
     assert_eq!(
@@ -178,7 +199,7 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
         job.caller_id, "legacy-client",
         "the legacy producer's fields are kept"
     );
-    let canonical: bool = raw.exists("hero:q:reply:lp-new").await.unwrap();
+    let canonical: bool = raw.exists(keys().reply_prefix() + "lp-new").await.unwrap();
     assert!(
         !canonical,
         "no one waits on the canonical reply of a legacy job"
@@ -192,7 +213,7 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
         .await;
 
     // legacy producer -> legacy actor, in through one legacy queue and out through another
-    legacy_submit(&mut raw, "hero:work_queue:in_c", "lp-old", "x").await;
+    legacy_submit(&mut raw, &keys().legacy_work_queue("in_c"), "lp-old", "x").await;
     assert_eq!(legacy_reply(&url, "lp-old").await, "legacyC");
     c.expect_line("ran lp-old", LONG).await;
 
@@ -205,23 +226,23 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
     // and nothing is left behind once they did
     bridge_settled(
         &server,
-        "hero:meta:bridge:work_queue:out_b",
-        "hero:q:work:type:oldt",
+        &bridge_track_key(&keys().legacy_work_queue("out_b")),
+        &work_key("oldt"),
     )
     .await;
     bridge_settled(
         &server,
-        "hero:meta:bridge:actor:actor_c",
-        "hero:q:work:type:relay",
+        &bridge_track_key(&keys().legacy_actor("actor_c")),
+        &work_key("relay"),
     )
     .await;
     for list in [
-        "hero:work_queue:in_a",
-        "hero:work_queue:out_b",
-        "hero:work_queue:in_c",
-        "hero:job:actor_c",
+        keys().legacy_work_queue("in_a"),
+        keys().legacy_work_queue("out_b"),
+        keys().legacy_work_queue("in_c"),
+        keys().legacy_actor("actor_c"),
     ] {
-        let n: i64 = raw.llen(list).await.unwrap();
+        let n: i64 = raw.llen(&list).await.unwrap();
         assert_eq!(n, 0, "{list} is empty");
     }
     let done = record(&client, to_legacy.id().as_str()).await;
@@ -235,7 +256,7 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
 #[tokio::test]
 async fn a_legacy_job_with_garbage_fields_ends_error_and_one_without_a_hash_is_dead_lettered() {
     let (server, _broker, client) = one_mapping(mapping(
-        "hero:work_queue:g",
+        &keys().legacy_work_queue("g"),
         "gt",
         Direction::Inbound,
         false,
@@ -248,39 +269,45 @@ async fn a_legacy_job_with_garbage_fields_ends_error_and_one_without_a_hash_is_d
         .query_async(&mut raw)
         .await
         .unwrap();
-    let _: () = raw.lpush("hero:work_queue:g", "bad").await.unwrap();
-    let _: () = raw.lpush("hero:work_queue:g", "nohash").await.unwrap();
+    let _: () = raw
+        .lpush(keys().legacy_work_queue("g"), "bad")
+        .await
+        .unwrap();
+    let _: () = raw
+        .lpush(keys().legacy_work_queue("g"), "nohash")
+        .await
+        .unwrap();
 
     let err = legacy_reply(&url, "bad").await;
     assert!(err.starts_with("invalid job:"), "{err}");
-    let job: HashMap<String, String> = raw.hgetall("hero:job:bad").await.unwrap();
+    let job: HashMap<String, String> = raw.hgetall(job_key("bad")).await.unwrap();
     assert_eq!(job.get("status").map(String::as_str), Some("error"));
     assert!(job["error"].contains("invalid job"), "{:?}", job["error"]);
 
     let dead: Vec<redis::Value> = wait_for("the id without a hash is dead-lettered", LONG, || {
         let mut raw = raw.clone();
         async move {
-            let v: Vec<redis::Value> = raw.xrange_all("hero:meta:dead").await.ok()?;
+            let v: Vec<redis::Value> = raw.xrange_all(keys().dead_letter()).await.ok()?;
             (!v.is_empty()).then_some(v)
         }
     })
     .await;
     assert!(format!("{dead:?}").contains("no job hash"), "{dead:?}");
-    let left: i64 = raw.llen("hero:work_queue:g").await.unwrap();
+    let left: i64 = raw.llen(keys().legacy_work_queue("g")).await.unwrap();
     assert_eq!(left, 0);
 }
 
 #[tokio::test]
 async fn a_stop_for_a_job_held_by_a_legacy_actor_reaches_its_stop_queue() {
     let (server, _broker, client) = one_mapping(mapping(
-        "hero:work_queue:ws",
+        &keys().legacy_work_queue("ws"),
         "st",
         Direction::Outbound,
         false,
     ))
     .await;
     let url = server.url();
-    let actor = legacy_actor(&url, "hero:work_queue:ws", "L", true);
+    let actor = legacy_actor(&url, &keys().legacy_work_queue("ws"), "L", true);
     actor.expect_line("ready", LONG).await;
     let job = NewJob::builder("st", "x").build().unwrap();
     client.submit(&job).await.unwrap();
@@ -289,7 +316,7 @@ async fn a_stop_for_a_job_held_by_a_legacy_actor_reaches_its_stop_queue() {
     let raw = server.conn().await;
     wait_for("the legacy actor's job is started", LONG, || {
         let mut raw = raw.clone();
-        let key = format!("hero:job:{}", job.id());
+        let key = job_key(job.id());
         async move {
             let s: Option<String> = raw.hget(&key, "status").await.ok()?;
             (s.as_deref() == Some("started")).then_some(())
@@ -301,7 +328,10 @@ async fn a_stop_for_a_job_held_by_a_legacy_actor_reaches_its_stop_queue() {
         StopOutcome::Interrupted
     );
     let mut raw = raw.clone();
-    let stops: Vec<String> = raw.lrange("hero:stop_queue:ws", 0, -1).await.unwrap();
+    let stops: Vec<String> = raw
+        .lrange(keys().legacy_stop_queue("ws"), 0, -1)
+        .await
+        .unwrap();
     assert_eq!(
         stops,
         vec![job.id().to_string()],
@@ -314,8 +344,8 @@ async fn a_stop_for_a_job_held_by_a_legacy_actor_reaches_its_stop_queue() {
     );
     bridge_settled(
         &server,
-        "hero:meta:bridge:work_queue:ws",
-        "hero:q:work:type:st",
+        &bridge_track_key(&keys().legacy_work_queue("ws")),
+        &work_key("st"),
     )
     .await;
 }
@@ -330,7 +360,7 @@ async fn kill_9_of_the_broker_while_5000_legacy_ids_flow_inbound_loses_and_doubl
         url.as_str(),
         "broker",
         "--bridge",
-        "hero:work_queue:bulk=bulk,in",
+        &format!("{}=bulk,in", keys().legacy_work_queue("bulk")),
     ];
     let mut broker = Proc::spawn(&hero, &args, &[], None);
     let client = Client::connect(&url).await.unwrap();
@@ -342,7 +372,7 @@ async fn kill_9_of_the_broker_while_5000_legacy_ids_flow_inbound_loses_and_doubl
         let mut p = redis::pipe();
         for id in chunk {
             p.add_command(legacy_hash(id, "x", &[])).ignore();
-            p.lpush("hero:work_queue:bulk", id).ignore();
+            p.lpush(keys().legacy_work_queue("bulk"), id).ignore();
         }
         p
     };
@@ -374,32 +404,32 @@ async fn kill_9_of_the_broker_while_5000_legacy_ids_flow_inbound_loses_and_doubl
         counts.values().all(|&n| n == 1),
         "every job ran exactly once"
     );
-    let left: i64 = raw.llen("hero:work_queue:bulk").await.unwrap();
+    let left: i64 = raw.llen(keys().legacy_work_queue("bulk")).await.unwrap();
     assert_eq!(left, 0, "none left in the legacy list");
     let raw2 = raw.clone();
     wait_for("the stream is trimmed of every done entry", LONG, || {
         let mut raw = raw2.clone();
         async move {
-            let n: i64 = raw.xlen("hero:q:work:type:bulk").await.ok()?;
+            let n: i64 = raw.xlen(work_key("bulk")).await.ok()?;
             (n == 0).then_some(())
         }
     })
     .await;
-    let dead: i64 = raw.xlen("hero:meta:dead").await.unwrap();
+    let dead: i64 = raw.xlen(keys().dead_letter()).await.unwrap();
     assert_eq!(dead, 0);
 }
 
 #[tokio::test]
 async fn a_legacy_actor_killed_mid_job_has_the_job_handed_out_again_after_its_timeout() {
     let (server, _broker, client) = one_mapping(mapping(
-        "hero:work_queue:lw",
+        &keys().legacy_work_queue("lw"),
         "lt",
         Direction::Outbound,
         false,
     ))
     .await;
     let url = server.url();
-    let mut doomed = legacy_actor(&url, "hero:work_queue:lw", "A", true);
+    let mut doomed = legacy_actor(&url, &keys().legacy_work_queue("lw"), "A", true);
     doomed.expect_line("ready", LONG).await;
     let job = NewJob::builder("lt", "x")
         .timeout(Duration::from_secs(1))
@@ -410,7 +440,7 @@ async fn a_legacy_actor_killed_mid_job_has_the_job_handed_out_again_after_its_ti
         .expect_line(&format!("took {}", job.id()), LONG)
         .await;
     doomed.kill9();
-    let b = legacy_actor(&url, "hero:work_queue:lw", "B", false);
+    let b = legacy_actor(&url, &keys().legacy_work_queue("lw"), "B", false);
     let r = client.wait(job.id(), LONG).await.unwrap();
     assert_eq!((r.status, r.output.as_str()), (Status::Finished, "B"));
     b.expect_line(&format!("ran {}", job.id()), LONG).await;
@@ -418,8 +448,8 @@ async fn a_legacy_actor_killed_mid_job_has_the_job_handed_out_again_after_its_ti
     assert_eq!(rec.attempts, 2, "handed out twice");
     bridge_settled(
         &server,
-        "hero:meta:bridge:work_queue:lw",
-        "hero:q:work:type:lt",
+        &bridge_track_key(&keys().legacy_work_queue("lw")),
+        &work_key("lt"),
     )
     .await;
 }
@@ -430,7 +460,7 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
     let url = server.url();
     let dual = |on| {
         broker_config(vec![mapping(
-            "hero:work_queue:dp",
+            &keys().legacy_work_queue("dp"),
             "dp",
             Direction::Outbound,
             on,
@@ -440,7 +470,7 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
     let client = Client::connect(&url).await.unwrap();
     let runs = Runs::default();
     let _w = new_worker(&client, "dp", "new", runs.clone());
-    let actor = legacy_actor(&url, "hero:work_queue:dp", "legacy", false);
+    let actor = legacy_actor(&url, &keys().legacy_work_queue("dp"), "legacy", false);
     actor.expect_line("ready", LONG).await;
 
     let mut ids = Vec::new();
@@ -469,8 +499,8 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
     all_finished(&server, &ids, Duration::from_secs(60)).await;
     bridge_settled(
         &server,
-        "hero:meta:bridge:work_queue:dp",
-        "hero:q:work:type:dp",
+        &bridge_track_key(&keys().legacy_work_queue("dp")),
+        &work_key("dp"),
     )
     .await;
     // the legacy actor prints `ran` just after it records the result: wait for its lines
@@ -498,6 +528,6 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
         assert_eq!(total.get(id), Some(&1), "{id} ran exactly once");
     }
     assert_eq!(total.len(), 600);
-    let left: i64 = raw.llen("hero:work_queue:dp").await.unwrap();
+    let left: i64 = raw.llen(keys().legacy_work_queue("dp")).await.unwrap();
     assert_eq!(left, 0);
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use hero_broker::config::BrokerConfig;
 use hero_client::reply::FetchReply;
 use hero_client::{Client, Job, NewJob, Status};
-use hero_tests::{binary, wait_for, InProcBroker, InProcWorker, Proc, RedisServer};
+use hero_testkit::keys;
+use hero_testkit::{binary, wait_for, InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
 
@@ -36,10 +37,7 @@ async fn several_brokers_requeue_each_job_of_a_dead_consumer_exactly_once() {
     let got = FetchReply::decode(&client.redis().query(&cmd).await.unwrap()).unwrap();
     assert_eq!(got.jobs.len(), 300);
     let mut raw = server.conn().await;
-    let _: () = raw
-        .zadd("hero:meta:consumers", "g:dead:1", 1)
-        .await
-        .unwrap();
+    let _: () = raw.zadd(keys().consumers(), "g:dead:1", 1).await.unwrap();
 
     let cfg = BrokerConfig {
         presence_poll: Duration::from_millis(5),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use hero_tests::{binary, free_port, Proc, RedisServer};
+use hero_testkit::{binary, free_port, Proc, RedisServer};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hero-cli-{name}-{}", std::process::id()));

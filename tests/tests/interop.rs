@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
 use hero_client::{Client, Job, JobId, NewJob, Status};
-use hero_tests::{InProcBroker, InProcWorker, Proc, RedisServer};
+use hero_testkit::work_key;
+use hero_testkit::{InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -101,8 +102,5 @@ async fn rust_submits_with_run_and_wait_and_the_python_worker_runs_it_with_fence
         "the worker stops after its 3 jobs"
     );
     let mut raw = server.conn().await;
-    assert_eq!(
-        hero_tests::pending(&mut raw, "hero:q:work:type:pyw").await,
-        0
-    );
+    assert_eq!(hero_testkit::pending(&mut raw, work_key("pyw")).await, 0);
 }

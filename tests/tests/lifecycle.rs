@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
 use hero_client::{Client, Job, NewJob, Status, StopOutcome};
-use hero_tests::{binary, InProcBroker, InProcWorker, Proc, RedisServer};
+use hero_testkit::keys;
+use hero_testkit::{binary, InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 
 #[tokio::test]
@@ -23,7 +24,7 @@ async fn stopped_queued_job_never_starts() {
         .types(["v"])
         .handler(|_j: Job, _| async { Outcome::Done("ran".into()) });
     let mut w = InProcWorker::spawn(worker);
-    let after_id = after.id().to_string();
+    let after_id = after.id().clone();
     let started = w
         .next(Duration::from_secs(10), |e| match e {
             WorkerEvent::Started { job_id, .. } => Some(job_id.clone()),
@@ -56,7 +57,7 @@ async fn stopped_running_job_is_interrupted_and_the_worker_goes_on() {
     let client = Client::connect(&url).await.unwrap();
     let forever = NewJob::builder("rhai", "loop { }").build().unwrap();
     client.submit(&forever).await.unwrap();
-    hero_tests::wait_for("the endless job to start", Duration::from_secs(10), || {
+    hero_testkit::wait_for("the endless job to start", Duration::from_secs(10), || {
         let client = client.clone();
         let id = forever.id().clone();
         async move { (client.status(&id).await.ok()? == Status::Started).then_some(()) }
@@ -222,7 +223,7 @@ async fn graceful_shutdown_lets_a_running_job_finish_within_the_deadline() {
     let presence: Vec<String> = {
         let mut raw = server.conn().await;
         redis::cmd("KEYS")
-            .arg("hero:meta:actor:*")
+            .arg(keys().presence_pattern())
             .query_async(&mut raw)
             .await
             .unwrap()
@@ -260,7 +261,7 @@ async fn worker_carries_on_when_redis_restarts_and_connections_drop() {
         .await
         .unwrap();
     let second = NewJob::builder("v", "x").build().unwrap();
-    let r = hero_tests::wait_for(
+    let r = hero_testkit::wait_for(
         "a submit after the connections dropped",
         Duration::from_secs(15),
         || {
@@ -273,7 +274,7 @@ async fn worker_carries_on_when_redis_restarts_and_connections_drop() {
 
     server.restart();
     let third = NewJob::builder("v", "x").build().unwrap();
-    let r = hero_tests::wait_for(
+    let r = hero_testkit::wait_for(
         "a submit after Redis restarted",
         Duration::from_secs(30),
         || {

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
 use hero_client::{Client, Job, NewJob};
-use hero_tests::{wait_for, InProcBroker, InProcWorker, RedisServer};
+use hero_testkit::work_key;
+use hero_testkit::{wait_for, InProcBroker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
 
@@ -86,14 +87,14 @@ async fn memory_returns_to_baseline_when_a_burst_is_done_and_retention_passed() 
         // only a finished job expires, so the keyspace at rest means every job ran (waiting on
         // the last job instead races its own expiry once the worker is fast)
         settle(&server, keys_at_rest).await;
-        let stream = "hero:q:work:type:m";
+        let stream = &work_key("m");
         let len: usize = raw.xlen(stream).await.unwrap();
         assert_eq!(
             len, 0,
             "{round}: the work stream is trimmed of done entries"
         );
         assert_eq!(
-            hero_tests::pending(&mut raw, stream).await,
+            hero_testkit::pending(&mut raw, stream).await,
             0,
             "{round}: no pending entries at rest"
         );

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hero_client::{Client, Job, NewJob};
-use hero_tests::{InProcWorker, RedisServer};
+use hero_testkit::{InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 
 #[tokio::test]
@@ -152,7 +152,7 @@ async fn idle_worker_wakes_within_milliseconds_of_a_submit() {
     .await;
     // the worker is parked in its blocking wait (XREAD BLOCK) before the job arrives
     let raw = server.conn().await;
-    hero_tests::wait_for(
+    hero_testkit::wait_for(
         "the worker blocked in XREAD",
         Duration::from_secs(5),
         || {

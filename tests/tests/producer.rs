@@ -4,8 +4,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hero_client::{Client, Job, ListFilter, NewJob, Priority, ScriptType, Status, Target};
-use hero_tests::{InProcWorker, RedisServer};
+use hero_client::{
+    Client, GroupName, InstanceName, Job, ListFilter, NewJob, Priority, ScriptType, Status, Target,
+};
+use hero_testkit::keys;
+use hero_testkit::{InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 use redis::AsyncCommands;
 
@@ -33,7 +36,11 @@ async fn list_pages_through_every_job_by_queue_and_by_status() {
     );
     let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
     loop {
-        let page = client.list(&queue, cursor.as_deref(), 10).await.unwrap();
+        let page = client
+            .inspector()
+            .list(&queue, cursor.as_deref(), 10)
+            .await
+            .unwrap();
         pages += 1;
         seen.extend(page.jobs.into_iter().map(|j| j.id));
         match page.next {
@@ -49,6 +56,7 @@ async fn list_pages_through_every_job_by_queue_and_by_status() {
     let mut cursor = None::<String>;
     for _ in 0..1000 {
         let page = client
+            .inspector()
             .list(&ListFilter::Status(Status::Waiting), cursor.as_deref(), 5)
             .await
             .unwrap();
@@ -78,10 +86,7 @@ async fn wait_answers_from_the_job_hash_when_no_reply_will_come() {
     })
     .await;
     let mut raw = server.conn().await;
-    let exists: bool = raw
-        .exists(format!("hero:q:reply:{}", job.id()))
-        .await
-        .unwrap();
+    let exists: bool = raw.exists(keys().reply(job.id())).await.unwrap();
     assert!(!exists);
     let r = client.wait(job.id(), Duration::from_secs(5)).await.unwrap();
     assert_eq!((r.status, r.output.as_str()), (Status::Finished, "kept"));
@@ -120,8 +125,15 @@ async fn presence_shows_a_live_worker_with_a_ttl_and_is_removed_on_exit() {
     })
     .await;
     let mut raw = server.conn().await;
+    let presence = |t: &str| {
+        keys().presence(
+            &ScriptType::new(t).unwrap(),
+            &GroupName::new("io").unwrap(),
+            &InstanceName::new("3").unwrap(),
+        )
+    };
     for t in ["a", "b"] {
-        let key = format!("hero:meta:actor:inst:{t}:io:3");
+        let key = presence(t);
         let json: String = raw.get(&key).await.unwrap();
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         for field in [
@@ -137,15 +149,12 @@ async fn presence_shows_a_live_worker_with_a_ttl_and_is_removed_on_exit() {
         let ttl: i64 = raw.pttl(&key).await.unwrap();
         assert!(ttl > 0 && ttl <= 6000, "presence expires by itself: {ttl}");
     }
-    let live: Option<f64> = raw
-        .zscore("hero:meta:consumers", &w.consumer)
-        .await
-        .unwrap();
+    let live: Option<f64> = raw.zscore(keys().consumers(), &w.consumer).await.unwrap();
     assert!(live.is_some(), "liveness registered");
     let consumer = w.consumer.clone();
     w.stop().await;
-    let exists: bool = raw.exists("hero:meta:actor:inst:a:io:3").await.unwrap();
-    let live: Option<f64> = raw.zscore("hero:meta:consumers", &consumer).await.unwrap();
+    let exists: bool = raw.exists(presence("a")).await.unwrap();
+    let live: Option<f64> = raw.zscore(keys().consumers(), &consumer).await.unwrap();
     assert!(
         !exists && live.is_none(),
         "a clean exit removes presence and liveness"
@@ -157,6 +166,7 @@ async fn list_returns_an_empty_last_page_when_nothing_matches() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let page = client
+        .inspector()
         .list(&ListFilter::Status(Status::Waiting), None, 10)
         .await
         .unwrap();
@@ -165,7 +175,7 @@ async fn list_returns_an_empty_last_page_when_nothing_matches() {
         Target::of_type(ScriptType::new("none").unwrap()),
         Priority::DEFAULT,
     );
-    let page = client.list(&queue, None, 10).await.unwrap();
+    let page = client.inspector().list(&queue, None, 10).await.unwrap();
     assert!(page.jobs.is_empty() && page.next.is_none());
 }
 

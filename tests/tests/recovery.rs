@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
 use hero_client::{Client, JobId, NewJob, Status};
-use hero_tests::{all_finished, binary, InProcBroker, Proc, RedisServer};
+use hero_testkit::work_key;
+use hero_testkit::{all_finished, binary, InProcBroker, Proc, RedisServer};
 use redis::AsyncCommands;
 
 fn test_worker(url: &str, label: &str, extra: &[&str]) -> Proc {
@@ -176,11 +177,11 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
     assert!(rerun > 0, "A held jobs when it was killed");
     let mut raw = server.conn().await;
     assert_eq!(
-        hero_tests::pending(&mut raw, "hero:q:work:type:t").await,
+        hero_testkit::pending(&mut raw, work_key("t")).await,
         0,
         "nothing left pending"
     );
-    let len: usize = raw.xlen("hero:q:work:type:t").await.unwrap();
+    let len: usize = raw.xlen(work_key("t")).await.unwrap();
     assert_eq!(len, 0, "the work stream is empty");
 }
 

@@ -10,8 +10,9 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
+use crate::event::WorkerEvent;
 use crate::outcome::Outcome;
-use crate::worker::{Shared, WorkerEvent};
+use crate::shared::Shared;
 
 /// How many outcomes go into one call at most.
 const BATCH: usize = 256;
@@ -20,7 +21,7 @@ const IN_FLIGHT: usize = 4;
 
 /// One job's outcome on its way to Redis.
 pub(crate) struct Finished {
-    pub job_id: String,
+    pub job_id: JobId,
     pub stream: usize,
     pub lease: String,
     /// The job's `reply` field as read with its record ('' when it has none).
@@ -94,25 +95,16 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
     let mut call = CompleteBatch::new(&s.keys, &now.iso, s.redis.caps().xackdel_flag());
     let mut sent = Vec::with_capacity(batch.len());
     for f in batch.drain(..) {
-        // ids came from Redis: one that is not a valid id cannot have a job hash of ours
-        match JobId::new(&f.job_id) {
-            Ok(id) => {
-                let (ending, text) = ending(&f.outcome);
-                let retry_at = retry_at_ms(&f.outcome, f.attempt, now.ms);
-                let held = Leased {
-                    id: &id,
-                    stream: &s.streams[f.stream],
-                    lease: &f.lease,
-                    reply: &f.reply,
-                };
-                call.push(held, ending, text, retry_at);
-                sent.push(f);
-            }
-            Err(_) => {
-                tracing::warn!(job = %f.job_id, "job id from the stream is not a valid id; outcome dropped");
-                s.inflight.remove(&f.job_id);
-            }
-        }
+        let (ending, text) = ending(&f.outcome);
+        let retry_at = retry_at_ms(&f.outcome, f.attempt, now.ms);
+        let held = Leased {
+            id: &f.job_id,
+            stream: &s.streams[f.stream],
+            lease: &f.lease,
+            reply: &f.reply,
+        };
+        call.push(held, ending, text, retry_at);
+        sent.push(f);
     }
     if sent.is_empty() {
         return;

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use hero_client::JobId;
 use tokio_util::sync::CancellationToken;
 
 /// Why a running job's handler was interrupted.
@@ -35,32 +36,32 @@ impl Running {
 
 #[derive(Default)]
 pub struct InFlight {
-    jobs: Mutex<HashMap<String, Running>>,
+    jobs: Mutex<HashMap<JobId, Running>>,
 }
 
 impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Running>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn insert(&self, job_id: &str, stream: usize, entry: &str) -> Running {
+    pub fn insert(&self, job_id: &JobId, stream: usize, entry: &str) -> Running {
         let running = Running {
             stream,
             entry: entry.to_string(),
             cancel: CancellationToken::new(),
             reason: Default::default(),
         };
-        self.lock().insert(job_id.to_string(), running.clone());
+        self.lock().insert(job_id.clone(), running.clone());
         running
     }
 
-    pub fn remove(&self, job_id: &str) {
+    pub fn remove(&self, job_id: &JobId) {
         self.lock().remove(job_id);
     }
 
     /// Interrupts a job if it is running here with this lease (`None`: any lease). The first
     /// reason given sticks.
-    pub fn cancel(&self, job_id: &str, lease: Option<&str>, reason: CancelReason) -> bool {
+    pub fn cancel(&self, job_id: &JobId, lease: Option<&str>, reason: CancelReason) -> bool {
         let jobs = self.lock();
         match jobs.get(job_id) {
             Some(r) if lease.is_none_or(|l| l == r.entry) => {
@@ -76,14 +77,14 @@ impl InFlight {
     }
 
     pub fn cancel_all(&self, reason: CancelReason) {
-        let ids: Vec<String> = self.lock().keys().cloned().collect();
+        let ids: Vec<JobId> = self.lock().keys().cloned().collect();
         for id in ids {
             self.cancel(&id, None, reason);
         }
     }
 
     /// (job id, stream index, lease) of every running job.
-    pub fn snapshot(&self) -> Vec<(String, usize, String)> {
+    pub fn snapshot(&self) -> Vec<(JobId, usize, String)> {
         self.lock()
             .iter()
             .map(|(id, r)| (id.clone(), r.stream, r.entry.clone()))

@@ -15,22 +15,34 @@
 //! ```
 //!
 //! # Layout
-//! - [`worker`]: builder, fetch loop (precedence + wake-ups), job tasks, shutdown.
-//! - [`outcome`]: the handler contract ([`Handler`], [`JobContext`], [`Outcome`]).
+//! - [`worker`]: the builder, and the run that starts every loop and shuts them down.
+//! - `shared`: what every task of one worker shares (names, streams, settings, handler).
+//! - `fetch`: the fetch loop (precedence, two fetches under way, wake-ups on XREAD).
+//! - `task`: one job: its record read, the handler run (timeout, stop, panic), its outcome.
 //! - `complete`: batched, fenced recording of outcomes.
-//! - `lease`: heartbeat, lease renewal, control list, hand-back.
+//! - `presence`: heartbeat and liveness; `lease`: renewal and hand-back; `control`: stop
+//!   requests.
+//! - [`event`]: what a worker reports ([`WorkerEvent`]).
+//! - [`outcome`]: the handler contract ([`Handler`], [`JobContext`], [`Outcome`]).
 //! - [`inflight`]: the running jobs and why one was interrupted.
 //! - `backoff`: reconnect and retry delays.
 
 mod backoff;
 mod complete;
+mod control;
 mod error;
+pub mod event;
+mod fetch;
 pub mod inflight;
 mod lease;
 pub mod outcome;
+mod presence;
+mod shared;
+mod task;
 pub mod worker;
 
 pub use error::{Error, Result};
+pub use event::WorkerEvent;
 pub use inflight::CancelReason;
 pub use outcome::{Handler, JobContext, Outcome};
-pub use worker::{Worker, WorkerBuilder, WorkerEvent};
+pub use worker::{Worker, WorkerBuilder};

@@ -13,12 +13,12 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 fn line(s: String) {
-    hero_tests::say(&s);
+    hero_testkit::say(&s);
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let flags = hero_tests::flags();
+    let flags = hero_testkit::flags();
     let get = |k: &str, d: &str| flags.get(k).cloned().unwrap_or_else(|| d.to_string());
     let queue = get("queue", "hero:work_queue:w1");
     let label = get("label", "legacy");

@@ -12,13 +12,13 @@ use std::time::Duration;
 use hero_worker::{Outcome, Worker, WorkerEvent};
 
 fn line(s: String) {
-    hero_tests::say(&s);
+    hero_testkit::say(&s);
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    hero_tests::init_tracing();
-    let flags = hero_tests::flags();
+    hero_testkit::init_tracing();
+    let flags = hero_testkit::flags();
     let get = |k: &str, d: &str| flags.get(k).cloned().unwrap_or_else(|| d.to_string());
     let ms = |k: &str, d: u64| Duration::from_millis(get(k, &d.to_string()).parse().unwrap_or(d));
     let client = hero_client::Client::connect(&get("url", "redis://127.0.0.1:6379")).await?;

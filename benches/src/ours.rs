@@ -2,7 +2,7 @@
 //! with the job hash, fenced completion, presence and lease renewal all on. Job ids carry their
 //! submit time (`<seq>-<µs since the epoch>`), so latencies need no table of their own.
 //!
-//! Also the `bench-worker` child of the recovery scenario: a worker process whose handlers
+//! Also the `worker` child of the recovery scenario: a worker process whose handlers
 //! never finish, so it can be killed holding running jobs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,9 +17,12 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::report::{percentiles, Figures};
-use super::{BenchArgs, Probe, Scenario};
-use crate::config::BrokerConfig;
+use hero_broker::config::BrokerConfig;
+use hero_broker::daemon;
+use hero_broker::loops::retention;
+
+use crate::bench::{BenchArgs, Probe, Scenario};
+use crate::report::{percentiles, Figures};
 
 const TYPE: &str = "bench";
 /// The longest any single wait of a scenario may take before the run is called broken.
@@ -72,7 +75,7 @@ impl Tally {
         match e {
             WorkerEvent::Ready { .. } => self.ready.notify_one(),
             WorkerEvent::Completed { job_id, .. } => {
-                if let Some(t) = submitted_us(job_id) {
+                if let Some(t) = submitted_us(job_id.as_str()) {
                     if let Ok(mut v) = self.result_us.lock() {
                         v.push(now_us().saturating_sub(t));
                     }
@@ -317,11 +320,11 @@ impl Ours {
             retention,
             ..BrokerConfig::default()
         };
-        crate::broker::publish_config(&self.client, &cfg).await?;
+        daemon::publish_config(&self.client, &cfg).await?;
         let settle = || async {
             tokio::time::sleep(retention + Duration::from_millis(100)).await;
             // what the broker's retention loop does
-            crate::retention::pass(&self.client, retention).await?;
+            retention::pass(&self.client, retention).await?;
             // Redis shrinks its tables in its own cron; give it a second, as the peer gets
             tokio::time::sleep(Duration::from_secs(1)).await;
             anyhow::Ok(())
@@ -346,17 +349,17 @@ impl Ours {
     async fn recovery(&self) -> Result<f64> {
         let n = self.args.recovery_jobs;
         let stop_broker = CancellationToken::new();
-        let broker = tokio::spawn(crate::broker::run(
+        let broker = tokio::spawn(daemon::run(
             self.client.clone(),
             BrokerConfig::default(),
             stop_broker.clone(),
         ));
         let result = async {
-            let exe = std::env::current_exe().context("finding the hero binary")?;
+            let exe = std::env::current_exe().context("finding the hero-bench binary")?;
             let mut child = tokio::process::Command::new(exe)
+                .arg("worker")
                 .arg("--redis-url")
                 .arg(self.client.redis().url())
-                .arg("bench-worker")
                 .arg("--concurrency")
                 .arg(n.to_string())
                 .arg("--presence-ms")

@@ -1,9 +1,8 @@
 //! Promotion of due delayed jobs and retries from `hero:meta:delayed` into their work streams,
 //! through `hero_promote` (a second broker's call for the same job is a no-op).
 
-use hero_client::function::Function;
-use hero_client::keys::CONSUMER_GROUP;
-use hero_client::{clock, Client, GroupName, InstanceName, JobId, Priority, ScriptType, Target};
+use hero_client::job::{Placement, PLACEMENT_FIELDS};
+use hero_client::{clock, function, Client, JobId};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
@@ -32,41 +31,19 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
         }
         let mut read = redis::pipe();
         for id in &due {
-            read.cmd("HMGET").arg(keys.job_unchecked(id)).arg(&[
-                "script_type",
-                "group",
-                "instance",
-                "priority",
-            ]);
+            read.cmd("HMGET")
+                .arg(keys.job_unchecked(id))
+                .arg(&PLACEMENT_FIELDS);
         }
         let targets = client.redis().pipeline(&read).await?;
         let mut write = redis::pipe();
         let now = clock::now_iso();
         for (id, row) in due.iter().zip(targets) {
             let fields: Vec<Option<String>> = redis::from_redis_value(row?).unwrap_or_default();
-            let get = |i: usize| fields.get(i).cloned().flatten().unwrap_or_default();
-            let target = ScriptType::new(get(0)).ok().map(|t| {
-                Target::new(
-                    t,
-                    GroupName::new(get(1)).ok(),
-                    InstanceName::new(get(2)).ok(),
-                )
-            });
-            let priority = get(3)
-                .parse()
-                .ok()
-                .and_then(|p| Priority::new(p).ok())
-                .unwrap_or_default();
-            match (JobId::new(id), target) {
-                (Ok(job_id), Some(target)) => {
-                    let mut cmd = Function::Promote.call(&[
-                        keys.delayed(),
-                        keys.job(&job_id),
-                        keys.work(&target, priority),
-                        keys.queues(),
-                    ]);
-                    cmd.arg(id).arg(CONSUMER_GROUP).arg(&now);
-                    write.add_command(cmd);
+            match (JobId::new(id), Placement::read(&fields)) {
+                (Ok(job_id), Some(at)) => {
+                    let stream = keys.work(&at.target, at.priority);
+                    write.add_command(function::promote(keys, &job_id, &stream, &now));
                 }
                 (job_id, _) => {
                     // Nothing to dispatch it to: it ends `error` with the reason, atomically with
@@ -102,7 +79,7 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
 
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let metric = "hero_broker_promoted_total";
-    crate::broker::every(
+    super::every(
         "promoted delayed jobs",
         metric,
         cfg.promote_poll,

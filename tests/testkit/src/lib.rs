@@ -1,6 +1,8 @@
 //! The test kit: a throwaway `redis-server` per test on a free loopback port (never 6379, never
-//! shared), killed by pid when dropped; child processes of the workspace's binaries with their
-//! output captured line by line; and bounded waits so a hang fails fast instead of sleeping.
+//! shared; a port taken between choosing and binding is chosen again), killed by pid when
+//! dropped, its log's tail printed when the test fails; child processes of the workspace's
+//! binaries with their output captured line by line; workers and brokers in the test process;
+//! and bounded waits so a hang fails fast instead of sleeping.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -30,18 +32,45 @@ impl RedisServer {
     }
 
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("hero-test-redis-{port}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create redis test dir");
+        let mut server = RedisServer {
+            port: 0,
+            dir: PathBuf::new(),
+            child: None,
+            args: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        // The port is free when chosen, but another process may take it before redis-server
+        // binds it: then it exits at once, and a new port is chosen.
+        for _ in 0..5 {
+            server.port = free_port();
+            server.dir = std::env::temp_dir().join(format!(
+                "hero-test-redis-{}-{}",
+                server.port,
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&server.dir);
+            std::fs::create_dir_all(&server.dir).expect("create redis test dir");
+            if server.spawn() {
+                return server;
+            }
+            let _ = std::fs::remove_dir_all(&server.dir);
+        }
+        panic!("redis-server would not start on five free ports in a row");
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    fn command_line(&self) -> Vec<String> {
         let mut args: Vec<String> = vec![
             "--port".into(),
-            port.to_string(),
+            self.port.to_string(),
             "--bind".into(),
             "127.0.0.1".into(),
             "--dir".into(),
-            dir.display().to_string(),
+            self.dir.display().to_string(),
+            "--logfile".into(),
+            self.log_file().display().to_string(),
             "--save".into(),
             "".into(),
             "--appendonly".into(),
@@ -49,22 +78,17 @@ impl RedisServer {
             "--daemonize".into(),
             "no".into(),
             "--loglevel".into(),
-            "warning".into(),
+            "notice".into(),
         ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut server = RedisServer {
-            port,
-            dir,
-            child: None,
-            args,
-        };
-        server.spawn();
-        server
+        args.extend(self.args.iter().cloned());
+        args
     }
 
-    fn spawn(&mut self) {
+    /// Starts redis-server and waits until it answers; false when it exited before that (its
+    /// port was taken).
+    fn spawn(&mut self) -> bool {
         let child = Command::new(redis_server_binary())
-            .args(&self.args)
+            .args(self.command_line())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -72,6 +96,12 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(_)) = c.try_wait() {
+                    self.child = None;
+                    return false;
+                }
+            }
             if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
@@ -81,17 +111,25 @@ impl RedisServer {
                     if s.read_exact(&mut buf).is_ok()
                         && (&buf == b"+PONG\r\n" || &buf == b"-NOAUTH")
                     {
-                        return;
+                        return true;
                     }
                 }
             }
             assert!(
                 Instant::now() < deadline,
-                "redis-server on port {} did not become ready",
-                self.port
+                "redis-server on port {} did not become ready; its log:\n{}",
+                self.port,
+                self.log_tail(40)
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The last `n` lines of the server's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(self.log_file()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     pub fn url(&self) -> String {
@@ -105,7 +143,12 @@ impl RedisServer {
     /// SIGKILL, then start again on the same port and directory (AOF replayed if on).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "redis-server did not start again on port {}; its log:\n{}",
+            self.port,
+            self.log_tail(40)
+        );
     }
 
     pub fn kill(&mut self) {
@@ -128,6 +171,13 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- the last lines of redis-server's log (port {}) ---\n{}",
+                self.port,
+                self.log_tail(30)
+            );
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -307,9 +357,9 @@ pub fn init_tracing() {
 }
 
 /// How many entries of `stream` are pending (delivered, not acknowledged) in the workers' group.
-pub async fn pending(raw: &mut redis::aio::MultiplexedConnection, stream: &str) -> i64 {
+pub async fn pending(raw: &mut redis::aio::MultiplexedConnection, stream: impl AsRef<str>) -> i64 {
     let summary: Vec<redis::Value> = redis::cmd("XPENDING")
-        .arg(stream)
+        .arg(stream.as_ref())
         .arg(hero_client::keys::CONSUMER_GROUP)
         .query_async(raw)
         .await
@@ -392,11 +442,11 @@ impl InProcBroker {
         let client = hero_client::Client::connect(url)
             .await
             .expect("broker connects");
-        hero_broker::broker::publish_config(&client, &cfg)
+        hero_broker::daemon::publish_config(&client, &cfg)
             .await
             .expect("publish config");
         let stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(hero_broker::broker::run(client, cfg, stop.clone()));
+        tokio::spawn(hero_broker::daemon::run(client, cfg, stop.clone()));
         InProcBroker { stop }
     }
 }
@@ -423,16 +473,44 @@ pub fn flags() -> std::collections::HashMap<String, String> {
         .collect()
 }
 
+/// The keys of the default namespace `hero`, which the tests use.
+pub fn keys() -> hero_client::Keyspace {
+    hero_client::Keyspace::new(&hero_client::Namespace::new("hero").expect("namespace"))
+}
+
+/// The key of job `id` in namespace `hero` (any string: tests plant foreign ids too).
+pub fn job_key(id: impl std::fmt::Display) -> String {
+    keys().job_unchecked(&id.to_string())
+}
+
+/// The work stream of a script type at the default priority, in namespace `hero`.
+pub fn work_key(script_type: &str) -> String {
+    let t = hero_client::ScriptType::new(script_type).expect("script type");
+    keys().work(
+        &hero_client::Target::of_type(t),
+        hero_client::Priority::DEFAULT,
+    )
+}
+
+/// The tracking zset of the legacy list `legacy` (a full key), in namespace `hero`.
+pub fn bridge_track_key(legacy: &str) -> String {
+    let keys = keys();
+    let queue = keys.parse_legacy_queue(legacy).expect("a legacy queue key");
+    keys.bridge_track(&queue)
+}
+
 /// Waits until every job of `ids` is `finished` (namespace `hero`).
 pub async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration) {
     let raw = server.conn().await;
+    let keys = keys();
     wait_for("every job finished", limit, || {
         let mut raw = raw.clone();
         let ids = ids.to_vec();
+        let keys = keys.clone();
         async move {
             let mut pipe = redis::pipe();
             for id in &ids {
-                pipe.hget(format!("hero:job:{id}"), "status");
+                pipe.hget(keys.job_unchecked(id), "status");
             }
             let statuses: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
             statuses

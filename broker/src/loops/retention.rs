@@ -31,7 +31,7 @@ pub async fn pass(client: &Client, retention: Duration) -> hero_client::Result<u
 
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let metric = "hero_broker_expired_total";
-    crate::broker::every(
+    super::every(
         "deleted jobs past their retention",
         metric,
         cfg.retention_poll,

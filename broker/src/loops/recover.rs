@@ -4,60 +4,16 @@
 
 use std::time::Duration;
 
-use hero_client::function::{self, Recovery};
-use hero_client::reply::Recovered;
+use hero_client::function::Recovery;
+use hero_client::recovery::{recover_stream, Taken};
 use hero_client::{clock, Client};
-use redis::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
 
-/// Totals of one recovery pass.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Pass {
-    pub requeued: u64,
-    pub dead: u64,
-}
-
-impl Pass {
-    fn add(&mut self, requeued: u64, dead: u64) {
-        self.requeued += requeued;
-        self.dead += dead;
-    }
-
-    fn record(&self, path: &'static str) {
-        metrics::counter!("hero_broker_requeued_total", "path" => path).increment(self.requeued);
-        metrics::counter!("hero_broker_dead_lettered_total", "path" => path).increment(self.dead);
-    }
-}
-
-/// Runs `hero_recover` over one stream until its cursor is done.
-async fn recover_stream(
-    client: &Client,
-    cfg: &BrokerConfig,
-    stream: &str,
-    which: Recovery<'_>,
-) -> hero_client::Result<Pass> {
-    let keys = client.keys();
-    let mut pass = Pass::default();
-    let mut cursor = "0-0".to_string();
-    loop {
-        let cmd = function::recover(
-            keys,
-            stream,
-            which,
-            200,
-            cfg.max_attempts,
-            &cursor,
-            client.redis().caps().xackdel_flag(),
-        );
-        let r = Recovered::decode(&client.redis().query::<Value>(&cmd).await?)?;
-        pass.add(r.requeued, r.dead);
-        if r.cursor == "0-0" {
-            return Ok(pass);
-        }
-        cursor = r.cursor;
-    }
+fn record(taken: Taken, path: &'static str) {
+    metrics::counter!("hero_broker_requeued_total", "path" => path).increment(taken.requeued);
+    metrics::counter!("hero_broker_dead_lettered_total", "path" => path).increment(taken.dead);
 }
 
 async fn streams(client: &Client) -> hero_client::Result<Vec<String>> {
@@ -69,7 +25,7 @@ async fn streams(client: &Client) -> hero_client::Result<Vec<String>> {
 
 /// One presence pass: every consumer whose liveness deadline has passed gets its deliveries
 /// put back, then leaves the liveness set.
-pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Pass> {
+pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Taken> {
     let dead: Vec<String> = client
         .redis()
         .query(
@@ -82,16 +38,25 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
                 .arg(100),
         )
         .await?;
-    let mut total = Pass::default();
+    let mut total = Taken::default();
     if dead.is_empty() {
         return Ok(total);
     }
     let streams = streams(client).await?;
     for consumer in dead {
-        let mut pass = Pass::default();
+        let mut pass = Taken::default();
         for stream in &streams {
-            let p = recover_stream(client, cfg, stream, Recovery::Consumer(&consumer)).await?;
-            pass.add(p.requeued, p.dead);
+            let which = Recovery::Consumer(&consumer);
+            pass.add(
+                recover_stream(
+                    client.redis(),
+                    client.keys(),
+                    stream,
+                    which,
+                    cfg.max_attempts,
+                )
+                .await?,
+            );
         }
         // Only now: had a call failed, the consumer stays listed and the next pass retries it.
         let _: i64 = client
@@ -108,21 +73,23 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
             dead = pass.dead,
             "recovered the jobs of a dead worker"
         );
-        total.add(pass.requeued, pass.dead);
+        total.add(pass);
     }
-    total.record("presence");
+    record(total, "presence");
     Ok(total)
 }
 
 /// One idle pass: XPENDING IDLE + XCLAIM on every stream for deliveries idle past the lease.
-pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Pass> {
-    let mut total = Pass::default();
+pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Taken> {
+    let mut total = Taken::default();
     for stream in streams(client).await? {
+        let which = Recovery::Idle(u64::try_from(cfg.lease.as_millis()).unwrap_or(u64::MAX));
         let p = recover_stream(
-            client,
-            cfg,
+            client.redis(),
+            client.keys(),
             &stream,
-            Recovery::Idle(cfg.lease.as_millis() as u64),
+            which,
+            cfg.max_attempts,
         )
         .await?;
         if p.requeued + p.dead > 0 {
@@ -133,9 +100,9 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Resu
                 "reclaimed idle deliveries"
             );
         }
-        total.add(p.requeued, p.dead);
+        total.add(p);
     }
-    total.record("idle");
+    record(total, "idle");
     Ok(total)
 }
 

@@ -1,14 +1,15 @@
-//! The broker daemon: publishes the settings the server functions read, then runs the
-//! recovery, promotion, retention and legacy bridge loops until told to stop. It holds no state of its own, so any
-//! number of brokers may run against one Redis.
+//! The broker daemon: publishes the settings the server functions (and workers and clients in
+//! other languages) read, then runs the periodic loops (`loops`) and the legacy bridge until told
+//! to stop. It holds no state of its own, so any number of brokers may run against one Redis.
 
 use hero_client::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::{promote, recover, retention};
+use crate::loops::{promote, recover, retention};
 
-/// Writes retention and reply TTL into the namespace's config hash.
+/// Writes retention, reply TTL and the lease into the namespace's config hash (`lease_ms` is
+/// what a worker in another language renews within: docs/protocol.md).
 pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<()> {
     let _: () = client
         .redis()
@@ -18,7 +19,9 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_client:
                 .arg("retention_ms")
                 .arg(cfg.retention.as_millis() as u64)
                 .arg("reply_ttl_ms")
-                .arg(cfg.reply_ttl.as_millis() as u64),
+                .arg(cfg.reply_ttl.as_millis() as u64)
+                .arg("lease_ms")
+                .arg(cfg.lease.as_millis() as u64),
         )
         .await?;
     crate::bridge::publish(client, cfg).await
@@ -52,31 +55,5 @@ async fn republish(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         if let Err(e) = publish_config(&client, &cfg).await {
             tracing::warn!(error = %e, "could not publish broker settings; retrying");
         }
-    }
-}
-
-/// Runs `pass` every `poll` until `stop` is cancelled: how many jobs each pass moved is added to
-/// the counter `metric` (and logged as `what` was done to them); a failed pass is logged and the
-/// next one comes at the usual time.
-pub(crate) async fn every<F, Fut>(
-    what: &'static str,
-    metric: &'static str,
-    poll: std::time::Duration,
-    stop: CancellationToken,
-    mut pass: F,
-) where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = hero_client::Result<u64>>,
-{
-    loop {
-        match pass().await {
-            Ok(n) if n > 0 => {
-                metrics::counter!(metric).increment(n);
-                tracing::debug!(jobs = n, "{what}")
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "a pass that {what} failed; retrying"),
-        }
-        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(poll) => {} }
     }
 }

@@ -6,8 +6,10 @@ use std::process::Stdio;
 
 use anyhow::{bail, Context, Result};
 
-use super::report::Figures;
-use super::{on_path, BenchArgs, Pinning, Scenario};
+use crate::report::Figures;
+use hero_broker::local_redis::on_path;
+
+use crate::bench::{BenchArgs, Pinning, Scenario};
 
 pub struct Peer {
     dir: PathBuf,

@@ -1,4 +1,4 @@
-//! `hero bench` (SPEC §9): starts a throwaway `redis-server`, pins it and the load to different
+//! The benchmark run (SPEC §9): starts a throwaway `redis-server`, pins it and the load to different
 //! cores, runs each scenario with hero's own client and worker (the API users get, no
 //! shortcuts) and, with `--peer bullmq`, the same scenario with BullMQ on the same Redis,
 //! interleaved round by round; then prints one table of medians and writes it as JSON.
@@ -6,19 +6,16 @@
 //! Every figure is measured the same way on both sides: a timed section, Redis CPU time from
 //! `INFO cpu` before and after it, latencies from a submit timestamp carried in the job.
 
-mod ours;
-mod peer;
-mod report;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use crate::local_redis::{self, on_path, LocalRedis};
-pub use ours::{bench_worker, BenchWorkerArgs};
-use report::{Figures, Report};
+use hero_broker::local_redis::{self, on_path, LocalRedis};
+
+use crate::report::{Figures, Report};
+use crate::{ours, peer};
 
 /// The scenarios, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]

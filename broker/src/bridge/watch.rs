@@ -1,0 +1,57 @@
+//! The watch: follows the jobs legacy actors hold (handed out, or dual-pushed) with
+//! `hero_bridge_watch` until their record says they ended, and takes back the ones no actor
+//! picked up or finished.
+
+use hero_client::function::{self, Watch};
+use hero_client::Client;
+use redis::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{counts, pause, Route, BATCH};
+use crate::config::BrokerConfig;
+
+/// Follows the jobs legacy actors hold, a pass every `bridge_poll`.
+pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: CancellationToken) {
+    loop {
+        if let Err(e) = pass(&client, &cfg, &route).await {
+            tracing::warn!(error = %e, list = %route.list, "bridge watch failed; retrying");
+        }
+        if !pause(&stop, cfg.bridge_poll).await {
+            return;
+        }
+    }
+}
+
+async fn pass(client: &Client, cfg: &BrokerConfig, route: &Route) -> hero_client::Result<()> {
+    let watch = Watch {
+        queue: &route.queue,
+        stream: &route.stream,
+        pickup_ms: u64::try_from(route.m.pickup.as_millis()).unwrap_or(u64::MAX),
+        dual_push: route.m.dual_push,
+    };
+    let mut rank = 0i64;
+    loop {
+        let cmd = function::bridge_watch(
+            client.keys(),
+            &watch,
+            cfg.max_attempts,
+            client.redis().caps().xackdel_flag(),
+            BATCH,
+            rank,
+        );
+        let v: Value = client.redis().query(&cmd).await?;
+        let c = counts(&v);
+        let (ended, requeued, failed) = (
+            c.first().copied().unwrap_or(0),
+            c.get(1).copied().unwrap_or(0),
+            c.get(2).copied().unwrap_or(0),
+        );
+        if requeued + failed > 0 {
+            tracing::info!(list = %route.list, ended, requeued, failed, "bridge took back jobs legacy actors did not take or finish");
+        }
+        rank = c.get(3).copied().unwrap_or(0);
+        if rank == 0 {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! `hero broker`: the broker daemon until SIGTERM or ctrl-c.
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+
+use super::context::{connect, resolve_url, signal_token};
+use super::{BrokerArgs, Global};
+use crate::config::BrokerConfig;
+
+pub(super) async fn broker(g: &Global, args: &BrokerArgs) -> Result<i32> {
+    let cfg = args.config()?;
+    let client = connect(g, &resolve_url(g)).await?;
+    let stop = signal_token().await;
+    crate::daemon::run(client, cfg, stop).await?;
+    Ok(0)
+}
+
+pub(super) fn on_off(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
+}
+
+impl BrokerArgs {
+    pub(super) fn config(&self) -> Result<BrokerConfig> {
+        if self.max_attempts == 0 {
+            bail!("--max-attempts must be at least 1");
+        }
+        if self.lease_ms < 300 {
+            bail!("--lease-ms must be at least 300");
+        }
+        let (mut bridges, mut legacy_replies) = match &self.config {
+            Some(path) => crate::bridge::load_file(path)?,
+            None => (Vec::new(), None),
+        };
+        // flags add to the file's mappings and override its switch
+        bridges.extend(self.bridges.iter().cloned());
+        legacy_replies = self.legacy_replies.or(legacy_replies);
+        Ok(BrokerConfig {
+            retention: Duration::from_secs(self.retention_secs),
+            reply_ttl: Duration::from_secs(self.reply_ttl_secs),
+            lease: Duration::from_millis(self.lease_ms),
+            max_attempts: self.max_attempts,
+            bridges,
+            legacy_replies,
+            ..BrokerConfig::default()
+        })
+    }
+}

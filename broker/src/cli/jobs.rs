@@ -1,0 +1,69 @@
+//! `hero jobs`: list jobs by status or by queue, a page at a time.
+
+use anyhow::{Context, Result};
+use hero_client::{
+    GroupName, Inspector, InstanceName, ListFilter, Priority, ScriptType, Status, Target,
+};
+
+use super::context::{connect, resolve_url};
+use super::{Global, JobsArgs};
+
+pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
+    let filter = if let Some(t) = &args.queue_type {
+        let target = Target::new(
+            ScriptType::new(t)?,
+            args.queue_group
+                .as_deref()
+                .map(GroupName::new)
+                .transpose()?,
+            args.queue_instance
+                .as_deref()
+                .map(InstanceName::new)
+                .transpose()?,
+        );
+        let prio = args
+            .queue_priority
+            .map(Priority::new)
+            .transpose()?
+            .unwrap_or_default();
+        ListFilter::Queue(target, prio)
+    } else if let Some(s) = &args.status {
+        ListFilter::Status(Status::parse(s).with_context(|| {
+            format!("--status {s:?} is not a status: use waiting, dispatched, started, finished or error")
+        })?)
+    } else {
+        ListFilter::All
+    };
+    let client = connect(g, &resolve_url(g)).await?;
+    let page = Inspector::new(&client)
+        .list(&filter, args.cursor.as_deref(), args.limit)
+        .await?;
+    if g.json {
+        let jobs: Vec<_> = page
+            .jobs
+            .iter()
+            .map(|j| serde_json::json!({"id": j.id, "status": j.status, "script_type": j.script_type, "attempts": j.attempts, "updated_at": j.updated_at, "error": j.error}))
+            .collect();
+        println!("{}", serde_json::json!({"jobs": jobs, "next": page.next}));
+    } else {
+        println!(
+            "{:<38} {:<10} {:<10} {:>8}  UPDATED / ERROR",
+            "ID", "STATUS", "TYPE", "ATTEMPTS"
+        );
+        for j in &page.jobs {
+            let tail = if j.error.is_empty() {
+                j.updated_at.clone()
+            } else {
+                format!("{} {}", j.updated_at, j.error)
+            };
+            println!(
+                "{:<38} {:<10} {:<10} {:>8}  {}",
+                j.id, j.status, j.script_type, j.attempts, tail
+            );
+        }
+        if let Some(next) = &page.next {
+            println!("more: hero jobs --cursor {next}");
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,216 @@
+//! The `hero` command line (SPEC §1): the clap definitions of every command and the dispatch
+//! to its body, each in a file of its own over the client, worker and broker libraries.
+//!
+//! - `context`: what every command needs (the Redis URL, a client, the stop signal).
+//! - `up`, `broker`, `worker`: the long-running commands; `submit`, `run`, `status`, `stop`,
+//!   `jobs`: the producer's and the operator's.
+
+mod broker;
+mod context;
+mod jobs;
+mod run;
+mod status;
+mod stop;
+mod submit;
+mod up;
+mod worker;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hero",
+    version,
+    about = "hero-broker: a job broker on Redis Streams"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Redis URL (redis://[user:pass@]host:port[/db], rediss:// for TLS). Default: the Redis
+    /// `hero up` started from this directory, else redis://127.0.0.1:6379.
+    #[arg(long, global = true, env = "HERO_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// Key namespace (the first segment of every key).
+    #[arg(long, global = true, env = "HERO_NAMESPACE", default_value = "hero")]
+    pub namespace: String,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Start everything: Redis (a local one when none is configured), the broker and demo
+    /// Rhai workers; stops them all on ctrl-c.
+    Up(UpArgs),
+    /// Run the broker daemon: recovery, promotion, retention.
+    Broker(BrokerArgs),
+    /// Run the built-in Rhai worker.
+    Worker(WorkerArgs),
+    /// Submit a job and print its id.
+    Submit(SubmitArgs),
+    /// Submit a job, wait for it, print its output (exit 1 when it ends in error).
+    Run(RunArgs),
+    /// Print a job's status (with --json, its whole record).
+    Status { id: String },
+    /// Stop a job: a queued one never starts, a running one is interrupted.
+    Stop { id: String },
+    /// List jobs by status or by queue, a page at a time.
+    Jobs(JobsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BrokerArgs {
+    /// Keep finished and failed jobs this many seconds.
+    #[arg(long, env = "HERO_RETENTION_SECS", default_value_t = 86_400)]
+    pub retention_secs: u64,
+    /// Reclaim deliveries idle this long (ms); at least the workers' lease.
+    #[arg(long, env = "HERO_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// Dead-letter a job once it has been delivered this many times without finishing.
+    #[arg(long, env = "HERO_MAX_ATTEMPTS", default_value_t = 5)]
+    pub max_attempts: u32,
+    /// How long a run-and-wait reply waits for its caller (seconds).
+    #[arg(long, env = "HERO_REPLY_TTL_SECS", default_value_t = 3600)]
+    pub reply_ttl_secs: u64,
+    /// A legacy bridge mapping (repeatable):
+    /// <legacy key>=<type>[/<group>[/<instance>]][,in|out|both][,dual-push][,pickup=<secs>],
+    /// e.g. hero:work_queue:w1=osis,both
+    #[arg(long = "bridge", value_name = "MAPPING")]
+    pub bridges: Vec<crate::bridge::BridgeMapping>,
+    /// Also answer hero:reply:<id> the seed-001 way (default: on when any mapping is set).
+    #[arg(long, value_name = "on|off", value_parser = broker::on_off)]
+    pub legacy_replies: Option<bool>,
+    /// TOML file with [[bridge]] mappings and legacy_replies (see docs/protocol.md).
+    #[arg(long, env = "HERO_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// Script types served (comma-separated), most preferred first.
+    #[arg(long, value_delimiter = ',', default_value = "rhai")]
+    pub types: Vec<String>,
+    #[arg(long, default_value = "default")]
+    pub group: String,
+    /// Instance name, unique in the group (default: <hostname>-<pid>).
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Lease (ms): renewed every third of it while a job runs.
+    #[arg(long, env = "HERO_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// Presence TTL (ms): a worker silent this long is dead and its jobs are recovered.
+    #[arg(long, env = "HERO_PRESENCE_MS", default_value_t = 15_000)]
+    pub presence_ms: u64,
+    /// On shutdown, wait this long (ms) for running jobs before handing them back.
+    #[arg(long, default_value_t = 30_000)]
+    pub shutdown_ms: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct UpArgs {
+    /// Demo Rhai workers to start.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Concurrency of each demo worker.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct JobArgs {
+    /// Script type to dispatch to.
+    #[arg(long = "type", default_value = "rhai")]
+    pub script_type: String,
+    #[arg(long)]
+    pub group: Option<String>,
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// 0 (highest) to 9 (lowest).
+    #[arg(long)]
+    pub priority: Option<u8>,
+    /// Handler time limit in seconds.
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Attempts after the first when the handler fails.
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+    /// Tag (repeatable).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Environment variable KEY=VALUE (repeatable).
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// Choose the job id (submitting an existing id changes nothing).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Start no earlier than this many ms from now.
+    #[arg(long)]
+    pub delay_ms: Option<u64>,
+    /// The script; `-` reads it from standard input.
+    pub script: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// How long to wait for the result (seconds).
+    #[arg(long, default_value_t = 60)]
+    pub wait: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct JobsArgs {
+    /// Only jobs with this status (waiting, dispatched, started, finished, error).
+    #[arg(long)]
+    pub status: Option<String>,
+    /// List one queue instead: its script type.
+    #[arg(long = "queue-type")]
+    pub queue_type: Option<String>,
+    #[arg(long = "queue-group")]
+    pub queue_group: Option<String>,
+    #[arg(long = "queue-instance")]
+    pub queue_instance: Option<String>,
+    #[arg(long = "queue-priority")]
+    pub queue_priority: Option<u8>,
+    /// Jobs per page.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Continue from the cursor a previous page printed.
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
+/// Runs the command; the exit code is the command's (0, or 1 where it says so).
+pub async fn run(cli: Cli) -> Result<i32> {
+    let g = &cli.global;
+    match &cli.command {
+        Command::Up(args) => up::up(g, args).await,
+        Command::Broker(args) => broker::broker(g, args).await,
+        Command::Worker(args) => worker::worker(g, args).await,
+        Command::Submit(args) => submit::submit(g, args).await,
+        Command::Run(args) => run::run(g, args).await,
+        Command::Status { id } => status::status(g, id).await,
+        Command::Stop { id } => stop::stop(g, id).await,
+        Command::Jobs(args) => jobs::jobs(g, args).await,
+    }
+}

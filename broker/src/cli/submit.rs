@@ -1,0 +1,70 @@
+//! `hero submit`: submit one job and print its id; and the job arguments `hero run` shares.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use hero_client::NewJob;
+
+use super::context::{connect, resolve_url};
+use super::{Global, JobArgs, SubmitArgs};
+
+pub(super) async fn submit(g: &Global, args: &SubmitArgs) -> Result<i32> {
+    let job = args.job.build()?;
+    let client = connect(g, &resolve_url(g)).await?;
+    let s = client.submit(&job).await?;
+    if g.json {
+        println!(
+            "{}",
+            serde_json::json!({"id": s.id.as_str(), "created": s.created, "status": s.status})
+        );
+    } else {
+        println!("{}", s.id);
+        if !s.created {
+            eprintln!(
+                "job {} existed already ({}); nothing changed",
+                s.id, s.status
+            );
+        }
+    }
+    Ok(0)
+}
+
+impl JobArgs {
+    pub(super) fn build(&self) -> Result<NewJob> {
+        let script = if self.script == "-" {
+            std::io::read_to_string(std::io::stdin())
+                .context("reading the script from standard input")?
+        } else {
+            self.script.clone()
+        };
+        let mut b = NewJob::builder(&self.script_type, script).retries(self.retries);
+        if let Some(g) = &self.group {
+            b = b.group(g);
+        }
+        if let Some(i) = &self.instance {
+            b = b.instance(i);
+        }
+        if let Some(p) = self.priority {
+            b = b.priority(p);
+        }
+        if let Some(t) = self.timeout {
+            b = b.timeout(Duration::from_secs(t));
+        }
+        for t in &self.tags {
+            b = b.tag(t);
+        }
+        for kv in &self.env {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--env {kv:?} is not KEY=VALUE"))?;
+            b = b.env(k, v);
+        }
+        if let Some(id) = &self.id {
+            b = b.id(id);
+        }
+        if let Some(d) = self.delay_ms {
+            b = b.delay(Duration::from_millis(d));
+        }
+        Ok(b.build()?)
+    }
+}

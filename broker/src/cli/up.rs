@@ -1,0 +1,68 @@
+//! `hero up`: Redis (a local one when none is configured), the broker and demo Rhai workers in
+//! one process, until ctrl-c; prints where everything is.
+
+use anyhow::Result;
+
+use super::context::{connect, rhai_worker, signal_token};
+use super::{Global, UpArgs, WorkerArgs};
+use crate::local_redis::LocalRedis;
+
+pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
+    let cfg = args.broker.config()?;
+    let base = std::env::current_dir()?;
+    let (url, local) = match &g.redis_url {
+        Some(url) => (url.clone(), None),
+        None => {
+            let local = LocalRedis::start(&base).await?;
+            (local.url.clone(), Some(local))
+        }
+    };
+    let client = connect(g, &url).await?;
+    let stop = signal_token().await;
+    let broker = tokio::spawn(crate::daemon::run(client.clone(), cfg, stop.clone()));
+    let mut workers = Vec::new();
+    for n in 0..args.workers {
+        let wargs = WorkerArgs {
+            types: vec!["rhai".into()],
+            group: "default".into(),
+            instance: Some(format!("up-{}-{n}", std::process::id())),
+            concurrency: args.concurrency,
+            lease_ms: args.broker.lease_ms,
+            presence_ms: 15_000,
+            shutdown_ms: 10_000,
+        };
+        let worker = rhai_worker(client.clone(), &wargs)?;
+        let stop = stop.clone();
+        workers.push(tokio::spawn(async move {
+            worker.run(stop.cancelled_owned()).await
+        }));
+    }
+    let where_redis = match &local {
+        Some(l) => format!("{url} (local, data in {})", l.dir.display()),
+        None => url.clone(),
+    };
+    println!("hero is up");
+    println!("  redis:     {where_redis}");
+    println!("  namespace: {}", g.namespace);
+    println!("  broker:    running");
+    println!(
+        "  workers:   {} x rhai, concurrency {}",
+        args.workers, args.concurrency
+    );
+    println!("  try:       hero run --type rhai '40 + 2'   (from this directory, or with HERO_REDIS_URL={url})");
+    println!("ready");
+    stop.cancelled().await;
+    eprintln!("stopping");
+    for w in workers {
+        match w.await {
+            Ok(Err(e)) => eprintln!("worker: {e}"),
+            Err(e) => eprintln!("worker task: {e}"),
+            Ok(Ok(())) => {}
+        }
+    }
+    let _ = broker.await;
+    if let Some(local) = local {
+        local.stop(&base).await;
+    }
+    Ok(0)
+}

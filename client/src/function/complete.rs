@@ -1,0 +1,132 @@
+//! The `hero_complete` call (`complete.lua`): a worker records a batch of outcomes, each fenced
+//! by its lease.
+
+use super::{Call, Function};
+use crate::keys::{Keyspace, CONSUMER_GROUP};
+use crate::name::JobId;
+
+/// How a delivery ended, as `hero_complete` takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Success; the text is the output.
+    Done,
+    /// Failure, retried at the retry time while the job's retry budget lasts.
+    Fail,
+    /// The handler asked for a retry at the retry time; an error once the budget is spent.
+    Retry,
+    /// Failure that is never retried.
+    Abort,
+}
+
+impl Ending {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ending::Done => "done",
+            Ending::Fail => "fail",
+            Ending::Retry => "retry",
+            Ending::Abort => "abort",
+        }
+    }
+}
+
+/// The delivery an outcome belongs to, as the worker read it: the job, the stream it came from,
+/// its lease (the entry id it was fetched with) and the job's `reply` field ('' when it has
+/// none), which tells `hero_complete` whom to answer without reading the record again.
+#[derive(Clone, Copy, Debug)]
+pub struct Leased<'a> {
+    pub id: &'a JobId,
+    pub stream: &'a str,
+    pub lease: &'a str,
+    pub reply: &'a str,
+}
+
+/// The words of the header for each key and argument a job adds, in order.
+const JOB_KEYS: [&str; 3] = ["job hash", "its work stream", "its reply list"];
+const JOB_ARGS: [&str; 6] = [
+    "lease",
+    "outcome",
+    "output or error text",
+    "retry-at ms",
+    "job id",
+    "the job's `reply` field",
+];
+
+/// One `hero_complete` call recording a batch of outcomes (decode its reply with
+/// [`crate::reply::Completion::decode_many`], one answer per [`CompleteBatch::push`]).
+pub struct CompleteBatch<'a> {
+    keys: &'a Keyspace,
+    now_iso: String,
+    xackdel: String,
+    /// Per job, the three keys of [`JOB_KEYS`].
+    job_keys: Vec<String>,
+    /// Per job, the six arguments of [`JOB_ARGS`].
+    job_args: Vec<String>,
+    /// The job ids joined by spaces (a [`JobId`] holds none): the retention entry.
+    ids: String,
+}
+
+impl<'a> CompleteBatch<'a> {
+    /// `now_iso` stamps every job of the batch; `xackdel` is [`crate::Capabilities::xackdel_flag`].
+    pub fn new(keys: &'a Keyspace, now_iso: &str, xackdel: &str) -> Self {
+        CompleteBatch {
+            keys,
+            now_iso: now_iso.to_string(),
+            xackdel: xackdel.to_string(),
+            job_keys: Vec::new(),
+            job_args: Vec::new(),
+            ids: String::new(),
+        }
+    }
+
+    /// Adds the outcome of one delivery; `retry_at_ms` is read only for [`Ending::Fail`] and
+    /// [`Ending::Retry`].
+    pub fn push(&mut self, d: Leased<'_>, ending: Ending, text: &str, retry_at_ms: u64) {
+        self.job_keys.extend([
+            self.keys.job(d.id),
+            d.stream.to_string(),
+            self.keys.reply(d.id),
+        ]);
+        self.job_args.extend([
+            d.lease.to_string(),
+            ending.as_str().to_string(),
+            text.to_string(),
+            retry_at_ms.to_string(),
+            d.id.as_str().to_string(),
+            d.reply.to_string(),
+        ]);
+        if !self.ids.is_empty() {
+            self.ids.push(' ');
+        }
+        self.ids.push_str(d.id.as_str());
+    }
+
+    pub fn len(&self) -> usize {
+        self.job_keys.len() / JOB_KEYS.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn cmd(&self) -> redis::Cmd {
+        self.call().done()
+    }
+
+    pub(super) fn call(&self) -> Call {
+        let mut c = Call::new(Function::Complete, 3 + self.job_keys.len());
+        c.key("delayed zset", self.keys.delayed())
+            .key("config hash", self.keys.config())
+            .key("retention stream", self.keys.retention());
+        for (i, k) in self.job_keys.iter().enumerate() {
+            c.key(JOB_KEYS[i % JOB_KEYS.len()], k);
+        }
+        c.arg("consumer group", CONSUMER_GROUP)
+            .arg("now ISO 8601", &self.now_iso)
+            .arg("'1' when the server has XACKDEL", &self.xackdel)
+            .arg("the batch's job ids joined", &self.ids);
+        for (i, a) in self.job_args.iter().enumerate() {
+            c.arg(JOB_ARGS[i % JOB_ARGS.len()], a);
+        }
+        c
+    }
+}

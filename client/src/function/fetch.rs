@@ -1,0 +1,39 @@
+//! The `hero_fetch` call (`fetch.lua`): a worker claims jobs in precedence order.
+
+use super::{Call, Function};
+use crate::clock;
+use crate::keys::{Keyspace, CONSUMER_GROUP};
+
+/// Up to `count` jobs for `consumer` from `streams`, taken in the order given (see
+/// [`Keyspace::precedence`]); decode the reply with [`crate::reply::FetchReply::decode`].
+/// `xackdel` is [`crate::Capabilities::xackdel_flag`].
+pub fn fetch(
+    keys: &Keyspace,
+    streams: &[String],
+    consumer: &str,
+    count: usize,
+    xackdel: &str,
+) -> redis::Cmd {
+    call(keys, streams, consumer, count, xackdel).done()
+}
+
+pub(super) fn call(
+    keys: &Keyspace,
+    streams: &[String],
+    consumer: &str,
+    count: usize,
+    xackdel: &str,
+) -> Call {
+    let mut c = Call::new(Function::Fetch, streams.len() + 1);
+    c.key("queue registry set", keys.queues());
+    for s in streams {
+        c.key("work streams in precedence order", s);
+    }
+    c.arg("consumer group", CONSUMER_GROUP)
+        .arg("consumer name", consumer)
+        .arg("count", count)
+        .arg("job key prefix", keys.job_prefix())
+        .arg("now ISO 8601", clock::now_iso())
+        .arg("'1' when the server has XACKDEL", xackdel);
+    c
+}

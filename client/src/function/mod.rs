@@ -1,0 +1,570 @@
+//! The server-side half of the protocol: the hero Redis Functions library, assembled from one
+//! Lua file per function (`function/*.lua`, each with a KEYS / ARGV / Returns / Errors header),
+//! loaded when missing, and one typed call builder per function beside its Lua file. Every
+//! FCALL in the workspace is built here: keys come from the keys module, arguments in the
+//! order of the Lua header, which `tests::every_builder_follows_its_lua_header` holds them to.
+//!
+//! Versions live side by side. The library of protocol version `N` is named `hero_vN` and
+//! registers its functions as `hero_vN_<name>`, so during a rolling upgrade the old workers keep
+//! calling the old library while new processes load and call theirs; neither reloads the other.
+//! `docs/protocol.md` (Upgrades) says how an upgrade proceeds and when the old library goes.
+
+mod bridge_in;
+mod bridge_out;
+mod bridge_watch;
+mod complete;
+mod expire;
+mod fetch;
+mod promote;
+mod recover;
+mod renew;
+mod stop;
+mod submit;
+
+pub use bridge_in::bridge_in;
+pub use bridge_out::bridge_out;
+pub use bridge_watch::{bridge_watch, Watch};
+pub use complete::{CompleteBatch, Ending, Leased};
+pub use expire::expire;
+pub use fetch::fetch;
+pub use promote::promote;
+pub use recover::{recover, Recovery};
+pub use renew::renew;
+pub use stop::stop;
+pub use submit::submit;
+
+use redis::aio::ConnectionLike;
+
+use crate::error::{Error, Result};
+
+/// The protocol version: bumped whenever any Lua file changes meaning. It names the library and
+/// every function in it, so a server may hold several versions at once.
+macro_rules! version {
+    () => {
+        "12"
+    };
+}
+
+/// The registered name of a function of this version: `hero_v<version>_<short>`.
+macro_rules! versioned {
+    ($short:literal) => {
+        concat!("hero_v", version!(), "_", $short)
+    };
+}
+
+pub const LIBRARY_VERSION: &str = version!();
+
+/// The library's name for FUNCTION LOAD / DELETE / LIST.
+pub const LIBRARY_NAME: &str = concat!("hero_v", version!());
+
+const PRELUDE: &str = include_str!("prelude.lua");
+
+/// One server-side function. The set is closed so the compiler checks every call site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    Version,
+    Submit,
+    Fetch,
+    Complete,
+    Renew,
+    Stop,
+    Recover,
+    Promote,
+    BridgeIn,
+    BridgeOut,
+    BridgeWatch,
+    Expire,
+}
+
+impl Function {
+    pub const ALL: [Function; 12] = [
+        Function::Version,
+        Function::Submit,
+        Function::Fetch,
+        Function::Complete,
+        Function::Renew,
+        Function::Stop,
+        Function::Recover,
+        Function::Promote,
+        Function::BridgeIn,
+        Function::BridgeOut,
+        Function::BridgeWatch,
+        Function::Expire,
+    ];
+
+    /// The name without library and version, as the Lua source defines it (`hero_<short>`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Function::Version => "version",
+            Function::Submit => "submit",
+            Function::Fetch => "fetch",
+            Function::Complete => "complete",
+            Function::Renew => "renew",
+            Function::Stop => "stop",
+            Function::Recover => "recover",
+            Function::Promote => "promote",
+            Function::BridgeIn => "bridge_in",
+            Function::BridgeOut => "bridge_out",
+            Function::BridgeWatch => "bridge_watch",
+            Function::Expire => "expire",
+        }
+    }
+
+    /// The registered name of this version, as used with FCALL.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::Version => versioned!("version"),
+            Function::Submit => versioned!("submit"),
+            Function::Fetch => versioned!("fetch"),
+            Function::Complete => versioned!("complete"),
+            Function::Renew => versioned!("renew"),
+            Function::Stop => versioned!("stop"),
+            Function::Recover => versioned!("recover"),
+            Function::Promote => versioned!("promote"),
+            Function::BridgeIn => versioned!("bridge_in"),
+            Function::BridgeOut => versioned!("bridge_out"),
+            Function::BridgeWatch => versioned!("bridge_watch"),
+            Function::Expire => versioned!("expire"),
+        }
+    }
+
+    pub fn source(self) -> &'static str {
+        match self {
+            Function::Version => include_str!("version.lua"),
+            Function::Submit => include_str!("submit.lua"),
+            Function::Fetch => include_str!("fetch.lua"),
+            Function::Complete => include_str!("complete.lua"),
+            Function::Renew => include_str!("renew.lua"),
+            Function::Stop => include_str!("stop.lua"),
+            Function::Recover => include_str!("recover.lua"),
+            Function::Promote => include_str!("promote.lua"),
+            Function::BridgeIn => include_str!("bridge_in.lua"),
+            Function::BridgeOut => include_str!("bridge_out.lua"),
+            Function::BridgeWatch => include_str!("bridge_watch.lua"),
+            Function::Expire => include_str!("expire.lua"),
+        }
+    }
+
+    /// An FCALL with these keys and nothing else, for conformance tests that must send what no
+    /// builder would (a malformed batch, a key of another slot). Callers use the builders.
+    pub fn unchecked<K: AsRef<str>>(self, keys: &[K]) -> redis::Cmd {
+        let mut call = Call::new(self, keys.len());
+        for k in keys {
+            call.key("", k.as_ref());
+        }
+        call.cmd
+    }
+}
+
+/// `hero_version`: the version of the library on the server (a missing function means none).
+pub fn version() -> redis::Cmd {
+    Call::new(Function::Version, 0).done()
+}
+
+/// An FCALL under construction: the keys first (their count is fixed up front, as FCALL wants
+/// it before them), then the arguments. Each is given with the words its Lua header uses for it,
+/// which the unit tests compare with the header; outside tests the words cost nothing.
+pub(crate) struct Call {
+    cmd: redis::Cmd,
+    #[cfg(test)]
+    slots: Vec<(&'static str, &'static str)>,
+}
+
+impl Call {
+    pub(crate) fn new(f: Function, keys: usize) -> Call {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(f.name()).arg(keys);
+        Call {
+            cmd,
+            #[cfg(test)]
+            slots: Vec::new(),
+        }
+    }
+
+    #[cfg_attr(not(test), allow(unused_variables))]
+    pub(crate) fn key(&mut self, label: &'static str, key: impl redis::ToRedisArgs) -> &mut Self {
+        #[cfg(test)]
+        self.slots.push(("KEYS", label));
+        self.cmd.arg(key);
+        self
+    }
+
+    #[cfg_attr(not(test), allow(unused_variables))]
+    pub(crate) fn arg(&mut self, label: &'static str, arg: impl redis::ToRedisArgs) -> &mut Self {
+        #[cfg(test)]
+        self.slots.push(("ARGV", label));
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Arguments the header describes in prose rather than by position (a job's field list).
+    pub(crate) fn rest(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        #[cfg(test)]
+        self.slots.push(("ARGV", ""));
+        self.cmd.arg(arg);
+        self
+    }
+
+    pub(crate) fn done(self) -> redis::Cmd {
+        self.cmd
+    }
+}
+
+/// The library source of this version, as loaded with FUNCTION LOAD (also shipped as
+/// `docs/hero-library.lua` for clients in other languages).
+pub fn library_source() -> String {
+    library_source_of(LIBRARY_VERSION)
+}
+
+/// The library with another version's names: the same code under `hero_v<version>`. Tests use
+/// it to stand for another version running beside this one.
+#[doc(hidden)]
+pub fn library_source_of(version: &str) -> String {
+    let mut src = format!("#!lua name=hero_v{version}\n");
+    src.push_str(&format!("local VERSION = '{version}'\n"));
+    src.push_str(PRELUDE);
+    for f in Function::ALL {
+        src.push('\n');
+        src.push_str(f.source());
+    }
+    src.push('\n');
+    for f in Function::ALL {
+        src.push_str(&format!(
+            "redis.register_function('hero_v{version}_{0}', hero_{0})\n",
+            f.short()
+        ));
+    }
+    src
+}
+
+/// True when the error says the library (or one of its functions) is not on the server, as after
+/// a restart of a Redis without persistence or a FUNCTION FLUSH.
+pub fn is_missing(e: &redis::RedisError) -> bool {
+    let text = e.to_string();
+    text.contains("Function not found") || text.contains("No such library")
+}
+
+/// Loads this version's library unless the server has it. Other versions' libraries are left
+/// alone: their processes still call them.
+pub async fn ensure_loaded<C: ConnectionLike + Send>(conn: &mut C) -> Result<()> {
+    let current: redis::RedisResult<String> = version().query_async(conn).await;
+    match current {
+        Ok(v) if v == LIBRARY_VERSION => Ok(()),
+        Ok(v) => Err(Error::protocol(format!(
+            "{} answered version {v:?}: the library on the server is not the one its name says",
+            Function::Version.name()
+        ))),
+        Err(e) if is_missing(&e) => load(conn).await,
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn load<C: ConnectionLike + Send>(conn: &mut C) -> Result<()> {
+    // REPLACE: two processes of this version may load it at once; the second replaces the same
+    // code with itself.
+    let r: redis::RedisResult<String> = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library_source())
+        .query_async(conn)
+        .await;
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::protocol(format!(
+            "FUNCTION LOAD of the {LIBRARY_NAME} library failed: {e}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ServerCode;
+
+    #[test]
+    fn every_error_code_in_the_lua_sources_is_a_server_code() {
+        let mut sources = vec![PRELUDE];
+        sources.extend(Function::ALL.iter().map(|f| f.source()));
+        let mut seen = Vec::new();
+        for src in sources {
+            let mut rest = src;
+            while let Some(at) = rest.find("HERO_") {
+                let code: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                    .collect();
+                if code != "HERO_" {
+                    // `HERO_<CODE>` in a comment is the pattern, not a code
+                    assert!(
+                        ServerCode::parse(&code).is_some(),
+                        "{code} is raised in Lua but not in ServerCode"
+                    );
+                    seen.push(code);
+                }
+                rest = &rest[at + 5..];
+            }
+        }
+        for c in ServerCode::ALL {
+            assert!(
+                seen.iter().any(|s| s == c.as_str()),
+                "{c} is in ServerCode but no Lua raises it"
+            );
+        }
+    }
+
+    #[test]
+    fn every_function_file_has_a_header_and_defines_its_function() {
+        for f in Function::ALL {
+            let src = f.source();
+            let local = format!("hero_{}", f.short());
+            assert!(src.starts_with(&format!("-- {local}:")), "{local} header");
+            assert!(src.contains("-- Returns:"), "{local} documents its returns");
+            assert!(src.contains(&format!("local function {local}(")));
+        }
+        assert!(
+            library_source().contains("redis.register_function('hero_v12_recover', hero_recover)")
+        );
+        assert_eq!(Function::Recover.name(), "hero_v12_recover");
+        assert_eq!(LIBRARY_NAME, "hero_v12");
+    }
+
+    /// One `KEYS[..]` / `ARGV[..]` definition of a header: where it starts, how far apart its
+    /// repeats are (0: it does not repeat; `usize::MAX`: every position from `at` on), and the
+    /// words that follow it.
+    #[derive(Debug)]
+    struct Def {
+        kind: &'static str,
+        at: usize,
+        every: usize,
+        words: String,
+    }
+
+    fn header(src: &str) -> String {
+        src.lines()
+            .take_while(|l| l.starts_with("--"))
+            .map(|l| format!("{}\n", l.trim_start_matches('-')))
+            .collect()
+    }
+
+    /// The definitions of a header: a `KEYS[`/`ARGV[` at the start of a line or after two
+    /// spaces (one mentioned inside a sentence is not a definition).
+    fn defs(header: &str) -> Vec<Def> {
+        let mut out = Vec::new();
+        for line in header.lines() {
+            for kind in ["KEYS", "ARGV"] {
+                let pat = format!("{kind}[");
+                let mut from = 0;
+                while let Some(pos) = line[from..].find(&pat) {
+                    let at_pos = from + pos;
+                    from = at_pos + pat.len();
+                    let before = &line[..at_pos];
+                    if !(before.trim().is_empty()
+                        || before.ends_with("  ")
+                        || before.ends_with(": "))
+                    {
+                        continue;
+                    }
+                    let Some(close) = line[from..].find(']') else {
+                        continue;
+                    };
+                    let index = &line[from..from + close];
+                    let rest = &line[from + close + 1..];
+                    let words = rest
+                        .split("  ")
+                        .next()
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string();
+                    let num = |s: &str| s.trim().parse::<usize>().ok();
+                    let def = if let Some((a, _)) = index.split_once("..") {
+                        num(a).map(|at| (at, usize::MAX))
+                    } else if let Some((a, b)) = index.split_once('+') {
+                        num(a).zip(num(b.trim_end_matches('i')))
+                    } else {
+                        num(index).map(|at| (at, 0))
+                    };
+                    if let Some((at, every)) = def {
+                        out.push(Def {
+                            kind,
+                            at,
+                            every,
+                            words,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn covers(d: &Def, kind: &str, pos: usize) -> bool {
+        d.kind == kind
+            && match d.every {
+                0 => d.at == pos,
+                usize::MAX => pos >= d.at,
+                n => pos >= d.at && (pos - d.at) % n == 0,
+            }
+    }
+
+    /// Compares the slots of a built call with its function's header: every labelled key and
+    /// argument is defined there with words that begin with the label, and every fixed position
+    /// the header defines was given. Answers what differs.
+    fn mismatches(f: Function, call: &Call) -> Vec<String> {
+        let defs = defs(&header(f.source()));
+        let mut wrong = Vec::new();
+        let mut pos = [("KEYS", 0usize), ("ARGV", 0usize)];
+        for (kind, label) in &call.slots {
+            let n = pos.iter_mut().find(|(k, _)| k == kind).expect("kind");
+            n.1 += 1;
+            if label.is_empty() {
+                continue;
+            }
+            match defs.iter().find(|d| covers(d, kind, n.1)) {
+                None => wrong.push(format!(
+                    "{}: {kind}[{}] ({label}) is not in the header",
+                    f.name(),
+                    n.1
+                )),
+                Some(def) if !def.words.to_lowercase().starts_with(&label.to_lowercase()) => {
+                    wrong.push(format!(
+                        "{}: {kind}[{}] is {label:?} in the builder but {:?} in the header",
+                        f.name(),
+                        n.1,
+                        def.words
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        for d in defs.iter().filter(|d| d.every == 0) {
+            let given = pos.iter().find(|(k, _)| *k == d.kind).map_or(0, |p| p.1);
+            if d.at > given {
+                wrong.push(format!(
+                    "{}: the header defines {}[{}] ({}) but the builder gives {given}",
+                    f.name(),
+                    d.kind,
+                    d.at,
+                    d.words
+                ));
+            }
+        }
+        wrong
+    }
+
+    #[test]
+    fn every_builder_follows_its_lua_header() {
+        use crate::name::{ConsumerName, GroupName, InstanceName, JobId, Namespace, ScriptType};
+        use crate::{Keyspace, NewJob, Priority, Target};
+        let keys = Keyspace::new(&Namespace::new("hero").unwrap());
+        let id = JobId::new("j1").unwrap();
+        let target = Target::of_type(ScriptType::new("osis").unwrap());
+        let stream = keys.work(&target, Priority::DEFAULT);
+        let consumer =
+            ConsumerName::new(GroupName::default_group(), InstanceName::new("i").unwrap());
+        let job = NewJob::builder("osis", "1").id("j1").build().unwrap();
+        let queue = keys
+            .parse_legacy_queue(&keys.legacy_work_queue("w1"))
+            .unwrap();
+        let route = Watch {
+            queue: &queue,
+            stream: &stream,
+            pickup_ms: 1000,
+            dual_push: false,
+        };
+        let mut batch = CompleteBatch::new(&keys, "t", "0");
+        for _ in 0..2 {
+            batch.push(
+                Leased {
+                    id: &id,
+                    stream: &stream,
+                    lease: "1-0",
+                    reply: "",
+                },
+                Ending::Done,
+                "out",
+                0,
+            );
+        }
+        let calls = [
+            (Function::Version, Call::new(Function::Version, 0)),
+            (
+                Function::Submit,
+                submit::call(&keys, std::slice::from_ref(&job), true),
+            ),
+            (
+                Function::Fetch,
+                fetch::call(&keys, &[stream.clone()], &consumer.to_string(), 5, "0"),
+            ),
+            (Function::Complete, batch.call()),
+            (
+                Function::Renew,
+                renew::call(&keys, &id, &stream, "1-0", "c"),
+            ),
+            (
+                Function::Stop,
+                stop::call(&keys, &id, &stream, Some(("ctl", "w")), "0"),
+            ),
+            (
+                Function::Recover,
+                recover::call(&keys, &stream, Recovery::Idle(5), 10, 5, "0-0", "0"),
+            ),
+            (Function::Promote, promote::call(&keys, &id, &stream, "t")),
+            (
+                Function::BridgeIn,
+                bridge_in::call(&keys, &keys.legacy_queue(&queue), &stream, &target, 10),
+            ),
+            (
+                Function::BridgeOut,
+                bridge_out::call(&keys, &queue, &stream, 1000, 10, "0"),
+            ),
+            (
+                Function::BridgeWatch,
+                bridge_watch::call(&keys, &route, 5, "0", 10, 0),
+            ),
+            (
+                Function::Expire,
+                expire::call(&keys, std::time::Duration::from_secs(1), 3),
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for f in Function::ALL {
+            let (_, call) = calls
+                .iter()
+                .find(|(g, _)| *g == f)
+                .expect("a call of every function");
+            wrong.extend(mismatches(f, call));
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// Clients in other languages load the library from `docs/hero-library.lua`; it must be
+    /// this version's. `HERO_WRITE_LIBRARY=1 cargo test -p hero-client shipped` writes it anew.
+    #[test]
+    fn the_shipped_library_file_is_this_versions_library() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/hero-library.lua");
+        if std::env::var_os("HERO_WRITE_LIBRARY").is_some() {
+            std::fs::write(&path, library_source()).expect("write docs/hero-library.lua");
+        }
+        let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            shipped == library_source(),
+            "docs/hero-library.lua is not the library of version {LIBRARY_VERSION}: run \
+             HERO_WRITE_LIBRARY=1 cargo test -p hero-client shipped"
+        );
+    }
+
+    #[test]
+    fn the_header_check_catches_a_swapped_argument() {
+        let mut call = Call::new(Function::Renew, 2);
+        call.key("job hash", "k").key("work stream", "s");
+        call.arg("consumer group", "g")
+            .arg("lease", "1-0")
+            .arg("consumer name", "c");
+        assert_eq!(
+            mismatches(Function::Renew, &call).len(),
+            2,
+            "lease and consumer group swapped must fail the check"
+        );
+    }
+}

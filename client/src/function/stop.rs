@@ -1,0 +1,49 @@
+//! The `hero_stop` call (`stop.lua`): stop a job wherever it is.
+
+use super::{Call, Function};
+use crate::clock;
+use crate::keys::{Keyspace, CONSUMER_GROUP};
+use crate::name::JobId;
+
+/// Stops `id`, queued on `stream` (any key of the namespace's slot when it has no valid target:
+/// it is then never read). `seen` is the control list and the `worker_id` of the worker the
+/// caller saw running it, if any. Answers `cancelled`, `interrupted`, `already_completed` or
+/// `changed`.
+pub fn stop(
+    keys: &Keyspace,
+    id: &JobId,
+    stream: &str,
+    seen: Option<(&str, &str)>,
+    xackdel: &str,
+) -> redis::Cmd {
+    call(keys, id, stream, seen, xackdel).done()
+}
+
+pub(super) fn call(
+    keys: &Keyspace,
+    id: &JobId,
+    stream: &str,
+    seen: Option<(&str, &str)>,
+    xackdel: &str,
+) -> Call {
+    let config = keys.config();
+    // With no worker seen, a key that is surely of this slot stands in for the control list.
+    let (ctl, worker) = match seen {
+        Some((ctl, worker)) => (ctl.to_string(), worker),
+        None => (config.clone(), ""),
+    };
+    let mut c = Call::new(Function::Stop, 7);
+    c.key("job hash", keys.job(id))
+        .key("its work stream", stream)
+        .key("delayed zset", keys.delayed())
+        .key("reply list", keys.reply(id))
+        .key("config hash", &config)
+        .key("control list", ctl)
+        .key("retention stream", keys.retention());
+    c.arg("consumer group", CONSUMER_GROUP)
+        .arg("worker_id the caller saw", worker)
+        .arg("now ISO 8601", clock::now_iso())
+        .arg("'1' when XACKDEL", xackdel)
+        .arg("job id", id.as_str());
+    c
+}

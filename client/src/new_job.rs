@@ -1,0 +1,200 @@
+//! A job to submit: [`NewJob`] and its builder, which checks every name, the priority, the
+//! script size, the log path and the environment before anything is sent.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
+
+/// Scripts larger than this are refused at submit (SPEC §4.7); a job queue is no blob store.
+pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
+
+/// A job to submit, checked when built: names, priority, script size and log path are valid.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    job: Job,
+    target: Target,
+    run_at_ms: Option<u64>,
+}
+
+impl NewJob {
+    /// Starts a job of `script_type` running `script`; call [`NewJobBuilder::build`] to check it.
+    pub fn builder(script_type: impl Into<String>, script: impl Into<String>) -> NewJobBuilder {
+        NewJobBuilder {
+            script_type: script_type.into(),
+            script: script.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn id(&self) -> &JobId {
+        &self.job.id
+    }
+
+    pub fn record(&self) -> &Job {
+        &self.job
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// When it may start (ms since the epoch); `None`: at once.
+    pub fn run_at_ms(&self) -> Option<u64> {
+        self.run_at_ms
+    }
+}
+
+/// Builder of [`NewJob`]. Setters take plain values; [`NewJobBuilder::build`] checks them all.
+#[derive(Clone, Debug, Default)]
+pub struct NewJobBuilder {
+    script_type: String,
+    script: String,
+    id: Option<String>,
+    group: Option<String>,
+    instance: Option<String>,
+    priority: Option<u8>,
+    timeout: Option<Duration>,
+    retries: u32,
+    tags: Vec<String>,
+    env: BTreeMap<String, String>,
+    caller_id: String,
+    context_id: String,
+    log_path: Option<String>,
+    delay: Option<Duration>,
+    run_at: Option<SystemTime>,
+}
+
+impl NewJobBuilder {
+    /// Chooses the id (default: a random UUID). Submitting an id that exists changes nothing.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+    /// Dispatches to this group's queue.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+    /// Dispatches to one instance (in `group`, or the `default` group).
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+    /// 0 (highest) to 9 (lowest); 5 by default.
+    pub fn priority(mut self, level: u8) -> Self {
+        self.priority = Some(level);
+        self
+    }
+    /// How long a handler may run before it is interrupted and the attempt fails with `timeout`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// How many more attempts after the first a failing handler gets.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tags.push(tag.into());
+        self
+    }
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+    pub fn caller_id(mut self, id: impl Into<String>) -> Self {
+        self.caller_id = id.into();
+        self
+    }
+    pub fn context_id(mut self, id: impl Into<String>) -> Self {
+        self.context_id = id.into();
+        self
+    }
+    /// A log file, relative to the worker's log directory (no absolute paths, no `..`).
+    pub fn log_path(mut self, path: impl Into<String>) -> Self {
+        self.log_path = Some(path.into());
+        self
+    }
+    /// Starts no earlier than `delay` from now.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+    /// Starts no earlier than `at`.
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+
+    pub fn build(self) -> Result<NewJob> {
+        let script_type = ScriptType::new(self.script_type)?;
+        let group = self.group.map(GroupName::new).transpose()?;
+        let instance = self.instance.map(InstanceName::new).transpose()?;
+        let target = Target::new(script_type, group, instance);
+        let id = match self.id {
+            Some(id) => JobId::new(id)?,
+            None => JobId::random(),
+        };
+        if self.script.len() > MAX_SCRIPT_BYTES {
+            return Err(Error::InvalidInput(format!(
+                "script is {} bytes, the limit is {MAX_SCRIPT_BYTES}: store large data elsewhere and pass a reference",
+                self.script.len()
+            )));
+        }
+        if let Some(p) = &self.log_path {
+            let path = Path::new(p);
+            if p.is_empty()
+                || path
+                    .components()
+                    .any(|c| !matches!(c, Component::Normal(_)))
+            {
+                return Err(Error::InvalidInput(format!(
+                    "log_path {p:?} is outside the log directory: give a relative path without `..`"
+                )));
+            }
+        }
+        if let Some(k) = self.env.keys().find(|k| k.is_empty() || k.contains('=')) {
+            return Err(Error::InvalidInput(format!(
+                "environment variable name {k:?} is empty or contains '='"
+            )));
+        }
+        let mut job = Job::new(id, &target, self.script);
+        if let Some(level) = self.priority {
+            job.priority = Priority::new(level)?;
+        }
+        if let Some(t) = self.timeout {
+            if t.as_secs() == 0 {
+                return Err(Error::InvalidInput(
+                    "timeout must be at least one second".into(),
+                ));
+            }
+            job.timeout = t;
+        }
+        job.retries = self.retries;
+        job.tags = self.tags;
+        job.env_vars = self.env;
+        job.caller_id = self.caller_id;
+        job.context_id = self.context_id;
+        job.log_path = self.log_path;
+        let run_at_ms = match (self.run_at, self.delay) {
+            (Some(at), _) => Some(
+                at.duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+            ),
+            (None, Some(d)) => Some(clock::now_ms() + d.as_millis() as u64),
+            (None, None) => None,
+        };
+        Ok(NewJob {
+            job,
+            target,
+            run_at_ms,
+        })
+    }
+}

@@ -1,0 +1,1056 @@
+#!lua name=hero_v12
+local VERSION = '12'
+-- hero function library: shared helpers used by the functions that follow.
+--
+-- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
+-- stream entry; those are built from a prefix in ARGV (built by the client's keys module) and
+-- share the namespace's hash slot. Errors are raised as 'HERO_<CODE> message'.
+
+-- Calls f(from, to) over runs of ids short enough for Lua's stack (unpack of a long list fails).
+local function in_runs(ids, f)
+  for from = 1, #ids, 1000 do
+    f(from, math.min(#ids, from + 999))
+  end
+end
+
+-- Acknowledge and delete delivered entries of one stream: a done entry never stays in a work
+-- stream.
+local function ack_del_many(stream, group, ids, xackdel)
+  in_runs(ids, function(from, to)
+    if xackdel == '1' then
+      redis.call('XACKDEL', stream, group, 'IDS', to - from + 1, unpack(ids, from, to))
+    else
+      redis.call('XACK', stream, group, unpack(ids, from, to))
+      redis.call('XDEL', stream, unpack(ids, from, to))
+    end
+  end)
+end
+
+local function ack_del(stream, group, id, xackdel)
+  ack_del_many(stream, group, { id }, xackdel)
+end
+
+-- The stream id right after `id` ('<ms>-<seq>').
+local function next_id(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return string.format('%d-%d', tonumber(ms), tonumber(seq) + 1)
+end
+
+-- Acknowledge delivered entries of one stream. Returns how many of them were pending.
+local function ack(stream, group, ids)
+  local acked = 0
+  in_runs(ids, function(from, to)
+    acked = acked + redis.call('XACK', stream, group, unpack(ids, from, to))
+  end)
+  return acked
+end
+
+-- Trim a stream of the entries `ids` just acknowledged and of every other done entry. XDEL
+-- would seek each id (a scan inside its node, ~2 us each); XTRIM MINID drops runs from the head.
+-- Entries are delivered in id order, so every entry below the oldest pending one (or, with
+-- nothing pending, up to the group's last delivered one) was delivered and acknowledged:
+-- nothing waiting or running is trimmed. A done entry behind an older job still running stays
+-- until that job ends. Where the server has XACKDEL (Redis 8.2) deleting by id is cheap, and
+-- each entry goes at once instead.
+local function trim_done(stream, group, ids, xackdel)
+  if xackdel == '1' then
+    in_runs(ids, function(from, to)
+      redis.call('XDEL', stream, unpack(ids, from, to))
+    end)
+    return
+  end
+  local pending = redis.call('XPENDING', stream, group)
+  local bound
+  if pending[1] > 0 then
+    bound = pending[2]
+  else
+    for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+      local name, last
+      for k = 1, #g, 2 do
+        if g[k] == 'name' then name = g[k + 1] elseif g[k] == 'last-delivered-id' then last = g[k + 1] end
+      end
+      if name == group and last then bound = next_id(last) end
+    end
+  end
+  if bound then
+    redis.call('XTRIM', stream, 'MINID', bound)
+  end
+end
+
+-- Acknowledge a batch of done entries of one stream, then trim it (see trim_done).
+local function ack_trim(stream, group, ids, xackdel)
+  if xackdel == '1' then
+    ack_del_many(stream, group, ids, xackdel)
+    return
+  end
+  ack(stream, group, ids)
+  trim_done(stream, group, ids, xackdel)
+end
+
+-- Append a job id to a work stream, creating the stream, its group and its registry entry on
+-- first use (the registry names every work stream: the fetch and recovery read it). Returns the
+-- new entry id. `known` (optional) is a per-call set of streams already seen to exist, so a
+-- batch onto one stream asks once, not once per job. The entry tells the
+-- fetch what it would otherwise read from the record: `attempts` (optional) is the count made
+-- so far, for a job queued again after a delivery (field `a`), and `dual` marks a job also
+-- pushed to a legacy list (field `b`).
+local function append(stream, group, registry, job_id, known, attempts, dual)
+  if not (known and known[stream]) then
+    if redis.call('EXISTS', stream) == 0 then
+      redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+      redis.call('SADD', registry, stream)
+    elseif redis.call('SADD', registry, stream) == 1 then
+      -- a stream made by hand, or one whose registration was lost: the fetch and recovery see
+      -- registered streams only, so it becomes a queue here (its group may exist already)
+      redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+    end
+    if known then known[stream] = true end
+  end
+  if dual then
+    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
+    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
+  end
+  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
+  return redis.call('XADD', stream, '*', 'j', job_id)
+end
+
+-- The settings the broker publishes in the config hash, each read at most once per call.
+local function settings(config)
+  return { key = config }
+end
+
+local function setting(cfg, field, default)
+  local v = cfg[field]
+  if v == nil then
+    v = tonumber(redis.call('HGET', cfg.key, field)) or default
+    cfg[field] = v
+  end
+  return v
+end
+
+-- A numeric setting as the text a command argument takes, formatted once per call: Redis turns a
+-- Lua number argument into text with printf, which is a visible cost when done once per job.
+local function setting_arg(cfg, field, default)
+  local args = cfg.args
+  if not args then
+    args = {}
+    cfg.args = args
+  end
+  local v = args[field]
+  if v == nil then
+    v = string.format('%d', setting(cfg, field, default))
+    args[field] = v
+  end
+  return v
+end
+
+-- A text setting ('' when the broker has not published it).
+local function setting_text(cfg, field)
+  local v = cfg[field]
+  if v == nil then
+    v = redis.call('HGET', cfg.key, field) or ''
+    cfg[field] = v
+  end
+  return v
+end
+
+-- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
+-- (the broker published the legacy reply prefix), the bare text on the legacy list
+-- `hero:reply:<id>` that seed-001 callers BLPOP.
+-- A job moved in from a legacy list has reply 'legacy': only the legacy list is answered.
+-- A reply key holding another type (foreign data) gets no answer, and fails nothing: callers
+-- such as hero_complete have acknowledged entries before they answer.
+local function push_reply(job_id, reply_key, cfg, status, output, err, canonical, legacy_too)
+  local ttl = setting_arg(cfg, 'reply_ttl_ms', 3600000)
+  local function answer(key, text)
+    local pushed = redis.pcall('LPUSH', key, text)
+    if type(pushed) ~= 'table' then redis.call('PEXPIRE', key, ttl) end
+  end
+  if canonical then
+    answer(reply_key, cjson.encode({ status = status, output = output, error = err }))
+  end
+  local legacy = setting_text(cfg, 'legacy_reply_prefix')
+  if legacy_too and legacy ~= '' then
+    local text = output
+    if status ~= 'finished' then text = err end
+    answer(legacy .. job_id, text)
+  end
+end
+
+-- The jobs one call ends, for the retention stream: a job gets no TTL of its own (a PEXPIRE per
+-- job was 8 % of the worker path's cost to Redis); the call adds one entry naming all of them,
+-- and the broker deletes them once the retention time has passed (hero_expire). Every job a call
+-- ends shares its `finished_at`, `now_iso`, which the entry carries so that a job ended again
+-- later (retried by hand) is not deleted early on the strength of the older entry.
+local function retained(stream, now_iso)
+  return { key = stream, t = now_iso, ids = {} }
+end
+
+-- One retention entry (hero_expire reads it): `t` the finished_at, `j` the ids joined by spaces.
+local function add_retention_entry(stream, now_iso, joined_ids)
+  redis.call('XADD', stream, '*', 't', now_iso, 'j', joined_ids)
+end
+
+local function flush_retained(done)
+  if #done.ids > 0 then add_retention_entry(done.key, done.t, table.concat(done.ids, ' ')) end
+end
+
+-- Register a job that just ended (its finished_at = done.t) for retention.
+local function retain(done, job_key, job_id, cfg)
+  if string.find(job_id, ' ', 1, true) then
+    -- a legacy job id with a space cannot go into the entry's list: it gets a TTL instead
+    redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
+  else
+    done.ids[#done.ids + 1] = job_id
+  end
+end
+
+-- Write a terminal status at finished_at = now_iso, and answer a waiting caller. finished_at is
+-- the record's updated_at from then on (a reader takes the latest of the timestamps). `done`
+-- registers the job for retention (see retained); nil when the caller names its jobs in a
+-- retention entry itself. Returns false, having written nothing, when the job key holds another
+-- type (foreign data): a caller that did not read the record first must not fail the rest of its
+-- call on it.
+local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso, done)
+  local field = 'error'
+  if status == 'finished' then field = 'output' end
+  local w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  if type(w) == 'table' and w.err then return false end
+  if done then retain(done, job_key, job_id, cfg) end
+  if wants_reply == '1' or wants_reply == 'legacy' then
+    local output, err = '', ''
+    if field == 'output' then output = text else err = text end
+    push_reply(job_id, reply_key, cfg, status, output, err, wants_reply == '1', true)
+  end
+  return true
+end
+
+-- What a work stream entry carries (see append): the job id ('' when it has none), the
+-- attempts made before this delivery (nil on a first one) and whether it was dual-pushed.
+local function entry_fields(f)
+  local job_id, attempts, dual = '', nil, false
+  for k = 1, #f, 2 do
+    local name = f[k]
+    if name == 'j' then job_id = f[k + 1]
+    elseif name == 'a' then attempts = f[k + 1]
+    elseif name == 'b' then dual = true end
+  end
+  return job_id, attempts, dual
+end
+
+-- hero_version: the version of this library, so a client can tell a stale one from its own.
+-- KEYS: none.  ARGV: none.
+-- Returns: the version string.
+local function hero_version(keys, args)
+  return VERSION
+end
+
+-- hero_submit: store new jobs and queue them, or park them in the delayed set. One call takes
+-- a whole batch, so a producer's bulk submit costs one function call, not one per job.
+-- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
+--   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
+--   then per job i = 0, 1, ...: KEYS[4+2i] job hash  KEYS[5+2i] its work stream
+-- A job queued now gets status 'dispatched'; its record does not name its stream entry (the
+-- entry names the job), except on a stream the bridge registry names: such a job is also pushed
+-- (LPUSH) to that legacy list, with `entry` = its entry id, `bridge` = the list, `bridge_stop` =
+-- the legacy stop queue and `worker_id` = the legacy worker id, and tracked in the mapping's
+-- zset; whichever side takes it first runs it, and the bridge deletes the entry the other side
+-- never read.
+-- ARGV[1] consumer group
+--   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
+--   follow, and those n values: field, value pairs of the job record (without status / entry)
+-- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
+-- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
+-- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
+-- is idempotent).
+-- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
+-- not in pairs; then nothing is written.
+local function hero_submit(keys, args)
+  local delayed, registry, bridges = keys[1], keys[2], keys[3]
+  local group = args[1]
+  local n = (#keys - 3) / 2
+  if n ~= math.floor(n) then
+    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 3')
+  end
+  -- check the whole batch before the first write
+  local at = {}
+  local pos = 2
+  for i = 1, n do
+    local count = tonumber(args[pos + 2])
+    if not count or count % 2 ~= 0 or pos + 2 + count > #args then
+      return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
+    end
+    at[i] = pos
+    pos = pos + 3 + count
+  end
+  if pos ~= #args + 1 then
+    return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
+  end
+  local answers = {}
+  local dual = {} -- per stream: its dual-push mapping, or false; read once per call
+  local known = {} -- streams seen to exist in this call
+  local now_ms
+  for i = 1, n do
+    local job_key, stream = keys[2 + 2 * i], keys[3 + 2 * i]
+    local p = at[i]
+    local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
+    local run_at = tonumber(run_at_text)
+    local existing = redis.call('HGET', job_key, 'status')
+    if existing then
+      answers[2 * i - 1], answers[2 * i] = 'exists', existing
+    elseif run_at and run_at > 0 then
+      redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
+      redis.call('ZADD', delayed, run_at, job_id)
+      answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
+    else
+      if dual[stream] == nil then
+        local m = redis.call('HGET', bridges, stream)
+        dual[stream] = m and cjson.decode(m) or false
+      end
+      local m = dual[stream]
+      local entry = append(stream, group, registry, job_id, known, nil, m and true)
+      if m then
+        if not now_ms then
+          local t = redis.call('TIME')
+          now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
+        redis.call('HSET', job_key, 'id', job_id, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
+        redis.call('LPUSH', m.list, job_id)
+        redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
+      else
+        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
+      end
+      answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
+    end
+  end
+  return answers
+end
+
+-- hero_fetch: claim up to COUNT jobs for one consumer, taking streams strictly in the order given
+-- (the caller orders them instance -> group -> type, priority 0 first). Per entry it reads the
+-- job's status only; the entry itself says how many attempts came before and whether the job was
+-- dual-pushed (see append).
+-- KEYS[1] queue registry set  KEYS[2..n+1] work streams in precedence order
+-- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
+-- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- Returns: {jobs, dropped, cursors}
+--   jobs: flat list of stream index (1..n, into the streams), entry id, job id, three items
+--         per job now leased to the consumer (flat because every Lua table costs Redis more
+--         than the three values): the fetch wrote status started, lease = entry id,
+--         worker_id = consumer, started_at (the record's updated_at from then on) and, from
+--         the second delivery on, attempts = the count the entry carries + 1 (the first writes
+--         none: a started record without attempts is on its first). The caller reads the
+--         record itself (one HGETALL per job, pipelined), and runs the job only while that
+--         record still says started with this lease: a stop or recovery in between took it
+--         away. Handing the record back from here would cost Redis about twice as much as
+--         the plain read;
+--   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
+--         deleted unclaimed: reason 'missing' (no job hash, or one without a status),
+--         'foreign' (the job key holds another type), 'stale' (the job is no longer dispatched:
+--         stopped, or already taken through another entry) or 'legacy' (a dual-pushed job a
+--         legacy actor took from its list first);
+--   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
+--         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry.
+-- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
+-- the call that creates it (recovery walks the same set), and one question for every stream
+-- costs Redis less than an EXISTS per stream (a worker names 30 streams per type, most of them
+-- never used). A registered stream that was deleted, or lost its group, by hand reads as empty.
+-- A job is queued through one entry at a time, except when it was stopped while queued and then
+-- queued again: the stop leaves the old entry behind (the record does not name its entry), and
+-- whichever of the two is read first runs the job; the other is dropped as stale.
+-- Errors: none of its own.
+local function hero_fetch(keys, args)
+  local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
+  local now_iso, xackdel = args[5], args[6]
+  local jobs, dropped = {}, {}
+  local n = #keys - 1
+  -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
+  -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
+  local present = {}
+  for from = 2, #keys, 1000 do
+    local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
+    if from == 2 then present = r else for k = 1, #r do present[from - 2 + k] = r[k] end end
+  end
+  for i = 1, n do
+    if want <= 0 then break end
+    local stream = keys[i + 1]
+    if present[i] == 1 then
+      while want > 0 do
+        local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
+        if type(res) ~= 'table' or res.err or #res[1][2] == 0 then break end
+        for _, e in ipairs(res[1][2]) do
+          local id = e[1]
+          -- an entry of a first delivery names the job only: read here, not through entry_fields
+          -- (a Lua call costs Redis ~0.8 k instructions a job)
+          local f = e[2]
+          local job_id, before, dual
+          if #f == 2 and f[1] == 'j' then job_id = f[2] else job_id, before, dual = entry_fields(f) end
+          local job_key = prefix .. job_id
+          -- one read of what the checks need, the status (and the legacy list of a dual-pushed
+          -- job; the entry says which, and how many attempts came before): nothing can raise
+          -- before the single write, so a corrupt record never leaves a half-applied fetch
+          local status, bridge, err
+          if dual then
+            local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
+            err, status, bridge = r.err, r[1], r[2]
+          else
+            local r = redis.pcall('HGET', job_key, 'status')
+            if type(r) == 'table' then err = r.err else status = r end
+          end
+          if err then
+            -- the key holds something other than a hash: foreign data, never a job of ours, and
+            -- it must not stop this fetch for every entry behind it
+            ack_del(stream, group, id, xackdel)
+            dropped[#dropped + 1] = { i, id, job_id, 'foreign' }
+          elseif not status then
+            ack_del(stream, group, id, xackdel)
+            dropped[#dropped + 1] = { i, id, job_id, 'missing' }
+          elseif status ~= 'dispatched' then
+            ack_del(stream, group, id, xackdel)
+            dropped[#dropped + 1] = { i, id, job_id, 'stale' }
+          elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
+            -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
+            ack_del(stream, group, id, xackdel)
+            dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
+          else
+            -- one HSET with its arguments spelled out: building a table to unpack costs more
+            -- than the command
+            local counted = before and tonumber(before)
+            if counted then
+              redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+                'started_at', now_iso, 'attempts', tostring(counted + 1))
+            else
+              redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+                'started_at', now_iso)
+            end
+            if bridge and bridge ~= '' then
+              -- taken back from the legacy list above: no longer the legacy side's
+              redis.call('HSET', job_key, 'bridge', '')
+            end
+            local n = #jobs
+            jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
+            want = want - 1
+          end
+        end
+      end
+    end
+  end
+  local cursors = {}
+  if want > 0 then
+    -- every stream, registered or not: a stream made by hand that holds entries must not wake
+    -- the worker at once, over and over
+    for i = 1, n do
+      cursors[i] = '0-0'
+      local last = redis.pcall('XREVRANGE', keys[i + 1], '+', '-', 'COUNT', 1)
+      if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
+    end
+  end
+  return { jobs, dropped, cursors }
+end
+
+-- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
+-- records a whole batch of outcomes in one call: the settings are read once, and each stream's
+-- entries are acknowledged with one command and trimmed with another (see trim_done).
+-- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream
+--   then per job i = 0, 1, ...: KEYS[4+3i] job hash  KEYS[5+3i] its work stream
+--   KEYS[6+3i] its reply list
+-- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
+-- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
+--   then per job i: ARGV[5+6i] lease (the delivery's entry id)  ARGV[6+6i] outcome
+--   ARGV[7+6i] output or error text  ARGV[8+6i] retry-at ms  ARGV[9+6i] job id
+--   ARGV[10+6i] the job's `reply` field as read with the record ('' when it has none)
+--   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
+--   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
+--   'abort' (error text, never retried)
+-- The fence: a delivery's entry stays pending in the group exactly as long as its lease holds,
+-- because whatever takes a started job away (recovery, stop, dead-lettering) acknowledges its
+-- entry in the same call. So one XACK per stream acknowledges the batch and proves every lease
+-- in it at once; only when it acknowledged fewer entries than it was given are the records
+-- read, to tell the deliveries that still hold their job from the ones that lost it.
+-- Retention: the batch is named in one entry of the retention stream as the caller joined it
+-- (ARGV[4]; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
+-- does not end is named too, and harmlessly: hero_expire deletes only a job whose record
+-- carries the entry's finished_at, and only this call wrote that one. A job id holds no space
+-- (the worker completes valid ids only); checking the list here would cost Redis more than the
+-- PEXPIRE it replaces (string.gsub over it: ~4 k instructions a job), so an id with a space from
+-- a foreign caller is split, and that job is simply never deleted.
+-- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
+-- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
+-- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
+-- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
+-- jobs; then nothing is written.
+local function hero_complete(keys, args)
+  local delayed, cfg = keys[1], settings(keys[2])
+  local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
+  local n = (#keys - 3) / 3
+  if n ~= math.floor(n) or #args ~= 4 + 6 * n then
+    return redis.error_reply('HERO_BAD_ARG complete takes 3 keys and 4 arguments, then 3 keys and 6 arguments per job')
+  end
+  -- check every outcome before the first write, and group the batch by stream, each job
+  -- keeping its place in the answers
+  local streams, batches = {}, {}
+  for i = 0, n - 1 do
+    local outcome = args[6 + 6 * i]
+    if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
+      return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
+    end
+    local stream = keys[5 + 3 * i]
+    local b = batches[stream]
+    if not b then
+      b = { ids = {}, jobs = {} }
+      batches[stream] = b
+      streams[#streams + 1] = stream
+    end
+    local k = #b.ids + 1
+    b.ids[k], b.jobs[k] = args[5 + 6 * i], i
+  end
+  local answers = {}
+  for _, stream in ipairs(streams) do
+    local b = batches[stream]
+    local all_held = ack(stream, group, b.ids) == #b.ids
+    for _, i in ipairs(b.jobs) do
+      local a = 6 * i
+      local job_key, outcome, text = keys[4 + 3 * i], args[6 + a], args[7 + a]
+      local answer
+      if not all_held then
+        local lease = args[5 + a]
+        -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
+        -- the whole batch of other workers' jobs with it
+        local f = redis.pcall('HMGET', job_key, 'status', 'lease')
+        if f.err or not f[1] or f[2] ~= lease then
+          answer = 'lease_lost'
+        elseif f[1] ~= 'started' then
+          answer = 'already_completed'
+        end
+      end
+      if not answer then
+        -- The entries were acknowledged already: from here on nothing may raise, or the jobs
+        -- after this one would stay started with no pending entry for recovery to find. A job
+        -- key holding another type is foreign data, lost for this delivery (pcall, finish).
+        local retried = false
+        if outcome == 'fail' or outcome == 'retry' then
+          -- only a failure needs the budget: a success is recorded without reading the record
+          local f = redis.pcall('HMGET', job_key, 'attempts', 'retries')
+          if f.err then
+            answer = 'lease_lost'
+          else
+            retried = (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
+            -- a first delivery left no count (see hero_fetch): the next one must count from it
+            if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
+          end
+        end
+        if retried then
+          local retry_at, job_id = args[8 + a], args[9 + a]
+          redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
+          redis.call('HDEL', job_key, 'lease', 'entry')
+          redis.call('ZADD', delayed, retry_at, job_id)
+          answer = 'retrying'
+        elseif not answer and outcome == 'done' and args[10 + a] == '' then
+          -- a success no one waits on, the common case, is written here: through finish it costs
+          -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
+          local w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
+          if type(w) == 'table' and w.err then answer = 'lease_lost' else answer = 'completed' end
+        elseif not answer then
+          local status = 'error'
+          if outcome == 'done' then status = 'finished' end
+          if finish(job_key, args[9 + a], keys[6 + 3 * i], cfg, status, text, args[10 + a], now_iso) then
+            answer = 'completed'
+          else
+            answer = 'lease_lost'
+          end
+        end
+      end
+      answers[i + 1] = answer
+    end
+    trim_done(stream, group, b.ids, xackdel)
+  end
+  if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
+  return answers
+end
+
+-- hero_renew: keep a running delivery from being recovered, fenced by its lease.
+-- KEYS[1] job hash  KEYS[2] work stream
+-- ARGV[1] lease (entry id)  ARGV[2] consumer group  ARGV[3] consumer name
+-- Returns: 'ok' (idle time reset), 'stopped' (the job ended while running, e.g. stopped: the
+-- handler should be interrupted), 'lost' (another delivery owns the job, or it is gone).
+-- Errors: none of its own.
+local function hero_renew(keys, args)
+  local job_key, stream = keys[1], keys[2]
+  local lease, group, consumer = args[1], args[2], args[3]
+  local f = redis.call('HMGET', job_key, 'status', 'lease')
+  if not f[1] or f[2] ~= lease then return 'lost' end
+  if f[1] ~= 'started' then return 'stopped' end
+  local claimed = redis.call('XCLAIM', stream, group, consumer, 0, lease, 'JUSTID')
+  if #claimed == 0 then return 'lost' end
+  return 'ok'
+end
+
+-- hero_stop: stop a job wherever it is.
+-- KEYS[1] job hash  KEYS[2] its work stream  KEYS[3] delayed zset  KEYS[4] reply list
+-- KEYS[5] config hash  KEYS[6] control list of the worker the caller saw running it ('' allowed
+-- when it saw none)  KEYS[7] retention stream
+-- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
+-- ARGV[4] '1' when XACKDEL  ARGV[5] job id
+-- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
+-- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
+-- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
+-- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
+-- other stays until a worker reads it, finds the job stopped and drops it.
+-- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
+-- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
+-- (it started on another worker since the caller looked: look again and retry).
+-- Errors: HERO_JOB_NOT_FOUND when there is no such job.
+local function hero_stop(keys, args)
+  local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
+  local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
+  local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
+  local done = retained(keys[7], now_iso)
+  -- the one job this call can end
+  local function stopped()
+    finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso, done)
+    flush_retained(done)
+  end
+  local status = f[1]
+  if not status then
+    return redis.error_reply('HERO_JOB_NOT_FOUND no job hash at ' .. job_key)
+  end
+  if status == 'finished' or status == 'error' then return 'already_completed' end
+  if (f[6] or '') ~= '' and (status == 'dispatched' or status == 'started') then
+    local answer = 'cancelled'
+    if redis.call('LREM', f[6], 0, job_id) == 0 then
+      answer = 'interrupted'
+      if (f[7] or '') ~= '' then redis.call('LPUSH', f[7], job_id) end
+    end
+    -- the entry the legacy side holds: the bridge's delivery (lease), or a dual-pushed job's
+    -- unread entry
+    local held = f[3]
+    if (held or '') == '' then held = f[2] end
+    if (held or '') ~= '' then ack_del(stream, group, held, xackdel) end
+    stopped()
+    return answer
+  end
+  if status == 'waiting' then
+    redis.call('ZREM', delayed, job_id)
+  elseif status == 'dispatched' then
+    if f[2] then ack_del(stream, group, f[2], xackdel) end
+  elseif status == 'started' then
+    if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
+    ack_del(stream, group, f[3], xackdel)
+    stopped()
+    redis.call('LPUSH', ctl, job_id)
+    redis.call('PEXPIRE', ctl, 3600000)
+    return 'interrupted'
+  end
+  stopped()
+  return 'cancelled'
+end
+
+-- hero_recover: put abandoned deliveries of one work stream back into it (same stream, same
+-- targeting, a new entry), or dead-letter them past the attempt budget.
+-- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash  KEYS[4] retention stream
+-- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
+--         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, listed
+--         with XPENDING IDLE from cursor ARGV[9] and claimed as consumer ARGV[3]; entries held by
+--         the legacy bridge, consumers named 'bridge:...', are skipped: the bridge's watch
+--         decides when a legacy actor abandoned a job)
+-- ARGV[3] consumer  ARGV[4] min idle ms  ARGV[5] count  ARGV[6] job key prefix
+-- ARGV[7] reply key prefix  ARGV[8] max attempts  ARGV[9] cursor ('0-0' to start)
+-- ARGV[10] '1' to hand back (the delivery does not count as an attempt)  ARGV[11] now ISO 8601
+-- ARGV[12] '1' when XACKDEL
+-- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
+-- consumer is deleted from the group once it owns nothing.
+-- Errors: HERO_BAD_ARG for an unknown mode.
+local function hero_recover(keys, args)
+  local stream, dead, cfg = keys[1], keys[2], settings(keys[3])
+  local group, mode, consumer, min_idle, count = args[1], args[2], args[3], args[4], tonumber(args[5])
+  local prefix, reply_prefix, max_attempts, cursor = args[6], args[7], tonumber(args[8]), args[9]
+  local handback, now_iso, xackdel = args[10], args[11], args[12]
+  local done = retained(keys[4], now_iso)
+  if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
+  local ids, next_cursor = {}, '0-0'
+  if mode == 'consumer' then
+    for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', count, consumer)) do
+      ids[#ids + 1] = p[1]
+    end
+    if #ids == count then next_cursor = ids[#ids] end
+  elseif mode == 'idle' then
+    local from = '-'
+    if cursor ~= '0-0' then from = cursor end
+    local listed = redis.call('XPENDING', stream, group, 'IDLE', min_idle, from, '+', count)
+    for _, p in ipairs(listed) do
+      if string.sub(p[2], 1, 7) ~= 'bridge:' then
+        local claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, p[1], 'JUSTID')
+        if claimed[1] then ids[#ids + 1] = p[1] end
+      end
+    end
+    if #listed == count then next_cursor = next_id(listed[#listed][1]) end
+  else
+    return redis.error_reply('HERO_BAD_ARG unknown mode ' .. tostring(mode))
+  end
+  local requeued, dead_n, dropped = 0, 0, 0
+  for _, id in ipairs(ids) do
+    local entry = redis.call('XRANGE', stream, id, id)
+    local job_id
+    if entry[1] then job_id = entry_fields(entry[1][2]) end
+    if job_id == '' then job_id = nil end
+    local job_key = prefix .. (job_id or '')
+    -- pcall: a job key holding another type is foreign data; its entry is dropped like one
+    -- naming no job, instead of failing the recovery of every entry after it
+    local j = job_id and redis.pcall('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
+    ack_del(stream, group, id, xackdel)
+    if j and not j.err and j[1] == 'started' and j[2] == id then
+      -- a started record without a count is on its first delivery (see hero_fetch)
+      local attempts = tonumber(j[3]) or 1
+      if handback == '1' and tonumber(j[3]) then
+        -- computed here, not with HINCRBY: nothing may raise once the entry is acknowledged
+        attempts = attempts - 1
+        redis.call('HSET', job_key, 'attempts', attempts)
+      elseif handback ~= '1' and not j[3] then
+        -- the abandoned first delivery counts: the next fetch adds one to this
+        redis.call('HSET', job_key, 'attempts', '1')
+      end
+      local limit = math.max(max_attempts, (tonumber(j[4]) or 0) + 1)
+      if handback ~= '1' and attempts >= limit then
+        local reason = 'abandoned after ' .. attempts .. ' attempts'
+        redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
+        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done)
+        dead_n = dead_n + 1
+      else
+        -- the entry carries the count for the next fetch; a first delivery handed back has none
+        if handback == '1' and not tonumber(j[3]) then
+          redis.call('XADD', stream, '*', 'j', job_id)
+        else
+          redis.call('XADD', stream, '*', 'j', job_id, 'a', tostring(attempts))
+        end
+        redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
+        redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry')
+        requeued = requeued + 1
+      end
+    else
+      dropped = dropped + 1
+    end
+  end
+  if mode == 'consumer' and next_cursor == '0-0' then
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
+  elseif mode == 'idle' then
+    -- the claimer held what it claimed only inside this call
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
+  end
+  flush_retained(done)
+  return { requeued, dead_n, dropped, next_cursor }
+end
+
+-- hero_promote: move one due job from the delayed set into its work stream.
+-- KEYS[1] delayed zset  KEYS[2] job hash  KEYS[3] work stream  KEYS[4] queue registry set
+-- ARGV[1] job id  ARGV[2] consumer group  ARGV[3] now ISO 8601
+-- Returns: 'promoted', 'gone' (another broker promoted it, or it was stopped), 'skipped' (the job
+-- is no longer waiting or its hash is gone; the stale member was removed).
+-- Errors: none of its own.
+local function hero_promote(keys, args)
+  local delayed, job_key, stream, registry = keys[1], keys[2], keys[3], keys[4]
+  local job_id, group, now_iso = args[1], args[2], args[3]
+  if redis.call('ZREM', delayed, job_id) == 0 then return 'gone' end
+  local f = redis.call('HMGET', job_key, 'status', 'attempts')
+  if f[1] ~= 'waiting' then return 'skipped' end
+  append(stream, group, registry, job_id, nil, f[2] or nil)
+  redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
+  redis.call('HDEL', job_key, 'run_at')
+  return 'promoted'
+end
+
+-- hero_bridge_in: move ids that legacy producers pushed to a legacy list into the canonical work
+-- stream of the mapping, oldest first. Each id leaves the list and enters the stream in the same
+-- call, so a crash of the broker between calls leaves it in exactly one of the two.
+-- KEYS[1] legacy list  KEYS[2] work stream  KEYS[3] queue registry set  KEYS[4] dead-letter stream
+-- ARGV[1] consumer group  ARGV[2] most ids to move  ARGV[3] job key prefix  ARGV[4] script type
+-- ARGV[5] group ('' for none)  ARGV[6] instance ('' for none)  ARGV[7] now ISO 8601
+-- Per id: the job hash (seed-001 fields are enough) gets status 'dispatched', the
+-- mapping's script_type / group / instance, reply 'legacy' (a seed-001 caller may BLPOP
+-- hero:reply:<id>: in compatibility mode it gets the bare result there, and nothing is pushed
+-- to the canonical reply list no one waits on) and updated_at; leftovers of an earlier run (lease, output, error,
+-- finished_at) are removed, so a legacy requeue of a crashed job runs it again. The worker that
+-- takes it checks the rest of the record: a malformed one ends `error` with the reason.
+-- An id with no job hash, or one of a job a worker of ours runs (started, with a lease), goes
+-- to the dead-letter stream with the reason instead. A job still queued in a stream gets a
+-- second entry: whichever is read first runs it, the other is dropped as stale.
+-- Returns: {moved, dead, blocked}: blocked is 1 when the oldest id is a job the bridge handed
+-- to this list's legacy actors (it stays where it is, for them).
+-- Errors: none of its own.
+local function hero_bridge_in(keys, args)
+  local list, stream, registry, dead = keys[1], keys[2], keys[3], keys[4]
+  local group, max, prefix = args[1], tonumber(args[2]), args[3]
+  local stype, tgroup, tinst, now_iso = args[4], args[5], args[6], args[7]
+  local moved, dead_n, blocked = 0, 0, 0
+  for _ = 1, max do
+    local job_id = redis.call('RPOP', list)
+    if not job_id then break end
+    local job_key = prefix .. job_id
+    local f = redis.call('HMGET', job_key, 'status', 'lease', 'bridge', 'attempts')
+    if (f[3] or '') ~= '' then
+      redis.call('RPUSH', list, job_id)
+      blocked = 1
+      break
+    end
+    local reason
+    if redis.call('EXISTS', job_key) == 0 then
+      reason = 'no job hash at ' .. job_key
+    elseif f[1] == 'started' and (f[2] or '') ~= '' then
+      reason = 'pushed to ' .. list .. ' while a worker runs it'
+    end
+    if reason then
+      redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
+      dead_n = dead_n + 1
+    else
+      append(stream, group, registry, job_id, nil, f[4] or nil)
+      local w = { 'status', 'dispatched', 'script_type', stype, 'reply', 'legacy', 'updated_at', now_iso }
+      if tgroup ~= '' then w[#w + 1] = 'group'; w[#w + 1] = tgroup end
+      if tinst ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = tinst end
+      redis.call('HDEL', job_key, 'lease', 'entry', 'output', 'error', 'finished_at', 'started_at')
+      redis.call('HSET', job_key, unpack(w))
+      moved = moved + 1
+    end
+  end
+  return { moved, dead_n, blocked }
+end
+
+-- hero_bridge_out: hand jobs of a canonical work stream to the legacy actors of a legacy list.
+-- The bridge reads them as its own consumer (named 'bridge:...'), so each stays pending in the
+-- stream until the job hash says finished or error (see hero_bridge_watch).
+-- KEYS[1] work stream  KEYS[2] legacy list  KEYS[3] the mapping's tracking zset
+-- ARGV[1] consumer group  ARGV[2] bridge consumer  ARGV[3] most jobs  ARGV[4] job key prefix
+-- ARGV[5] now ISO 8601  ARGV[6] pickup deadline ms (now + pickup time)  ARGV[7] legacy worker id
+-- ARGV[8] legacy stop queue  ARGV[9] '1' when XACKDEL
+-- Per job: status 'dispatched' (what seed-001 actors expect to find), lease = entry,
+-- attempts + 1, worker_id = the legacy worker id, bridge = the list, bridge_stop = the stop
+-- queue, bridge_taken = ''; LPUSH of the id to the list; tracked until the pickup deadline.
+-- Entries naming no job hash, or a job that is no longer dispatched, are dropped.
+-- Returns: {handed out, dropped}
+-- Errors: none of its own.
+local function hero_bridge_out(keys, args)
+  local stream, list, track = keys[1], keys[2], keys[3]
+  local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
+  local now_iso, deadline, worker, stop_queue, xackdel = args[5], args[6], args[7], args[8], args[9]
+  if redis.call('EXISTS', stream) == 0 then return { 0, 0 } end
+  local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
+  if not res then return { 0, 0 } end
+  local handed, dropped = 0, 0
+  for _, e in ipairs(res[1][2]) do
+    local id = e[1]
+    local job_id = entry_fields(e[2])
+    local job_key = prefix .. job_id
+    local f = redis.call('HMGET', job_key, 'status', 'attempts')
+    if f[1] ~= 'dispatched' then
+      ack_del(stream, group, id, xackdel)
+      dropped = dropped + 1
+    else
+      local attempts = tonumber(f[2])
+      -- `id` too: a submit leaves it out, and seed-001 actors read it from the record
+      local w = { 'id', job_id, 'status', 'dispatched', 'lease', id, 'worker_id', worker, 'bridge', list,
+        'bridge_stop', stop_queue, 'bridge_taken', '', 'updated_at', now_iso }
+      if attempts or not f[2] then
+        w[#w + 1] = 'attempts'; w[#w + 1] = tostring((attempts or 0) + 1)
+      end
+      redis.call('HSET', job_key, unpack(w))
+      redis.call('LPUSH', list, job_id)
+      redis.call('ZADD', track, deadline, job_id)
+      handed = handed + 1
+    end
+  end
+  return { handed, dropped }
+end
+
+-- hero_bridge_watch: follow the jobs a legacy list's actors hold (handed out by
+-- hero_bridge_out, or dual-pushed by hero_submit) until their job hash says they ended, and
+-- take back the ones a legacy actor never picked up or abandoned.
+-- KEYS[1] tracking zset (job id -> next deadline ms)  KEYS[2] legacy list  KEYS[3] work stream
+-- KEYS[4] queue registry set  KEYS[5] config hash  KEYS[6] dead-letter stream
+-- KEYS[7] retention stream
+-- ARGV[1] consumer group  ARGV[2] job key prefix  ARGV[3] reply key prefix  ARGV[4] now ISO 8601
+-- ARGV[5] now ms  ARGV[6] pickup time ms  ARGV[7] max attempts  ARGV[8] '1' for a dual-push
+-- mapping  ARGV[9] '1' when XACKDEL  ARGV[10] most jobs to look at  ARGV[11] rank to start at
+-- Per tracked job, by what its hash says:
+--   gone, or `bridge` empty (a new worker took it, or it was taken back): no longer tracked;
+--   finished / error (a legacy actor recorded it, or it was stopped): the bridge's stream entry
+--     is acknowledged (or the unread dual-push entry deleted); if no function ended it,
+--     finished_at, the retention clock and the canonical JSON reply are added (the legacy actor
+--     answered hero:reply:<id> itself);
+--   dispatched, past the pickup deadline, still in the list: taken out of the list; a dual-push
+--     job stays in its stream for new workers, an outbound one is queued again (new entry) or,
+--     past the attempt budget, ends error 'no legacy actor took it from <list> within <t> s';
+--   started, or dispatched but no longer in the list (popped, not yet marked): taken; the
+--     deadline becomes now + the job's timeout (started_at set; a dual-push job counts an
+--     attempt here);
+--   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
+--     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
+--     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
+-- Returns: {ended, requeued, failed, next rank (0 when the whole set was seen)}
+-- Errors: none of its own.
+local function hero_bridge_watch(keys, args)
+  local track, list, stream, registry, cfg, dead = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
+  local group, prefix, reply_prefix, now_iso = args[1], args[2], args[3], args[4]
+  local now_ms, pickup_ms, max_attempts = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
+  local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
+  local done = retained(keys[7], now_iso)
+  local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
+  local ended, requeued, failed, removed = 0, 0, 0, 0
+
+  -- the stream entry the legacy side held: acknowledged if the bridge read it (its delivery is
+  -- the lease), else the unread entry of a dual-pushed job (the record names it) is deleted
+  local function release(lease, entry)
+    if lease and lease ~= '' then
+      ack_trim(stream, group, { lease }, xackdel)
+    elseif entry and entry ~= '' then
+      redis.call('XDEL', stream, entry)
+    end
+  end
+
+  local function untrack(job_id)
+    redis.call('ZREM', track, job_id)
+    removed = removed + 1
+  end
+
+  -- back into the stream, or error past the budget
+  local function take_back(job_id, job_key, f, attempts, reason)
+    release(f[3], f[4])
+    local limit = math.max(max_attempts, (tonumber(f[6]) or 0) + 1)
+    if attempts >= limit then
+      redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
+      redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
+      finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
+      untrack(job_id)
+      failed = failed + 1
+      return
+    end
+    local new = append(stream, group, registry, job_id, nil, tostring(attempts), dual)
+    redis.call('HSET', job_key, 'status', 'dispatched', 'lease', '', 'bridge_taken', '',
+      'updated_at', now_iso)
+    if dual then
+      redis.call('HSET', job_key, 'entry', new)
+      redis.call('LPUSH', list, job_id)
+      redis.call('ZADD', track, now_ms + pickup_ms, job_id)
+    else
+      redis.call('HSET', job_key, 'bridge', '')
+      redis.call('HDEL', job_key, 'entry')
+      untrack(job_id)
+    end
+    requeued = requeued + 1
+  end
+
+  for k = 1, #tracked, 2 do
+    local job_id, due = tracked[k], tonumber(tracked[k + 1]) <= now_ms
+    local job_key = prefix .. job_id
+    -- 1 status 2 bridge 3 lease 4 entry 5 attempts 6 retries 7 reply 8 timeout 9 finished_at
+    -- 10 bridge_taken 11 output 12 error
+    local f = redis.call('HMGET', job_key, 'status', 'bridge', 'lease', 'entry', 'attempts', 'retries',
+      'reply', 'timeout', 'finished_at', 'bridge_taken', 'output', 'error')
+    local status = f[1]
+    local timeout_s = tonumber(f[8]) or 300
+    if not status or (f[2] or '') ~= list then
+      untrack(job_id)
+    elseif status == 'finished' or status == 'error' then
+      release(f[3], f[4])
+      redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
+      if not f[9] then
+        redis.call('HSET', job_key, 'finished_at', now_iso, 'updated_at', now_iso)
+        retain(done, job_key, job_id, cfg)
+        if f[7] == '1' then
+          push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', true, false)
+        end
+      end
+      untrack(job_id)
+      ended = ended + 1
+    elseif f[10] ~= '1' then
+      local taken = status == 'started'
+      if not taken and due then
+        if redis.call('LREM', list, 1, job_id) == 1 then
+          if dual then
+            redis.call('HSET', job_key, 'bridge', '')
+            untrack(job_id)
+          else
+            take_back(job_id, job_key, f, tonumber(f[5]) or 1,
+              'no legacy actor took it from ' .. list .. ' within ' .. (pickup_ms / 1000) .. ' s')
+          end
+        else
+          taken = true
+        end
+      end
+      if taken then
+        local w = { 'bridge_taken', '1', 'started_at', now_iso }
+        if dual then
+          w[#w + 1] = 'attempts'; w[#w + 1] = tostring((tonumber(f[5]) or 0) + 1)
+        end
+        redis.call('HSET', job_key, unpack(w))
+        redis.call('ZADD', track, now_ms + timeout_s * 1000, job_id)
+      end
+    elseif due then
+      take_back(job_id, job_key, f, tonumber(f[5]) or 1,
+        'abandoned after ' .. (tonumber(f[5]) or 1) .. ' attempts: legacy actor of ' .. list ..
+        ' did not finish within ' .. timeout_s .. ' s')
+    end
+  end
+  flush_retained(done)
+  local next_rank = 0
+  if #tracked == 2 * count then next_rank = from + count - removed end
+  return { ended, requeued, failed, next_rank }
+end
+
+-- hero_expire: delete the ended jobs whose retention time has passed, oldest first, as the
+-- retention stream names them (one entry per call that ended jobs: see retained in the prelude).
+-- KEYS[1] retention stream
+-- ARGV[1] job key prefix  ARGV[2] retention ms  ARGV[3] most entries to take in this call
+-- An entry is due once it is older than the retention time by Redis's clock (its id). Each job
+-- it names is deleted when its record still says finished or error with the finished_at the
+-- entry carries; any other is left alone: it ran again since (whatever ended it again added a
+-- newer entry), or it is gone already. An entry that is not of this form (foreign data) names
+-- no job. The entries taken are deleted, and the stream with them once it is empty.
+-- Returns: {entries taken, jobs deleted, 1 when more entries are due, else 0}
+-- Errors: none of its own.
+local function hero_expire(keys, args)
+  local stream, prefix = keys[1], args[1]
+  local retention_ms, count = tonumber(args[2]), tonumber(args[3])
+  local now = redis.call('TIME')
+  local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
+  if cutoff < 0 then return { 0, 0, 0 } end
+  -- pcall: a retention key holding another type (foreign data) holds no job of ours
+  local entries = redis.pcall('XRANGE', stream, '-', string.format('%d', cutoff), 'COUNT', count)
+  if entries.err or #entries == 0 then return { 0, 0, 0 } end
+  local deleted = 0
+  for _, e in ipairs(entries) do
+    local t, ids
+    local f = e[2]
+    for k = 1, #f, 2 do
+      if f[k] == 't' then t = f[k + 1] elseif f[k] == 'j' then ids = f[k + 1] end
+    end
+    if t and ids then
+      for job_id in string.gmatch(ids, '[^ ]+') do
+        local job_key = prefix .. job_id
+        -- pcall: a job key holding another type is not a job of ours
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at')
+        if not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
+          redis.call('DEL', job_key)
+          deleted = deleted + 1
+        end
+      end
+    end
+  end
+  -- entries are taken from the head, so everything up to the last one taken goes
+  redis.call('XTRIM', stream, 'MINID', next_id(entries[#entries][1]))
+  if redis.call('XLEN', stream) == 0 then redis.call('DEL', stream) end
+  local more = 0
+  if #entries == count then more = 1 end
+  return { #entries, deleted, more }
+end
+
+redis.register_function('hero_v12_version', hero_version)
+redis.register_function('hero_v12_submit', hero_submit)
+redis.register_function('hero_v12_fetch', hero_fetch)
+redis.register_function('hero_v12_complete', hero_complete)
+redis.register_function('hero_v12_renew', hero_renew)
+redis.register_function('hero_v12_stop', hero_stop)
+redis.register_function('hero_v12_recover', hero_recover)
+redis.register_function('hero_v12_promote', hero_promote)
+redis.register_function('hero_v12_bridge_in', hero_bridge_in)
+redis.register_function('hero_v12_bridge_out', hero_bridge_out)
+redis.register_function('hero_v12_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v12_expire', hero_expire)

@@ -1,0 +1,292 @@
+//! hero_complete: batches, the fence, trimming, retries, foreign data.
+
+use super::*;
+use hero_testkit::{job_key, keys};
+
+#[tokio::test]
+async fn complete_records_a_batch_with_one_answer_per_job() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (stream, a) = submit_and_fetch(&c, "ba").await;
+    let (_, b) = submit_and_fetch(&c, "bb").await;
+    let (_, lost) = submit_and_fetch(&c, "bc").await;
+    let (_, overwritten) = submit_and_fetch(&c, "bd").await;
+    let mut raw = server.conn().await;
+    // someone replaced a running job's hash with a string: foreign data, lost for this delivery,
+    // and the rest of the batch is recorded all the same
+    let bd = c.keys().job(&JobId::new("bd").unwrap());
+    let _: () = raw.set(&bd, "not a job").await.unwrap();
+    let now = clock::now_iso();
+    let id = |s: &str| JobId::new(s).unwrap();
+    let answers = complete_batch(
+        &c,
+        &stream,
+        &[
+            ("ba", &a, "", Ending::Done, "out-a"),
+            ("bb", &b, "", Ending::Abort, "bad-b"),
+            ("bc", "0-1", "", Ending::Done, "never"),
+            ("nope", "0-2", "", Ending::Done, "never"),
+            ("bd", &overwritten, "", Ending::Done, "never"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        answers,
+        [
+            Completion::Completed,
+            Completion::Completed,
+            Completion::LeaseLost,
+            Completion::LeaseLost,
+            Completion::LeaseLost
+        ]
+    );
+    let (sa, oa): (String, String) = redis::cmd("HMGET")
+        .arg(job_key("ba"))
+        .arg("status")
+        .arg("output")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!((sa.as_str(), oa.as_str()), ("finished", "out-a"));
+    let (sb, eb): (String, String) = redis::cmd("HMGET")
+        .arg(job_key("bb"))
+        .arg("status")
+        .arg("error")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!((sb.as_str(), eb.as_str()), ("error", "bad-b"));
+    let sc: String = raw.hget(job_key("bc"), "status").await.unwrap();
+    assert_eq!(sc, "started", "a lost lease changes nothing");
+    assert_eq!(
+        hero_testkit::pending(&mut raw, &stream).await,
+        1,
+        "only bc's real delivery stays pending: bd's entry named foreign data and went with the batch"
+    );
+    let len: usize = raw.xlen(&stream).await.unwrap();
+    assert_eq!(
+        len, 2,
+        "the done entries ahead of bc's are trimmed; bd's stays behind it until bc ends"
+    );
+
+    // a batch with one unknown outcome is refused whole, before anything is written
+    let mut bad = Function::Complete.unchecked(&[
+        c.keys().delayed(),
+        c.keys().config(),
+        c.keys().retention(),
+        c.keys().job(&id("bc")),
+        stream.clone(),
+        c.keys().reply(&id("bc")),
+    ]);
+    bad.arg(CONSUMER_GROUP)
+        .arg(&now)
+        .arg("0")
+        .arg("bc")
+        .arg(&lost)
+        .arg("explode")
+        .arg("x")
+        .arg(0)
+        .arg("bc")
+        .arg("");
+    let err = c.redis().query::<redis::Value>(&bad).await.unwrap_err();
+    assert!(err.to_string().contains("unknown outcome"), "{err}");
+    let sc: String = raw.hget(job_key("bc"), "status").await.unwrap();
+    assert_eq!(sc, "started");
+    let untouched: String = raw.get(&bd).await.unwrap();
+    assert_eq!(untouched, "not a job");
+    // recovery drops the entry of a running job whose hash was overwritten the same way, instead
+    // of failing on it, and requeues bc
+    let (_, _) = submit_and_fetch(&c, "be").await;
+    let be = c.keys().job(&JobId::new("be").unwrap());
+    let _: () = raw.set(&be, "not a job either").await.unwrap();
+    let got = recover_consumer(&c, &stream, "g:a:1", 5).await;
+    assert_eq!((got.requeued, got.dropped), (1, 1), "{got:?}");
+}
+
+/// A batch whose entries are all still pending is acknowledged before any record is written;
+/// foreign data met after that (a job key or a reply list holding another type) costs only its
+/// own job, never the jobs behind it in the batch, which would otherwise stay started with no
+/// pending entry for recovery to find.
+#[tokio::test]
+async fn foreign_data_in_a_held_batch_costs_only_its_own_job() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let mut leases = Vec::new();
+    let mut stream = String::new();
+    for job in ["ha", "hb", "hr", "hd"] {
+        let (s, lease) = submit_and_fetch(&c, job).await;
+        stream = s;
+        leases.push(lease);
+    }
+    let hb = c.keys().job(&JobId::new("hb").unwrap());
+    let _: () = raw.set(&hb, "not a job").await.unwrap();
+    let hr_reply = c.keys().reply(&JobId::new("hr").unwrap());
+    let _: () = raw.set(&hr_reply, "not a list").await.unwrap();
+    let answers = complete_batch(
+        &c,
+        &stream,
+        &[
+            ("ha", &leases[0], "", Ending::Done, "text"),
+            ("hb", &leases[1], "", Ending::Done, "text"),
+            ("hr", &leases[2], "1", Ending::Done, "text"),
+            ("hd", &leases[3], "", Ending::Fail, "text"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        answers,
+        [
+            Completion::Completed,
+            Completion::LeaseLost,
+            Completion::Completed,
+            Completion::Completed
+        ]
+    );
+    assert_eq!(hero_testkit::pending(&mut raw, &stream).await, 0);
+    for (job, status) in [("hr", "finished"), ("hd", "error")] {
+        let got: String = raw.hget(job_key(&job), "status").await.unwrap();
+        assert_eq!(got, status, "{job}");
+    }
+    let untouched: String = raw.get(&hr_reply).await.unwrap();
+    assert_eq!(untouched, "not a list");
+}
+
+#[tokio::test]
+async fn complete_trims_done_entries_but_never_a_running_or_waiting_one() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (stream, old) = submit_and_fetch(&c, "old").await;
+    let (_, new) = submit_and_fetch(&c, "new").await;
+    c.submit(&NewJob::builder("osis", "w").id("waiting").build().unwrap())
+        .await
+        .unwrap();
+    let mut raw = server.conn().await;
+    assert_eq!(
+        complete(&c, &stream, "new", &new, "done", "ok").await,
+        Completion::Completed
+    );
+    let len: usize = raw.xlen(&stream).await.unwrap();
+    assert_eq!(len, 3, "the done entry behind a running job stays for now");
+    assert_eq!(
+        complete(&c, &stream, "old", &old, "done", "ok").await,
+        Completion::Completed
+    );
+    let ids: Vec<String> = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg("-")
+        .arg("+")
+        .query_async::<Vec<(String, Vec<(String, String)>)>>(&mut raw)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, f)| f[0].1.clone())
+        .collect();
+    assert_eq!(
+        ids,
+        ["waiting"],
+        "both done entries went, the waiting job stayed"
+    );
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    assert_eq!(got.jobs[0].job_id.as_str(), "waiting");
+}
+
+#[tokio::test]
+async fn complete_is_fenced_by_the_lease() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (stream, lease) = submit_and_fetch(&c, "f").await;
+    assert_eq!(
+        complete(&c, &stream, "f", "0-1", "done", "wrong").await,
+        Completion::LeaseLost
+    );
+    assert_eq!(
+        complete(&c, &stream, "f", &lease, "done", "first").await,
+        Completion::Completed
+    );
+    assert_eq!(
+        complete(&c, &stream, "f", &lease, "done", "second").await,
+        Completion::AlreadyCompleted
+    );
+    let mut raw = server.conn().await;
+    let output: String = raw.hget(job_key("f"), "output").await.unwrap();
+    assert_eq!(output, "first");
+    let len: usize = raw.xlen(&stream).await.unwrap();
+    assert_eq!(len, 0, "a done entry is deleted from the work stream");
+}
+
+/// The fence of a batch is one XACK: recovery and stop acknowledge the entry of the delivery
+/// they take a job from, so that delivery's completion finds it no longer pending, and the
+/// record tells which answer it gets.
+#[tokio::test]
+async fn a_delivery_taken_away_by_recovery_or_stop_records_nothing() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let (stream, old) = submit_and_fetch(&c, "rec").await;
+    assert_eq!(recover_consumer(&c, &stream, "g:a:1", 5).await.requeued, 1);
+    let got = fetch(&c, "g:b:1", std::slice::from_ref(&stream), 1).await;
+    let new = got.jobs[0].entry.clone();
+    assert_eq!(
+        complete(&c, &stream, "rec", &old, "done", "late").await,
+        Completion::LeaseLost
+    );
+    assert_eq!(
+        complete(&c, &stream, "rec", &new, "done", "ok").await,
+        Completion::Completed
+    );
+    let output: String = raw.hget(job_key("rec"), "output").await.unwrap();
+    assert_eq!(
+        output, "ok",
+        "only the current delivery's result is recorded"
+    );
+
+    let (stream, lease) = submit_and_fetch(&c, "stp").await;
+    let stopped = JobId::new("stp").unwrap();
+    assert_eq!(
+        c.stop(&stopped).await.unwrap(),
+        hero_client::StopOutcome::Interrupted
+    );
+    assert_eq!(
+        hero_testkit::pending(&mut raw, &stream).await,
+        0,
+        "the stop acknowledged the delivery"
+    );
+    assert_eq!(
+        complete(&c, &stream, "stp", &lease, "done", "late").await,
+        Completion::AlreadyCompleted
+    );
+    let r = c.get(&stopped).await.unwrap();
+    assert_eq!(
+        (r.status, r.error.as_deref(), r.output),
+        (hero_client::Status::Error, Some("stopped"), None)
+    );
+}
+
+#[tokio::test]
+async fn failed_job_is_parked_for_retry_while_budget_lasts() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    c.submit(
+        &NewJob::builder("osis", "x")
+            .id("r")
+            .retries(1)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    assert_eq!(
+        complete(&c, &stream, "r", &got.jobs[0].entry, "fail", "boom").await,
+        Completion::Retrying
+    );
+    let mut raw = server.conn().await;
+    let score: Option<f64> = raw.zscore(keys().delayed(), "r").await.unwrap();
+    assert!(score.is_some());
+    let status: String = raw.hget(job_key("r"), "status").await.unwrap();
+    assert_eq!(status, "waiting");
+}

@@ -1,0 +1,153 @@
+//! hero_fetch: precedence order, the queue registry, dropped entries.
+
+use super::*;
+use hero_testkit::{job_key, work_key};
+
+/// Submits osis jobs with these ids at these priority levels; returns the streams a worker of
+/// group `default`, instance `1` reads, in precedence order.
+async fn submit_osis_at(c: &Client, jobs: &[(&str, u8)]) -> Vec<String> {
+    for &(id, prio) in jobs {
+        c.submit(
+            &NewJob::builder("osis", "x")
+                .id(id)
+                .priority(prio)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    c.keys().precedence(
+        &[t("osis")],
+        &GroupName::default_group(),
+        &InstanceName::new("1").unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let streams = submit_osis_at(&c, &[("low", 9), ("high", 0), ("mid", 5)]).await;
+    let got = fetch(&c, "default:1:s", &streams, 2).await;
+    let ids: Vec<_> = got.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["high", "mid"]);
+    assert!(got.cursors.is_empty(), "no cursors when the count was met");
+    let mut raw = server.conn().await;
+    let (status, lease, attempts, worker): (String, String, Option<u32>, String) =
+        redis::cmd("HMGET")
+            .arg(job_key("high"))
+            .arg(&["status", "lease", "attempts", "worker_id"])
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    assert_eq!(
+        (status.as_str(), attempts, worker.as_str()),
+        ("started", None, "default:1:s"),
+        "a first delivery writes no count"
+    );
+    assert_eq!(lease, got.jobs[0].entry);
+    let high = c.get(&JobId::new("high").unwrap()).await.unwrap();
+    assert_eq!(high.attempts, 1, "read as the first attempt");
+    let rest = fetch(&c, "default:1:s", &streams, 5).await;
+    assert_eq!(rest.jobs.len(), 1);
+    assert_eq!(
+        rest.cursors.len(),
+        streams.len(),
+        "short fetch returns wake-up cursors"
+    );
+}
+
+#[tokio::test]
+async fn fetch_reads_only_registered_streams_and_skips_one_broken_by_hand() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let streams = submit_osis_at(&c, &[("p0", 0), ("p1", 1), ("p5", 5)]).await;
+    let p0 = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::new(0).unwrap());
+    let p1 = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::new(1).unwrap());
+    let mut raw = server.conn().await;
+    // an entry added by hand to a stream no submit created is not a queue: not registered
+    let stray = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::new(2).unwrap());
+    let _: String = raw.xadd(&stray, "*", &[("j", "p5")]).await.unwrap();
+    // a registered stream deleted by hand, and one whose group was destroyed, read as empty
+    let _: () = raw.del(&p0).await.unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("DESTROY")
+        .arg(&p1)
+        .arg(CONSUMER_GROUP)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let got = fetch(&c, "default:1:s", &streams, 5).await;
+    let ids: Vec<_> = got.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["p5"], "the fetch goes on past the broken streams");
+    assert!(got.dropped.is_empty(), "{:?}", got.dropped);
+    assert_eq!(got.cursors.len(), streams.len());
+    let at = |key: &str| streams.iter().position(|s| s == key).unwrap();
+    assert_eq!(got.cursors[at(&p0)], "0-0");
+    assert_ne!(
+        got.cursors[at(&stray)],
+        "0-0",
+        "a wake-up from past the entries a stray stream holds"
+    );
+    // submitting again re-creates the deleted stream with its group, and registers the stray one
+    submit_osis_at(&c, &[("again", 0), ("stray", 2)]).await;
+    let again = fetch(&c, "default:1:s", &streams, 5).await;
+    let ids: Vec<_> = again.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["again", "stray"]);
+    let dropped: Vec<_> = again
+        .dropped
+        .iter()
+        .map(|d| (d.job_id.as_str(), d.reason.as_str()))
+        .collect();
+    assert_eq!(
+        dropped,
+        [("p5", "stale")],
+        "the entry added by hand names a job that ran"
+    );
+}
+
+#[tokio::test]
+async fn fetch_drops_an_entry_naming_a_missing_job() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    c.submit(&NewJob::builder("osis", "x").id("real").build().unwrap())
+        .await
+        .unwrap();
+    let mut raw = server.conn().await;
+    let _: String = raw
+        .xadd(work_key("osis"), "*", &[("j", "ghost")])
+        .await
+        .unwrap();
+    // a job key holding a string, not a hash: foreign data must not stop the fetch
+    let alien = c.keys().job(&JobId::new("alien").unwrap());
+    let _: () = raw.set(&alien, "not a job").await.unwrap();
+    let _: String = raw
+        .xadd(work_key("osis"), "*", &[("j", "alien")])
+        .await
+        .unwrap();
+    let streams = vec![c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT)];
+    let got = fetch(&c, "g:i:s", &streams, 5).await;
+    assert_eq!(got.jobs.len(), 1);
+    let dropped: Vec<(&str, &str)> = got
+        .dropped
+        .iter()
+        .map(|d| (d.job_id.as_str(), d.reason.as_str()))
+        .collect();
+    assert_eq!(dropped, [("ghost", "missing"), ("alien", "foreign")]);
+    let len: usize = raw.xlen(&streams[0]).await.unwrap();
+    assert_eq!(
+        len, 1,
+        "the ghost and alien entries are deleted, the real one stays until completed"
+    );
+    let untouched: String = raw.get(&alien).await.unwrap();
+    assert_eq!(untouched, "not a job");
+}

@@ -1,0 +1,149 @@
+//! The server-side functions called directly against a real redis-server: seed raw state, call,
+//! assert raw state (asynq's style). The worker and broker are built on exactly these calls.
+//! One module per function; the helpers here are the calls as a worker or broker makes them.
+
+use std::time::Duration;
+
+use hero_client::function::{self, CompleteBatch, Ending, Function, Leased, Recovery};
+use hero_client::keys::CONSUMER_GROUP;
+use hero_client::reply::{Completion, Expired, FetchReply, Recovered, Renewal};
+use hero_client::{
+    clock, Client, GroupName, InstanceName, JobId, NewJob, Priority, ScriptType, Target,
+};
+use hero_testkit::RedisServer;
+use redis::AsyncCommands;
+
+mod complete;
+mod expire;
+mod fetch;
+mod library;
+mod promote;
+mod recover;
+mod renew;
+mod stop;
+mod submit;
+
+async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url()).await.expect("connect")
+}
+
+fn t(s: &str) -> ScriptType {
+    ScriptType::new(s).unwrap()
+}
+
+async fn fetch(c: &Client, consumer: &str, streams: &[String], count: usize) -> FetchReply {
+    let cmd = hero_client::function::fetch(
+        c.keys(),
+        streams,
+        consumer,
+        count,
+        c.redis().caps().xackdel_flag(),
+    );
+    let v: redis::Value = c.redis().query(&cmd).await.expect("fetch");
+    FetchReply::decode(&v).expect("decode fetch")
+}
+
+async fn complete(
+    c: &Client,
+    stream: &str,
+    id: &str,
+    lease: &str,
+    outcome: &str,
+    text: &str,
+) -> Completion {
+    let id = JobId::new(id).unwrap();
+    let ending = match outcome {
+        "done" => Ending::Done,
+        "fail" => Ending::Fail,
+        "retry" => Ending::Retry,
+        "abort" => Ending::Abort,
+        other => panic!("no outcome {other}"),
+    };
+    // as a worker does: the `reply` field comes from the record it read after the fetch
+    let mut raw = c.redis().conn();
+    let reply: Option<String> = redis::AsyncCommands::hget(&mut raw, c.keys().job(&id), "reply")
+        .await
+        .unwrap_or_default();
+    let reply = reply.unwrap_or_default();
+    complete_batch(c, stream, &[(id.as_str(), lease, &reply, ending, text)]).await[0]
+}
+
+/// One `hero_complete` call for a batch of (job, lease, its `reply` field, outcome, text), as
+/// a worker sends it; a failure may run again in a minute.
+async fn complete_batch(
+    c: &Client,
+    stream: &str,
+    batch: &[(&str, &str, &str, Ending, &str)],
+) -> Vec<Completion> {
+    let now = clock::now_iso();
+    let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
+    for &(job, lease, reply, ending, text) in batch {
+        let job = JobId::new(job).unwrap();
+        let held = Leased {
+            id: &job,
+            stream,
+            lease,
+            reply,
+        };
+        call.push(held, ending, text, clock::now_ms() + 60_000);
+    }
+    let v: redis::Value = c.redis().query(&call.cmd()).await.expect("complete");
+    Completion::decode_many(&v, batch.len()).expect("decode complete")
+}
+
+async fn recover_consumer(
+    c: &Client,
+    stream: &str,
+    consumer: &str,
+    max_attempts: u32,
+) -> Recovered {
+    recover_as(c, stream, consumer, max_attempts, "0").await
+}
+
+/// `hero_recover` in consumer mode; `handback` "1" is a worker giving its own jobs back.
+async fn recover_as(
+    c: &Client,
+    stream: &str,
+    consumer: &str,
+    max_attempts: u32,
+    handback: &str,
+) -> Recovered {
+    let which = if handback == "1" {
+        Recovery::HandBack(consumer)
+    } else {
+        Recovery::Consumer(consumer)
+    };
+    let cmd = function::recover(
+        c.keys(),
+        stream,
+        which,
+        100,
+        max_attempts,
+        "0-0",
+        c.redis().caps().xackdel_flag(),
+    );
+    let v: redis::Value = c.redis().query(&cmd).await.expect("recover");
+    Recovered::decode(&v).expect("decode recover")
+}
+
+/// Submits a job `id` of type `osis` and leases it to consumer `g:a:1`: (stream, lease).
+async fn submit_and_fetch(c: &Client, id: &str) -> (String, String) {
+    c.submit(&NewJob::builder("osis", "x").id(id).build().unwrap())
+        .await
+        .unwrap();
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    let got = fetch(c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    assert_eq!(got.jobs.len(), 1, "{id} leased");
+    (stream, got.jobs[0].entry.clone())
+}
+
+async fn expire(c: &Client, retention: Duration, entries: usize) -> Expired {
+    let v: redis::Value = c
+        .redis()
+        .query(&function::expire(c.keys(), retention, entries))
+        .await
+        .expect("expire");
+    Expired::decode(&v).expect("decode expire")
+}

@@ -1,0 +1,212 @@
+//! The fetch loop: takes free slots, fetches that many jobs in precedence order with
+//! `hero_fetch` (two fetches under way at once), hands what it leased to the job task, and when
+//! the queues are dry blocks on XREAD from the cursors a fetch returned until a new entry lands.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hero_client::function;
+use hero_client::reply::FetchReply;
+use redis::Value;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::complete::Finished;
+use crate::event::WorkerEvent;
+use crate::shared::Shared;
+use crate::task::start_jobs;
+
+fn fetch_cmd(s: &Shared, count: usize) -> redis::Cmd {
+    function::fetch(
+        &s.keys,
+        &s.streams,
+        &s.consumer_name,
+        count,
+        s.redis.caps().xackdel_flag(),
+    )
+}
+
+/// How many fetches may be under way at once. Two measured best on the worker-concurrent
+/// benchmark (about a fifth more jobs per second than one): while Redis runs one, this process
+/// starts the jobs of the other, where with one the freed slots waited out every round trip.
+/// Three split the slots into batches too small to pay for their calls.
+const FETCHES_IN_FLIGHT: usize = 2;
+
+/// What the fetches that ended since the last look said.
+#[derive(Default)]
+struct Ended {
+    /// At least one fetch succeeded.
+    ok: bool,
+    /// Wake-up cursors: the queues came up drier than the slots a fetch asked for.
+    dry: Option<Vec<String>>,
+    failed: Option<hero_client::Error>,
+}
+
+impl Ended {
+    fn absorb(&mut self, ended: std::result::Result<FetchOutcome, tokio::task::JoinError>) {
+        match ended {
+            Ok(Ok(cursors)) => {
+                self.ok = true;
+                if !cursors.is_empty() {
+                    self.dry = Some(cursors);
+                }
+            }
+            Ok(Err(e)) => self.failed = Some(e),
+            // a fetch task cannot panic short of a bug; its slots went back as it unwound
+            Err(e) => tracing::error!(error = %e, "a fetch task ended abnormally"),
+        }
+    }
+}
+
+type FetchOutcome = hero_client::Result<Vec<String>>;
+
+/// Takes free slots, up to a quarter of them per fetch, and fetches that many jobs in precedence
+/// order, with up to [`FETCHES_IN_FLIGHT`] fetches under way. When the queues are drier than
+/// that, it blocks on XREAD from the cursors a fetch returned until a new entry lands.
+pub(crate) async fn fetch_loop(
+    s: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    done: mpsc::UnboundedSender<Finished>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Backoff::new();
+    let mut waker: Option<redis::aio::MultiplexedConnection> = None;
+    let fetch_max = (s.concurrency / 4).max(8);
+    let mut fetches: JoinSet<FetchOutcome> = JoinSet::new();
+    let mut ended = Ended::default();
+    loop {
+        while let Some(r) = fetches.try_join_next() {
+            ended.absorb(r);
+        }
+        if std::mem::take(&mut ended.ok) {
+            backoff.reset();
+        }
+        if let Some(e) = ended.failed.take() {
+            let delay = backoff.next_delay();
+            tracing::warn!(error = %e, ?delay, "fetch failed; retrying");
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            continue;
+        }
+        if let Some(mut cursors) = ended.dry.take() {
+            // the fetches still under way end first: they may take what the wait would wake on
+            while let Some(r) = fetches.join_next().await {
+                ended.absorb(r);
+            }
+            if let Some(later) = ended.dry.take() {
+                cursors = later;
+            }
+            if !wait_for_entry(&s, &mut waker, &cursors, &stop, &mut backoff).await {
+                break;
+            }
+            continue;
+        }
+        if fetches.len() >= FETCHES_IN_FLIGHT {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                Some(r) = fetches.join_next() => ended.absorb(r),
+            }
+            continue;
+        }
+        let first = tokio::select! {
+            _ = stop.cancelled() => break,
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        // Several smaller fetches rather than one of every free slot: the next is under way
+        // while this process starts the jobs of the last, instead of the two taking turns.
+        let mut slots = vec![first];
+        while slots.len() < fetch_max {
+            match permits.clone().try_acquire_owned() {
+                Ok(p) => slots.push(p),
+                Err(_) => break,
+            }
+        }
+        fetches.spawn(fetch_once(s.clone(), slots, done.clone()));
+    }
+    // a fetch under way may have leased jobs already: they start in the slots it holds, and
+    // shutdown waits for those slots like any other
+    fetches.detach_all();
+}
+
+/// One fetch for `slots`: reports the entries it dropped, starts the jobs it leased (the slots
+/// they do not take go back), and returns the wake-up cursors (empty when it filled every slot).
+async fn fetch_once(
+    s: Arc<Shared>,
+    mut slots: Vec<OwnedSemaphorePermit>,
+    done: mpsc::UnboundedSender<Finished>,
+) -> FetchOutcome {
+    let reply = s
+        .redis
+        .query::<Value>(&fetch_cmd(&s, slots.len()))
+        .await
+        .and_then(|v| FetchReply::decode(&v))?;
+    for d in &reply.dropped {
+        if d.reason == "missing" {
+            tracing::warn!(job = %d.job_id, entry = %d.entry, "dropped a stream entry naming no job hash");
+        }
+        s.emit(WorkerEvent::Dropped {
+            job_id: d.job_id.clone(),
+            reason: d.reason.clone(),
+        });
+    }
+    if !reply.jobs.is_empty() {
+        let take = reply.jobs.len().min(slots.len());
+        let permits = slots.split_off(slots.len() - take);
+        tokio::spawn(start_jobs(s.clone(), reply.jobs, permits, done));
+    }
+    Ok(reply.cursors)
+}
+
+/// Queues are dry for our free slots: waits for any new entry after `cursors` (or a timeout,
+/// then the loop looks again, which also picks up freed slots and recovered jobs). False when
+/// the worker is stopping.
+async fn wait_for_entry(
+    s: &Shared,
+    waker: &mut Option<redis::aio::MultiplexedConnection>,
+    cursors: &[String],
+    stop: &CancellationToken,
+    backoff: &mut Backoff,
+) -> bool {
+    let wake_block = Duration::from_secs(2);
+    if waker.is_none() {
+        match s.redis.dedicated(wake_block).await {
+            Ok(c) => *waker = Some(c),
+            Err(e) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, ?delay, "no wake-up connection; retrying");
+                tokio::select! {
+                    _ = stop.cancelled() => return false,
+                    _ = tokio::time::sleep(delay) => return true,
+                }
+            }
+        }
+    }
+    let Some(conn) = waker.as_mut() else {
+        return true;
+    };
+    let mut cmd = redis::cmd("XREAD");
+    cmd.arg("COUNT")
+        .arg(1)
+        .arg("BLOCK")
+        .arg(wake_block.as_millis() as u64)
+        .arg("STREAMS");
+    cmd.arg(&s.streams).arg(cursors);
+    let woke = tokio::select! {
+        _ = stop.cancelled() => return false,
+        r = cmd.query_async::<Value>(conn) => r,
+    };
+    if let Err(e) = woke {
+        tracing::warn!(error = %e, "wake-up wait failed; reconnecting");
+        *waker = None;
+        let delay = backoff.next_delay();
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+    true
+}

@@ -1,0 +1,39 @@
+//! What every task of one worker shares: its names, streams, settings, running jobs, handler
+//! and event hook. Built once by [`crate::WorkerBuilder::build`]; depends on no loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hero_client::{ConsumerName, Keyspace, Redis, ScriptType};
+
+use crate::event::WorkerEvent;
+use crate::inflight::InFlight;
+use crate::outcome::Handler;
+
+pub(crate) type EventHook = Arc<dyn Fn(&WorkerEvent) + Send + Sync>;
+
+pub(crate) struct Shared {
+    pub redis: Redis,
+    pub keys: Keyspace,
+    pub consumer: ConsumerName,
+    /// `consumer` as the consumer groups know it, formatted once.
+    pub consumer_name: String,
+    pub types: Vec<ScriptType>,
+    /// Work streams in precedence order; deliveries refer to them by index.
+    pub streams: Vec<String>,
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub presence_ttl: Duration,
+    pub shutdown_deadline: Duration,
+    pub inflight: InFlight,
+    pub handler: Arc<dyn Handler>,
+    pub on_event: Option<EventHook>,
+}
+
+impl Shared {
+    pub fn emit(&self, event: WorkerEvent) {
+        if let Some(hook) = &self.on_event {
+            hook(&event);
+        }
+    }
+}

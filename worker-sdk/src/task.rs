@@ -1,0 +1,229 @@
+//! The job task: reads the records of leased jobs, starts each that still carries its lease, runs
+//! the handler (timeout, stop, panic caught) and queues the outcome for the completer.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use hero_client::reply::Delivery;
+use hero_client::{Job, JobId};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+
+use crate::backoff::Backoff;
+use crate::complete::Finished;
+use crate::event::WorkerEvent;
+use crate::inflight::{CancelReason, Running};
+use crate::outcome::{JobContext, Outcome};
+use crate::shared::Shared;
+
+/// Reads the records of jobs a fetch leased to this worker (one pipelined HGETALL per job, off
+/// the fetch loop so the next fetch is already under way) and starts each one whose record still
+/// carries its lease. A stop or recovery that took a job away between the fetch and the read
+/// dealt with its entry too, so such a job is only forgotten here.
+pub(crate) async fn start_jobs(
+    s: Arc<Shared>,
+    deliveries: Vec<Delivery>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+    done: mpsc::UnboundedSender<Finished>,
+) {
+    let mut pipe = redis::pipe();
+    let mut keys = Vec::with_capacity(deliveries.len());
+    let mut running = Vec::with_capacity(deliveries.len());
+    for d in &deliveries {
+        let key = s.keys.job(&d.job_id);
+        pipe.cmd("HGETALL").arg(&key);
+        keys.push(key);
+        // known at once to the lease loop and to stop requests, before the record is even read
+        running.push(s.inflight.insert(&d.job_id, d.stream, &d.entry));
+    }
+    let mut backoff = Backoff::new();
+    let give_up = tokio::time::Instant::now() + s.lease / 2;
+    let records = loop {
+        match s.redis.pipeline(&pipe).await {
+            Ok(r) => break r,
+            Err(e) if tokio::time::Instant::now() < give_up => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, ?delay, jobs = deliveries.len(), "reading fetched jobs failed; retrying");
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => {
+                // not renewed from now on: recovery hands them out again once the lease idles
+                tracing::error!(error = %e, jobs = deliveries.len(), "reading fetched jobs failed; leaving them to recovery");
+                for d in &deliveries {
+                    s.inflight.remove(&d.job_id);
+                }
+                return;
+            }
+        }
+    };
+    for (((d, key), record), running) in deliveries.into_iter().zip(keys).zip(records).zip(running)
+    {
+        let Some(permit) = permits.pop() else {
+            // never more jobs than slots asked for; if so, recovery hands the extra one out
+            s.inflight.remove(&d.job_id);
+            continue;
+        };
+        let fields = record.and_then(hero_client::reply::pairs);
+        let fields = match fields {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(job = %d.job_id, error = %e, "reading a fetched job failed; leaving it to recovery");
+                s.inflight.remove(&d.job_id);
+                continue;
+            }
+        };
+        let reply = field(&fields, "reply").unwrap_or_default().to_string();
+        if !still_leased(&fields, &d.entry) {
+            s.inflight.remove(&d.job_id);
+            s.emit(WorkerEvent::Dropped {
+                job_id: d.job_id.to_string(),
+                reason: "stale".into(),
+            });
+            continue;
+        }
+        let job = Job::from_fields(&key, fields);
+        tokio::spawn(run_job(
+            s.clone(),
+            Taken {
+                job_id: d.job_id,
+                job,
+                reply,
+                running,
+                permit,
+            },
+            done.clone(),
+        ));
+    }
+}
+
+/// One field of a record read as pairs.
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Whether a record read after the fetch still says the delivery with this entry id runs it.
+fn still_leased(fields: &[(String, String)], entry: &str) -> bool {
+    field(fields, "status") == Some("started") && field(fields, "lease") == Some(entry)
+}
+
+/// What a panic said, when it said it with a string (as `panic!` and `unwrap` do).
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        "(no message)"
+    }
+}
+
+/// A job this worker holds the lease of, read and ready to run.
+struct Taken {
+    job_id: JobId,
+    job: std::result::Result<Job, hero_client::DecodeError>,
+    /// The record's `reply` field, handed back with the outcome.
+    reply: String,
+    running: Running,
+    permit: OwnedSemaphorePermit,
+}
+
+/// Runs one delivered job to its outcome and queues the outcome for the completer, which
+/// releases the slot once the outcome is recorded.
+async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finished>) {
+    let Taken {
+        job_id,
+        job,
+        reply,
+        running,
+        permit,
+    } = taken;
+    let attempt = job.as_ref().map(|j| j.attempts).unwrap_or(1);
+    let outcome = match job {
+        Err(e) => {
+            tracing::warn!(job = %job_id, error = %e, "invalid job record");
+            Some(Outcome::Abort(format!("invalid job: {e}")))
+        }
+        Ok(job) => {
+            s.emit(WorkerEvent::Started {
+                job_id: job_id.clone(),
+                attempt: job.attempts,
+            });
+            let timeout = job.timeout;
+            let ctx = JobContext {
+                cancel: running.cancel.clone(),
+                attempt: job.attempts,
+            };
+            // A panic is caught and becomes the outcome, not a lost slot. Caught here rather
+            // than by running the handler in a task of its own: spawning and joining a second
+            // task per job showed in the worker benchmark's profile at a few per cent of the
+            // worker's CPU. Timeout and cancellation drop the handler's future.
+            let handler = AssertUnwindSafe(s.handler.call(job, ctx)).catch_unwind();
+            tokio::select! {
+                r = handler => Some(match r {
+                    Ok(outcome) => outcome,
+                    Err(panic) => Outcome::Fail(format!("handler panicked: {}", panic_text(&*panic))),
+                }),
+                _ = tokio::time::sleep(timeout) => {
+                    running.cancel.cancel();
+                    Some(Outcome::Fail("timeout".into()))
+                }
+                _ = running.cancel.cancelled() => None,
+            }
+        }
+    };
+    match outcome {
+        Some(outcome) => {
+            let finished = Finished {
+                job_id,
+                stream: running.stream,
+                lease: running.entry.clone(),
+                reply,
+                outcome,
+                attempt,
+                permit,
+            };
+            if let Err(mpsc::error::SendError(f)) = done.send(finished) {
+                // the completer is gone only after shutdown: the job stays pending and is handed back
+                s.inflight.remove(&f.job_id);
+            }
+        }
+        None => {
+            let reason = running.reason().unwrap_or(CancelReason::Stopped);
+            metrics::counter!("hero_worker_interrupted_total", "reason" => format!("{reason:?}"))
+                .increment(1);
+            s.inflight.remove(&job_id);
+            s.emit(WorkerEvent::Interrupted { job_id, reason });
+            drop(permit);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::still_leased;
+
+    fn record(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_fetched_job_runs_only_while_its_record_carries_this_lease() {
+        let entry = "1763712000000-0";
+        let ours = record(&[("status", "started"), ("lease", entry), ("script", "x")]);
+        assert!(still_leased(&ours, entry));
+        // stopped between the fetch and the read
+        let stopped = record(&[("status", "error"), ("lease", entry), ("error", "stopped")]);
+        assert!(!still_leased(&stopped, entry));
+        // recovered and fetched again by another worker under a new entry
+        let recovered = record(&[("status", "started"), ("lease", "1763712000005-0")]);
+        assert!(!still_leased(&recovered, entry));
+        // gone (retention, or deleted by hand)
+        assert!(!still_leased(&[], entry));
+    }
+}
