@@ -70,7 +70,7 @@ impl Client {
 
     /// The read side of the same namespace: listings (and, later, stats and the audit).
     pub fn inspector(&self) -> crate::inspect::Inspector {
-        crate::inspect::Inspector::new(self)
+        crate::inspect::Inspector::new(self.redis.clone(), self.keys.clone())
     }
 
     /// Submits one job. An id that exists already is not changed (`created` is false).

@@ -8,7 +8,6 @@ use crate::job::Status;
 use crate::keys::{Keyspace, ENTRY_JOB_FIELD};
 use crate::name::{Priority, Target};
 use crate::reply;
-use crate::Client;
 
 /// Which jobs [`Inspector::list`] returns.
 #[derive(Clone, Debug)]
@@ -39,7 +38,7 @@ pub struct Page {
     pub next: Option<String>,
 }
 
-/// Read-only questions about a namespace; built from a [`Client`] and as cheap to clone.
+/// Read-only questions about a namespace; get one from `Client::inspector`. Cheap to clone.
 #[derive(Clone)]
 pub struct Inspector {
     redis: Redis,
@@ -47,11 +46,8 @@ pub struct Inspector {
 }
 
 impl Inspector {
-    pub fn new(client: &Client) -> Inspector {
-        Inspector {
-            redis: client.redis().clone(),
-            keys: client.keys().clone(),
-        }
+    pub fn new(redis: Redis, keys: Keyspace) -> Inspector {
+        Inspector { redis, keys }
     }
 
     /// One page of jobs; start with `cursor` `None`, continue with the page's `next`.

@@ -35,7 +35,7 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         ListFilter::All
     };
     let client = connect(g, &resolve_url(g)).await?;
-    let page = Inspector::new(&client)
+    let page = client.inspector()
         .list(&filter, args.cursor.as_deref(), args.limit)
         .await?;
     if g.json {

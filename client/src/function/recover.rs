@@ -19,8 +19,7 @@ pub enum Recovery<'a> {
 
 /// One call over `stream` from `cursor` ('0-0' to start), at most `count` entries; decode the
 /// reply with [`crate::reply::Recovered::decode`]. `xackdel` is
-/// [`crate::Capabilities::xackdel_flag`]. [`crate::recovery::recover_stream`] runs the cursor
-/// to its end.
+/// [`crate::Capabilities::xackdel_flag`]. The `recovery` module runs the cursor to its end.
 pub fn recover(
     keys: &Keyspace,
     stream: &str,

@@ -1,186 +1,18 @@
-//! The job record (SPEC §3): its fields, statuses, and the codec to and from the Redis hash.
+//! The job record's codec: the fields a submit writes, and the strict decoder of a hash.
 //!
 //! Every field is a string in the hash so legacy actors and other languages read it as is. The
 //! decoder is strict: a missing required field, a field it does not know, or a value it cannot
 //! parse is a [`DecodeError`] naming the key and the field; nothing panics on foreign data.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
+use super::{Job, Status, DEFAULT_TIMEOUT};
 use crate::clock;
 use crate::error::DecodeError;
-use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
-
-/// Where a job is in its life. The wire form is [`Status::as_str`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// Delayed, in retry back-off, or waiting for prerequisites.
-    Waiting,
-    /// In a work stream, not yet taken.
-    Dispatched,
-    /// Leased by one worker.
-    Started,
-    Finished,
-    Error,
-}
-
-impl Status {
-    pub const ALL: [Status; 5] = [
-        Status::Waiting,
-        Status::Dispatched,
-        Status::Started,
-        Status::Finished,
-        Status::Error,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Waiting => "waiting",
-            Status::Dispatched => "dispatched",
-            Status::Started => "started",
-            Status::Finished => "finished",
-            Status::Error => "error",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Status> {
-        Status::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Status::Finished | Status::Error)
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The fields of a record that say where it is queued, in the order [`Placement::read`] takes
-/// their values (as an HMGET of them answers).
-pub const PLACEMENT_FIELDS: [&str; 4] = ["script_type", "group", "instance", "priority"];
-
-/// Where a job is queued: its target and priority level, as its record says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Placement {
-    pub target: Target,
-    pub priority: Priority,
-}
-
-impl Placement {
-    /// Reads the values of [`PLACEMENT_FIELDS`] (missing ones `None`). `None` when the record
-    /// names no valid script type: such a job was never queued by us. An invalid group, instance
-    /// or priority reads as absent, which is where such a job was queued.
-    pub fn read(values: &[Option<String>]) -> Option<Placement> {
-        let get = |i: usize| values.get(i).and_then(Option::as_deref).unwrap_or_default();
-        let script_type = ScriptType::new(get(0)).ok()?;
-        let target = Target::new(
-            script_type,
-            GroupName::new(get(1)).ok(),
-            InstanceName::new(get(2)).ok(),
-        );
-        let priority = get(3)
-            .parse()
-            .ok()
-            .and_then(|p| Priority::new(p).ok())
-            .unwrap_or_default();
-        Some(Placement { target, priority })
-    }
-}
-
-/// The job record. Optional seed-001 fields stay empty strings or `None` when absent, so a
-/// record written by a legacy producer decodes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Job {
-    pub id: JobId,
-    pub script: String,
-    /// `None` only for legacy records that never named one.
-    pub script_type: Option<ScriptType>,
-    pub group: Option<GroupName>,
-    pub instance: Option<InstanceName>,
-    pub priority: Priority,
-    pub caller_id: String,
-    pub context_id: String,
-    /// The consumer that runs (or last ran) it.
-    pub worker_id: String,
-    pub timeout: Duration,
-    /// How many more attempts after the first a failing handler gets.
-    pub retries: u32,
-    pub concurrent: bool,
-    pub log_path: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-    pub status: Status,
-    pub env_vars: BTreeMap<String, String>,
-    pub prerequisites: Vec<String>,
-    pub dependents: Vec<String>,
-    pub tags: Vec<String>,
-    pub output: Option<String>,
-    pub error: Option<String>,
-    /// Deliveries so far (incremented when a worker takes it).
-    pub attempts: u32,
-    /// The fencing token of the current delivery: its stream entry id.
-    pub lease: Option<String>,
-    /// The job's current work-stream entry id.
-    pub entry: Option<String>,
-    /// When a waiting job becomes due (ms since the epoch).
-    pub run_at_ms: Option<u64>,
-    /// A caller waits on the reply list.
-    pub reply: bool,
-}
-
-/// The default handler time limit when a job names none.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType};
 
 impl Job {
-    /// A new job record for `script` to run on `target`; everything else at its default.
-    pub fn new(id: JobId, target: &Target, script: impl Into<String>) -> Job {
-        let now = clock::now_iso();
-        Job {
-            id,
-            script: script.into(),
-            script_type: Some(target.script_type.clone()),
-            group: target.group.clone(),
-            instance: target.instance.clone(),
-            priority: Priority::DEFAULT,
-            caller_id: String::new(),
-            context_id: String::new(),
-            worker_id: String::new(),
-            timeout: DEFAULT_TIMEOUT,
-            retries: 0,
-            concurrent: false,
-            log_path: None,
-            created_at: now.clone(),
-            updated_at: now,
-            started_at: None,
-            finished_at: None,
-            status: Status::Dispatched,
-            env_vars: BTreeMap::new(),
-            prerequisites: Vec::new(),
-            dependents: Vec::new(),
-            tags: Vec::new(),
-            output: None,
-            error: None,
-            attempts: 0,
-            lease: None,
-            entry: None,
-            run_at_ms: None,
-            reply: false,
-        }
-    }
-
-    /// The dispatch target, when the record names a script type.
-    pub fn target(&self) -> Option<Target> {
-        self.script_type
-            .clone()
-            .map(|t| Target::new(t, self.group.clone(), self.instance.clone()))
-    }
-
     /// The fields `hero_submit` writes for a new job. Fields at their default are left out to
     /// keep the hash small (a waiting tiny job costs Redis about a third less memory): the
     /// decoder reads an absent `id` as the key's, `updated_at` as the latest of `created_at`,
@@ -542,6 +374,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::name::Target;
 
     /// The job key of `id`, from the keys module like every key.
     fn key(id: &str) -> String {

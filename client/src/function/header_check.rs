@@ -1,0 +1,229 @@
+//! Holds every call builder to its Lua file's header: each key and argument it gives is defined
+//! there, at that position, with words that begin with the builder's label, and every fixed
+//! position the header defines is given. A builder that swaps two arguments fails here, not in
+//! production.
+
+use super::*;
+
+/// One `KEYS[..]` / `ARGV[..]` definition of a header: where it starts, how far apart its
+/// repeats are (0: it does not repeat; `usize::MAX`: every position from `at` on), and the
+/// words that follow it.
+#[derive(Debug)]
+struct Def {
+    kind: &'static str,
+    at: usize,
+    every: usize,
+    words: String,
+}
+
+fn header(src: &str) -> String {
+    src.lines()
+        .take_while(|l| l.starts_with("--"))
+        .map(|l| format!("{}\n", l.trim_start_matches('-')))
+        .collect()
+}
+
+/// The definitions of a header: a `KEYS[`/`ARGV[` at the start of a line or after two
+/// spaces (one mentioned inside a sentence is not a definition).
+fn defs(header: &str) -> Vec<Def> {
+    let mut out = Vec::new();
+    for line in header.lines() {
+        for kind in ["KEYS", "ARGV"] {
+            let pat = format!("{kind}[");
+            let mut from = 0;
+            while let Some(pos) = line[from..].find(&pat) {
+                let at_pos = from + pos;
+                from = at_pos + pat.len();
+                let before = &line[..at_pos];
+                if !(before.trim().is_empty()
+                    || before.ends_with("  ")
+                    || before.ends_with(": "))
+                {
+                    continue;
+                }
+                let Some(close) = line[from..].find(']') else {
+                    continue;
+                };
+                let index = &line[from..from + close];
+                let rest = &line[from + close + 1..];
+                let words = rest
+                    .split("  ")
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
+                let num = |s: &str| s.trim().parse::<usize>().ok();
+                let def = if let Some((a, _)) = index.split_once("..") {
+                    num(a).map(|at| (at, usize::MAX))
+                } else if let Some((a, b)) = index.split_once('+') {
+                    num(a).zip(num(b.trim_end_matches('i')))
+                } else {
+                    num(index).map(|at| (at, 0))
+                };
+                if let Some((at, every)) = def {
+                    out.push(Def {
+                        kind,
+                        at,
+                        every,
+                        words,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn covers(d: &Def, kind: &str, pos: usize) -> bool {
+    d.kind == kind
+        && match d.every {
+            0 => d.at == pos,
+            usize::MAX => pos >= d.at,
+            n => pos >= d.at && (pos - d.at) % n == 0,
+        }
+}
+
+/// Compares the slots of a built call with its function's header: every labelled key and
+/// argument is defined there with words that begin with the label, and every fixed position
+/// the header defines was given. Answers what differs.
+fn mismatches(f: Function, call: &Call) -> Vec<String> {
+    let defs = defs(&header(f.source()));
+    let mut wrong = Vec::new();
+    let mut pos = [("KEYS", 0usize), ("ARGV", 0usize)];
+    for (kind, label) in &call.slots {
+        let n = pos.iter_mut().find(|(k, _)| k == kind).expect("kind");
+        n.1 += 1;
+        if label.is_empty() {
+            continue;
+        }
+        match defs.iter().find(|d| covers(d, kind, n.1)) {
+            None => wrong.push(format!(
+                "{}: {kind}[{}] ({label}) is not in the header",
+                f.name(),
+                n.1
+            )),
+            Some(def) if !def.words.to_lowercase().starts_with(&label.to_lowercase()) => {
+                wrong.push(format!(
+                    "{}: {kind}[{}] is {label:?} in the builder but {:?} in the header",
+                    f.name(),
+                    n.1,
+                    def.words
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for d in defs.iter().filter(|d| d.every == 0) {
+        let given = pos.iter().find(|(k, _)| *k == d.kind).map_or(0, |p| p.1);
+        if d.at > given {
+            wrong.push(format!(
+                "{}: the header defines {}[{}] ({}) but the builder gives {given}",
+                f.name(),
+                d.kind,
+                d.at,
+                d.words
+            ));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn every_builder_follows_its_lua_header() {
+    use crate::name::{ConsumerName, GroupName, InstanceName, JobId, Namespace, ScriptType};
+    use crate::{Keyspace, NewJob, Priority, Target};
+    let keys = Keyspace::new(&Namespace::new("hero").unwrap());
+    let id = JobId::new("j1").unwrap();
+    let target = Target::of_type(ScriptType::new("osis").unwrap());
+    let stream = keys.work(&target, Priority::DEFAULT);
+    let consumer =
+        ConsumerName::new(GroupName::default_group(), InstanceName::new("i").unwrap());
+    let job = NewJob::builder("osis", "1").id("j1").build().unwrap();
+    let queue = keys
+        .parse_legacy_queue(&keys.legacy_work_queue("w1"))
+        .unwrap();
+    let route = Watch {
+        queue: &queue,
+        stream: &stream,
+        pickup_ms: 1000,
+        dual_push: false,
+    };
+    let mut batch = CompleteBatch::new(&keys, "t", "0");
+    for _ in 0..2 {
+        batch.push(
+            Leased {
+                id: &id,
+                stream: &stream,
+                lease: "1-0",
+                reply: "",
+            },
+            Ending::Done,
+            "out",
+            0,
+        );
+    }
+    let calls = [
+        (Function::Version, Call::new(Function::Version, 0)),
+        (
+            Function::Submit,
+            submit::call(&keys, std::slice::from_ref(&job), true),
+        ),
+        (
+            Function::Fetch,
+            fetch::call(&keys, &[stream.clone()], &consumer.to_string(), 5, "0"),
+        ),
+        (Function::Complete, batch.call()),
+        (
+            Function::Renew,
+            renew::call(&keys, &id, &stream, "1-0", "c"),
+        ),
+        (
+            Function::Stop,
+            stop::call(&keys, &id, &stream, Some(("ctl", "w")), "0"),
+        ),
+        (
+            Function::Recover,
+            recover::call(&keys, &stream, Recovery::Idle(5), 10, 5, "0-0", "0"),
+        ),
+        (Function::Promote, promote::call(&keys, &id, &stream, "t")),
+        (
+            Function::BridgeIn,
+            bridge_in::call(&keys, &keys.legacy_queue(&queue), &stream, &target, 10),
+        ),
+        (
+            Function::BridgeOut,
+            bridge_out::call(&keys, &queue, &stream, 1000, 10, "0"),
+        ),
+        (
+            Function::BridgeWatch,
+            bridge_watch::call(&keys, &route, 5, "0", 10, 0),
+        ),
+        (
+            Function::Expire,
+            expire::call(&keys, std::time::Duration::from_secs(1), 3),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for f in Function::ALL {
+        let (_, call) = calls
+            .iter()
+            .find(|(g, _)| *g == f)
+            .expect("a call of every function");
+        wrong.extend(mismatches(f, call));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_header_check_catches_a_swapped_argument() {
+    let mut call = Call::new(Function::Renew, 2);
+    call.key("job hash", "k").key("work stream", "s");
+    call.arg("consumer group", "g")
+        .arg("lease", "1-0")
+        .arg("consumer name", "c");
+    assert_eq!(
+        mismatches(Function::Renew, &call).len(),
+        2,
+        "lease and consumer group swapped must fail the check"
+    );
+}
