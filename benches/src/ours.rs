@@ -418,7 +418,7 @@ async fn expect(
 fn own_cpu_secs() -> f64 {
     // SAFETY: getrusage only writes the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) } != 0 {
         return f64::NAN;
     }
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;

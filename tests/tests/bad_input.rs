@@ -120,7 +120,7 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
     // reading the corrupt record through the API is a typed error naming key and field
     match client.get(corrupt.id()).await {
         Err(Error::InvalidJob(e)) => {
-            assert_eq!((e.key, e.field), (job_key(corrupt.id()), "timeout".into()))
+            assert_eq!((e.key, e.field), (job_key(corrupt.id()), "timeout".into()));
         }
         other => panic!("expected InvalidJob, got {other:?}"),
     }

@@ -68,7 +68,7 @@ fn legacy_hash(id: &str, script: &str, overrides: &[(&str, &str)]) -> redis::Cmd
         fields.push((k, v.to_string()));
     }
     let mut cmd = redis::cmd("HSET");
-    cmd.arg(job_key(&id));
+    cmd.arg(job_key(id));
     for (k, v) in fields {
         cmd.arg(k).arg(v);
     }

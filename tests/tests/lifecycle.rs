@@ -106,9 +106,7 @@ async fn a_panicking_handler_ends_its_job_error_and_the_worker_goes_on() {
     let worker = Worker::builder(client.clone())
         .types(["v"])
         .handler(|j: Job, _| async move {
-            if j.script == "boom" {
-                panic!("boom at {}", j.script.len());
-            }
+            assert!(j.script != "boom", "boom at {}", j.script.len());
             Outcome::Done("fine".into())
         });
     let w = InProcWorker::spawn(worker);

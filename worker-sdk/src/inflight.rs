@@ -49,7 +49,7 @@ impl InFlight {
             stream,
             entry: entry.to_string(),
             cancel: CancellationToken::new(),
-            reason: Default::default(),
+            reason: std::sync::Arc::default(),
         };
         self.lock().insert(job_id.clone(), running.clone());
         running

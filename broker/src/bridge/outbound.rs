@@ -30,7 +30,7 @@ pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: C
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, list = %route.list, "bridge hand-out failed; retrying")
+                tracing::warn!(error = %e, list = %route.list, "bridge hand-out failed; retrying");
             }
         }
         if !pause(&stop, cfg.bridge_poll).await {

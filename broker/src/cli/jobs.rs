@@ -1,9 +1,7 @@
 //! `hero jobs`: list jobs by status or by queue, a page at a time.
 
 use anyhow::{Context, Result};
-use hero_client::{
-    GroupName, Inspector, InstanceName, ListFilter, Priority, ScriptType, Status, Target,
-};
+use hero_client::{GroupName, InstanceName, ListFilter, Priority, ScriptType, Status, Target};
 
 use super::context::{connect, resolve_url};
 use super::{Global, JobsArgs};
@@ -35,7 +33,8 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         ListFilter::All
     };
     let client = connect(g, &resolve_url(g)).await?;
-    let page = client.inspector()
+    let page = client
+        .inspector()
         .list(&filter, args.cursor.as_deref(), args.limit)
         .await?;
     if g.json {

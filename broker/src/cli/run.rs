@@ -22,5 +22,5 @@ pub(super) async fn run(g: &Global, args: &RunArgs) -> Result<i32> {
     } else {
         eprintln!("job {} ended {}: {}", r.id, r.status, r.error);
     }
-    Ok(if r.status == Status::Finished { 0 } else { 1 })
+    Ok(i32::from(r.status != Status::Finished))
 }

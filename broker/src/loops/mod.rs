@@ -27,7 +27,7 @@ pub(crate) async fn every<F, Fut>(
         match pass().await {
             Ok(n) if n > 0 => {
                 metrics::counter!(metric).increment(n);
-                tracing::debug!(jobs = n, "{what}")
+                tracing::debug!(jobs = n, "{what}");
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "a pass that {what} failed; retrying"),

@@ -86,5 +86,5 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         stop,
         || pass(&client),
     )
-    .await
+    .await;
 }

@@ -38,5 +38,5 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         stop,
         || pass(&client, cfg.retention),
     )
-    .await
+    .await;
 }

@@ -35,10 +35,7 @@ fn defs(header: &str) -> Vec<Def> {
                 let at_pos = from + pos;
                 from = at_pos + pat.len();
                 let before = &line[..at_pos];
-                if !(before.trim().is_empty()
-                    || before.ends_with("  ")
-                    || before.ends_with(": "))
-                {
+                if !(before.trim().is_empty() || before.ends_with("  ") || before.ends_with(": ")) {
                     continue;
                 }
                 let Some(close) = line[from..].find(']') else {
@@ -79,7 +76,7 @@ fn covers(d: &Def, kind: &str, pos: usize) -> bool {
         && match d.every {
             0 => d.at == pos,
             usize::MAX => pos >= d.at,
-            n => pos >= d.at && (pos - d.at) % n == 0,
+            n => pos >= d.at && (pos - d.at).is_multiple_of(n),
         }
 }
 
@@ -136,8 +133,7 @@ fn every_builder_follows_its_lua_header() {
     let id = JobId::new("j1").unwrap();
     let target = Target::of_type(ScriptType::new("osis").unwrap());
     let stream = keys.work(&target, Priority::DEFAULT);
-    let consumer =
-        ConsumerName::new(GroupName::default_group(), InstanceName::new("i").unwrap());
+    let consumer = ConsumerName::new(GroupName::default_group(), InstanceName::new("i").unwrap());
     let job = NewJob::builder("osis", "1").id("j1").build().unwrap();
     let queue = keys
         .parse_legacy_queue(&keys.legacy_work_queue("w1"))
@@ -170,7 +166,13 @@ fn every_builder_follows_its_lua_header() {
         ),
         (
             Function::Fetch,
-            fetch::call(&keys, &[stream.clone()], &consumer.to_string(), 5, "0"),
+            fetch::call(
+                &keys,
+                std::slice::from_ref(&stream),
+                &consumer.to_string(),
+                5,
+                "0",
+            ),
         ),
         (Function::Complete, batch.call()),
         (

@@ -175,8 +175,8 @@ impl Job {
         let written_attempts = number("attempts", take(F::Attempts))?;
         let run_at_ms = number("run_at", take(F::RunAt))?;
         let concurrent = match take(F::Concurrent).as_deref() {
-            None | Some("") | Some("false") | Some("0") => false,
-            Some("true") | Some("1") => true,
+            None | Some("" | "false" | "0") => false,
+            Some("true" | "1") => true,
             Some(other) => {
                 return Err(err(
                     "concurrent",

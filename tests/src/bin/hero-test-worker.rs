@@ -38,14 +38,14 @@ async fn main() -> anyhow::Result<()> {
                 let mut words = job.script.split_whitespace();
                 match (words.next(), words.next()) {
                     (Some("sleep"), Some(n)) => {
-                        tokio::time::sleep(Duration::from_millis(n.parse().unwrap_or(0))).await
+                        tokio::time::sleep(Duration::from_millis(n.parse().unwrap_or(0))).await;
                     }
                     (Some("fail"), msg) => {
                         return Outcome::Fail(msg.unwrap_or("failed").to_string())
                     }
                     _ => {
                         if !sleep.is_zero() {
-                            tokio::time::sleep(sleep).await
+                            tokio::time::sleep(sleep).await;
                         }
                     }
                 }
@@ -64,7 +64,7 @@ async fn main() -> anyhow::Result<()> {
                 }
                 WorkerEvent::Dropped { job_id, reason } => format!("dropped {job_id} {reason}"),
                 WorkerEvent::Stopped { handed_back } => format!("stopped {handed_back}"),
-            })
+            });
         });
     if let Some(instance) = flags.get("instance") {
         builder = builder.instance(instance.clone());

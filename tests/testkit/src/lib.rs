@@ -72,7 +72,7 @@ impl RedisServer {
             "--logfile".into(),
             self.log_file().display().to_string(),
             "--save".into(),
-            "".into(),
+            String::new(),
             "--appendonly".into(),
             "no".into(),
             "--daemonize".into(),

@@ -145,7 +145,7 @@ async fn foreign_data_in_a_held_batch_costs_only_its_own_job() {
     );
     assert_eq!(hero_testkit::pending(&mut raw, &stream).await, 0);
     for (job, status) in [("hr", "finished"), ("hd", "error")] {
-        let got: String = raw.hget(job_key(&job), "status").await.unwrap();
+        let got: String = raw.hget(job_key(job), "status").await.unwrap();
         assert_eq!(got, status, "{job}");
     }
     let untouched: String = raw.get(&hr_reply).await.unwrap();
