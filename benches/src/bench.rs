@@ -285,7 +285,7 @@ pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
     let probe = Probe::connect(&redis.url).await?;
     let version = probe.version().await?;
     eprintln!(
-        "hero bench: redis {version} at {} ({}), {}; {} round(s), {} jobs{}",
+        "hero-bench: redis {version} at {} ({}), {}; {} round(s), {} jobs{}",
         redis.url,
         match args.aof {
             Some(AofMode::Always) => "AOF fsync always",

@@ -1,8 +1,8 @@
 //! The `redis-server` children hero starts itself: the one of `hero up` when no Redis is
 //! configured (loopback only, data and AOF under `./.hero/redis`, its URL written to
 //! `./.hero/redis.url` so the other commands run from the same directory find it, shut down
-//! cleanly on exit), and the throwaway one of `hero bench`, pinned to a core, with or without
-//! persistence.
+//! cleanly on exit), and the throwaway one of the benchmark (`hero-bench`), pinned to a core,
+//! with or without persistence.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
