@@ -92,7 +92,7 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
         ms,
         iso: clock::iso(ms),
     };
-    let mut call = CompleteBatch::new(&s.keys, &now.iso, s.redis.caps().xackdel_flag());
+    let mut outcomes = CompleteBatch::new(&s.keys, &now.iso, s.redis.caps().xackdel_flag());
     let mut sent = Vec::with_capacity(batch.len());
     for f in batch.drain(..) {
         let (ending, text) = ending(&f.outcome);
@@ -103,14 +103,14 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
             lease: &f.lease,
             reply: &f.reply,
         };
-        call.push(held, ending, text, retry_at);
+        outcomes.push(held, ending, text, retry_at);
         sent.push(f);
     }
     if sent.is_empty() {
         return;
     }
     // Redis away: keep the outcomes (and their slots) and try again, never drop them.
-    let cmd = call.cmd();
+    let cmd = outcomes.call();
     let answers = loop {
         match s.redis.query::<redis::Value>(&cmd).await {
             Ok(v) => break Completion::decode_many(&v, sent.len()),

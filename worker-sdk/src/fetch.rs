@@ -18,7 +18,7 @@ use crate::event::WorkerEvent;
 use crate::shared::Shared;
 use crate::task::start_jobs;
 
-fn fetch_cmd(s: &Shared, count: usize) -> redis::Cmd {
+fn fetch_cmd(s: &Shared, count: usize) -> function::Call {
     function::fetch(
         &s.keys,
         &s.streams,

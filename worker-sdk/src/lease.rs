@@ -25,13 +25,16 @@ pub(crate) async fn renew(s: Arc<Shared>, stop: CancellationToken) {
         }
         let mut pipe = redis::pipe();
         for (job_id, stream, lease) in &running {
-            pipe.add_command(function::renew(
-                &s.keys,
-                job_id,
-                &s.streams[*stream],
-                lease,
-                &s.consumer_name,
-            ));
+            pipe.add_command(
+                function::renew(
+                    &s.keys,
+                    job_id,
+                    &s.streams[*stream],
+                    lease,
+                    &s.consumer_name,
+                )
+                .into_cmd(),
+            );
         }
         match s.redis.pipeline(&pipe).await {
             Err(e) => tracing::warn!(error = %e, "lease renewal failed; retrying next round"),

@@ -43,7 +43,7 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
             match (JobId::new(id), Placement::read(&fields)) {
                 (Ok(job_id), Some(at)) => {
                     let stream = keys.work(&at.target, at.priority);
-                    write.add_command(function::promote(keys, &job_id, &stream, &now));
+                    write.add_command(function::promote(keys, &job_id, &stream, &now).into_cmd());
                 }
                 (job_id, _) => {
                     // Nothing to dispatch it to: it ends `error` with the reason, atomically with

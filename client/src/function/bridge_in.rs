@@ -8,23 +8,7 @@ use crate::name::Target;
 
 /// Moves at most `count` ids from the legacy `list` into `stream`, the work stream of `target`;
 /// answers `{moved, dead, blocked}`.
-pub fn bridge_in(
-    keys: &Keyspace,
-    list: &str,
-    stream: &str,
-    target: &Target,
-    count: usize,
-) -> redis::Cmd {
-    call(keys, list, stream, target, count).done()
-}
-
-pub(super) fn call(
-    keys: &Keyspace,
-    list: &str,
-    stream: &str,
-    target: &Target,
-    count: usize,
-) -> Call {
+pub fn bridge_in(keys: &Keyspace, list: &str, stream: &str, target: &Target, count: usize) -> Call {
     let mut c = Call::new(Function::BridgeIn, 4);
     c.key("legacy list", list)
         .key("work stream", stream)

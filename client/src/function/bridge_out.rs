@@ -14,17 +14,6 @@ pub fn bridge_out(
     pickup_ms: u64,
     count: usize,
     xackdel: &str,
-) -> redis::Cmd {
-    call(keys, queue, stream, pickup_ms, count, xackdel).done()
-}
-
-pub(super) fn call(
-    keys: &Keyspace,
-    queue: &LegacyQueue,
-    stream: &str,
-    pickup_ms: u64,
-    count: usize,
-    xackdel: &str,
 ) -> Call {
     let now = clock::now_ms();
     let mut c = Call::new(Function::BridgeOut, 3);

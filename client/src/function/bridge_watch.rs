@@ -20,17 +20,6 @@ pub struct Watch<'a> {
 /// rank}` (next rank 0 when the whole set was seen).
 pub fn bridge_watch(
     keys: &Keyspace,
-    watch: &Watch<'_>,
-    max_attempts: u32,
-    xackdel: &str,
-    count: usize,
-    rank: i64,
-) -> redis::Cmd {
-    call(keys, watch, max_attempts, xackdel, count, rank).done()
-}
-
-pub(super) fn call(
-    keys: &Keyspace,
     w: &Watch<'_>,
     max_attempts: u32,
     xackdel: &str,

@@ -108,11 +108,8 @@ impl<'a> CompleteBatch<'a> {
         self.len() == 0
     }
 
-    pub fn cmd(&self) -> redis::Cmd {
-        self.call().done()
-    }
-
-    pub(super) fn call(&self) -> Call {
+    /// The call recording every outcome pushed so far.
+    pub fn call(&self) -> Call {
         let mut c = Call::new(Function::Complete, 3 + self.job_keys.len());
         c.key("delayed zset", self.keys.delayed())
             .key("config hash", self.keys.config())

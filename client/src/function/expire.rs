@@ -7,11 +7,7 @@ use crate::keys::Keyspace;
 
 /// Deletes the jobs of at most `entries` retention entries older than `retention`; decode the
 /// reply with [`crate::reply::Expired::decode`].
-pub fn expire(keys: &Keyspace, retention: Duration, entries: usize) -> redis::Cmd {
-    call(keys, retention, entries).done()
-}
-
-pub(super) fn call(keys: &Keyspace, retention: Duration, entries: usize) -> Call {
+pub fn expire(keys: &Keyspace, retention: Duration, entries: usize) -> Call {
     let mut c = Call::new(Function::Expire, 1);
     c.key("retention stream", keys.retention());
     c.arg("job key prefix", keys.job_prefix())

@@ -13,16 +13,6 @@ pub fn fetch(
     consumer: &str,
     count: usize,
     xackdel: &str,
-) -> redis::Cmd {
-    call(keys, streams, consumer, count, xackdel).done()
-}
-
-pub(super) fn call(
-    keys: &Keyspace,
-    streams: &[String],
-    consumer: &str,
-    count: usize,
-    xackdel: &str,
 ) -> Call {
     let mut c = Call::new(Function::Fetch, streams.len() + 1);
     c.key("queue registry set", keys.queues());

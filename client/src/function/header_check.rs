@@ -162,11 +162,11 @@ fn every_builder_follows_its_lua_header() {
         (Function::Version, Call::new(Function::Version, 0)),
         (
             Function::Submit,
-            submit::call(&keys, std::slice::from_ref(&job), true),
+            submit(&keys, std::slice::from_ref(&job), true),
         ),
         (
             Function::Fetch,
-            fetch::call(
+            fetch(
                 &keys,
                 std::slice::from_ref(&stream),
                 &consumer.to_string(),
@@ -175,34 +175,31 @@ fn every_builder_follows_its_lua_header() {
             ),
         ),
         (Function::Complete, batch.call()),
-        (
-            Function::Renew,
-            renew::call(&keys, &id, &stream, "1-0", "c"),
-        ),
+        (Function::Renew, renew(&keys, &id, &stream, "1-0", "c")),
         (
             Function::Stop,
-            stop::call(&keys, &id, &stream, Some(("ctl", "w")), "0"),
+            stop(&keys, &id, &stream, Some(("ctl", "w")), "0"),
         ),
         (
             Function::Recover,
-            recover::call(&keys, &stream, Recovery::Idle(5), 10, 5, "0-0", "0"),
+            recover(&keys, &stream, Recovery::Idle(5), 10, 5, "0-0", "0"),
         ),
-        (Function::Promote, promote::call(&keys, &id, &stream, "t")),
+        (Function::Promote, promote(&keys, &id, &stream, "t")),
         (
             Function::BridgeIn,
-            bridge_in::call(&keys, &keys.legacy_queue(&queue), &stream, &target, 10),
+            bridge_in(&keys, &keys.legacy_queue(&queue), &stream, &target, 10),
         ),
         (
             Function::BridgeOut,
-            bridge_out::call(&keys, &queue, &stream, 1000, 10, "0"),
+            bridge_out(&keys, &queue, &stream, 1000, 10, "0"),
         ),
         (
             Function::BridgeWatch,
-            bridge_watch::call(&keys, &route, 5, "0", 10, 0),
+            bridge_watch(&keys, &route, 5, "0", 10, 0),
         ),
         (
             Function::Expire,
-            expire::call(&keys, std::time::Duration::from_secs(1), 3),
+            expire(&keys, std::time::Duration::from_secs(1), 3),
         ),
     ];
     let mut wrong = Vec::new();

@@ -155,19 +155,21 @@ impl Function {
         for k in keys {
             call.key("", k.as_ref());
         }
-        call.cmd
+        call.into_cmd()
     }
 }
 
 /// `hero_version`: the version of the library on the server (a missing function means none).
-pub fn version() -> redis::Cmd {
-    Call::new(Function::Version, 0).done()
+pub fn version() -> Call {
+    Call::new(Function::Version, 0)
 }
 
-/// An FCALL under construction: the keys first (their count is fixed up front, as FCALL wants
-/// it before them), then the arguments. Each is given with the words its Lua header uses for it,
-/// which the unit tests compare with the header; outside tests the words cost nothing.
-pub(crate) struct Call {
+/// An FCALL as a builder made it: send it as the [`redis::Cmd`] it dereferences to, or take
+/// that with [`Call::into_cmd`] (a pipeline wants it owned). Inside, the keys come first (their
+/// count is fixed up front, as FCALL wants it before them), then the arguments, each given with
+/// the words its Lua header uses for it, which the unit tests compare with the header; outside
+/// tests the words cost nothing.
+pub struct Call {
     cmd: redis::Cmd,
     #[cfg(test)]
     slots: Vec<(&'static str, &'static str)>,
@@ -208,8 +210,16 @@ impl Call {
         self
     }
 
-    pub(crate) fn done(self) -> redis::Cmd {
+    pub fn into_cmd(self) -> redis::Cmd {
         self.cmd
+    }
+}
+
+impl std::ops::Deref for Call {
+    type Target = redis::Cmd;
+
+    fn deref(&self) -> &redis::Cmd {
+        &self.cmd
     }
 }
 

@@ -6,11 +6,7 @@ use crate::name::JobId;
 
 /// Moves `id` from the delayed set into `stream` (its work stream, from
 /// [`crate::job::Placement`]); answers `promoted`, `gone` or `skipped`.
-pub fn promote(keys: &Keyspace, id: &JobId, stream: &str, now_iso: &str) -> redis::Cmd {
-    call(keys, id, stream, now_iso).done()
-}
-
-pub(super) fn call(keys: &Keyspace, id: &JobId, stream: &str, now_iso: &str) -> Call {
+pub fn promote(keys: &Keyspace, id: &JobId, stream: &str, now_iso: &str) -> Call {
     let mut c = Call::new(Function::Promote, 4);
     c.key("delayed zset", keys.delayed())
         .key("job hash", keys.job(id))

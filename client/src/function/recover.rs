@@ -28,18 +28,6 @@ pub fn recover(
     max_attempts: u32,
     cursor: &str,
     xackdel: &str,
-) -> redis::Cmd {
-    call(keys, stream, which, count, max_attempts, cursor, xackdel).done()
-}
-
-pub(super) fn call(
-    keys: &Keyspace,
-    stream: &str,
-    which: Recovery<'_>,
-    count: usize,
-    max_attempts: u32,
-    cursor: &str,
-    xackdel: &str,
 ) -> Call {
     let mut c = Call::new(Function::Recover, 4);
     c.key("work stream", stream)

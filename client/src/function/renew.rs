@@ -6,11 +6,7 @@ use crate::name::JobId;
 
 /// Renews the delivery of `id` from `stream` held with `lease` by `consumer`; decode the reply
 /// with [`crate::reply::Renewal::decode`].
-pub fn renew(keys: &Keyspace, id: &JobId, stream: &str, lease: &str, consumer: &str) -> redis::Cmd {
-    call(keys, id, stream, lease, consumer).done()
-}
-
-pub(super) fn call(keys: &Keyspace, id: &JobId, stream: &str, lease: &str, consumer: &str) -> Call {
+pub fn renew(keys: &Keyspace, id: &JobId, stream: &str, lease: &str, consumer: &str) -> Call {
     let mut c = Call::new(Function::Renew, 2);
     c.key("job hash", keys.job(id)).key("work stream", stream);
     c.arg("lease", lease)

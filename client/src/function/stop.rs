@@ -15,16 +15,6 @@ pub fn stop(
     stream: &str,
     seen: Option<(&str, &str)>,
     xackdel: &str,
-) -> redis::Cmd {
-    call(keys, id, stream, seen, xackdel).done()
-}
-
-pub(super) fn call(
-    keys: &Keyspace,
-    id: &JobId,
-    stream: &str,
-    seen: Option<(&str, &str)>,
-    xackdel: &str,
 ) -> Call {
     let config = keys.config();
     // With no worker seen, a key that is surely of this slot stands in for the control list.

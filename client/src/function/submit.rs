@@ -6,11 +6,7 @@ use crate::new_job::NewJob;
 
 /// One call for all of `jobs`; `reply` asks for a run-and-wait reply. Decode the answer with
 /// [`crate::reply::SubmitReply::decode_many`].
-pub fn submit(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> redis::Cmd {
-    call(keys, jobs, reply).done()
-}
-
-pub(super) fn call(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> Call {
+pub fn submit(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> Call {
     let mut c = Call::new(Function::Submit, 3 + 2 * jobs.len());
     c.key("delayed zset", keys.delayed())
         .key("queue registry set", keys.queues())

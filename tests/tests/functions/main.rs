@@ -76,7 +76,7 @@ async fn complete_batch(
     batch: &[(&str, &str, &str, Ending, &str)],
 ) -> Vec<Completion> {
     let now = clock::now_iso();
-    let mut call = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
+    let mut outcomes = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
     for &(job, lease, reply, ending, text) in batch {
         let job = JobId::new(job).unwrap();
         let held = Leased {
@@ -85,9 +85,9 @@ async fn complete_batch(
             lease,
             reply,
         };
-        call.push(held, ending, text, clock::now_ms() + 60_000);
+        outcomes.push(held, ending, text, clock::now_ms() + 60_000);
     }
-    let v: redis::Value = c.redis().query(&call.cmd()).await.expect("complete");
+    let v: redis::Value = c.redis().query(&outcomes.call()).await.expect("complete");
     Completion::decode_many(&v, batch.len()).expect("decode complete")
 }
 
