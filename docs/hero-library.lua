@@ -1,5 +1,5 @@
-#!lua name=hero_v12
-local VERSION = '12'
+#!lua name=hero_v13
+local VERSION = '13'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -154,6 +154,29 @@ local function setting_text(cfg, field)
   return v
 end
 
+-- The event log: one entry per change of a job's state, added by the call that makes the change
+-- (so there is no event without its change, and no change without its event), in a stream capped
+-- at about `events_max` entries (a broker setting, 100000 by default; 0 turns the log off).
+-- Fields: `e` the event, `j` the job id, then only those that apply: `q` the work stream, `w` the
+-- worker (consumer name, or a legacy worker id), `a` the attempt, `r` the reason or detail, `d`
+-- the time (ms) a waiting job is due. The entry id is the time of the change.
+local function event_log(key, cfg)
+  local max = setting_arg(cfg, 'events_max', 100000)
+  if max == '0' then return false end
+  return { key = key, max = max }
+end
+
+local function log_event(log, event, job_id, queue, worker, attempt, reason, due)
+  if not log then return end
+  local f = { 'XADD', log.key, 'MAXLEN', '~', log.max, '*', 'e', event, 'j', job_id }
+  if queue and queue ~= '' then f[#f + 1] = 'q'; f[#f + 1] = queue end
+  if worker and worker ~= '' then f[#f + 1] = 'w'; f[#f + 1] = worker end
+  if attempt then f[#f + 1] = 'a'; f[#f + 1] = attempt end
+  if reason and reason ~= '' then f[#f + 1] = 'r'; f[#f + 1] = reason end
+  if due then f[#f + 1] = 'd'; f[#f + 1] = due end
+  redis.call(unpack(f))
+end
+
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
 -- (the broker published the legacy reply prefix), the bare text on the legacy list
 -- `hero:reply:<id>` that seed-001 callers BLPOP.
@@ -249,7 +272,8 @@ end
 -- a whole batch, so a producer's bulk submit costs one function call, not one per job.
 -- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
 --   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
---   then per job i = 0, 1, ...: KEYS[4+2i] job hash  KEYS[5+2i] its work stream
+-- KEYS[4] config hash  KEYS[5] event log
+--   then per job i = 0, 1, ...: KEYS[6+2i] job hash  KEYS[7+2i] its work stream
 -- A job queued now gets status 'dispatched'; its record does not name its stream entry (the
 -- entry names the job), except on a stream the bridge registry names: such a job is also pushed
 -- (LPUSH) to that legacy list, with `entry` = its entry id, `bridge` = the list, `bridge_stop` =
@@ -259,6 +283,7 @@ end
 -- ARGV[1] consumer group
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
+-- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
@@ -268,9 +293,9 @@ end
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
-  local n = (#keys - 3) / 2
+  local n = (#keys - 5) / 2
   if n ~= math.floor(n) then
-    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 3')
+    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 5')
   end
   -- check the whole batch before the first write
   local at = {}
@@ -287,11 +312,12 @@ local function hero_submit(keys, args)
     return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
   end
   local answers = {}
+  local log = event_log(keys[5], settings(keys[4]))
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
   local known = {} -- streams seen to exist in this call
   local now_ms
   for i = 1, n do
-    local job_key, stream = keys[2 + 2 * i], keys[3 + 2 * i]
+    local job_key, stream = keys[4 + 2 * i], keys[5 + 2 * i]
     local p = at[i]
     local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
     local run_at = tonumber(run_at_text)
@@ -301,6 +327,7 @@ local function hero_submit(keys, args)
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
+      log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
     else
       if dual[stream] == nil then
@@ -321,6 +348,7 @@ local function hero_submit(keys, args)
       else
         redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       end
+      log_event(log, 'submitted', job_id, stream)
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
     end
   end
@@ -331,11 +359,13 @@ end
 -- (the caller orders them instance -> group -> type, priority 0 first). Per entry it reads the
 -- job's status only; the entry itself says how many attempts came before and whether the job was
 -- dual-pushed (see append).
--- KEYS[1] queue registry set  KEYS[2..n+1] work streams in precedence order
+-- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log
+-- KEYS[4..n+3] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors}
---   jobs: flat list of stream index (1..n, into the streams), entry id, job id, three items
+--   jobs: flat list of stream index (1..n: 1 is KEYS[4], the first stream), entry id, job id, three items
 --         per job now leased to the consumer (flat because every Lua table costs Redis more
 --         than the three values): the fetch wrote status started, lease = entry id,
 --         worker_id = consumer, started_at (the record's updated_at from then on) and, from
@@ -364,17 +394,18 @@ local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
   local now_iso, xackdel = args[5], args[6]
   local jobs, dropped = {}, {}
-  local n = #keys - 1
+  local n = #keys - 3
+  local log = event_log(keys[3], settings(keys[2]))
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
-  for from = 2, #keys, 1000 do
+  for from = 4, #keys, 1000 do
     local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
-    if from == 2 then present = r else for k = 1, #r do present[from - 2 + k] = r[k] end end
+    if from == 4 then present = r else for k = 1, #r do present[from - 4 + k] = r[k] end end
   end
   for i = 1, n do
     if want <= 0 then break end
-    local stream = keys[i + 1]
+    local stream = keys[i + 3]
     if present[i] == 1 then
       while want > 0 do
         local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
@@ -418,11 +449,14 @@ local function hero_fetch(keys, args)
             -- than the command
             local counted = before and tonumber(before)
             if counted then
+              local attempt = tostring(counted + 1)
               redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                'started_at', now_iso, 'attempts', tostring(counted + 1))
+                'started_at', now_iso, 'attempts', attempt)
+              log_event(log, 'started', job_id, stream, consumer, attempt)
             else
               redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
                 'started_at', now_iso)
+              log_event(log, 'started', job_id, stream, consumer, '1')
             end
             if bridge and bridge ~= '' then
               -- taken back from the legacy list above: no longer the legacy side's
@@ -442,7 +476,7 @@ local function hero_fetch(keys, args)
     -- the worker at once, over and over
     for i = 1, n do
       cursors[i] = '0-0'
-      local last = redis.pcall('XREVRANGE', keys[i + 1], '+', '-', 'COUNT', 1)
+      local last = redis.pcall('XREVRANGE', keys[i + 3], '+', '-', 'COUNT', 1)
       if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
     end
   end
@@ -452,14 +486,15 @@ end
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
 -- entries are acknowledged with one command and trimmed with another (see trim_done).
--- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream
---   then per job i = 0, 1, ...: KEYS[4+3i] job hash  KEYS[5+3i] its work stream
---   KEYS[6+3i] its reply list
+-- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
+--   then per job i = 0, 1, ...: KEYS[5+3i] job hash  KEYS[6+3i] its work stream
+--   KEYS[7+3i] its reply list
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
---   then per job i: ARGV[5+6i] lease (the delivery's entry id)  ARGV[6+6i] outcome
---   ARGV[7+6i] output or error text  ARGV[8+6i] retry-at ms  ARGV[9+6i] job id
---   ARGV[10+6i] the job's `reply` field as read with the record ('' when it has none)
+-- ARGV[5] consumer name (for the event log)
+--   then per job i: ARGV[6+6i] lease (the delivery's entry id)  ARGV[7+6i] outcome
+--   ARGV[8+6i] output or error text  ARGV[9+6i] retry-at ms  ARGV[10+6i] job id
+--   ARGV[11+6i] the job's `reply` field as read with the record ('' when it has none)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried)
@@ -469,12 +504,14 @@ end
 -- in it at once; only when it acknowledged fewer entries than it was given are the records
 -- read, to tell the deliveries that still hold their job from the ones that lost it.
 -- Retention: the batch is named in one entry of the retention stream as the caller joined it
--- (ARGV[4]; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
+-- (ARGV[4] as given; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
 -- does not end is named too, and harmlessly: hero_expire deletes only a job whose record
 -- carries the entry's finished_at, and only this call wrote that one. A job id holds no space
 -- (the worker completes valid ids only); checking the list here would cost Redis more than the
 -- PEXPIRE it replaces (string.gsub over it: ~4 k instructions a job), so an id with a space from
 -- a foreign caller is split, and that job is simply never deleted.
+-- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
+-- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
 -- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
@@ -483,19 +520,21 @@ end
 local function hero_complete(keys, args)
   local delayed, cfg = keys[1], settings(keys[2])
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
-  local n = (#keys - 3) / 3
-  if n ~= math.floor(n) or #args ~= 4 + 6 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 3 keys and 4 arguments, then 3 keys and 6 arguments per job')
+  local log = event_log(keys[4], cfg)
+  local consumer = args[5]
+  local n = (#keys - 4) / 3
+  if n ~= math.floor(n) or #args ~= 5 + 6 * n then
+    return redis.error_reply('HERO_BAD_ARG complete takes 4 keys and 5 arguments, then 3 keys and 6 arguments per job')
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
   local streams, batches = {}, {}
   for i = 0, n - 1 do
-    local outcome = args[6 + 6 * i]
+    local outcome = args[7 + 6 * i]
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
-    local stream = keys[5 + 3 * i]
+    local stream = keys[6 + 3 * i]
     local b = batches[stream]
     if not b then
       b = { ids = {}, jobs = {} }
@@ -503,7 +542,7 @@ local function hero_complete(keys, args)
       streams[#streams + 1] = stream
     end
     local k = #b.ids + 1
-    b.ids[k], b.jobs[k] = args[5 + 6 * i], i
+    b.ids[k], b.jobs[k] = args[6 + 6 * i], i
   end
   local answers = {}
   for _, stream in ipairs(streams) do
@@ -511,10 +550,10 @@ local function hero_complete(keys, args)
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
       local a = 6 * i
-      local job_key, outcome, text = keys[4 + 3 * i], args[6 + a], args[7 + a]
+      local job_key, outcome, text = keys[5 + 3 * i], args[7 + a], args[8 + a]
       local answer
       if not all_held then
-        local lease = args[5 + a]
+        local lease = args[6 + a]
         -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
         -- the whole batch of other workers' jobs with it
         local f = redis.pcall('HMGET', job_key, 'status', 'lease')
@@ -541,21 +580,32 @@ local function hero_complete(keys, args)
           end
         end
         if retried then
-          local retry_at, job_id = args[8 + a], args[9 + a]
+          local retry_at, job_id = args[9 + a], args[10 + a]
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
           redis.call('ZADD', delayed, retry_at, job_id)
           answer = 'retrying'
-        elseif not answer and outcome == 'done' and args[10 + a] == '' then
+          log_event(log, 'retried', job_id, stream, consumer, nil, text, retry_at)
+        elseif not answer and outcome == 'done' and args[11 + a] == '' then
           -- a success no one waits on, the common case, is written here: through finish it costs
           -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
           local w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
-          if type(w) == 'table' and w.err then answer = 'lease_lost' else answer = 'completed' end
+          if type(w) == 'table' and w.err then
+            answer = 'lease_lost'
+          else
+            answer = 'completed'
+            log_event(log, 'finished', args[10 + a], stream, consumer)
+          end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
-          if finish(job_key, args[9 + a], keys[6 + 3 * i], cfg, status, text, args[10 + a], now_iso) then
+          if finish(job_key, args[10 + a], keys[7 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
+            if status == 'finished' then
+              log_event(log, 'finished', args[10 + a], stream, consumer)
+            else
+              log_event(log, 'error', args[10 + a], stream, consumer, nil, text)
+            end
           else
             answer = 'lease_lost'
           end
@@ -589,7 +639,7 @@ end
 -- hero_stop: stop a job wherever it is.
 -- KEYS[1] job hash  KEYS[2] its work stream  KEYS[3] delayed zset  KEYS[4] reply list
 -- KEYS[5] config hash  KEYS[6] control list of the worker the caller saw running it ('' allowed
--- when it saw none)  KEYS[7] retention stream
+-- when it saw none)  KEYS[7] retention stream  KEYS[8] event log
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
@@ -597,6 +647,7 @@ end
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
 -- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
 -- other stays until a worker reads it, finds the job stopped and drops it.
+-- Events: `stopped` (q, w the worker when it was running, r 'cancelled' or 'interrupted').
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
 -- (it started on another worker since the caller looked: look again and retry).
@@ -606,10 +657,17 @@ local function hero_stop(keys, args)
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
   local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
   local done = retained(keys[7], now_iso)
-  -- the one job this call can end
-  local function stopped()
+  local log = event_log(keys[8], cfg)
+  -- the one job this call can end; `how` is what the caller is answered
+  local function stopped(how)
     finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso, done)
     flush_retained(done)
+    local worker = nil
+    if how == 'interrupted' then worker = f[4] end
+    local queue = stream
+    if stream == job_key then queue = nil end
+    log_event(log, 'stopped', job_id, queue, worker, nil, how)
+    return how
   end
   local status = f[1]
   if not status then
@@ -627,8 +685,7 @@ local function hero_stop(keys, args)
     local held = f[3]
     if (held or '') == '' then held = f[2] end
     if (held or '') ~= '' then ack_del(stream, group, held, xackdel) end
-    stopped()
-    return answer
+    return stopped(answer)
   end
   if status == 'waiting' then
     redis.call('ZREM', delayed, job_id)
@@ -637,18 +694,17 @@ local function hero_stop(keys, args)
   elseif status == 'started' then
     if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
     ack_del(stream, group, f[3], xackdel)
-    stopped()
     redis.call('LPUSH', ctl, job_id)
     redis.call('PEXPIRE', ctl, 3600000)
-    return 'interrupted'
+    return stopped('interrupted')
   end
-  stopped()
-  return 'cancelled'
+  return stopped('cancelled')
 end
 
 -- hero_recover: put abandoned deliveries of one work stream back into it (same stream, same
 -- targeting, a new entry), or dead-letter them past the attempt budget.
 -- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash  KEYS[4] retention stream
+-- KEYS[5] event log
 -- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
 --         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, listed
 --         with XPENDING IDLE from cursor ARGV[9] and claimed as consumer ARGV[3]; entries held by
@@ -658,6 +714,8 @@ end
 -- ARGV[7] reply key prefix  ARGV[8] max attempts  ARGV[9] cursor ('0-0' to start)
 -- ARGV[10] '1' to hand back (the delivery does not count as an attempt)  ARGV[11] now ISO 8601
 -- ARGV[12] '1' when XACKDEL
+-- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
+-- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason).
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.
 -- Errors: HERO_BAD_ARG for an unknown mode.
@@ -667,11 +725,16 @@ local function hero_recover(keys, args)
   local prefix, reply_prefix, max_attempts, cursor = args[6], args[7], tonumber(args[8]), args[9]
   local handback, now_iso, xackdel = args[10], args[11], args[12]
   local done = retained(keys[4], now_iso)
+  local log = event_log(keys[5], cfg)
+  local how = 'presence'
+  if mode == 'idle' then how = 'idle' elseif handback == '1' then how = 'handback' end
+  local owners = {} -- entry id -> the consumer that held it
   if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
   local ids, next_cursor = {}, '0-0'
   if mode == 'consumer' then
     for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', count, consumer)) do
       ids[#ids + 1] = p[1]
+      owners[p[1]] = consumer
     end
     if #ids == count then next_cursor = ids[#ids] end
   elseif mode == 'idle' then
@@ -681,7 +744,10 @@ local function hero_recover(keys, args)
     for _, p in ipairs(listed) do
       if string.sub(p[2], 1, 7) ~= 'bridge:' then
         local claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, p[1], 'JUSTID')
-        if claimed[1] then ids[#ids + 1] = p[1] end
+        if claimed[1] then
+          ids[#ids + 1] = p[1]
+          owners[p[1]] = p[2]
+        end
       end
     end
     if #listed == count then next_cursor = next_id(listed[#listed][1]) end
@@ -715,6 +781,7 @@ local function hero_recover(keys, args)
         local reason = 'abandoned after ' .. attempts .. ' attempts'
         redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
         finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done)
+        log_event(log, 'dead', job_id, stream, owners[id], tostring(attempts), reason)
         dead_n = dead_n + 1
       else
         -- the entry carries the count for the next fetch; a first delivery handed back has none
@@ -725,6 +792,7 @@ local function hero_recover(keys, args)
         end
         redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
         redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry')
+        log_event(log, 'recovered', job_id, stream, owners[id], tostring(attempts), how)
         requeued = requeued + 1
       end
     else
@@ -743,7 +811,9 @@ end
 
 -- hero_promote: move one due job from the delayed set into its work stream.
 -- KEYS[1] delayed zset  KEYS[2] job hash  KEYS[3] work stream  KEYS[4] queue registry set
+-- KEYS[5] config hash  KEYS[6] event log
 -- ARGV[1] job id  ARGV[2] consumer group  ARGV[3] now ISO 8601
+-- Events: `dispatched` (q) when promoted.
 -- Returns: 'promoted', 'gone' (another broker promoted it, or it was stopped), 'skipped' (the job
 -- is no longer waiting or its hash is gone; the stale member was removed).
 -- Errors: none of its own.
@@ -756,6 +826,7 @@ local function hero_promote(keys, args)
   append(stream, group, registry, job_id, nil, f[2] or nil)
   redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
   redis.call('HDEL', job_key, 'run_at')
+  log_event(event_log(keys[6], settings(keys[5])), 'dispatched', job_id, stream)
   return 'promoted'
 end
 
@@ -763,6 +834,7 @@ end
 -- stream of the mapping, oldest first. Each id leaves the list and enters the stream in the same
 -- call, so a crash of the broker between calls leaves it in exactly one of the two.
 -- KEYS[1] legacy list  KEYS[2] work stream  KEYS[3] queue registry set  KEYS[4] dead-letter stream
+-- KEYS[5] config hash  KEYS[6] event log
 -- ARGV[1] consumer group  ARGV[2] most ids to move  ARGV[3] job key prefix  ARGV[4] script type
 -- ARGV[5] group ('' for none)  ARGV[6] instance ('' for none)  ARGV[7] now ISO 8601
 -- Per id: the job hash (seed-001 fields are enough) gets status 'dispatched', the
@@ -774,6 +846,8 @@ end
 -- An id with no job hash, or one of a job a worker of ours runs (started, with a lease), goes
 -- to the dead-letter stream with the reason instead. A job still queued in a stream gets a
 -- second entry: whichever is read first runs it, the other is dropped as stale.
+-- Events: `bridged_in` (q the stream, r the legacy list) per id moved, `dead` (r the reason)
+-- per id dead-lettered.
 -- Returns: {moved, dead, blocked}: blocked is 1 when the oldest id is a job the bridge handed
 -- to this list's legacy actors (it stays where it is, for them).
 -- Errors: none of its own.
@@ -782,6 +856,7 @@ local function hero_bridge_in(keys, args)
   local group, max, prefix = args[1], tonumber(args[2]), args[3]
   local stype, tgroup, tinst, now_iso = args[4], args[5], args[6], args[7]
   local moved, dead_n, blocked = 0, 0, 0
+  local log = event_log(keys[6], settings(keys[5]))
   for _ = 1, max do
     local job_id = redis.call('RPOP', list)
     if not job_id then break end
@@ -800,6 +875,7 @@ local function hero_bridge_in(keys, args)
     end
     if reason then
       redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
+      log_event(log, 'dead', job_id, nil, nil, nil, reason)
       dead_n = dead_n + 1
     else
       append(stream, group, registry, job_id, nil, f[4] or nil)
@@ -808,6 +884,7 @@ local function hero_bridge_in(keys, args)
       if tinst ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = tinst end
       redis.call('HDEL', job_key, 'lease', 'entry', 'output', 'error', 'finished_at', 'started_at')
       redis.call('HSET', job_key, unpack(w))
+      log_event(log, 'bridged_in', job_id, stream, nil, nil, list)
       moved = moved + 1
     end
   end
@@ -818,6 +895,7 @@ end
 -- The bridge reads them as its own consumer (named 'bridge:...'), so each stays pending in the
 -- stream until the job hash says finished or error (see hero_bridge_watch).
 -- KEYS[1] work stream  KEYS[2] legacy list  KEYS[3] the mapping's tracking zset
+-- KEYS[4] config hash  KEYS[5] event log
 -- ARGV[1] consumer group  ARGV[2] bridge consumer  ARGV[3] most jobs  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] pickup deadline ms (now + pickup time)  ARGV[7] legacy worker id
 -- ARGV[8] legacy stop queue  ARGV[9] '1' when XACKDEL
@@ -825,6 +903,7 @@ end
 -- attempts + 1, worker_id = the legacy worker id, bridge = the list, bridge_stop = the stop
 -- queue, bridge_taken = ''; LPUSH of the id to the list; tracked until the pickup deadline.
 -- Entries naming no job hash, or a job that is no longer dispatched, are dropped.
+-- Events: `bridged_out` (q, w the legacy worker id, a the attempt, r the legacy list) per job.
 -- Returns: {handed out, dropped}
 -- Errors: none of its own.
 local function hero_bridge_out(keys, args)
@@ -835,6 +914,7 @@ local function hero_bridge_out(keys, args)
   local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
   if not res then return { 0, 0 } end
   local handed, dropped = 0, 0
+  local log = event_log(keys[5], settings(keys[4]))
   for _, e in ipairs(res[1][2]) do
     local id = e[1]
     local job_id = entry_fields(e[2])
@@ -848,12 +928,15 @@ local function hero_bridge_out(keys, args)
       -- `id` too: a submit leaves it out, and seed-001 actors read it from the record
       local w = { 'id', job_id, 'status', 'dispatched', 'lease', id, 'worker_id', worker, 'bridge', list,
         'bridge_stop', stop_queue, 'bridge_taken', '', 'updated_at', now_iso }
+      local attempt = nil
       if attempts or not f[2] then
-        w[#w + 1] = 'attempts'; w[#w + 1] = tostring((attempts or 0) + 1)
+        attempt = tostring((attempts or 0) + 1)
+        w[#w + 1] = 'attempts'; w[#w + 1] = attempt
       end
       redis.call('HSET', job_key, unpack(w))
       redis.call('LPUSH', list, job_id)
       redis.call('ZADD', track, deadline, job_id)
+      log_event(log, 'bridged_out', job_id, stream, worker, attempt, list)
       handed = handed + 1
     end
   end
@@ -865,7 +948,7 @@ end
 -- take back the ones a legacy actor never picked up or abandoned.
 -- KEYS[1] tracking zset (job id -> next deadline ms)  KEYS[2] legacy list  KEYS[3] work stream
 -- KEYS[4] queue registry set  KEYS[5] config hash  KEYS[6] dead-letter stream
--- KEYS[7] retention stream
+-- KEYS[7] retention stream  KEYS[8] event log
 -- ARGV[1] consumer group  ARGV[2] job key prefix  ARGV[3] reply key prefix  ARGV[4] now ISO 8601
 -- ARGV[5] now ms  ARGV[6] pickup time ms  ARGV[7] max attempts  ARGV[8] '1' for a dual-push
 -- mapping  ARGV[9] '1' when XACKDEL  ARGV[10] most jobs to look at  ARGV[11] rank to start at
@@ -884,6 +967,9 @@ end
 --   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
 --     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
+-- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
+-- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
+-- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget.
 -- Returns: {ended, requeued, failed, next rank (0 when the whole set was seen)}
 -- Errors: none of its own.
 local function hero_bridge_watch(keys, args)
@@ -892,6 +978,7 @@ local function hero_bridge_watch(keys, args)
   local now_ms, pickup_ms, max_attempts = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
   local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
   local done = retained(keys[7], now_iso)
+  local log = event_log(keys[8], cfg)
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
 
@@ -918,6 +1005,7 @@ local function hero_bridge_watch(keys, args)
       redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
       redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
       finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
+      log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
       untrack(job_id)
       failed = failed + 1
       return
@@ -934,6 +1022,7 @@ local function hero_bridge_watch(keys, args)
       redis.call('HDEL', job_key, 'entry')
       untrack(job_id)
     end
+    log_event(log, 'recovered', job_id, stream, nil, tostring(attempts), reason)
     requeued = requeued + 1
   end
 
@@ -957,6 +1046,11 @@ local function hero_bridge_watch(keys, args)
         if f[7] == '1' then
           push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', true, false)
         end
+        if status == 'finished' then
+          log_event(log, 'finished', job_id, stream, nil, nil, list)
+        else
+          log_event(log, 'error', job_id, stream, nil, nil, f[12] or '')
+        end
       end
       untrack(job_id)
       ended = ended + 1
@@ -977,10 +1071,13 @@ local function hero_bridge_watch(keys, args)
       end
       if taken then
         local w = { 'bridge_taken', '1', 'started_at', now_iso }
+        local attempt = f[5]
         if dual then
-          w[#w + 1] = 'attempts'; w[#w + 1] = tostring((tonumber(f[5]) or 0) + 1)
+          attempt = tostring((tonumber(f[5]) or 0) + 1)
+          w[#w + 1] = 'attempts'; w[#w + 1] = attempt
         end
         redis.call('HSET', job_key, unpack(w))
+        log_event(log, 'started', job_id, stream, nil, attempt, list)
         redis.call('ZADD', track, now_ms + timeout_s * 1000, job_id)
       end
     elseif due then
@@ -1042,15 +1139,15 @@ local function hero_expire(keys, args)
   return { #entries, deleted, more }
 end
 
-redis.register_function('hero_v12_version', hero_version)
-redis.register_function('hero_v12_submit', hero_submit)
-redis.register_function('hero_v12_fetch', hero_fetch)
-redis.register_function('hero_v12_complete', hero_complete)
-redis.register_function('hero_v12_renew', hero_renew)
-redis.register_function('hero_v12_stop', hero_stop)
-redis.register_function('hero_v12_recover', hero_recover)
-redis.register_function('hero_v12_promote', hero_promote)
-redis.register_function('hero_v12_bridge_in', hero_bridge_in)
-redis.register_function('hero_v12_bridge_out', hero_bridge_out)
-redis.register_function('hero_v12_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v12_expire', hero_expire)
+redis.register_function('hero_v13_version', hero_version)
+redis.register_function('hero_v13_submit', hero_submit)
+redis.register_function('hero_v13_fetch', hero_fetch)
+redis.register_function('hero_v13_complete', hero_complete)
+redis.register_function('hero_v13_renew', hero_renew)
+redis.register_function('hero_v13_stop', hero_stop)
+redis.register_function('hero_v13_recover', hero_recover)
+redis.register_function('hero_v13_promote', hero_promote)
+redis.register_function('hero_v13_bridge_in', hero_bridge_in)
+redis.register_function('hero_v13_bridge_out', hero_bridge_out)
+redis.register_function('hero_v13_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v13_expire', hero_expire)

@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+/// The event log's default cap: at 3 entries a job, the last ~33,000 jobs' histories, ~6 MB.
+pub const DEFAULT_EVENTS_MAX: u64 = 100_000;
+
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
     /// How long finished and failed jobs are kept before the broker deletes them.
@@ -15,6 +18,9 @@ pub struct BrokerConfig {
     /// A job is dead-lettered once recovery finds it has been delivered this many times (or
     /// its `retries + 1`, when larger).
     pub max_attempts: u32,
+    /// The event log's cap, in entries (approximate: Redis trims whole nodes); 0 turns the log
+    /// off. Every function that changes a job's state reads it.
+    pub events_max: u64,
     /// How often dead consumers are looked for.
     pub presence_poll: Duration,
     /// How often due delayed jobs are promoted.
@@ -43,6 +49,7 @@ impl Default for BrokerConfig {
             reply_ttl: Duration::from_secs(3600),
             lease: Duration::from_secs(30),
             max_attempts: 5,
+            events_max: DEFAULT_EVENTS_MAX,
             presence_poll: Duration::from_millis(250),
             promote_poll: Duration::from_millis(100),
             retention_poll: Duration::from_millis(500),

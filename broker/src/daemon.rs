@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::BrokerConfig;
 use crate::loops::{promote, recover, retention};
 
-/// Writes retention, reply TTL and the lease into the namespace's config hash (`lease_ms` is
-/// what a worker in another language renews within: docs/protocol.md).
+/// Writes retention, reply TTL, the lease and the event log's cap into the namespace's config
+/// hash (`lease_ms` is what a worker in another language renews within: docs/protocol.md).
 pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<()> {
     let _: () = client
         .redis()
@@ -21,7 +21,9 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_client:
                 .arg("reply_ttl_ms")
                 .arg(cfg.reply_ttl.as_millis() as u64)
                 .arg("lease_ms")
-                .arg(cfg.lease.as_millis() as u64),
+                .arg(cfg.lease.as_millis() as u64)
+                .arg("events_max")
+                .arg(cfg.events_max),
         )
         .await?;
     crate::bridge::publish(client, cfg).await

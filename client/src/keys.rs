@@ -72,6 +72,27 @@ impl Keyspace {
         key
     }
 
+    /// How an operator names the queue of a work stream key: `<type>[/<group>[/<instance>]]`,
+    /// with ` prio <n>` at another level than the default; any other key comes back as it is.
+    pub fn queue_name(&self, stream: &str) -> String {
+        let Some(rest) = stream
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|r| r.strip_prefix(":q:work:type:"))
+        else {
+            return stream.to_string();
+        };
+        let (path, prio) = match rest.split_once(":prio:") {
+            Some((path, p)) => (path, Some(p)),
+            None => (rest, None),
+        };
+        let mut name = path.replacen(":group:", "/", 1).replacen(":inst:", "/", 1);
+        if let Some(p) = prio {
+            name.push_str(" prio ");
+            name.push_str(p);
+        }
+        name
+    }
+
     /// The streams a worker of `types` in `group` / `instance` reads, in precedence order:
     /// instance → group → type, within each priority 0 first, with types varying fastest.
     pub fn precedence(
@@ -180,7 +201,14 @@ impl Keyspace {
         format!("{}:meta:retention", self.prefix)
     }
 
-    /// Hash: settings the server functions read (`retention_ms`, `reply_ttl_ms`).
+    /// Stream: the event log, one entry per change of a job's state (`e` event, `j` job id, and
+    /// `q`, `w`, `a`, `r`, `d` where they apply), capped at about `events_max` entries.
+    pub fn events(&self) -> String {
+        format!("{}:meta:events", self.prefix)
+    }
+
+    /// Hash: the broker's settings (`retention_ms`, `reply_ttl_ms`, `lease_ms`, `events_max`,
+    /// `legacy_reply_prefix`); the server functions read them.
     pub fn config(&self) -> String {
         format!("{}:meta:config", self.prefix)
     }
@@ -389,6 +417,7 @@ mod tests {
             (k.delayed(), "hero:meta:delayed"),
             (k.dead_letter(), "hero:meta:dead"),
             (k.retention(), "hero:meta:retention"),
+            (k.events(), "hero:meta:events"),
             (k.config(), "hero:meta:config"),
             (k.legacy_work_queue("w1"), "hero:work_queue:w1"),
             (k.legacy_actor_queue("osis"), "hero:job:actor_queue:osis"),
@@ -469,5 +498,25 @@ mod tests {
         ] {
             assert!(k.parse_legacy_queue(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn queue_names_are_what_operators_type() {
+        let k = Keyspace::new(&Namespace::new("hero").unwrap());
+        let t = |s: &str| ScriptType::new(s).unwrap();
+        let g = GroupName::new("io").unwrap();
+        let i = InstanceName::new("3").unwrap();
+        let full = Target::new(t("osis"), Some(g.clone()), Some(i));
+        assert_eq!(k.queue_name(&k.work(&full, Priority::DEFAULT)), "osis/io/3");
+        let grouped = Target::new(t("osis"), Some(g), None);
+        assert_eq!(
+            k.queue_name(&k.work(&grouped, Priority::new(0).unwrap())),
+            "osis/io prio 0"
+        );
+        assert_eq!(
+            k.queue_name(&k.work(&Target::of_type(t("v")), Priority::DEFAULT)),
+            "v"
+        );
+        assert_eq!(k.queue_name("other:key"), "other:key");
     }
 }

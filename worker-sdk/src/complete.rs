@@ -92,7 +92,12 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
         ms,
         iso: clock::iso(ms),
     };
-    let mut outcomes = CompleteBatch::new(&s.keys, &now.iso, s.redis.caps().xackdel_flag());
+    let mut outcomes = CompleteBatch::new(
+        &s.keys,
+        &now.iso,
+        s.redis.caps().xackdel_flag(),
+        &s.consumer_name,
+    );
     let mut sent = Vec::with_capacity(batch.len());
     for f in batch.drain(..) {
         let (ending, text) = ending(&f.outcome);

@@ -44,6 +44,7 @@ impl BrokerArgs {
             reply_ttl: Duration::from_secs(self.reply_ttl_secs),
             lease: Duration::from_millis(self.lease_ms),
             max_attempts: self.max_attempts,
+            events_max: self.events_max,
             bridges,
             legacy_replies,
             ..BrokerConfig::default()

@@ -7,6 +7,7 @@
 
 mod broker;
 mod context;
+mod events;
 mod jobs;
 mod run;
 mod status;
@@ -58,12 +59,14 @@ pub enum Command {
     Submit(SubmitArgs),
     /// Submit a job, wait for it, print its output (exit 1 when it ends in error).
     Run(RunArgs),
-    /// Print a job's status (with --json, its whole record).
-    Status { id: String },
+    /// Print a job's status (with --json, its whole record; with --history, its events).
+    Status(StatusArgs),
     /// Stop a job: a queued one never starts, a running one is interrupted.
     Stop { id: String },
     /// List jobs by status or by queue, a page at a time.
     Jobs(JobsArgs),
+    /// Print the latest events of the event log, or follow it live.
+    Events(EventsArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -77,6 +80,9 @@ pub struct BrokerArgs {
     /// Dead-letter a job once it has been delivered this many times without finishing.
     #[arg(long, env = "HERO_MAX_ATTEMPTS", default_value_t = 5)]
     pub max_attempts: u32,
+    /// The event log's cap in entries (approximate); 0 turns the event log off.
+    #[arg(long, env = "HERO_EVENTS_MAX", default_value_t = crate::config::DEFAULT_EVENTS_MAX)]
+    pub events_max: u64,
     /// How long a run-and-wait reply waits for its caller (seconds).
     #[arg(long, env = "HERO_REPLY_TTL_SECS", default_value_t = 3600)]
     pub reply_ttl_secs: u64,
@@ -200,6 +206,37 @@ pub struct JobsArgs {
     pub cursor: Option<String>,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    pub id: String,
+    /// Also print the job's events, from the event log (while they are in it).
+    #[arg(long)]
+    pub history: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct EventsArgs {
+    /// How many of the latest events to print.
+    #[arg(long, short = 'n', default_value_t = 20)]
+    pub last: usize,
+    /// Keep printing new events as they happen (until ctrl-c).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Only this job's events.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Only this queue's events: <type>[/<group>[/<instance>]], every priority level.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only the events of queues of this script type.
+    #[arg(long = "type")]
+    pub script_type: Option<String>,
+    /// Only events of this kind (submitted, dispatched, started, finished, error, retried,
+    /// recovered, dead, stopped, bridged_in, bridged_out).
+    #[arg(long)]
+    pub event: Option<String>,
+}
+
 /// Runs the command; the exit code is the command's (0, or 1 where it says so).
 pub async fn run(cli: Cli) -> Result<i32> {
     let g = &cli.global;
@@ -209,8 +246,9 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Worker(args) => worker::worker(g, args).await,
         Command::Submit(args) => submit::submit(g, args).await,
         Command::Run(args) => run::run(g, args).await,
-        Command::Status { id } => status::status(g, id).await,
+        Command::Status(args) => status::status(g, args).await,
         Command::Stop { id } => stop::stop(g, id).await,
         Command::Jobs(args) => jobs::jobs(g, args).await,
+        Command::Events(args) => events::events(g, args).await,
     }
 }

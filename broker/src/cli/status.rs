@@ -1,19 +1,41 @@
-//! `hero status`: a job's status, or with --json its whole record.
+//! `hero status`: a job's status, or with --json its whole record; with --history, its events
+//! from the event log as well.
 
 use anyhow::Result;
+use hero_client::inspect::EventFilter;
 use hero_client::JobId;
 
 use super::context::{connect, resolve_url};
-use super::Global;
+use super::events::print_event;
+use super::{Global, StatusArgs};
 
-pub(super) async fn status(g: &Global, id: &str) -> Result<i32> {
-    let id = JobId::new(id)?;
+pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
+    let id = JobId::new(&args.id)?;
     let client = connect(g, &resolve_url(g)).await?;
+    let history = if args.history {
+        let only = EventFilter {
+            job: Some(id.to_string()),
+            ..EventFilter::default()
+        };
+        Some(client.inspector().events(&only, usize::MAX).await?)
+    } else {
+        None
+    };
     if g.json {
         let job = client.get(&id).await?;
-        println!("{}", job_json(&job));
+        let mut v = job_json(&job);
+        if let Some(h) = &history {
+            v["history"] = h.iter().map(|e| e.to_json()).collect();
+        }
+        println!("{v}");
     } else {
         println!("{}", client.status(&id).await?);
+        if let Some(h) = &history {
+            let mut out = std::io::stdout().lock();
+            for e in h {
+                print_event(&mut out, client.keys(), e, false)?;
+            }
+        }
     }
     Ok(0)
 }

@@ -9,11 +9,13 @@ use crate::name::Target;
 /// Moves at most `count` ids from the legacy `list` into `stream`, the work stream of `target`;
 /// answers `{moved, dead, blocked}`.
 pub fn bridge_in(keys: &Keyspace, list: &str, stream: &str, target: &Target, count: usize) -> Call {
-    let mut c = Call::new(Function::BridgeIn, 4);
+    let mut c = Call::new(Function::BridgeIn, 6);
     c.key("legacy list", list)
         .key("work stream", stream)
         .key("queue registry set", keys.queues())
-        .key("dead-letter stream", keys.dead_letter());
+        .key("dead-letter stream", keys.dead_letter())
+        .key("config hash", keys.config())
+        .key("event log", keys.events());
     c.arg("consumer group", CONSUMER_GROUP)
         .arg("most ids to move", count)
         .arg("job key prefix", keys.job_prefix())

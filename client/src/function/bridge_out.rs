@@ -16,10 +16,12 @@ pub fn bridge_out(
     xackdel: &str,
 ) -> Call {
     let now = clock::now_ms();
-    let mut c = Call::new(Function::BridgeOut, 3);
+    let mut c = Call::new(Function::BridgeOut, 5);
     c.key("work stream", stream)
         .key("legacy list", keys.legacy_queue(queue))
-        .key("the mapping's tracking zset", keys.bridge_track(queue));
+        .key("the mapping's tracking zset", keys.bridge_track(queue))
+        .key("config hash", keys.config())
+        .key("event log", keys.events());
     c.arg("consumer group", CONSUMER_GROUP)
         .arg("bridge consumer", queue.consumer())
         .arg("most jobs", count)

@@ -3,7 +3,7 @@
 -- take back the ones a legacy actor never picked up or abandoned.
 -- KEYS[1] tracking zset (job id -> next deadline ms)  KEYS[2] legacy list  KEYS[3] work stream
 -- KEYS[4] queue registry set  KEYS[5] config hash  KEYS[6] dead-letter stream
--- KEYS[7] retention stream
+-- KEYS[7] retention stream  KEYS[8] event log
 -- ARGV[1] consumer group  ARGV[2] job key prefix  ARGV[3] reply key prefix  ARGV[4] now ISO 8601
 -- ARGV[5] now ms  ARGV[6] pickup time ms  ARGV[7] max attempts  ARGV[8] '1' for a dual-push
 -- mapping  ARGV[9] '1' when XACKDEL  ARGV[10] most jobs to look at  ARGV[11] rank to start at
@@ -22,6 +22,9 @@
 --   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
 --     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
+-- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
+-- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
+-- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget.
 -- Returns: {ended, requeued, failed, next rank (0 when the whole set was seen)}
 -- Errors: none of its own.
 local function hero_bridge_watch(keys, args)
@@ -30,6 +33,7 @@ local function hero_bridge_watch(keys, args)
   local now_ms, pickup_ms, max_attempts = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
   local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
   local done = retained(keys[7], now_iso)
+  local log = event_log(keys[8], cfg)
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
 
@@ -56,6 +60,7 @@ local function hero_bridge_watch(keys, args)
       redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
       redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
       finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
+      log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
       untrack(job_id)
       failed = failed + 1
       return
@@ -72,6 +77,7 @@ local function hero_bridge_watch(keys, args)
       redis.call('HDEL', job_key, 'entry')
       untrack(job_id)
     end
+    log_event(log, 'recovered', job_id, stream, nil, tostring(attempts), reason)
     requeued = requeued + 1
   end
 
@@ -95,6 +101,11 @@ local function hero_bridge_watch(keys, args)
         if f[7] == '1' then
           push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', true, false)
         end
+        if status == 'finished' then
+          log_event(log, 'finished', job_id, stream, nil, nil, list)
+        else
+          log_event(log, 'error', job_id, stream, nil, nil, f[12] or '')
+        end
       end
       untrack(job_id)
       ended = ended + 1
@@ -115,10 +126,13 @@ local function hero_bridge_watch(keys, args)
       end
       if taken then
         local w = { 'bridge_taken', '1', 'started_at', now_iso }
+        local attempt = f[5]
         if dual then
-          w[#w + 1] = 'attempts'; w[#w + 1] = tostring((tonumber(f[5]) or 0) + 1)
+          attempt = tostring((tonumber(f[5]) or 0) + 1)
+          w[#w + 1] = 'attempts'; w[#w + 1] = attempt
         end
         redis.call('HSET', job_key, unpack(w))
+        log_event(log, 'started', job_id, stream, nil, attempt, list)
         redis.call('ZADD', track, now_ms + timeout_s * 1000, job_id)
       end
     elseif due then

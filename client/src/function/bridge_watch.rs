@@ -27,14 +27,15 @@ pub fn bridge_watch(
     rank: i64,
 ) -> Call {
     let now = clock::now_ms();
-    let mut c = Call::new(Function::BridgeWatch, 7);
+    let mut c = Call::new(Function::BridgeWatch, 8);
     c.key("tracking zset", keys.bridge_track(w.queue))
         .key("legacy list", keys.legacy_queue(w.queue))
         .key("work stream", w.stream)
         .key("queue registry set", keys.queues())
         .key("config hash", keys.config())
         .key("dead-letter stream", keys.dead_letter())
-        .key("retention stream", keys.retention());
+        .key("retention stream", keys.retention())
+        .key("event log", keys.events());
     c.arg("consumer group", CONSUMER_GROUP)
         .arg("job key prefix", keys.job_prefix())
         .arg("reply key prefix", keys.reply_prefix())

@@ -1,14 +1,15 @@
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
 -- entries are acknowledged with one command and trimmed with another (see trim_done).
--- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream
---   then per job i = 0, 1, ...: KEYS[4+3i] job hash  KEYS[5+3i] its work stream
---   KEYS[6+3i] its reply list
+-- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
+--   then per job i = 0, 1, ...: KEYS[5+3i] job hash  KEYS[6+3i] its work stream
+--   KEYS[7+3i] its reply list
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
---   then per job i: ARGV[5+6i] lease (the delivery's entry id)  ARGV[6+6i] outcome
---   ARGV[7+6i] output or error text  ARGV[8+6i] retry-at ms  ARGV[9+6i] job id
---   ARGV[10+6i] the job's `reply` field as read with the record ('' when it has none)
+-- ARGV[5] consumer name (for the event log)
+--   then per job i: ARGV[6+6i] lease (the delivery's entry id)  ARGV[7+6i] outcome
+--   ARGV[8+6i] output or error text  ARGV[9+6i] retry-at ms  ARGV[10+6i] job id
+--   ARGV[11+6i] the job's `reply` field as read with the record ('' when it has none)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried)
@@ -18,12 +19,14 @@
 -- in it at once; only when it acknowledged fewer entries than it was given are the records
 -- read, to tell the deliveries that still hold their job from the ones that lost it.
 -- Retention: the batch is named in one entry of the retention stream as the caller joined it
--- (ARGV[4]; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
+-- (ARGV[4] as given; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
 -- does not end is named too, and harmlessly: hero_expire deletes only a job whose record
 -- carries the entry's finished_at, and only this call wrote that one. A job id holds no space
 -- (the worker completes valid ids only); checking the list here would cost Redis more than the
 -- PEXPIRE it replaces (string.gsub over it: ~4 k instructions a job), so an id with a space from
 -- a foreign caller is split, and that job is simply never deleted.
+-- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
+-- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
 -- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
@@ -32,19 +35,21 @@
 local function hero_complete(keys, args)
   local delayed, cfg = keys[1], settings(keys[2])
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
-  local n = (#keys - 3) / 3
-  if n ~= math.floor(n) or #args ~= 4 + 6 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 3 keys and 4 arguments, then 3 keys and 6 arguments per job')
+  local log = event_log(keys[4], cfg)
+  local consumer = args[5]
+  local n = (#keys - 4) / 3
+  if n ~= math.floor(n) or #args ~= 5 + 6 * n then
+    return redis.error_reply('HERO_BAD_ARG complete takes 4 keys and 5 arguments, then 3 keys and 6 arguments per job')
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
   local streams, batches = {}, {}
   for i = 0, n - 1 do
-    local outcome = args[6 + 6 * i]
+    local outcome = args[7 + 6 * i]
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
-    local stream = keys[5 + 3 * i]
+    local stream = keys[6 + 3 * i]
     local b = batches[stream]
     if not b then
       b = { ids = {}, jobs = {} }
@@ -52,7 +57,7 @@ local function hero_complete(keys, args)
       streams[#streams + 1] = stream
     end
     local k = #b.ids + 1
-    b.ids[k], b.jobs[k] = args[5 + 6 * i], i
+    b.ids[k], b.jobs[k] = args[6 + 6 * i], i
   end
   local answers = {}
   for _, stream in ipairs(streams) do
@@ -60,10 +65,10 @@ local function hero_complete(keys, args)
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
       local a = 6 * i
-      local job_key, outcome, text = keys[4 + 3 * i], args[6 + a], args[7 + a]
+      local job_key, outcome, text = keys[5 + 3 * i], args[7 + a], args[8 + a]
       local answer
       if not all_held then
-        local lease = args[5 + a]
+        local lease = args[6 + a]
         -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
         -- the whole batch of other workers' jobs with it
         local f = redis.pcall('HMGET', job_key, 'status', 'lease')
@@ -90,21 +95,32 @@ local function hero_complete(keys, args)
           end
         end
         if retried then
-          local retry_at, job_id = args[8 + a], args[9 + a]
+          local retry_at, job_id = args[9 + a], args[10 + a]
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
           redis.call('ZADD', delayed, retry_at, job_id)
           answer = 'retrying'
-        elseif not answer and outcome == 'done' and args[10 + a] == '' then
+          log_event(log, 'retried', job_id, stream, consumer, nil, text, retry_at)
+        elseif not answer and outcome == 'done' and args[11 + a] == '' then
           -- a success no one waits on, the common case, is written here: through finish it costs
           -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
           local w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
-          if type(w) == 'table' and w.err then answer = 'lease_lost' else answer = 'completed' end
+          if type(w) == 'table' and w.err then
+            answer = 'lease_lost'
+          else
+            answer = 'completed'
+            log_event(log, 'finished', args[10 + a], stream, consumer)
+          end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
-          if finish(job_key, args[9 + a], keys[6 + 3 * i], cfg, status, text, args[10 + a], now_iso) then
+          if finish(job_key, args[10 + a], keys[7 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
+            if status == 'finished' then
+              log_event(log, 'finished', args[10 + a], stream, consumer)
+            else
+              log_event(log, 'error', args[10 + a], stream, consumer, nil, text)
+            end
           else
             answer = 'lease_lost'
           end

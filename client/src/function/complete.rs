@@ -63,12 +63,16 @@ pub struct CompleteBatch<'a> {
     job_args: Vec<String>,
     /// The job ids joined by spaces (a [`JobId`] holds none): the retention entry.
     ids: String,
+    /// The worker's consumer name, for the event log.
+    consumer: String,
 }
 
 impl<'a> CompleteBatch<'a> {
-    /// `now_iso` stamps every job of the batch; `xackdel` is [`crate::Capabilities::xackdel_flag`].
-    pub fn new(keys: &'a Keyspace, now_iso: &str, xackdel: &str) -> Self {
+    /// `now_iso` stamps every job of the batch; `xackdel` is [`crate::Capabilities::xackdel_flag`];
+    /// `consumer` is the worker's consumer name.
+    pub fn new(keys: &'a Keyspace, now_iso: &str, xackdel: &str, consumer: &str) -> Self {
         CompleteBatch {
+            consumer: consumer.to_string(),
             keys,
             now_iso: now_iso.to_string(),
             xackdel: xackdel.to_string(),
@@ -110,17 +114,19 @@ impl<'a> CompleteBatch<'a> {
 
     /// The call recording every outcome pushed so far.
     pub fn call(&self) -> Call {
-        let mut c = Call::new(Function::Complete, 3 + self.job_keys.len());
+        let mut c = Call::new(Function::Complete, 4 + self.job_keys.len());
         c.key("delayed zset", self.keys.delayed())
             .key("config hash", self.keys.config())
-            .key("retention stream", self.keys.retention());
+            .key("retention stream", self.keys.retention())
+            .key("event log", self.keys.events());
         for (i, k) in self.job_keys.iter().enumerate() {
             c.key(JOB_KEYS[i % JOB_KEYS.len()], k);
         }
         c.arg("consumer group", CONSUMER_GROUP)
             .arg("now ISO 8601", &self.now_iso)
             .arg("'1' when the server has XACKDEL", &self.xackdel)
-            .arg("the batch's job ids joined", &self.ids);
+            .arg("the batch's job ids joined", &self.ids)
+            .arg("consumer name", &self.consumer);
         for (i, a) in self.job_args.iter().enumerate() {
             c.arg(JOB_ARGS[i % JOB_ARGS.len()], a);
         }

@@ -2,11 +2,13 @@
 -- (the caller orders them instance -> group -> type, priority 0 first). Per entry it reads the
 -- job's status only; the entry itself says how many attempts came before and whether the job was
 -- dual-pushed (see append).
--- KEYS[1] queue registry set  KEYS[2..n+1] work streams in precedence order
+-- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log
+-- KEYS[4..n+3] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors}
---   jobs: flat list of stream index (1..n, into the streams), entry id, job id, three items
+--   jobs: flat list of stream index (1..n: 1 is KEYS[4], the first stream), entry id, job id, three items
 --         per job now leased to the consumer (flat because every Lua table costs Redis more
 --         than the three values): the fetch wrote status started, lease = entry id,
 --         worker_id = consumer, started_at (the record's updated_at from then on) and, from
@@ -35,17 +37,18 @@ local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
   local now_iso, xackdel = args[5], args[6]
   local jobs, dropped = {}, {}
-  local n = #keys - 1
+  local n = #keys - 3
+  local log = event_log(keys[3], settings(keys[2]))
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
-  for from = 2, #keys, 1000 do
+  for from = 4, #keys, 1000 do
     local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
-    if from == 2 then present = r else for k = 1, #r do present[from - 2 + k] = r[k] end end
+    if from == 4 then present = r else for k = 1, #r do present[from - 4 + k] = r[k] end end
   end
   for i = 1, n do
     if want <= 0 then break end
-    local stream = keys[i + 1]
+    local stream = keys[i + 3]
     if present[i] == 1 then
       while want > 0 do
         local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
@@ -89,11 +92,14 @@ local function hero_fetch(keys, args)
             -- than the command
             local counted = before and tonumber(before)
             if counted then
+              local attempt = tostring(counted + 1)
               redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                'started_at', now_iso, 'attempts', tostring(counted + 1))
+                'started_at', now_iso, 'attempts', attempt)
+              log_event(log, 'started', job_id, stream, consumer, attempt)
             else
               redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
                 'started_at', now_iso)
+              log_event(log, 'started', job_id, stream, consumer, '1')
             end
             if bridge and bridge ~= '' then
               -- taken back from the legacy list above: no longer the legacy side's
@@ -113,7 +119,7 @@ local function hero_fetch(keys, args)
     -- the worker at once, over and over
     for i = 1, n do
       cursors[i] = '0-0'
-      local last = redis.pcall('XREVRANGE', keys[i + 1], '+', '-', 'COUNT', 1)
+      local last = redis.pcall('XREVRANGE', keys[i + 3], '+', '-', 'COUNT', 1)
       if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
     end
   end

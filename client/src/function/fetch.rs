@@ -14,8 +14,10 @@ pub fn fetch(
     count: usize,
     xackdel: &str,
 ) -> Call {
-    let mut c = Call::new(Function::Fetch, streams.len() + 1);
-    c.key("queue registry set", keys.queues());
+    let mut c = Call::new(Function::Fetch, streams.len() + 3);
+    c.key("queue registry set", keys.queues())
+        .key("config hash", keys.config())
+        .key("event log", keys.events());
     for s in streams {
         c.key("work streams in precedence order", s);
     }

@@ -144,7 +144,7 @@ fn every_builder_follows_its_lua_header() {
         pickup_ms: 1000,
         dual_push: false,
     };
-    let mut batch = CompleteBatch::new(&keys, "t", "0");
+    let mut batch = CompleteBatch::new(&keys, "t", "0", "c");
     for _ in 0..2 {
         batch.push(
             Leased {

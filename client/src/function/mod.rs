@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "12"
+        "13"
     };
 }
 
@@ -334,11 +334,12 @@ mod tests {
             assert!(src.contains("-- Returns:"), "{local} documents its returns");
             assert!(src.contains(&format!("local function {local}(")));
         }
-        assert!(
-            library_source().contains("redis.register_function('hero_v12_recover', hero_recover)")
-        );
-        assert_eq!(Function::Recover.name(), "hero_v12_recover");
-        assert_eq!(LIBRARY_NAME, "hero_v12");
+        let v = LIBRARY_VERSION;
+        assert!(library_source().contains(&format!(
+            "redis.register_function('hero_v{v}_recover', hero_recover)"
+        )));
+        assert_eq!(Function::Recover.name(), format!("hero_v{v}_recover"));
+        assert_eq!(LIBRARY_NAME, format!("hero_v{v}"));
     }
 
     /// Clients in other languages load the library from `docs/hero-library.lua`; it must be

@@ -152,6 +152,29 @@ local function setting_text(cfg, field)
   return v
 end
 
+-- The event log: one entry per change of a job's state, added by the call that makes the change
+-- (so there is no event without its change, and no change without its event), in a stream capped
+-- at about `events_max` entries (a broker setting, 100000 by default; 0 turns the log off).
+-- Fields: `e` the event, `j` the job id, then only those that apply: `q` the work stream, `w` the
+-- worker (consumer name, or a legacy worker id), `a` the attempt, `r` the reason or detail, `d`
+-- the time (ms) a waiting job is due. The entry id is the time of the change.
+local function event_log(key, cfg)
+  local max = setting_arg(cfg, 'events_max', 100000)
+  if max == '0' then return false end
+  return { key = key, max = max }
+end
+
+local function log_event(log, event, job_id, queue, worker, attempt, reason, due)
+  if not log then return end
+  local f = { 'XADD', log.key, 'MAXLEN', '~', log.max, '*', 'e', event, 'j', job_id }
+  if queue and queue ~= '' then f[#f + 1] = 'q'; f[#f + 1] = queue end
+  if worker and worker ~= '' then f[#f + 1] = 'w'; f[#f + 1] = worker end
+  if attempt then f[#f + 1] = 'a'; f[#f + 1] = attempt end
+  if reason and reason ~= '' then f[#f + 1] = 'r'; f[#f + 1] = reason end
+  if due then f[#f + 1] = 'd'; f[#f + 1] = due end
+  redis.call(unpack(f))
+end
+
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
 -- (the broker published the legacy reply prefix), the bare text on the legacy list
 -- `hero:reply:<id>` that seed-001 callers BLPOP.

@@ -1,6 +1,8 @@
 -- hero_promote: move one due job from the delayed set into its work stream.
 -- KEYS[1] delayed zset  KEYS[2] job hash  KEYS[3] work stream  KEYS[4] queue registry set
+-- KEYS[5] config hash  KEYS[6] event log
 -- ARGV[1] job id  ARGV[2] consumer group  ARGV[3] now ISO 8601
+-- Events: `dispatched` (q) when promoted.
 -- Returns: 'promoted', 'gone' (another broker promoted it, or it was stopped), 'skipped' (the job
 -- is no longer waiting or its hash is gone; the stale member was removed).
 -- Errors: none of its own.
@@ -13,5 +15,6 @@ local function hero_promote(keys, args)
   append(stream, group, registry, job_id, nil, f[2] or nil)
   redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
   redis.call('HDEL', job_key, 'run_at')
+  log_event(event_log(keys[6], settings(keys[5])), 'dispatched', job_id, stream)
   return 'promoted'
 end

@@ -1,6 +1,7 @@
 -- hero_recover: put abandoned deliveries of one work stream back into it (same stream, same
 -- targeting, a new entry), or dead-letter them past the attempt budget.
 -- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash  KEYS[4] retention stream
+-- KEYS[5] event log
 -- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
 --         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, listed
 --         with XPENDING IDLE from cursor ARGV[9] and claimed as consumer ARGV[3]; entries held by
@@ -10,6 +11,8 @@
 -- ARGV[7] reply key prefix  ARGV[8] max attempts  ARGV[9] cursor ('0-0' to start)
 -- ARGV[10] '1' to hand back (the delivery does not count as an attempt)  ARGV[11] now ISO 8601
 -- ARGV[12] '1' when XACKDEL
+-- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
+-- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason).
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.
 -- Errors: HERO_BAD_ARG for an unknown mode.
@@ -19,11 +22,16 @@ local function hero_recover(keys, args)
   local prefix, reply_prefix, max_attempts, cursor = args[6], args[7], tonumber(args[8]), args[9]
   local handback, now_iso, xackdel = args[10], args[11], args[12]
   local done = retained(keys[4], now_iso)
+  local log = event_log(keys[5], cfg)
+  local how = 'presence'
+  if mode == 'idle' then how = 'idle' elseif handback == '1' then how = 'handback' end
+  local owners = {} -- entry id -> the consumer that held it
   if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
   local ids, next_cursor = {}, '0-0'
   if mode == 'consumer' then
     for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', count, consumer)) do
       ids[#ids + 1] = p[1]
+      owners[p[1]] = consumer
     end
     if #ids == count then next_cursor = ids[#ids] end
   elseif mode == 'idle' then
@@ -33,7 +41,10 @@ local function hero_recover(keys, args)
     for _, p in ipairs(listed) do
       if string.sub(p[2], 1, 7) ~= 'bridge:' then
         local claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, p[1], 'JUSTID')
-        if claimed[1] then ids[#ids + 1] = p[1] end
+        if claimed[1] then
+          ids[#ids + 1] = p[1]
+          owners[p[1]] = p[2]
+        end
       end
     end
     if #listed == count then next_cursor = next_id(listed[#listed][1]) end
@@ -67,6 +78,7 @@ local function hero_recover(keys, args)
         local reason = 'abandoned after ' .. attempts .. ' attempts'
         redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
         finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done)
+        log_event(log, 'dead', job_id, stream, owners[id], tostring(attempts), reason)
         dead_n = dead_n + 1
       else
         -- the entry carries the count for the next fetch; a first delivery handed back has none
@@ -77,6 +89,7 @@ local function hero_recover(keys, args)
         end
         redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
         redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry')
+        log_event(log, 'recovered', job_id, stream, owners[id], tostring(attempts), how)
         requeued = requeued + 1
       end
     else

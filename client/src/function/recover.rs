@@ -29,11 +29,12 @@ pub fn recover(
     cursor: &str,
     xackdel: &str,
 ) -> Call {
-    let mut c = Call::new(Function::Recover, 4);
+    let mut c = Call::new(Function::Recover, 5);
     c.key("work stream", stream)
         .key("dead-letter stream", keys.dead_letter())
         .key("config hash", keys.config())
-        .key("retention stream", keys.retention());
+        .key("retention stream", keys.retention())
+        .key("event log", keys.events());
     c.arg("consumer group", CONSUMER_GROUP);
     let reclaimer = keys.reclaimer();
     let (mode, consumer, idle, handback) = match which {

@@ -1,7 +1,7 @@
 -- hero_stop: stop a job wherever it is.
 -- KEYS[1] job hash  KEYS[2] its work stream  KEYS[3] delayed zset  KEYS[4] reply list
 -- KEYS[5] config hash  KEYS[6] control list of the worker the caller saw running it ('' allowed
--- when it saw none)  KEYS[7] retention stream
+-- when it saw none)  KEYS[7] retention stream  KEYS[8] event log
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
@@ -9,6 +9,7 @@
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
 -- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
 -- other stays until a worker reads it, finds the job stopped and drops it.
+-- Events: `stopped` (q, w the worker when it was running, r 'cancelled' or 'interrupted').
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
 -- (it started on another worker since the caller looked: look again and retry).
@@ -18,10 +19,17 @@ local function hero_stop(keys, args)
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
   local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
   local done = retained(keys[7], now_iso)
-  -- the one job this call can end
-  local function stopped()
+  local log = event_log(keys[8], cfg)
+  -- the one job this call can end; `how` is what the caller is answered
+  local function stopped(how)
     finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso, done)
     flush_retained(done)
+    local worker = nil
+    if how == 'interrupted' then worker = f[4] end
+    local queue = stream
+    if stream == job_key then queue = nil end
+    log_event(log, 'stopped', job_id, queue, worker, nil, how)
+    return how
   end
   local status = f[1]
   if not status then
@@ -39,8 +47,7 @@ local function hero_stop(keys, args)
     local held = f[3]
     if (held or '') == '' then held = f[2] end
     if (held or '') ~= '' then ack_del(stream, group, held, xackdel) end
-    stopped()
-    return answer
+    return stopped(answer)
   end
   if status == 'waiting' then
     redis.call('ZREM', delayed, job_id)
@@ -49,11 +56,9 @@ local function hero_stop(keys, args)
   elseif status == 'started' then
     if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
     ack_del(stream, group, f[3], xackdel)
-    stopped()
     redis.call('LPUSH', ctl, job_id)
     redis.call('PEXPIRE', ctl, 3600000)
-    return 'interrupted'
+    return stopped('interrupted')
   end
-  stopped()
-  return 'cancelled'
+  return stopped('cancelled')
 end

@@ -22,14 +22,15 @@ pub fn stop(
         Some((ctl, worker)) => (ctl.to_string(), worker),
         None => (config.clone(), ""),
     };
-    let mut c = Call::new(Function::Stop, 7);
+    let mut c = Call::new(Function::Stop, 8);
     c.key("job hash", keys.job(id))
         .key("its work stream", stream)
         .key("delayed zset", keys.delayed())
         .key("reply list", keys.reply(id))
         .key("config hash", &config)
         .key("control list", ctl)
-        .key("retention stream", keys.retention());
+        .key("retention stream", keys.retention())
+        .key("event log", keys.events());
     c.arg("consumer group", CONSUMER_GROUP)
         .arg("worker_id the caller saw", worker)
         .arg("now ISO 8601", clock::now_iso())

@@ -74,6 +74,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
         c.keys().delayed(),
         c.keys().config(),
         c.keys().retention(),
+        c.keys().events(),
         c.keys().job(&id("bc")),
         stream.clone(),
         c.keys().reply(&id("bc")),
@@ -82,6 +83,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
         .arg(&now)
         .arg("0")
         .arg("bc")
+        .arg("g:a:1")
         .arg(&lost)
         .arg("explode")
         .arg("x")

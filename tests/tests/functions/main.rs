@@ -76,7 +76,7 @@ async fn complete_batch(
     batch: &[(&str, &str, &str, Ending, &str)],
 ) -> Vec<Completion> {
     let now = clock::now_iso();
-    let mut outcomes = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag());
+    let mut outcomes = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag(), "g:a:1");
     for &(job, lease, reply, ending, text) in batch {
         let job = JobId::new(job).unwrap();
         let held = Leased {

@@ -1,6 +1,10 @@
 //! The read side (after asynq's Inspector): questions an operator asks of the whole system
-//! rather than of one job, answered from Redis without changing it. Listing lives here; stats,
-//! queues, workers and the audit are the next readers to join it.
+//! rather than of one job, answered from Redis without changing it. Listing lives here, the
+//! event log in `events`; stats, queues, workers and the audit are the next readers to join.
+
+mod events;
+
+pub use events::{Event, EventFilter, EventFollower};
 
 use crate::conn::Redis;
 use crate::error::Result;
