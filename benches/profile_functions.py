@@ -50,6 +50,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=10000, help="jobs per step (multiple of 50)")
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "callgrind"))
+    ap.add_argument("--events-max", type=int, default=100000,
+                    help="the event log's cap, as a broker publishes it (0: the log off)")
     args = ap.parse_args()
     n = args.jobs - args.jobs % 50
     os.makedirs(args.out, exist_ok=True)
@@ -69,6 +71,7 @@ def main():
             except redis.ConnectionError:
                 time.sleep(0.1)
         r.function_load(library(), replace=True)
+        r.hset("hero:meta:config", "events_max", args.events_max)
         dumps = []
 
         def instructions():

@@ -62,6 +62,7 @@ local function hero_complete(keys, args)
   local answers = {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]
+    local finished = {} -- for the event log's shared entry of this stream
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
       local a = 6 * i
@@ -109,7 +110,7 @@ local function hero_complete(keys, args)
             answer = 'lease_lost'
           else
             answer = 'completed'
-            log_event(log, 'finished', args[10 + a], stream, consumer)
+            finished[#finished + 1] = args[10 + a]
           end
         elseif not answer then
           local status = 'error'
@@ -117,7 +118,7 @@ local function hero_complete(keys, args)
           if finish(job_key, args[10 + a], keys[7 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
             if status == 'finished' then
-              log_event(log, 'finished', args[10 + a], stream, consumer)
+              finished[#finished + 1] = args[10 + a]
             else
               log_event(log, 'error', args[10 + a], stream, consumer, nil, text)
             end
@@ -129,6 +130,7 @@ local function hero_complete(keys, args)
       answers[i + 1] = answer
     end
     trim_done(stream, group, b.ids, xackdel)
+    log_shared(log, 'finished', finished, stream, consumer)
   end
   if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
   return answers

@@ -37,6 +37,7 @@ local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
   local now_iso, xackdel = args[5], args[6]
   local jobs, dropped = {}, {}
+  local attempts = {} -- per job leased, for the event log
   local n = #keys - 3
   local log = event_log(keys[3], settings(keys[2]))
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
@@ -92,14 +93,11 @@ local function hero_fetch(keys, args)
             -- than the command
             local counted = before and tonumber(before)
             if counted then
-              local attempt = tostring(counted + 1)
               redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                'started_at', now_iso, 'attempts', attempt)
-              log_event(log, 'started', job_id, stream, consumer, attempt)
+                'started_at', now_iso, 'attempts', tostring(counted + 1))
             else
               redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
                 'started_at', now_iso)
-              log_event(log, 'started', job_id, stream, consumer, '1')
             end
             if bridge and bridge ~= '' then
               -- taken back from the legacy list above: no longer the legacy side's
@@ -107,10 +105,24 @@ local function hero_fetch(keys, args)
             end
             local n = #jobs
             jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
+            attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
             want = want - 1
           end
         end
       end
+    end
+  end
+  if log then
+    -- one shared entry per stream: the jobs of a stream are contiguous in `jobs`
+    local k = 1
+    while k <= #jobs do
+      local i, ids, att = jobs[k], {}, {}
+      while k <= #jobs and jobs[k] == i do
+        ids[#ids + 1] = jobs[k + 2]
+        att[#att + 1] = attempts[(k + 2) / 3]
+        k = k + 3
+      end
+      log_shared(log, 'started', ids, keys[i + 3], consumer, att)
     end
   end
   local cursors = {}

@@ -43,6 +43,7 @@ local function hero_submit(keys, args)
   end
   local answers = {}
   local log = event_log(keys[5], settings(keys[4]))
+  local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
   local known = {} -- streams seen to exist in this call
   local now_ms
@@ -78,9 +79,18 @@ local function hero_submit(keys, args)
       else
         redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       end
-      log_event(log, 'submitted', job_id, stream)
+      if log then
+        local ids = submitted[stream]
+        if not ids then
+          ids = {}
+          submitted[stream] = ids
+          order[#order + 1] = stream
+        end
+        ids[#ids + 1] = job_id
+      end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
     end
   end
+  for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
   return answers
 end

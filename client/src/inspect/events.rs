@@ -41,13 +41,20 @@ impl Event {
             .unwrap_or(0)
     }
 
-    /// Decodes one XRANGE-style entry; an entry that is not an event (foreign data) is `None`.
-    fn decode(entry: &Value) -> Option<Event> {
+    /// Decodes one XRANGE-style entry into the events it holds: one per job it names (jobs of
+    /// one call that share event, stream and worker share an entry, their ids and attempts
+    /// space-separated). An entry that is not an event (foreign data) holds none.
+    fn decode(entry: &Value) -> Vec<Event> {
+        Self::decode_entry(entry).unwrap_or_default()
+    }
+
+    fn decode_entry(entry: &Value) -> Option<Vec<Event>> {
         let [id, fields] = reply::array(entry).ok()? else {
             return None;
         };
         let id = reply::text(id).ok()?;
         let fields = reply::array(fields).ok()?;
+        let mut attempts = String::new();
         let mut e = Event {
             id,
             event: String::new(),
@@ -66,13 +73,32 @@ impl Event {
                 "j" => e.job_id = v,
                 "q" => e.queue = Some(v),
                 "w" => e.worker = Some(v),
-                "a" => e.attempt = v.parse().ok(),
+                "a" => attempts = v,
                 "r" => e.reason = Some(v),
                 "d" => e.due_ms = v.parse().ok(),
                 _ => {}
             }
         }
-        (!e.event.is_empty() && !e.job_id.is_empty()).then_some(e)
+        if e.event.is_empty() || e.job_id.is_empty() {
+            return None;
+        }
+        let ids = std::mem::take(&mut e.job_id);
+        if !ids.contains(' ') {
+            // one job: an entry of its own, whose reason or id may hold spaces
+            e.job_id = ids;
+            e.attempt = attempts.parse().ok();
+            return Some(vec![e]);
+        }
+        let mut attempts = attempts.split(' ');
+        Some(
+            ids.split(' ')
+                .map(|id| Event {
+                    job_id: id.to_string(),
+                    attempt: attempts.next().and_then(|a| a.parse().ok()),
+                    ..e.clone()
+                })
+                .collect(),
+        )
     }
 
     pub fn to_json(&self) -> serde_json::Value {
@@ -161,7 +187,8 @@ impl Inspector {
                 .await?;
             let entries = reply::array(&page)?;
             for entry in entries {
-                if let Some(e) = Event::decode(entry) {
+                // newest first: the jobs of an entry too
+                for e in Event::decode(entry).into_iter().rev() {
                     if filter.matches(&self.keys, &e) && out.len() < limit {
                         out.push(e);
                     }
@@ -227,7 +254,7 @@ impl EventFollower {
                 if let Some(id) = reply::array(entry)?.first() {
                     self.last = reply::text(id)?;
                 }
-                if let Some(e) = Event::decode(entry) {
+                for e in Event::decode(entry) {
                     if self.filter.matches(&self.keys, &e) {
                         out.push(e);
                     }
