@@ -89,7 +89,7 @@ def main():
         pipe = r.pipeline(transaction=False)
         for b in range(n // 50):
             keys = ["hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge", "hero:meta:config",
-                    "hero:meta:events"]
+                    "hero:meta:events", "hero:meta:stats"]
             argv = ["workers"]
             for _ in range(50):
                 job = str(uuid.uuid4())
@@ -107,8 +107,9 @@ def main():
         streams += [f"{STREAM}:prio:{p}" if p != 5 else STREAM for p in range(10)]
         fetched = []
         for _ in range(n // 25):
-            jobs, _, _ = r.fcall(fn("fetch"), len(streams) + 3, "hero:meta:queues", "hero:meta:config",
-                                 "hero:meta:events", *streams, "workers", "bench:1:x", 25, "hero:job:", ISO, 0)
+            jobs, _, _ = r.fcall(fn("fetch"), len(streams) + 4, "hero:meta:queues", "hero:meta:config",
+                                 "hero:meta:events", "hero:meta:stats", *streams, "workers", "bench:1:x", 25,
+                                 "hero:job:", ISO, 0)
             fetched += [jobs[k:k + 3] for k in range(0, len(jobs), 3)]
         results["fetch"] = instructions()
 
@@ -123,11 +124,12 @@ def main():
         results["hgetall"] = instructions()
 
         for b in range(0, len(fetched), 25):
-            keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events"]
+            keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events",
+                    "hero:meta:stats"]
             argv = ["workers", ISO, 0, " ".join(job for _, _, job in fetched[b:b + 25]), "g:a:1"]
             for _, entry, job in fetched[b:b + 25]:
                 keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job]
-                argv += [entry, "done", "", 0, job, records[job].get("reply", "")]
+                argv += [entry, "done", "", 0, job, records[job].get("reply", ""), 1]
             answers = r.fcall(fn("complete"), len(keys), *keys, *argv)
             assert all(a == "completed" for a in answers), answers
         results["complete"] = instructions()

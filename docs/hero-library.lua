@@ -1,5 +1,5 @@
-#!lua name=hero_v13
-local VERSION = '13'
+#!lua name=hero_v14
+local VERSION = '14'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -210,6 +210,81 @@ local function log_shared(log, event, ids, queue, worker, attempts)
   log_event(log, event, table.concat(ids, ' '), queue, worker, a)
 end
 
+-- Stats kept on write, so that reading them costs O(queues), never O(jobs). In the stats hash,
+-- per work stream `<stream>`: counters `<stream>|finished`, `|failed` (ended error, whatever the
+-- reason), `|retried`, `|recovered`, `|dead`, the gauge `|delayed` (jobs of the stream waiting in
+-- the delayed set), and histograms `<stream>|wait|<b>` (dispatch to start) and `<stream>|run|<b>`
+-- (start to end), where bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms. The counters that
+-- make rates are also counted per minute in `<stats hash>:<minute since the epoch>`, which
+-- expires after two hours. A call gathers its increments and writes each field once.
+local function stats(key)
+  return { key = key, inc = {}, order = {}, minute = {}, morder = {} }
+end
+
+local function tally(st, stream, name, n, per_minute)
+  local f = stream .. '|' .. name
+  local v = st.inc[f]
+  if v == nil then
+    st.order[#st.order + 1] = f
+    v = 0
+  end
+  st.inc[f] = v + n
+  if per_minute then
+    v = st.minute[f]
+    if v == nil then
+      st.morder[#st.morder + 1] = f
+      v = 0
+    end
+    st.minute[f] = v + n
+  end
+end
+
+local LN2 = 0.6931471805599453 -- ln 2 (math is not reachable while the library loads)
+
+-- The histogram `name` (wait or run) of `stream` in this call: add samples with `sample`.
+local function histogram(st, stream, name)
+  local h = { prefix = stream .. '|' .. name .. '|' }
+  st.hists = st.hists or {}
+  st.hists[#st.hists + 1] = h
+  return h
+end
+
+-- One sample, in ms: bucket b holds [2^b - 1, 2^(b+1) - 1).
+local function sample(h, ms)
+  local b = 0
+  if ms > 0 then b = math.floor(math.log(ms + 1) / LN2) end
+  h[b] = (h[b] or 0) + 1
+end
+
+-- The time of a stream entry id, in ms.
+local function entry_ms(id)
+  return tonumber(string.match(id, '^(%d+)')) or 0
+end
+
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function flush_stats(st)
+  for _, f in ipairs(st.order) do
+    redis.call('HINCRBY', st.key, f, st.inc[f])
+  end
+  if #st.morder > 0 then
+    local minute_key = st.key .. ':' .. math.floor(server_ms() / 60000)
+    for _, f in ipairs(st.morder) do
+      redis.call('HINCRBY', minute_key, f, st.minute[f])
+    end
+    redis.call('EXPIRE', minute_key, 7200)
+  end
+  for _, h in ipairs(st.hists or {}) do
+    for b, n in pairs(h) do
+      if b ~= 'prefix' then redis.call('HINCRBY', st.key, h.prefix .. b, n) end
+    end
+  end
+  st.inc, st.order, st.minute, st.morder, st.hists = {}, {}, {}, {}, nil
+end
+
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
 -- (the broker published the legacy reply prefix), the bare text on the legacy list
 -- `hero:reply:<id>` that seed-001 callers BLPOP.
@@ -305,8 +380,8 @@ end
 -- a whole batch, so a producer's bulk submit costs one function call, not one per job.
 -- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
 --   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
--- KEYS[4] config hash  KEYS[5] event log
---   then per job i = 0, 1, ...: KEYS[6+2i] job hash  KEYS[7+2i] its work stream
+-- KEYS[4] config hash  KEYS[5] event log  KEYS[6] stats hash
+--   then per job i = 0, 1, ...: KEYS[7+2i] job hash  KEYS[8+2i] its work stream
 -- A job queued now gets status 'dispatched'; its record does not name its stream entry (the
 -- entry names the job), except on a stream the bridge registry names: such a job is also pushed
 -- (LPUSH) to that legacy list, with `entry` = its entry id, `bridge` = the list, `bridge_stop` =
@@ -316,6 +391,7 @@ end
 -- ARGV[1] consumer group
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
+-- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
@@ -326,9 +402,9 @@ end
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
-  local n = (#keys - 5) / 2
+  local n = (#keys - 6) / 2
   if n ~= math.floor(n) then
-    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 5')
+    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 6')
   end
   -- check the whole batch before the first write
   local at = {}
@@ -346,12 +422,13 @@ local function hero_submit(keys, args)
   end
   local answers = {}
   local log = event_log(keys[5], settings(keys[4]))
+  local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
   local known = {} -- streams seen to exist in this call
   local now_ms
   for i = 1, n do
-    local job_key, stream = keys[4 + 2 * i], keys[5 + 2 * i]
+    local job_key, stream = keys[5 + 2 * i], keys[6 + 2 * i]
     local p = at[i]
     local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
     local run_at = tonumber(run_at_text)
@@ -361,6 +438,8 @@ local function hero_submit(keys, args)
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
+      st = st or stats(keys[6])
+      tally(st, stream, 'delayed', 1)
       log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
     else
@@ -395,6 +474,7 @@ local function hero_submit(keys, args)
     end
   end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
+  if st then flush_stats(st) end
   return answers
 end
 
@@ -402,13 +482,14 @@ end
 -- (the caller orders them instance -> group -> type, priority 0 first). Per entry it reads the
 -- job's status only; the entry itself says how many attempts came before and whether the job was
 -- dual-pushed (see append).
--- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log
--- KEYS[4..n+3] work streams in precedence order
+-- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log  KEYS[4] stats hash
+-- KEYS[5..n+4] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors}
---   jobs: flat list of stream index (1..n: 1 is KEYS[4], the first stream), entry id, job id, three items
+--   jobs: flat list of stream index (1..n: 1 is KEYS[5], the first stream), entry id, job id, three items
 --         per job now leased to the consumer (flat because every Lua table costs Redis more
 --         than the three values): the fetch wrote status started, lease = entry id,
 --         worker_id = consumer, started_at (the record's updated_at from then on) and, from
@@ -438,18 +519,21 @@ local function hero_fetch(keys, args)
   local now_iso, xackdel = args[5], args[6]
   local jobs, dropped = {}, {}
   local attempts = {} -- per job leased, for the event log
-  local n = #keys - 3
+  local n = #keys - 4
+  local st = stats(keys[4])
+  local now_ms = nil -- Redis's clock, read once the first job is leased
   local log = event_log(keys[3], settings(keys[2]))
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
-  for from = 4, #keys, 1000 do
+  for from = 5, #keys, 1000 do
     local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
-    if from == 4 then present = r else for k = 1, #r do present[from - 4 + k] = r[k] end end
+    if from == 5 then present = r else for k = 1, #r do present[from - 5 + k] = r[k] end end
   end
   for i = 1, n do
     if want <= 0 then break end
-    local stream = keys[i + 3]
+    local stream = keys[i + 4]
+    local waits = nil
     if present[i] == 1 then
       while want > 0 do
         local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
@@ -506,6 +590,15 @@ local function hero_fetch(keys, args)
             local n = #jobs
             jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
             attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
+            if not waits then
+              now_ms = now_ms or server_ms()
+              waits = histogram(st, stream, 'wait')
+            end
+            -- the entry's age, sampled inline: a Lua call per job (sample, entry_ms) cost more
+            local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
+            local b = 0
+            if waited > 0 then b = math.floor(math.log(waited + 1) / LN2) end
+            waits[b] = (waits[b] or 0) + 1
             want = want - 1
           end
         end
@@ -522,16 +615,17 @@ local function hero_fetch(keys, args)
         att[#att + 1] = attempts[(k + 2) / 3]
         k = k + 3
       end
-      log_shared(log, 'started', ids, keys[i + 3], consumer, att)
+      log_shared(log, 'started', ids, keys[i + 4], consumer, att)
     end
   end
+  if now_ms then flush_stats(st) end
   local cursors = {}
   if want > 0 then
     -- every stream, registered or not: a stream made by hand that holds entries must not wake
     -- the worker at once, over and over
     for i = 1, n do
       cursors[i] = '0-0'
-      local last = redis.pcall('XREVRANGE', keys[i + 3], '+', '-', 'COUNT', 1)
+      local last = redis.pcall('XREVRANGE', keys[i + 4], '+', '-', 'COUNT', 1)
       if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
     end
   end
@@ -542,14 +636,16 @@ end
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
 -- entries are acknowledged with one command and trimmed with another (see trim_done).
 -- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
---   then per job i = 0, 1, ...: KEYS[5+3i] job hash  KEYS[6+3i] its work stream
---   KEYS[7+3i] its reply list
+-- KEYS[5] stats hash
+--   then per job i = 0, 1, ...: KEYS[6+3i] job hash  KEYS[7+3i] its work stream
+--   KEYS[8+3i] its reply list
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
 -- ARGV[5] consumer name (for the event log)
---   then per job i: ARGV[6+6i] lease (the delivery's entry id)  ARGV[7+6i] outcome
---   ARGV[8+6i] output or error text  ARGV[9+6i] retry-at ms  ARGV[10+6i] job id
---   ARGV[11+6i] the job's `reply` field as read with the record ('' when it has none)
+--   then per job i: ARGV[6+7i] lease (the delivery's entry id)  ARGV[7+7i] outcome
+--   ARGV[8+7i] output or error text  ARGV[9+7i] retry-at ms  ARGV[10+7i] job id
+--   ARGV[11+7i] the job's `reply` field as read with the record ('' when it has none)
+--   ARGV[12+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried)
@@ -565,6 +661,8 @@ end
 -- (the worker completes valid ids only); checking the list here would cost Redis more than the
 -- PEXPIRE it replaces (string.gsub over it: ~4 k instructions a job), so an id with a space from
 -- a foreign caller is split, and that job is simply never deleted.
+-- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
+-- gauge for a retry, and a `run` sample per job recorded.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -577,19 +675,20 @@ local function hero_complete(keys, args)
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
-  local n = (#keys - 4) / 3
-  if n ~= math.floor(n) or #args ~= 5 + 6 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 4 keys and 5 arguments, then 3 keys and 6 arguments per job')
+  local st = stats(keys[5])
+  local n = (#keys - 5) / 3
+  if n ~= math.floor(n) or #args ~= 5 + 7 * n then
+    return redis.error_reply('HERO_BAD_ARG complete takes 5 keys and 5 arguments, then 3 keys and 7 arguments per job')
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
   local streams, batches = {}, {}
   for i = 0, n - 1 do
-    local outcome = args[7 + 6 * i]
+    local outcome = args[7 + 7 * i]
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
-    local stream = keys[6 + 3 * i]
+    local stream = keys[7 + 3 * i]
     local b = batches[stream]
     if not b then
       b = { ids = {}, jobs = {} }
@@ -597,16 +696,17 @@ local function hero_complete(keys, args)
       streams[#streams + 1] = stream
     end
     local k = #b.ids + 1
-    b.ids[k], b.jobs[k] = args[6 + 6 * i], i
+    b.ids[k], b.jobs[k] = args[6 + 7 * i], i
   end
   local answers = {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]
     local finished = {} -- for the event log's shared entry of this stream
+    local failed, retries, runs = 0, 0, nil
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
-      local a = 6 * i
-      local job_key, outcome, text = keys[5 + 3 * i], args[7 + a], args[8 + a]
+      local a = 7 * i
+      local job_key, outcome, text = keys[6 + 3 * i], args[7 + a], args[8 + a]
       local answer
       if not all_held then
         local lease = args[6 + a]
@@ -641,6 +741,7 @@ local function hero_complete(keys, args)
           redis.call('HDEL', job_key, 'lease', 'entry')
           redis.call('ZADD', delayed, retry_at, job_id)
           answer = 'retrying'
+          retries = retries + 1
           log_event(log, 'retried', job_id, stream, consumer, nil, text, retry_at)
         elseif not answer and outcome == 'done' and args[11 + a] == '' then
           -- a success no one waits on, the common case, is written here: through finish it costs
@@ -655,11 +756,12 @@ local function hero_complete(keys, args)
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
-          if finish(job_key, args[10 + a], keys[7 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
+          if finish(job_key, args[10 + a], keys[8 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
             if status == 'finished' then
               finished[#finished + 1] = args[10 + a]
             else
+              failed = failed + 1
               log_event(log, 'error', args[10 + a], stream, consumer, nil, text)
             end
           else
@@ -668,10 +770,25 @@ local function hero_complete(keys, args)
         end
       end
       answers[i + 1] = answer
+      local ran = tonumber(args[12 + a])
+      if ran and (answer == 'completed' or answer == 'retrying') then
+        -- sampled inline: a Lua call per job costs more than the sample
+        runs = runs or histogram(st, stream, 'run')
+        local b = 0
+        if ran > 0 then b = math.floor(math.log(ran + 1) / LN2) end
+        runs[b] = (runs[b] or 0) + 1
+      end
     end
     trim_done(stream, group, b.ids, xackdel)
     log_shared(log, 'finished', finished, stream, consumer)
+    if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
+    if failed > 0 then tally(st, stream, 'failed', failed, true) end
+    if retries > 0 then
+      tally(st, stream, 'retried', retries, true)
+      tally(st, stream, 'delayed', retries)
+    end
   end
+  flush_stats(st)
   if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
   return answers
 end
@@ -696,7 +813,7 @@ end
 -- hero_stop: stop a job wherever it is.
 -- KEYS[1] job hash  KEYS[2] its work stream  KEYS[3] delayed zset  KEYS[4] reply list
 -- KEYS[5] config hash  KEYS[6] control list of the worker the caller saw running it ('' allowed
--- when it saw none)  KEYS[7] retention stream  KEYS[8] event log
+-- when it saw none)  KEYS[7] retention stream  KEYS[8] event log  KEYS[9] stats hash
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
@@ -704,6 +821,7 @@ end
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
 -- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
 -- other stays until a worker reads it, finds the job stopped and drops it.
+-- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job.
 -- Events: `stopped` (q, w the worker when it was running, r 'cancelled' or 'interrupted').
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
@@ -724,6 +842,12 @@ local function hero_stop(keys, args)
     local queue = stream
     if stream == job_key then queue = nil end
     log_event(log, 'stopped', job_id, queue, worker, nil, how)
+    if queue then
+      local st = stats(keys[9])
+      tally(st, queue, 'failed', 1, true)
+      if f[1] == 'waiting' then tally(st, queue, 'delayed', -1) end
+      flush_stats(st)
+    end
     return how
   end
   local status = f[1]
@@ -761,7 +885,7 @@ end
 -- hero_recover: put abandoned deliveries of one work stream back into it (same stream, same
 -- targeting, a new entry), or dead-letter them past the attempt budget.
 -- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash  KEYS[4] retention stream
--- KEYS[5] event log
+-- KEYS[5] event log  KEYS[6] stats hash
 -- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
 --         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, listed
 --         with XPENDING IDLE from cursor ARGV[9] and claimed as consumer ARGV[3]; entries held by
@@ -771,6 +895,7 @@ end
 -- ARGV[7] reply key prefix  ARGV[8] max attempts  ARGV[9] cursor ('0-0' to start)
 -- ARGV[10] '1' to hand back (the delivery does not count as an attempt)  ARGV[11] now ISO 8601
 -- ARGV[12] '1' when XACKDEL
+-- Stats: the stream's `recovered`, or `dead` and `failed` (per minute too), per job.
 -- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
 -- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason).
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
@@ -786,6 +911,7 @@ local function hero_recover(keys, args)
   local how = 'presence'
   if mode == 'idle' then how = 'idle' elseif handback == '1' then how = 'handback' end
   local owners = {} -- entry id -> the consumer that held it
+  local st = stats(keys[6])
   if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
   local ids, next_cursor = {}, '0-0'
   if mode == 'consumer' then
@@ -863,13 +989,21 @@ local function hero_recover(keys, args)
     redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
   end
   flush_retained(done)
+  if requeued > 0 and handback ~= '1' then tally(st, stream, 'recovered', requeued, true) end
+  if dead_n > 0 then
+    tally(st, stream, 'dead', dead_n, true)
+    tally(st, stream, 'failed', dead_n, true)
+  end
+  flush_stats(st)
   return { requeued, dead_n, dropped, next_cursor }
 end
 
 -- hero_promote: move one due job from the delayed set into its work stream.
 -- KEYS[1] delayed zset  KEYS[2] job hash  KEYS[3] work stream  KEYS[4] queue registry set
--- KEYS[5] config hash  KEYS[6] event log
+-- KEYS[5] config hash  KEYS[6] event log  KEYS[7] stats hash
 -- ARGV[1] job id  ARGV[2] consumer group  ARGV[3] now ISO 8601
+-- Stats: the stream's `delayed` gauge down by one when promoted (or when the job was no longer
+-- waiting: it left the delayed set all the same).
 -- Events: `dispatched` (q) when promoted.
 -- Returns: 'promoted', 'gone' (another broker promoted it, or it was stopped), 'skipped' (the job
 -- is no longer waiting or its hash is gone; the stale member was removed).
@@ -879,6 +1013,9 @@ local function hero_promote(keys, args)
   local job_id, group, now_iso = args[1], args[2], args[3]
   if redis.call('ZREM', delayed, job_id) == 0 then return 'gone' end
   local f = redis.call('HMGET', job_key, 'status', 'attempts')
+  local st = stats(keys[7])
+  tally(st, stream, 'delayed', -1)
+  flush_stats(st)
   if f[1] ~= 'waiting' then return 'skipped' end
   append(stream, group, registry, job_id, nil, f[2] or nil)
   redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
@@ -1005,7 +1142,7 @@ end
 -- take back the ones a legacy actor never picked up or abandoned.
 -- KEYS[1] tracking zset (job id -> next deadline ms)  KEYS[2] legacy list  KEYS[3] work stream
 -- KEYS[4] queue registry set  KEYS[5] config hash  KEYS[6] dead-letter stream
--- KEYS[7] retention stream  KEYS[8] event log
+-- KEYS[7] retention stream  KEYS[8] event log  KEYS[9] stats hash
 -- ARGV[1] consumer group  ARGV[2] job key prefix  ARGV[3] reply key prefix  ARGV[4] now ISO 8601
 -- ARGV[5] now ms  ARGV[6] pickup time ms  ARGV[7] max attempts  ARGV[8] '1' for a dual-push
 -- mapping  ARGV[9] '1' when XACKDEL  ARGV[10] most jobs to look at  ARGV[11] rank to start at
@@ -1024,6 +1161,7 @@ end
 --   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
 --     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
+-- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
 -- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget.
@@ -1036,6 +1174,7 @@ local function hero_bridge_watch(keys, args)
   local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
   local done = retained(keys[7], now_iso)
   local log = event_log(keys[8], cfg)
+  local st = stats(keys[9])
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
 
@@ -1063,6 +1202,8 @@ local function hero_bridge_watch(keys, args)
       redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
       finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
       log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
+      tally(st, stream, 'dead', 1, true)
+      tally(st, stream, 'failed', 1, true)
       untrack(job_id)
       failed = failed + 1
       return
@@ -1080,6 +1221,7 @@ local function hero_bridge_watch(keys, args)
       untrack(job_id)
     end
     log_event(log, 'recovered', job_id, stream, nil, tostring(attempts), reason)
+    tally(st, stream, 'recovered', 1, true)
     requeued = requeued + 1
   end
 
@@ -1105,8 +1247,10 @@ local function hero_bridge_watch(keys, args)
         end
         if status == 'finished' then
           log_event(log, 'finished', job_id, stream, nil, nil, list)
+          tally(st, stream, 'finished', 1, true)
         else
           log_event(log, 'error', job_id, stream, nil, nil, f[12] or '')
+          tally(st, stream, 'failed', 1, true)
         end
       end
       untrack(job_id)
@@ -1144,6 +1288,7 @@ local function hero_bridge_watch(keys, args)
     end
   end
   flush_retained(done)
+  flush_stats(st)
   local next_rank = 0
   if #tracked == 2 * count then next_rank = from + count - removed end
   return { ended, requeued, failed, next_rank }
@@ -1196,15 +1341,15 @@ local function hero_expire(keys, args)
   return { #entries, deleted, more }
 end
 
-redis.register_function('hero_v13_version', hero_version)
-redis.register_function('hero_v13_submit', hero_submit)
-redis.register_function('hero_v13_fetch', hero_fetch)
-redis.register_function('hero_v13_complete', hero_complete)
-redis.register_function('hero_v13_renew', hero_renew)
-redis.register_function('hero_v13_stop', hero_stop)
-redis.register_function('hero_v13_recover', hero_recover)
-redis.register_function('hero_v13_promote', hero_promote)
-redis.register_function('hero_v13_bridge_in', hero_bridge_in)
-redis.register_function('hero_v13_bridge_out', hero_bridge_out)
-redis.register_function('hero_v13_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v13_expire', hero_expire)
+redis.register_function('hero_v14_version', hero_version)
+redis.register_function('hero_v14_submit', hero_submit)
+redis.register_function('hero_v14_fetch', hero_fetch)
+redis.register_function('hero_v14_complete', hero_complete)
+redis.register_function('hero_v14_renew', hero_renew)
+redis.register_function('hero_v14_stop', hero_stop)
+redis.register_function('hero_v14_recover', hero_recover)
+redis.register_function('hero_v14_promote', hero_promote)
+redis.register_function('hero_v14_bridge_in', hero_bridge_in)
+redis.register_function('hero_v14_bridge_out', hero_bridge_out)
+redis.register_function('hero_v14_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v14_expire', hero_expire)

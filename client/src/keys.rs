@@ -207,6 +207,19 @@ impl Keyspace {
         format!("{}:meta:events", self.prefix)
     }
 
+    /// Hash: stats kept on write, per work stream `<stream>`: counters `<stream>|finished`,
+    /// `|failed`, `|retried`, `|recovered`, `|dead`, the gauge `|delayed`, and histogram buckets
+    /// `<stream>|wait|<b>` and `<stream>|run|<b>` (b: times in [2^b - 1, 2^(b+1) - 1) ms).
+    pub fn stats(&self) -> String {
+        format!("{}:meta:stats", self.prefix)
+    }
+
+    /// Hash: the counters of one minute (`minute` = ms since the epoch / 60000), fields as in
+    /// [`Keyspace::stats`]; written by the functions (`<stats>:<minute>`), expires after 2 h.
+    pub fn stats_minute(&self, minute: u64) -> String {
+        format!("{}:meta:stats:{minute}", self.prefix)
+    }
+
     /// Hash: the broker's settings (`retention_ms`, `reply_ttl_ms`, `lease_ms`, `events_max`,
     /// `legacy_reply_prefix`); the server functions read them.
     pub fn config(&self) -> String {
@@ -418,6 +431,8 @@ mod tests {
             (k.dead_letter(), "hero:meta:dead"),
             (k.retention(), "hero:meta:retention"),
             (k.events(), "hero:meta:events"),
+            (k.stats(), "hero:meta:stats"),
+            (k.stats_minute(29_000_000), "hero:meta:stats:29000000"),
             (k.config(), "hero:meta:config"),
             (k.legacy_work_queue("w1"), "hero:work_queue:w1"),
             (k.legacy_actor_queue("osis"), "hero:job:actor_queue:osis"),

@@ -23,7 +23,7 @@ import redis
 
 NS = "hero"
 GROUP = "workers"  # the consumer group of every work stream
-VERSION = "13"  # the protocol version this peer speaks: its functions are hero_v13_<name>
+VERSION = "14"  # the protocol version this peer speaks: its functions are hero_v14_<name>
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "hero-library.lua")
 
 
@@ -83,7 +83,7 @@ def submit(r, args):
         fields["reply"] = "1"
     pairs = [x for kv in fields.items() for x in kv]
     keys = [f"{NS}:meta:delayed", f"{NS}:meta:queues", f"{NS}:meta:bridge", f"{NS}:meta:config",
-            f"{NS}:meta:events", f"{NS}:job:{job_id}", work_stream(args.type)]
+            f"{NS}:meta:events", f"{NS}:meta:stats", f"{NS}:job:{job_id}", work_stream(args.type)]
     answer = r.fcall(fn("submit"), len(keys), *keys, GROUP, job_id, 0, len(pairs), *pairs)
     kind, status = answer[0], answer[1]
     if args.wait is None:
@@ -125,18 +125,22 @@ def worker(r, args):
         if time.time() - last_beat > ttl_ms / 3000:
             heartbeat()
             last_beat = time.time()
-        jobs, dropped, cursors = r.fcall(fn("fetch"), len(streams) + 3, f"{NS}:meta:queues", f"{NS}:meta:config",
-                                         f"{NS}:meta:events", *streams, GROUP, consumer, 1, f"{NS}:job:", iso(), 0)
+        jobs, dropped, cursors = r.fcall(fn("fetch"), len(streams) + 4, f"{NS}:meta:queues", f"{NS}:meta:config",
+                                         f"{NS}:meta:events", f"{NS}:meta:stats", *streams, GROUP, consumer, 1,
+                                         f"{NS}:job:", iso(), 0)
         for k in range(0, len(jobs), 3):
             index, entry, job_id = jobs[k:k + 3]
             record = r.hgetall(f"{NS}:job:{job_id}")
             if record.get("status") != "started" or record.get("lease") != entry:
                 continue  # stopped or recovered since the fetch: no longer ours
             stream = streams[int(index) - 1]
+            began = time.time()
             output = f"{args.label}:{record.get('script', '')}"
+            ran_ms = int((time.time() - began) * 1000)
             keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:meta:retention", f"{NS}:meta:events",
-                    f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
-            argv = [GROUP, iso(), 0, job_id, consumer, entry, "done", output, 0, job_id, record.get("reply", "")]
+                    f"{NS}:meta:stats", f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
+            argv = [GROUP, iso(), 0, job_id, consumer, entry, "done", output, 0, job_id, record.get("reply", ""),
+                    ran_ms]
             answer = r.fcall(fn("complete"), len(keys), *keys, *argv)[0]
             say(f"completion {job_id} {answer}")
             again = r.fcall(fn("complete"), len(keys), *keys, *argv)[0]

@@ -28,6 +28,8 @@ pub(crate) struct Finished {
     pub reply: String,
     pub outcome: Outcome,
     pub attempt: u32,
+    /// How long the attempt ran: the sample of the queue's run-time histogram.
+    pub ran: std::time::Duration,
     /// Released once the outcome is recorded.
     pub permit: OwnedSemaphorePermit,
 }
@@ -108,7 +110,7 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
             lease: &f.lease,
             reply: &f.reply,
         };
-        outcomes.push(held, ending, text, retry_at);
+        outcomes.push(held, ending, text, retry_at, Some(f.ran));
         sent.push(f);
     }
     if sent.is_empty() {

@@ -141,6 +141,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
         permit,
     } = taken;
     let attempt = job.as_ref().map(|j| j.attempts).unwrap_or(1);
+    let began = std::time::Instant::now();
     let outcome = match job {
         Err(e) => {
             tracing::warn!(job = %job_id, error = %e, "invalid job record");
@@ -183,6 +184,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 reply,
                 outcome,
                 attempt,
+                ran: began.elapsed(),
                 permit,
             };
             if let Err(mpsc::error::SendError(f)) = done.send(finished) {

@@ -5,14 +5,17 @@
 //! - `up`, `broker`, `worker`: the long-running commands; `submit`, `run`, `status`, `stop`,
 //!   `jobs`: the producer's and the operator's.
 
+mod actors;
 mod broker;
 mod context;
 mod events;
 mod jobs;
+mod queues;
 mod run;
 mod status;
 mod stop;
 mod submit;
+mod table;
 mod up;
 mod worker;
 
@@ -67,6 +70,11 @@ pub enum Command {
     Jobs(JobsArgs),
     /// Print the latest events of the event log, or follow it live.
     Events(EventsArgs),
+    /// Every queue: waiting, delayed, running, failed, dead, done per minute, wait and run
+    /// times, the oldest waiting job's age.
+    Queues,
+    /// Live workers from their presence, and gone ones that still hold jobs.
+    Actors,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -165,8 +173,13 @@ pub struct JobArgs {
     /// Start no earlier than this many ms from now.
     #[arg(long)]
     pub delay_ms: Option<u64>,
+    /// Read the script from this file (`-`: standard input) instead of the argument; a
+    /// command-line argument cannot carry a script over ~128 KiB.
+    #[arg(long, value_name = "PATH", conflicts_with = "script")]
+    pub file: Option<std::path::PathBuf>,
     /// The script; `-` reads it from standard input.
-    pub script: String,
+    #[arg(required_unless_present = "file")]
+    pub script: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -250,5 +263,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Stop { id } => stop::stop(g, id).await,
         Command::Jobs(args) => jobs::jobs(g, args).await,
         Command::Events(args) => events::events(g, args).await,
+        Command::Queues => queues::queues(g).await,
+        Command::Actors => actors::actors(g).await,
     }
 }

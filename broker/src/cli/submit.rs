@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use hero_client::NewJob;
 
 use super::context::{connect, resolve_url};
@@ -31,11 +31,18 @@ pub(super) async fn submit(g: &Global, args: &SubmitArgs) -> Result<i32> {
 
 impl JobArgs {
     pub(super) fn build(&self) -> Result<NewJob> {
-        let script = if self.script == "-" {
+        let stdin = || {
             std::io::read_to_string(std::io::stdin())
-                .context("reading the script from standard input")?
-        } else {
-            self.script.clone()
+                .context("reading the script from standard input")
+        };
+        let script = match (&self.file, self.script.as_deref()) {
+            (Some(path), _) if path.as_os_str() == "-" => stdin()?,
+            (Some(path), _) => std::fs::read_to_string(path).with_context(|| {
+                format!("reading the script from {} (--file)", path.display())
+            })?,
+            (None, Some("-")) => stdin()?,
+            (None, Some(script)) => script.to_string(),
+            (None, None) => bail!("no script: give it as an argument or with --file <path>"),
         };
         let mut b = NewJob::builder(&self.script_type, script).retries(self.retries);
         if let Some(g) = &self.group {

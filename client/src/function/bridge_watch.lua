@@ -3,7 +3,7 @@
 -- take back the ones a legacy actor never picked up or abandoned.
 -- KEYS[1] tracking zset (job id -> next deadline ms)  KEYS[2] legacy list  KEYS[3] work stream
 -- KEYS[4] queue registry set  KEYS[5] config hash  KEYS[6] dead-letter stream
--- KEYS[7] retention stream  KEYS[8] event log
+-- KEYS[7] retention stream  KEYS[8] event log  KEYS[9] stats hash
 -- ARGV[1] consumer group  ARGV[2] job key prefix  ARGV[3] reply key prefix  ARGV[4] now ISO 8601
 -- ARGV[5] now ms  ARGV[6] pickup time ms  ARGV[7] max attempts  ARGV[8] '1' for a dual-push
 -- mapping  ARGV[9] '1' when XACKDEL  ARGV[10] most jobs to look at  ARGV[11] rank to start at
@@ -22,6 +22,7 @@
 --   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
 --     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
+-- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
 -- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget.
@@ -34,6 +35,7 @@ local function hero_bridge_watch(keys, args)
   local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
   local done = retained(keys[7], now_iso)
   local log = event_log(keys[8], cfg)
+  local st = stats(keys[9])
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
 
@@ -61,6 +63,8 @@ local function hero_bridge_watch(keys, args)
       redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
       finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
       log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
+      tally(st, stream, 'dead', 1, true)
+      tally(st, stream, 'failed', 1, true)
       untrack(job_id)
       failed = failed + 1
       return
@@ -78,6 +82,7 @@ local function hero_bridge_watch(keys, args)
       untrack(job_id)
     end
     log_event(log, 'recovered', job_id, stream, nil, tostring(attempts), reason)
+    tally(st, stream, 'recovered', 1, true)
     requeued = requeued + 1
   end
 
@@ -103,8 +108,10 @@ local function hero_bridge_watch(keys, args)
         end
         if status == 'finished' then
           log_event(log, 'finished', job_id, stream, nil, nil, list)
+          tally(st, stream, 'finished', 1, true)
         else
           log_event(log, 'error', job_id, stream, nil, nil, f[12] or '')
+          tally(st, stream, 'failed', 1, true)
         end
       end
       untrack(job_id)
@@ -142,6 +149,7 @@ local function hero_bridge_watch(keys, args)
     end
   end
   flush_retained(done)
+  flush_stats(st)
   local next_rank = 0
   if #tracked == 2 * count then next_rank = from + count - removed end
   return { ended, requeued, failed, next_rank }

@@ -27,7 +27,7 @@ pub fn bridge_watch(
     rank: i64,
 ) -> Call {
     let now = clock::now_ms();
-    let mut c = Call::new(Function::BridgeWatch, 8);
+    let mut c = Call::new(Function::BridgeWatch, 9);
     c.key("tracking zset", keys.bridge_track(w.queue))
         .key("legacy list", keys.legacy_queue(w.queue))
         .key("work stream", w.stream)
@@ -35,7 +35,8 @@ pub fn bridge_watch(
         .key("config hash", keys.config())
         .key("dead-letter stream", keys.dead_letter())
         .key("retention stream", keys.retention())
-        .key("event log", keys.events());
+        .key("event log", keys.events())
+        .key("stats hash", keys.stats());
     c.arg("consumer group", CONSUMER_GROUP)
         .arg("job key prefix", keys.job_prefix())
         .arg("reply key prefix", keys.reply_prefix())

@@ -2,14 +2,16 @@
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
 -- entries are acknowledged with one command and trimmed with another (see trim_done).
 -- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
---   then per job i = 0, 1, ...: KEYS[5+3i] job hash  KEYS[6+3i] its work stream
---   KEYS[7+3i] its reply list
+-- KEYS[5] stats hash
+--   then per job i = 0, 1, ...: KEYS[6+3i] job hash  KEYS[7+3i] its work stream
+--   KEYS[8+3i] its reply list
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
 -- ARGV[5] consumer name (for the event log)
---   then per job i: ARGV[6+6i] lease (the delivery's entry id)  ARGV[7+6i] outcome
---   ARGV[8+6i] output or error text  ARGV[9+6i] retry-at ms  ARGV[10+6i] job id
---   ARGV[11+6i] the job's `reply` field as read with the record ('' when it has none)
+--   then per job i: ARGV[6+7i] lease (the delivery's entry id)  ARGV[7+7i] outcome
+--   ARGV[8+7i] output or error text  ARGV[9+7i] retry-at ms  ARGV[10+7i] job id
+--   ARGV[11+7i] the job's `reply` field as read with the record ('' when it has none)
+--   ARGV[12+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried)
@@ -25,6 +27,8 @@
 -- (the worker completes valid ids only); checking the list here would cost Redis more than the
 -- PEXPIRE it replaces (string.gsub over it: ~4 k instructions a job), so an id with a space from
 -- a foreign caller is split, and that job is simply never deleted.
+-- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
+-- gauge for a retry, and a `run` sample per job recorded.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -37,19 +41,20 @@ local function hero_complete(keys, args)
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
-  local n = (#keys - 4) / 3
-  if n ~= math.floor(n) or #args ~= 5 + 6 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 4 keys and 5 arguments, then 3 keys and 6 arguments per job')
+  local st = stats(keys[5])
+  local n = (#keys - 5) / 3
+  if n ~= math.floor(n) or #args ~= 5 + 7 * n then
+    return redis.error_reply('HERO_BAD_ARG complete takes 5 keys and 5 arguments, then 3 keys and 7 arguments per job')
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
   local streams, batches = {}, {}
   for i = 0, n - 1 do
-    local outcome = args[7 + 6 * i]
+    local outcome = args[7 + 7 * i]
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
-    local stream = keys[6 + 3 * i]
+    local stream = keys[7 + 3 * i]
     local b = batches[stream]
     if not b then
       b = { ids = {}, jobs = {} }
@@ -57,16 +62,17 @@ local function hero_complete(keys, args)
       streams[#streams + 1] = stream
     end
     local k = #b.ids + 1
-    b.ids[k], b.jobs[k] = args[6 + 6 * i], i
+    b.ids[k], b.jobs[k] = args[6 + 7 * i], i
   end
   local answers = {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]
     local finished = {} -- for the event log's shared entry of this stream
+    local failed, retries, runs = 0, 0, nil
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
-      local a = 6 * i
-      local job_key, outcome, text = keys[5 + 3 * i], args[7 + a], args[8 + a]
+      local a = 7 * i
+      local job_key, outcome, text = keys[6 + 3 * i], args[7 + a], args[8 + a]
       local answer
       if not all_held then
         local lease = args[6 + a]
@@ -101,6 +107,7 @@ local function hero_complete(keys, args)
           redis.call('HDEL', job_key, 'lease', 'entry')
           redis.call('ZADD', delayed, retry_at, job_id)
           answer = 'retrying'
+          retries = retries + 1
           log_event(log, 'retried', job_id, stream, consumer, nil, text, retry_at)
         elseif not answer and outcome == 'done' and args[11 + a] == '' then
           -- a success no one waits on, the common case, is written here: through finish it costs
@@ -115,11 +122,12 @@ local function hero_complete(keys, args)
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
-          if finish(job_key, args[10 + a], keys[7 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
+          if finish(job_key, args[10 + a], keys[8 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
             if status == 'finished' then
               finished[#finished + 1] = args[10 + a]
             else
+              failed = failed + 1
               log_event(log, 'error', args[10 + a], stream, consumer, nil, text)
             end
           else
@@ -128,10 +136,25 @@ local function hero_complete(keys, args)
         end
       end
       answers[i + 1] = answer
+      local ran = tonumber(args[12 + a])
+      if ran and (answer == 'completed' or answer == 'retrying') then
+        -- sampled inline: a Lua call per job costs more than the sample
+        runs = runs or histogram(st, stream, 'run')
+        local b = 0
+        if ran > 0 then b = math.floor(math.log(ran + 1) / LN2) end
+        runs[b] = (runs[b] or 0) + 1
+      end
     end
     trim_done(stream, group, b.ids, xackdel)
     log_shared(log, 'finished', finished, stream, consumer)
+    if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
+    if failed > 0 then tally(st, stream, 'failed', failed, true) end
+    if retries > 0 then
+      tally(st, stream, 'retried', retries, true)
+      tally(st, stream, 'delayed', retries)
+    end
   end
+  flush_stats(st)
   if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
   return answers
 end

@@ -42,13 +42,14 @@ pub struct Leased<'a> {
 
 /// The words of the header for each key and argument a job adds, in order.
 const JOB_KEYS: [&str; 3] = ["job hash", "its work stream", "its reply list"];
-const JOB_ARGS: [&str; 6] = [
+const JOB_ARGS: [&str; 7] = [
     "lease",
     "outcome",
     "output or error text",
     "retry-at ms",
     "job id",
     "the job's `reply` field",
+    "run ms",
 ];
 
 /// One `hero_complete` call recording a batch of outcomes (decode its reply with
@@ -59,7 +60,7 @@ pub struct CompleteBatch<'a> {
     xackdel: String,
     /// Per job, the three keys of [`JOB_KEYS`].
     job_keys: Vec<String>,
-    /// Per job, the six arguments of [`JOB_ARGS`].
+    /// Per job, the seven arguments of [`JOB_ARGS`].
     job_args: Vec<String>,
     /// The job ids joined by spaces (a [`JobId`] holds none): the retention entry.
     ids: String,
@@ -83,8 +84,15 @@ impl<'a> CompleteBatch<'a> {
     }
 
     /// Adds the outcome of one delivery; `retry_at_ms` is read only for [`Ending::Fail`] and
-    /// [`Ending::Retry`].
-    pub fn push(&mut self, d: Leased<'_>, ending: Ending, text: &str, retry_at_ms: u64) {
+    /// [`Ending::Retry`]; `ran` is how long the attempt ran (the run-time histogram's sample).
+    pub fn push(
+        &mut self,
+        d: Leased<'_>,
+        ending: Ending,
+        text: &str,
+        retry_at_ms: u64,
+        ran: Option<std::time::Duration>,
+    ) {
         self.job_keys.extend([
             self.keys.job(d.id),
             d.stream.to_string(),
@@ -97,6 +105,7 @@ impl<'a> CompleteBatch<'a> {
             retry_at_ms.to_string(),
             d.id.as_str().to_string(),
             d.reply.to_string(),
+            ran.map(|r| r.as_millis().to_string()).unwrap_or_default(),
         ]);
         if !self.ids.is_empty() {
             self.ids.push(' ');
@@ -114,11 +123,12 @@ impl<'a> CompleteBatch<'a> {
 
     /// The call recording every outcome pushed so far.
     pub fn call(&self) -> Call {
-        let mut c = Call::new(Function::Complete, 4 + self.job_keys.len());
+        let mut c = Call::new(Function::Complete, 5 + self.job_keys.len());
         c.key("delayed zset", self.keys.delayed())
             .key("config hash", self.keys.config())
             .key("retention stream", self.keys.retention())
-            .key("event log", self.keys.events());
+            .key("event log", self.keys.events())
+            .key("stats hash", self.keys.stats());
         for (i, k) in self.job_keys.iter().enumerate() {
             c.key(JOB_KEYS[i % JOB_KEYS.len()], k);
         }

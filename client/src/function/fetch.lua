@@ -2,13 +2,14 @@
 -- (the caller orders them instance -> group -> type, priority 0 first). Per entry it reads the
 -- job's status only; the entry itself says how many attempts came before and whether the job was
 -- dual-pushed (see append).
--- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log
--- KEYS[4..n+3] work streams in precedence order
+-- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log  KEYS[4] stats hash
+-- KEYS[5..n+4] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors}
---   jobs: flat list of stream index (1..n: 1 is KEYS[4], the first stream), entry id, job id, three items
+--   jobs: flat list of stream index (1..n: 1 is KEYS[5], the first stream), entry id, job id, three items
 --         per job now leased to the consumer (flat because every Lua table costs Redis more
 --         than the three values): the fetch wrote status started, lease = entry id,
 --         worker_id = consumer, started_at (the record's updated_at from then on) and, from
@@ -38,18 +39,21 @@ local function hero_fetch(keys, args)
   local now_iso, xackdel = args[5], args[6]
   local jobs, dropped = {}, {}
   local attempts = {} -- per job leased, for the event log
-  local n = #keys - 3
+  local n = #keys - 4
+  local st = stats(keys[4])
+  local now_ms = nil -- Redis's clock, read once the first job is leased
   local log = event_log(keys[3], settings(keys[2]))
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
-  for from = 4, #keys, 1000 do
+  for from = 5, #keys, 1000 do
     local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
-    if from == 4 then present = r else for k = 1, #r do present[from - 4 + k] = r[k] end end
+    if from == 5 then present = r else for k = 1, #r do present[from - 5 + k] = r[k] end end
   end
   for i = 1, n do
     if want <= 0 then break end
-    local stream = keys[i + 3]
+    local stream = keys[i + 4]
+    local waits = nil
     if present[i] == 1 then
       while want > 0 do
         local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
@@ -106,6 +110,15 @@ local function hero_fetch(keys, args)
             local n = #jobs
             jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
             attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
+            if not waits then
+              now_ms = now_ms or server_ms()
+              waits = histogram(st, stream, 'wait')
+            end
+            -- the entry's age, sampled inline: a Lua call per job (sample, entry_ms) cost more
+            local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
+            local b = 0
+            if waited > 0 then b = math.floor(math.log(waited + 1) / LN2) end
+            waits[b] = (waits[b] or 0) + 1
             want = want - 1
           end
         end
@@ -122,16 +135,17 @@ local function hero_fetch(keys, args)
         att[#att + 1] = attempts[(k + 2) / 3]
         k = k + 3
       end
-      log_shared(log, 'started', ids, keys[i + 3], consumer, att)
+      log_shared(log, 'started', ids, keys[i + 4], consumer, att)
     end
   end
+  if now_ms then flush_stats(st) end
   local cursors = {}
   if want > 0 then
     -- every stream, registered or not: a stream made by hand that holds entries must not wake
     -- the worker at once, over and over
     for i = 1, n do
       cursors[i] = '0-0'
-      local last = redis.pcall('XREVRANGE', keys[i + 3], '+', '-', 'COUNT', 1)
+      local last = redis.pcall('XREVRANGE', keys[i + 4], '+', '-', 'COUNT', 1)
       if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
     end
   end

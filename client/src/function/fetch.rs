@@ -14,10 +14,11 @@ pub fn fetch(
     count: usize,
     xackdel: &str,
 ) -> Call {
-    let mut c = Call::new(Function::Fetch, streams.len() + 3);
+    let mut c = Call::new(Function::Fetch, streams.len() + 4);
     c.key("queue registry set", keys.queues())
         .key("config hash", keys.config())
-        .key("event log", keys.events());
+        .key("event log", keys.events())
+        .key("stats hash", keys.stats());
     for s in streams {
         c.key("work streams in precedence order", s);
     }

@@ -156,6 +156,7 @@ fn every_builder_follows_its_lua_header() {
             Ending::Done,
             "out",
             0,
+            Some(std::time::Duration::from_millis(3)),
         );
     }
     let calls = [

@@ -208,6 +208,81 @@ local function log_shared(log, event, ids, queue, worker, attempts)
   log_event(log, event, table.concat(ids, ' '), queue, worker, a)
 end
 
+-- Stats kept on write, so that reading them costs O(queues), never O(jobs). In the stats hash,
+-- per work stream `<stream>`: counters `<stream>|finished`, `|failed` (ended error, whatever the
+-- reason), `|retried`, `|recovered`, `|dead`, the gauge `|delayed` (jobs of the stream waiting in
+-- the delayed set), and histograms `<stream>|wait|<b>` (dispatch to start) and `<stream>|run|<b>`
+-- (start to end), where bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms. The counters that
+-- make rates are also counted per minute in `<stats hash>:<minute since the epoch>`, which
+-- expires after two hours. A call gathers its increments and writes each field once.
+local function stats(key)
+  return { key = key, inc = {}, order = {}, minute = {}, morder = {} }
+end
+
+local function tally(st, stream, name, n, per_minute)
+  local f = stream .. '|' .. name
+  local v = st.inc[f]
+  if v == nil then
+    st.order[#st.order + 1] = f
+    v = 0
+  end
+  st.inc[f] = v + n
+  if per_minute then
+    v = st.minute[f]
+    if v == nil then
+      st.morder[#st.morder + 1] = f
+      v = 0
+    end
+    st.minute[f] = v + n
+  end
+end
+
+local LN2 = 0.6931471805599453 -- ln 2 (math is not reachable while the library loads)
+
+-- The histogram `name` (wait or run) of `stream` in this call: add samples with `sample`.
+local function histogram(st, stream, name)
+  local h = { prefix = stream .. '|' .. name .. '|' }
+  st.hists = st.hists or {}
+  st.hists[#st.hists + 1] = h
+  return h
+end
+
+-- One sample, in ms: bucket b holds [2^b - 1, 2^(b+1) - 1).
+local function sample(h, ms)
+  local b = 0
+  if ms > 0 then b = math.floor(math.log(ms + 1) / LN2) end
+  h[b] = (h[b] or 0) + 1
+end
+
+-- The time of a stream entry id, in ms.
+local function entry_ms(id)
+  return tonumber(string.match(id, '^(%d+)')) or 0
+end
+
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function flush_stats(st)
+  for _, f in ipairs(st.order) do
+    redis.call('HINCRBY', st.key, f, st.inc[f])
+  end
+  if #st.morder > 0 then
+    local minute_key = st.key .. ':' .. math.floor(server_ms() / 60000)
+    for _, f in ipairs(st.morder) do
+      redis.call('HINCRBY', minute_key, f, st.minute[f])
+    end
+    redis.call('EXPIRE', minute_key, 7200)
+  end
+  for _, h in ipairs(st.hists or {}) do
+    for b, n in pairs(h) do
+      if b ~= 'prefix' then redis.call('HINCRBY', st.key, h.prefix .. b, n) end
+    end
+  end
+  st.inc, st.order, st.minute, st.morder, st.hists = {}, {}, {}, {}, nil
+end
+
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
 -- (the broker published the legacy reply prefix), the bare text on the legacy list
 -- `hero:reply:<id>` that seed-001 callers BLPOP.

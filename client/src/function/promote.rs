@@ -7,13 +7,14 @@ use crate::name::JobId;
 /// Moves `id` from the delayed set into `stream` (its work stream, from
 /// [`crate::job::Placement`]); answers `promoted`, `gone` or `skipped`.
 pub fn promote(keys: &Keyspace, id: &JobId, stream: &str, now_iso: &str) -> Call {
-    let mut c = Call::new(Function::Promote, 6);
+    let mut c = Call::new(Function::Promote, 7);
     c.key("delayed zset", keys.delayed())
         .key("job hash", keys.job(id))
         .key("work stream", stream)
         .key("queue registry set", keys.queues())
         .key("config hash", keys.config())
-        .key("event log", keys.events());
+        .key("event log", keys.events())
+        .key("stats hash", keys.stats());
     c.arg("job id", id.as_str())
         .arg("consumer group", CONSUMER_GROUP)
         .arg("now ISO 8601", now_iso);

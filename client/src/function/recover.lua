@@ -1,7 +1,7 @@
 -- hero_recover: put abandoned deliveries of one work stream back into it (same stream, same
 -- targeting, a new entry), or dead-letter them past the attempt budget.
 -- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash  KEYS[4] retention stream
--- KEYS[5] event log
+-- KEYS[5] event log  KEYS[6] stats hash
 -- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
 --         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, listed
 --         with XPENDING IDLE from cursor ARGV[9] and claimed as consumer ARGV[3]; entries held by
@@ -11,6 +11,7 @@
 -- ARGV[7] reply key prefix  ARGV[8] max attempts  ARGV[9] cursor ('0-0' to start)
 -- ARGV[10] '1' to hand back (the delivery does not count as an attempt)  ARGV[11] now ISO 8601
 -- ARGV[12] '1' when XACKDEL
+-- Stats: the stream's `recovered`, or `dead` and `failed` (per minute too), per job.
 -- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
 -- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason).
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
@@ -26,6 +27,7 @@ local function hero_recover(keys, args)
   local how = 'presence'
   if mode == 'idle' then how = 'idle' elseif handback == '1' then how = 'handback' end
   local owners = {} -- entry id -> the consumer that held it
+  local st = stats(keys[6])
   if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
   local ids, next_cursor = {}, '0-0'
   if mode == 'consumer' then
@@ -103,5 +105,11 @@ local function hero_recover(keys, args)
     redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
   end
   flush_retained(done)
+  if requeued > 0 and handback ~= '1' then tally(st, stream, 'recovered', requeued, true) end
+  if dead_n > 0 then
+    tally(st, stream, 'dead', dead_n, true)
+    tally(st, stream, 'failed', dead_n, true)
+  end
+  flush_stats(st)
   return { requeued, dead_n, dropped, next_cursor }
 end

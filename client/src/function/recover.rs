@@ -29,12 +29,13 @@ pub fn recover(
     cursor: &str,
     xackdel: &str,
 ) -> Call {
-    let mut c = Call::new(Function::Recover, 5);
+    let mut c = Call::new(Function::Recover, 6);
     c.key("work stream", stream)
         .key("dead-letter stream", keys.dead_letter())
         .key("config hash", keys.config())
         .key("retention stream", keys.retention())
-        .key("event log", keys.events());
+        .key("event log", keys.events())
+        .key("stats hash", keys.stats());
     c.arg("consumer group", CONSUMER_GROUP);
     let reclaimer = keys.reclaimer();
     let (mode, consumer, idle, handback) = match which {

@@ -1,7 +1,7 @@
 -- hero_stop: stop a job wherever it is.
 -- KEYS[1] job hash  KEYS[2] its work stream  KEYS[3] delayed zset  KEYS[4] reply list
 -- KEYS[5] config hash  KEYS[6] control list of the worker the caller saw running it ('' allowed
--- when it saw none)  KEYS[7] retention stream  KEYS[8] event log
+-- when it saw none)  KEYS[7] retention stream  KEYS[8] event log  KEYS[9] stats hash
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
@@ -9,6 +9,7 @@
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
 -- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
 -- other stays until a worker reads it, finds the job stopped and drops it.
+-- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job.
 -- Events: `stopped` (q, w the worker when it was running, r 'cancelled' or 'interrupted').
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
@@ -29,6 +30,12 @@ local function hero_stop(keys, args)
     local queue = stream
     if stream == job_key then queue = nil end
     log_event(log, 'stopped', job_id, queue, worker, nil, how)
+    if queue then
+      local st = stats(keys[9])
+      tally(st, queue, 'failed', 1, true)
+      if f[1] == 'waiting' then tally(st, queue, 'delayed', -1) end
+      flush_stats(st)
+    end
     return how
   end
   local status = f[1]

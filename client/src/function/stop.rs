@@ -22,7 +22,7 @@ pub fn stop(
         Some((ctl, worker)) => (ctl.to_string(), worker),
         None => (config.clone(), ""),
     };
-    let mut c = Call::new(Function::Stop, 8);
+    let mut c = Call::new(Function::Stop, 9);
     c.key("job hash", keys.job(id))
         .key("its work stream", stream)
         .key("delayed zset", keys.delayed())
@@ -30,7 +30,8 @@ pub fn stop(
         .key("config hash", &config)
         .key("control list", ctl)
         .key("retention stream", keys.retention())
-        .key("event log", keys.events());
+        .key("event log", keys.events())
+        .key("stats hash", keys.stats());
     c.arg("consumer group", CONSUMER_GROUP)
         .arg("worker_id the caller saw", worker)
         .arg("now ISO 8601", clock::now_iso())

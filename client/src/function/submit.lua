@@ -2,8 +2,8 @@
 -- a whole batch, so a producer's bulk submit costs one function call, not one per job.
 -- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
 --   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
--- KEYS[4] config hash  KEYS[5] event log
---   then per job i = 0, 1, ...: KEYS[6+2i] job hash  KEYS[7+2i] its work stream
+-- KEYS[4] config hash  KEYS[5] event log  KEYS[6] stats hash
+--   then per job i = 0, 1, ...: KEYS[7+2i] job hash  KEYS[8+2i] its work stream
 -- A job queued now gets status 'dispatched'; its record does not name its stream entry (the
 -- entry names the job), except on a stream the bridge registry names: such a job is also pushed
 -- (LPUSH) to that legacy list, with `entry` = its entry id, `bridge` = the list, `bridge_stop` =
@@ -13,6 +13,7 @@
 -- ARGV[1] consumer group
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
+-- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
@@ -23,9 +24,9 @@
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
-  local n = (#keys - 5) / 2
+  local n = (#keys - 6) / 2
   if n ~= math.floor(n) then
-    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 5')
+    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 6')
   end
   -- check the whole batch before the first write
   local at = {}
@@ -43,12 +44,13 @@ local function hero_submit(keys, args)
   end
   local answers = {}
   local log = event_log(keys[5], settings(keys[4]))
+  local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
   local known = {} -- streams seen to exist in this call
   local now_ms
   for i = 1, n do
-    local job_key, stream = keys[4 + 2 * i], keys[5 + 2 * i]
+    local job_key, stream = keys[5 + 2 * i], keys[6 + 2 * i]
     local p = at[i]
     local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
     local run_at = tonumber(run_at_text)
@@ -58,6 +60,8 @@ local function hero_submit(keys, args)
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
+      st = st or stats(keys[6])
+      tally(st, stream, 'delayed', 1)
       log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
     else
@@ -92,5 +96,6 @@ local function hero_submit(keys, args)
     end
   end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
+  if st then flush_stats(st) end
   return answers
 end

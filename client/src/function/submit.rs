@@ -7,12 +7,13 @@ use crate::new_job::NewJob;
 /// One call for all of `jobs`; `reply` asks for a run-and-wait reply. Decode the answer with
 /// [`crate::reply::SubmitReply::decode_many`].
 pub fn submit(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> Call {
-    let mut c = Call::new(Function::Submit, 5 + 2 * jobs.len());
+    let mut c = Call::new(Function::Submit, 6 + 2 * jobs.len());
     c.key("delayed zset", keys.delayed())
         .key("queue registry set", keys.queues())
         .key("bridge registry hash", keys.bridge_registry())
         .key("config hash", keys.config())
-        .key("event log", keys.events());
+        .key("event log", keys.events())
+        .key("stats hash", keys.stats());
     for job in jobs {
         c.key("job hash", keys.job(job.id())).key(
             "its work stream",

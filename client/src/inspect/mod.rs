@@ -1,10 +1,15 @@
 //! The read side (after asynq's Inspector): questions an operator asks of the whole system
 //! rather than of one job, answered from Redis without changing it. Listing lives here, the
-//! event log in `events`; stats, queues, workers and the audit are the next readers to join.
+//! event log in `events`, queue stats in `queues`, the workers in `actors`; the audit is the
+//! next reader to join. Each costs Redis O(queues + workers), never O(jobs), except listing.
 
+mod actors;
 mod events;
+mod queues;
 
+pub use actors::{Actor, Holding};
 pub use events::{Event, EventFilter, EventFollower};
+pub use queues::{Histogram, QueueStats};
 
 use crate::conn::Redis;
 use crate::error::Result;

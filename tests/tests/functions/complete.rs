@@ -75,6 +75,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
         c.keys().config(),
         c.keys().retention(),
         c.keys().events(),
+        c.keys().stats(),
         c.keys().job(&id("bc")),
         stream.clone(),
         c.keys().reply(&id("bc")),
@@ -89,6 +90,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
         .arg("x")
         .arg(0)
         .arg("bc")
+        .arg("")
         .arg("");
     let err = c.redis().query::<redis::Value>(&bad).await.unwrap_err();
     assert!(err.to_string().contains("unknown outcome"), "{err}");

@@ -85,7 +85,7 @@ async fn complete_batch(
             lease,
             reply,
         };
-        outcomes.push(held, ending, text, clock::now_ms() + 60_000);
+        outcomes.push(held, ending, text, clock::now_ms() + 60_000, None);
     }
     let v: redis::Value = c.redis().query(&outcomes.call()).await.expect("complete");
     Completion::decode_many(&v, batch.len()).expect("decode complete")

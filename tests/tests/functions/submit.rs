@@ -51,6 +51,7 @@ async fn submit_takes_a_batch_and_refuses_a_malformed_one_whole() {
         c.keys().bridge_registry(),
         c.keys().config(),
         c.keys().events(),
+        c.keys().stats(),
         c.keys().job_unchecked("b1"),
         osis.clone(),
         c.keys().job_unchecked("b2"),

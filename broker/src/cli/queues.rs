@@ -1,0 +1,68 @@
+//! `hero queues`: every queue with its gauges, counters, rate and times.
+
+use anyhow::Result;
+
+use super::context::{connect, resolve_url};
+use super::table::{ms, num, render, text};
+use super::Global;
+
+pub(super) async fn queues(g: &Global) -> Result<i32> {
+    let client = connect(g, &resolve_url(g)).await?;
+    let queues = client.inspector().queues().await?;
+    if g.json {
+        let all: Vec<_> = queues.iter().map(|q| q.to_json()).collect();
+        println!("{}", serde_json::json!({ "queues": all }));
+        return Ok(0);
+    }
+    if queues.is_empty() {
+        println!(
+            "no queues yet: a queue appears with its first job (hero submit --type <type> ...)"
+        );
+        return Ok(0);
+    }
+    let times =
+        |h: &hero_client::inspect::Histogram| match (h.quantile_ms(0.5), h.quantile_ms(0.99)) {
+            (Some(p50), Some(p99)) => format!("{}/{}", ms(p50), ms(p99)),
+            _ => "-".to_string(),
+        };
+    let rows: Vec<Vec<String>> = queues
+        .iter()
+        .map(|q| {
+            vec![
+                q.name.clone(),
+                q.waiting.to_string(),
+                q.delayed.to_string(),
+                q.running.to_string(),
+                q.finished.to_string(),
+                q.failed.to_string(),
+                q.dead.to_string(),
+                format!("{:.1}", q.done_per_minute),
+                times(&q.wait),
+                times(&q.run),
+                q.oldest_waiting_ms.map_or_else(|| "-".to_string(), ms),
+                "no".to_string(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        render(
+            &[
+                text("QUEUE"),
+                num("WAITING"),
+                num("DELAYED"),
+                num("RUNNING"),
+                num("FINISHED"),
+                num("FAILED"),
+                num("DEAD"),
+                num("DONE/MIN"),
+                num("WAIT p50/p99"),
+                num("RUN p50/p99"),
+                num("OLDEST"),
+                text("PAUSED"),
+            ],
+            &rows
+        )
+    );
+    Ok(0)
+}

@@ -1,0 +1,285 @@
+//! Queue stats: per work stream, the gauges read from the stream itself (waiting, running, the
+//! oldest waiting job's age) and the counters and histograms the functions keep on write (see
+//! `Keyspace::stats`). Reading every queue costs a few commands per queue, never per job.
+
+use std::collections::{BTreeMap, HashMap};
+
+use redis::Value;
+
+use super::Inspector;
+use crate::clock;
+use crate::error::Result;
+use crate::keys::CONSUMER_GROUP;
+use crate::reply;
+
+/// The minutes the rate is averaged over.
+const RATE_MINUTES: u64 = 5;
+
+/// A histogram of times: bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Histogram {
+    pub buckets: BTreeMap<u32, u64>,
+}
+
+impl Histogram {
+    pub fn count(&self) -> u64 {
+        self.buckets.values().sum()
+    }
+
+    /// The upper bound (ms) of bucket `b`.
+    pub fn upper_ms(b: u32) -> u64 {
+        (1u64 << (b + 1).min(63)) - 1
+    }
+
+    /// The time below which a share `q` (0..1) of the samples fall: the upper bound of the
+    /// bucket that holds that sample. `None` without samples.
+    pub fn quantile_ms(&self, q: f64) -> Option<u64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (b, n) in &self.buckets {
+            seen += n;
+            if seen >= rank {
+                return Some(Self::upper_ms(*b));
+            }
+        }
+        None
+    }
+}
+
+/// One queue (work stream) as an operator sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueStats {
+    /// The work stream's key.
+    pub stream: String,
+    /// `<type>[/<group>[/<instance>]]`, ` prio <n>` off the default level.
+    pub name: String,
+    /// Entries not yet delivered (a stopped job's entry counts until a fetch drops it).
+    pub waiting: u64,
+    /// Delivered and not yet acknowledged: running.
+    pub running: u64,
+    /// Jobs of this queue in the delayed set (delayed submits and retries).
+    pub delayed: i64,
+    pub finished: u64,
+    /// Ended `error`, whatever the reason (dead letters and stops included).
+    pub failed: u64,
+    pub retried: u64,
+    pub recovered: u64,
+    pub dead: u64,
+    /// Jobs ended (finished or failed) per minute, over the last five whole minutes.
+    pub done_per_minute: f64,
+    /// From dispatch to start.
+    pub wait: Histogram,
+    /// From start to end.
+    pub run: Histogram,
+    /// Age of the oldest entry not yet delivered, ms.
+    pub oldest_waiting_ms: Option<u64>,
+}
+
+impl QueueStats {
+    pub fn to_json(&self) -> serde_json::Value {
+        let hist = |h: &Histogram| {
+            serde_json::json!({
+                "count": h.count(),
+                "p50_ms": h.quantile_ms(0.5),
+                "p99_ms": h.quantile_ms(0.99),
+                "buckets": h.buckets.iter().map(|(b, n)| serde_json::json!({"le_ms": Histogram::upper_ms(*b), "count": n})).collect::<Vec<_>>(),
+            })
+        };
+        serde_json::json!({
+            "queue": self.name,
+            "stream": self.stream,
+            "waiting": self.waiting,
+            "delayed": self.delayed,
+            "running": self.running,
+            "finished": self.finished,
+            "failed": self.failed,
+            "retried": self.retried,
+            "recovered": self.recovered,
+            "dead": self.dead,
+            "done_per_minute": self.done_per_minute,
+            "oldest_waiting_ms": self.oldest_waiting_ms,
+            "wait": hist(&self.wait),
+            "run": hist(&self.run),
+            "paused": false,
+        })
+    }
+}
+
+/// The fields of a stats hash, by stream: (name → value), names like `finished` or `wait|3`.
+fn by_stream(v: Value) -> Result<HashMap<String, Vec<(String, i64)>>> {
+    let mut out: HashMap<String, Vec<(String, i64)>> = HashMap::new();
+    for (field, value) in reply::pairs(v)? {
+        let Some((stream, name)) = field.split_once('|') else {
+            continue;
+        };
+        let Ok(n) = value.parse::<i64>() else {
+            continue;
+        };
+        out.entry(stream.to_string())
+            .or_default()
+            .push((name.to_string(), n));
+    }
+    Ok(out)
+}
+
+impl Inspector {
+    /// Every registered queue, sorted by name.
+    pub async fn queues(&self) -> Result<Vec<QueueStats>> {
+        let streams: Vec<String> = self
+            .redis
+            .query(redis::cmd("SMEMBERS").arg(self.keys.queues()))
+            .await?;
+        let now = clock::now_ms();
+        let minute = now / 60_000;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(self.keys.stats());
+        for m in 1..=RATE_MINUTES {
+            pipe.cmd("HGETALL").arg(self.keys.stats_minute(minute - m));
+        }
+        for s in &streams {
+            pipe.cmd("XLEN").arg(s);
+            pipe.cmd("XPENDING").arg(s).arg(CONSUMER_GROUP);
+            pipe.cmd("XINFO").arg("GROUPS").arg(s);
+        }
+        let mut replies = self.redis.pipeline(&pipe).await?.into_iter();
+        let mut next = || replies.next().unwrap_or(Ok(Value::Nil));
+        let totals = by_stream(next()?)?;
+        let mut rates: HashMap<String, i64> = HashMap::new();
+        for _ in 1..=RATE_MINUTES {
+            for (stream, fields) in by_stream(next()?)? {
+                let done: i64 = fields
+                    .iter()
+                    .filter(|(n, _)| n == "finished" || n == "failed")
+                    .map(|(_, v)| v)
+                    .sum();
+                *rates.entry(stream).or_default() += done;
+            }
+        }
+        let mut queues = Vec::with_capacity(streams.len());
+        let mut last_delivered = Vec::with_capacity(streams.len());
+        for stream in &streams {
+            // a stream deleted or broken by hand answers errors: it reads as empty
+            let len = next()
+                .ok()
+                .and_then(|v| reply::int(&v).ok())
+                .unwrap_or(0)
+                .max(0) as u64;
+            let running = next()
+                .ok()
+                .and_then(|v| {
+                    reply::array(&v)
+                        .ok()?
+                        .first()
+                        .and_then(|n| reply::int(n).ok())
+                })
+                .unwrap_or(0)
+                .max(0) as u64;
+            let groups = next().unwrap_or(Value::Nil);
+            let mut lag: Option<u64> = None;
+            let mut last = None;
+            for g in reply::array(&groups).unwrap_or(&[]) {
+                let fields = reply::array(g).unwrap_or(&[]);
+                let get = |k: &str| {
+                    fields
+                        .chunks(2)
+                        .find(|kv| {
+                            kv.first().and_then(|f| reply::text(f).ok()).as_deref() == Some(k)
+                        })
+                        .and_then(|kv| kv.get(1))
+                };
+                if get("name").and_then(|v| reply::text(v).ok()).as_deref() != Some(CONSUMER_GROUP)
+                {
+                    continue;
+                }
+                lag = get("lag")
+                    .and_then(|v| reply::int(v).ok())
+                    .map(|n| n.max(0) as u64);
+                last = get("last-delivered-id").and_then(|v| reply::text(v).ok());
+            }
+            let mut q = QueueStats {
+                name: self.keys.queue_name(stream),
+                stream: stream.clone(),
+                waiting: lag.unwrap_or_else(|| len.saturating_sub(running)),
+                running,
+                done_per_minute: *rates.get(stream).unwrap_or(&0) as f64 / RATE_MINUTES as f64,
+                ..QueueStats::default()
+            };
+            for (name, n) in totals.get(stream).map(Vec::as_slice).unwrap_or(&[]) {
+                let n = *n;
+                let count = n.max(0) as u64;
+                match name.as_str() {
+                    "finished" => q.finished = count,
+                    "failed" => q.failed = count,
+                    "retried" => q.retried = count,
+                    "recovered" => q.recovered = count,
+                    "dead" => q.dead = count,
+                    "delayed" => q.delayed = n,
+                    other => {
+                        let (hist, b) = match other.split_once('|') {
+                            Some(("wait", b)) => (&mut q.wait, b),
+                            Some(("run", b)) => (&mut q.run, b),
+                            _ => continue,
+                        };
+                        if let Ok(b) = b.parse() {
+                            *hist.buckets.entry(b).or_default() += count;
+                        }
+                    }
+                }
+            }
+            queues.push(q);
+            last_delivered.push(last);
+        }
+        // the oldest waiting job: the first entry after the group's last delivered one
+        let mut pipe = redis::pipe();
+        for (q, last) in queues.iter().zip(&last_delivered) {
+            let from = match last {
+                Some(id) if id != "0-0" => format!("({id}"),
+                _ => "-".to_string(),
+            };
+            pipe.cmd("XRANGE")
+                .arg(&q.stream)
+                .arg(from)
+                .arg("+")
+                .arg("COUNT")
+                .arg(1);
+        }
+        if !queues.is_empty() {
+            for (q, r) in queues.iter_mut().zip(self.redis.pipeline(&pipe).await?) {
+                let first = r
+                    .ok()
+                    .and_then(|v| {
+                        let entry = reply::array(&v).ok()?.first()?.clone();
+                        reply::text(reply::array(&entry).ok()?.first()?).ok()
+                    })
+                    .and_then(|id| id.split('-').next()?.parse::<u64>().ok());
+                if q.waiting > 0 {
+                    q.oldest_waiting_ms = first.map(|ms| now.saturating_sub(ms));
+                }
+            }
+        }
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(queues)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Histogram;
+
+    #[test]
+    fn quantiles_are_the_upper_bound_of_the_bucket_holding_the_rank() {
+        let mut h = Histogram::default();
+        assert_eq!(h.quantile_ms(0.5), None);
+        h.buckets.insert(0, 50); // < 1 ms
+        h.buckets.insert(3, 49); // 7..15 ms
+        h.buckets.insert(10, 1); // 1023..2047 ms
+        assert_eq!(h.count(), 100);
+        assert_eq!(h.quantile_ms(0.5), Some(1));
+        assert_eq!(h.quantile_ms(0.99), Some(15));
+        assert_eq!(h.quantile_ms(1.0), Some(2047));
+    }
+}
