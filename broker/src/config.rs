@@ -10,6 +10,9 @@ pub const DEFAULT_EVENTS_MAX: u64 = 100_000;
 pub struct BrokerConfig {
     /// How long finished and failed jobs are kept before the broker deletes them.
     pub retention: Duration,
+    /// How long a dead letter stays in the dead-letter stream (its own retention; by default as
+    /// long as the job it names, which retention deletes with the other ended jobs).
+    pub dead_retention: Duration,
     /// How long a run-and-wait reply stays for a caller that has not picked it up.
     pub reply_ttl: Duration,
     /// Idle time after which a delivery is reclaimed (XPENDING IDLE + XCLAIM). Must be at least the
@@ -47,6 +50,7 @@ impl Default for BrokerConfig {
         Self {
             retention: Duration::from_secs(24 * 3600),
             reply_ttl: Duration::from_secs(3600),
+            dead_retention: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(30),
             max_attempts: 5,
             events_max: DEFAULT_EVENTS_MAX,

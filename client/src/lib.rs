@@ -14,6 +14,7 @@
 //! - [`inspect`]: the read side ([`Inspector`]): listings now; stats, queues, workers and the
 //!   audit next.
 //! - [`recovery`]: the cursor loop that takes deliveries back (broker recovery, worker hand-back).
+//! - [`repair`]: the operator's repairs (dead letters retried or purged), one function call each.
 //! - [`clock`]: the time the functions are given.
 //! - [`error`]: the crate's error type; it depends on no other module.
 
@@ -29,6 +30,7 @@ pub mod keys;
 pub mod name;
 pub mod new_job;
 pub mod recovery;
+pub mod repair;
 pub mod reply;
 mod wire;
 

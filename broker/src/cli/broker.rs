@@ -42,6 +42,7 @@ impl BrokerArgs {
         Ok(BrokerConfig {
             retention: Duration::from_secs(self.retention_secs),
             reply_ttl: Duration::from_secs(self.reply_ttl_secs),
+            dead_retention: Duration::from_secs(self.dead_retention_secs),
             lease: Duration::from_millis(self.lease_ms),
             max_attempts: self.max_attempts,
             events_max: self.events_max,

@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use hero_client::{GroupName, InstanceName, ListFilter, Priority, ScriptType, Status, Target};
 
 use super::context::{connect, resolve_url};
+use super::table::{num, render, text};
 use super::{Global, JobsArgs};
 
 pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
@@ -41,25 +42,52 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         let jobs: Vec<_> = page
             .jobs
             .iter()
-            .map(|j| serde_json::json!({"id": j.id, "status": j.status, "script_type": j.script_type, "attempts": j.attempts, "updated_at": j.updated_at, "error": j.error}))
+            .map(|j| {
+                serde_json::json!({
+                    "id": j.id, "status": j.status, "script_type": j.script_type,
+                    "queue": j.queue, "priority": j.priority, "attempts": j.attempts,
+                    "updated_at": j.updated_at, "worker": j.worker, "error": j.error,
+                })
+            })
             .collect();
         println!("{}", serde_json::json!({"jobs": jobs, "next": page.next}));
     } else {
-        println!(
-            "{:<38} {:<10} {:<10} {:>8}  UPDATED / ERROR",
-            "ID", "STATUS", "TYPE", "ATTEMPTS"
+        let rows: Vec<Vec<String>> = page
+            .jobs
+            .iter()
+            .map(|j| {
+                vec![
+                    j.id.clone(),
+                    j.status.clone(),
+                    j.queue.clone(),
+                    j.priority.clone(),
+                    j.attempts.clone(),
+                    j.updated_at.clone(),
+                    if j.worker.is_empty() {
+                        "-".into()
+                    } else {
+                        j.worker.clone()
+                    },
+                    j.error.clone(),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            render(
+                &[
+                    text("ID"),
+                    text("STATUS"),
+                    text("QUEUE"),
+                    num("PRIO"),
+                    num("ATTEMPTS"),
+                    text("UPDATED"),
+                    text("WORKER"),
+                    text("ERROR"),
+                ],
+                &rows
+            )
         );
-        for j in &page.jobs {
-            let tail = if j.error.is_empty() {
-                j.updated_at.clone()
-            } else {
-                format!("{} {}", j.updated_at, j.error)
-            };
-            println!(
-                "{:<38} {:<10} {:<10} {:>8}  {}",
-                j.id, j.status, j.script_type, j.attempts, tail
-            );
-        }
         if let Some(next) = &page.next {
             println!("more: hero jobs --cursor {next}");
         }

@@ -8,6 +8,7 @@
 mod actors;
 mod broker;
 mod context;
+mod dead;
 mod events;
 mod jobs;
 mod queues;
@@ -75,6 +76,9 @@ pub enum Command {
     Queues,
     /// Live workers from their presence, and gone ones that still hold jobs.
     Actors,
+    /// Dead letters: list, show, retry (atomically back into their queue), purge.
+    #[command(subcommand)]
+    Dead(DeadCommand),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -88,6 +92,10 @@ pub struct BrokerArgs {
     /// Dead-letter a job once it has been delivered this many times without finishing.
     #[arg(long, env = "HERO_MAX_ATTEMPTS", default_value_t = 5)]
     pub max_attempts: u32,
+    /// Keep dead letters this many seconds (default: as long as ended jobs; a letter kept
+    /// longer than its job can no longer be retried).
+    #[arg(long, env = "HERO_DEAD_RETENTION_SECS", default_value_t = 86_400)]
+    pub dead_retention_secs: u64,
     /// The event log's cap in entries (approximate); 0 turns the event log off.
     #[arg(long, env = "HERO_EVENTS_MAX", default_value_t = crate::config::DEFAULT_EVENTS_MAX)]
     pub events_max: u64,
@@ -219,6 +227,33 @@ pub struct JobsArgs {
     pub cursor: Option<String>,
 }
 
+#[derive(Subcommand, Debug, Clone)]
+pub enum DeadCommand {
+    /// The dead letters, oldest first, a page at a time.
+    List {
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Continue after this entry (the last one a page printed).
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One job's dead letter, with its record.
+    Show { id: String },
+    /// Queue these jobs again (or every dead letter with --all), each leaving the dead-letter
+    /// stream in the same call, with a fresh attempt budget.
+    Retry {
+        ids: Vec<String>,
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+    },
+    /// Delete these dead letters (or all) and their jobs.
+    Purge {
+        ids: Vec<String>,
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+    },
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
     pub id: String,
@@ -265,5 +300,6 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Events(args) => events::events(g, args).await,
         Command::Queues => queues::queues(g).await,
         Command::Actors => actors::actors(g).await,
+        Command::Dead(cmd) => dead::dead(g, cmd).await,
     }
 }

@@ -22,14 +22,29 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
         None
     };
     if g.json {
-        let job = client.get(&id).await?;
+        let job = match client.get(&id).await {
+            Err(hero_client::Error::InvalidJob(bad)) => {
+                return undecodable(&client, &id, &bad, true).await
+            }
+            other => other?,
+        };
         let mut v = job_json(&job);
         if let Some(h) = &history {
             v["history"] = h.iter().map(|e| e.to_json()).collect();
         }
         println!("{v}");
     } else {
-        println!("{}", client.status(&id).await?);
+        let status = match client.status(&id).await {
+            Ok(s) => s,
+            Err(hero_client::Error::InvalidJob(bad)) => {
+                return undecodable(&client, &id, &bad, false).await
+            }
+            Err(e) => return Err(e.into()),
+        };
+        println!("{status}");
+        if let Err(hero_client::Error::InvalidJob(bad)) = client.get(&id).await {
+            return undecodable(&client, &id, &bad, false).await;
+        }
         if let Some(h) = &history {
             let mut out = std::io::stdout().lock();
             for e in h {
@@ -59,4 +74,41 @@ fn job_json(job: &hero_client::Job) -> serde_json::Value {
         "error": job.error,
         "tags": job.tags,
     })
+}
+
+/// A record that does not decode: shown field by field with the bad one named, exit 1.
+async fn undecodable(
+    client: &hero_client::Client,
+    id: &JobId,
+    bad: &hero_client::DecodeError,
+    json: bool,
+) -> Result<i32> {
+    let fields: Vec<(String, String)> = client
+        .redis()
+        .query(redis::cmd("HGETALL").arg(client.keys().job(id)))
+        .await?;
+    if json {
+        let record: serde_json::Map<String, serde_json::Value> = fields
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::Value::String(v)))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "id": id.as_str(),
+                "invalid": {"field": bad.field, "reason": bad.reason},
+                "fields": record,
+            })
+        );
+    } else {
+        println!(
+            "job {id}: the record does not decode: field `{}` {}",
+            bad.field, bad.reason
+        );
+        for (k, v) in fields {
+            let mark = if k == bad.field { "   <-- invalid" } else { "" };
+            println!("  {k} = {v:?}{mark}");
+        }
+    }
+    Ok(1)
 }

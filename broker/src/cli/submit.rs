@@ -37,9 +37,8 @@ impl JobArgs {
         };
         let script = match (&self.file, self.script.as_deref()) {
             (Some(path), _) if path.as_os_str() == "-" => stdin()?,
-            (Some(path), _) => std::fs::read_to_string(path).with_context(|| {
-                format!("reading the script from {} (--file)", path.display())
-            })?,
+            (Some(path), _) => std::fs::read_to_string(path)
+                .with_context(|| format!("reading the script from {} (--file)", path.display()))?,
             (None, Some("-")) => stdin()?,
             (None, Some(script)) => script.to_string(),
             (None, None) => bail!("no script: give it as an argument or with --file <path>"),

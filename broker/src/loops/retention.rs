@@ -29,6 +29,25 @@ pub async fn pass(client: &Client, retention: Duration) -> hero_client::Result<u
     }
 }
 
+/// Trims dead letters older than `keep` from the dead-letter stream (its own retention: the
+/// jobs they name are ended and expire with the others). XTRIM MINID by Redis's clock is one
+/// atomic command; the stream is not a work stream, so trimming it drops no queued job.
+pub async fn trim_dead(client: &Client, keep: Duration) -> hero_client::Result<u64> {
+    let time: (String, String) = client.redis().query(&redis::cmd("TIME")).await?;
+    let now_ms =
+        time.0.parse::<u64>().unwrap_or(0) * 1000 + time.1.parse::<u64>().unwrap_or(0) / 1000;
+    let oldest = now_ms.saturating_sub(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX));
+    client
+        .redis()
+        .query(
+            redis::cmd("XTRIM")
+                .arg(client.keys().dead_letter())
+                .arg("MINID")
+                .arg(format!("{oldest}-0")),
+        )
+        .await
+}
+
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let metric = "hero_broker_expired_total";
     super::every(
@@ -36,7 +55,11 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         metric,
         cfg.retention_poll,
         stop,
-        || pass(&client, cfg.retention),
+        || async {
+            let jobs = pass(&client, cfg.retention).await?;
+            trim_dead(&client, cfg.dead_retention).await?;
+            Ok(jobs)
+        },
     )
     .await;
 }

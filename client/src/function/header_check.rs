@@ -199,6 +199,14 @@ fn every_builder_follows_its_lua_header() {
             bridge_watch(&keys, &route, 5, "0", 10, 0),
         ),
         (
+            Function::Dead,
+            dead(
+                &keys,
+                DeadAction::Retry,
+                &[("1-0", &id, &stream), ("2-0", &id, &stream)],
+            ),
+        ),
+        (
             Function::Expire,
             expire(&keys, std::time::Duration::from_secs(1), 3),
         ),

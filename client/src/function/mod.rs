@@ -13,6 +13,7 @@ mod bridge_in;
 mod bridge_out;
 mod bridge_watch;
 mod complete;
+mod dead;
 mod expire;
 mod fetch;
 mod promote;
@@ -28,6 +29,7 @@ pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
 pub use complete::{CompleteBatch, Ending, Leased};
+pub use dead::{dead, DeadAction};
 pub use expire::expire;
 pub use fetch::fetch;
 pub use promote::promote;
@@ -44,7 +46,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "14"
+        "15"
     };
 }
 
@@ -77,10 +79,11 @@ pub enum Function {
     BridgeOut,
     BridgeWatch,
     Expire,
+    Dead,
 }
 
 impl Function {
-    pub const ALL: [Function; 12] = [
+    pub const ALL: [Function; 13] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -93,6 +96,7 @@ impl Function {
         Function::BridgeOut,
         Function::BridgeWatch,
         Function::Expire,
+        Function::Dead,
     ];
 
     /// The name without library and version, as the Lua source defines it (`hero_<short>`).
@@ -110,6 +114,7 @@ impl Function {
             Function::BridgeOut => "bridge_out",
             Function::BridgeWatch => "bridge_watch",
             Function::Expire => "expire",
+            Function::Dead => "dead",
         }
     }
 
@@ -128,6 +133,7 @@ impl Function {
             Function::BridgeOut => versioned!("bridge_out"),
             Function::BridgeWatch => versioned!("bridge_watch"),
             Function::Expire => versioned!("expire"),
+            Function::Dead => versioned!("dead"),
         }
     }
 
@@ -145,6 +151,7 @@ impl Function {
             Function::BridgeOut => include_str!("bridge_out.lua"),
             Function::BridgeWatch => include_str!("bridge_watch.lua"),
             Function::Expire => include_str!("expire.lua"),
+            Function::Dead => include_str!("dead.lua"),
         }
     }
 

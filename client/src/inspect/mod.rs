@@ -4,10 +4,12 @@
 //! next reader to join. Each costs Redis O(queues + workers), never O(jobs), except listing.
 
 mod actors;
+mod dead;
 mod events;
 mod queues;
 
 pub use actors::{Actor, Holding};
+pub use dead::DeadLetter;
 pub use events::{Event, EventFilter, EventFollower};
 pub use queues::{Histogram, QueueStats};
 
@@ -29,15 +31,80 @@ pub enum ListFilter {
     Queue(Target, Priority),
 }
 
-/// A job in a listing: the fields an operator scans for.
+/// A job in a listing: the fields an operator scans for, filled for every status (a record
+/// leaves out what is at its default; these are read the way `Job::from_fields` reads them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobSummary {
     pub id: String,
     pub status: String,
     pub script_type: String,
+    /// `<type>[/<group>[/<instance>]]`.
+    pub queue: String,
+    pub priority: String,
     pub attempts: String,
+    /// The latest of created_at, updated_at, started_at and finished_at.
     pub updated_at: String,
+    pub worker: String,
     pub error: String,
+}
+
+/// What a listing reads of each record, in the order [`JobSummary::read`] takes.
+const SUMMARY_FIELDS: [&str; 12] = [
+    "status",
+    "script_type",
+    "group",
+    "instance",
+    "priority",
+    "attempts",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "worker_id",
+    "error",
+];
+
+impl JobSummary {
+    fn read(id: String, v: &[String]) -> Option<JobSummary> {
+        let get = |i: usize| v.get(i).cloned().unwrap_or_default();
+        let status = get(0);
+        if status.is_empty() {
+            return None;
+        }
+        let mut queue = get(1);
+        for part in [get(2), get(3)] {
+            if !part.is_empty() {
+                queue.push('/');
+                queue.push_str(&part);
+            }
+        }
+        // a first delivery writes no count: started or ended with a start means one
+        let attempts = match get(5) {
+            a if !a.is_empty() => a,
+            _ if !get(8).is_empty() => "1".into(),
+            _ => "0".into(),
+        };
+        // RFC 3339 timestamps of one form compare as text
+        let updated_at = [get(6), get(7), get(8), get(9)]
+            .into_iter()
+            .max()
+            .unwrap_or_default();
+        let priority = match get(4) {
+            p if p.is_empty() => crate::Priority::DEFAULT.to_string(),
+            p => p,
+        };
+        Some(JobSummary {
+            id,
+            status,
+            script_type: get(1),
+            queue,
+            priority,
+            attempts,
+            updated_at,
+            worker: get(10),
+            error: get(11),
+        })
+    }
 }
 
 /// One page of a listing; pass `next` back to continue, `None` means the end.
@@ -124,13 +191,9 @@ impl Inspector {
         };
         let mut pipe = redis::pipe();
         for id in &ids {
-            pipe.cmd("HMGET").arg(self.keys.job_unchecked(id)).arg(&[
-                "status",
-                "script_type",
-                "attempts",
-                "updated_at",
-                "error",
-            ]);
+            pipe.cmd("HMGET")
+                .arg(self.keys.job_unchecked(id))
+                .arg(&SUMMARY_FIELDS);
         }
         let rows = self.redis.pipeline(&pipe).await?;
         let mut jobs = Vec::with_capacity(ids.len());
@@ -139,18 +202,9 @@ impl Inspector {
                 .iter()
                 .map(|v| reply::text(v).unwrap_or_default())
                 .collect::<Vec<_>>();
-            let get = |i: usize| values.get(i).cloned().unwrap_or_default();
-            let summary = JobSummary {
-                id,
-                status: get(0),
-                script_type: get(1),
-                attempts: get(2),
-                updated_at: get(3),
-                error: get(4),
-            };
-            if summary.status.is_empty() {
+            let Some(summary) = JobSummary::read(id, &values) else {
                 continue; // expired between the scan and the read
-            }
+            };
             if let ListFilter::Status(s) = filter {
                 if summary.status != s.as_str() {
                     continue;

@@ -1,0 +1,124 @@
+//! The operator's repairs, each one server function call so that a job is never in two places or
+//! in none: dead letters retried or purged (`hero_dead`); requeue and the audit's fixes join them.
+//! Reads that choose what to repair are `crate::inspect`'s.
+
+use redis::Value;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::function::{self, DeadAction};
+use crate::inspect::DeadLetter;
+use crate::job::{Placement, PLACEMENT_FIELDS};
+use crate::name::JobId;
+use crate::reply;
+
+/// Dead letters per call: a call runs alone in Redis, so it stays short.
+const PER_CALL: usize = 100;
+
+/// What became of one dead letter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadOutcome {
+    pub job_id: String,
+    /// `requeued`, `purged`, `gone` (the record vanished during the call: the letter was
+    /// dropped), `not_dead` (the job is no longer `error`: left alone), `missing` (no such
+    /// letter), `no_record` (nothing to queue again: purge it), or `invalid` (its id, or its
+    /// record's queue, can name no job of ours: left alone).
+    pub answer: String,
+}
+
+impl Client {
+    /// Queues the jobs of these dead letters again, each in the queue its record names, with a
+    /// fresh attempt budget; each leaves the dead-letter stream in the same call.
+    pub async fn retry_dead(&self, letters: &[DeadLetter]) -> Result<Vec<DeadOutcome>> {
+        self.dead_letters_call(DeadAction::Retry, letters).await
+    }
+
+    /// Deletes these dead letters and, while they still say `error`, their jobs.
+    pub async fn purge_dead(&self, letters: &[DeadLetter]) -> Result<Vec<DeadOutcome>> {
+        self.dead_letters_call(DeadAction::Purge, letters).await
+    }
+
+    async fn dead_letters_call(
+        &self,
+        action: DeadAction,
+        letters: &[DeadLetter],
+    ) -> Result<Vec<DeadOutcome>> {
+        let mut out = Vec::with_capacity(letters.len());
+        for chunk in letters.chunks(PER_CALL) {
+            // where each job goes back to: the queue its record names
+            let mut pipe = redis::pipe();
+            let mut valid = Vec::with_capacity(chunk.len());
+            for d in chunk {
+                match JobId::new(&d.job_id) {
+                    Ok(id) => {
+                        pipe.cmd("HMGET")
+                            .arg(self.keys().job(&id))
+                            .arg(&PLACEMENT_FIELDS);
+                        valid.push((d, id));
+                    }
+                    Err(_) => out.push(DeadOutcome {
+                        job_id: d.job_id.clone(),
+                        answer: "invalid".into(),
+                    }),
+                }
+            }
+            if valid.is_empty() {
+                continue;
+            }
+            let placements = self.redis().pipeline(&pipe).await?;
+            let mut letters = Vec::with_capacity(valid.len());
+            for ((d, id), r) in valid.into_iter().zip(placements) {
+                let values: Vec<Option<String>> = r
+                    .ok()
+                    .and_then(|v| redis::from_redis_value(v).ok())
+                    .unwrap_or_default();
+                match (Placement::read(&values), action) {
+                    (Some(p), _) => {
+                        let stream = self.keys().work(&p.target, p.priority);
+                        letters.push((d, id, stream));
+                    }
+                    // a purge needs no queue; any key of the namespace stands in for it
+                    (None, DeadAction::Purge) => {
+                        let stand_in = self.keys().job(&id);
+                        letters.push((d, id, stand_in));
+                    }
+                    // no record, or one that names no queue: nowhere to queue it
+                    (None, DeadAction::Retry) => out.push(DeadOutcome {
+                        job_id: d.job_id.clone(),
+                        answer: if values.iter().all(Option::is_none) {
+                            "no_record".into()
+                        } else {
+                            "invalid".into()
+                        },
+                    }),
+                }
+            }
+            if letters.is_empty() {
+                continue;
+            }
+            let args: Vec<(&str, &JobId, &str)> = letters
+                .iter()
+                .map(|(d, id, s)| (d.entry.as_str(), id, s.as_str()))
+                .collect();
+            let v: Value = self
+                .redis()
+                .query(&function::dead(self.keys(), action, &args))
+                .await?;
+            let answers = reply::array(&v)?;
+            if answers.len() != letters.len() {
+                return Err(Error::protocol(format!(
+                    "hero_dead answered {} values for {} dead letters",
+                    answers.len(),
+                    letters.len()
+                )));
+            }
+            for ((d, _, _), a) in letters.iter().zip(answers) {
+                out.push(DeadOutcome {
+                    job_id: d.job_id.clone(),
+                    answer: reply::text(a)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,275 @@
+//! The operator's commands on a small known state: `hero queues`, `hero actors`, `hero events`,
+//! `hero status --history`, `hero dead list|show|retry|purge`, `hero jobs`, `hero submit --file`,
+//! each as a table and as `--json`, and a clear non-zero exit for bad arguments.
+
+use std::process::Command;
+use std::time::Duration;
+
+use hero_client::function::Recovery;
+use hero_client::recovery::recover_stream;
+use hero_client::{Client, JobId, NewJob, Status};
+use hero_testkit::{binary, keys, work_key, InProcWorker, RedisServer};
+use hero_worker::{Outcome, Worker, WorkerEvent};
+
+/// `hero --json <args>` against `url`: (exit code, stdout, stderr).
+fn hero(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(binary("hero"))
+        .args(args)
+        .env("HERO_REDIS_URL", url)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(url: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = hero(url, &all);
+    assert_eq!(code, 0, "hero {args:?} failed: {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("hero {args:?}: {e}: {out}"))
+}
+
+/// Leases `id` to a consumer that then dies, and has recovery give up on it at once.
+async fn dead_letter(client: &Client, id: &str) {
+    let job = NewJob::builder("dl", "x").id(id).build().unwrap();
+    client.submit(&job).await.unwrap();
+    let stream = work_key("dl");
+    let fetch = hero_client::function::fetch(
+        client.keys(),
+        std::slice::from_ref(&stream),
+        "g:gone:1",
+        1,
+        "0",
+    );
+    let _: redis::Value = client.redis().query(&fetch).await.unwrap();
+    let taken = recover_stream(
+        client.redis(),
+        client.keys(),
+        &stream,
+        Recovery::Consumer("g:gone:1"),
+        1,
+    )
+    .await
+    .unwrap();
+    assert_eq!(taken.dead, 1, "{id} dead-lettered");
+}
+
+#[tokio::test]
+async fn queues_actors_events_and_jobs_report_a_known_state() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let mut w = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["q1"])
+            .instance("ops")
+            .handler(|_j: hero_client::Job, _| async { Outcome::Done("ok".into()) }),
+    );
+    for n in 0..3 {
+        let job = NewJob::builder("q1", "x")
+            .id(format!("j{n}"))
+            .build()
+            .unwrap();
+        client.submit(&job).await.unwrap();
+    }
+    for _ in 0..3 {
+        w.next(Duration::from_secs(10), |e| {
+            matches!(e, WorkerEvent::Completed { .. }).then_some(())
+        })
+        .await;
+    }
+    let waiting = NewJob::builder("q2", "x").id("w0").build().unwrap();
+    client.submit(&waiting).await.unwrap();
+
+    let q = json(&url, &["queues"]);
+    let queues = q["queues"].as_array().unwrap();
+    let q1 = queues.iter().find(|q| q["queue"] == "q1").unwrap();
+    assert_eq!(
+        (
+            &q1["finished"],
+            &q1["failed"],
+            &q1["waiting"],
+            &q1["running"],
+            &q1["delayed"]
+        ),
+        (&3.into(), &0.into(), &0.into(), &0.into(), &0.into())
+    );
+    assert_eq!(q1["run"]["count"], 3);
+    assert_eq!(q1["wait"]["count"], 3);
+    let q2 = queues.iter().find(|q| q["queue"] == "q2").unwrap();
+    assert_eq!(q2["waiting"], 1);
+    assert!(q2["oldest_waiting_ms"].as_u64().is_some(), "{q2}");
+    let (code, table, _) = hero(&url, &["queues"]);
+    assert_eq!(code, 0);
+    assert!(table.starts_with("QUEUE"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("q1 ") && l.contains(" 3 ")),
+        "{table}"
+    );
+
+    let a = json(&url, &["actors"]);
+    let actors = a["actors"].as_array().unwrap();
+    assert_eq!(actors.len(), 1, "{a}");
+    assert_eq!(actors[0]["state"], "live");
+    assert_eq!(actors[0]["consumer"], w.consumer.as_str());
+    assert_eq!(actors[0]["presence"]["capabilities"][0], "q1");
+
+    let (code, out, _) = hero(&url, &["--json", "events", "--job", "j1"]);
+    assert_eq!(code, 0);
+    let kinds: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["event"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["submitted", "started", "finished"]);
+    let st = json(&url, &["status", "j1", "--history"]);
+    assert_eq!(st["status"], "finished");
+    assert_eq!(st["history"].as_array().unwrap().len(), 3);
+
+    let jobs = json(&url, &["jobs", "--status", "finished"]);
+    let rows = jobs["jobs"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for r in rows {
+        assert_eq!(
+            (&r["queue"], &r["attempts"], &r["priority"]),
+            (&"q1".into(), &"1".into(), &"5".into())
+        );
+        assert!(
+            !r["updated_at"].as_str().unwrap().is_empty(),
+            "every column filled: {r}"
+        );
+        assert_eq!(r["worker"], w.consumer.as_str());
+    }
+
+    // a script from a file, larger than an argument may carry
+    let dir = std::env::temp_dir().join(format!("hero-ops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("big.rhai");
+    std::fs::write(&file, "x".repeat(200 * 1024)).unwrap();
+    let s = json(
+        &url,
+        &["submit", "--type", "q3", "--file", file.to_str().unwrap()],
+    );
+    let id = JobId::new(s["id"].as_str().unwrap()).unwrap();
+    assert_eq!(client.get(&id).await.unwrap().script.len(), 200 * 1024);
+    let _ = std::fs::remove_dir_all(&dir);
+    w.stop().await;
+
+    for bad in [
+        vec!["events", "--event", "exploded"],
+        vec!["events", "--queue", "a/b/c/d"],
+        vec!["dead", "retry"],
+        vec!["submit", "--type", "q3"],
+        vec!["status", "no such id"],
+    ] {
+        let (code, _, err) = hero(&url, &bad);
+        assert_eq!(code, 2, "hero {bad:?} exits 2: {err}");
+        assert!(!err.trim().is_empty(), "hero {bad:?} says why");
+    }
+}
+
+#[tokio::test]
+async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    dead_letter(&client, "d1").await;
+    dead_letter(&client, "d2").await;
+
+    let list = json(&url, &["dead", "list"]);
+    let dead = list["dead"].as_array().unwrap();
+    assert_eq!(dead.len(), 2);
+    assert_eq!(dead[0]["job"], "d1");
+    assert!(
+        dead[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("abandoned after 1"),
+        "{list}"
+    );
+    let show = json(&url, &["dead", "show", "d1"]);
+    assert_eq!(show["record"]["status"], "error");
+
+    let retried = json(&url, &["dead", "retry", "d1"]);
+    assert_eq!(retried["results"][0]["answer"], "requeued");
+    let job = client.get(&JobId::new("d1").unwrap()).await.unwrap();
+    assert_eq!(
+        (job.status, job.attempts, job.error),
+        (Status::Dispatched, 0, None),
+        "a fresh start"
+    );
+    let (code, _, err) = hero(&url, &["dead", "retry", "d1"]);
+    assert_eq!(code, 2, "no letter left to retry");
+    assert!(err.contains("has no dead letter"), "{err}");
+
+    let mut w = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["dl"])
+            .handler(|_j: hero_client::Job, _| async { Outcome::Done("again".into()) }),
+    );
+    let ran = w
+        .next(Duration::from_secs(10), |e| match e {
+            WorkerEvent::Completed { job_id, completion } => {
+                Some((job_id.to_string(), *completion))
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(
+        ran,
+        ("d1".to_string(), hero_client::reply::Completion::Completed)
+    );
+    w.stop().await;
+    let job = client.get(&JobId::new("d1").unwrap()).await.unwrap();
+    assert_eq!(
+        (job.status, job.output.as_deref()),
+        (Status::Finished, Some("again"))
+    );
+    let history = client
+        .inspector()
+        .events(
+            &hero_client::inspect::EventFilter {
+                job: Some("d1".into()),
+                ..Default::default()
+            },
+            100,
+        )
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = history.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "submitted",
+            "started",
+            "dead",
+            "requeued",
+            "started",
+            "finished"
+        ]
+    );
+
+    let purged = json(&url, &["dead", "purge", "--all"]);
+    assert_eq!(purged["results"][0]["answer"], "purged");
+    let mut raw = server.conn().await;
+    let left: usize = redis::AsyncCommands::xlen(&mut raw, keys().dead_letter())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the dead-letter stream is empty");
+    let exists: bool = redis::AsyncCommands::exists(&mut raw, keys().job_unchecked("d2"))
+        .await
+        .unwrap();
+    assert!(!exists, "a purged letter's job is deleted");
+    let (code, _, err) = hero(&url, &["dead", "show", "d2"]);
+    assert_eq!(code, 2, "{err}");
+}
