@@ -1,5 +1,6 @@
 //! The operator's repairs, each one server function call so that a job is never in two places or
-//! in none: dead letters retried or purged (`hero_dead`); requeue and the audit's fixes join them.
+//! in none: dead letters retried or purged (`hero_dead`), a job moved to a queue
+//! (`hero_requeue`); the audit's fixes join them.
 //! Reads that choose what to repair are `crate::inspect`'s.
 
 use redis::Value;
@@ -9,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::function::{self, DeadAction};
 use crate::inspect::DeadLetter;
 use crate::job::{Placement, PLACEMENT_FIELDS};
-use crate::name::JobId;
+use crate::name::{ConsumerName, JobId};
 use crate::reply;
 
 /// Dead letters per call: a call runs alone in Redis, so it stays short.
@@ -26,7 +27,84 @@ pub struct DeadOutcome {
     pub answer: String,
 }
 
+/// Where a job was when [`Client::requeue`] moved it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requeued {
+    /// The work stream it is queued in now.
+    pub stream: String,
+}
+
 impl Client {
+    /// Moves a job to the queue `to` (its own queue when `None`), wherever it is: a queued one
+    /// leaves its queue, a running one has its lease revoked (its worker is told, its late
+    /// completion is rejected), a delayed one leaves the delayed set, an ended one starts over
+    /// with a fresh attempt budget. Never in two queues, never in none.
+    pub async fn requeue(&self, id: &JobId, to: Option<Placement>) -> Result<Requeued> {
+        let key = self.keys().job(id);
+        let mut fields = PLACEMENT_FIELDS.to_vec();
+        fields.push("worker_id");
+        let mut cursor = "0-0".to_string();
+        for _ in 0..10_000 {
+            let f: Vec<Option<String>> = self
+                .redis()
+                .query(redis::cmd("HMGET").arg(&key).arg(&fields))
+                .await?;
+            if f.iter().all(Option::is_none) {
+                return Err(Error::JobNotFound(id.to_string()));
+            }
+            let current = Placement::read(&f).ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "job {id} names no valid script type, so it is in no queue of ours; give the queue to move it to"
+                ))
+            })?;
+            let to = to.clone().unwrap_or_else(|| current.clone());
+            let worker = f
+                .get(PLACEMENT_FIELDS.len())
+                .cloned()
+                .flatten()
+                .unwrap_or_default();
+            let ctl = ConsumerName::parse(&worker).ok().map(|c| {
+                self.keys()
+                    .ctl_instance(&current.target.script_type, &c.group, &c.instance)
+            });
+            let seen = ctl.as_deref().map(|c| (c, worker.as_str()));
+            let from = self.keys().work(&current.target, current.priority);
+            let cmd = function::requeue(
+                self.keys(),
+                id,
+                &from,
+                &to,
+                seen,
+                &cursor,
+                self.redis().caps().xackdel_flag(),
+            );
+            let v: Value = self.redis().query(&cmd).await?;
+            let answer = reply::array(&v)?;
+            let (word, next) = match answer {
+                [w, c] => (reply::text(w)?, reply::text(c)?),
+                _ => {
+                    return Err(Error::protocol(
+                        "hero_requeue answered other than {answer, cursor}",
+                    ))
+                }
+            };
+            match word.as_str() {
+                "requeued" => {
+                    return Ok(Requeued {
+                        stream: self.keys().work(&to.target, to.priority),
+                    })
+                }
+                "searching" => cursor = next,
+                "changed" => cursor = "0-0".to_string(),
+                "missing" => return Err(Error::JobNotFound(id.to_string())),
+                other => return Err(Error::protocol(format!("hero_requeue answered {other:?}"))),
+            }
+        }
+        Err(Error::InvalidInput(format!(
+            "job {id} kept changing hands while it was being requeued; try again"
+        )))
+    }
+
     /// Queues the jobs of these dead letters again, each in the queue its record names, with a
     /// fresh attempt budget; each leaves the dead-letter stream in the same call.
     pub async fn retry_dead(&self, letters: &[DeadLetter]) -> Result<Vec<DeadOutcome>> {

@@ -273,3 +273,120 @@ async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
     let (code, _, err) = hero(&url, &["dead", "show", "d2"]);
     assert_eq!(code, 2, "{err}");
 }
+
+#[tokio::test]
+async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let mut raw = server.conn().await;
+
+    // running: leased to a consumer, then moved; that delivery's completion is refused
+    let job = NewJob::builder("ra", "x").id("r1").build().unwrap();
+    client.submit(&job).await.unwrap();
+    let old = work_key("ra");
+    let fetch = hero_client::function::fetch(
+        client.keys(),
+        std::slice::from_ref(&old),
+        "g:slow:1",
+        1,
+        "0",
+    );
+    let v: redis::Value = client.redis().query(&fetch).await.unwrap();
+    let leased = hero_client::reply::FetchReply::decode(&v).unwrap();
+    let lease = leased.jobs[0].entry.clone();
+    let moved = json(&url, &["requeue", "r1", "--type", "rb"]);
+    assert_eq!(
+        (&moved["requeued"], &moved["queue"]),
+        (&true.into(), &"rb".into())
+    );
+    let mut late = hero_client::function::CompleteBatch::new(
+        client.keys(),
+        &hero_client::clock::now_iso(),
+        "0",
+        "g:slow:1",
+    );
+    let r1 = JobId::new("r1").unwrap();
+    late.push(
+        hero_client::function::Leased {
+            id: &r1,
+            stream: &old,
+            lease: &lease,
+            reply: "",
+        },
+        hero_client::function::Ending::Done,
+        "too late",
+        0,
+        None,
+    );
+    let v: redis::Value = client.redis().query(&late.call()).await.unwrap();
+    assert_eq!(
+        hero_client::reply::Completion::decode_many(&v, 1).unwrap(),
+        [hero_client::reply::Completion::LeaseLost],
+        "the revoked delivery records nothing"
+    );
+    assert_eq!(
+        hero_testkit::pending(&mut raw, &old).await,
+        0,
+        "the old delivery is gone"
+    );
+
+    // queued: moved out of its queue, not copied
+    let queued = NewJob::builder("ra", "x").id("r2").build().unwrap();
+    client.submit(&queued).await.unwrap();
+    json(&url, &["requeue", "r2", "--type", "rb", "--priority", "0"]);
+    let left: usize = redis::AsyncCommands::xlen(&mut raw, &old).await.unwrap();
+    assert_eq!(left, 0, "no entry of r2 is left in its old queue");
+
+    // delayed: out of the delayed set, queued now
+    let later = NewJob::builder("ra", "x")
+        .id("r3")
+        .delay(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    client.submit(&later).await.unwrap();
+    json(&url, &["requeue", "r3", "--type", "rb"]);
+    let delayed: Option<f64> = redis::AsyncCommands::zscore(&mut raw, keys().delayed(), "r3")
+        .await
+        .unwrap();
+    assert_eq!(delayed, None);
+
+    // each runs once in its new queue
+    let mut b = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["rb"])
+            .handler(|_j: hero_client::Job, _| async { Outcome::Done("moved".into()) }),
+    );
+    let mut done = Vec::new();
+    while done.len() < 3 {
+        let id = b
+            .next(Duration::from_secs(10), |e| match e {
+                WorkerEvent::Completed { job_id, .. } => Some(job_id.to_string()),
+                _ => None,
+            })
+            .await;
+        done.push(id);
+    }
+    done.sort();
+    assert_eq!(done, ["r1", "r2", "r3"], "each ran once");
+    let r1 = client.get(&JobId::new("r1").unwrap()).await.unwrap();
+    assert_eq!(
+        (r1.status, r1.output.as_deref(), r1.attempts),
+        (Status::Finished, Some("moved"), 2),
+        "the revoked attempt counts"
+    );
+
+    // ended: starts over with a fresh budget in its own queue
+    json(&url, &["requeue", "r1"]);
+    let again = b
+        .next(Duration::from_secs(10), |e| match e {
+            WorkerEvent::Started { job_id, attempt } => Some((job_id.to_string(), *attempt)),
+            _ => None,
+        })
+        .await;
+    assert_eq!(again, ("r1".to_string(), 1));
+    b.stop().await;
+    let (code, _, err) = hero(&url, &["requeue", "nobody"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not found"), "{err}");
+}

@@ -12,6 +12,7 @@ mod dead;
 mod events;
 mod jobs;
 mod queues;
+mod requeue;
 mod run;
 mod status;
 mod stop;
@@ -76,6 +77,9 @@ pub enum Command {
     Queues,
     /// Live workers from their presence, and gone ones that still hold jobs.
     Actors,
+    /// Move a job to a queue (its own by default), wherever it is: queued, running (its lease is
+    /// revoked), delayed, or ended (it starts over with a fresh attempt budget).
+    Requeue(RequeueArgs),
     /// Dead letters: list, show, retry (atomically back into their queue), purge.
     #[command(subcommand)]
     Dead(DeadCommand),
@@ -227,6 +231,21 @@ pub struct JobsArgs {
     pub cursor: Option<String>,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct RequeueArgs {
+    pub id: String,
+    /// Move it to this script type's queue (with --group / --instance as given).
+    #[arg(long = "type")]
+    pub script_type: Option<String>,
+    #[arg(long, requires = "script_type")]
+    pub group: Option<String>,
+    #[arg(long, requires = "group")]
+    pub instance: Option<String>,
+    /// 0 (highest) to 9 (lowest).
+    #[arg(long)]
+    pub priority: Option<u8>,
+}
+
 #[derive(Subcommand, Debug, Clone)]
 pub enum DeadCommand {
     /// The dead letters, oldest first, a page at a time.
@@ -301,5 +320,6 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Queues => queues::queues(g).await,
         Command::Actors => actors::actors(g).await,
         Command::Dead(cmd) => dead::dead(g, cmd).await,
+        Command::Requeue(args) => requeue::requeue(g, args).await,
     }
 }

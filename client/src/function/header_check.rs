@@ -199,6 +199,21 @@ fn every_builder_follows_its_lua_header() {
             bridge_watch(&keys, &route, 5, "0", 10, 0),
         ),
         (
+            Function::Requeue,
+            requeue(
+                &keys,
+                &id,
+                &stream,
+                &crate::job::Placement {
+                    target: target.clone(),
+                    priority: Priority::new(0).unwrap(),
+                },
+                Some(("ctl", "w")),
+                "0-0",
+                "0",
+            ),
+        ),
+        (
             Function::Dead,
             dead(
                 &keys,

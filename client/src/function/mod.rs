@@ -19,6 +19,7 @@ mod fetch;
 mod promote;
 mod recover;
 mod renew;
+mod requeue;
 mod stop;
 mod submit;
 
@@ -35,6 +36,7 @@ pub use fetch::fetch;
 pub use promote::promote;
 pub use recover::{recover, Recovery};
 pub use renew::renew;
+pub use requeue::requeue;
 pub use stop::stop;
 pub use submit::submit;
 
@@ -46,7 +48,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "15"
+        "16"
     };
 }
 
@@ -80,10 +82,11 @@ pub enum Function {
     BridgeWatch,
     Expire,
     Dead,
+    Requeue,
 }
 
 impl Function {
-    pub const ALL: [Function; 13] = [
+    pub const ALL: [Function; 14] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -97,6 +100,7 @@ impl Function {
         Function::BridgeWatch,
         Function::Expire,
         Function::Dead,
+        Function::Requeue,
     ];
 
     /// The name without library and version, as the Lua source defines it (`hero_<short>`).
@@ -115,6 +119,7 @@ impl Function {
             Function::BridgeWatch => "bridge_watch",
             Function::Expire => "expire",
             Function::Dead => "dead",
+            Function::Requeue => "requeue",
         }
     }
 
@@ -134,6 +139,7 @@ impl Function {
             Function::BridgeWatch => versioned!("bridge_watch"),
             Function::Expire => versioned!("expire"),
             Function::Dead => versioned!("dead"),
+            Function::Requeue => versioned!("requeue"),
         }
     }
 
@@ -152,6 +158,7 @@ impl Function {
             Function::BridgeWatch => include_str!("bridge_watch.lua"),
             Function::Expire => include_str!("expire.lua"),
             Function::Dead => include_str!("dead.lua"),
+            Function::Requeue => include_str!("requeue.lua"),
         }
     }
 
