@@ -7,8 +7,8 @@ use redis::Value;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::function::{self, DeadAction};
-use crate::inspect::DeadLetter;
+use crate::function::{self, DeadAction, Repair};
+use crate::inspect::{Class, DeadLetter, Finding};
 use crate::job::{Placement, PLACEMENT_FIELDS};
 use crate::name::{ConsumerName, JobId};
 use crate::reply;
@@ -35,6 +35,41 @@ pub struct Requeued {
 }
 
 impl Client {
+    /// Repairs one inconsistency the audit found, re-checked inside Redis: `Ok(Some(true))`
+    /// fixed, `Ok(Some(false))` it no longer held, `Ok(None)` nothing to repair (running,
+    /// orphaned: recovery's, bridge, dead letters: `hero dead`'s).
+    pub async fn fix(&self, f: &Finding) -> Result<Option<bool>> {
+        let entry = f.entry.as_deref().unwrap_or_default();
+        let job = f.job.as_deref().unwrap_or_default();
+        let repair = match f.class {
+            Class::Stale | Class::Foreign | Class::Missing => Repair::StaleEntry {
+                stream: &f.key,
+                entry,
+                job,
+            },
+            Class::Lost => Repair::LostJob {
+                stream: &f.key,
+                job,
+            },
+            Class::Unleased => Repair::UnleasedJob {
+                stream: &f.key,
+                job,
+            },
+            Class::StaleDelay => Repair::StaleDelay { job },
+            Class::ReplyWithoutTtl => Repair::ReplyTtl { key: &f.key },
+            Class::IdleConsumer => Repair::IdleConsumer {
+                stream: &f.key,
+                consumer: f.consumer.as_deref().unwrap_or_default(),
+            },
+            Class::Running | Class::Orphaned | Class::Bridge | Class::Dead => return Ok(None),
+        };
+        let answer: String = self
+            .redis()
+            .query(&function::fix(self.keys(), repair))
+            .await?;
+        Ok(Some(answer == "fixed"))
+    }
+
     /// Moves a job to the queue `to` (its own queue when `None`), wherever it is: a queued one
     /// leaves its queue, a running one has its lease revoked (its worker is told, its late
     /// completion is rejected), a delayed one leaves the delayed set, an ended one starts over

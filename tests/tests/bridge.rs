@@ -417,6 +417,7 @@ async fn kill_9_of_the_broker_while_5000_legacy_ids_flow_inbound_loses_and_doubl
     .await;
     let dead: i64 = raw.xlen(keys().dead_letter()).await.unwrap();
     assert_eq!(dead, 0);
+    hero_testkit::audit_consistent(&server.url(), LONG).await;
 }
 
 #[tokio::test]

@@ -183,6 +183,7 @@ async fn no_job_is_lost_and_recovery_is_presence_driven_when_a_worker_is_killed(
     );
     let len: usize = raw.xlen(work_key("t")).await.unwrap();
     assert_eq!(len, 0, "the work stream is empty");
+    hero_testkit::audit_consistent(&url, Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
@@ -279,6 +280,7 @@ async fn no_job_is_lost_when_redis_is_killed_and_restarted_with_appendfsync_alwa
     server.restart(); // SIGKILL mid-run, then the same port and AOF
     all_finished(&server, &ids, Duration::from_secs(60)).await;
     assert_each_recorded_once(&client, &ids, &[&a], None).await;
+    hero_testkit::audit_consistent(&url, Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
@@ -300,4 +302,5 @@ async fn no_job_is_lost_when_the_broker_and_a_worker_are_killed_together() {
     let _broker2 = Proc::spawn(&hero, &broker_args, &[], None);
     all_finished(&server, &ids, Duration::from_secs(40)).await;
     assert_each_recorded_once(&client, &ids, &[&a, &b], Some("A")).await;
+    hero_testkit::audit_consistent(&url, Duration::from_secs(10)).await;
 }

@@ -6,6 +6,7 @@
 //!   `jobs`: the producer's and the operator's.
 
 mod actors;
+mod audit;
 mod broker;
 mod context;
 mod dead;
@@ -80,6 +81,13 @@ pub enum Command {
     /// Move a job to a queue (its own by default), wherever it is: queued, running (its lease is
     /// revoked), delayed, or ended (it starts over with a fresh attempt budget).
     Requeue(RequeueArgs),
+    /// The recovery audit: every pending entry classified, and the cross-checks; exit 1 when an
+    /// inconsistency is found (--fix repairs each, atomically per job).
+    Audit {
+        /// Repair every inconsistency found, then audit again.
+        #[arg(long)]
+        fix: bool,
+    },
     /// Dead letters: list, show, retry (atomically back into their queue), purge.
     #[command(subcommand)]
     Dead(DeadCommand),
@@ -320,6 +328,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Queues => queues::queues(g).await,
         Command::Actors => actors::actors(g).await,
         Command::Dead(cmd) => dead::dead(g, cmd).await,
+        Command::Audit { fix } => audit::audit(g, *fix).await,
         Command::Requeue(args) => requeue::requeue(g, args).await,
     }
 }

@@ -214,6 +214,17 @@ fn every_builder_follows_its_lua_header() {
             ),
         ),
         (
+            Function::Fix,
+            fix(
+                &keys,
+                Repair::StaleEntry {
+                    stream: &stream,
+                    entry: "1-0",
+                    job: "j1",
+                },
+            ),
+        ),
+        (
             Function::Dead,
             dead(
                 &keys,

@@ -16,6 +16,7 @@ mod complete;
 mod dead;
 mod expire;
 mod fetch;
+mod fix;
 mod promote;
 mod recover;
 mod renew;
@@ -33,6 +34,7 @@ pub use complete::{CompleteBatch, Ending, Leased};
 pub use dead::{dead, DeadAction};
 pub use expire::expire;
 pub use fetch::fetch;
+pub use fix::{fix, Repair};
 pub use promote::promote;
 pub use recover::{recover, Recovery};
 pub use renew::renew;
@@ -48,7 +50,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "16"
+        "17"
     };
 }
 
@@ -83,10 +85,11 @@ pub enum Function {
     Expire,
     Dead,
     Requeue,
+    Fix,
 }
 
 impl Function {
-    pub const ALL: [Function; 14] = [
+    pub const ALL: [Function; 15] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -101,6 +104,7 @@ impl Function {
         Function::Expire,
         Function::Dead,
         Function::Requeue,
+        Function::Fix,
     ];
 
     /// The name without library and version, as the Lua source defines it (`hero_<short>`).
@@ -120,6 +124,7 @@ impl Function {
             Function::Expire => "expire",
             Function::Dead => "dead",
             Function::Requeue => "requeue",
+            Function::Fix => "fix",
         }
     }
 
@@ -140,6 +145,7 @@ impl Function {
             Function::Expire => versioned!("expire"),
             Function::Dead => versioned!("dead"),
             Function::Requeue => versioned!("requeue"),
+            Function::Fix => versioned!("fix"),
         }
     }
 
@@ -159,6 +165,7 @@ impl Function {
             Function::Expire => include_str!("expire.lua"),
             Function::Dead => include_str!("dead.lua"),
             Function::Requeue => include_str!("requeue.lua"),
+            Function::Fix => include_str!("fix.lua"),
         }
     }
 

@@ -4,11 +4,13 @@
 //! next reader to join. Each costs Redis O(queues + workers), never O(jobs), except listing.
 
 mod actors;
+mod audit;
 mod dead;
 mod events;
 mod queues;
 
 pub use actors::{Actor, Holding};
+pub use audit::{AuditReport, Class, Finding};
 pub use dead::DeadLetter;
 pub use events::{Event, EventFilter, EventFollower};
 pub use queues::{Histogram, QueueStats};

@@ -521,3 +521,23 @@ pub async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration)
     })
     .await;
 }
+
+/// Waits (bounded) until the audit finds the namespace `hero` at `url` consistent, as it must
+/// once the broker has had its recovery pass after a crash; panics with what it found else.
+pub async fn audit_consistent(url: &str, limit: Duration) -> hero_client::inspect::AuditReport {
+    let client = hero_client::Client::connect(url).await.expect("connect");
+    let inspector = client.inspector();
+    let deadline = Instant::now() + limit;
+    loop {
+        let report = inspector.audit(&|_: &str| {}).await.expect("audit");
+        if report.is_consistent() {
+            return report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the audit still finds inconsistencies after {limit:?}: {:#?}",
+            report.inconsistencies().collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
