@@ -1,5 +1,5 @@
-#!lua name=hero_v17
-local VERSION = '17'
+#!lua name=hero_v18
+local VERSION = '18'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -156,7 +156,7 @@ end
 
 -- The event log: every change of a job's state is logged by the call that makes it (so there is no
 -- event without its change, and no change without its event), in a stream capped at about
--- `events_max` entries (a broker setting, 100000 by default; 0 turns the log off). An entry has
+-- `events_max` entries (a broker setting, 10000 by default; 0 turns the log off). An entry has
 -- `e` the event, `j` the job id and, where they apply, `q` the work stream, `w` the worker
 -- (consumer name, or a legacy worker id), `a` the attempt, `r` the reason or detail, `d` the time
 -- (ms) a waiting job is due. The entry id is the time of the change.
@@ -165,7 +165,7 @@ end
 -- entry per job cost Redis ~20 k instructions a job per event (a third more for the worker path);
 -- a shared one costs ~1 k.
 local function event_log(key, cfg)
-  local max = setting_arg(cfg, 'events_max', 100000)
+  local max = setting_arg(cfg, 'events_max', 10000)
   if max == '0' then return false end
   return { key = key, max = max }
 end
@@ -285,6 +285,115 @@ local function flush_stats(st)
   st.inc, st.order, st.minute, st.morder, st.hists = {}, {}, {}, {}, nil
 end
 
+-- What a submitted record may hold, and the form of each value: the checks a worker's decoder
+-- makes (docs/protocol.md §3), made at submit so that a bad job from any language fails there,
+-- loudly, before anything of its batch is written. A field named `x_...` or `x-...` is an
+-- extension, stored and ignored. The system's own fields (status, attempts, lease, ...) are the
+-- functions' to write.
+local SUBMIT_FIELDS = {
+  id = 'text', script = 'text', script_type = 'name', group = 'name', instance = 'name',
+  priority = 'level', timeout = 'count', retries = 'count', concurrent = 'bool', reply = 'reply',
+  created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
+  dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
+  context_id = 'text', log_path = 'text',
+}
+
+-- Why the value `v` is not of form `kind` (nil when it is).
+local function bad_value(kind, v)
+  if kind == 'text' then return nil end
+  if kind == 'name' then
+    if #v < 1 or #v > 64 or not string.match(v, '^[%w_%-]+$') then
+      return 'is not 1-64 characters of [A-Za-z0-9_-]'
+    end
+  elseif kind == 'level' then
+    if not string.match(v, '^%d$') then return 'is not a priority level 0 to 9' end
+  elseif kind == 'count' then
+    if not string.match(v, '^%d+$') then return 'is not a whole number' end
+  elseif kind == 'bool' then
+    if v ~= 'true' and v ~= 'false' then return 'is not true or false' end
+  elseif kind == 'reply' then
+    if v ~= '1' and v ~= '' then return 'is not 1' end
+  elseif kind == 'time' then
+    if not string.match(v, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d') then
+      return 'is not an RFC 3339 timestamp'
+    end
+  elseif v ~= '' then
+    local ok, t = pcall(cjson.decode, v)
+    if not ok or type(t) ~= 'table' then return 'is not JSON ' .. kind end
+    local n = 0
+    for k, x in pairs(t) do
+      n = n + 1
+      if type(x) ~= 'string' then return 'holds a value that is not a string' end
+      if kind == 'object' and type(k) ~= 'string' then return 'is not a JSON object' end
+    end
+    if kind == 'list' and n ~= #t then return 'is not a JSON array' end
+  end
+  return nil
+end
+
+-- The parts of a work stream key, `<prefix>:q:work:type:<t>[:group:<g>[:inst:<i>]][:prio:<p>]`,
+-- as { prefix, type, group, instance, priority } (group, instance false when absent; priority
+-- '5' when absent), or false when the key is not of this form. Parsed once per stream per call.
+local function stream_parts(stream)
+  local prefix, rest = string.match(stream, '^(.*):q:work:type:(.+)$')
+  if not prefix then return false end
+  local p = { prefix = prefix, group = false, instance = false, priority = '5' }
+  local path, prio = string.match(rest, '^(.-):prio:(%d)$')
+  if path then rest, p.priority = path, prio end
+  local t, g = string.match(rest, '^([^:]+):group:(.+)$')
+  if t then
+    p.type = t
+    local g2, i = string.match(g, '^([^:]+):inst:([^:]+)$')
+    if g2 then p.group, p.instance = g2, i else p.group = g end
+  else
+    p.type = rest
+  end
+  return p
+end
+
+-- Why the record of one submitted job is refused (nil when it is fine): `args` from `from` to
+-- `to` are its field/value pairs, `stream` its work stream; `parsed` caches stream_parts
+-- per stream for the call. Written out for the common case, a few fields of plain text: a table
+-- or a string built per job here cost Redis several thousand instructions a job.
+local function refuse(job_id, stream, args, from, to, parsed)
+  local script, stype, grp, inst, prio = nil, nil, false, false, '5'
+  for k = from, to, 2 do
+    local name, v = args[k], args[k + 1]
+    local kind = SUBMIT_FIELDS[name]
+    if not kind then
+      local p = string.sub(name, 1, 2)
+      if p ~= 'x_' and p ~= 'x-' then
+        return 'field `' .. name .. '` is not a field a submit may write (an extension is named x_...)'
+      end
+    else
+      if kind ~= 'text' then
+        local why = bad_value(kind, v)
+        if why then return 'field `' .. name .. '` ' .. why end
+      end
+      if name == 'script' then script = v
+      elseif name == 'script_type' then stype = v
+      elseif name == 'group' then grp = v
+      elseif name == 'instance' then inst = v
+      elseif name == 'priority' then prio = v
+      elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
+      end
+    end
+  end
+  if not script then return 'field `script` is missing' end
+  if not stype then return 'field `script_type` is missing' end
+  if inst and not grp then return 'field `instance` needs a `group`' end
+  local p = parsed[stream]
+  if p == nil then
+    p = stream_parts(stream)
+    parsed[stream] = p
+  end
+  if not p or p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
+    return 'its stream ' .. stream .. ' is not the queue its record names (type ' .. stype ..
+      ', group ' .. tostring(grp) .. ', instance ' .. tostring(inst) .. ', priority ' .. prio .. ')'
+  end
+  return nil
+end
+
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
 -- (the broker published the legacy reply prefix), the bare text on the legacy list
 -- `hero:reply:<id>` that seed-001 callers BLPOP.
@@ -398,7 +507,9 @@ end
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
 -- is idempotent).
 -- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
--- not in pairs; then nothing is written.
+-- not in pairs; HERO_INVALID_JOB when a record is one a worker would refuse (see refuse in the
+-- prelude: an unknown field, a value of the wrong form, a stream other than the one the record
+-- names); then nothing of the batch is written.
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
@@ -408,11 +519,16 @@ local function hero_submit(keys, args)
   end
   -- check the whole batch before the first write
   local at = {}
+  local parsed = {} -- stream -> its parts (see stream_parts)
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
+    end
+    local why = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    if why then
+      return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
     end
     at[i] = pos
     pos = pos + 3 + count
@@ -1576,18 +1692,18 @@ local function hero_fix(keys, args)
   return redis.error_reply('HERO_BAD_ARG unknown repair ' .. tostring(what))
 end
 
-redis.register_function('hero_v17_version', hero_version)
-redis.register_function('hero_v17_submit', hero_submit)
-redis.register_function('hero_v17_fetch', hero_fetch)
-redis.register_function('hero_v17_complete', hero_complete)
-redis.register_function('hero_v17_renew', hero_renew)
-redis.register_function('hero_v17_stop', hero_stop)
-redis.register_function('hero_v17_recover', hero_recover)
-redis.register_function('hero_v17_promote', hero_promote)
-redis.register_function('hero_v17_bridge_in', hero_bridge_in)
-redis.register_function('hero_v17_bridge_out', hero_bridge_out)
-redis.register_function('hero_v17_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v17_expire', hero_expire)
-redis.register_function('hero_v17_dead', hero_dead)
-redis.register_function('hero_v17_requeue', hero_requeue)
-redis.register_function('hero_v17_fix', hero_fix)
+redis.register_function('hero_v18_version', hero_version)
+redis.register_function('hero_v18_submit', hero_submit)
+redis.register_function('hero_v18_fetch', hero_fetch)
+redis.register_function('hero_v18_complete', hero_complete)
+redis.register_function('hero_v18_renew', hero_renew)
+redis.register_function('hero_v18_stop', hero_stop)
+redis.register_function('hero_v18_recover', hero_recover)
+redis.register_function('hero_v18_promote', hero_promote)
+redis.register_function('hero_v18_bridge_in', hero_bridge_in)
+redis.register_function('hero_v18_bridge_out', hero_bridge_out)
+redis.register_function('hero_v18_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v18_expire', hero_expire)
+redis.register_function('hero_v18_dead', hero_dead)
+redis.register_function('hero_v18_requeue', hero_requeue)
+redis.register_function('hero_v18_fix', hero_fix)

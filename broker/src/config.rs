@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-/// The event log's default cap: at 3 entries a job, the last ~33,000 jobs' histories, ~6 MB.
-pub const DEFAULT_EVENTS_MAX: u64 = 100_000;
+/// The event log's default cap, in entries. An entry holds one job's event, or those of all the
+/// jobs of one call (up to a few hundred): 10,000 entries keep the last ~10,000 to ~250,000
+/// job events in at most ~10 MB.
+pub const DEFAULT_EVENTS_MAX: u64 = 10_000;
 
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {

@@ -89,17 +89,25 @@ impl From<redis::RedisError> for Error {
 /// Error codes the functions raise as `HERO_<CODE> message`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServerCode {
+    /// The call's arguments do not describe what the function takes.
     BadArg,
     JobNotFound,
+    /// A submitted record is one a worker would refuse.
+    InvalidJob,
 }
 
 impl ServerCode {
-    pub const ALL: [ServerCode; 2] = [ServerCode::BadArg, ServerCode::JobNotFound];
+    pub const ALL: [ServerCode; 3] = [
+        ServerCode::BadArg,
+        ServerCode::JobNotFound,
+        ServerCode::InvalidJob,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ServerCode::BadArg => "HERO_BAD_ARG",
             ServerCode::JobNotFound => "HERO_JOB_NOT_FOUND",
+            ServerCode::InvalidJob => "HERO_INVALID_JOB",
         }
     }
 

@@ -20,7 +20,9 @@
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
 -- is idempotent).
 -- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
--- not in pairs; then nothing is written.
+-- not in pairs; HERO_INVALID_JOB when a record is one a worker would refuse (see refuse in the
+-- prelude: an unknown field, a value of the wrong form, a stream other than the one the record
+-- names); then nothing of the batch is written.
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
@@ -30,11 +32,16 @@ local function hero_submit(keys, args)
   end
   -- check the whole batch before the first write
   local at = {}
+  local parsed = {} -- stream -> its parts (see stream_parts)
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
+    end
+    local why = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    if why then
+      return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
     end
     at[i] = pos
     pos = pos + 3 + count

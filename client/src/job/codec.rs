@@ -100,7 +100,10 @@ impl Job {
             let k = k.as_ref();
             match field_slot(k) {
                 Some(i) => slots[i] = Some(v.into()),
-                None if IGNORED_FIELDS.contains(&k) => {}
+                // the bridge's bookkeeping, and extensions (`x_...`, `x-...`) a producer added
+                None if IGNORED_FIELDS.contains(&k)
+                    || k.starts_with("x_")
+                    || k.starts_with("x-") => {}
                 None => {
                     unknown.get_or_insert_with(|| k.to_string());
                 }

@@ -60,9 +60,11 @@ async fn submit_takes_a_batch_and_refuses_a_malformed_one_whole() {
     bad.arg(CONSUMER_GROUP)
         .arg("b1")
         .arg(0)
-        .arg(2)
+        .arg(4)
         .arg("script")
         .arg("x")
+        .arg("script_type")
+        .arg("osis")
         .arg("b2")
         .arg(0)
         .arg(4)
@@ -126,4 +128,96 @@ async fn submit_many_writes_every_job_in_one_call() {
         .all(|r| r.as_ref().map(|s| s.created).unwrap_or(false)));
     let len: usize = raw.xlen(work_key("v")).await.unwrap();
     assert_eq!(len, 50);
+}
+
+/// What a worker would refuse is refused at submit, from any language: the whole batch, before
+/// anything is written, with the job and the field named.
+#[tokio::test]
+async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its_batch() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let osis = work_key("osis");
+    let raw_submit = |stream: &str, fields: &[(&str, &str)]| {
+        let mut cmd = Function::Submit.unchecked(&[
+            c.keys().delayed(),
+            c.keys().queues(),
+            c.keys().bridge_registry(),
+            c.keys().config(),
+            c.keys().events(),
+            c.keys().stats(),
+            c.keys().job_unchecked("fine"),
+            osis.clone(),
+            c.keys().job_unchecked("bad"),
+            stream.to_string(),
+        ]);
+        let good = [("script", "x"), ("script_type", "osis")];
+        cmd.arg(CONSUMER_GROUP)
+            .arg("fine")
+            .arg(0)
+            .arg(2 * good.len());
+        for (k, v) in good {
+            cmd.arg(k).arg(v);
+        }
+        cmd.arg("bad").arg(0).arg(2 * fields.len());
+        for (k, v) in fields {
+            cmd.arg(*k).arg(*v);
+        }
+        cmd
+    };
+    let base = [("script", "x"), ("script_type", "osis")];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut f = base.to_vec();
+        f.extend_from_slice(extra);
+        f
+    };
+    for (fields, stream, says) in [
+        (with(&[("priority", "12")]), osis.clone(), "`priority`"),
+        (with(&[("timeout", "soon")]), osis.clone(), "`timeout`"),
+        (with(&[("colour", "blue")]), osis.clone(), "`colour`"),
+        (with(&[("tags", "{\"a\":1}")]), osis.clone(), "`tags`"),
+        (with(&[("env_vars", "[1,2]")]), osis.clone(), "`env_vars`"),
+        (
+            with(&[("created_at", "yesterday")]),
+            osis.clone(),
+            "`created_at`",
+        ),
+        (with(&[("status", "finished")]), osis.clone(), "`status`"),
+        (vec![("script", "x")], osis.clone(), "`script_type`"),
+        (
+            with(&[("group", "io")]),
+            osis.clone(),
+            "not the queue its record names",
+        ),
+        (
+            with(&[("priority", "0")]),
+            osis.clone(),
+            "not the queue its record names",
+        ),
+        (
+            base.to_vec(),
+            work_key("other"),
+            "not the queue its record names",
+        ),
+    ] {
+        let err = c
+            .redis()
+            .query::<redis::Value>(&raw_submit(&stream, &fields))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("HERO_INVALID_JOB") && text.contains("job bad") && text.contains(says),
+            "{fields:?}: {text}"
+        );
+        let written: bool = raw.exists(job_key("fine")).await.unwrap();
+        assert!(!written, "nothing of the batch is written ({fields:?})");
+    }
+    // an extension is stored, and a worker's decoder ignores it
+    let ok = raw_submit(&osis, &with(&[("x_colour", "blue"), ("priority", "5")]));
+    let _: redis::Value = c.redis().query(&ok).await.unwrap();
+    let job = c.get(&JobId::new("bad").unwrap()).await.unwrap();
+    assert_eq!(job.script, "x");
+    let colour: String = raw.hget(job_key("bad"), "x_colour").await.unwrap();
+    assert_eq!(colour, "blue");
 }
