@@ -121,6 +121,10 @@ pub struct BenchArgs {
     /// commands called from functions count on their own line too).
     #[arg(long)]
     pub commandstats: bool,
+    /// The event log's cap for our runs, as a broker publishes it (0: the event log off, to
+    /// measure what it costs).
+    #[arg(long, default_value_t = hero_broker::config::DEFAULT_EVENTS_MAX)]
+    pub events_max: u64,
     /// Directory of the peer (its package.json and script).
     #[arg(long, env = "HERO_BENCH_PEER_DIR", default_value = "benches/peer")]
     pub peer_dir: PathBuf,

@@ -222,6 +222,17 @@ impl Ours {
     }
 
     pub async fn run(&self, scenario: Scenario, probe: &Probe) -> Result<Figures> {
+        // the settings a broker would have published (the run starts on an empty Redis)
+        let _: () = self
+            .client
+            .redis()
+            .query(
+                redis::cmd("HSET")
+                    .arg(self.client.keys().config())
+                    .arg("events_max")
+                    .arg(self.args.events_max),
+            )
+            .await?;
         let n = self.args.jobs;
         let mut fig = Figures::default();
         match scenario {
@@ -318,6 +329,7 @@ impl Ours {
         let retention = Duration::from_secs(1);
         let cfg = BrokerConfig {
             retention,
+            events_max: self.args.events_max,
             ..BrokerConfig::default()
         };
         daemon::publish_config(&self.client, &cfg).await?;

@@ -1,0 +1,278 @@
+//! The audit's cross-checks from the other side: job records `dispatched` in no stream or
+//! `started` with no pending entry (each read again before it is reported: the streams were read
+//! first), delayed-set members that are not waiting, reply lists without a TTL, and the dead
+//! letters for the record.
+
+use std::collections::HashSet;
+
+use redis::Value;
+
+use super::{entry_job, AuditReport, Class, Finding, PAGE};
+use crate::error::Result;
+use crate::inspect::Inspector;
+use crate::job::{Placement, PLACEMENT_FIELDS};
+use crate::keys::CONSUMER_GROUP;
+use crate::reply;
+
+impl Inspector {
+    /// Every job record: `dispatched` ones must be in a stream, `started` ones must hold a
+    /// pending entry.
+    pub(super) async fn audit_jobs(
+        &self,
+        queued: &HashSet<String>,
+        pending: &HashSet<(String, String)>,
+        report: &mut AuditReport,
+    ) -> Result<()> {
+        let prefix = self.keys.job_prefix();
+        let mut cursor = "0".to_string();
+        let mut fields = vec!["status", "lease", "bridge"];
+        fields.extend(PLACEMENT_FIELDS);
+        loop {
+            let (next, keys): (String, Vec<String>) = self
+                .redis
+                .query(
+                    redis::cmd("SCAN")
+                        .arg(&cursor)
+                        .arg("MATCH")
+                        .arg(self.keys.job_pattern())
+                        .arg("COUNT")
+                        .arg(PAGE)
+                        .arg("TYPE")
+                        .arg("hash"),
+                )
+                .await?;
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.cmd("HMGET").arg(k).arg(&fields);
+            }
+            let rows = if keys.is_empty() {
+                Vec::new()
+            } else {
+                self.redis.pipeline(&pipe).await?
+            };
+            let mut candidates = Vec::new();
+            for (key, row) in keys.iter().zip(rows) {
+                let Some(id) = key.strip_prefix(&prefix) else {
+                    continue;
+                };
+                let vals: Vec<Option<String>> = row
+                    .ok()
+                    .and_then(|v| redis::from_redis_value(v).ok())
+                    .unwrap_or_default();
+                let get = |i: usize| vals.get(i).cloned().flatten();
+                let bridged = get(2).is_some_and(|b| !b.is_empty());
+                let stream = Placement::read(&vals[3.min(vals.len())..])
+                    .map(|p| self.keys.work(&p.target, p.priority));
+                match (get(0).as_deref(), get(1), stream) {
+                    (Some("dispatched"), _, Some(stream)) if !queued.contains(id) && !bridged => {
+                        let mut f = Finding::new(Class::Lost, &stream);
+                        f.job = Some(id.to_string());
+                        f.detail = "dispatched, but no stream entry names it".into();
+                        candidates.push(f);
+                    }
+                    (Some("started"), Some(lease), Some(stream))
+                        if !lease.is_empty()
+                            && !pending.contains(&(stream.clone(), lease.clone()))
+                            && !bridged =>
+                    {
+                        let mut f = Finding::new(Class::Unleased, &stream);
+                        f.job = Some(id.to_string());
+                        f.entry = Some(lease);
+                        f.detail =
+                            "started, but its lease is not pending: nothing would recover it"
+                                .into();
+                        candidates.push(f);
+                    }
+                    _ => {}
+                }
+            }
+            // The streams were read before the records: a job queued or fetched since looks lost
+            // or unleased. Read again what could have changed, and report only what still is.
+            for f in candidates {
+                if self.still_so(&f).await? {
+                    report.findings.push(f);
+                }
+            }
+            if next == "0" {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// Whether a `Lost` or `Unleased` finding still holds now.
+    async fn still_so(&self, f: &Finding) -> Result<bool> {
+        let job = f.job.clone().unwrap_or_default();
+        match f.class {
+            Class::Lost => {
+                let status: Option<String> = self
+                    .redis
+                    .query(
+                        redis::cmd("HGET")
+                            .arg(self.keys.job_unchecked(&job))
+                            .arg("status"),
+                    )
+                    .await?;
+                if status.as_deref() != Some("dispatched") {
+                    return Ok(false);
+                }
+                // a look at the whole stream again: an entry added since the first read
+                let mut start = "-".to_string();
+                loop {
+                    let page: Value = self
+                        .redis
+                        .query(
+                            redis::cmd("XRANGE")
+                                .arg(&f.key)
+                                .arg(&start)
+                                .arg("+")
+                                .arg("COUNT")
+                                .arg(PAGE),
+                        )
+                        .await
+                        .unwrap_or(Value::Nil);
+                    let entries = reply::array(&page).unwrap_or(&[]);
+                    if entries
+                        .iter()
+                        .any(|e| entry_job(e).as_deref() == Some(job.as_str()))
+                    {
+                        return Ok(false);
+                    }
+                    if entries.len() < PAGE {
+                        return Ok(true);
+                    }
+                    match entries.last().and_then(|e| {
+                        reply::array(e)
+                            .ok()?
+                            .first()
+                            .and_then(|i| reply::text(i).ok())
+                    }) {
+                        Some(last) => start = format!("({last}"),
+                        None => return Ok(true),
+                    }
+                }
+            }
+            Class::Unleased => {
+                let f2: Vec<Option<String>> = self
+                    .redis
+                    .query(
+                        redis::cmd("HMGET")
+                            .arg(self.keys.job_unchecked(&job))
+                            .arg(&["status", "lease"]),
+                    )
+                    .await?;
+                let lease = f2.get(1).cloned().flatten().unwrap_or_default();
+                if f2.first().cloned().flatten().as_deref() != Some("started") || lease.is_empty() {
+                    return Ok(false);
+                }
+                let p: Value = self
+                    .redis
+                    .query(
+                        redis::cmd("XPENDING")
+                            .arg(&f.key)
+                            .arg(CONSUMER_GROUP)
+                            .arg(&lease)
+                            .arg(&lease)
+                            .arg(1),
+                    )
+                    .await
+                    .unwrap_or(Value::Nil);
+                Ok(reply::array(&p).map(<[Value]>::is_empty).unwrap_or(true))
+            }
+            _ => Ok(true),
+        }
+    }
+
+    pub(super) async fn audit_rest(&self, report: &mut AuditReport) -> Result<()> {
+        // delayed-set members whose job is not waiting
+        let mut start = 0usize;
+        loop {
+            let ids: Vec<String> = self
+                .redis
+                .query(
+                    redis::cmd("ZRANGE")
+                        .arg(self.keys.delayed())
+                        .arg(start)
+                        .arg(start + PAGE - 1),
+                )
+                .await?;
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                pipe.cmd("HGET")
+                    .arg(self.keys.job_unchecked(id))
+                    .arg("status");
+            }
+            let rows = if ids.is_empty() {
+                Vec::new()
+            } else {
+                self.redis.pipeline(&pipe).await?
+            };
+            for (id, r) in ids.iter().zip(rows) {
+                let status = r.ok().and_then(|v| reply::text(&v).ok());
+                if status.as_deref() != Some("waiting") {
+                    let mut f = Finding::new(Class::StaleDelay, &self.keys.delayed());
+                    f.job = Some(id.clone());
+                    f.detail = format!("the job is {}", status.unwrap_or_else(|| "gone".into()));
+                    report.findings.push(f);
+                }
+            }
+            if ids.len() < PAGE {
+                break;
+            }
+            start += PAGE;
+        }
+        // reply lists that will never expire
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys): (String, Vec<String>) = self
+                .redis
+                .query(
+                    redis::cmd("SCAN")
+                        .arg(&cursor)
+                        .arg("MATCH")
+                        .arg(format!("{}*", self.keys.reply_prefix()))
+                        .arg("COUNT")
+                        .arg(PAGE)
+                        .arg("TYPE")
+                        .arg("list"),
+                )
+                .await?;
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.cmd("PTTL").arg(k);
+            }
+            let rows = if keys.is_empty() {
+                Vec::new()
+            } else {
+                self.redis.pipeline(&pipe).await?
+            };
+            for (k, r) in keys.iter().zip(rows) {
+                if r.ok().and_then(|v| reply::int(&v).ok()) == Some(-1) {
+                    let mut f = Finding::new(Class::ReplyWithoutTtl, k);
+                    f.detail = "a reply list without a TTL".into();
+                    report.findings.push(f);
+                }
+            }
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        // dead letters, for the record
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.dead_letters(cursor.as_deref(), PAGE).await?;
+            for d in &page {
+                let mut f = Finding::new(Class::Dead, &d.queue);
+                f.entry = Some(d.entry.clone());
+                f.job = Some(d.job_id.clone());
+                f.detail.clone_from(&d.reason);
+                report.findings.push(f);
+            }
+            if page.len() < PAGE {
+                return Ok(());
+            }
+            cursor = page.last().map(|d| d.entry.clone());
+        }
+    }
+}
