@@ -38,6 +38,8 @@ const METRICS: &[Metric] = &[
     m("presence_ttl_s", "presence TTL s", false),
     m("bytes_per_waiting_job", "Redis bytes/waiting job", false),
     m("after_drain_pct", "after drain vs baseline %", false),
+    m("event_log_bytes_per_job", "event log bytes/job", false),
+    m("event_log_mb", "event log MB (at its cap)", false),
 ];
 
 /// Named figures of one run.

@@ -68,6 +68,16 @@ impl Client {
         &self.keys
     }
 
+    /// The control list of the worker whose `worker_id` is `worker`, for a job queued at `at`;
+    /// `None` when `worker` names no worker of ours (a legacy one, or none).
+    pub(crate) fn control_list(&self, at: &Placement, worker: &str) -> Option<String> {
+        let c = ConsumerName::parse(worker).ok()?;
+        Some(
+            self.keys
+                .ctl_instance(&at.target.script_type, &c.group, &c.instance),
+        )
+    }
+
     /// The read side of the same namespace: listings (and, later, stats and the audit).
     pub fn inspector(&self) -> crate::inspect::Inspector {
         crate::inspect::Inspector::new(self.redis.clone(), self.keys.clone())
@@ -230,14 +240,9 @@ impl Client {
                 Some(p) => self.keys.work(&p.target, p.priority),
                 None => key.clone(),
             };
-            let ctl = match (ConsumerName::parse(&worker), &placement) {
-                (Ok(c), Some(p)) => Some(self.keys.ctl_instance(
-                    &p.target.script_type,
-                    &c.group,
-                    &c.instance,
-                )),
-                _ => None,
-            };
+            let ctl = placement
+                .as_ref()
+                .and_then(|p| self.control_list(p, &worker));
             let seen = ctl.as_deref().map(|ctl| (ctl, worker.as_str()));
             let cmd = function::stop(
                 &self.keys,

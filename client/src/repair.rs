@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::function::{self, DeadAction, Repair};
 use crate::inspect::{Class, DeadLetter, Finding};
 use crate::job::{Placement, PLACEMENT_FIELDS};
-use crate::name::{ConsumerName, JobId};
+use crate::name::JobId;
 use crate::reply;
 
 /// Dead letters per call: a call runs alone in Redis, so it stays short.
@@ -98,10 +98,7 @@ impl Client {
                 .cloned()
                 .flatten()
                 .unwrap_or_default();
-            let ctl = ConsumerName::parse(&worker).ok().map(|c| {
-                self.keys()
-                    .ctl_instance(&current.target.script_type, &c.group, &c.instance)
-            });
+            let ctl = self.control_list(&current, &worker);
             let seen = ctl.as_deref().map(|c| (c, worker.as_str()));
             let from = self.keys().work(&current.target, current.priority);
             let cmd = function::requeue(

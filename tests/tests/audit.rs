@@ -2,12 +2,11 @@
 //! leaves the audit clean with no job lost or run twice.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
 use hero_client::{Client, NewJob};
-use hero_testkit::{binary, job_key, keys, work_key, InProcBroker, InProcWorker, RedisServer};
+use hero_testkit::{job_key, keys, work_key, InProcBroker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 use redis::AsyncCommands;
 
@@ -16,15 +15,9 @@ fn audit(url: &str, fix: bool) -> (i32, serde_json::Value) {
     if fix {
         args.push("--fix");
     }
-    let out = Command::new(binary("hero"))
-        .args(&args)
-        .env("HERO_REDIS_URL", url)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v = serde_json::from_str(text.trim())
-        .unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
-    (out.status.code().unwrap_or(-1), v)
+    let (code, text, err) = hero_testkit::hero_cli(url, &args);
+    let v = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text} {err}"));
+    (code, v)
 }
 
 /// Leases the next entry of `stream` to `consumer` (a plain XREADGROUP, as a fetch would).

@@ -11,13 +11,7 @@ use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
 
 fn worker(url: &str, label: &str, sleep_ms: &str) -> Proc {
-    let args = [
-        "--url",
-        url,
-        "--types",
-        "t",
-        "--label",
-        label,
+    let flags = [
         "--presence-ms",
         "1000",
         "--lease-ms",
@@ -25,7 +19,7 @@ fn worker(url: &str, label: &str, sleep_ms: &str) -> Proc {
         "--sleep-ms",
         sleep_ms,
     ];
-    Proc::spawn(&binary("hero-test-worker"), &args, &[], None)
+    hero_testkit::test_worker(url, "t", label, &flags)
 }
 
 #[tokio::test]

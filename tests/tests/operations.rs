@@ -2,28 +2,15 @@
 //! `hero status --history`, `hero dead list|show|retry|purge`, `hero jobs`, `hero submit --file`,
 //! each as a table and as `--json`, and a clear non-zero exit for bad arguments.
 
-use std::process::Command;
 use std::time::Duration;
 
 use hero_client::function::Recovery;
 use hero_client::recovery::recover_stream;
 use hero_client::{Client, JobId, NewJob, Status};
-use hero_testkit::{binary, keys, work_key, InProcWorker, RedisServer};
+use hero_testkit::{keys, work_key, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 
-/// `hero --json <args>` against `url`: (exit code, stdout, stderr).
-fn hero(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(binary("hero"))
-        .args(args)
-        .env("HERO_REDIS_URL", url)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use hero_testkit::hero_cli as hero;
 
 fn json(url: &str, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json"];
@@ -272,6 +259,7 @@ async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
     assert!(!exists, "a purged letter's job is deleted");
     let (code, _, err) = hero(&url, &["dead", "show", "d2"]);
     assert_eq!(code, 2, "{err}");
+    hero_testkit::audit_consistent(&url, Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
@@ -389,4 +377,14 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
     let (code, _, err) = hero(&url, &["requeue", "nobody"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("not found"), "{err}");
+    // the slow consumer goes away as a worker does on exit; then nothing is out of place
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("DELCONSUMER")
+        .arg(&old)
+        .arg(hero_client::keys::CONSUMER_GROUP)
+        .arg("g:slow:1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    hero_testkit::audit_consistent(&url, Duration::from_secs(10)).await;
 }

@@ -12,9 +12,7 @@ use hero_testkit::{all_finished, binary, InProcBroker, Proc, RedisServer};
 use redis::AsyncCommands;
 
 fn test_worker(url: &str, label: &str, extra: &[&str]) -> Proc {
-    let mut args = vec!["--url", url, "--types", "t", "--label", label];
-    args.extend_from_slice(extra);
-    Proc::spawn(&binary("hero-test-worker"), &args, &[], None)
+    hero_testkit::test_worker(url, "t", label, extra)
 }
 
 fn broker_config(lease: Duration) -> BrokerConfig {

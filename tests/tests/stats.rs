@@ -7,16 +7,10 @@ use std::time::Duration;
 use hero_broker::config::BrokerConfig;
 use hero_client::job::{Placement, PLACEMENT_FIELDS};
 use hero_client::{Client, JobId, NewJob, StopOutcome};
-use hero_testkit::{binary, wait_for, work_key, InProcBroker, Proc, RedisServer};
+use hero_testkit::{wait_for, work_key, InProcBroker, Proc, RedisServer};
 
 fn worker(url: &str, label: &str, types: &str, concurrency: &str, sleep_ms: &str) -> Proc {
-    let args = [
-        "--url",
-        url,
-        "--types",
-        types,
-        "--label",
-        label,
+    let flags = [
         "--concurrency",
         concurrency,
         "--presence-ms",
@@ -26,7 +20,7 @@ fn worker(url: &str, label: &str, types: &str, concurrency: &str, sleep_ms: &str
         "--sleep-ms",
         sleep_ms,
     ];
-    Proc::spawn(&binary("hero-test-worker"), &args, &[], None)
+    hero_testkit::test_worker(url, types, label, &flags)
 }
 
 #[tokio::test]

@@ -180,6 +180,19 @@ impl Function {
     }
 }
 
+/// The control list and `worker_id` of the worker a caller saw running a job, as `hero_stop`
+/// and `hero_requeue` take them. With none seen, a key surely of the namespace's slot (the
+/// config hash) stands in for the list, and the worker is ''.
+fn seen_control<'a>(
+    keys: &crate::keys::Keyspace,
+    seen: Option<(&str, &'a str)>,
+) -> (String, &'a str) {
+    match seen {
+        Some((ctl, worker)) => (ctl.to_string(), worker),
+        None => (keys.config(), ""),
+    }
+}
+
 /// `hero_version`: the version of the library on the server (a missing function means none).
 pub fn version() -> Call {
     Call::new(Function::Version, 0)

@@ -20,10 +20,7 @@ pub fn requeue(
     xackdel: &str,
 ) -> Call {
     let config = keys.config();
-    let (ctl, worker) = match seen {
-        Some((ctl, worker)) => (ctl.to_string(), worker),
-        None => (config.clone(), ""),
-    };
+    let (ctl, worker) = super::seen_control(keys, seen);
     let t = &to.target;
     let mut c = Call::new(Function::Requeue, 9);
     c.key("job hash", keys.job(id))

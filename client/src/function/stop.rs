@@ -17,11 +17,7 @@ pub fn stop(
     xackdel: &str,
 ) -> Call {
     let config = keys.config();
-    // With no worker seen, a key that is surely of this slot stands in for the control list.
-    let (ctl, worker) = match seen {
-        Some((ctl, worker)) => (ctl.to_string(), worker),
-        None => (config.clone(), ""),
-    };
+    let (ctl, worker) = super::seen_control(keys, seen);
     let mut c = Call::new(Function::Stop, 9);
     c.key("job hash", keys.job(id))
         .key("its work stream", stream)

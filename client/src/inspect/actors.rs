@@ -54,16 +54,8 @@ impl Inspector {
         let mut presence: BTreeMap<String, serde_json::Value> = BTreeMap::new();
         let mut cursor = "0".to_string();
         loop {
-            let (next, keys): (String, Vec<String>) = self
-                .redis
-                .query(
-                    redis::cmd("SCAN")
-                        .arg(&cursor)
-                        .arg("MATCH")
-                        .arg(self.keys.presence_pattern())
-                        .arg("COUNT")
-                        .arg(1000),
-                )
+            let (next, keys) = self
+                .scan_page(&cursor, &self.keys.presence_pattern(), 1000, None)
                 .await?;
             if !keys.is_empty() {
                 let mut pipe = redis::pipe();

@@ -128,6 +128,27 @@ impl Inspector {
         Inspector { redis, keys }
     }
 
+    /// One SCAN page of the keys matching `pattern` (of `kind` when given): the next cursor
+    /// ("0" at the end) and the keys. Every reader walks the keyspace this way, never KEYS.
+    pub(crate) async fn scan_page(
+        &self,
+        cursor: &str,
+        pattern: &str,
+        count: usize,
+        kind: Option<&str>,
+    ) -> Result<(String, Vec<String>)> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(count);
+        if let Some(kind) = kind {
+            cmd.arg("TYPE").arg(kind);
+        }
+        self.redis.query(&cmd).await
+    }
+
     /// One page of jobs; start with `cursor` `None`, continue with the page's `next`.
     pub async fn list(
         &self,
@@ -171,17 +192,12 @@ impl Inspector {
             }
             ListFilter::Status(_) | ListFilter::All => {
                 let prefix = self.keys.job_prefix();
-                let (next, keys): (String, Vec<String>) = self
-                    .redis
-                    .query(
-                        redis::cmd("SCAN")
-                            .arg(cursor.unwrap_or("0"))
-                            .arg("MATCH")
-                            .arg(self.keys.job_pattern())
-                            .arg("COUNT")
-                            .arg(limit)
-                            .arg("TYPE")
-                            .arg("hash"),
+                let (next, keys) = self
+                    .scan_page(
+                        cursor.unwrap_or("0"),
+                        &self.keys.job_pattern(),
+                        limit,
+                        Some("hash"),
                     )
                     .await?;
                 let ids = keys

@@ -541,3 +541,25 @@ pub async fn audit_consistent(url: &str, limit: Duration) -> hero_client::inspec
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A `hero-test-worker` process serving `types`, its answers labelled `label`, with `extra`
+/// flags (`--concurrency 2`, `--sleep-ms 5`, ...).
+pub fn test_worker(url: &str, types: &str, label: &str, extra: &[&str]) -> Proc {
+    let mut args = vec!["--url", url, "--types", types, "--label", label];
+    args.extend_from_slice(extra);
+    Proc::spawn(&binary("hero-test-worker"), &args, &[], None)
+}
+
+/// `hero <args>` against `url`: (exit code, stdout, stderr).
+pub fn hero_cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(binary("hero"))
+        .args(args)
+        .env("HERO_REDIS_URL", url)
+        .output()
+        .expect("run hero");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -28,18 +28,8 @@ impl Inspector {
         let mut fields = vec!["status", "lease", "bridge"];
         fields.extend(PLACEMENT_FIELDS);
         loop {
-            let (next, keys): (String, Vec<String>) = self
-                .redis
-                .query(
-                    redis::cmd("SCAN")
-                        .arg(&cursor)
-                        .arg("MATCH")
-                        .arg(self.keys.job_pattern())
-                        .arg("COUNT")
-                        .arg(PAGE)
-                        .arg("TYPE")
-                        .arg("hash"),
-                )
+            let (next, keys) = self
+                .scan_page(&cursor, &self.keys.job_pattern(), PAGE, Some("hash"))
                 .await?;
             let mut pipe = redis::pipe();
             for k in &keys {
@@ -224,17 +214,12 @@ impl Inspector {
         // reply lists that will never expire
         let mut cursor = "0".to_string();
         loop {
-            let (next, keys): (String, Vec<String>) = self
-                .redis
-                .query(
-                    redis::cmd("SCAN")
-                        .arg(&cursor)
-                        .arg("MATCH")
-                        .arg(format!("{}*", self.keys.reply_prefix()))
-                        .arg("COUNT")
-                        .arg(PAGE)
-                        .arg("TYPE")
-                        .arg("list"),
+            let (next, keys) = self
+                .scan_page(
+                    &cursor,
+                    &format!("{}*", self.keys.reply_prefix()),
+                    PAGE,
+                    Some("list"),
                 )
                 .await?;
             let mut pipe = redis::pipe();
