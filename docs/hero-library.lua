@@ -1,5 +1,5 @@
-#!lua name=hero_v18
-local VERSION = '18'
+#!lua name=hero_v19
+local VERSION = '19'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -215,10 +215,13 @@ end
 -- reason), `|retried`, `|recovered`, `|dead`, the gauge `|delayed` (jobs of the stream waiting in
 -- the delayed set), and histograms `<stream>|wait|<b>` (dispatch to start) and `<stream>|run|<b>`
 -- (start to end), where bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms. The counters that
--- make rates are also counted per minute in `<stats hash>:<minute since the epoch>`, which
--- expires after two hours. A call gathers its increments and writes each field once.
-local function stats(key)
-  return { key = key, inc = {}, order = {}, minute = {}, morder = {} }
+-- make rates are also counted per minute in `<stats hash>:<minute>`, the minute as the first 16
+-- characters of the call's now ISO 8601 (`2026-11-23T11:40`: no clock read), which expires two
+-- hours after its first write. A call gathers its increments and writes each field once.
+local function stats(key, now_iso)
+  local minute = nil
+  if now_iso then minute = string.sub(now_iso, 1, 16) end
+  return { key = key, at = minute, inc = {}, order = {}, minute = {}, morder = {} }
 end
 
 local function tally(st, stream, name, n, per_minute)
@@ -270,12 +273,15 @@ local function flush_stats(st)
   for _, f in ipairs(st.order) do
     redis.call('HINCRBY', st.key, f, st.inc[f])
   end
-  if #st.morder > 0 then
-    local minute_key = st.key .. ':' .. math.floor(server_ms() / 60000)
+  if #st.morder > 0 and st.at then
+    local minute_key = st.key .. ':' .. st.at
+    local fresh = false
     for _, f in ipairs(st.morder) do
-      redis.call('HINCRBY', minute_key, f, st.minute[f])
+      -- the field's first write this minute is the one whose total is its own increment: the
+      -- key's TTL is set then, not on every call (a command a call at low rates)
+      if redis.call('HINCRBY', minute_key, f, st.minute[f]) == st.minute[f] then fresh = true end
     end
-    redis.call('EXPIRE', minute_key, 7200)
+    if fresh then redis.call('EXPIRE', minute_key, 7200) end
   end
   for _, h in ipairs(st.hists or {}) do
     for b, n in pairs(h) do
@@ -791,7 +797,7 @@ local function hero_complete(keys, args)
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
-  local st = stats(keys[5])
+  local st = stats(keys[5], now_iso)
   local n = (#keys - 5) / 3
   if n ~= math.floor(n) or #args ~= 5 + 7 * n then
     return redis.error_reply('HERO_BAD_ARG complete takes 5 keys and 5 arguments, then 3 keys and 7 arguments per job')
@@ -959,7 +965,7 @@ local function hero_stop(keys, args)
     if stream == job_key then queue = nil end
     log_event(log, 'stopped', job_id, queue, worker, nil, how)
     if queue then
-      local st = stats(keys[9])
+      local st = stats(keys[9], now_iso)
       tally(st, queue, 'failed', 1, true)
       if f[1] == 'waiting' then tally(st, queue, 'delayed', -1) end
       flush_stats(st)
@@ -1027,7 +1033,7 @@ local function hero_recover(keys, args)
   local how = 'presence'
   if mode == 'idle' then how = 'idle' elseif handback == '1' then how = 'handback' end
   local owners = {} -- entry id -> the consumer that held it
-  local st = stats(keys[6])
+  local st = stats(keys[6], now_iso)
   if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
   local ids, next_cursor = {}, '0-0'
   if mode == 'consumer' then
@@ -1290,7 +1296,7 @@ local function hero_bridge_watch(keys, args)
   local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
   local done = retained(keys[7], now_iso)
   local log = event_log(keys[8], cfg)
-  local st = stats(keys[9])
+  local st = stats(keys[9], now_iso)
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
 
@@ -1692,18 +1698,18 @@ local function hero_fix(keys, args)
   return redis.error_reply('HERO_BAD_ARG unknown repair ' .. tostring(what))
 end
 
-redis.register_function('hero_v18_version', hero_version)
-redis.register_function('hero_v18_submit', hero_submit)
-redis.register_function('hero_v18_fetch', hero_fetch)
-redis.register_function('hero_v18_complete', hero_complete)
-redis.register_function('hero_v18_renew', hero_renew)
-redis.register_function('hero_v18_stop', hero_stop)
-redis.register_function('hero_v18_recover', hero_recover)
-redis.register_function('hero_v18_promote', hero_promote)
-redis.register_function('hero_v18_bridge_in', hero_bridge_in)
-redis.register_function('hero_v18_bridge_out', hero_bridge_out)
-redis.register_function('hero_v18_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v18_expire', hero_expire)
-redis.register_function('hero_v18_dead', hero_dead)
-redis.register_function('hero_v18_requeue', hero_requeue)
-redis.register_function('hero_v18_fix', hero_fix)
+redis.register_function('hero_v19_version', hero_version)
+redis.register_function('hero_v19_submit', hero_submit)
+redis.register_function('hero_v19_fetch', hero_fetch)
+redis.register_function('hero_v19_complete', hero_complete)
+redis.register_function('hero_v19_renew', hero_renew)
+redis.register_function('hero_v19_stop', hero_stop)
+redis.register_function('hero_v19_recover', hero_recover)
+redis.register_function('hero_v19_promote', hero_promote)
+redis.register_function('hero_v19_bridge_in', hero_bridge_in)
+redis.register_function('hero_v19_bridge_out', hero_bridge_out)
+redis.register_function('hero_v19_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v19_expire', hero_expire)
+redis.register_function('hero_v19_dead', hero_dead)
+redis.register_function('hero_v19_requeue', hero_requeue)
+redis.register_function('hero_v19_fix', hero_fix)

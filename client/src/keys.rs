@@ -214,9 +214,10 @@ impl Keyspace {
         format!("{}:meta:stats", self.prefix)
     }
 
-    /// Hash: the counters of one minute (`minute` = ms since the epoch / 60000), fields as in
-    /// [`Keyspace::stats`]; written by the functions (`<stats>:<minute>`), expires after 2 h.
-    pub fn stats_minute(&self, minute: u64) -> String {
+    /// Hash: the counters of one minute (`minute` = the first 16 characters of an RFC 3339
+    /// UTC time, `2026-11-23T11:40`), fields as in [`Keyspace::stats`]; written by the
+    /// functions (`<stats>:<minute>`), expires 2 h after its first write.
+    pub fn stats_minute(&self, minute: &str) -> String {
         format!("{}:meta:stats:{minute}", self.prefix)
     }
 
@@ -432,7 +433,10 @@ mod tests {
             (k.retention(), "hero:meta:retention"),
             (k.events(), "hero:meta:events"),
             (k.stats(), "hero:meta:stats"),
-            (k.stats_minute(29_000_000), "hero:meta:stats:29000000"),
+            (
+                k.stats_minute("2026-11-23T11:40"),
+                "hero:meta:stats:2026-11-23T11:40",
+            ),
             (k.config(), "hero:meta:config"),
             (k.legacy_work_queue("w1"), "hero:work_queue:w1"),
             (k.legacy_actor_queue("osis"), "hero:job:actor_queue:osis"),

@@ -61,7 +61,12 @@ pub(super) async fn dead(g: &Global, cmd: &DeadCommand) -> Result<i32> {
                 bail!("job {id} has no dead letter (see hero dead list)");
             };
             let record = match JobId::new(id) {
-                Ok(jid) => client.get(&jid).await.ok(),
+                Ok(jid) => match client.get(&jid).await {
+                    Ok(job) => Some(job),
+                    Err(hero_client::Error::JobNotFound(_)) => None,
+                    // a record that does not decode is shown as such, the bad field named
+                    Err(e) => bail!("job {id}: {e}; see it field by field with hero status {id}"),
+                },
                 Err(_) => None,
             };
             if g.json {

@@ -35,7 +35,7 @@ local function hero_bridge_watch(keys, args)
   local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
   local done = retained(keys[7], now_iso)
   local log = event_log(keys[8], cfg)
-  local st = stats(keys[9])
+  local st = stats(keys[9], now_iso)
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
 

@@ -41,7 +41,7 @@ local function hero_complete(keys, args)
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
-  local st = stats(keys[5])
+  local st = stats(keys[5], now_iso)
   local n = (#keys - 5) / 3
   if n ~= math.floor(n) or #args ~= 5 + 7 * n then
     return redis.error_reply('HERO_BAD_ARG complete takes 5 keys and 5 arguments, then 3 keys and 7 arguments per job')

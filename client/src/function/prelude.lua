@@ -213,10 +213,13 @@ end
 -- reason), `|retried`, `|recovered`, `|dead`, the gauge `|delayed` (jobs of the stream waiting in
 -- the delayed set), and histograms `<stream>|wait|<b>` (dispatch to start) and `<stream>|run|<b>`
 -- (start to end), where bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms. The counters that
--- make rates are also counted per minute in `<stats hash>:<minute since the epoch>`, which
--- expires after two hours. A call gathers its increments and writes each field once.
-local function stats(key)
-  return { key = key, inc = {}, order = {}, minute = {}, morder = {} }
+-- make rates are also counted per minute in `<stats hash>:<minute>`, the minute as the first 16
+-- characters of the call's now ISO 8601 (`2026-11-23T11:40`: no clock read), which expires two
+-- hours after its first write. A call gathers its increments and writes each field once.
+local function stats(key, now_iso)
+  local minute = nil
+  if now_iso then minute = string.sub(now_iso, 1, 16) end
+  return { key = key, at = minute, inc = {}, order = {}, minute = {}, morder = {} }
 end
 
 local function tally(st, stream, name, n, per_minute)
@@ -268,12 +271,15 @@ local function flush_stats(st)
   for _, f in ipairs(st.order) do
     redis.call('HINCRBY', st.key, f, st.inc[f])
   end
-  if #st.morder > 0 then
-    local minute_key = st.key .. ':' .. math.floor(server_ms() / 60000)
+  if #st.morder > 0 and st.at then
+    local minute_key = st.key .. ':' .. st.at
+    local fresh = false
     for _, f in ipairs(st.morder) do
-      redis.call('HINCRBY', minute_key, f, st.minute[f])
+      -- the field's first write this minute is the one whose total is its own increment: the
+      -- key's TTL is set then, not on every call (a command a call at low rates)
+      if redis.call('HINCRBY', minute_key, f, st.minute[f]) == st.minute[f] then fresh = true end
     end
-    redis.call('EXPIRE', minute_key, 7200)
+    if fresh then redis.call('EXPIRE', minute_key, 7200) end
   end
   for _, h in ipairs(st.hists or {}) do
     for b, n in pairs(h) do

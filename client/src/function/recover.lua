@@ -27,7 +27,7 @@ local function hero_recover(keys, args)
   local how = 'presence'
   if mode == 'idle' then how = 'idle' elseif handback == '1' then how = 'handback' end
   local owners = {} -- entry id -> the consumer that held it
-  local st = stats(keys[6])
+  local st = stats(keys[6], now_iso)
   if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
   local ids, next_cursor = {}, '0-0'
   if mode == 'consumer' then

@@ -31,7 +31,7 @@ local function hero_stop(keys, args)
     if stream == job_key then queue = nil end
     log_event(log, 'stopped', job_id, queue, worker, nil, how)
     if queue then
-      local st = stats(keys[9])
+      local st = stats(keys[9], now_iso)
       tally(st, queue, 'failed', 1, true)
       if f[1] == 'waiting' then tally(st, queue, 'delayed', -1) end
       flush_stats(st)

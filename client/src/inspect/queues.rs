@@ -134,11 +134,13 @@ impl Inspector {
             .query(redis::cmd("SMEMBERS").arg(self.keys.queues()))
             .await?;
         let now = clock::now_ms();
-        let minute = now / 60_000;
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(self.keys.stats());
         for m in 1..=RATE_MINUTES {
-            pipe.cmd("HGETALL").arg(self.keys.stats_minute(minute - m));
+            // the minutes as the functions name them: the first 16 characters of the time
+            let at = clock::iso(now.saturating_sub(m * 60_000));
+            pipe.cmd("HGETALL")
+                .arg(self.keys.stats_minute(&at[..16.min(at.len())]));
         }
         for s in &streams {
             pipe.cmd("XLEN").arg(s);
