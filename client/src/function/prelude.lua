@@ -242,24 +242,13 @@ end
 
 local LN2 = 0.6931471805599453 -- ln 2 (math is not reachable while the library loads)
 
--- The histogram `name` (wait or run) of `stream` in this call: add samples with `sample`.
+-- The histogram `name` (wait or run) of `stream` in this call: the callers add a sample of t ms
+-- inline as `h[b] = (h[b] or 0) + 1`, b = floor(log2(t + 1)) (bucket b holds [2^b - 1, 2^(b+1) - 1)).
 local function histogram(st, stream, name)
   local h = { prefix = stream .. '|' .. name .. '|' }
   st.hists = st.hists or {}
   st.hists[#st.hists + 1] = h
   return h
-end
-
--- One sample, in ms: bucket b holds [2^b - 1, 2^(b+1) - 1).
-local function sample(h, ms)
-  local b = 0
-  if ms > 0 then b = math.floor(math.log(ms + 1) / LN2) end
-  h[b] = (h[b] or 0) + 1
-end
-
--- The time of a stream entry id, in ms.
-local function entry_ms(id)
-  return tonumber(string.match(id, '^(%d+)')) or 0
 end
 
 local function server_ms()
