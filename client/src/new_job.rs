@@ -65,6 +65,7 @@ pub struct NewJobBuilder {
     caller_id: String,
     context_id: String,
     log_path: Option<String>,
+    traceparent: Option<String>,
     delay: Option<Duration>,
     run_at: Option<SystemTime>,
 }
@@ -119,6 +120,12 @@ impl NewJobBuilder {
     /// A log file, relative to the worker's log directory (no absolute paths, no `..`).
     pub fn log_path(mut self, path: impl Into<String>) -> Self {
         self.log_path = Some(path.into());
+        self
+    }
+    /// W3C trace context to carry to the worker (`00-<32 hex>-<16 hex>-<2 hex>`); set from the
+    /// current span at submit when the producer traces with OpenTelemetry.
+    pub fn traceparent(mut self, tp: impl Into<String>) -> Self {
+        self.traceparent = Some(tp.into());
         self
     }
     /// Starts no earlier than `delay` from now.
@@ -182,6 +189,14 @@ impl NewJobBuilder {
         job.caller_id = self.caller_id;
         job.context_id = self.context_id;
         job.log_path = self.log_path;
+        if let Some(tp) = self.traceparent {
+            if !is_traceparent(&tp) {
+                return Err(Error::InvalidInput(format!(
+                    "traceparent {tp:?} is not W3C trace context: give 00-<32 hex>-<16 hex>-<2 hex>"
+                )));
+            }
+            job.traceparent = Some(tp);
+        }
         let run_at_ms = match (self.run_at, self.delay) {
             (Some(at), _) => Some(
                 at.duration_since(UNIX_EPOCH)
@@ -197,4 +212,17 @@ impl NewJobBuilder {
             run_at_ms,
         })
     }
+}
+
+/// `00-<32 hex>-<16 hex>-<2 hex>`, lowercase hex (the form hero_submit checks).
+pub fn is_traceparent(tp: &str) -> bool {
+    let parts: Vec<&str> = tp.split('-').collect();
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    parts.len() == 4
+        && hex(parts[0], 2)
+        && hex(parts[1], 32)
+        && hex(parts[2], 16)
+        && hex(parts[3], 2)
 }

@@ -141,7 +141,10 @@ local function hero_complete(keys, args)
         -- sampled inline: a Lua call per job costs more than the sample
         runs = runs or histogram(st, stream, 'run')
         local b = 0
-        if ran > 0 then b = math.floor(math.log(ran + 1) / LN2) end
+        if ran > 0 then
+          b = math.floor(math.log(ran + 1) / LN2)
+          runs.sum = runs.sum + ran
+        end
         runs[b] = (runs[b] or 0) + 1
       end
     end

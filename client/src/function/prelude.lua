@@ -87,20 +87,22 @@ end
 
 -- Append a job id to a work stream, creating the stream, its group and its registry entry on
 -- first use (the registry names every work stream: the fetch and recovery read it). Returns the
--- new entry id. `known` (optional) is a per-call set of streams already seen to exist, so a
--- batch onto one stream asks once, not once per job. The entry tells the
--- fetch what it would otherwise read from the record: `attempts` (optional) is the count made
--- so far, for a job queued again after a delivery (field `a`), and `dual` marks a job also
--- pushed to a legacy list (field `b`).
+-- new entry id. `known` (optional) is a per-call set of streams already seen, so a batch onto one
+-- stream asks once, not once per job. A registered stream is taken to have its group: one that
+-- was deleted or lost its group by hand gets it back at the next fetch (see hero_fetch), which
+-- spares every submit an EXISTS. The entry tells the fetch what it would otherwise read from
+-- the record: `attempts` (optional) is the count made so far, for a job queued again after a
+-- delivery (field `a`), and `dual` marks a job also pushed to a legacy list (field `b`).
 local function append(stream, group, registry, job_id, known, attempts, dual)
   if not (known and known[stream]) then
-    if redis.call('EXISTS', stream) == 0 then
-      redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-      redis.call('SADD', registry, stream)
-    elseif redis.call('SADD', registry, stream) == 1 then
-      -- a stream made by hand, or one whose registration was lost: the fetch and recovery see
-      -- registered streams only, so it becomes a queue here (its group may exist already)
-      redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+    if redis.call('SADD', registry, stream) == 1 then
+      -- new, or a stream made by hand (or whose registration was lost): it becomes a queue
+      -- here, with its group (which a stream made by hand may have already)
+      if redis.call('EXISTS', stream) == 0 then
+        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+      else
+        redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+      end
     end
     if known then known[stream] = true end
   end
@@ -212,7 +214,8 @@ end
 -- per work stream `<stream>`: counters `<stream>|finished`, `|failed` (ended error, whatever the
 -- reason), `|retried`, `|recovered`, `|dead`, the gauge `|delayed` (jobs of the stream waiting in
 -- the delayed set), and histograms `<stream>|wait|<b>` (dispatch to start) and `<stream>|run|<b>`
--- (start to end), where bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms. The counters that
+-- (start to end), where bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms, and their totals
+-- `<stream>|wait|sum`, `<stream>|run|sum` (ms: a Prometheus histogram has a sum). The counters that
 -- make rates are also counted per minute in `<stats hash>:<minute>`, the minute as the first 16
 -- characters of the call's now ISO 8601 (`2026-11-23T11:40`: no clock read), which expires two
 -- hours after its first write. A call gathers its increments and writes each field once.
@@ -243,9 +246,10 @@ end
 local LN2 = 0.6931471805599453 -- ln 2 (math is not reachable while the library loads)
 
 -- The histogram `name` (wait or run) of `stream` in this call: the callers add a sample of t ms
--- inline as `h[b] = (h[b] or 0) + 1`, b = floor(log2(t + 1)) (bucket b holds [2^b - 1, 2^(b+1) - 1)).
+-- inline as `h[b] = (h[b] or 0) + 1`, b = floor(log2(t + 1)) (bucket b holds [2^b - 1, 2^(b+1) - 1)),
+-- and t to `h.sum`.
 local function histogram(st, stream, name)
-  local h = { prefix = stream .. '|' .. name .. '|' }
+  local h = { prefix = stream .. '|' .. name .. '|', sum = 0 }
   st.hists = st.hists or {}
   st.hists[#st.hists + 1] = h
   return h
@@ -272,7 +276,7 @@ local function flush_stats(st)
   end
   for _, h in ipairs(st.hists or {}) do
     for b, n in pairs(h) do
-      if b ~= 'prefix' then redis.call('HINCRBY', st.key, h.prefix .. b, n) end
+      if b ~= 'prefix' and n ~= 0 then redis.call('HINCRBY', st.key, h.prefix .. b, n) end
     end
   end
   st.inc, st.order, st.minute, st.morder, st.hists = {}, {}, {}, {}, nil
@@ -288,7 +292,7 @@ local SUBMIT_FIELDS = {
   priority = 'level', timeout = 'count', retries = 'count', concurrent = 'bool', reply = 'reply',
   created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
-  context_id = 'text', log_path = 'text',
+  context_id = 'text', log_path = 'text', traceparent = 'trace',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).
@@ -306,6 +310,12 @@ local function bad_value(kind, v)
     if v ~= 'true' and v ~= 'false' then return 'is not true or false' end
   elseif kind == 'reply' then
     if v ~= '1' and v ~= '' then return 'is not 1' end
+  elseif kind == 'trace' then
+    -- W3C trace context: version-trace id-parent id-flags, lowercase hex
+    local h = '[0-9a-f]'
+    if not string.match(v, '^' .. h .. h .. '%-' .. string.rep(h, 32) .. '%-' .. string.rep(h, 16) .. '%-' .. h .. h .. '$') then
+      return 'is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'
+    end
   elseif kind == 'time' then
     if not string.match(v, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d') then
       return 'is not an RFC 3339 timestamp'

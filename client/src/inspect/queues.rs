@@ -19,6 +19,8 @@ const RATE_MINUTES: u64 = 5;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Histogram {
     pub buckets: BTreeMap<u32, u64>,
+    /// The samples' total, ms.
+    pub sum_ms: u64,
 }
 
 impl Histogram {
@@ -84,6 +86,7 @@ impl QueueStats {
         let hist = |h: &Histogram| {
             serde_json::json!({
                 "count": h.count(),
+                "sum_ms": h.sum_ms,
                 "p50_ms": h.quantile_ms(0.5),
                 "p99_ms": h.quantile_ms(0.99),
                 "buckets": h.buckets.iter().map(|(b, n)| serde_json::json!({"le_ms": Histogram::upper_ms(*b), "count": n})).collect::<Vec<_>>(),
@@ -226,7 +229,9 @@ impl Inspector {
                             Some(("run", b)) => (&mut q.run, b),
                             _ => continue,
                         };
-                        if let Ok(b) = b.parse() {
+                        if b == "sum" {
+                            hist.sum_ms = count;
+                        } else if let Ok(b) = b.parse() {
                             *hist.buckets.entry(b).or_default() += count;
                         }
                     }

@@ -58,6 +58,9 @@ impl Job {
         if let Some(p) = &self.log_path {
             f.push(("log_path", p.clone()));
         }
+        if let Some(t) = &self.traceparent {
+            f.push(("traceparent", t.clone()));
+        }
         if !self.env_vars.is_empty() {
             f.push(("env_vars", json(&self.env_vars)));
         }
@@ -251,6 +254,7 @@ impl Job {
         let worker_id = text(F::WorkerId);
         let opt = |s: String| if s.is_empty() { None } else { Some(s) };
         let log_path = opt(text(F::LogPath));
+        let traceparent = opt(text(F::TraceParent));
         let output = opt(text(F::Output));
         let error = opt(text(F::Error));
         let lease = opt(text(F::Lease));
@@ -272,6 +276,7 @@ impl Job {
             retries,
             concurrent,
             log_path,
+            traceparent,
             created_at,
             updated_at,
             started_at,
@@ -322,13 +327,14 @@ enum F {
     ContextId,
     WorkerId,
     LogPath,
+    TraceParent,
     Output,
     Error,
     Lease,
     Entry,
 }
 
-const FIELD_NAMES: [&str; 30] = [
+const FIELD_NAMES: [&str; 31] = [
     "id",
     "status",
     "script",
@@ -355,6 +361,7 @@ const FIELD_NAMES: [&str; 30] = [
     "context_id",
     "worker_id",
     "log_path",
+    "traceparent",
     "output",
     "error",
     "lease",

@@ -109,6 +109,9 @@ pub struct Job {
     pub retries: u32,
     pub concurrent: bool,
     pub log_path: Option<String>,
+    /// W3C trace context of the span that submitted it (`00-<trace id>-<span id>-<flags>`): the
+    /// worker runs the handler in a span of that trace.
+    pub traceparent: Option<String>,
     pub created_at: String,
     pub updated_at: String,
     pub started_at: Option<String>,
@@ -153,6 +156,7 @@ impl Job {
             retries: 0,
             concurrent: false,
             log_path: None,
+            traceparent: None,
             created_at: now.clone(),
             updated_at: now,
             started_at: None,

@@ -59,7 +59,7 @@ async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
 }
 
 #[tokio::test]
-async fn fetch_reads_only_registered_streams_and_skips_one_broken_by_hand() {
+async fn fetch_reads_only_registered_streams_and_mends_one_broken_by_hand() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let streams = submit_osis_at(&c, &[("p0", 0), ("p1", 1), ("p5", 5)]).await;
@@ -75,7 +75,8 @@ async fn fetch_reads_only_registered_streams_and_skips_one_broken_by_hand() {
         .keys()
         .work(&Target::of_type(t("osis")), Priority::new(2).unwrap());
     let _: String = raw.xadd(&stray, "*", &[("j", "p5")]).await.unwrap();
-    // a registered stream deleted by hand, and one whose group was destroyed, read as empty
+    // a registered stream deleted by hand, and one whose group was destroyed, get their group
+    // back at the fetch: the job whose entry is still there runs
     let _: () = raw.del(&p0).await.unwrap();
     let _: () = redis::cmd("XGROUP")
         .arg("DESTROY")
@@ -86,7 +87,11 @@ async fn fetch_reads_only_registered_streams_and_skips_one_broken_by_hand() {
         .unwrap();
     let got = fetch(&c, "default:1:s", &streams, 5).await;
     let ids: Vec<_> = got.jobs.iter().map(|j| j.job_id.as_str()).collect();
-    assert_eq!(ids, ["p5"], "the fetch goes on past the broken streams");
+    assert_eq!(
+        ids,
+        ["p1", "p5"],
+        "the fetch mends the broken streams and goes on past them"
+    );
     assert!(got.dropped.is_empty(), "{:?}", got.dropped);
     assert_eq!(got.cursors.len(), streams.len());
     let at = |key: &str| streams.iter().position(|s| s == key).unwrap();

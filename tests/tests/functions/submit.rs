@@ -183,6 +183,11 @@ async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its
             "`created_at`",
         ),
         (with(&[("status", "finished")]), osis.clone(), "`status`"),
+        (
+            with(&[("traceparent", "00-XYZ-1-01")]),
+            osis.clone(),
+            "`traceparent`",
+        ),
         (vec![("script", "x")], osis.clone(), "`script_type`"),
         (
             with(&[("group", "io")]),
@@ -214,10 +219,16 @@ async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its
         assert!(!written, "nothing of the batch is written ({fields:?})");
     }
     // an extension is stored, and a worker's decoder ignores it
-    let ok = raw_submit(&osis, &with(&[("x_colour", "blue"), ("priority", "5")]));
+    // ... and a W3C trace context travels with the record
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let ok = raw_submit(
+        &osis,
+        &with(&[("x_colour", "blue"), ("priority", "5"), ("traceparent", tp)]),
+    );
     let _: redis::Value = c.redis().query(&ok).await.unwrap();
     let job = c.get(&JobId::new("bad").unwrap()).await.unwrap();
     assert_eq!(job.script, "x");
+    assert_eq!(job.traceparent.as_deref(), Some(tp));
     let colour: String = raw.hget(job_key("bad"), "x_colour").await.unwrap();
     assert_eq!(colour, "blue");
 }
