@@ -6,7 +6,7 @@ use hero_client::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::loops::{promote, recover, retention};
+use crate::loops::{promote, recover, retention, sample};
 
 /// Writes retention, reply TTL, the lease and the event log's cap into the namespace's config
 /// hash (`lease_ms` is what a worker in another language renews within: docs/protocol.md).
@@ -42,6 +42,7 @@ pub async fn run(
         tokio::spawn(promote::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(retention::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
+        tokio::spawn(sample::run(client.clone(), stop.clone())),
     ];
     let bridge = crate::bridge::run(client.clone(), cfg.clone(), stop.clone()).await;
     for t in tasks {

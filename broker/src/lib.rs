@@ -12,15 +12,18 @@
 //! - [`cli`]: the clap definitions, one file per command's body; `main.rs` only parses, picks
 //!   the runtime and calls [`cli::run`].
 //!
-//! Where the HTTP face will live: `http/` (axum) with `http::api` (the admin JSON API over
-//! `hero_client::inspect`), `http::metrics` (`/metrics`, `/healthz`, `/readyz`) and
-//! `http::dashboard` (server-rendered pages and their assets); the daemon starts it beside the
-//! loops. The benchmark is not here: it is the `hero-bench` crate under `benches/`.
+//! - [`http`]: the HTTP face (axum): [`http::api`] (the admin JSON API over
+//!   `hero_client::inspect` and `hero_client::repair`), [`http::metrics`] (`/metrics`,
+//!   `/healthz`, `/readyz`) and [`http::dashboard`] (server-rendered pages and their assets);
+//!   `hero broker` and `hero up` start it beside the daemon.
+//!
+//! The benchmark is not here: it is the `hero-bench` crate under `benches/`.
 
 pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod http;
 pub mod local_redis;
 pub mod loops;
 pub mod rhai_worker;

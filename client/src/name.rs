@@ -188,6 +188,32 @@ impl Target {
             instance: None,
         }
     }
+
+    /// A queue as `Keyspace::queue_name` writes it, `<type>[/<group>[/<instance>]]` with an
+    /// optional ` prio <n>`: its target and priority level (5 when none is given).
+    pub fn parse_queue(name: &str) -> crate::error::Result<(Target, Priority)> {
+        let (path, prio) = match name.trim().split_once(" prio ") {
+            Some((path, p)) => {
+                let level = p.trim().parse::<u8>().map_err(|_| {
+                    Error::InvalidInput(format!(
+                        "queue {name:?}: priority {p:?} is not a level 0 to 9"
+                    ))
+                })?;
+                (path, Priority::new(level)?)
+            }
+            None => (name.trim(), Priority::DEFAULT),
+        };
+        let mut parts = path.split('/');
+        let script_type = ScriptType::new(parts.next().unwrap_or_default())?;
+        let group = parts.next().map(GroupName::new).transpose()?;
+        let instance = parts.next().map(InstanceName::new).transpose()?;
+        if parts.next().is_some() {
+            return Err(Error::InvalidInput(format!(
+                "queue {name:?} has more than type/group/instance"
+            )));
+        }
+        Ok((Target::new(script_type, group, instance), prio))
+    }
 }
 
 /// A worker process's name in the consumer groups: `<group>:<instance>:<session>`. The session

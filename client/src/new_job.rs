@@ -218,7 +218,9 @@ impl NewJobBuilder {
 pub fn is_traceparent(tp: &str) -> bool {
     let parts: Vec<&str> = tp.split('-').collect();
     let hex = |s: &str, n: usize| {
-        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     parts.len() == 4
         && hex(parts[0], 2)

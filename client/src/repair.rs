@@ -8,7 +8,7 @@ use redis::Value;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::function::{self, DeadAction, Repair};
-use crate::inspect::{Class, DeadLetter, Finding};
+use crate::inspect::{AuditReport, Class, DeadLetter, Finding};
 use crate::job::{Placement, PLACEMENT_FIELDS};
 use crate::name::JobId;
 use crate::reply;
@@ -35,6 +35,32 @@ pub struct Requeued {
 }
 
 impl Client {
+    /// Runs the audit and, with `fix`, repairs each inconsistency (atomically per job, through
+    /// [`Client::fix`]) and audits again, a few rounds at most: a repair can leave another
+    /// behind (a consumer whose stale entries were removed holds nothing now). Returns the
+    /// last report and what each repair did.
+    pub async fn audit(
+        &self,
+        fix: bool,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<(AuditReport, Vec<(Finding, bool)>)> {
+        let inspector = self.inspector();
+        let mut report = inspector.audit(progress).await?;
+        let mut fixed = Vec::new();
+        for _ in 0..3 {
+            if !fix || report.is_consistent() {
+                break;
+            }
+            for f in report.inconsistencies() {
+                if let Some(done) = self.fix(f).await? {
+                    fixed.push((f.clone(), done));
+                }
+            }
+            report = inspector.audit(progress).await?;
+        }
+        Ok((report, fixed))
+    }
+
     /// Repairs one inconsistency the audit found, re-checked inside Redis: `Ok(Some(true))`
     /// fixed, `Ok(Some(false))` it no longer held, `Ok(None)` nothing to repair (running,
     /// orphaned: recovery's, bridge, dead letters: `hero dead`'s).
@@ -74,6 +100,39 @@ impl Client {
     /// leaves its queue, a running one has its lease revoked (its worker is told, its late
     /// completion is rejected), a delayed one leaves the delayed set, an ended one starts over
     /// with a fresh attempt budget. Never in two queues, never in none.
+    /// [`Client::requeue`] to `target` and/or `priority`: what is not given stays as the record
+    /// has it (both `None`: the queue it is in).
+    pub async fn requeue_to(
+        &self,
+        id: &JobId,
+        target: Option<crate::Target>,
+        priority: Option<crate::Priority>,
+    ) -> Result<Requeued> {
+        if target.is_none() && priority.is_none() {
+            return self.requeue(id, None).await;
+        }
+        let values: Vec<Option<String>> = self
+            .redis()
+            .query(
+                redis::cmd("HMGET")
+                    .arg(self.keys().job(id))
+                    .arg(&crate::job::PLACEMENT_FIELDS),
+            )
+            .await?;
+        let current = Placement::read(&values);
+        let target = match (target, &current) {
+            (Some(t), _) => t,
+            (None, Some(c)) => c.target.clone(),
+            (None, None) => {
+                return Err(Error::InvalidInput(format!(
+                    "job {id} names no valid script type: say which queue to move it to (a type)"
+                )))
+            }
+        };
+        let priority = priority.or(current.map(|c| c.priority)).unwrap_or_default();
+        self.requeue(id, Some(Placement { target, priority })).await
+    }
+
     pub async fn requeue(&self, id: &JobId, to: Option<Placement>) -> Result<Requeued> {
         let key = self.keys().job(id);
         let mut fields = PLACEMENT_FIELDS.to_vec();

@@ -359,6 +359,8 @@ async fn kill_9_of_the_broker_while_5000_legacy_ids_flow_inbound_loses_and_doubl
         "--redis-url",
         url.as_str(),
         "broker",
+        "--http",
+        "off",
         "--bridge",
         &format!("{}=bulk,in", keys().legacy_work_queue("bulk")),
     ];

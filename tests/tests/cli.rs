@@ -31,7 +31,12 @@ fn hero(args: &[&str], cwd: &std::path::Path) -> (i32, String, String) {
 #[tokio::test]
 async fn hero_run_prints_42_when_hero_up_is_running() {
     let dir = temp_dir("up");
-    let mut up = Proc::spawn(&binary("hero"), &["up", "--workers", "1"], &[], Some(&dir));
+    let mut up = Proc::spawn(
+        &binary("hero"),
+        &["up", "--workers", "1", "--http", "127.0.0.1:0"],
+        &[],
+        Some(&dir),
+    );
     up.expect_line("ready", Duration::from_secs(30)).await;
     let (code, out, err) = hero(&["run", "--type", "rhai", "40 + 2"], &dir);
     assert_eq!((code, out.trim()), (0, "42"), "stderr: {err}");

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use hero_client::function::Recovery;
-use hero_client::recovery::recover_stream;
 use hero_client::{Client, JobId, NewJob, Status};
 use hero_testkit::{keys, work_key, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
@@ -20,29 +18,8 @@ fn json(url: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("hero {args:?}: {e}: {out}"))
 }
 
-/// Leases `id` to a consumer that then dies, and has recovery give up on it at once.
 async fn dead_letter(client: &Client, id: &str) {
-    let job = NewJob::builder("dl", "x").id(id).build().unwrap();
-    client.submit(&job).await.unwrap();
-    let stream = work_key("dl");
-    let fetch = hero_client::function::fetch(
-        client.keys(),
-        std::slice::from_ref(&stream),
-        "g:gone:1",
-        1,
-        "0",
-    );
-    let _: redis::Value = client.redis().query(&fetch).await.unwrap();
-    let taken = recover_stream(
-        client.redis(),
-        client.keys(),
-        &stream,
-        Recovery::Consumer("g:gone:1"),
-        1,
-    )
-    .await
-    .unwrap();
-    assert_eq!(taken.dead, 1, "{id} dead-lettered");
+    hero_testkit::dead_letter(client, "dl", id).await;
 }
 
 #[tokio::test]

@@ -286,7 +286,15 @@ async fn no_job_is_lost_when_the_broker_and_a_worker_are_killed_together() {
     let server = RedisServer::start();
     let url = server.url();
     let hero = binary("hero");
-    let broker_args = ["--redis-url", url.as_str(), "broker", "--lease-ms", "60000"];
+    let broker_args = [
+        "--redis-url",
+        url.as_str(),
+        "broker",
+        "--lease-ms",
+        "60000",
+        "--http",
+        "off",
+    ];
     let mut broker = Proc::spawn(&hero, &broker_args, &[], None);
     let (mut a, b) = two_workers(&url).await;
     let client = Client::connect(&url).await.unwrap();

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::job::{Placement, PLACEMENT_FIELDS};
 use hero_client::inspect::Histogram;
+use hero_client::job::{Placement, PLACEMENT_FIELDS};
 use hero_client::{Client, JobId, NewJob, StopOutcome};
 use hero_testkit::{wait_for, work_key, InProcBroker, Proc, RedisServer};
 
@@ -198,7 +198,11 @@ async fn counters_equal_the_records_queue_by_queue_after_a_mixed_run() {
         for (what, h) in [("wait", &q.wait), ("run", &q.run)] {
             // the total lies within what the buckets allow (bucket b: [2^b - 1, 2^(b+1) - 1))
             let low: u64 = h.buckets.iter().map(|(b, n)| n * ((1u64 << b) - 1)).sum();
-            let high: u64 = h.buckets.iter().map(|(b, n)| n * Histogram::upper_ms(*b)).sum();
+            let high: u64 = h
+                .buckets
+                .iter()
+                .map(|(b, n)| n * Histogram::upper_ms(*b))
+                .sum();
             assert!(
                 (low..=high).contains(&h.sum_ms),
                 "{}: {what} sum {} outside [{low}, {high}]",

@@ -15,48 +15,6 @@ use super::Global;
 pub(super) async fn audit(g: &Global, fix: bool) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
     let show_progress = !g.json && std::io::stderr().is_terminal();
-    let first = run(&client, show_progress).await?;
-    let mut fixed = Vec::new();
-    let mut report = first;
-    // A repair can leave another behind (a consumer whose stale entries were removed holds
-    // nothing now): audit again after each round, a few rounds at most.
-    for _ in 0..3 {
-        if !fix || report.is_consistent() {
-            break;
-        }
-        for f in report.inconsistencies() {
-            if let Some(done) = client.fix(f).await? {
-                fixed.push((f.clone(), done));
-            }
-        }
-        report = run(&client, show_progress).await?;
-    }
-    if g.json {
-        let counts: serde_json::Map<String, serde_json::Value> = report
-            .counts()
-            .into_iter()
-            .map(|(c, n)| (c.as_str().to_string(), n.into()))
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({
-                "consistent": report.is_consistent(),
-                "counts": counts,
-                "findings": report.findings.iter().map(|f| f.to_json()).collect::<Vec<_>>(),
-                "fixed": fixed.iter().map(|(f, done)| {
-                    let mut v = f.to_json();
-                    v["result"] = if *done { "fixed" } else { "unchanged" }.into();
-                    v
-                }).collect::<Vec<_>>(),
-            })
-        );
-    } else {
-        print_report(&client, &report, &fixed);
-    }
-    Ok(i32::from(!report.is_consistent()))
-}
-
-async fn run(client: &Client, show_progress: bool) -> Result<AuditReport> {
     let progress = |what: &str| {
         if show_progress {
             let mut err = std::io::stderr().lock();
@@ -64,11 +22,16 @@ async fn run(client: &Client, show_progress: bool) -> Result<AuditReport> {
             let _ = err.flush();
         }
     };
-    let report = client.inspector().audit(&progress).await?;
+    let (report, fixed) = client.audit(fix, &progress).await?;
     if show_progress {
         eprint!("\r{:<70}\r", "");
     }
-    Ok(report)
+    if g.json {
+        println!("{}", report.to_json(&fixed));
+    } else {
+        print_report(&client, &report, &fixed);
+    }
+    Ok(i32::from(!report.is_consistent()))
 }
 
 fn print_report(

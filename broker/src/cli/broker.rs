@@ -10,9 +10,18 @@ use crate::config::BrokerConfig;
 
 pub(super) async fn broker(g: &Global, args: &BrokerArgs) -> Result<i32> {
     let cfg = args.config()?;
+    let http = args.http_config()?;
     let client = connect(g, &resolve_url(g)).await?;
     let stop = signal_token().await;
+    let served = crate::http::serve(client.clone(), &http, stop.clone()).await?;
+    if let Some((addr, _)) = &served {
+        // on stdout, so a supervisor (or a test) learns the port when --http asked for port 0
+        println!("http: http://{addr}/");
+    }
     crate::daemon::run(client, cfg, stop).await?;
+    if let Some((_, task)) = served {
+        let _ = task.await;
+    }
     Ok(0)
 }
 
@@ -25,6 +34,14 @@ pub(super) fn on_off(s: &str) -> std::result::Result<bool, String> {
 }
 
 impl BrokerArgs {
+    pub(super) fn http_config(&self) -> Result<crate::http::HttpConfig> {
+        Ok(crate::http::HttpConfig::parse(
+            &self.http,
+            self.http_token.clone(),
+            self.http_token_file.as_deref(),
+        )?)
+    }
+
     pub(super) fn config(&self) -> Result<BrokerConfig> {
         if self.max_attempts == 0 {
             bail!("--max-attempts must be at least 1");

@@ -114,29 +114,15 @@ pub(super) async fn dead(g: &Global, cmd: &DeadCommand) -> Result<i32> {
 async fn chosen(client: &Client, ids: &[String], all: bool) -> Result<Vec<DeadLetter>> {
     let inspector = client.inspector();
     if all {
-        let mut letters = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = inspector.dead_letters(cursor.as_deref(), 1000).await?;
-            let done = page.len() < 1000;
-            cursor = page.last().map(|d| d.entry.clone());
-            letters.extend(page);
-            if done {
-                return Ok(letters);
-            }
-        }
+        return Ok(inspector.all_dead_letters().await?);
     }
     if ids.is_empty() {
         bail!("name the jobs to act on, or --all");
     }
-    let mut letters = Vec::with_capacity(ids.len());
-    for id in ids {
-        match inspector.dead_letter(id).await? {
-            Some(d) => letters.push(d),
-            None => bail!("job {id} has no dead letter (see hero dead list); nothing was changed"),
-        }
+    match inspector.dead_letters_of(ids).await? {
+        Ok(letters) => Ok(letters),
+        Err(id) => bail!("job {id} has no dead letter (see hero dead list); nothing was changed"),
     }
-    Ok(letters)
 }
 
 /// One line (or JSON object) per letter; exit 1 when any was not `wanted`.

@@ -1,7 +1,9 @@
 //! `hero jobs`: list jobs by status or by queue, a page at a time.
 
 use anyhow::{Context, Result};
-use hero_client::{GroupName, InstanceName, ListFilter, Priority, ScriptType, Status, Target};
+use hero_client::{
+    GroupName, InstanceName, JobSummary, ListFilter, Priority, ScriptType, Status, Target,
+};
 
 use super::context::{connect, resolve_url};
 use super::table::{num, render, text};
@@ -39,17 +41,7 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         .list(&filter, args.cursor.as_deref(), args.limit)
         .await?;
     if g.json {
-        let jobs: Vec<_> = page
-            .jobs
-            .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "id": j.id, "status": j.status, "script_type": j.script_type,
-                    "queue": j.queue, "priority": j.priority, "attempts": j.attempts,
-                    "updated_at": j.updated_at, "worker": j.worker, "error": j.error,
-                })
-            })
-            .collect();
+        let jobs: Vec<_> = page.jobs.iter().map(JobSummary::to_json).collect();
         println!("{}", serde_json::json!({"jobs": jobs, "next": page.next}));
     } else {
         let rows: Vec<Vec<String>> = page

@@ -125,6 +125,17 @@ pub struct BrokerArgs {
     /// TOML file with [[bridge]] mappings and legacy_replies (see docs/protocol.md).
     #[arg(long, env = "HERO_CONFIG", value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
+    /// Serve the dashboard, the admin API and /metrics here (host:port), or `off`. A
+    /// non-loopback address needs a token.
+    #[arg(long, env = "HERO_HTTP", default_value = crate::http::DEFAULT_ADDR, value_name = "ADDR|off")]
+    pub http: String,
+    /// The bearer token the API's mutating endpoints require (stop, requeue, dead retry/purge,
+    /// audit fix).
+    #[arg(long, env = "HERO_HTTP_TOKEN", hide_env_values = true)]
+    pub http_token: Option<String>,
+    /// Read the token from this file instead.
+    #[arg(long, env = "HERO_HTTP_TOKEN_FILE", value_name = "FILE")]
+    pub http_token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -1,7 +1,6 @@
 //! `hero requeue`: move a job to a queue, wherever it is (one server function call).
 
 use anyhow::Result;
-use hero_client::job::{Placement, PLACEMENT_FIELDS};
 use hero_client::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
 
 use super::context::{connect, resolve_url};
@@ -22,30 +21,7 @@ pub(super) async fn requeue(g: &Global, args: &RequeueArgs) -> Result<i32> {
         None => None,
     };
     let client = connect(g, &resolve_url(g)).await?;
-    let to = if target.is_some() || priority.is_some() {
-        // what is not given stays as the record has it
-        let values: Vec<Option<String>> = client
-            .redis()
-            .query(
-                redis::cmd("HMGET")
-                    .arg(client.keys().job(&id))
-                    .arg(&PLACEMENT_FIELDS),
-            )
-            .await?;
-        let current = Placement::read(&values);
-        let target = match (target, &current) {
-            (Some(t), _) => t,
-            (None, Some(c)) => c.target.clone(),
-            (None, None) => anyhow::bail!(
-                "job {id} names no valid script type: say which queue to move it to with --type"
-            ),
-        };
-        let priority = priority.or(current.map(|c| c.priority)).unwrap_or_default();
-        Some(Placement { target, priority })
-    } else {
-        None
-    };
-    let moved = client.requeue(&id, to).await?;
+    let moved = client.requeue_to(&id, target, priority).await?;
     let queue = client.keys().queue_name(&moved.stream);
     if g.json {
         println!(

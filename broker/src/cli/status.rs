@@ -28,7 +28,7 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
             }
             other => other?,
         };
-        let mut v = job_json(&job);
+        let mut v = job.to_json();
         if let Some(h) = &history {
             v["history"] = h.iter().map(|e| e.to_json()).collect();
         }
@@ -53,27 +53,6 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
         }
     }
     Ok(0)
-}
-
-fn job_json(job: &hero_client::Job) -> serde_json::Value {
-    serde_json::json!({
-        "id": job.id.as_str(),
-        "status": job.status.as_str(),
-        "script_type": job.script_type.as_ref().map(|t| t.as_str()),
-        "group": job.group.as_ref().map(|g| g.as_str()),
-        "instance": job.instance.as_ref().map(|i| i.as_str()),
-        "priority": job.priority.level(),
-        "attempts": job.attempts,
-        "retries": job.retries,
-        "timeout": job.timeout.as_secs(),
-        "worker_id": job.worker_id,
-        "created_at": job.created_at,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "output": job.output,
-        "error": job.error,
-        "tags": job.tags,
-    })
 }
 
 /// A record that does not decode: shown field by field with the bad one named, exit 1.

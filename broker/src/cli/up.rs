@@ -9,6 +9,7 @@ use crate::local_redis::LocalRedis;
 
 pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
     let cfg = args.broker.config()?;
+    let http = args.broker.http_config()?;
     let base = std::env::current_dir()?;
     let (url, local) = match &g.redis_url {
         Some(url) => (url.clone(), None),
@@ -19,6 +20,7 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
     };
     let client = connect(g, &url).await?;
     let stop = signal_token().await;
+    let served = crate::http::serve(client.clone(), &http, stop.clone()).await?;
     let broker = tokio::spawn(crate::daemon::run(client.clone(), cfg, stop.clone()));
     let mut workers = Vec::new();
     for n in 0..args.workers {
@@ -45,6 +47,12 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
     println!("  redis:     {where_redis}");
     println!("  namespace: {}", g.namespace);
     println!("  broker:    running");
+    match &served {
+        Some((addr, _)) => {
+            println!("  dashboard: http://{addr}/   (API: /api/queues, metrics: /metrics)")
+        }
+        None => println!("  dashboard: off (--http off)"),
+    }
     println!(
         "  workers:   {} x rhai, concurrency {}",
         args.workers, args.concurrency
@@ -61,6 +69,9 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
         }
     }
     let _ = broker.await;
+    if let Some((_, task)) = served {
+        let _ = task.await;
+    }
     if let Some(local) = local {
         local.stop(&base).await;
     }

@@ -7,14 +7,32 @@
 pub mod promote;
 pub mod recover;
 pub mod retention;
+pub mod sample;
 
 use tokio_util::sync::CancellationToken;
 
+/// Runs one pass of the loop `name`, recording its time (`hero_broker_loop_seconds`) and, when
+/// it fails, an error (`hero_broker_loop_errors_total`), for `/metrics`.
+pub(crate) async fn timed<T>(
+    name: &'static str,
+    pass: impl std::future::Future<Output = hero_client::Result<T>>,
+) -> hero_client::Result<T> {
+    let t0 = std::time::Instant::now();
+    let r = pass.await;
+    metrics::histogram!("hero_broker_loop_seconds", "loop" => name)
+        .record(t0.elapsed().as_secs_f64());
+    if r.is_err() {
+        metrics::counter!("hero_broker_loop_errors_total", "loop" => name).increment(1);
+    }
+    r
+}
+
 /// Runs `pass` every `poll` until `stop` is cancelled: how many jobs each pass moved is added to
 /// the counter `metric` (and logged as `what` was done to them); a failed pass is logged and the
-/// next one comes at the usual time.
+/// next one comes at the usual time. Each pass is [`timed`] as the loop `name`.
 pub(crate) async fn every<F, Fut>(
     what: &'static str,
+    name: &'static str,
     metric: &'static str,
     poll: std::time::Duration,
     stop: CancellationToken,
@@ -24,7 +42,7 @@ pub(crate) async fn every<F, Fut>(
     Fut: std::future::Future<Output = hero_client::Result<u64>>,
 {
     loop {
-        match pass().await {
+        match timed(name, pass()).await {
             Ok(n) if n > 0 => {
                 metrics::counter!(metric).increment(n);
                 tracing::debug!(jobs = n, "{what}");

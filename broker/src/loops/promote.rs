@@ -81,6 +81,7 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let metric = "hero_broker_promoted_total";
     super::every(
         "promoted delayed jobs",
+        "promote",
         metric,
         cfg.promote_poll,
         stop,

@@ -111,12 +111,12 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let idle_every = (cfg.lease / 2).max(Duration::from_millis(100));
     let mut last_idle = tokio::time::Instant::now();
     loop {
-        if let Err(e) = presence_pass(&client, &cfg).await {
+        if let Err(e) = super::timed("recover_presence", presence_pass(&client, &cfg)).await {
             tracing::warn!(error = %e, "presence recovery pass failed; retrying");
         }
         if last_idle.elapsed() >= idle_every {
             last_idle = tokio::time::Instant::now();
-            if let Err(e) = idle_pass(&client, &cfg).await {
+            if let Err(e) = super::timed("recover_idle", idle_pass(&client, &cfg)).await {
                 tracing::warn!(error = %e, "idle recovery pass failed; retrying");
             }
         }

@@ -52,6 +52,7 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let metric = "hero_broker_expired_total";
     super::every(
         "deleted jobs past their retention",
+        "retention",
         metric,
         cfg.retention_poll,
         stop,

@@ -87,6 +87,36 @@ impl Inspector {
             .collect())
     }
 
+    /// Every dead letter, oldest first, a page of 1000 per round trip.
+    pub async fn all_dead_letters(&self) -> Result<Vec<DeadLetter>> {
+        let mut letters = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.dead_letters(cursor.as_deref(), 1000).await?;
+            let done = page.len() < 1000;
+            cursor = page.last().map(|d| d.entry.clone());
+            letters.extend(page);
+            if done {
+                return Ok(letters);
+            }
+        }
+    }
+
+    /// The dead letters of `ids`, in order; `Err(id)` names the first without one.
+    pub async fn dead_letters_of(
+        &self,
+        ids: &[String],
+    ) -> Result<std::result::Result<Vec<DeadLetter>, String>> {
+        let mut letters = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.dead_letter(id).await? {
+                Some(d) => letters.push(d),
+                None => return Ok(Err(id.clone())),
+            }
+        }
+        Ok(Ok(letters))
+    }
+
     /// The latest dead letter naming `job_id`, if any (a scan of the stream, newest first).
     pub async fn dead_letter(&self, job_id: &str) -> Result<Option<DeadLetter>> {
         let mut end = "+".to_string();

@@ -206,14 +206,41 @@ impl Inspector {
         Ok(out)
     }
 
-    /// Follows the log from `after` (an entry id; `$` for what comes from now on).
+    /// Follows the log from `after` (an entry id; `$` for what comes from now on: resolved here
+    /// to the log's last entry, so an event logged after this returns is never missed, however
+    /// late the first read).
     pub async fn follow(&self, filter: EventFilter, after: &str) -> Result<EventFollower> {
         let block = Duration::from_secs(1);
+        let key = self.keys.events();
+        let last = if after == "$" {
+            let v: Value = self
+                .redis
+                .query(
+                    redis::cmd("XREVRANGE")
+                        .arg(&key)
+                        .arg("+")
+                        .arg("-")
+                        .arg("COUNT")
+                        .arg(1),
+                )
+                .await?;
+            reply::array(&v)?
+                .first()
+                .and_then(|e| {
+                    reply::array(e)
+                        .ok()?
+                        .first()
+                        .and_then(|id| reply::text(id).ok())
+                })
+                .unwrap_or_else(|| "0-0".to_string())
+        } else {
+            after.to_string()
+        };
         Ok(EventFollower {
             conn: self.redis.dedicated(block).await?,
-            key: self.keys.events(),
+            key,
             keys: self.keys.clone(),
-            last: after.to_string(),
+            last,
             filter,
             block,
         })

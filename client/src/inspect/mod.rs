@@ -13,7 +13,7 @@ pub use actors::{Actor, Holding};
 pub use audit::{AuditReport, Class, Finding};
 pub use dead::DeadLetter;
 pub use events::{Event, EventFilter, EventFollower};
-pub use queues::{Histogram, QueueStats};
+pub use queues::{Histogram, Minute, QueueStats, WAITING_SAMPLE};
 
 use crate::conn::Redis;
 use crate::error::Result;
@@ -48,10 +48,11 @@ pub struct JobSummary {
     pub updated_at: String,
     pub worker: String,
     pub error: String,
+    pub tags: Vec<String>,
 }
 
 /// What a listing reads of each record, in the order [`JobSummary::read`] takes.
-const SUMMARY_FIELDS: [&str; 12] = [
+const SUMMARY_FIELDS: [&str; 13] = [
     "status",
     "script_type",
     "group",
@@ -64,6 +65,7 @@ const SUMMARY_FIELDS: [&str; 12] = [
     "finished_at",
     "worker_id",
     "error",
+    "tags",
 ];
 
 impl JobSummary {
@@ -105,6 +107,17 @@ impl JobSummary {
             updated_at,
             worker: get(10),
             error: get(11),
+            // a listing shows what it can: tags that do not decode read as none
+            tags: serde_json::from_str(&get(12)).unwrap_or_default(),
+        })
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id, "status": self.status, "script_type": self.script_type,
+            "queue": self.queue, "priority": self.priority, "attempts": self.attempts,
+            "updated_at": self.updated_at, "worker": self.worker, "error": self.error,
+            "tags": self.tags,
         })
     }
 }
@@ -153,6 +166,18 @@ impl Inspector {
     pub async fn list(
         &self,
         filter: &ListFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page> {
+        self.list_tagged(filter, None, cursor, limit).await
+    }
+
+    /// As [`Inspector::list`], keeping only the jobs that carry `tag` (a page may then hold
+    /// fewer than `limit`, or none, with more to come: follow `next` to the end).
+    pub async fn list_tagged(
+        &self,
+        filter: &ListFilter,
+        tag: Option<&str>,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page> {
@@ -227,6 +252,9 @@ impl Inspector {
                 if summary.status != s.as_str() {
                     continue;
                 }
+            }
+            if tag.is_some_and(|t| !summary.tags.iter().any(|x| x == t)) {
+                continue;
             }
             jobs.push(summary);
         }

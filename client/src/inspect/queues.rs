@@ -129,7 +129,61 @@ fn by_stream(v: Value) -> Result<HashMap<String, Vec<(String, i64)>>> {
     Ok(out)
 }
 
+/// One minute of the whole system, for charts: jobs ended in it, and the jobs waiting when the
+/// broker last sampled the queues in it (none when no broker sampled).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Minute {
+    /// `2026-11-23T11:40`, UTC.
+    pub at: String,
+    pub finished: u64,
+    pub failed: u64,
+    pub waiting: Option<u64>,
+}
+
+impl Minute {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "at": self.at, "finished": self.finished, "failed": self.failed,
+            "waiting": self.waiting,
+        })
+    }
+}
+
+/// The per-minute field the broker's depth sample writes for each stream (`<stream>|waiting`).
+pub const WAITING_SAMPLE: &str = "waiting";
+
 impl Inspector {
+    /// The last `minutes` whole minutes and the current one, oldest first: one HGETALL a
+    /// minute, each holding a few fields a queue.
+    pub async fn history(&self, minutes: u64) -> Result<Vec<Minute>> {
+        let now = clock::now_ms();
+        let mut pipe = redis::pipe();
+        let mut out = Vec::new();
+        for m in (0..=minutes).rev() {
+            let at = clock::iso(now.saturating_sub(m * 60_000));
+            let at = at[..16.min(at.len())].to_string();
+            pipe.cmd("HGETALL").arg(self.keys.stats_minute(&at));
+            out.push(Minute {
+                at,
+                ..Minute::default()
+            });
+        }
+        for (minute, fields) in out.iter_mut().zip(self.redis.pipeline(&pipe).await?) {
+            for (_, fields) in by_stream(fields?)? {
+                for (name, n) in fields {
+                    let n = n.max(0) as u64;
+                    match name.as_str() {
+                        "finished" => minute.finished += n,
+                        "failed" => minute.failed += n,
+                        WAITING_SAMPLE => *minute.waiting.get_or_insert(0) += n,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Every registered queue, sorted by name.
     pub async fn queues(&self) -> Result<Vec<QueueStats>> {
         let streams: Vec<String> = self

@@ -139,6 +139,35 @@ pub struct Job {
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl Job {
+    /// The record as the CLI's and the HTTP API's JSON show it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let job = self;
+        serde_json::json!({
+            "id": job.id.as_str(),
+            "status": job.status.as_str(),
+            "script_type": job.script_type.as_ref().map(|t| t.as_str()),
+            "group": job.group.as_ref().map(|g| g.as_str()),
+            "instance": job.instance.as_ref().map(|i| i.as_str()),
+            "priority": job.priority.level(),
+            "attempts": job.attempts,
+            "retries": job.retries,
+            "timeout": job.timeout.as_secs(),
+            "worker_id": job.worker_id,
+            "created_at": job.created_at,
+            "started_at": job.started_at,
+            "finished_at": job.finished_at,
+            "output": job.output,
+            "error": job.error,
+            "tags": job.tags,
+            "env_vars": job.env_vars,
+            "caller_id": job.caller_id,
+            "context_id": job.context_id,
+            "updated_at": job.updated_at,
+            "run_at_ms": job.run_at_ms,
+            "traceparent": job.traceparent,
+        })
+    }
+
     /// A new job record for `script` to run on `target`; everything else at its default.
     pub fn new(id: JobId, target: &Target, script: impl Into<String>) -> Job {
         let now = clock::now_iso();

@@ -563,3 +563,53 @@ pub fn hero_cli(url: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A `hero broker` process serving HTTP on a free loopback port with `token` (none: `&[]`
+/// args only), plus `extra` flags; returns it and its base URL (`http://127.0.0.1:<port>`).
+pub async fn http_broker(url: &str, token: Option<&str>, extra: &[&str]) -> (Proc, String) {
+    let mut args = vec!["--redis-url", url, "broker", "--http", "127.0.0.1:0"];
+    if let Some(t) = token {
+        args.extend_from_slice(&["--http-token", t]);
+    }
+    args.extend_from_slice(extra);
+    let p = Proc::spawn(&binary("hero"), &args, &[], None);
+    let line = p
+        .expect_line("http: http://", Duration::from_secs(30))
+        .await;
+    let base = line
+        .trim()
+        .trim_start_matches("http: ")
+        .trim_end_matches('/')
+        .to_string();
+    (p, base)
+}
+
+/// Leases `id` (a job of type `script_type`) to a consumer that then dies, and has recovery
+/// give up on it at once: a dead letter, made in a few calls.
+pub async fn dead_letter(client: &hero_client::Client, script_type: &str, id: &str) {
+    use hero_client::function::Recovery;
+    let job = hero_client::NewJob::builder(script_type, "x")
+        .id(id)
+        .build()
+        .expect("a valid job");
+    client.submit(&job).await.expect("submit");
+    let stream = work_key(script_type);
+    let fetch = hero_client::function::fetch(
+        client.keys(),
+        std::slice::from_ref(&stream),
+        "g:gone:1",
+        1,
+        "0",
+    );
+    let _: redis::Value = client.redis().query(&fetch).await.expect("fetch");
+    let taken = hero_client::recovery::recover_stream(
+        client.redis(),
+        client.keys(),
+        &stream,
+        Recovery::Consumer("g:gone:1"),
+        1,
+    )
+    .await
+    .expect("recover");
+    assert_eq!(taken.dead, 1, "{id} dead-lettered");
+}

@@ -159,6 +159,25 @@ impl AuditReport {
     pub fn is_consistent(&self) -> bool {
         self.inconsistencies().next().is_none()
     }
+
+    /// The report as `hero audit --json` and the HTTP API show it, with what a fix did.
+    pub fn to_json(&self, fixed: &[(Finding, bool)]) -> serde_json::Value {
+        let counts: serde_json::Map<String, serde_json::Value> = self
+            .counts()
+            .into_iter()
+            .map(|(c, n)| (c.as_str().to_string(), n.into()))
+            .collect();
+        serde_json::json!({
+            "consistent": self.is_consistent(),
+            "counts": counts,
+            "findings": self.findings.iter().map(Finding::to_json).collect::<Vec<_>>(),
+            "fixed": fixed.iter().map(|(f, done)| {
+                let mut v = f.to_json();
+                v["result"] = if *done { "fixed" } else { "unchanged" }.into();
+                v
+            }).collect::<Vec<_>>(),
+        })
+    }
 }
 
 /// Entries (or keys) read per round trip.

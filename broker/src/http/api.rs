@@ -1,0 +1,404 @@
+//! The admin JSON API (`/api/...`): the read side of `hero_client::inspect` and the repairs of
+//! `hero_client::repair`, one handler per endpoint. Read-only endpoints are open (on loopback,
+//! or to whoever the operator let reach the port); every mutating one checks the bearer token
+//! first. Bad input is answered 4xx before anything is read or changed.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::Stream;
+use hero_client::inspect::{DeadLetter, EventFilter, ListFilter};
+use hero_client::{JobId, Priority, ScriptType, Status, Target};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{ApiError, App};
+
+type ApiResult = Result<Json<Value>, ApiError>;
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/api/queues", get(queues))
+        .route("/api/actors", get(actors))
+        .route("/api/jobs", get(jobs))
+        .route("/api/jobs/{id}", get(job))
+        .route("/api/jobs/{id}/stop", post(stop))
+        .route("/api/jobs/{id}/requeue", post(requeue))
+        .route("/api/events", get(events))
+        .route("/api/events/stream", get(event_stream))
+        .route("/api/history", get(history))
+        .route("/api/audit", get(audit).post(audit_fix))
+        .route("/api/dead", get(dead))
+        .route("/api/dead/{id}", get(dead_one))
+        .route("/api/dead/retry", post(dead_retry))
+        .route("/api/dead/purge", post(dead_purge))
+}
+
+/// A JSON body, parsed by hand so that a malformed one gets this API's JSON error (axum's own
+/// rejection answers plain text). An empty body reads as `{}`.
+fn body<T: for<'de> Deserialize<'de>>(bytes: &Bytes) -> Result<T, ApiError> {
+    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    serde_json::from_slice(text).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the request body is not the JSON this endpoint takes: {e}"
+        ))
+    })
+}
+
+fn job_id(id: &str) -> Result<JobId, ApiError> {
+    JobId::new(id).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+async fn queues(State(app): State<App>) -> ApiResult {
+    let queues = app.client.inspector().queues().await?;
+    Ok(Json(json!({
+        "queues": queues.iter().map(hero_client::inspect::QueueStats::to_json).collect::<Vec<_>>()
+    })))
+}
+
+async fn actors(State(app): State<App>) -> ApiResult {
+    let actors = app.client.inspector().actors().await?;
+    Ok(Json(json!({
+        "actors": actors.iter().map(hero_client::inspect::Actor::to_json).collect::<Vec<_>>()
+    })))
+}
+
+#[derive(Deserialize, Default)]
+pub struct JobsQuery {
+    pub status: Option<String>,
+    /// `<type>[/<group>[/<instance>]]`, optionally ` prio <n>`.
+    pub queue: Option<String>,
+    pub tag: Option<String>,
+    pub cursor: Option<String>,
+    pub limit: Option<usize>,
+}
+
+impl JobsQuery {
+    /// The listing this query asks for (a queue wins over a status).
+    pub fn filter(&self) -> Result<ListFilter, ApiError> {
+        fn nonempty(s: &Option<String>) -> Option<&str> {
+            s.as_deref().filter(|s| !s.trim().is_empty())
+        }
+        if let Some(q) = nonempty(&self.queue) {
+            let (target, prio) = Target::parse_queue(q)?;
+            return Ok(ListFilter::Queue(target, prio));
+        }
+        if let Some(s) = nonempty(&self.status) {
+            return Status::parse(s).map(ListFilter::Status).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "status {s:?} is not a status: use waiting, dispatched, started, finished or error"
+                ))
+            });
+        }
+        Ok(ListFilter::All)
+    }
+}
+
+pub const DEFAULT_PAGE: usize = 50;
+
+async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> ApiResult {
+    let filter = q.filter()?;
+    let tag = q.tag.as_deref().filter(|t| !t.is_empty());
+    let page = app
+        .client
+        .inspector()
+        .list_tagged(
+            &filter,
+            tag,
+            q.cursor.as_deref().filter(|c| !c.is_empty()),
+            q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000),
+        )
+        .await?;
+    Ok(Json(json!({
+        "jobs": page.jobs.iter().map(hero_client::JobSummary::to_json).collect::<Vec<_>>(),
+        "next": page.next,
+    })))
+}
+
+/// A job's record and its history from the event log; 404 when there is no record.
+pub async fn job_with_history(app: &App, id: &JobId) -> Result<Value, ApiError> {
+    let job = app.client.get(id).await?;
+    let only = EventFilter {
+        job: Some(id.to_string()),
+        ..EventFilter::default()
+    };
+    let history = app.client.inspector().events(&only, 1000).await?;
+    let mut v = job.to_json();
+    v["script"] = job.script.clone().into();
+    v["history"] = history.iter().map(|e| e.to_json()).collect();
+    Ok(v)
+}
+
+async fn job(State(app): State<App>, Path(id): Path<String>) -> ApiResult {
+    let id = job_id(&id)?;
+    Ok(Json(job_with_history(&app, &id).await?))
+}
+
+async fn stop(State(app): State<App>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    app.authorize(&headers)?;
+    let id = job_id(&id)?;
+    let outcome = match app.client.stop(&id).await? {
+        hero_client::StopOutcome::Cancelled => "cancelled",
+        hero_client::StopOutcome::Interrupted => "interrupted",
+        hero_client::StopOutcome::AlreadyCompleted => "already_completed",
+    };
+    Ok(Json(json!({ "id": id.as_str(), "stop": outcome })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RequeueBody {
+    #[serde(rename = "type")]
+    script_type: Option<String>,
+    group: Option<String>,
+    instance: Option<String>,
+    priority: Option<u8>,
+}
+
+async fn requeue(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    raw: Bytes,
+) -> ApiResult {
+    app.authorize(&headers)?;
+    let id = job_id(&id)?;
+    let b: RequeueBody = body(&raw)?;
+    let priority = b.priority.map(Priority::new).transpose()?;
+    let target = match &b.script_type {
+        Some(t) => Some(Target::new(
+            ScriptType::new(t)?,
+            b.group
+                .as_deref()
+                .map(hero_client::GroupName::new)
+                .transpose()?,
+            b.instance
+                .as_deref()
+                .map(hero_client::InstanceName::new)
+                .transpose()?,
+        )),
+        None if b.group.is_some() || b.instance.is_some() => {
+            return Err(ApiError::bad_request(
+                "a group or instance needs its type: send \"type\" too",
+            ))
+        }
+        None => None,
+    };
+    let moved = app.client.requeue_to(&id, target, priority).await?;
+    Ok(Json(json!({
+        "id": id.as_str(),
+        "requeued": true,
+        "queue": app.client.keys().queue_name(&moved.stream),
+    })))
+}
+
+#[derive(Deserialize, Default)]
+pub struct EventsQuery {
+    pub job: Option<String>,
+    pub queue: Option<String>,
+    #[serde(rename = "type")]
+    pub script_type: Option<String>,
+    pub event: Option<String>,
+    pub limit: Option<usize>,
+}
+
+impl EventsQuery {
+    pub fn filter(&self) -> Result<EventFilter, ApiError> {
+        let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.trim().is_empty());
+        Ok(EventFilter {
+            job: nonempty(&self.job),
+            queue: nonempty(&self.queue)
+                .map(|q| Target::parse_queue(&q).map(|(t, _)| t))
+                .transpose()?,
+            script_type: nonempty(&self.script_type)
+                .map(|t| ScriptType::new(&t))
+                .transpose()?,
+            event: nonempty(&self.event),
+        })
+    }
+}
+
+async fn events(State(app): State<App>, Query(q): Query<EventsQuery>) -> ApiResult {
+    let filter = q.filter()?;
+    let events = app
+        .client
+        .inspector()
+        .events(&filter, q.limit.unwrap_or(100).clamp(1, 10_000))
+        .await?;
+    Ok(Json(json!({
+        "events": events.iter().map(|e| e.to_json()).collect::<Vec<_>>()
+    })))
+}
+
+/// Server-Sent Events: one `event` message per log entry from now on (XREAD BLOCK on a
+/// connection of the stream's own: no polling), a keep-alive comment every 15 s; the stream
+/// ends when the broker stops.
+async fn event_stream(
+    State(app): State<App>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let filter = q.filter()?;
+    let follower = app.client.inspector().follow(filter, "$").await?;
+    let stop = app.stop.clone();
+    let stream = futures::stream::unfold(
+        (follower, std::collections::VecDeque::new(), stop),
+        |(mut f, mut queued, stop)| async move {
+            loop {
+                if let Some(e) = queued.pop_front() {
+                    let ev: hero_client::inspect::Event = e;
+                    let msg = SseEvent::default()
+                        .event("event")
+                        .data(ev.to_json().to_string());
+                    return Some((Ok(msg), (f, queued, stop)));
+                }
+                let batch = tokio::select! {
+                    () = stop.cancelled() => return None,
+                    b = f.next() => b,
+                };
+                match batch {
+                    Ok(events) => queued.extend(events),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "event stream: reading the log failed; retrying");
+                        tokio::select! {
+                            () = stop.cancelled() => return None,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+#[derive(Deserialize, Default)]
+struct HistoryQuery {
+    minutes: Option<u64>,
+}
+
+async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> ApiResult {
+    let minutes = app
+        .client
+        .inspector()
+        .history(q.minutes.unwrap_or(60).clamp(1, 120))
+        .await?;
+    Ok(Json(json!({
+        "minutes": minutes.iter().map(hero_client::inspect::Minute::to_json).collect::<Vec<_>>()
+    })))
+}
+
+async fn audit(State(app): State<App>) -> ApiResult {
+    let (report, fixed) = app.client.audit(false, &|_| {}).await?;
+    Ok(Json(report.to_json(&fixed)))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct AuditBody {
+    #[serde(default)]
+    fix: bool,
+}
+
+/// POST runs the audit too, and with `{"fix": true}` repairs what it found (token needed).
+async fn audit_fix(State(app): State<App>, headers: HeaderMap, raw: Bytes) -> ApiResult {
+    app.authorize(&headers)?;
+    let b: AuditBody = body(&raw)?;
+    let (report, fixed) = app.client.audit(b.fix, &|_| {}).await?;
+    Ok(Json(report.to_json(&fixed)))
+}
+
+#[derive(Deserialize, Default)]
+struct DeadQuery {
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn dead(State(app): State<App>, Query(q): Query<DeadQuery>) -> ApiResult {
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000);
+    let page = app
+        .client
+        .inspector()
+        .dead_letters(q.cursor.as_deref().filter(|c| !c.is_empty()), limit)
+        .await?;
+    let next = (page.len() == limit)
+        .then(|| page.last().map(|d| d.entry.clone()))
+        .flatten();
+    Ok(Json(json!({
+        "dead": page.iter().map(DeadLetter::to_json).collect::<Vec<_>>(),
+        "next": next,
+    })))
+}
+
+async fn dead_one(State(app): State<App>, Path(id): Path<String>) -> ApiResult {
+    let id = job_id(&id)?;
+    match app.client.inspector().dead_letter(id.as_str()).await? {
+        Some(d) => Ok(Json(d.to_json())),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("job {id} has no dead letter"),
+        )),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DeadBody {
+    #[serde(default)]
+    ids: Vec<String>,
+    #[serde(default)]
+    all: bool,
+}
+
+/// The letters a retry or purge body names; 400 for neither or both, 404 for an id with none.
+async fn chosen(app: &App, raw: &Bytes) -> Result<Vec<DeadLetter>, ApiError> {
+    let b: DeadBody = body(raw)?;
+    let inspector = app.client.inspector();
+    match (b.all, b.ids.is_empty()) {
+        (true, true) => Ok(inspector.all_dead_letters().await?),
+        (false, false) => {
+            for id in &b.ids {
+                job_id(id)?;
+            }
+            inspector.dead_letters_of(&b.ids).await?.map_err(|id| {
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("job {id} has no dead letter; nothing was changed"),
+                )
+            })
+        }
+        (true, false) => Err(ApiError::bad_request(
+            "send either {\"ids\": [...]} or {\"all\": true}, not both",
+        )),
+        (false, true) => Err(ApiError::bad_request(
+            "name the jobs: {\"ids\": [...]}, or {\"all\": true}",
+        )),
+    }
+}
+
+fn outcomes(outcomes: &[hero_client::repair::DeadOutcome]) -> Json<Value> {
+    Json(json!({
+        "results": outcomes.iter().map(|o| json!({"job": o.job_id, "answer": o.answer})).collect::<Vec<_>>()
+    }))
+}
+
+async fn dead_retry(State(app): State<App>, headers: HeaderMap, raw: Bytes) -> ApiResult {
+    app.authorize(&headers)?;
+    let letters = chosen(&app, &raw).await?;
+    Ok(outcomes(&app.client.retry_dead(&letters).await?))
+}
+
+async fn dead_purge(State(app): State<App>, headers: HeaderMap, raw: Bytes) -> ApiResult {
+    app.authorize(&headers)?;
+    let letters = chosen(&app, &raw).await?;
+    Ok(outcomes(&app.client.purge_dead(&letters).await?))
+}

@@ -1,0 +1,245 @@
+//! `/metrics` (Prometheus text format), `/healthz` and `/readyz`.
+//!
+//! The job metrics are the system's, not this process's: each scrape reads the stats the server
+//! functions keep on write (`Inspector::queues`, O(queues)) and the workers' presence
+//! (O(workers)), so every broker answers the same numbers and a restart loses nothing. They are
+//! written here by hand in the text format because they arrive pre-aggregated (counters and
+//! histogram buckets kept in Redis), which the `metrics` facade cannot take: it counts and
+//! observes in-process. This process's own metrics (the broker's loop timings and errors, the
+//! bridge's moves) do go through the facade, and the `metrics-exporter-prometheus` recorder
+//! renders them after the job metrics.
+
+use std::fmt::Write;
+use std::sync::OnceLock;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use hero_client::inspect::{Histogram, QueueStats};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use super::{ApiError, App};
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+}
+
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide recorder once; `None` when another recorder was installed first
+/// (an application embedding the broker keeps its own).
+pub fn install_recorder() -> Option<&'static PrometheusHandle> {
+    RECORDER
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .set_buckets(&[0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0])
+                .ok()?
+                .install_recorder()
+                .ok()
+        })
+        .as_ref()
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready when Redis answers and this version's function library is loaded.
+async fn readyz(State(app): State<App>) -> Response {
+    let version: Result<String, _> = app
+        .client
+        .redis()
+        .query(&hero_client::function::version())
+        .await;
+    match version {
+        Ok(v) if v == hero_client::function::LIBRARY_VERSION => Json(serde_json::json!({
+            "ready": true,
+            "redis": "ok",
+            "functions": hero_client::function::LIBRARY_NAME,
+        }))
+        .into_response(),
+        Ok(v) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Redis answers, but its function library is version {v}, not {}: restart the broker to load it",
+                hero_client::function::LIBRARY_VERSION
+            ),
+        )
+        .into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
+    let inspector = app.client.inspector();
+    let queues = inspector.queues().await?;
+    let actors = inspector.actors().await?;
+    let dead: u64 = app
+        .client
+        .redis()
+        .query(redis::cmd("XLEN").arg(app.client.keys().dead_letter()))
+        .await?;
+    let mut out = render(&queues, &actors, dead);
+    if let Some(handle) = install_recorder() {
+        out.push_str(&handle.render());
+    }
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response())
+}
+
+/// A label value as the text format wants it escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The job metrics of `queues`, the workers and the dead-letter count, in the text format.
+pub fn render(
+    queues: &[QueueStats],
+    actors: &[hero_client::inspect::Actor],
+    dead_letters: u64,
+) -> String {
+    let mut out = String::new();
+    let labels = |q: &QueueStats| format!("queue=\"{}\"", escape(&q.name));
+    type Gauge = fn(&QueueStats) -> f64;
+    let families: [(&str, &str, &str, Gauge); 10] = [
+        (
+            "hero_queue_waiting_jobs",
+            "gauge",
+            "Jobs queued and not yet taken by a worker.",
+            |q| q.waiting as f64,
+        ),
+        (
+            "hero_queue_delayed_jobs",
+            "gauge",
+            "Jobs waiting in the delayed set (delayed submits and retry back-off).",
+            |q| q.delayed.max(0) as f64,
+        ),
+        (
+            "hero_queue_running_jobs",
+            "gauge",
+            "Jobs delivered to a worker and not yet acknowledged.",
+            |q| q.running as f64,
+        ),
+        (
+            "hero_queue_oldest_waiting_seconds",
+            "gauge",
+            "Age of the oldest job not yet taken (0 when none waits).",
+            |q| q.oldest_waiting_ms.unwrap_or(0) as f64 / 1000.0,
+        ),
+        (
+            "hero_queue_done_per_minute",
+            "gauge",
+            "Jobs ended per minute, averaged over the last five minutes.",
+            |q| q.done_per_minute,
+        ),
+        (
+            "hero_jobs_finished_total",
+            "counter",
+            "Jobs that finished.",
+            |q| q.finished as f64,
+        ),
+        (
+            "hero_jobs_failed_total",
+            "counter",
+            "Jobs that ended in error, whatever the reason.",
+            |q| q.failed as f64,
+        ),
+        (
+            "hero_jobs_retried_total",
+            "counter",
+            "Failed attempts given another.",
+            |q| q.retried as f64,
+        ),
+        (
+            "hero_jobs_recovered_total",
+            "counter",
+            "Deliveries taken back from dead or stuck workers.",
+            |q| q.recovered as f64,
+        ),
+        (
+            "hero_jobs_dead_lettered_total",
+            "counter",
+            "Jobs moved to the dead-letter stream.",
+            |q| q.dead as f64,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for q in queues {
+            let _ = writeln!(out, "{name}{{{}}} {}", labels(q), value(q));
+        }
+    }
+    type Hist = fn(&QueueStats) -> &Histogram;
+    let histograms: [(&str, &str, Hist); 2] = [
+        (
+            "hero_job_wait_seconds",
+            "Time from dispatch to start.",
+            |q| &q.wait,
+        ),
+        (
+            "hero_job_run_seconds",
+            "Time from start to end, as the worker measured it.",
+            |q| &q.run,
+        ),
+    ];
+    for (name, help, hist) in histograms {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for q in queues {
+            let h = hist(q);
+            let mut seen = 0u64;
+            for (b, n) in &h.buckets {
+                seen += n;
+                let le = Histogram::upper_ms(*b) as f64 / 1000.0;
+                let _ = writeln!(out, "{name}_bucket{{{},le=\"{le}\"}} {seen}", labels(q));
+            }
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{},le=\"+Inf\"}} {}",
+                labels(q),
+                h.count()
+            );
+            let _ = writeln!(
+                out,
+                "{name}_sum{{{}}} {}",
+                labels(q),
+                h.sum_ms as f64 / 1000.0
+            );
+            let _ = writeln!(out, "{name}_count{{{}}} {}", labels(q), h.count());
+        }
+    }
+    let live = actors.iter().filter(|a| a.live).count();
+    let _ = writeln!(out, "# HELP hero_workers Workers by state: live (presence kept) or gone (presence expired, jobs still held).");
+    let _ = writeln!(out, "# TYPE hero_workers gauge");
+    let _ = writeln!(out, "hero_workers{{state=\"live\"}} {live}");
+    let _ = writeln!(
+        out,
+        "hero_workers{{state=\"gone\"}} {}",
+        actors.len() - live
+    );
+    let _ = writeln!(
+        out,
+        "# HELP hero_dead_letters Entries in the dead-letter stream."
+    );
+    let _ = writeln!(out, "# TYPE hero_dead_letters gauge");
+    let _ = writeln!(out, "hero_dead_letters {dead_letters}");
+    out
+}
