@@ -85,6 +85,9 @@ function setupFeed() {
   const feed = document.getElementById("feed");
   if (!feed || !window.EventSource) return;
   const src = new EventSource("/api/events/stream" + (feed.dataset.filter || ""));
+  // the server fixes the stream's start before it answers: from here nothing is missed
+  src.addEventListener("open", () => { feed.dataset.live = "open"; });
+  src.addEventListener("error", () => { feed.dataset.live = "reconnecting"; });
   src.addEventListener("event", (m) => {
     let ev;
     try { ev = JSON.parse(m.data); } catch (_) { return; }

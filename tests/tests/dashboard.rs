@@ -1,0 +1,188 @@
+//! The dashboard in a real browser: headless Chromium (Debian's `chromium`) driven through
+//! WebDriver (`chromedriver`, by fantoccini) against a real broker and redis-server. It loads
+//! the queues page and reads the right counts, opens a job's page, retries a dead-lettered job
+//! from its page with the token and sees it finish, and sees a new job appear in the live feed
+//! without reloading. Screenshots of the main pages go to `target/screenshots/`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fantoccini::{Client as Browser, ClientBuilder, Locator};
+use hero_client::{Client, JobId, NewJob, Status};
+use hero_testkit::{dead_letter, free_port, http_broker, wait_for, InProcWorker, Proc, RedisServer};
+use hero_worker::{Outcome, Worker};
+
+const TOKEN: &str = "dash-token";
+
+fn shots_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/screenshots");
+    std::fs::create_dir_all(&dir).expect("create target/screenshots");
+    dir
+}
+
+async fn shot(b: &Browser, name: &str) {
+    let png = b.screenshot().await.expect("screenshot");
+    std::fs::write(shots_dir().join(format!("{name}.png")), png).expect("write screenshot");
+}
+
+/// chromedriver on a free port, and a headless Chromium session through it at 1280×800.
+async fn browser() -> (Proc, Browser, PathBuf) {
+    let port = free_port();
+    let driver = Proc::spawn(
+        std::path::Path::new("/usr/bin/chromedriver"),
+        &[&format!("--port={port}")],
+        &[],
+        None,
+    );
+    wait_for("chromedriver to listen", Duration::from_secs(20), || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
+    })
+    .await;
+    let profile = std::env::temp_dir().join(format!("hero-chromium-{}-{port}", std::process::id()));
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": "/usr/bin/chromium",
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,800", "--no-first-run", "--disable-quic",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                format!("--user-data-dir={}", profile.display()),
+            ]
+        }),
+    );
+    let b = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a Chromium session through chromedriver (scripts/browser-setup installs both)");
+    (driver, b, profile)
+}
+
+/// The text of the first element matching `css`, once there is one (bounded).
+async fn text_of(b: &Browser, css: &str) -> String {
+    let el = b
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+    el.text().await.expect("element text")
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_live_events() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    dead_letter(&client, "dl", "dead-1").await;
+    let _w = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["web", "dl"])
+            .instance("dash")
+            .handler(|j: hero_client::Job, _| async move { Outcome::Done(format!("ran {}", j.script)) }),
+    );
+    for n in 0..3 {
+        let job = NewJob::builder("web", format!("job {n}"))
+            .id(format!("web-{n}"))
+            .build()
+            .unwrap();
+        client.submit(&job).await.unwrap();
+    }
+    for n in 0..3 {
+        let r = client
+            .wait(&JobId::new(format!("web-{n}")).unwrap(), Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert_eq!(r.status, Status::Finished);
+    }
+    for n in 0..2 {
+        let job = NewJob::builder("idle", "x").id(format!("idle-{n}")).build().unwrap();
+        client.submit(&job).await.unwrap();
+    }
+    let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
+    let (_driver, b, profile) = browser().await;
+
+    // the queues page, with the right counts
+    b.goto(&format!("{base}/")).await.unwrap();
+    assert_eq!(text_of(&b, "#queues tr[data-queue='idle'] td[data-f='waiting']").await, "2");
+    assert_eq!(text_of(&b, "#queues tr[data-queue='web'] td[data-f='finished']").await, "3");
+    assert_eq!(text_of(&b, "#queues tr[data-queue='dl'] td[data-f='dead']").await, "1");
+    assert_eq!(text_of(&b, "#total-waiting").await, "2");
+    shot(&b, "queues").await;
+
+    // a job's page: record, output, history
+    b.goto(&format!("{base}/jobs/web-1")).await.unwrap();
+    assert_eq!(text_of(&b, "#output").await, "ran job 1");
+    let history = text_of(&b, "#history").await;
+    for e in ["submitted", "started", "finished"] {
+        assert!(history.contains(e), "history shows {e}: {history}");
+    }
+    shot(&b, "job").await;
+
+    // retry a dead letter from its page, with the token typed into the page
+    b.goto(&format!("{base}/jobs/dead-1")).await.unwrap();
+    b.find(Locator::Css("#token")).await.unwrap().send_keys(TOKEN).await.unwrap();
+    b.find(Locator::Css("#token-form button")).await.unwrap().click().await.unwrap();
+    shot(&b, "dead-letter-job").await;
+    b.find(Locator::Css("#retry")).await.unwrap().click().await.unwrap();
+    let r = client
+        .wait(&JobId::new("dead-1").unwrap(), Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(r.status, Status::Finished, "the retried job ran");
+    // the page reloads itself after the retry and shows the job finished
+    wait_for("the job's page to show it finished", Duration::from_secs(10), || {
+        let b = b.clone();
+        async move {
+            let el = b.find(Locator::Css("#job")).await.ok()?;
+            (el.attr("data-status").await.ok()?? == "finished").then_some(())
+        }
+    })
+    .await;
+    assert_eq!(text_of(&b, "#output").await, "ran x");
+    shot(&b, "retried-job").await;
+
+    // a new job appears in the live feed without a reload
+    b.goto(&format!("{base}/")).await.unwrap();
+    text_of(&b, "#feed").await;
+    // the page says when its event stream is open: from then on, nothing logged is missed
+    wait_for("the live feed's stream to open", Duration::from_secs(10), || {
+        let b = b.clone();
+        async move {
+            let el = b.find(Locator::Css("#feed")).await.ok()?;
+            (el.attr("data-live").await.ok()?? == "open").then_some(())
+        }
+    })
+    .await;
+    let job = NewJob::builder("web", "live").id("live-1").build().unwrap();
+    client.submit(&job).await.unwrap();
+    b.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#feed a[href='/jobs/live-1']"))
+        .await
+        .expect("the new job in the live feed");
+    let url_now = b.current_url().await.unwrap();
+    assert_eq!(url_now.path(), "/", "no navigation happened");
+    shot(&b, "live-feed").await;
+
+    for (path, name) in [("/actors", "actors"), ("/dead", "dead"), ("/audit?run=1", "audit"), ("/events", "events"), ("/jobs", "jobs")] {
+        b.goto(&format!("{base}{path}")).await.unwrap();
+        text_of(&b, "main").await;
+        shot(&b, name).await;
+    }
+    assert!(text_of(&b, "main").await.contains("web-"), "the jobs list shows jobs");
+    b.goto(&format!("{base}/audit?run=1")).await.unwrap();
+    assert!(text_of(&b, "#audit-result").await.starts_with("Consistent"));
+
+    // a narrow window
+    b.set_window_size(420, 800).await.unwrap();
+    b.goto(&format!("{base}/")).await.unwrap();
+    text_of(&b, "#queues").await;
+    shot(&b, "queues-narrow").await;
+
+    b.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(profile);
+}
