@@ -25,6 +25,7 @@ pub mod conn;
 pub mod error;
 pub mod function;
 pub mod inspect;
+pub mod trace;
 pub mod job;
 pub mod keys;
 pub mod name;

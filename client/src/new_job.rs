@@ -35,6 +35,11 @@ impl NewJob {
         &self.job.id
     }
 
+    /// The record it will be submitted as.
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
     pub fn record(&self) -> &Job {
         &self.job
     }
@@ -189,14 +194,16 @@ impl NewJobBuilder {
         job.caller_id = self.caller_id;
         job.context_id = self.context_id;
         job.log_path = self.log_path;
-        if let Some(tp) = self.traceparent {
-            if !is_traceparent(&tp) {
+        if let Some(tp) = &self.traceparent {
+            if !is_traceparent(tp) {
                 return Err(Error::InvalidInput(format!(
                     "traceparent {tp:?} is not W3C trace context: give 00-<32 hex>-<16 hex>-<2 hex>"
                 )));
             }
-            job.traceparent = Some(tp);
         }
+        // the span the job is built in, when it belongs to a trace: the worker's handler span
+        // joins it
+        job.traceparent = self.traceparent.or_else(crate::trace::current_traceparent);
         let run_at_ms = match (self.run_at, self.delay) {
             (Some(at), _) => Some(
                 at.duration_since(UNIX_EPOCH)

@@ -8,6 +8,7 @@ use futures::FutureExt;
 use hero_client::reply::Delivery;
 use hero_client::{Job, JobId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::complete::Finished;
@@ -161,7 +162,17 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
             // than by running the handler in a task of its own: spawning and joining a second
             // task per job showed in the worker benchmark's profile at a few per cent of the
             // worker's CPU. Timeout and cancellation drop the handler's future.
-            let handler = AssertUnwindSafe(s.handler.call(job, ctx)).catch_unwind();
+            // the handler runs in a span of the producer's trace, when the job carries one
+            let span = tracing::info_span!("hero.job", job = %job_id, attempt = job.attempts);
+            if let Some(parent) = job
+                .traceparent
+                .as_deref()
+                .and_then(hero_client::trace::parent_context)
+            {
+                let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
+            }
+            let handler =
+                AssertUnwindSafe(s.handler.call(job, ctx).instrument(span)).catch_unwind();
             tokio::select! {
                 r = handler => Some(match r {
                     Ok(outcome) => outcome,
@@ -177,6 +188,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
     };
     match outcome {
         Some(outcome) => {
+            metrics::histogram!("hero_worker_job_seconds").record(began.elapsed().as_secs_f64());
             let finished = Finished {
                 job_id,
                 stream: running.stream,
