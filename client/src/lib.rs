@@ -25,7 +25,6 @@ pub mod conn;
 pub mod error;
 pub mod function;
 pub mod inspect;
-pub mod trace;
 pub mod job;
 pub mod keys;
 pub mod name;
@@ -33,6 +32,7 @@ pub mod new_job;
 pub mod recovery;
 pub mod repair;
 pub mod reply;
+pub mod trace;
 mod wire;
 
 pub use answer::{JobResult, StopOutcome, Submitted};

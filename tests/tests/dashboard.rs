@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use hero_client::{Client, JobId, NewJob, Status};
-use hero_testkit::{dead_letter, free_port, http_broker, wait_for, InProcWorker, Proc, RedisServer};
+use hero_testkit::{
+    dead_letter, free_port, http_broker, wait_for, InProcWorker, Proc, RedisServer,
+};
 use hero_worker::{Outcome, Worker};
 
 const TOKEN: &str = "dash-token";
 
 fn shots_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/screenshots");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
     std::fs::create_dir_all(&dir).expect("create target/screenshots");
     dir
 }
@@ -35,9 +36,16 @@ async fn browser() -> (Proc, Browser, PathBuf) {
         &[],
         None,
     );
-    wait_for("chromedriver to listen", Duration::from_secs(20), || async move {
-        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
-    })
+    wait_for(
+        "chromedriver to listen",
+        Duration::from_secs(20),
+        || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
     .await;
     let profile = std::env::temp_dir().join(format!("hero-chromium-{}-{port}", std::process::id()));
     let mut caps = serde_json::Map::new();
@@ -82,7 +90,9 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         Worker::builder(client.clone())
             .types(["web", "dl"])
             .instance("dash")
-            .handler(|j: hero_client::Job, _| async move { Outcome::Done(format!("ran {}", j.script)) }),
+            .handler(
+                |j: hero_client::Job, _| async move { Outcome::Done(format!("ran {}", j.script)) },
+            ),
     );
     for n in 0..3 {
         let job = NewJob::builder("web", format!("job {n}"))
@@ -93,13 +103,19 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     }
     for n in 0..3 {
         let r = client
-            .wait(&JobId::new(format!("web-{n}")).unwrap(), Duration::from_secs(20))
+            .wait(
+                &JobId::new(format!("web-{n}")).unwrap(),
+                Duration::from_secs(20),
+            )
             .await
             .unwrap();
         assert_eq!(r.status, Status::Finished);
     }
     for n in 0..2 {
-        let job = NewJob::builder("idle", "x").id(format!("idle-{n}")).build().unwrap();
+        let job = NewJob::builder("idle", "x")
+            .id(format!("idle-{n}"))
+            .build()
+            .unwrap();
         client.submit(&job).await.unwrap();
     }
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
@@ -107,9 +123,18 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
 
     // the queues page, with the right counts
     b.goto(&format!("{base}/")).await.unwrap();
-    assert_eq!(text_of(&b, "#queues tr[data-queue='idle'] td[data-f='waiting']").await, "2");
-    assert_eq!(text_of(&b, "#queues tr[data-queue='web'] td[data-f='finished']").await, "3");
-    assert_eq!(text_of(&b, "#queues tr[data-queue='dl'] td[data-f='dead']").await, "1");
+    assert_eq!(
+        text_of(&b, "#queues tr[data-queue='idle'] td[data-f='waiting']").await,
+        "2"
+    );
+    assert_eq!(
+        text_of(&b, "#queues tr[data-queue='web'] td[data-f='finished']").await,
+        "3"
+    );
+    assert_eq!(
+        text_of(&b, "#queues tr[data-queue='dl'] td[data-f='dead']").await,
+        "1"
+    );
     assert_eq!(text_of(&b, "#total-waiting").await, "2");
     shot(&b, "queues").await;
 
@@ -124,23 +149,42 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
 
     // retry a dead letter from its page, with the token typed into the page
     b.goto(&format!("{base}/jobs/dead-1")).await.unwrap();
-    b.find(Locator::Css("#token")).await.unwrap().send_keys(TOKEN).await.unwrap();
-    b.find(Locator::Css("#token-form button")).await.unwrap().click().await.unwrap();
+    b.find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    b.find(Locator::Css("#token-form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     shot(&b, "dead-letter-job").await;
-    b.find(Locator::Css("#retry")).await.unwrap().click().await.unwrap();
+    b.find(Locator::Css("#retry"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     let r = client
         .wait(&JobId::new("dead-1").unwrap(), Duration::from_secs(20))
         .await
         .unwrap();
     assert_eq!(r.status, Status::Finished, "the retried job ran");
     // the page reloads itself after the retry and shows the job finished
-    wait_for("the job's page to show it finished", Duration::from_secs(10), || {
-        let b = b.clone();
-        async move {
-            let el = b.find(Locator::Css("#job")).await.ok()?;
-            (el.attr("data-status").await.ok()?? == "finished").then_some(())
-        }
-    })
+    wait_for(
+        "the job's page to show it finished",
+        Duration::from_secs(10),
+        || {
+            let b = b.clone();
+            async move {
+                let el = b.find(Locator::Css("#job")).await.ok()?;
+                (el.attr("data-status").await.ok()?? == "finished").then_some(())
+            }
+        },
+    )
     .await;
     assert_eq!(text_of(&b, "#output").await, "ran x");
     shot(&b, "retried-job").await;
@@ -149,13 +193,17 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     b.goto(&format!("{base}/")).await.unwrap();
     text_of(&b, "#feed").await;
     // the page says when its event stream is open: from then on, nothing logged is missed
-    wait_for("the live feed's stream to open", Duration::from_secs(10), || {
-        let b = b.clone();
-        async move {
-            let el = b.find(Locator::Css("#feed")).await.ok()?;
-            (el.attr("data-live").await.ok()?? == "open").then_some(())
-        }
-    })
+    wait_for(
+        "the live feed's stream to open",
+        Duration::from_secs(10),
+        || {
+            let b = b.clone();
+            async move {
+                let el = b.find(Locator::Css("#feed")).await.ok()?;
+                (el.attr("data-live").await.ok()?? == "open").then_some(())
+            }
+        },
+    )
     .await;
     let job = NewJob::builder("web", "live").id("live-1").build().unwrap();
     client.submit(&job).await.unwrap();
@@ -168,12 +216,21 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     assert_eq!(url_now.path(), "/", "no navigation happened");
     shot(&b, "live-feed").await;
 
-    for (path, name) in [("/actors", "actors"), ("/dead", "dead"), ("/audit?run=1", "audit"), ("/events", "events"), ("/jobs", "jobs")] {
+    for (path, name) in [
+        ("/actors", "actors"),
+        ("/dead", "dead"),
+        ("/audit?run=1", "audit"),
+        ("/events", "events"),
+        ("/jobs", "jobs"),
+    ] {
         b.goto(&format!("{base}{path}")).await.unwrap();
         text_of(&b, "main").await;
         shot(&b, name).await;
     }
-    assert!(text_of(&b, "main").await.contains("web-"), "the jobs list shows jobs");
+    assert!(
+        text_of(&b, "main").await.contains("web-"),
+        "the jobs list shows jobs"
+    );
     b.goto(&format!("{base}/audit?run=1")).await.unwrap();
     assert!(text_of(&b, "#audit-result").await.starts_with("Consistent"));
 

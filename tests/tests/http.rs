@@ -3,6 +3,8 @@
 //! token refused, bad input answered 4xx with nothing changed, `/metrics` parsed by a real
 //! Prometheus parser and equal to the stats, and the health endpoints.
 
+#![allow(clippy::float_cmp)] // the metrics compared are whole counts, exact in f64
+
 use std::time::Duration;
 
 use hero_client::{Client, JobId, NewJob, Status};
@@ -406,35 +408,24 @@ async fn metrics_parse_as_prometheus_text_and_equal_the_stats() {
     let stats = client.inspector().queues().await.unwrap();
     for q in &stats {
         let l = ("queue", q.name.as_str());
-        assert_eq!(
-            sample(&scrape, "hero_queue_waiting_jobs", l),
-            q.waiting as f64
-        );
-        assert_eq!(
-            sample(&scrape, "hero_queue_running_jobs", l),
-            q.running as f64
-        );
-        assert_eq!(
-            sample(&scrape, "hero_jobs_finished_total", l),
-            q.finished as f64
-        );
-        assert_eq!(
-            sample(&scrape, "hero_jobs_failed_total", l),
-            q.failed as f64
-        );
-        assert_eq!(
-            sample(&scrape, "hero_jobs_dead_lettered_total", l),
-            q.dead as f64
-        );
-        assert_eq!(
-            sample(&scrape, "hero_jobs_recovered_total", l),
-            q.recovered as f64
-        );
-        assert_eq!(
-            sample(&scrape, "hero_job_run_seconds", l),
-            q.run.count() as f64,
-            "the +Inf bucket counts every run"
-        );
+        let pairs = [
+            ("hero_queue_waiting_jobs", q.waiting),
+            ("hero_queue_running_jobs", q.running),
+            ("hero_jobs_finished_total", q.finished),
+            ("hero_jobs_failed_total", q.failed),
+            ("hero_jobs_dead_lettered_total", q.dead),
+            ("hero_jobs_recovered_total", q.recovered),
+            // the +Inf bucket counts every run
+            ("hero_job_run_seconds", q.run.count()),
+        ];
+        for (name, want) in pairs {
+            assert_eq!(
+                sample(&scrape, name, l),
+                want as f64,
+                "{name} of {}",
+                q.name
+            );
+        }
     }
     assert_eq!(
         sample(&scrape, "hero_jobs_finished_total", ("queue", "q1")),

@@ -24,17 +24,15 @@ async fn a_job_submitted_inside_a_span_is_handled_inside_a_span_of_the_same_trac
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let _w = InProcWorker::spawn(
-        Worker::builder(client.clone())
-            .types(["traced"])
-            .handler(move |_j: hero_client::Job, _| {
-                let tx = tx.clone();
-                async move {
-                    let _ = tx.send(trace_id_of(&tracing::Span::current()));
-                    Outcome::Done("ok".into())
-                }
-            }),
-    );
+    let _w = InProcWorker::spawn(Worker::builder(client.clone()).types(["traced"]).handler(
+        move |_j: hero_client::Job, _| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(trace_id_of(&tracing::Span::current()));
+                Outcome::Done("ok".into())
+            }
+        },
+    ));
 
     let producer = tracing::info_span!("producer");
     let (want, job) = {
@@ -42,8 +40,15 @@ async fn a_job_submitted_inside_a_span_is_handled_inside_a_span_of_the_same_trac
         let job = NewJob::builder("traced", "x").id("t-1").build().unwrap();
         (trace_id_of(&producer), job)
     };
-    assert_ne!(want, "00000000000000000000000000000000", "the producer's span is traced");
-    let tp = job.job().traceparent.clone().expect("the job carries the trace context");
+    assert_ne!(
+        want, "00000000000000000000000000000000",
+        "the producer's span is traced"
+    );
+    let tp = job
+        .job()
+        .traceparent
+        .clone()
+        .expect("the job carries the trace context");
     assert!(tp.starts_with(&format!("00-{want}-")), "{tp}");
     client.submit(&job).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(20), rx.recv())

@@ -49,7 +49,7 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
     println!("  broker:    running");
     match &served {
         Some((addr, _)) => {
-            println!("  dashboard: http://{addr}/   (API: /api/queues, metrics: /metrics)")
+            println!("  dashboard: http://{addr}/   (API: /api/queues, metrics: /metrics)");
         }
         None => println!("  dashboard: off (--http off)"),
     }

@@ -86,14 +86,14 @@ pub struct JobsQuery {
 impl JobsQuery {
     /// The listing this query asks for (a queue wins over a status).
     pub fn filter(&self) -> Result<ListFilter, ApiError> {
-        fn nonempty(s: &Option<String>) -> Option<&str> {
-            s.as_deref().filter(|s| !s.trim().is_empty())
+        fn nonempty(s: Option<&String>) -> Option<&str> {
+            s.map(String::as_str).filter(|s| !s.trim().is_empty())
         }
-        if let Some(q) = nonempty(&self.queue) {
+        if let Some(q) = nonempty(self.queue.as_ref()) {
             let (target, prio) = Target::parse_queue(q)?;
             return Ok(ListFilter::Queue(target, prio));
         }
-        if let Some(s) = nonempty(&self.status) {
+        if let Some(s) = nonempty(self.status.as_ref()) {
             return Status::parse(s).map(ListFilter::Status).ok_or_else(|| {
                 ApiError::bad_request(format!(
                     "status {s:?} is not a status: use waiting, dispatched, started, finished or error"
@@ -106,19 +106,25 @@ impl JobsQuery {
 
 pub const DEFAULT_PAGE: usize = 50;
 
+impl JobsQuery {
+    /// The page this query asks for.
+    pub async fn page(&self, app: &App) -> Result<hero_client::Page, ApiError> {
+        let filter = self.filter()?;
+        Ok(app
+            .client
+            .inspector()
+            .list_tagged(
+                &filter,
+                self.tag.as_deref().filter(|t| !t.is_empty()),
+                self.cursor.as_deref().filter(|c| !c.is_empty()),
+                self.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000),
+            )
+            .await?)
+    }
+}
+
 async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> ApiResult {
-    let filter = q.filter()?;
-    let tag = q.tag.as_deref().filter(|t| !t.is_empty());
-    let page = app
-        .client
-        .inspector()
-        .list_tagged(
-            &filter,
-            tag,
-            q.cursor.as_deref().filter(|c| !c.is_empty()),
-            q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000),
-        )
-        .await?;
+    let page = q.page(&app).await?;
     Ok(Json(json!({
         "jobs": page.jobs.iter().map(hero_client::JobSummary::to_json).collect::<Vec<_>>(),
         "next": page.next,

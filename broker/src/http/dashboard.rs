@@ -14,7 +14,7 @@ use hero_client::{clock, JobId, JobSummary};
 use maud::{html, Markup, DOCTYPE};
 use serde::Deserialize;
 
-use super::api::{JobsQuery, DEFAULT_PAGE};
+use super::api::JobsQuery;
 use super::{ApiError, App};
 
 const STYLE: &str = include_str!("assets/style.css");
@@ -126,6 +126,7 @@ fn layout(title: &str, active: &str, content: Markup) -> Markup {
     }
 }
 
+#[allow(clippy::unnecessary_wraps)] // every page handler returns a Page; this is their last step
 fn page(title: &str, active: &str, content: Markup) -> Page {
     Ok(Html(layout(title, active, content).into_string()))
 }
@@ -338,18 +339,7 @@ async fn actors(State(app): State<App>) -> Page {
 const STATUSES: [&str; 5] = ["waiting", "dispatched", "started", "finished", "error"];
 
 async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> Page {
-    let filter = q.filter()?;
-    let tag = q.tag.as_deref().filter(|t| !t.is_empty());
-    let page_of = app
-        .client
-        .inspector()
-        .list_tagged(
-            &filter,
-            tag,
-            q.cursor.as_deref().filter(|c| !c.is_empty()),
-            q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000),
-        )
-        .await?;
+    let page_of = q.page(&app).await?;
     let keep = |name: &str, v: &Option<String>| {
         v.as_deref()
             .filter(|v| !v.is_empty())

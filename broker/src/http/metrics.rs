@@ -109,6 +109,12 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// A family's `# HELP` and `# TYPE` lines.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
 /// The job metrics of `queues`, the workers and the dead-letter count, in the text format.
 pub fn render(
     queues: &[QueueStats],
@@ -181,8 +187,7 @@ pub fn render(
         ),
     ];
     for (name, kind, help, value) in families {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
+        header(&mut out, name, kind, help);
         for q in queues {
             let _ = writeln!(out, "{name}{{{}}} {}", labels(q), value(q));
         }
@@ -201,8 +206,7 @@ pub fn render(
         ),
     ];
     for (name, help, hist) in histograms {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
+        header(&mut out, name, "histogram", help);
         for q in queues {
             let h = hist(q);
             let mut seen = 0u64;
@@ -227,8 +231,12 @@ pub fn render(
         }
     }
     let live = actors.iter().filter(|a| a.live).count();
-    let _ = writeln!(out, "# HELP hero_workers Workers by state: live (presence kept) or gone (presence expired, jobs still held).");
-    let _ = writeln!(out, "# TYPE hero_workers gauge");
+    header(
+        &mut out,
+        "hero_workers",
+        "gauge",
+        "Workers by state: live (presence kept) or gone (presence expired, jobs still held).",
+    );
     let _ = writeln!(out, "hero_workers{{state=\"live\"}} {live}");
     let _ = writeln!(
         out,
