@@ -259,10 +259,48 @@ pub struct EventFollower {
 }
 
 impl EventFollower {
+    /// Every event after the last one returned (up to a page of entries a call).
     pub async fn next(&mut self) -> Result<Vec<Event>> {
+        self.read(PAGE).await
+    }
+
+    /// The newest events only: waits for the first new entry, then reads the newest
+    /// `max_entries` after the last one returned and skips what came between. What a live view
+    /// wants on a busy system: its cost is bounded by `max_entries` a call, whatever the rate
+    /// (a full tail at 28,000 jobs/s expanded ~80,000 events a second).
+    pub async fn next_latest(&mut self, max_entries: usize) -> Result<Vec<Event>> {
+        let woke = self.read(1).await?;
+        let v: Value = redis::cmd("XREVRANGE")
+            .arg(&self.key)
+            .arg("+")
+            .arg(format!("({}", self.last))
+            .arg("COUNT")
+            .arg(max_entries.max(1))
+            .query_async(&mut self.conn)
+            .await
+            .map_err(Error::from)?;
+        let newest = reply::array(&v)?;
+        if newest.is_empty() {
+            return Ok(woke);
+        }
+        let mut out = woke;
+        for entry in newest.iter().rev() {
+            if let Some(id) = reply::array(entry)?.first() {
+                self.last = reply::text(id)?;
+            }
+            out.extend(
+                Event::decode(entry)
+                    .into_iter()
+                    .filter(|e| self.filter.matches(&self.keys, e)),
+            );
+        }
+        Ok(out)
+    }
+
+    async fn read(&mut self, count: usize) -> Result<Vec<Event>> {
         let v: Value = redis::cmd("XREAD")
             .arg("COUNT")
-            .arg(PAGE)
+            .arg(count)
             .arg("BLOCK")
             .arg(self.block.as_millis() as u64)
             .arg("STREAMS")
