@@ -9,6 +9,7 @@
 //! - [`config`]: the broker's settings.
 //! - [`local_redis`]: the `redis-server` child of `hero up` (and of the benchmark).
 //! - [`rhai_worker`]: the built-in Rhai handler.
+//! - [`telemetry`]: the binary's log lines and, when configured, OTLP trace export.
 //! - [`cli`]: the clap definitions, one file per command's body; `main.rs` only parses, picks
 //!   the runtime and calls [`cli::run`].
 //!
@@ -27,3 +28,4 @@ pub mod http;
 pub mod local_redis;
 pub mod loops;
 pub mod rhai_worker;
+pub mod telemetry;

@@ -8,13 +8,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     let cli = hero_broker::cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,hero_broker=info,hero_worker=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let telemetry = match hero_broker::telemetry::init(cli.global.otlp.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -25,11 +25,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    match runtime.block_on(hero_broker::cli::run(cli)) {
-        Ok(code) => std::process::exit(code),
+    let code = match runtime.block_on(hero_broker::cli::run(cli)) {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::exit(2);
+            2
         }
-    }
+    };
+    // exit skips destructors: flush the spans first
+    drop(telemetry);
+    std::process::exit(code);
 }

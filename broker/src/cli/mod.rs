@@ -50,6 +50,15 @@ pub struct Global {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Export trace spans over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off
+    /// when unset.
+    #[arg(
+        long,
+        global = true,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        value_name = "URL"
+    )]
+    pub otlp: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -43,6 +43,8 @@ impl JobArgs {
             (None, Some(script)) => script.to_string(),
             (None, None) => bail!("no script: give it as an argument or with --file <path>"),
         };
+        // a span of its own: with --otlp the job joins its trace, and the handler's span with it
+        let _span = tracing::info_span!("hero.submit", script_type = %self.script_type).entered();
         let mut b = NewJob::builder(&self.script_type, script).retries(self.retries);
         if let Some(g) = &self.group {
             b = b.group(g);

@@ -267,7 +267,7 @@ async fn event_stream(
             follower,
             std::collections::VecDeque::new(),
             stop,
-            std::time::Instant::now() - STREAM_EVERY,
+            None::<std::time::Instant>,
         ),
         |(mut f, mut queued, stop, mut last_read)| async move {
             loop {
@@ -278,7 +278,7 @@ async fn event_stream(
                         .data(ev.to_json().to_string());
                     return Some((Ok(msg), (f, queued, stop, last_read)));
                 }
-                if let Some(left) = STREAM_EVERY.checked_sub(last_read.elapsed()) {
+                if let Some(left) = last_read.and_then(|t| STREAM_EVERY.checked_sub(t.elapsed())) {
                     tokio::select! {
                         () = stop.cancelled() => return None,
                         () = tokio::time::sleep(left) => {}
@@ -288,7 +288,7 @@ async fn event_stream(
                     () = stop.cancelled() => return None,
                     b = f.next_latest(STREAM_ENTRIES) => b,
                 };
-                last_read = std::time::Instant::now();
+                last_read = Some(std::time::Instant::now());
                 match batch {
                     Ok(events) => queued.extend(events),
                     Err(e) => {
