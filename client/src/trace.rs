@@ -10,7 +10,12 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// `00-<trace id>-<span id>-<flags>` of the current span, when it belongs to a trace.
 pub fn current_traceparent() -> Option<String> {
-    let cx = tracing::Span::current().context();
+    let current = tracing::Span::current();
+    // no span, or one no subscriber records: nothing to carry, and nothing to pay per job
+    if current.is_disabled() {
+        return None;
+    }
+    let cx = current.context();
     let span = cx.span();
     let sc = span.span_context();
     sc.is_valid().then(|| {

@@ -164,12 +164,14 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
             // worker's CPU. Timeout and cancellation drop the handler's future.
             // the handler runs in a span of the producer's trace, when the job carries one
             let span = tracing::info_span!("hero.job", job = %job_id, attempt = job.attempts);
-            if let Some(parent) = job
-                .traceparent
-                .as_deref()
-                .and_then(hero_client::trace::parent_context)
-            {
-                let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
+            if !span.is_disabled() {
+                if let Some(parent) = job
+                    .traceparent
+                    .as_deref()
+                    .and_then(hero_client::trace::parent_context)
+                {
+                    let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
+                }
             }
             let handler =
                 AssertUnwindSafe(s.handler.call(job, ctx).instrument(span)).catch_unwind();
