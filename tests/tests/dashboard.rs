@@ -27,8 +27,9 @@ async fn shot(b: &Browser, name: &str) {
     std::fs::write(shots_dir().join(format!("{name}.png")), png).expect("write screenshot");
 }
 
-/// chromedriver on a free port, and a headless Chromium session through it at 1280×800.
-async fn browser() -> (Proc, Browser, PathBuf) {
+/// chromedriver on a free port, and a headless Chromium session through it at 1280×800 (`dark`:
+/// with the system's dark colour scheme).
+async fn browser(dark: bool) -> (Proc, Browser, PathBuf) {
     let port = free_port();
     let driver = Proc::spawn(
         std::path::Path::new("/usr/bin/chromedriver"),
@@ -48,18 +49,26 @@ async fn browser() -> (Proc, Browser, PathBuf) {
     )
     .await;
     let profile = std::env::temp_dir().join(format!("hero-chromium-{}-{port}", std::process::id()));
+    let mut args = vec![
+        "--headless=new".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-dev-shm-usage".into(),
+        "--window-size=1280,800".into(),
+        "--no-first-run".into(),
+        "--disable-quic".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    if dark {
+        args.push("--force-dark-mode".into());
+    }
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,800", "--no-first-run", "--disable-quic",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                format!("--user-data-dir={}", profile.display()),
-            ]
-        }),
+        serde_json::json!({ "binary": "/usr/bin/chromium", "args": args }),
     );
     let b = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
@@ -119,7 +128,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         client.submit(&job).await.unwrap();
     }
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
-    let (_driver, b, profile) = browser().await;
+    let (_driver, b, profile) = browser(false).await;
 
     // the queues page, with the right counts
     b.goto(&format!("{base}/")).await.unwrap();
@@ -240,6 +249,26 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     text_of(&b, "#queues").await;
     shot(&b, "queues-narrow").await;
 
+    b.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(profile);
+
+    // the system's dark scheme gives the dark palette
+    let (_driver, b, profile) = browser(true).await;
+    b.goto(&format!("{base}/")).await.unwrap();
+    text_of(&b, "#queues").await;
+    let bg = b
+        .execute(
+            "return getComputedStyle(document.body).backgroundColor",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        bg,
+        serde_json::json!("rgb(17, 21, 28)"),
+        "the dark palette's background"
+    );
+    shot(&b, "queues-dark").await;
     b.close().await.unwrap();
     let _ = std::fs::remove_dir_all(profile);
 }
