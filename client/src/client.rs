@@ -41,6 +41,8 @@ impl ClientOptions {
 pub struct Client {
     redis: Redis,
     keys: Keyspace,
+    /// Group commit of single submits, started by the first one (see `coalesce`).
+    coalescer: std::sync::Arc<std::sync::OnceLock<crate::coalesce::Coalescer>>,
 }
 
 impl Client {
@@ -57,7 +59,11 @@ impl Client {
             Keyspace::new(&ns)
         };
         let redis = Redis::connect(&opts.url).await?;
-        Ok(Client { redis, keys })
+        Ok(Client {
+            redis,
+            keys,
+            coalescer: std::sync::Arc::default(),
+        })
     }
 
     pub fn redis(&self) -> &Redis {
@@ -84,34 +90,19 @@ impl Client {
     }
 
     /// Submits one job. An id that exists already is not changed (`created` is false).
+    /// Submits made at the same moment from several tasks share one server call (group commit,
+    /// see `coalesce`): a lone submit is sent at once.
     pub async fn submit(&self, job: &NewJob) -> Result<Submitted> {
-        let mut all = self.submit_many(std::slice::from_ref(job)).await?;
-        all.pop()
-            .unwrap_or_else(|| Err(Error::protocol("hero_submit answered no job")))
+        let coalescer = self.coalescer.get_or_init(|| {
+            crate::coalesce::Coalescer::start(self.redis.clone(), self.keys.clone())
+        });
+        coalescer.submit(job.clone()).await
     }
 
     /// Submits many jobs in one call (one round trip, one function call); one result per job,
     /// in order.
     pub async fn submit_many(&self, jobs: &[NewJob]) -> Result<Vec<Result<Submitted>>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let v: Value = self
-            .redis
-            .query(&function::submit(&self.keys, jobs, false))
-            .await?;
-        let replies = SubmitReply::decode_many(&v, jobs.len())?;
-        Ok(jobs
-            .iter()
-            .zip(replies)
-            .map(|(job, r)| {
-                Ok(Submitted {
-                    id: job.id().clone(),
-                    created: r.created,
-                    status: r.status,
-                })
-            })
-            .collect())
+        crate::coalesce::submit_many(&self.redis, &self.keys, jobs).await
     }
 
     /// Submits `job` and waits up to `wait` for it to end, through its reply list; when the

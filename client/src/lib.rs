@@ -21,6 +21,7 @@
 pub mod answer;
 pub mod client;
 pub mod clock;
+mod coalesce;
 pub mod conn;
 pub mod error;
 pub mod function;

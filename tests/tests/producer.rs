@@ -261,3 +261,62 @@ async fn each_command_of_a_pipeline_gets_its_own_answer_whatever_its_size() {
         .unwrap_err();
     assert!(refused.to_string().contains("WRONGTYPE"), "{refused}");
 }
+
+/// Group commit: single submits made at once from many tasks share server calls, and each
+/// caller gets its own answer (an id that exists answers `created: false`, as alone).
+#[tokio::test]
+async fn concurrent_single_submits_share_calls_and_each_gets_its_own_answer() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    client
+        .submit(&NewJob::builder("gc", "x").id("taken").build().unwrap())
+        .await
+        .unwrap();
+    let mut raw = server.conn().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..200 {
+        let client = client.clone();
+        tasks.spawn(async move {
+            let id = if n == 7 {
+                "taken".to_string()
+            } else {
+                format!("gc-{n}")
+            };
+            let job = NewJob::builder("gc", "x").id(&id).build().unwrap();
+            (id, client.submit(&job).await.unwrap())
+        });
+    }
+    let mut ids = HashSet::new();
+    while let Some(r) = tasks.join_next().await {
+        let (id, answer) = r.unwrap();
+        assert_eq!(
+            answer.id.as_str(),
+            id,
+            "each caller gets its own job's answer"
+        );
+        assert_eq!(answer.created, id != "taken", "{id}");
+        ids.insert(id);
+    }
+    assert_eq!(ids.len(), 200);
+    let len: usize = raw.xlen(hero_testkit::work_key("gc")).await.unwrap();
+    assert_eq!(
+        len, 200,
+        "199 new entries and the first one: nothing queued twice"
+    );
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let calls: u64 = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_fcall:"))
+        .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
+        .expect("fcall in commandstats");
+    assert!(calls < 200, "200 submits at once took {calls} server calls");
+}
