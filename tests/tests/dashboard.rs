@@ -10,7 +10,8 @@ use std::time::Duration;
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use hero_client::{Client, JobId, NewJob, Status};
 use hero_testkit::{
-    dead_letter, free_port, http_broker, wait_for, InProcWorker, Proc, RedisServer,
+    dead_letter, free_port, http_broker, queue_idle, run_to_finish, wait_for, InProcWorker, Proc,
+    RedisServer,
 };
 use hero_worker::{Outcome, Worker};
 
@@ -103,30 +104,16 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
                 |j: hero_client::Job, _| async move { Outcome::Done(format!("ran {}", j.script)) },
             ),
     );
-    for n in 0..3 {
-        let job = NewJob::builder("web", format!("job {n}"))
-            .id(format!("web-{n}"))
-            .build()
-            .unwrap();
-        client.submit(&job).await.unwrap();
-    }
-    for n in 0..3 {
-        let r = client
-            .wait(
-                &JobId::new(format!("web-{n}")).unwrap(),
-                Duration::from_secs(20),
-            )
-            .await
-            .unwrap();
-        assert_eq!(r.status, Status::Finished);
-    }
-    for n in 0..2 {
-        let job = NewJob::builder("idle", "x")
-            .id(format!("idle-{n}"))
-            .build()
-            .unwrap();
-        client.submit(&job).await.unwrap();
-    }
+    let jobs: Vec<NewJob> = (0..3)
+        .map(|n| {
+            NewJob::builder("web", format!("job {n}"))
+                .id(format!("web-{n}"))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    run_to_finish(&client, &jobs).await;
+    queue_idle(&client, "idle", "idle", 2).await;
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
     let (_driver, b, profile) = browser(false).await;
 

@@ -8,7 +8,10 @@
 use std::time::Duration;
 
 use hero_client::{Client, JobId, NewJob, Status};
-use hero_testkit::{dead_letter, hero_cli, http_broker, wait_for, InProcWorker, RedisServer};
+use hero_testkit::{
+    dead_letter, hero_cli, http_broker, queue_idle, run_to_finish, wait_for, InProcWorker,
+    RedisServer,
+};
 use hero_worker::{Outcome, Worker};
 use serde_json::{json, Value};
 
@@ -56,30 +59,14 @@ async fn known_state(client: &Client) -> InProcWorker {
             .instance("api")
             .handler(|_j: hero_client::Job, _| async { Outcome::Done("ok".into()) }),
     );
-    for n in 0..3 {
-        let mut b = NewJob::builder("q1", "x").id(format!("q1-{n}"));
-        if n == 0 {
-            b = b.tag("nightly");
-        }
-        client.submit(&b.build().unwrap()).await.unwrap();
-    }
-    for n in 0..3 {
-        let r = client
-            .wait(
-                &JobId::new(format!("q1-{n}")).unwrap(),
-                Duration::from_secs(20),
-            )
-            .await
-            .unwrap();
-        assert_eq!(r.status, Status::Finished);
-    }
-    for n in 0..2 {
-        let job = NewJob::builder("idle", "x")
-            .id(format!("idle-{n}"))
-            .build()
-            .unwrap();
-        client.submit(&job).await.unwrap();
-    }
+    let jobs: Vec<NewJob> = (0..3)
+        .map(|n| {
+            let b = NewJob::builder("q1", "x").id(format!("q1-{n}"));
+            if n == 0 { b.tag("nightly") } else { b }.build().unwrap()
+        })
+        .collect();
+    run_to_finish(client, &jobs).await;
+    queue_idle(client, "idle", "idle", 2).await;
     dead_letter(client, "dl", "dead-1").await;
     w
 }

@@ -613,3 +613,28 @@ pub async fn dead_letter(client: &hero_client::Client, script_type: &str, id: &s
     .expect("recover");
     assert_eq!(taken.dead, 1, "{id} dead-lettered");
 }
+
+/// Submits `jobs` and waits (bounded) until each has finished.
+pub async fn run_to_finish(client: &hero_client::Client, jobs: &[hero_client::NewJob]) {
+    for job in jobs {
+        client.submit(job).await.expect("submit");
+    }
+    for job in jobs {
+        let r = client
+            .wait(job.id(), Duration::from_secs(20))
+            .await
+            .expect("the job ends");
+        assert_eq!(r.status, hero_client::Status::Finished, "{}", job.id());
+    }
+}
+
+/// Submits `n` jobs of `script_type` named `<prefix>-0`, `<prefix>-1`, ... that no worker takes.
+pub async fn queue_idle(client: &hero_client::Client, script_type: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let job = hero_client::NewJob::builder(script_type, "x")
+            .id(format!("{prefix}-{i}"))
+            .build()
+            .expect("a valid job");
+        client.submit(&job).await.expect("submit");
+    }
+}
