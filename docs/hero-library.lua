@@ -1,5 +1,5 @@
-#!lua name=hero_v20
-local VERSION = '20'
+#!lua name=hero_v21
+local VERSION = '21'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -294,7 +294,8 @@ local SUBMIT_FIELDS = {
   priority = 'level', timeout = 'count', retries = 'count', concurrent = 'bool', reply = 'reply',
   created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
-  context_id = 'text', log_path = 'text', traceparent = 'trace',
+  context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
+  unique_ttl = 'count',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).
@@ -356,12 +357,13 @@ local function stream_parts(stream)
   return p
 end
 
--- Why the record of one submitted job is refused (nil when it is fine): `args` from `from` to
--- `to` are its field/value pairs, `stream` its work stream; `parsed` caches stream_parts
--- per stream for the call. Written out for the common case, a few fields of plain text: a table
+-- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
+-- key and TTL when it has one: `args` from `from` to `to` are its field/value pairs, `stream`
+-- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
+  local uniq, uttl = nil, nil
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -381,6 +383,10 @@ local function refuse(job_id, stream, args, from, to, parsed)
       elseif name == 'instance' then inst = v
       elseif name == 'priority' then prio = v
       elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
+      elseif name == 'unique' then
+        if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
+        uniq = v
+      elseif name == 'unique_ttl' then uttl = v
       end
     end
   end
@@ -396,7 +402,11 @@ local function refuse(job_id, stream, args, from, to, parsed)
     return 'its stream ' .. stream .. ' is not the queue its record names (type ' .. stype ..
       ', group ' .. tostring(grp) .. ', instance ' .. tostring(inst) .. ', priority ' .. prio .. ')'
   end
-  return nil
+  if uttl and not uniq then return 'field `unique_ttl` needs a `unique` key' end
+  if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
+    return 'field `unique_ttl` is not at least 1 (ms)'
+  end
+  return nil, uniq, uttl
 end
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
@@ -510,11 +520,31 @@ end
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
--- is idempotent).
+-- is idempotent); 'duplicate:<id>', that job's status when the record's `unique` key is held by
+-- job <id>, still queued or running (nothing is written: see claim_unique).
 -- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
 -- not in pairs; HERO_INVALID_JOB when a record is one a worker would refuse (see refuse in the
 -- prelude: an unknown field, a value of the wrong form, a stream other than the one the record
 -- names); then nothing of the batch is written.
+-- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
+-- another job that is still waiting, dispatched or started, that job's id and status (the
+-- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
+-- (the job's `unique_ttl` ms, or the broker's retention time), and nil. A holder that ended or
+-- is gone releases the key to the next submit: nothing on the job path has to clear it.
+local function claim_unique(keys, job_key, job_id, u)
+  local ukey = string.sub(job_key, 1, #job_key - #job_id - 4) .. 'unique:' .. u[1]
+  local holder = redis.call('GET', ukey)
+  if holder and holder ~= job_id then
+    local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
+    if status == 'waiting' or status == 'dispatched' or status == 'started' then
+      return holder, status
+    end
+  end
+  local ttl = u[2] or setting_arg(settings(keys[4]), 'retention_ms', 86400000)
+  redis.call('SET', ukey, job_id, 'PX', ttl)
+  return nil
+end
+
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
@@ -525,15 +555,20 @@ local function hero_submit(keys, args)
   -- check the whole batch before the first write
   local at = {}
   local parsed = {} -- stream -> its parts (see stream_parts)
+  local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+    end
+    if uniq then
+      unique = unique or {}
+      unique[i] = { uniq, uttl }
     end
     at[i] = pos
     pos = pos + 3 + count
@@ -554,8 +589,14 @@ local function hero_submit(keys, args)
     local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
     local run_at = tonumber(run_at_text)
     local existing = redis.call('HGET', job_key, 'status')
+    local holder, held = nil, nil
+    if not existing and unique and unique[i] then
+      holder, held = claim_unique(keys, job_key, job_id, unique[i])
+    end
     if existing then
       answers[2 * i - 1], answers[2 * i] = 'exists', existing
+    elseif holder then
+      answers[2 * i - 1], answers[2 * i] = 'duplicate:' .. holder, held
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
@@ -1746,18 +1787,18 @@ local function hero_fix(keys, args)
   return redis.error_reply('HERO_BAD_ARG unknown repair ' .. tostring(what))
 end
 
-redis.register_function('hero_v20_version', hero_version)
-redis.register_function('hero_v20_submit', hero_submit)
-redis.register_function('hero_v20_fetch', hero_fetch)
-redis.register_function('hero_v20_complete', hero_complete)
-redis.register_function('hero_v20_renew', hero_renew)
-redis.register_function('hero_v20_stop', hero_stop)
-redis.register_function('hero_v20_recover', hero_recover)
-redis.register_function('hero_v20_promote', hero_promote)
-redis.register_function('hero_v20_bridge_in', hero_bridge_in)
-redis.register_function('hero_v20_bridge_out', hero_bridge_out)
-redis.register_function('hero_v20_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v20_expire', hero_expire)
-redis.register_function('hero_v20_dead', hero_dead)
-redis.register_function('hero_v20_requeue', hero_requeue)
-redis.register_function('hero_v20_fix', hero_fix)
+redis.register_function('hero_v21_version', hero_version)
+redis.register_function('hero_v21_submit', hero_submit)
+redis.register_function('hero_v21_fetch', hero_fetch)
+redis.register_function('hero_v21_complete', hero_complete)
+redis.register_function('hero_v21_renew', hero_renew)
+redis.register_function('hero_v21_stop', hero_stop)
+redis.register_function('hero_v21_recover', hero_recover)
+redis.register_function('hero_v21_promote', hero_promote)
+redis.register_function('hero_v21_bridge_in', hero_bridge_in)
+redis.register_function('hero_v21_bridge_out', hero_bridge_out)
+redis.register_function('hero_v21_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v21_expire', hero_expire)
+redis.register_function('hero_v21_dead', hero_dead)
+redis.register_function('hero_v21_requeue', hero_requeue)
+redis.register_function('hero_v21_fix', hero_fix)

@@ -6,10 +6,15 @@ use crate::name::JobId;
 /// What a submit did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Submitted {
+    /// The job's id; for a duplicate, the id of the job holding the uniqueness key.
     pub id: JobId,
-    /// False when a job with this id existed already; nothing was changed then.
+    /// False when a job with this id existed already, or the submit was a duplicate; nothing
+    /// was changed then.
     pub created: bool,
     pub status: String,
+    /// The submit carried a uniqueness key another queued or running job holds: `id` is that
+    /// job's.
+    pub duplicate: bool,
 }
 
 /// The end of a job as a caller sees it.

@@ -123,10 +123,15 @@ pub(crate) async fn submit_many(
         .iter()
         .zip(replies)
         .map(|(job, r)| {
+            let id = match &r.duplicate_of {
+                Some(holder) => crate::JobId::new(holder)?,
+                None => job.id().clone(),
+            };
             Ok(Submitted {
-                id: job.id().clone(),
+                id,
                 created: r.created,
                 status: r.status,
+                duplicate: r.duplicate_of.is_some(),
             })
         })
         .collect())

@@ -54,6 +54,12 @@ impl Keyspace {
         format!("{}:job:", self.prefix)
     }
 
+    /// String: the id of the job holding uniqueness key `key` (with a TTL); `hero_submit`
+    /// derives it from the job key (`<ns>:job:<id>` → `<ns>:unique:<key>`).
+    pub fn unique(&self, key: &str) -> String {
+        format!("{}:unique:{key}", self.prefix)
+    }
+
     /// Stream: a work queue (type, group or instance level), at a priority level. The default
     /// level has no `:prio:` suffix.
     pub fn work(&self, target: &Target, priority: Priority) -> String {

@@ -71,6 +71,7 @@ pub struct NewJobBuilder {
     context_id: String,
     log_path: Option<String>,
     traceparent: Option<String>,
+    unique: Option<(String, Option<Duration>)>,
     delay: Option<Duration>,
     run_at: Option<SystemTime>,
 }
@@ -131,6 +132,20 @@ impl NewJobBuilder {
     /// current span at submit when the producer traces with OpenTelemetry.
     pub fn traceparent(mut self, tp: impl Into<String>) -> Self {
         self.traceparent = Some(tp.into());
+        self
+    }
+    /// A uniqueness key: while a job holding it is queued or running, this submit queues
+    /// nothing and answers that job's id (`Submitted::duplicate`). Distinct from the id: many
+    /// jobs may share a key over time, one at a time.
+    pub fn unique(mut self, key: impl Into<String>) -> Self {
+        let ttl = self.unique.take().and_then(|(_, t)| t);
+        self.unique = Some((key.into(), ttl));
+        self
+    }
+    /// How long the uniqueness key is held at most (default: the broker's retention time).
+    pub fn unique_ttl(mut self, ttl: Duration) -> Self {
+        let key = self.unique.take().map(|(k, _)| k).unwrap_or_default();
+        self.unique = Some((key, Some(ttl)));
         self
     }
     /// Starts no earlier than `delay` from now.
@@ -200,6 +215,20 @@ impl NewJobBuilder {
                     "traceparent {tp:?} is not W3C trace context: give 00-<32 hex>-<16 hex>-<2 hex>"
                 )));
             }
+        }
+        if let Some((key, ttl)) = self.unique {
+            if key.is_empty() || key.len() > 200 {
+                return Err(Error::InvalidInput(format!(
+                    "uniqueness key {key:?} must be 1 to 200 bytes (unique_ttl needs a unique key)"
+                )));
+            }
+            if ttl.is_some_and(|t| t.as_millis() == 0) {
+                return Err(Error::InvalidInput(
+                    "unique_ttl must be at least a millisecond".into(),
+                ));
+            }
+            job.unique = Some(key);
+            job.unique_ttl = ttl;
         }
         // the span the job is built in, when it belongs to a trace: the worker's handler span
         // joins it

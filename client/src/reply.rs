@@ -64,10 +64,12 @@ fn owned_text(v: Value) -> Result<String> {
 /// `hero_submit`'s answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitReply {
-    /// False when the id existed already (nothing was written).
+    /// False when the id existed already, or the submit was a duplicate (nothing was written).
     pub created: bool,
-    /// The job's status now.
+    /// The job's status now (the holder's, for a duplicate).
     pub status: String,
+    /// The job holding the submit's uniqueness key, when it was a duplicate.
+    pub duplicate_of: Option<String>,
 }
 
 impl SubmitReply {
@@ -83,9 +85,11 @@ impl SubmitReply {
         items
             .chunks(2)
             .map(|c| {
+                let kind = text(&c[0])?;
                 Ok(SubmitReply {
-                    created: text(&c[0])? == "created",
+                    created: kind == "created",
                     status: text(&c[1])?,
+                    duplicate_of: kind.strip_prefix("duplicate:").map(str::to_string),
                 })
             })
             .collect()

@@ -213,6 +213,13 @@ pub struct JobArgs {
     /// Start no earlier than this many ms from now.
     #[arg(long)]
     pub delay_ms: Option<u64>,
+    /// Uniqueness key: while a job holding it is queued or running, queue nothing and print
+    /// that job's id.
+    #[arg(long, value_name = "KEY")]
+    pub unique: Option<String>,
+    /// Hold the uniqueness key at most this many seconds (default: the broker's retention).
+    #[arg(long, value_name = "SECS", requires = "unique")]
+    pub unique_ttl: Option<u64>,
     /// Read the script from this file (`-`: standard input) instead of the argument; a
     /// command-line argument cannot carry a script over ~128 KiB.
     #[arg(long, value_name = "PATH", conflicts_with = "script")]

@@ -15,11 +15,16 @@ pub(super) async fn submit(g: &Global, args: &SubmitArgs) -> Result<i32> {
     if g.json {
         println!(
             "{}",
-            serde_json::json!({"id": s.id.as_str(), "created": s.created, "status": s.status})
+            serde_json::json!({"id": s.id.as_str(), "created": s.created, "status": s.status, "duplicate": s.duplicate})
         );
     } else {
         println!("{}", s.id);
-        if !s.created {
+        if s.duplicate {
+            eprintln!(
+                "job {} holds the uniqueness key ({}); nothing was queued",
+                s.id, s.status
+            );
+        } else if !s.created {
             eprintln!(
                 "job {} existed already ({}); nothing changed",
                 s.id, s.status
@@ -72,6 +77,12 @@ impl JobArgs {
         }
         if let Some(d) = self.delay_ms {
             b = b.delay(Duration::from_millis(d));
+        }
+        if let Some(u) = &self.unique {
+            b = b.unique(u);
+        }
+        if let Some(t) = self.unique_ttl {
+            b = b.unique_ttl(Duration::from_secs(t));
         }
         Ok(b.build()?)
     }

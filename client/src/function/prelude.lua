@@ -292,7 +292,8 @@ local SUBMIT_FIELDS = {
   priority = 'level', timeout = 'count', retries = 'count', concurrent = 'bool', reply = 'reply',
   created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
-  context_id = 'text', log_path = 'text', traceparent = 'trace',
+  context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
+  unique_ttl = 'count',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).
@@ -354,12 +355,13 @@ local function stream_parts(stream)
   return p
 end
 
--- Why the record of one submitted job is refused (nil when it is fine): `args` from `from` to
--- `to` are its field/value pairs, `stream` its work stream; `parsed` caches stream_parts
--- per stream for the call. Written out for the common case, a few fields of plain text: a table
+-- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
+-- key and TTL when it has one: `args` from `from` to `to` are its field/value pairs, `stream`
+-- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
+  local uniq, uttl = nil, nil
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -379,6 +381,10 @@ local function refuse(job_id, stream, args, from, to, parsed)
       elseif name == 'instance' then inst = v
       elseif name == 'priority' then prio = v
       elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
+      elseif name == 'unique' then
+        if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
+        uniq = v
+      elseif name == 'unique_ttl' then uttl = v
       end
     end
   end
@@ -394,7 +400,11 @@ local function refuse(job_id, stream, args, from, to, parsed)
     return 'its stream ' .. stream .. ' is not the queue its record names (type ' .. stype ..
       ', group ' .. tostring(grp) .. ', instance ' .. tostring(inst) .. ', priority ' .. prio .. ')'
   end
-  return nil
+  if uttl and not uniq then return 'field `unique_ttl` needs a `unique` key' end
+  if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
+    return 'field `unique_ttl` is not at least 1 (ms)'
+  end
+  return nil, uniq, uttl
 end
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode

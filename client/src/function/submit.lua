@@ -18,11 +18,31 @@
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
--- is idempotent).
+-- is idempotent); 'duplicate:<id>', that job's status when the record's `unique` key is held by
+-- job <id>, still queued or running (nothing is written: see claim_unique).
 -- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
 -- not in pairs; HERO_INVALID_JOB when a record is one a worker would refuse (see refuse in the
 -- prelude: an unknown field, a value of the wrong form, a stream other than the one the record
 -- names); then nothing of the batch is written.
+-- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
+-- another job that is still waiting, dispatched or started, that job's id and status (the
+-- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
+-- (the job's `unique_ttl` ms, or the broker's retention time), and nil. A holder that ended or
+-- is gone releases the key to the next submit: nothing on the job path has to clear it.
+local function claim_unique(keys, job_key, job_id, u)
+  local ukey = string.sub(job_key, 1, #job_key - #job_id - 4) .. 'unique:' .. u[1]
+  local holder = redis.call('GET', ukey)
+  if holder and holder ~= job_id then
+    local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
+    if status == 'waiting' or status == 'dispatched' or status == 'started' then
+      return holder, status
+    end
+  end
+  local ttl = u[2] or setting_arg(settings(keys[4]), 'retention_ms', 86400000)
+  redis.call('SET', ukey, job_id, 'PX', ttl)
+  return nil
+end
+
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
@@ -33,15 +53,20 @@ local function hero_submit(keys, args)
   -- check the whole batch before the first write
   local at = {}
   local parsed = {} -- stream -> its parts (see stream_parts)
+  local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+    end
+    if uniq then
+      unique = unique or {}
+      unique[i] = { uniq, uttl }
     end
     at[i] = pos
     pos = pos + 3 + count
@@ -62,8 +87,14 @@ local function hero_submit(keys, args)
     local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
     local run_at = tonumber(run_at_text)
     local existing = redis.call('HGET', job_key, 'status')
+    local holder, held = nil, nil
+    if not existing and unique and unique[i] then
+      holder, held = claim_unique(keys, job_key, job_id, unique[i])
+    end
     if existing then
       answers[2 * i - 1], answers[2 * i] = 'exists', existing
+    elseif holder then
+      answers[2 * i - 1], answers[2 * i] = 'duplicate:' .. holder, held
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)

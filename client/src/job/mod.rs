@@ -112,6 +112,11 @@ pub struct Job {
     /// W3C trace context of the span that submitted it (`00-<trace id>-<span id>-<flags>`): the
     /// worker runs the handler in a span of that trace.
     pub traceparent: Option<String>,
+    /// Uniqueness key: while a job holding it is queued or running, a submit with the same key
+    /// queues nothing and answers that job's id.
+    pub unique: Option<String>,
+    /// How long the key is held at most (default: the broker's retention time).
+    pub unique_ttl: Option<Duration>,
     pub created_at: String,
     pub updated_at: String,
     pub started_at: Option<String>,
@@ -165,6 +170,7 @@ impl Job {
             "updated_at": job.updated_at,
             "run_at_ms": job.run_at_ms,
             "traceparent": job.traceparent,
+        "unique": job.unique,
         })
     }
 
@@ -186,6 +192,8 @@ impl Job {
             concurrent: false,
             log_path: None,
             traceparent: None,
+            unique: None,
+            unique_ttl: None,
             created_at: now.clone(),
             updated_at: now,
             started_at: None,

@@ -188,6 +188,12 @@ async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its
             osis.clone(),
             "`traceparent`",
         ),
+        (with(&[("unique_ttl", "5")]), osis.clone(), "`unique_ttl`"),
+        (
+            with(&[("unique", "k"), ("unique_ttl", "0")]),
+            osis.clone(),
+            "`unique_ttl`",
+        ),
         (vec![("script", "x")], osis.clone(), "`script_type`"),
         (
             with(&[("group", "io")]),
