@@ -36,6 +36,7 @@ async fn queues_actors_events_and_jobs_report_a_known_state() {
     for n in 0..3 {
         let job = NewJob::builder("q1", "x")
             .id(format!("j{n}"))
+            .tag(if n == 1 { "blue" } else { "green" })
             .build()
             .unwrap();
         client.submit(&job).await.unwrap();
@@ -114,6 +115,14 @@ async fn queues_actors_events_and_jobs_report_a_known_state() {
         );
         assert_eq!(r["worker"], w.consumer.as_str());
     }
+    let blue = json(&url, &["jobs", "--tag", "blue", "--limit", "1000"]);
+    let ids: Vec<&str> = blue["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["j1"], "only the job tagged blue");
 
     // a script from a file, larger than an argument may carry
     let dir = std::env::temp_dir().join(format!("hero-ops-{}", std::process::id()));

@@ -38,7 +38,12 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
     let page = client
         .inspector()
-        .list(&filter, args.cursor.as_deref(), args.limit)
+        .list_tagged(
+            &filter,
+            args.tag.as_deref(),
+            args.cursor.as_deref(),
+            args.limit,
+        )
         .await?;
     if g.json {
         let jobs: Vec<_> = page.jobs.iter().map(JobSummary::to_json).collect();

@@ -258,6 +258,9 @@ pub struct JobsArgs {
     pub queue_instance: Option<String>,
     #[arg(long = "queue-priority")]
     pub queue_priority: Option<u8>,
+    /// Only jobs carrying this tag (a page may come back short: follow the cursor).
+    #[arg(long)]
+    pub tag: Option<String>,
     /// Jobs per page.
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
