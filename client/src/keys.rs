@@ -54,6 +54,12 @@ impl Keyspace {
         format!("{}:job:", self.prefix)
     }
 
+    /// Set: the ids of the jobs an operator tracks (`hero track`); an id whose record is gone
+    /// is dropped when the tracked jobs are listed.
+    pub fn tracked(&self) -> String {
+        format!("{}:meta:tracked", self.prefix)
+    }
+
     /// String: the id of the job holding uniqueness key `key` (with a TTL); `hero_submit`
     /// derives it from the job key (`<ns>:job:<id>` → `<ns>:unique:<key>`).
     pub fn unique(&self, key: &str) -> String {

@@ -35,6 +35,82 @@ pub struct Requeued {
 }
 
 impl Client {
+    /// Marks a job tracked (`on`) or not: `hero jobs --tracked` and the API list the tracked
+    /// jobs' state at a glance. A job that does not exist is an error; ids whose record is gone
+    /// are dropped by [`Client::drop_untracked`].
+    pub async fn track(&self, id: &JobId, on: bool) -> Result<()> {
+        if on {
+            let exists: bool = self
+                .redis()
+                .query(redis::cmd("EXISTS").arg(self.keys().job(id)))
+                .await?;
+            if !exists {
+                return Err(Error::JobNotFound(id.to_string()));
+            }
+            let _: i64 = self
+                .redis()
+                .query(
+                    redis::cmd("SADD")
+                        .arg(self.keys().tracked())
+                        .arg(id.as_str()),
+                )
+                .await?;
+        } else {
+            let _: i64 = self
+                .redis()
+                .query(
+                    redis::cmd("SREM")
+                        .arg(self.keys().tracked())
+                        .arg(id.as_str()),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Drops from the tracked set the ids whose record is gone (retention deleted it): the
+    /// broker's retention pass calls it. O(tracked jobs), a page at a time.
+    pub async fn prune_tracked(&self) -> Result<u64> {
+        let key = self.keys().tracked();
+        let mut cursor = "0".to_string();
+        let mut dropped = 0;
+        loop {
+            let (next, ids): (String, Vec<String>) = self
+                .redis()
+                .query(
+                    redis::cmd("SSCAN")
+                        .arg(&key)
+                        .arg(&cursor)
+                        .arg("COUNT")
+                        .arg(500),
+                )
+                .await?;
+            if !ids.is_empty() {
+                let mut pipe = redis::pipe();
+                for id in &ids {
+                    pipe.cmd("EXISTS").arg(self.keys().job_unchecked(id));
+                }
+                let mut gone = Vec::new();
+                for (id, r) in ids.iter().zip(self.redis().pipeline(&pipe).await?) {
+                    if matches!(r?, Value::Int(0)) {
+                        gone.push(id.as_str());
+                    }
+                }
+                if !gone.is_empty() {
+                    dropped += gone.len() as u64;
+                    let _: i64 = self
+                        .redis()
+                        .query(redis::cmd("SREM").arg(&key).arg(gone))
+                        .await?;
+                }
+            }
+            if next == "0" {
+                return Ok(dropped);
+            }
+            cursor = next;
+        }
+    }
+
     /// Runs the audit and, with `fix`, repairs each inconsistency (atomically per job, through
     /// [`Client::fix`]) and audits again, a few rounds at most: a repair can leave another
     /// behind (a consumer whose stale entries were removed holds nothing now). Returns the

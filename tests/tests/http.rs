@@ -250,6 +250,7 @@ async fn mutating_endpoints_need_the_token_and_bad_input_changes_nothing() {
     let mutating = [
         ("/api/jobs/idle-0/stop", "{}"),
         ("/api/jobs/idle-0/requeue", "{}"),
+        ("/api/jobs/idle-0/track", "{}"),
         ("/api/dead/retry", "{\"ids\":[\"dead-1\"]}"),
         ("/api/dead/purge", "{\"all\":true}"),
         ("/api/audit", "{\"fix\":true}"),
@@ -330,6 +331,11 @@ async fn mutating_endpoints_need_the_token_and_bad_input_changes_nothing() {
     let (code, v) = post(&base, "/api/audit", Some(TOKEN), "{\"fix\":true}").await;
     assert_eq!(code, 200);
     assert_eq!(v["consistent"], true, "{v}");
+    let (code, v) = post(&base, "/api/jobs/q1-0/track", Some(TOKEN), "").await;
+    assert_eq!((code, v["tracked"].as_bool()), (200, Some(true)), "{v}");
+    let (_, v) = get(&base, "/api/jobs?tracked=1").await;
+    assert_eq!(v["jobs"][0]["id"], "q1-0");
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 1);
     dead_letter(&client, "dl2", "dead-2").await;
     let (code, v) = post(&base, "/api/dead/purge", Some(TOKEN), "{\"all\":true}").await;
     assert_eq!(code, 200, "{v}");

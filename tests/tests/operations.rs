@@ -374,3 +374,40 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
         .unwrap();
     hero_testkit::audit_consistent(&url, Duration::from_secs(10)).await;
 }
+
+/// `hero track` marks jobs; `hero jobs --tracked` (and the API's `tracked=1`) shows their state
+/// at a glance; the broker's retention pass drops ids whose record is gone.
+#[tokio::test]
+async fn tracked_jobs_are_listed_with_their_state_and_pruned_when_gone() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    for id in ["a", "b", "c"] {
+        let job = NewJob::builder("tr", "x").id(id).build().unwrap();
+        client.submit(&job).await.unwrap();
+    }
+    for id in ["a", "c"] {
+        let v = json(&url, &["track", id]);
+        assert_eq!(v["tracked"], true);
+    }
+    let (code, _, err) = hero(&url, &["track", "never-was"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("not found"), "{err}");
+    let listed = json(&url, &["jobs", "--tracked"]);
+    let rows: Vec<(&str, &str)> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["id"].as_str().unwrap(), j["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(rows, [("a", "dispatched"), ("c", "dispatched")]);
+    json(&url, &["track", "c", "--off"]);
+    // a tracked job whose record is gone (retention) is dropped by the prune pass
+    let mut raw = server.conn().await;
+    let _: () = redis::AsyncCommands::del(&mut raw, keys().job_unchecked("a"))
+        .await
+        .unwrap();
+    assert_eq!(client.prune_tracked().await.unwrap(), 1);
+    let listed = json(&url, &["jobs", "--tracked"]);
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 0, "{listed}");
+}

@@ -10,7 +10,9 @@ use super::table::{num, render, text};
 use super::{Global, JobsArgs};
 
 pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
-    let filter = if let Some(t) = &args.queue_type {
+    let filter = if args.tracked {
+        ListFilter::Tracked
+    } else if let Some(t) = &args.queue_type {
         let target = Target::new(
             ScriptType::new(t)?,
             args.queue_group
@@ -88,6 +90,19 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         if let Some(next) = &page.next {
             println!("more: hero jobs --cursor {next}");
         }
+    }
+    Ok(0)
+}
+
+/// `hero track <id> [--off]`.
+pub(super) async fn track(g: &Global, id: &str, on: bool) -> Result<i32> {
+    let id = hero_client::JobId::new(id)?;
+    let client = connect(g, &resolve_url(g)).await?;
+    client.track(&id, on).await?;
+    if g.json {
+        println!("{}", serde_json::json!({"id": id.as_str(), "tracked": on}));
+    } else {
+        println!("{id}: {}", if on { "tracked" } else { "no longer tracked" });
     }
     Ok(0)
 }

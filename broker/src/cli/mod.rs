@@ -90,6 +90,13 @@ pub enum Command {
     /// Move a job to a queue (its own by default), wherever it is: queued, running (its lease is
     /// revoked), delayed, or ended (it starts over with a fresh attempt budget).
     Requeue(RequeueArgs),
+    /// Mark a job tracked (see them all with `hero jobs --tracked`); --off unmarks it.
+    Track {
+        id: String,
+        /// Stop tracking it.
+        #[arg(long)]
+        off: bool,
+    },
     /// The recovery audit: every pending entry classified, and the cross-checks; exit 1 when an
     /// inconsistency is found (--fix repairs each, atomically per job).
     Audit {
@@ -261,6 +268,9 @@ pub struct JobsArgs {
     /// Only jobs carrying this tag (a page may come back short: follow the cursor).
     #[arg(long)]
     pub tag: Option<String>,
+    /// The jobs marked with `hero track`.
+    #[arg(long, conflicts_with_all = ["status", "queue_type"])]
+    pub tracked: bool,
     /// Jobs per page.
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
@@ -360,5 +370,6 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Dead(cmd) => dead::dead(g, cmd).await,
         Command::Audit { fix } => audit::audit(g, *fix).await,
         Command::Requeue(args) => requeue::requeue(g, args).await,
+        Command::Track { id, off } => jobs::track(g, id, !*off).await,
     }
 }

@@ -30,6 +30,7 @@ pub fn routes() -> Router<App> {
         .route("/api/jobs/{id}", get(job))
         .route("/api/jobs/{id}/stop", post(stop))
         .route("/api/jobs/{id}/requeue", post(requeue))
+        .route("/api/jobs/{id}/track", post(track))
         .route("/api/events", get(events))
         .route("/api/events/stream", get(event_stream))
         .route("/api/history", get(history))
@@ -81,13 +82,18 @@ pub struct JobsQuery {
     pub tag: Option<String>,
     pub cursor: Option<String>,
     pub limit: Option<usize>,
+    /// `1` or `true`: the tracked jobs.
+    pub tracked: Option<String>,
 }
 
 impl JobsQuery {
-    /// The listing this query asks for (a queue wins over a status).
+    /// The listing this query asks for (tracked, else a queue, else a status).
     pub fn filter(&self) -> Result<ListFilter, ApiError> {
         fn nonempty(s: Option<&String>) -> Option<&str> {
             s.map(String::as_str).filter(|s| !s.trim().is_empty())
+        }
+        if matches!(self.tracked.as_deref(), Some("1" | "true")) {
+            return Ok(ListFilter::Tracked);
         }
         if let Some(q) = nonempty(self.queue.as_ref()) {
             let (target, prio) = Target::parse_queue(q)?;
@@ -159,6 +165,31 @@ async fn stop(State(app): State<App>, headers: HeaderMap, Path(id): Path<String>
         hero_client::StopOutcome::AlreadyCompleted => "already_completed",
     };
     Ok(Json(json!({ "id": id.as_str(), "stop": outcome })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrackBody {
+    #[serde(default = "yes")]
+    on: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Marks a job tracked (`{"on": false}` unmarks it).
+async fn track(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    raw: Bytes,
+) -> ApiResult {
+    app.authorize(&headers)?;
+    let id = job_id(&id)?;
+    let b: TrackBody = body(&raw)?;
+    app.client.track(&id, b.on).await?;
+    Ok(Json(json!({ "id": id.as_str(), "tracked": b.on })))
 }
 
 #[derive(Deserialize, Default)]

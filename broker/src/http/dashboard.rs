@@ -348,11 +348,12 @@ async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> Page {
     };
     let next_link = page_of.next.as_ref().map(|n| {
         format!(
-            "/jobs?cursor={}{}{}{}",
+            "/jobs?cursor={}{}{}{}{}",
             urlencode(n),
             keep("status", &q.status),
             keep("queue", &q.queue),
-            keep("tag", &q.tag)
+            keep("tag", &q.tag),
+            keep("tracked", &q.tracked)
         )
     });
     page(
@@ -375,6 +376,7 @@ async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> Page {
                     input name="queue" placeholder="queue, e.g. osis/g1" value=(q.queue.clone().unwrap_or_default()) aria-label="Queue";
                     input name="tag" placeholder="tag" value=(q.tag.clone().unwrap_or_default()) aria-label="Tag";
                     button type="submit" { "Filter" }
+                    a.button href="/jobs?tracked=1" #tracked-jobs { "Tracked jobs" }
                 }
             }
             section.card {
@@ -467,6 +469,7 @@ async fn job(State(app): State<App>, Path(id): Path<String>) -> Page {
                         button.danger data-post=(format!("/api/jobs/{}/stop", urlencode(&id))) data-confirm="Stop this job?" { "Stop" }
                     }
                     button data-post=(format!("/api/jobs/{}/requeue", urlencode(&id))) data-confirm="Queue this job again?" { "Requeue" }
+                    button data-post=(format!("/api/jobs/{}/track", urlencode(&id))) { "Track" }
                     @if dead.is_some() {
                         button.primary #retry data-post="/api/dead/retry" data-body=(format!("{{\"ids\":{id_json}}}")) { "Retry dead letter" }
                     }

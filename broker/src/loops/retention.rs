@@ -59,6 +59,7 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         || async {
             let jobs = pass(&client, cfg.retention).await?;
             trim_dead(&client, cfg.dead_retention).await?;
+            client.prune_tracked().await?;
             Ok(jobs)
         },
     )

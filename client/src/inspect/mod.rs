@@ -31,6 +31,8 @@ pub enum ListFilter {
     All,
     /// The entries of one work stream, oldest first.
     Queue(Target, Priority),
+    /// The jobs an operator tracks (`Client::track`), by id, one page of the set at a time.
+    Tracked,
 }
 
 /// A job in a listing: the fields an operator scans for, filled for every status (a record
@@ -214,6 +216,20 @@ impl Inspector {
                     })
                     .collect();
                 (ids, next)
+            }
+            ListFilter::Tracked => {
+                let (next, mut ids): (String, Vec<String>) = self
+                    .redis
+                    .query(
+                        redis::cmd("SSCAN")
+                            .arg(self.keys.tracked())
+                            .arg(cursor.unwrap_or("0"))
+                            .arg("COUNT")
+                            .arg(limit),
+                    )
+                    .await?;
+                ids.sort();
+                (ids, if next == "0" { None } else { Some(next) })
             }
             ListFilter::Status(_) | ListFilter::All => {
                 let prefix = self.keys.job_prefix();

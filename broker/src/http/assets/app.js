@@ -42,6 +42,7 @@ function describe(data) {
   }
   if (data.stop) return data.id + ": " + data.stop.replace(/_/g, " ");
   if (data.requeued) return data.id + ": requeued to " + data.queue;
+  if ("tracked" in data) return data.id + (data.tracked ? ": tracked" : ": no longer tracked");
   if ("consistent" in data) return data.consistent ? "consistent" : "still inconsistent";
   return "done";
 }
