@@ -1,5 +1,5 @@
-#!lua name=hero_v21
-local VERSION = '21'
+#!lua name=hero_v22
+local VERSION = '22'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -358,12 +358,12 @@ local function stream_parts(stream)
 end
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
--- key and TTL when it has one: `args` from `from` to `to` are its field/value pairs, `stream`
+-- key and TTL and its tags (the JSON text) when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl = nil, nil
+  local uniq, uttl, tags = nil, nil, nil
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -387,6 +387,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
         if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
         uniq = v
       elseif name == 'unique_ttl' then uttl = v
+      elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
       end
     end
   end
@@ -406,7 +407,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl
+  return nil, uniq, uttl, tags
 end
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
@@ -545,6 +546,16 @@ local function claim_unique(keys, job_key, job_id, u)
   return nil
 end
 
+-- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set beside
+-- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays;
+-- hero_expire takes it out with the job.
+local function index_tags(job_key, job_id, tags)
+  local base = string.sub(job_key, 1, #job_key - #job_id - 4) .. 'tag:'
+  for _, t in ipairs(cjson.decode(tags)) do
+    redis.call('SADD', base .. t, job_id)
+  end
+end
+
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
@@ -556,19 +567,24 @@ local function hero_submit(keys, args)
   local at = {}
   local parsed = {} -- stream -> its parts (see stream_parts)
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
+  local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
     end
     if uniq then
       unique = unique or {}
       unique[i] = { uniq, uttl }
+    end
+    if tags then
+      tagged = tagged or {}
+      tagged[i] = tags
     end
     at[i] = pos
     pos = pos + 3 + count
@@ -604,6 +620,7 @@ local function hero_submit(keys, args)
       tally(st, stream, 'delayed', 1)
       log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
+      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     else
       if dual[stream] == nil then
         local m = redis.call('HGET', bridges, stream)
@@ -633,6 +650,7 @@ local function hero_submit(keys, args)
         ids[#ids + 1] = job_id
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
+      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     end
   end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
@@ -1513,11 +1531,13 @@ end
 -- it names is deleted when its record still says finished or error with the finished_at the
 -- entry carries; any other is left alone: it ran again since (whatever ended it again added a
 -- newer entry), or it is gone already. An entry that is not of this form (foreign data) names
--- no job. The entries taken are deleted, and the stream with them once it is empty.
+-- no job. A deleted job leaves the index of each of its tags (`<ns>:tag:<tag>`). The entries
+-- taken are deleted, and the stream with them once it is empty.
 -- Returns: {entries taken, jobs deleted, 1 when more entries are due, else 0}
 -- Errors: none of its own.
 local function hero_expire(keys, args)
   local stream, prefix = keys[1], args[1]
+  local tag_base = string.sub(prefix, 1, #prefix - 4) .. 'tag:' -- `<ns>:job:` -> `<ns>:tag:`
   local retention_ms, count = tonumber(args[2]), tonumber(args[3])
   local now = redis.call('TIME')
   local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
@@ -1536,10 +1556,20 @@ local function hero_expire(keys, args)
       for job_id in string.gmatch(ids, '[^ ]+') do
         local job_key = prefix .. job_id
         -- pcall: a job key holding another type is not a job of ours
-        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at')
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags')
         if not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
           redis.call('DEL', job_key)
           deleted = deleted + 1
+          if r[3] and r[3] ~= '' and r[3] ~= '[]' then
+            -- out of its tags' indexes with it (a record's tags were checked at submit; one
+            -- written by hand that does not decode leaves its index entries to the lister)
+            local ok, tags = pcall(cjson.decode, r[3])
+            if ok and type(tags) == 'table' then
+              for _, tag in ipairs(tags) do
+                if type(tag) == 'string' then redis.call('SREM', tag_base .. tag, job_id) end
+              end
+            end
+          end
         end
       end
     end
@@ -1787,18 +1817,18 @@ local function hero_fix(keys, args)
   return redis.error_reply('HERO_BAD_ARG unknown repair ' .. tostring(what))
 end
 
-redis.register_function('hero_v21_version', hero_version)
-redis.register_function('hero_v21_submit', hero_submit)
-redis.register_function('hero_v21_fetch', hero_fetch)
-redis.register_function('hero_v21_complete', hero_complete)
-redis.register_function('hero_v21_renew', hero_renew)
-redis.register_function('hero_v21_stop', hero_stop)
-redis.register_function('hero_v21_recover', hero_recover)
-redis.register_function('hero_v21_promote', hero_promote)
-redis.register_function('hero_v21_bridge_in', hero_bridge_in)
-redis.register_function('hero_v21_bridge_out', hero_bridge_out)
-redis.register_function('hero_v21_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v21_expire', hero_expire)
-redis.register_function('hero_v21_dead', hero_dead)
-redis.register_function('hero_v21_requeue', hero_requeue)
-redis.register_function('hero_v21_fix', hero_fix)
+redis.register_function('hero_v22_version', hero_version)
+redis.register_function('hero_v22_submit', hero_submit)
+redis.register_function('hero_v22_fetch', hero_fetch)
+redis.register_function('hero_v22_complete', hero_complete)
+redis.register_function('hero_v22_renew', hero_renew)
+redis.register_function('hero_v22_stop', hero_stop)
+redis.register_function('hero_v22_recover', hero_recover)
+redis.register_function('hero_v22_promote', hero_promote)
+redis.register_function('hero_v22_bridge_in', hero_bridge_in)
+redis.register_function('hero_v22_bridge_out', hero_bridge_out)
+redis.register_function('hero_v22_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v22_expire', hero_expire)
+redis.register_function('hero_v22_dead', hero_dead)
+redis.register_function('hero_v22_requeue', hero_requeue)
+redis.register_function('hero_v22_fix', hero_fix)

@@ -60,6 +60,12 @@ impl Keyspace {
         format!("{}:meta:tracked", self.prefix)
     }
 
+    /// Set: the ids of the jobs carrying tag `tag`, added by `hero_submit` and removed with the
+    /// job by `hero_expire` (`<ns>:job:<id>` → `<ns>:tag:<tag>`, derived in the functions).
+    pub fn tag(&self, tag: &str) -> String {
+        format!("{}:tag:{tag}", self.prefix)
+    }
+
     /// String: the id of the job holding uniqueness key `key` (with a TTL); `hero_submit`
     /// derives it from the job key (`<ns>:job:<id>` → `<ns>:unique:<key>`).
     pub fn unique(&self, key: &str) -> String {

@@ -23,7 +23,7 @@ import redis
 
 NS = "hero"
 GROUP = "workers"  # the consumer group of every work stream
-VERSION = "21"  # the protocol version this peer speaks: its functions are hero_v21_<name>
+VERSION = "22"  # the protocol version this peer speaks: its functions are hero_v22_<name>
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "hero-library.lua")
 
 

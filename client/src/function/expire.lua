@@ -6,11 +6,13 @@
 -- it names is deleted when its record still says finished or error with the finished_at the
 -- entry carries; any other is left alone: it ran again since (whatever ended it again added a
 -- newer entry), or it is gone already. An entry that is not of this form (foreign data) names
--- no job. The entries taken are deleted, and the stream with them once it is empty.
+-- no job. A deleted job leaves the index of each of its tags (`<ns>:tag:<tag>`). The entries
+-- taken are deleted, and the stream with them once it is empty.
 -- Returns: {entries taken, jobs deleted, 1 when more entries are due, else 0}
 -- Errors: none of its own.
 local function hero_expire(keys, args)
   local stream, prefix = keys[1], args[1]
+  local tag_base = string.sub(prefix, 1, #prefix - 4) .. 'tag:' -- `<ns>:job:` -> `<ns>:tag:`
   local retention_ms, count = tonumber(args[2]), tonumber(args[3])
   local now = redis.call('TIME')
   local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
@@ -29,10 +31,20 @@ local function hero_expire(keys, args)
       for job_id in string.gmatch(ids, '[^ ]+') do
         local job_key = prefix .. job_id
         -- pcall: a job key holding another type is not a job of ours
-        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at')
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags')
         if not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
           redis.call('DEL', job_key)
           deleted = deleted + 1
+          if r[3] and r[3] ~= '' and r[3] ~= '[]' then
+            -- out of its tags' indexes with it (a record's tags were checked at submit; one
+            -- written by hand that does not decode leaves its index entries to the lister)
+            local ok, tags = pcall(cjson.decode, r[3])
+            if ok and type(tags) == 'table' then
+              for _, tag in ipairs(tags) do
+                if type(tag) == 'string' then redis.call('SREM', tag_base .. tag, job_id) end
+              end
+            end
+          end
         end
       end
     end

@@ -356,12 +356,12 @@ local function stream_parts(stream)
 end
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
--- key and TTL when it has one: `args` from `from` to `to` are its field/value pairs, `stream`
+-- key and TTL and its tags (the JSON text) when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl = nil, nil
+  local uniq, uttl, tags = nil, nil, nil
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -385,6 +385,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
         if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
         uniq = v
       elseif name == 'unique_ttl' then uttl = v
+      elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
       end
     end
   end
@@ -404,7 +405,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl
+  return nil, uniq, uttl, tags
 end
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode

@@ -43,6 +43,16 @@ local function claim_unique(keys, job_key, job_id, u)
   return nil
 end
 
+-- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set beside
+-- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays;
+-- hero_expire takes it out with the job.
+local function index_tags(job_key, job_id, tags)
+  local base = string.sub(job_key, 1, #job_key - #job_id - 4) .. 'tag:'
+  for _, t in ipairs(cjson.decode(tags)) do
+    redis.call('SADD', base .. t, job_id)
+  end
+end
+
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
@@ -54,19 +64,24 @@ local function hero_submit(keys, args)
   local at = {}
   local parsed = {} -- stream -> its parts (see stream_parts)
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
+  local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
     end
     if uniq then
       unique = unique or {}
       unique[i] = { uniq, uttl }
+    end
+    if tags then
+      tagged = tagged or {}
+      tagged[i] = tags
     end
     at[i] = pos
     pos = pos + 3 + count
@@ -102,6 +117,7 @@ local function hero_submit(keys, args)
       tally(st, stream, 'delayed', 1)
       log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
+      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     else
       if dual[stream] == nil then
         local m = redis.call('HGET', bridges, stream)
@@ -131,6 +147,7 @@ local function hero_submit(keys, args)
         ids[#ids + 1] = job_id
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
+      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     end
   end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end

@@ -174,8 +174,10 @@ impl Inspector {
         self.list_tagged(filter, None, cursor, limit).await
     }
 
-    /// As [`Inspector::list`], keeping only the jobs that carry `tag` (a page may then hold
-    /// fewer than `limit`, or none, with more to come: follow `next` to the end).
+    /// As [`Inspector::list`], keeping only the jobs that carry `tag`: by status or all, a page
+    /// of the tag's index (kept on write, so never a scan of every job); a queue's listing is
+    /// filtered instead (a page may then hold fewer than `limit`, or none, with more to come:
+    /// follow `next` to the end).
     pub async fn list_tagged(
         &self,
         filter: &ListFilter,
@@ -216,6 +218,20 @@ impl Inspector {
                     })
                     .collect();
                 (ids, next)
+            }
+            ListFilter::Status(_) | ListFilter::All if tag.is_some() => {
+                // the tag's index, not every job
+                let (next, ids): (String, Vec<String>) = self
+                    .redis
+                    .query(
+                        redis::cmd("SSCAN")
+                            .arg(self.keys.tag(tag.unwrap_or_default()))
+                            .arg(cursor.unwrap_or("0"))
+                            .arg("COUNT")
+                            .arg(limit),
+                    )
+                    .await?;
+                (ids, if next == "0" { None } else { Some(next) })
             }
             ListFilter::Tracked => {
                 let (next, mut ids): (String, Vec<String>) = self
