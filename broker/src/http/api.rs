@@ -60,6 +60,17 @@ fn job_id(id: &str) -> Result<JobId, ApiError> {
     JobId::new(id).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
+/// The start of a job's mutating endpoint: the token first, then the id and the body.
+fn mutation<T: for<'de> Deserialize<'de>>(
+    app: &App,
+    headers: &HeaderMap,
+    id: &str,
+    raw: &Bytes,
+) -> Result<(JobId, T), ApiError> {
+    app.authorize(headers)?;
+    Ok((job_id(id)?, body(raw)?))
+}
+
 async fn queues(State(app): State<App>) -> ApiResult {
     let queues = app.client.inspector().queues().await?;
     Ok(Json(json!({
@@ -185,9 +196,7 @@ async fn track(
     Path(id): Path<String>,
     raw: Bytes,
 ) -> ApiResult {
-    app.authorize(&headers)?;
-    let id = job_id(&id)?;
-    let b: TrackBody = body(&raw)?;
+    let (id, b): (JobId, TrackBody) = mutation(&app, &headers, &id, &raw)?;
     app.client.track(&id, b.on).await?;
     Ok(Json(json!({ "id": id.as_str(), "tracked": b.on })))
 }
@@ -208,9 +217,7 @@ async fn requeue(
     Path(id): Path<String>,
     raw: Bytes,
 ) -> ApiResult {
-    app.authorize(&headers)?;
-    let id = job_id(&id)?;
-    let b: RequeueBody = body(&raw)?;
+    let (id, b): (JobId, RequeueBody) = mutation(&app, &headers, &id, &raw)?;
     let priority = b.priority.map(Priority::new).transpose()?;
     let target = match &b.script_type {
         Some(t) => Some(Target::new(
