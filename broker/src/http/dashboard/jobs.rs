@@ -1,0 +1,193 @@
+//! Jobs: the listing (by status, queue, tag or tracked; search by id) and a job's page (record,
+//! output, error, history, actions).
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use hero_client::{JobId, JobSummary};
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::super::api::JobsQuery;
+use super::{feed, job_link, page, status_pill, urlencode, when, ApiError, App, Page};
+
+const STATUSES: [&str; 5] = ["waiting", "dispatched", "started", "finished", "error"];
+
+pub(super) async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> Page {
+    let page_of = q.page(&app).await?;
+    let keep = |name: &str, v: &Option<String>| {
+        v.as_deref()
+            .filter(|v| !v.is_empty())
+            .map(|v| format!("&{name}={}", urlencode(v)))
+            .unwrap_or_default()
+    };
+    let next_link = page_of.next.as_ref().map(|n| {
+        format!(
+            "/jobs?cursor={}{}{}{}{}",
+            urlencode(n),
+            keep("status", &q.status),
+            keep("queue", &q.queue),
+            keep("tag", &q.tag),
+            keep("tracked", &q.tracked)
+        )
+    });
+    page(
+        "Jobs",
+        "/jobs",
+        html! {
+            section.card {
+                h2 { "Find a job" }
+                form.inline action="/find" method="get" #find-job {
+                    input name="id" placeholder="Job id" aria-label="Job id" required;
+                    button type="submit" { "Open" }
+                }
+                form.inline action="/jobs" method="get" #filter-jobs {
+                    select name="status" aria-label="Status" {
+                        option value="" { "any status" }
+                        @for s in STATUSES {
+                            option value=(s) selected[q.status.as_deref() == Some(s)] { (s) }
+                        }
+                    }
+                    input name="queue" placeholder="queue, e.g. osis/g1" value=(q.queue.clone().unwrap_or_default()) aria-label="Queue";
+                    input name="tag" placeholder="tag" value=(q.tag.clone().unwrap_or_default()) aria-label="Tag";
+                    button type="submit" { "Filter" }
+                    a.button href="/jobs?tracked=1" #tracked-jobs { "Tracked jobs" }
+                }
+            }
+            section.card {
+                h2 { "Jobs" }
+                @if page_of.jobs.is_empty() {
+                    div.empty {
+                        @if page_of.next.is_some() {
+                            p { "None on this page of the keyspace; there is more." }
+                        } @else {
+                            p { "No jobs match. Ended jobs are kept for the broker's retention time, then deleted." }
+                        }
+                    }
+                } @else {
+                    div.scroll { table #jobs {
+                        thead { tr {
+                            th { "Id" } th { "Status" } th { "Queue" } th.n { "Prio" } th.n { "Attempts" }
+                            th { "Updated" } th { "Worker" } th { "Tags" } th { "Error" }
+                        } }
+                        tbody {
+                            @for j in &page_of.jobs {
+                                (job_row(j))
+                            }
+                        }
+                    } }
+                }
+                @if let Some(next) = next_link {
+                    p { a.button href=(next) { "Next page →" } }
+                }
+            }
+        },
+    )
+}
+
+fn job_row(j: &JobSummary) -> Markup {
+    html! {
+        tr {
+            td { (job_link(&j.id)) }
+            td { (status_pill(&j.status)) }
+            td { (j.queue) }
+            td.n { (j.priority) }
+            td.n { (j.attempts) }
+            td { (j.updated_at) }
+            td.mono { (j.worker) }
+            td { (j.tags.join(", ")) }
+            td.err { (j.error) }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct Go {
+    id: String,
+}
+
+/// The search box: straight to the job's page.
+pub(super) async fn go(Query(g): Query<Go>) -> Response {
+    axum::response::Redirect::to(&format!("/jobs/{}", urlencode(g.id.trim()))).into_response()
+}
+
+pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page {
+    let jid = JobId::new(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let v = super::super::api::job_with_history(&app, &jid).await?;
+    let dead = app.client.inspector().dead_letter(jid.as_str()).await?;
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+    let status = s("status");
+    let ended = status == "finished" || status == "error";
+    let history: Vec<&serde_json::Value> = v["history"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let id_json = serde_json::to_string(&[jid.as_str()]).unwrap_or_default();
+    page(
+        &format!("Job {id}"),
+        "/jobs",
+        html! {
+            section.card #job data-status=(status) {
+                h2 { "Job " span.mono { (id) } " " (status_pill(&status)) }
+                div.actions {
+                    @if !ended {
+                        button.danger data-post=(format!("/api/jobs/{}/stop", urlencode(&id))) data-confirm="Stop this job?" { "Stop" }
+                    }
+                    button data-post=(format!("/api/jobs/{}/requeue", urlencode(&id))) data-confirm="Queue this job again?" { "Requeue" }
+                    button data-post=(format!("/api/jobs/{}/track", urlencode(&id))) { "Track" }
+                    @if dead.is_some() {
+                        button.primary #retry data-post="/api/dead/retry" data-body=(format!("{{\"ids\":{id_json}}}")) { "Retry dead letter" }
+                    }
+                }
+                @if let Some(d) = &dead {
+                    p.notice { "Dead-lettered " (when(d.at_ms())) ": " (d.reason) }
+                }
+                dl.record {
+                    @for k in ["script_type", "group", "instance", "priority", "attempts", "retries", "timeout", "worker_id", "created_at", "started_at", "finished_at", "caller_id", "context_id", "traceparent"] {
+                        @let val = &v[k];
+                        @if !val.is_null() && val.as_str() != Some("") {
+                            dt { (k) }
+                            dd.mono { (val.as_str().map_or_else(|| val.to_string(), str::to_string)) }
+                        }
+                    }
+                    @if let Some(tags) = v["tags"].as_array().filter(|t| !t.is_empty()) {
+                        dt { "tags" }
+                        dd { (tags.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(", ")) }
+                    }
+                }
+                h3 { "Script" }
+                pre { (s("script")) }
+                @if !s("output").is_empty() {
+                    h3 { "Output" }
+                    pre #output { (s("output")) }
+                }
+                @if !s("error").is_empty() {
+                    h3 { "Error" }
+                    pre.err #error { (s("error")) }
+                }
+            }
+            section.card {
+                h2 { "History" }
+                @if history.is_empty() {
+                    div.empty { p { "No events of this job are in the event log (it keeps the latest entries only, up to the broker's --events-max)." } }
+                } @else {
+                    div.scroll { table #history {
+                        thead { tr { th { "When" } th { "Event" } th { "Queue" } th { "Worker" } th.n { "Attempt" } th { "Detail" } } }
+                        tbody {
+                            @for e in &history {
+                                tr {
+                                    td { (when(e["at_ms"].as_u64().unwrap_or(0))) }
+                                    td { (e["event"].as_str().unwrap_or("")) }
+                                    td { (e["queue"].as_str().map(|q| app.client.keys().queue_name(q)).unwrap_or_default()) }
+                                    td.mono { (e["worker"].as_str().unwrap_or("")) }
+                                    td.n { (e["attempt"].as_u64().map(|a| a.to_string()).unwrap_or_default()) }
+                                    td { (e["reason"].as_str().unwrap_or("")) }
+                                }
+                            }
+                        }
+                    } }
+                }
+            }
+            (feed(&format!("?job={}", urlencode(&id))))
+        },
+    )
+}

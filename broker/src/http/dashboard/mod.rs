@@ -1,0 +1,226 @@
+//! The dashboard (`/`): server-rendered pages (maud) over the same reads as the API, with a
+//! little JavaScript (`assets/app.js`, compiled into the binary) for what must be live: the
+//! event feed (Server-Sent Events), the queue counts (refreshed from `/api/queues`), and the
+//! buttons that change jobs (they call the API with the token the operator typed, kept in the
+//! browser's local storage, never in a cookie the page could leak).
+//!
+//! One file per noun: `queues` (the overview with its cards, charts and queues table; the
+//! actors), `jobs` (listings and a job's page), `ops` (dead letters, the audit, the event log).
+//! This module holds the routes, the layout and the pieces every page uses.
+
+use axum::http::header;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hero_client::clock;
+use hero_client::inspect::{Histogram, Minute};
+use maud::{html, Markup, DOCTYPE};
+
+use super::{ApiError, App};
+
+mod jobs;
+mod ops;
+mod queues;
+
+const STYLE: &str = include_str!("../assets/style.css");
+const SCRIPT: &str = include_str!("../assets/app.js");
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", get(queues::overview))
+        .route("/actors", get(queues::actors))
+        .route("/jobs", get(jobs::jobs))
+        .route("/jobs/{id}", get(jobs::job))
+        .route("/find", get(jobs::go))
+        .route("/dead", get(ops::dead))
+        .route("/audit", get(ops::audit))
+        .route("/events", get(ops::events))
+        .route(
+            "/assets/style.css",
+            get(|| async { asset("text/css", STYLE) }),
+        )
+        .route(
+            "/assets/app.js",
+            get(|| async { asset("text/javascript", SCRIPT) }),
+        )
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, kind),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A page failed: the same layout, saying what went wrong.
+struct PageError(ApiError);
+
+impl From<ApiError> for PageError {
+    fn from(e: ApiError) -> Self {
+        PageError(e)
+    }
+}
+
+impl From<hero_client::Error> for PageError {
+    fn from(e: hero_client::Error) -> Self {
+        PageError(e.into())
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let body = layout(
+            "Error",
+            "",
+            html! {
+                div.empty {
+                    h2 { (self.0.status.as_u16()) " " (self.0.status.canonical_reason().unwrap_or("")) }
+                    p { (self.0.message) }
+                    p { a href="/" { "Back to the queues" } }
+                }
+            },
+        );
+        (self.0.status, Html(body.into_string())).into_response()
+    }
+}
+
+type Page = Result<Html<String>, PageError>;
+
+const NAV: [(&str, &str); 6] = [
+    ("/", "Queues"),
+    ("/actors", "Actors"),
+    ("/jobs", "Jobs"),
+    ("/dead", "Dead letters"),
+    ("/audit", "Audit"),
+    ("/events", "Events"),
+];
+
+fn layout(title: &str, active: &str, content: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="color-scheme" content="light dark";
+                title { (title) " · hero" }
+                link rel="stylesheet" href="/assets/style.css";
+                script src="/assets/app.js" defer {}
+            }
+            body {
+                header.top {
+                    a.brand href="/" { span.logo { "◆" } " hero" }
+                    nav {
+                        @for (href, name) in NAV {
+                            a href=(href) class=[(active == href).then_some("active")] { (name) }
+                        }
+                    }
+                    form.token #token-form title="The broker's --http-token: needed to stop, requeue, retry or purge" {
+                        input #token type="password" placeholder="API token" autocomplete="off" aria-label="API token";
+                        button type="submit" { "Save" }
+                    }
+                }
+                div #flash role="status" aria-live="polite" {}
+                main { (content) }
+            }
+        }
+    }
+}
+
+#[allow(clippy::unnecessary_wraps)] // every page handler returns a Page; this is their last step
+fn page(title: &str, active: &str, content: Markup) -> Page {
+    Ok(Html(layout(title, active, content).into_string()))
+}
+
+fn ms_text(ms: Option<u64>) -> String {
+    match ms {
+        None => "–".into(),
+        Some(ms) if ms < 1000 => format!("{ms} ms"),
+        Some(ms) if ms < 60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        Some(ms) if ms < 3_600_000 => format!("{:.1} min", ms as f64 / 60_000.0),
+        Some(ms) => format!("{:.1} h", ms as f64 / 3_600_000.0),
+    }
+}
+
+fn when(ms: u64) -> String {
+    let iso = clock::iso(ms);
+    iso.replace('T', " ").trim_end_matches('Z').to_string()
+}
+
+fn job_link(id: &str) -> Markup {
+    html! { a.mono href=(format!("/jobs/{}", urlencode(id))) { (id) } }
+}
+
+/// Percent-encodes what may not stand in a path segment or a query value.
+fn urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn quantile(h: &Histogram, q: f64) -> String {
+    ms_text(h.quantile_ms(q))
+}
+
+/// A small bar chart, one bar a minute, drawn as SVG on the server: no chart library to ship.
+fn chart(title: &str, unit: &str, minutes: &[Minute], value: fn(&Minute) -> Option<u64>) -> Markup {
+    let values: Vec<Option<u64>> = minutes.iter().map(value).collect();
+    let max = values.iter().flatten().copied().max().unwrap_or(0).max(1);
+    let n = values.len().max(1);
+    let (w, h) = (600.0_f64, 120.0_f64);
+    let bw = w / n as f64;
+    let last = values.iter().rev().flatten().next().copied();
+    html! {
+        figure.chart {
+            figcaption {
+                span { (title) }
+                span.num { @if let Some(v) = last { (v) " " (unit) } @else { "no samples yet" } }
+            }
+            svg viewBox=(format!("0 0 {w} {}", h + 16.0)) preserveAspectRatio="none" role="img" aria-label=(title) {
+                line x1="0" y1=(h) x2=(w) y2=(h) class="axis" {}
+                @for (i, v) in values.iter().enumerate() {
+                    @if let Some(v) = v {
+                        @let bh = (*v as f64 / max as f64) * (h - 4.0);
+                        rect x=(format!("{:.1}", i as f64 * bw + 1.0)) y=(format!("{:.1}", h - bh)) width=(format!("{:.1}", (bw - 2.0).max(1.0))) height=(format!("{bh:.1}")) {
+                            title { (minutes[i].at) ": " (v) " " (unit) }
+                        }
+                    }
+                }
+                text x="0" y=(h + 14.0) class="tick" { (minutes.first().map_or("", |m| &m.at[11..])) }
+                text x=(w) y=(h + 14.0) class="tick end" { "now" }
+                text x="2" y="10" class="tick" { "max " (max) }
+            }
+        }
+    }
+}
+
+fn feed(filter: &str) -> Markup {
+    html! {
+        section.card {
+            h2 { "Live events" span.live { "●" } }
+            ul #feed data-filter=(filter) {
+                li.empty-feed { "Waiting for the next change of any job…" }
+            }
+        }
+    }
+}
+
+fn status_pill(status: &str) -> Markup {
+    let class = match status {
+        "finished" => "ok",
+        "error" => "bad",
+        "started" => "run",
+        _ => "wait",
+    };
+    html! { span class=(format!("pill {class}")) { (status) } }
+}
