@@ -96,7 +96,12 @@ impl Client {
         let coalescer = self.coalescer.get_or_init(|| {
             crate::coalesce::Coalescer::start(self.redis.clone(), self.keys.clone())
         });
-        coalescer.submit(job.clone()).await
+        if let Some(answer) = coalescer.submit(job.clone()).await {
+            return answer;
+        }
+        let mut one = self.submit_many(std::slice::from_ref(job)).await?;
+        one.pop()
+            .unwrap_or_else(|| Err(Error::protocol("hero_submit answered no job")))
     }
 
     /// Submits many jobs in one call (one round trip, one function call); one result per job,
