@@ -251,6 +251,41 @@ impl Inspector {
 }
 
 /// The job id a stream entry names (`j`), if any.
+impl Inspector {
+    /// The jobs a stream's entries name, read a page at a time; a key that is not a stream (or
+    /// is gone) names none.
+    pub(super) async fn stream_jobs(&self, stream: &str) -> HashSet<String> {
+        let mut jobs = HashSet::new();
+        let mut start = "-".to_string();
+        loop {
+            let page: Value = self
+                .redis
+                .query(
+                    redis::cmd("XRANGE")
+                        .arg(stream)
+                        .arg(&start)
+                        .arg("+")
+                        .arg("COUNT")
+                        .arg(PAGE),
+                )
+                .await
+                .unwrap_or(Value::Nil);
+            let entries = reply::array(&page).unwrap_or(&[]);
+            jobs.extend(entries.iter().filter_map(entry_job));
+            let last = entries.last().and_then(|e| {
+                reply::array(e)
+                    .ok()?
+                    .first()
+                    .and_then(|i| reply::text(i).ok())
+            });
+            match last {
+                Some(last) if entries.len() == PAGE => start = format!("({last}"),
+                _ => return jobs,
+            }
+        }
+    }
+}
+
 pub(super) fn entry_job(entry: &Value) -> Option<String> {
     let [_, fields] = reply::array(entry).ok()? else {
         return None;

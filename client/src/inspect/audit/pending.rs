@@ -26,39 +26,7 @@ impl Inspector {
         report: &mut AuditReport,
     ) -> Result<()> {
         // the entries: which jobs are queued here
-        let mut start = "-".to_string();
-        loop {
-            let page: Value = self
-                .redis
-                .query(
-                    redis::cmd("XRANGE")
-                        .arg(stream)
-                        .arg(&start)
-                        .arg("+")
-                        .arg("COUNT")
-                        .arg(PAGE),
-                )
-                .await
-                .unwrap_or(Value::Nil);
-            let entries = reply::array(&page).unwrap_or(&[]);
-            for e in entries {
-                if let Some(j) = entry_job(e) {
-                    queued.insert(j);
-                }
-            }
-            if entries.len() < PAGE {
-                break;
-            }
-            match entries.last().and_then(|e| {
-                reply::array(e)
-                    .ok()?
-                    .first()
-                    .and_then(|i| reply::text(i).ok())
-            }) {
-                Some(last) => start = format!("({last}"),
-                None => break,
-            }
-        }
+        queued.extend(self.stream_jobs(stream).await);
         // the pending entries, a page at a time
         let mut from = "-".to_string();
         loop {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use redis::Value;
 
-use super::{entry_job, AuditReport, Class, Finding, PAGE};
+use super::{AuditReport, Class, Finding, PAGE};
 use crate::error::Result;
 use crate::inspect::Inspector;
 use crate::job::{Placement, PLACEMENT_FIELDS};
@@ -107,40 +107,7 @@ impl Inspector {
                     return Ok(false);
                 }
                 // a look at the whole stream again: an entry added since the first read
-                let mut start = "-".to_string();
-                loop {
-                    let page: Value = self
-                        .redis
-                        .query(
-                            redis::cmd("XRANGE")
-                                .arg(&f.key)
-                                .arg(&start)
-                                .arg("+")
-                                .arg("COUNT")
-                                .arg(PAGE),
-                        )
-                        .await
-                        .unwrap_or(Value::Nil);
-                    let entries = reply::array(&page).unwrap_or(&[]);
-                    if entries
-                        .iter()
-                        .any(|e| entry_job(e).as_deref() == Some(job.as_str()))
-                    {
-                        return Ok(false);
-                    }
-                    if entries.len() < PAGE {
-                        return Ok(true);
-                    }
-                    match entries.last().and_then(|e| {
-                        reply::array(e)
-                            .ok()?
-                            .first()
-                            .and_then(|i| reply::text(i).ok())
-                    }) {
-                        Some(last) => start = format!("({last}"),
-                        None => return Ok(true),
-                    }
-                }
+                Ok(!self.stream_jobs(&f.key).await.contains(&job))
             }
             Class::Unleased => {
                 let f2: Vec<Option<String>> = self
