@@ -206,12 +206,15 @@ impl Client {
     /// The whole job record.
     pub async fn get(&self, id: &JobId) -> Result<Job> {
         let key = self.keys.job(id);
-        let fields: Vec<(String, String)> =
-            self.redis.query(redis::cmd("HGETALL").arg(&key)).await?;
-        if fields.is_empty() {
+        let record = crate::reply::record(
+            self.redis
+                .query::<redis::Value>(redis::cmd("HGETALL").arg(&key))
+                .await?,
+        )?;
+        if record.0.is_empty() && record.1.is_none() {
             return Err(Error::JobNotFound(id.to_string()));
         }
-        Ok(Job::from_fields(&key, fields)?)
+        Ok(Job::from_record(&key, record)?)
     }
 
     /// Stops a job: a queued or delayed one never starts; a running one ends `error`/`stopped`

@@ -41,7 +41,7 @@ pub use client::{Client, ClientOptions};
 pub use conn::{Capabilities, Redis};
 pub use error::{DecodeError, Error, Result, ServerCode};
 pub use inspect::{Inspector, JobSummary, ListFilter, Page};
-pub use job::{Job, Placement, Status};
+pub use job::{Job, PayloadError, Placement, Status};
 pub use keys::{Keyspace, LegacyQueue};
 pub use name::{
     ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,

@@ -74,6 +74,8 @@ pub struct NewJobBuilder {
     unique: Option<(String, Option<Duration>)>,
     delay: Option<Duration>,
     run_at: Option<SystemTime>,
+    /// MessagePack bytes, or why the value would not encode (reported by build)
+    payload: Option<std::result::Result<Vec<u8>, String>>,
 }
 
 impl NewJobBuilder {
@@ -159,6 +161,14 @@ impl NewJobBuilder {
         self
     }
 
+    /// A typed payload beside the script: `value` encoded with rmp-serde (MessagePack, with
+    /// field names, so a handler's struct may gain optional fields), read back by a handler
+    /// with [`Job::payload`]. A value that does not encode fails [`NewJobBuilder::build`].
+    pub fn payload<T: serde::Serialize + ?Sized>(mut self, value: &T) -> Self {
+        self.payload = Some(rmp_serde::to_vec_named(value).map_err(|e| e.to_string()));
+        self
+    }
+
     pub fn build(self) -> Result<NewJob> {
         let script_type = ScriptType::new(self.script_type)?;
         let group = self.group.map(GroupName::new).transpose()?;
@@ -204,6 +214,18 @@ impl NewJobBuilder {
             job.timeout = t;
         }
         job.retries = self.retries;
+        if let Some(p) = self.payload {
+            let bytes = p.map_err(|e| {
+                Error::InvalidInput(format!("payload does not encode as MessagePack: {e}"))
+            })?;
+            if bytes.len() > MAX_SCRIPT_BYTES {
+                return Err(Error::InvalidInput(format!(
+                    "payload is {} bytes, the limit is {MAX_SCRIPT_BYTES}: store large data elsewhere and pass a reference",
+                    bytes.len()
+                )));
+            }
+            job.payload = Some(bytes);
+        }
         job.tags = self.tags;
         job.env_vars = self.env;
         job.caller_id = self.caller_id;

@@ -52,6 +52,33 @@ pub fn pairs(v: Value) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// A job hash as HGETALL answers it, for [`crate::Job::from_record`]: the field/value pairs as
+/// text, except the `payload` field, whose bytes are taken as they are (MessagePack is binary).
+pub fn record(v: Value) -> Result<(Vec<(String, String)>, Option<Vec<u8>>)> {
+    let items = match v {
+        Value::Array(items) => items,
+        Value::Nil => Vec::new(),
+        other => return Err(Error::protocol(format!("expected an array, got {other:?}"))),
+    };
+    if items.len() % 2 != 0 {
+        return Err(Error::protocol("odd number of items in a field/value list"));
+    }
+    let mut out = Vec::with_capacity(items.len() / 2);
+    let mut payload = None;
+    let mut items = items.into_iter();
+    while let (Some(k), Some(v)) = (items.next(), items.next()) {
+        let k = owned_text(k)?;
+        if k == "payload" {
+            if let Value::BulkString(b) = v {
+                payload = Some(b);
+                continue;
+            }
+        }
+        out.push((k, owned_text(v)?));
+    }
+    Ok((out, payload))
+}
+
 /// [`text`] of a reply the caller owns: a bulk string becomes the String without a copy.
 fn owned_text(v: Value) -> Result<String> {
     match v {

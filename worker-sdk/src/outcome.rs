@@ -53,3 +53,11 @@ where
         Box::pin(self(job, ctx))
     }
 }
+
+/// A payload that is missing or of the wrong shape ends the job `error` with the reason: no
+/// retry can change its bytes.
+impl From<hero_client::PayloadError> for Outcome {
+    fn from(e: hero_client::PayloadError) -> Self {
+        Outcome::Abort(e.to_string())
+    }
+}

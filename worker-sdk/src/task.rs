@@ -64,8 +64,8 @@ pub(crate) async fn start_jobs(
             s.inflight.remove(&d.job_id);
             continue;
         };
-        let fields = record.and_then(hero_client::reply::pairs);
-        let fields = match fields {
+        let fields = record.and_then(hero_client::reply::record);
+        let (fields, payload) = match fields {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(job = %d.job_id, error = %e, "reading a fetched job failed; leaving it to recovery");
@@ -82,7 +82,7 @@ pub(crate) async fn start_jobs(
             });
             continue;
         }
-        let job = Job::from_fields(&key, fields);
+        let job = Job::from_record(&key, (fields, payload));
         tokio::spawn(run_job(
             s.clone(),
             Taken {

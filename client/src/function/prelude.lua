@@ -293,7 +293,7 @@ local SUBMIT_FIELDS = {
   created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
   context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
-  unique_ttl = 'count',
+  unique_ttl = 'count', payload = 'text',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).

@@ -23,7 +23,8 @@ pub fn submit(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> Call {
     c.arg("consumer group", CONSUMER_GROUP);
     for job in jobs {
         let fields = job.record().to_submit_fields();
-        let extra = if reply { 2 } else { 0 };
+        let payload = job.record().payload.as_deref();
+        let extra = if reply { 2 } else { 0 } + if payload.is_some() { 2 } else { 0 };
         c.rest(job.id().as_str())
             .rest(job.run_at_ms().unwrap_or(0))
             .rest(2 * fields.len() + extra);
@@ -32,6 +33,9 @@ pub fn submit(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> Call {
         }
         if reply {
             c.rest("reply").rest("1");
+        }
+        if let Some(bytes) = payload {
+            c.rest("payload").rest(bytes);
         }
     }
     c

@@ -85,6 +85,19 @@ impl Job {
         f
     }
 
+    /// Decodes a job hash as [`crate::reply::record`] read it: the text fields, and the
+    /// `payload` field's bytes as they are (MessagePack need not be UTF-8).
+    pub fn from_record(
+        key: &str,
+        (fields, payload): (Vec<(String, String)>, Option<Vec<u8>>),
+    ) -> Result<Job, DecodeError> {
+        let mut job = Job::from_fields(key, fields)?;
+        if payload.is_some() {
+            job.payload = payload;
+        }
+        Ok(job)
+    }
+
     /// Decodes a job hash read from `key`. Fails on a missing `status` or `script`, an id that
     /// is not the key's, an unknown field, or a value of the wrong form. An absent `id` is the
     /// key's (a key's id is what follows its last `:`).
@@ -267,6 +280,7 @@ impl Job {
         let error = opt(text(F::Error));
         let lease = opt(text(F::Lease));
         let entry = opt(text(F::Entry));
+        let payload = take(F::Payload).map(String::into_bytes);
         if let Some(field) = unknown {
             return Err(err(&field, "is not a field of the job record".to_string()));
         }
@@ -303,6 +317,7 @@ impl Job {
             entry,
             run_at_ms,
             reply,
+            payload,
         })
     }
 }
@@ -344,9 +359,10 @@ enum F {
     Error,
     Lease,
     Entry,
+    Payload,
 }
 
-const FIELD_NAMES: [&str; 33] = [
+const FIELD_NAMES: [&str; 34] = [
     "id",
     "status",
     "script",
@@ -380,6 +396,7 @@ const FIELD_NAMES: [&str; 33] = [
     "error",
     "lease",
     "entry",
+    "payload",
 ];
 
 /// The legacy bridge's bookkeeping (docs/protocol.md): part of the record, of no use to a

@@ -10,6 +10,14 @@ use crate::clock;
 mod codec;
 use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
 
+/// A job's typed payload is missing or is not of the type asked for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("payload of job {job}: {reason}")]
+pub struct PayloadError {
+    pub job: String,
+    pub reason: String,
+}
+
 /// Where a job is in its life. The wire form is [`Status::as_str`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
@@ -138,6 +146,9 @@ pub struct Job {
     pub run_at_ms: Option<u64>,
     /// A caller waits on the reply list.
     pub reply: bool,
+    /// A typed payload: MessagePack bytes (rmp-serde) beside the script; read it with
+    /// [`Job::payload`].
+    pub payload: Option<Vec<u8>>,
 }
 
 /// The default handler time limit when a job names none.
@@ -210,7 +221,25 @@ impl Job {
             entry: None,
             run_at_ms: None,
             reply: false,
+            payload: None,
         }
+    }
+
+    /// The typed payload, decoded from its MessagePack bytes as `T`. A job without one, or one
+    /// whose bytes are not a `T`, is a [`PayloadError`] naming the job and what was wrong.
+    pub fn payload<T: serde::de::DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        let bytes = self.payload.as_deref().ok_or_else(|| PayloadError {
+            job: self.id.to_string(),
+            reason: "the job carries no payload (submit it with NewJobBuilder::payload)".into(),
+        })?;
+        rmp_serde::from_slice(bytes).map_err(|e| PayloadError {
+            job: self.id.to_string(),
+            reason: format!(
+                "its {} payload bytes do not decode as {}: {e}",
+                bytes.len(),
+                std::any::type_name::<T>()
+            ),
+        })
     }
 
     /// The dispatch target, when the record names a script type.
