@@ -125,7 +125,7 @@ def main():
 
         for b in range(0, len(fetched), 25):
             keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events",
-                    "hero:meta:stats"]
+                    "hero:meta:stats", "hero:meta:queues"]
             argv = ["workers", ISO, 0, " ".join(job for _, _, job in fetched[b:b + 25]), "g:a:1"]
             for _, entry, job in fetched[b:b + 25]:
                 keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job]

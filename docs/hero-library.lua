@@ -1,5 +1,5 @@
-#!lua name=hero_v22
-local VERSION = '22'
+#!lua name=hero_v23
+local VERSION = '23'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -85,35 +85,6 @@ local function ack_trim(stream, group, ids, xackdel)
   end
   ack(stream, group, ids)
   trim_done(stream, group, ids, xackdel)
-end
-
--- Append a job id to a work stream, creating the stream, its group and its registry entry on
--- first use (the registry names every work stream: the fetch and recovery read it). Returns the
--- new entry id. `known` (optional) is a per-call set of streams already seen, so a batch onto one
--- stream asks once, not once per job. A registered stream is taken to have its group: one that
--- was deleted or lost its group by hand gets it back at the next fetch (see hero_fetch), which
--- spares every submit an EXISTS. The entry tells the fetch what it would otherwise read from
--- the record: `attempts` (optional) is the count made so far, for a job queued again after a
--- delivery (field `a`), and `dual` marks a job also pushed to a legacy list (field `b`).
-local function append(stream, group, registry, job_id, known, attempts, dual)
-  if not (known and known[stream]) then
-    if redis.call('SADD', registry, stream) == 1 then
-      -- new, or a stream made by hand (or whose registration was lost): it becomes a queue
-      -- here, with its group (which a stream made by hand may have already)
-      if redis.call('EXISTS', stream) == 0 then
-        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-      else
-        redis.pcall('XGROUP', 'CREATE', stream, group, '0')
-      end
-    end
-    if known then known[stream] = true end
-  end
-  if dual then
-    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
-    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
-  end
-  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
-  return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
 -- The settings the broker publishes in the config hash, each read at most once per call.
@@ -262,6 +233,29 @@ local function server_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it (for the rare call
+-- that has no caller's time to use).
+local function iso_now()
+  local t = redis.call('TIME')
+  local secs = tonumber(t[1])
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  -- civil date of a day count (Howard Hinnant's algorithm)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if m > 12 then m = m - 12 end
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
+    math.floor(rem % 3600 / 60), rem % 60, math.floor(tonumber(t[2]) / 1000))
+end
+
 local function flush_stats(st)
   for _, f in ipairs(st.order) do
     redis.call('HINCRBY', st.key, f, st.inc[f])
@@ -295,7 +289,7 @@ local SUBMIT_FIELDS = {
   created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
   context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
-  unique_ttl = 'count',
+  unique_ttl = 'count', payload = 'text',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).
@@ -357,13 +351,75 @@ local function stream_parts(stream)
   return p
 end
 
+-- Paused queues (see hero_pause): `<registry>:paused:names` holds the names an operator paused,
+-- `<type>`, `<type>/<group>` or `<type>/<group>/<instance>`, each covering every stream under
+-- it at any priority; `<registry>:paused` holds the streams so covered, moved out of the
+-- registry, so the fetch (which asks the registry) skips them at no cost of its own.
+-- Whether the name `name` covers the stream of parts `p` (see stream_parts).
+local function covers(name, p)
+  if not p then return false end
+  local t, rest = string.match(name, '^([^/]+)/?(.*)$')
+  if t ~= p.type then return false end
+  if rest == '' then return true end
+  local g, i = string.match(rest, '^([^/]+)/?(.*)$')
+  if g ~= p.group then return false end
+  return i == '' or i == p.instance
+end
+
+-- Whether a paused name covers `stream`. Asked only when a stream joins the registry (a new
+-- stream, or one of a paused queue that a submit appended to), never on the hot path.
+local function paused_by(registry, stream)
+  if redis.call('SISMEMBER', registry .. ':paused', stream) == 1 then return true end
+  local names = redis.call('SMEMBERS', registry .. ':paused:names')
+  if #names == 0 then return false end
+  local p = stream_parts(stream)
+  for _, name in ipairs(names) do
+    if covers(name, p) then return true end
+  end
+  return false
+end
+
+-- Append a job id to a work stream, creating the stream, its group and its registry entry on
+-- first use (the registry names every work stream: the fetch and recovery read it). Returns the
+-- new entry id. `known` (optional) is a per-call set of streams already seen, so a batch onto one
+-- stream asks once, not once per job. A registered stream is taken to have its group: one that
+-- was deleted or lost its group by hand gets it back at the next fetch (see hero_fetch), which
+-- spares every submit an EXISTS. The entry tells the fetch what it would otherwise read from
+-- the record: `attempts` (optional) is the count made so far, for a job queued again after a
+-- delivery (field `a`), and `dual` marks a job also pushed to a legacy list (field `b`).
+local function append(stream, group, registry, job_id, known, attempts, dual)
+  if not (known and known[stream]) then
+    if redis.call('SADD', registry, stream) == 1 then
+      -- new, or a stream made by hand (or whose registration was lost): it becomes a queue
+      -- here, with its group (which a stream made by hand may have already)
+      if redis.call('EXISTS', stream) == 0 then
+        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+      else
+        redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+      end
+      -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause)
+      if paused_by(registry, stream) then
+        redis.call('SMOVE', registry, registry .. ':paused', stream)
+      end
+    end
+    if known then known[stream] = true end
+  end
+  if dual then
+    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
+    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
+  end
+  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
+  return redis.call('XADD', stream, '*', 'j', job_id)
+end
+
+
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
--- key and TTL and its tags (the JSON text) when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
+-- key and TTL, its tags and its prerequisites (JSON text) when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags = nil, nil, nil
+  local uniq, uttl, tags, prereqs = nil, nil, nil, nil
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -388,6 +444,9 @@ local function refuse(job_id, stream, args, from, to, parsed)
         uniq = v
       elseif name == 'unique_ttl' then uttl = v
       elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
+      elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
+        if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
+        prereqs = v
       end
     end
   end
@@ -407,7 +466,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags
+  return nil, uniq, uttl, tags, prereqs
 end
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
@@ -482,16 +541,88 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
 end
 
 -- What a work stream entry carries (see append): the job id ('' when it has none), the
--- attempts made before this delivery (nil on a first one) and whether it was dual-pushed.
+-- attempts made before this delivery (nil on a first one), whether it was dual-pushed, and
+-- whether it is a wake-up (`w`: hero_pause's resume writes one to wake the workers blocked on
+-- the stream; it names no job).
 local function entry_fields(f)
-  local job_id, attempts, dual = '', nil, false
+  local job_id, attempts, dual, wake = '', nil, false, false
   for k = 1, #f, 2 do
     local name = f[k]
     if name == 'j' then job_id = f[k + 1]
     elseif name == 'a' then attempts = f[k + 1]
-    elseif name == 'b' then dual = true end
+    elseif name == 'b' then dual = true
+    elseif name == 'w' then wake = true end
   end
-  return job_id, attempts, dual
+  return job_id, attempts, dual, wake
+end
+
+-- Dependencies. A job submitted with prerequisites that have not all finished waits (status
+-- waiting, `deps_left` the number still unfinished) and is named in the dependents hash of
+-- each of them, `<ns>:deps:<prerequisite id>` (dependent id -> its work stream). The call that
+-- ends a prerequisite releases its dependents in the same call (release_dependents): finished,
+-- each one's count goes down and the one that reaches 0 is queued; ended error, each one ends
+-- error `dependency failed: <id>`, and so do theirs, transitively. A call that ends jobs asks
+-- whether any of them has dependents with one EXISTS over their hashes, so a job without any
+-- costs its call nothing per job. Prerequisites must exist when their dependent is submitted,
+-- and a record's list never changes, so no cycle can form.
+local function deps_key(job_key, job_id)
+  return string.sub(job_key, 1, #job_key - #job_id - 4) .. 'deps:' .. job_id
+end
+
+-- Releases the dependents of each job of `ended` ({job key, job id, ok}: ok true when it
+-- finished, false when it ended error). `ctx`: cfg, log, st (stats), done (retained), now_iso,
+-- and, to queue a released job, registry and group. A dependent failed here releases its own
+-- dependents (failing them), breadth first, so a chain of any length ends in this one call.
+local function release_dependents(ctx, ended)
+  local k = 1
+  while k <= #ended do
+    local jk, jid, ok = ended[k][1], ended[k][2], ended[k][3]
+    k = k + 1
+    local dk = deps_key(jk, jid)
+    local deps = redis.pcall('HGETALL', dk)
+    if not deps.err and #deps > 0 then
+      redis.call('DEL', dk)
+      local prefix = string.sub(jk, 1, #jk - #jid)
+      local reply_prefix = string.sub(prefix, 1, #prefix - 4) .. 'q:reply:' -- `<ns>:job:` -> `<ns>:q:reply:`
+      for m = 1, #deps, 2 do
+        local d, stream = deps[m], deps[m + 1]
+        local dkey = prefix .. d
+        local f = redis.pcall('HMGET', dkey, 'status', 'reply')
+        if not f.err and f[1] == 'waiting' then
+          if ok then
+            if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
+              append(stream, ctx.group, ctx.registry, d)
+              redis.call('HSET', dkey, 'status', 'dispatched', 'updated_at', ctx.now_iso)
+              redis.call('HDEL', dkey, 'deps_left')
+              log_event(ctx.log, 'dispatched', d, stream, nil, nil, 'prerequisites finished')
+            end
+          else
+            local reason = 'dependency failed: ' .. jid
+            redis.call('HDEL', dkey, 'deps_left')
+            finish(dkey, d, reply_prefix .. d, ctx.cfg, 'error', reason, f[2], ctx.now_iso, ctx.done)
+            log_event(ctx.log, 'error', d, stream, nil, nil, reason)
+            tally(ctx.st, stream, 'failed', 1, true)
+            ended[#ended + 1] = { dkey, d, false }
+          end
+        end
+      end
+    end
+  end
+end
+
+-- Releases the dependents of the jobs a call ended, when any has some: `jk`, `ji` their keys
+-- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
+-- not a table per job: a hot call ends many).
+local function release_if_any(ctx, jk, ji, ok)
+  if #jk == 0 then return end
+  local ks = {}
+  for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
+  local n = 0
+  in_runs(ks, function(from, to) n = n + redis.call('EXISTS', unpack(ks, from, to)) end)
+  if n == 0 then return end
+  local ended = {}
+  for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+  release_dependents(ctx, ended)
 end
 
 -- hero_version: the version of this library, so a client can tell a stale one from its own.
@@ -518,6 +649,11 @@ end
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
+-- Prerequisites (`prerequisites` or `dependencies`, a JSON array of job ids): each must exist or
+-- come earlier in the batch, else HERO_INVALID_JOB. A job whose prerequisites all finished is
+-- queued as any other; one with some unfinished waits for them (status waiting, see
+-- release_dependents); one with a prerequisite that ended error ends error at once,
+-- `dependency failed: <id>`. Such a job cannot also be delayed.
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
@@ -556,6 +692,21 @@ local function index_tags(job_key, job_id, tags)
   end
 end
 
+-- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
+-- have not finished yet, and the first that ended error (nil when none did).
+local function prerequisites_state(prefix, list)
+  local left, failed = 0, nil
+  for _, p in ipairs(list) do
+    local s = redis.pcall('HGET', prefix .. p, 'status')
+    if s == 'error' then
+      failed = failed or p
+    elseif s ~= 'finished' then
+      left = left + 1
+    end
+  end
+  return left, failed
+end
+
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
@@ -568,16 +719,41 @@ local function hero_submit(keys, args)
   local parsed = {} -- stream -> its parts (see stream_parts)
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
+  local deps = nil -- per job with prerequisites: their ids, each once
+  local batch = {} -- job id -> its place in the batch, for prerequisites submitted with it
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl, tags = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags, prereqs = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
     end
+    if prereqs then
+      -- each must exist already, or come earlier in this batch (a flow: children first): a
+      -- job can only wait on jobs older than itself, so no cycle can form
+      local job_key, job_id = keys[5 + 2 * i], args[pos]
+      local prefix = string.sub(job_key, 1, #job_key - #job_id)
+      local list, seen = {}, {}
+      if tonumber(args[pos + 1]) and tonumber(args[pos + 1]) > 0 then
+        return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': a job with prerequisites cannot also be delayed')
+      end
+      for _, p in ipairs(cjson.decode(prereqs)) do
+        if not seen[p] then
+          seen[p] = true
+          list[#list + 1] = p
+          if not batch[p] and redis.call('EXISTS', prefix .. p) == 0 then
+            return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': prerequisite ' .. p ..
+              ' does not exist (submit it first, or earlier in the same batch)')
+          end
+        end
+      end
+      deps = deps or {}
+      deps[i] = list
+    end
+    batch[args[pos]] = i
     if uniq then
       unique = unique or {}
       unique[i] = { uniq, uttl }
@@ -609,10 +785,33 @@ local function hero_submit(keys, args)
     if not existing and unique and unique[i] then
       holder, held = claim_unique(keys, job_key, job_id, unique[i])
     end
+    local blocked, failed_dep = 0, nil
+    if not existing and not holder and deps and deps[i] then
+      blocked, failed_dep = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
+    end
     if existing then
       answers[2 * i - 1], answers[2 * i] = 'exists', existing
     elseif holder then
       answers[2 * i - 1], answers[2 * i] = 'duplicate:' .. holder, held
+    elseif failed_dep then
+      -- a prerequisite ended error already: so does this job, at once, with the reason
+      local reason = 'dependency failed: ' .. failed_dep
+      redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso_now(), unpack(args, p + 3, p + 2 + count))
+      redis.call('PEXPIRE', job_key, setting_arg(settings(keys[4]), 'retention_ms', 86400000))
+      log_event(log, 'error', job_id, stream, nil, nil, reason)
+      answers[2 * i - 1], answers[2 * i] = 'created', 'error'
+    elseif blocked > 0 then
+      -- waits for its prerequisites: each names it in its dependents hash, and the call that
+      -- ends the last one queues it (see release_dependents)
+      redis.call('HSET', job_key, 'status', 'waiting', 'deps_left', blocked, unpack(args, p + 3, p + 2 + count))
+      local prefix = string.sub(job_key, 1, #job_key - #job_id)
+      for _, d in ipairs(deps[i]) do
+        local s = redis.call('HGET', prefix .. d, 'status')
+        if s ~= 'finished' then redis.call('HSET', deps_key(prefix .. d, d), job_id, stream) end
+      end
+      log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
+      answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
+      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
@@ -748,66 +947,71 @@ local function hero_fetch(keys, args)
           -- an entry of a first delivery names the job only: read here, not through entry_fields
           -- (a Lua call costs Redis ~0.8 k instructions a job)
           local f = e[2]
-          local job_id, before, dual
-          if #f == 2 and f[1] == 'j' then job_id = f[2] else job_id, before, dual = entry_fields(f) end
-          local job_key = prefix .. job_id
-          -- one read of what the checks need, the status (and the legacy list of a dual-pushed
-          -- job; the entry says which, and how many attempts came before): nothing can raise
-          -- before the single write, so a corrupt record never leaves a half-applied fetch
-          local status, bridge, err
-          if dual then
-            local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
-            err, status, bridge = r.err, r[1], r[2]
+          local job_id, before, dual, wake
+          if #f == 2 and f[1] == 'j' then job_id = f[2] else job_id, before, dual, wake = entry_fields(f) end
+          if wake then
+            -- a resumed queue's wake-up (see hero_pause): it woke us, and names no job
+            ack_del(stream, group, id, xackdel)
           else
-            local r = redis.pcall('HGET', job_key, 'status')
-            if type(r) == 'table' then err = r.err else status = r end
-          end
-          if err then
-            -- the key holds something other than a hash: foreign data, never a job of ours, and
-            -- it must not stop this fetch for every entry behind it
-            ack_del(stream, group, id, xackdel)
-            dropped[#dropped + 1] = { i, id, job_id, 'foreign' }
-          elseif not status then
-            ack_del(stream, group, id, xackdel)
-            dropped[#dropped + 1] = { i, id, job_id, 'missing' }
-          elseif status ~= 'dispatched' then
-            ack_del(stream, group, id, xackdel)
-            dropped[#dropped + 1] = { i, id, job_id, 'stale' }
-          elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
-            -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
-            ack_del(stream, group, id, xackdel)
-            dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
-          else
-            -- one HSET with its arguments spelled out: building a table to unpack costs more
-            -- than the command
-            local counted = before and tonumber(before)
-            if counted then
-              redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                'started_at', now_iso, 'attempts', tostring(counted + 1))
+            local job_key = prefix .. job_id
+            -- one read of what the checks need, the status (and the legacy list of a dual-pushed
+            -- job; the entry says which, and how many attempts came before): nothing can raise
+            -- before the single write, so a corrupt record never leaves a half-applied fetch
+            local status, bridge, err
+            if dual then
+              local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
+              err, status, bridge = r.err, r[1], r[2]
             else
-              redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                'started_at', now_iso)
+              local r = redis.pcall('HGET', job_key, 'status')
+              if type(r) == 'table' then err = r.err else status = r end
             end
-            if bridge and bridge ~= '' then
-              -- taken back from the legacy list above: no longer the legacy side's
-              redis.call('HSET', job_key, 'bridge', '')
+            if err then
+              -- the key holds something other than a hash: foreign data, never a job of ours, and
+              -- it must not stop this fetch for every entry behind it
+              ack_del(stream, group, id, xackdel)
+              dropped[#dropped + 1] = { i, id, job_id, 'foreign' }
+            elseif not status then
+              ack_del(stream, group, id, xackdel)
+              dropped[#dropped + 1] = { i, id, job_id, 'missing' }
+            elseif status ~= 'dispatched' then
+              ack_del(stream, group, id, xackdel)
+              dropped[#dropped + 1] = { i, id, job_id, 'stale' }
+            elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
+              -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
+              ack_del(stream, group, id, xackdel)
+              dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
+            else
+              -- one HSET with its arguments spelled out: building a table to unpack costs more
+              -- than the command
+              local counted = before and tonumber(before)
+              if counted then
+                redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+                  'started_at', now_iso, 'attempts', tostring(counted + 1))
+              else
+                redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+                  'started_at', now_iso)
+              end
+              if bridge and bridge ~= '' then
+                -- taken back from the legacy list above: no longer the legacy side's
+                redis.call('HSET', job_key, 'bridge', '')
+              end
+              local n = #jobs
+              jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
+              attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
+              if not waits then
+                now_ms = now_ms or server_ms()
+                waits = histogram(st, stream, 'wait')
+              end
+              -- the entry's age, sampled inline: a Lua call per job (sample, entry_ms) cost more
+              local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
+              local b = 0
+              if waited > 0 then
+                b = math.floor(math.log(waited + 1) / LN2)
+                waits.sum = waits.sum + waited
+              end
+              waits[b] = (waits[b] or 0) + 1
+              want = want - 1
             end
-            local n = #jobs
-            jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
-            attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
-            if not waits then
-              now_ms = now_ms or server_ms()
-              waits = histogram(st, stream, 'wait')
-            end
-            -- the entry's age, sampled inline: a Lua call per job (sample, entry_ms) cost more
-            local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
-            local b = 0
-            if waited > 0 then
-              b = math.floor(math.log(waited + 1) / LN2)
-              waits.sum = waits.sum + waited
-            end
-            waits[b] = (waits[b] or 0) + 1
-            want = want - 1
           end
         end
         if last_read[i] then break end
@@ -862,9 +1066,9 @@ end
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
 -- entries are acknowledged with one command and trimmed with another (see trim_done).
 -- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
--- KEYS[5] stats hash
---   then per job i = 0, 1, ...: KEYS[6+3i] job hash  KEYS[7+3i] its work stream
---   KEYS[8+3i] its reply list
+-- KEYS[5] stats hash  KEYS[6] queue registry set
+--   then per job i = 0, 1, ...: KEYS[7+3i] job hash  KEYS[8+3i] its work stream
+--   KEYS[9+3i] its reply list
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
 -- ARGV[5] consumer name (for the event log)
@@ -889,6 +1093,8 @@ end
 -- a foreign caller is split, and that job is simply never deleted.
 -- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
 -- gauge for a retry, and a `run` sample per job recorded.
+-- Dependents: the jobs waiting on those this call ends are released in it (release_if_any in
+-- the prelude: one EXISTS for the batch when none has dependents).
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -902,9 +1108,9 @@ local function hero_complete(keys, args)
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
   local st = stats(keys[5], now_iso)
-  local n = (#keys - 5) / 3
+  local n = (#keys - 6) / 3
   if n ~= math.floor(n) or #args ~= 5 + 7 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 5 keys and 5 arguments, then 3 keys and 7 arguments per job')
+    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 5 arguments, then 3 keys and 7 arguments per job')
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
@@ -914,7 +1120,7 @@ local function hero_complete(keys, args)
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
-    local stream = keys[7 + 3 * i]
+    local stream = keys[8 + 3 * i]
     local b = batches[stream]
     if not b then
       b = { ids = {}, jobs = {} }
@@ -925,6 +1131,7 @@ local function hero_complete(keys, args)
     b.ids[k], b.jobs[k] = args[6 + 7 * i], i
   end
   local answers = {}
+  local ek, ei, eo = {}, {}, {} -- the jobs this call ends: key, id, finished (for dependents)
   for _, stream in ipairs(streams) do
     local b = batches[stream]
     local finished = {} -- for the event log's shared entry of this stream
@@ -932,7 +1139,7 @@ local function hero_complete(keys, args)
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
       local a = 7 * i
-      local job_key, outcome, text = keys[6 + 3 * i], args[7 + a], args[8 + a]
+      local job_key, outcome, text = keys[7 + 3 * i], args[7 + a], args[8 + a]
       local answer
       if not all_held then
         local lease = args[6 + a]
@@ -978,12 +1185,16 @@ local function hero_complete(keys, args)
           else
             answer = 'completed'
             finished[#finished + 1] = args[10 + a]
+            local e = #ek + 1
+            ek[e], ei[e], eo[e] = job_key, args[10 + a], true
           end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
-          if finish(job_key, args[10 + a], keys[8 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
+          if finish(job_key, args[10 + a], keys[9 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
+            local e = #ek + 1
+            ek[e], ei[e], eo[e] = job_key, args[10 + a], status == 'finished'
             if status == 'finished' then
               finished[#finished + 1] = args[10 + a]
             else
@@ -1017,6 +1228,10 @@ local function hero_complete(keys, args)
       tally(st, stream, 'delayed', retries)
     end
   end
+  local done = retained(keys[3], now_iso)
+  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = keys[6],
+    group = group }, ek, ei, eo)
+  flush_retained(done)
   flush_stats(st)
   if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
   return answers
@@ -1052,6 +1267,7 @@ end
 -- other stays until a worker reads it, finds the job stopped and drops it.
 -- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job.
 -- Events: `stopped` (q, w the worker when it was running, r 'cancelled' or 'interrupted').
+-- Dependents of the stopped job end error, `dependency failed: <id>` (see release_dependents).
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
 -- (it started on another worker since the caller looked: look again and retry).
@@ -1060,23 +1276,26 @@ local function hero_stop(keys, args)
   local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
   local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
+  local was_delayed = false -- a waiting job in the delayed set (else it waits on prerequisites)
   local done = retained(keys[7], now_iso)
   local log = event_log(keys[8], cfg)
   -- the one job this call can end; `how` is what the caller is answered
   local function stopped(how)
     finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso, done)
-    flush_retained(done)
     local worker = nil
     if how == 'interrupted' then worker = f[4] end
     local queue = stream
     if stream == job_key then queue = nil end
     log_event(log, 'stopped', job_id, queue, worker, nil, how)
+    local st = stats(keys[9], now_iso)
     if queue then
-      local st = stats(keys[9], now_iso)
       tally(st, queue, 'failed', 1, true)
-      if f[1] == 'waiting' then tally(st, queue, 'delayed', -1) end
-      flush_stats(st)
+      if f[1] == 'waiting' and was_delayed then tally(st, queue, 'delayed', -1) end
     end
+    -- its dependents cannot run now: they end error too
+    release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso }, { job_key }, { job_id }, { false })
+    flush_retained(done)
+    flush_stats(st)
     return how
   end
   local status = f[1]
@@ -1098,7 +1317,8 @@ local function hero_stop(keys, args)
     return stopped(answer)
   end
   if status == 'waiting' then
-    redis.call('ZREM', delayed, job_id)
+    was_delayed = redis.call('ZREM', delayed, job_id) == 1
+    redis.call('HDEL', job_key, 'deps_left')
   elseif status == 'dispatched' then
     if f[2] then ack_del(stream, group, f[2], xackdel) end
   elseif status == 'started' then
@@ -1127,6 +1347,7 @@ end
 -- Stats: the stream's `recovered`, or `dead` and `failed` (per minute too), per job.
 -- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
 -- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason).
+-- Dependents of a dead-lettered job end error, `dependency failed: <id>`.
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.
 -- Errors: HERO_BAD_ARG for an unknown mode.
@@ -1167,6 +1388,7 @@ local function hero_recover(keys, args)
     return redis.error_reply('HERO_BAD_ARG unknown mode ' .. tostring(mode))
   end
   local requeued, dead_n, dropped = 0, 0, 0
+  local ek, ei, eo = {}, {}, {} -- the jobs dead-lettered, whose dependents fail with them
   for _, id in ipairs(ids) do
     local entry = redis.call('XRANGE', stream, id, id)
     local job_id
@@ -1195,6 +1417,7 @@ local function hero_recover(keys, args)
         finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done)
         log_event(log, 'dead', job_id, stream, owners[id], tostring(attempts), reason)
         dead_n = dead_n + 1
+        ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false
       else
         -- the entry carries the count for the next fetch; a first delivery handed back has none
         if handback == '1' and not tonumber(j[3]) then
@@ -1217,6 +1440,7 @@ local function hero_recover(keys, args)
     -- the claimer held what it claimed only inside this call
     redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
   end
+  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso }, ek, ei, eo)
   flush_retained(done)
   if requeued > 0 and handback ~= '1' then tally(st, stream, 'recovered', requeued, true) end
   if dead_n > 0 then
@@ -1817,18 +2041,70 @@ local function hero_fix(keys, args)
   return redis.error_reply('HERO_BAD_ARG unknown repair ' .. tostring(what))
 end
 
-redis.register_function('hero_v22_version', hero_version)
-redis.register_function('hero_v22_submit', hero_submit)
-redis.register_function('hero_v22_fetch', hero_fetch)
-redis.register_function('hero_v22_complete', hero_complete)
-redis.register_function('hero_v22_renew', hero_renew)
-redis.register_function('hero_v22_stop', hero_stop)
-redis.register_function('hero_v22_recover', hero_recover)
-redis.register_function('hero_v22_promote', hero_promote)
-redis.register_function('hero_v22_bridge_in', hero_bridge_in)
-redis.register_function('hero_v22_bridge_out', hero_bridge_out)
-redis.register_function('hero_v22_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v22_expire', hero_expire)
-redis.register_function('hero_v22_dead', hero_dead)
-redis.register_function('hero_v22_requeue', hero_requeue)
-redis.register_function('hero_v22_fix', hero_fix)
+-- hero_pause: pause or resume a queue. A paused queue's work streams leave the registry the
+-- fetch reads for `<registry>:paused`, so no worker takes a new job from them (the ones running
+-- finish) while submits, promotions and recoveries still append to them; resuming moves them
+-- back and appends a wake-up entry (`w`) to each stream that holds entries, which wakes the
+-- workers blocked on it at once (the fetch acknowledges and deletes it). A stream that joins
+-- the registry later under a paused name is moved at once (see append in the prelude).
+-- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] paused names set
+-- KEYS[4] config hash  KEYS[5] event log
+-- ARGV[1] 'pause' or 'resume'  ARGV[2] queue name: `<type>`, `<type>/<group>` or
+--   `<type>/<group>/<instance>`, covering every stream under it at any priority
+-- A stream stays paused while any paused name covers it: resuming `osis` leaves `osis/io`
+-- paused when it was paused by name.
+-- Events: `paused` or `resumed` (j the queue name, r how many streams moved).
+-- Returns: how many streams moved.
+-- Errors: HERO_BAD_ARG for an action other than pause or resume.
+local function hero_pause(keys, args)
+  local registry, paused, names = keys[1], keys[2], keys[3]
+  local action, name = args[1], args[2]
+  local moved = 0
+  if action == 'pause' then
+    redis.call('SADD', names, name)
+    for _, s in ipairs(redis.call('SMEMBERS', registry)) do
+      if covers(name, stream_parts(s)) then
+        redis.call('SMOVE', registry, paused, s)
+        moved = moved + 1
+      end
+    end
+  elseif action == 'resume' then
+    redis.call('SREM', names, name)
+    local still = redis.call('SMEMBERS', names)
+    for _, s in ipairs(redis.call('SMEMBERS', paused)) do
+      local p = stream_parts(s)
+      if covers(name, p) then
+        local held = false
+        for _, other in ipairs(still) do
+          if covers(other, p) then held = true end
+        end
+        if not held then
+          redis.call('SMOVE', paused, registry, s)
+          if redis.call('XLEN', s) > 0 then redis.call('XADD', s, '*', 'w', '1') end
+          moved = moved + 1
+        end
+      end
+    end
+  else
+    return redis.error_reply('HERO_BAD_ARG pause takes pause or resume, not ' .. tostring(action))
+  end
+  log_event(event_log(keys[5], settings(keys[4])), action .. 'd', name, nil, nil, nil, tostring(moved))
+  return moved
+end
+
+redis.register_function('hero_v23_version', hero_version)
+redis.register_function('hero_v23_submit', hero_submit)
+redis.register_function('hero_v23_fetch', hero_fetch)
+redis.register_function('hero_v23_complete', hero_complete)
+redis.register_function('hero_v23_renew', hero_renew)
+redis.register_function('hero_v23_stop', hero_stop)
+redis.register_function('hero_v23_recover', hero_recover)
+redis.register_function('hero_v23_promote', hero_promote)
+redis.register_function('hero_v23_bridge_in', hero_bridge_in)
+redis.register_function('hero_v23_bridge_out', hero_bridge_out)
+redis.register_function('hero_v23_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v23_expire', hero_expire)
+redis.register_function('hero_v23_dead', hero_dead)
+redis.register_function('hero_v23_requeue', hero_requeue)
+redis.register_function('hero_v23_fix', hero_fix)
+redis.register_function('hero_v23_pause', hero_pause)

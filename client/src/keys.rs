@@ -202,6 +202,25 @@ impl Keyspace {
         format!("{}:meta:queues", self.prefix)
     }
 
+    /// Set: the work streams of paused queues, out of [`Keyspace::queues`] while paused (the
+    /// functions derive it from the registry's name: keep the suffix).
+    pub fn paused_queues(&self) -> String {
+        format!("{}:meta:queues:paused", self.prefix)
+    }
+
+    /// Set: the queue names an operator paused (`<type>[/<group>[/<instance>]]`), each covering
+    /// every stream under it (derived from the registry's name by the functions, like
+    /// [`Keyspace::paused_queues`]).
+    pub fn paused_names(&self) -> String {
+        format!("{}:meta:queues:paused:names", self.prefix)
+    }
+
+    /// Hash: a prerequisite's dependents, dependent job id → its work stream, while it has
+    /// some that wait (derived from the job key by the functions: `<ns>:deps:<id>`).
+    pub fn dependents(&self, id: &JobId) -> String {
+        format!("{}:deps:{id}", self.prefix)
+    }
+
     /// Sorted set: job id → run-at (ms) of delayed jobs and retries.
     pub fn delayed(&self) -> String {
         format!("{}:meta:delayed", self.prefix)

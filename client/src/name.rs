@@ -189,6 +189,20 @@ impl Target {
         }
     }
 
+    /// The queue's name without a priority: `<type>[/<group>[/<instance>]]`.
+    pub fn name(&self) -> String {
+        let mut n = self.script_type.to_string();
+        if let Some(g) = &self.group {
+            n.push('/');
+            n.push_str(g.as_str());
+            if let Some(i) = &self.instance {
+                n.push('/');
+                n.push_str(i.as_str());
+            }
+        }
+        n
+    }
+
     /// A queue as `Keyspace::queue_name` writes it, `<type>[/<group>[/<instance>]]` with an
     /// optional ` prio <n>`: its target and priority level (5 when none is given).
     pub fn parse_queue(name: &str) -> crate::error::Result<(Target, Priority)> {

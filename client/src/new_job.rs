@@ -49,6 +49,13 @@ impl NewJob {
     }
 
     /// When it may start (ms since the epoch); `None`: at once.
+    /// Adds a prerequisite to a built job (a flow's parent names its children).
+    pub(crate) fn add_prerequisite(&mut self, id: &str) {
+        if !self.job.prerequisites.iter().any(|p| p == id) {
+            self.job.prerequisites.push(id.to_string());
+        }
+    }
+
     pub fn run_at_ms(&self) -> Option<u64> {
         self.run_at_ms
     }
@@ -74,6 +81,7 @@ pub struct NewJobBuilder {
     unique: Option<(String, Option<Duration>)>,
     delay: Option<Duration>,
     run_at: Option<SystemTime>,
+    prerequisites: Vec<String>,
     /// MessagePack bytes, or why the value would not encode (reported by build)
     payload: Option<std::result::Result<Vec<u8>, String>>,
 }
@@ -169,6 +177,15 @@ impl NewJobBuilder {
         self
     }
 
+    /// A prerequisite: this job waits (status `waiting`) until job `id` has finished, and ends
+    /// `error` (`dependency failed: <id>`) if that one does. Repeatable. The prerequisite must
+    /// exist when this job is submitted, or come before it in the same batch (see
+    /// [`crate::Flow`]); one that finished already counts as done.
+    pub fn after(mut self, id: impl Into<String>) -> Self {
+        self.prerequisites.push(id.into());
+        self
+    }
+
     pub fn build(self) -> Result<NewJob> {
         let script_type = ScriptType::new(self.script_type)?;
         let group = self.group.map(GroupName::new).transpose()?;
@@ -214,6 +231,16 @@ impl NewJobBuilder {
             job.timeout = t;
         }
         job.retries = self.retries;
+        for p in &self.prerequisites {
+            JobId::new(p.as_str())?;
+        }
+        if !self.prerequisites.is_empty() && (self.delay.is_some() || self.run_at.is_some()) {
+            return Err(Error::InvalidInput(
+                "a job with prerequisites cannot also be delayed: it starts when they finish"
+                    .into(),
+            ));
+        }
+        job.prerequisites = self.prerequisites;
         if let Some(p) = self.payload {
             let bytes = p.map_err(|e| {
                 Error::InvalidInput(format!("payload does not encode as MessagePack: {e}"))

@@ -23,7 +23,7 @@ import redis
 
 NS = "hero"
 GROUP = "workers"  # the consumer group of every work stream
-VERSION = "22"  # the protocol version this peer speaks: its functions are hero_v22_<name>
+VERSION = "23"  # the protocol version this peer speaks: its functions are hero_v23_<name>
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "hero-library.lua")
 
 
@@ -138,7 +138,7 @@ def worker(r, args):
             output = f"{args.label}:{record.get('script', '')}"
             ran_ms = int((time.time() - began) * 1000)
             keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:meta:retention", f"{NS}:meta:events",
-                    f"{NS}:meta:stats", f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
+                    f"{NS}:meta:stats", f"{NS}:meta:queues", f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
             argv = [GROUP, iso(), 0, job_id, consumer, entry, "done", output, 0, job_id, record.get("reply", ""),
                     ran_ms]
             answer = r.fcall(fn("complete"), len(keys), *keys, *argv)[0]

@@ -79,5 +79,8 @@ async fn a_typed_payload_round_trips_and_one_of_the_wrong_shape_ends_the_job_err
         failed.error
     );
     let record = client.get(&JobId::new("p-bad").unwrap()).await.unwrap();
-    assert_eq!(record.attempts, 1, "a payload of the wrong shape is not retried");
+    assert_eq!(
+        record.attempts, 1,
+        "a payload of the wrong shape is not retried"
+    );
 }

@@ -17,10 +17,7 @@ fn record(taken: Taken, path: &'static str) {
 }
 
 async fn streams(client: &Client) -> hero_client::Result<Vec<String>> {
-    client
-        .redis()
-        .query(redis::cmd("SMEMBERS").arg(client.keys().queues()))
-        .await
+    client.inspector().queue_streams().await
 }
 
 /// One presence pass: every consumer whose liveness deadline has passed gets its deliveries

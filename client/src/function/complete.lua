@@ -2,9 +2,9 @@
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
 -- entries are acknowledged with one command and trimmed with another (see trim_done).
 -- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
--- KEYS[5] stats hash
---   then per job i = 0, 1, ...: KEYS[6+3i] job hash  KEYS[7+3i] its work stream
---   KEYS[8+3i] its reply list
+-- KEYS[5] stats hash  KEYS[6] queue registry set
+--   then per job i = 0, 1, ...: KEYS[7+3i] job hash  KEYS[8+3i] its work stream
+--   KEYS[9+3i] its reply list
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
 -- ARGV[5] consumer name (for the event log)
@@ -29,6 +29,8 @@
 -- a foreign caller is split, and that job is simply never deleted.
 -- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
 -- gauge for a retry, and a `run` sample per job recorded.
+-- Dependents: the jobs waiting on those this call ends are released in it (release_if_any in
+-- the prelude: one EXISTS for the batch when none has dependents).
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -42,9 +44,9 @@ local function hero_complete(keys, args)
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
   local st = stats(keys[5], now_iso)
-  local n = (#keys - 5) / 3
+  local n = (#keys - 6) / 3
   if n ~= math.floor(n) or #args ~= 5 + 7 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 5 keys and 5 arguments, then 3 keys and 7 arguments per job')
+    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 5 arguments, then 3 keys and 7 arguments per job')
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
@@ -54,7 +56,7 @@ local function hero_complete(keys, args)
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
-    local stream = keys[7 + 3 * i]
+    local stream = keys[8 + 3 * i]
     local b = batches[stream]
     if not b then
       b = { ids = {}, jobs = {} }
@@ -65,6 +67,7 @@ local function hero_complete(keys, args)
     b.ids[k], b.jobs[k] = args[6 + 7 * i], i
   end
   local answers = {}
+  local ek, ei, eo = {}, {}, {} -- the jobs this call ends: key, id, finished (for dependents)
   for _, stream in ipairs(streams) do
     local b = batches[stream]
     local finished = {} -- for the event log's shared entry of this stream
@@ -72,7 +75,7 @@ local function hero_complete(keys, args)
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
       local a = 7 * i
-      local job_key, outcome, text = keys[6 + 3 * i], args[7 + a], args[8 + a]
+      local job_key, outcome, text = keys[7 + 3 * i], args[7 + a], args[8 + a]
       local answer
       if not all_held then
         local lease = args[6 + a]
@@ -118,12 +121,16 @@ local function hero_complete(keys, args)
           else
             answer = 'completed'
             finished[#finished + 1] = args[10 + a]
+            local e = #ek + 1
+            ek[e], ei[e], eo[e] = job_key, args[10 + a], true
           end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
-          if finish(job_key, args[10 + a], keys[8 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
+          if finish(job_key, args[10 + a], keys[9 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
+            local e = #ek + 1
+            ek[e], ei[e], eo[e] = job_key, args[10 + a], status == 'finished'
             if status == 'finished' then
               finished[#finished + 1] = args[10 + a]
             else
@@ -157,6 +164,10 @@ local function hero_complete(keys, args)
       tally(st, stream, 'delayed', retries)
     end
   end
+  local done = retained(keys[3], now_iso)
+  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = keys[6],
+    group = group }, ek, ei, eo)
+  flush_retained(done)
   flush_stats(st)
   if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
   return answers

@@ -123,12 +123,13 @@ impl<'a> CompleteBatch<'a> {
 
     /// The call recording every outcome pushed so far.
     pub fn call(&self) -> Call {
-        let mut c = Call::new(Function::Complete, 5 + self.job_keys.len());
+        let mut c = Call::new(Function::Complete, 6 + self.job_keys.len());
         c.key("delayed zset", self.keys.delayed())
             .key("config hash", self.keys.config())
             .key("retention stream", self.keys.retention())
             .key("event log", self.keys.events())
-            .key("stats hash", self.keys.stats());
+            .key("stats hash", self.keys.stats())
+            .key("queue registry set", self.keys.queues());
         for (i, k) in self.job_keys.iter().enumerate() {
             c.key(JOB_KEYS[i % JOB_KEYS.len()], k);
         }

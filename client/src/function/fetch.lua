@@ -88,66 +88,71 @@ local function hero_fetch(keys, args)
           -- an entry of a first delivery names the job only: read here, not through entry_fields
           -- (a Lua call costs Redis ~0.8 k instructions a job)
           local f = e[2]
-          local job_id, before, dual
-          if #f == 2 and f[1] == 'j' then job_id = f[2] else job_id, before, dual = entry_fields(f) end
-          local job_key = prefix .. job_id
-          -- one read of what the checks need, the status (and the legacy list of a dual-pushed
-          -- job; the entry says which, and how many attempts came before): nothing can raise
-          -- before the single write, so a corrupt record never leaves a half-applied fetch
-          local status, bridge, err
-          if dual then
-            local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
-            err, status, bridge = r.err, r[1], r[2]
+          local job_id, before, dual, wake
+          if #f == 2 and f[1] == 'j' then job_id = f[2] else job_id, before, dual, wake = entry_fields(f) end
+          if wake then
+            -- a resumed queue's wake-up (see hero_pause): it woke us, and names no job
+            ack_del(stream, group, id, xackdel)
           else
-            local r = redis.pcall('HGET', job_key, 'status')
-            if type(r) == 'table' then err = r.err else status = r end
-          end
-          if err then
-            -- the key holds something other than a hash: foreign data, never a job of ours, and
-            -- it must not stop this fetch for every entry behind it
-            ack_del(stream, group, id, xackdel)
-            dropped[#dropped + 1] = { i, id, job_id, 'foreign' }
-          elseif not status then
-            ack_del(stream, group, id, xackdel)
-            dropped[#dropped + 1] = { i, id, job_id, 'missing' }
-          elseif status ~= 'dispatched' then
-            ack_del(stream, group, id, xackdel)
-            dropped[#dropped + 1] = { i, id, job_id, 'stale' }
-          elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
-            -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
-            ack_del(stream, group, id, xackdel)
-            dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
-          else
-            -- one HSET with its arguments spelled out: building a table to unpack costs more
-            -- than the command
-            local counted = before and tonumber(before)
-            if counted then
-              redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                'started_at', now_iso, 'attempts', tostring(counted + 1))
+            local job_key = prefix .. job_id
+            -- one read of what the checks need, the status (and the legacy list of a dual-pushed
+            -- job; the entry says which, and how many attempts came before): nothing can raise
+            -- before the single write, so a corrupt record never leaves a half-applied fetch
+            local status, bridge, err
+            if dual then
+              local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
+              err, status, bridge = r.err, r[1], r[2]
             else
-              redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                'started_at', now_iso)
+              local r = redis.pcall('HGET', job_key, 'status')
+              if type(r) == 'table' then err = r.err else status = r end
             end
-            if bridge and bridge ~= '' then
-              -- taken back from the legacy list above: no longer the legacy side's
-              redis.call('HSET', job_key, 'bridge', '')
+            if err then
+              -- the key holds something other than a hash: foreign data, never a job of ours, and
+              -- it must not stop this fetch for every entry behind it
+              ack_del(stream, group, id, xackdel)
+              dropped[#dropped + 1] = { i, id, job_id, 'foreign' }
+            elseif not status then
+              ack_del(stream, group, id, xackdel)
+              dropped[#dropped + 1] = { i, id, job_id, 'missing' }
+            elseif status ~= 'dispatched' then
+              ack_del(stream, group, id, xackdel)
+              dropped[#dropped + 1] = { i, id, job_id, 'stale' }
+            elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
+              -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
+              ack_del(stream, group, id, xackdel)
+              dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
+            else
+              -- one HSET with its arguments spelled out: building a table to unpack costs more
+              -- than the command
+              local counted = before and tonumber(before)
+              if counted then
+                redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+                  'started_at', now_iso, 'attempts', tostring(counted + 1))
+              else
+                redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+                  'started_at', now_iso)
+              end
+              if bridge and bridge ~= '' then
+                -- taken back from the legacy list above: no longer the legacy side's
+                redis.call('HSET', job_key, 'bridge', '')
+              end
+              local n = #jobs
+              jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
+              attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
+              if not waits then
+                now_ms = now_ms or server_ms()
+                waits = histogram(st, stream, 'wait')
+              end
+              -- the entry's age, sampled inline: a Lua call per job (sample, entry_ms) cost more
+              local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
+              local b = 0
+              if waited > 0 then
+                b = math.floor(math.log(waited + 1) / LN2)
+                waits.sum = waits.sum + waited
+              end
+              waits[b] = (waits[b] or 0) + 1
+              want = want - 1
             end
-            local n = #jobs
-            jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
-            attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
-            if not waits then
-              now_ms = now_ms or server_ms()
-              waits = histogram(st, stream, 'wait')
-            end
-            -- the entry's age, sampled inline: a Lua call per job (sample, entry_ms) cost more
-            local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
-            local b = 0
-            if waited > 0 then
-              b = math.floor(math.log(waited + 1) / LN2)
-              waits.sum = waits.sum + waited
-            end
-            waits[b] = (waits[b] or 0) + 1
-            want = want - 1
           end
         end
         if last_read[i] then break end

@@ -232,6 +232,7 @@ fn every_builder_follows_its_lua_header() {
                 &[("1-0", &id, &stream), ("2-0", &id, &stream)],
             ),
         ),
+        (Function::Pause, pause(&keys, "osis/io", true)),
         (
             Function::Expire,
             expire(&keys, std::time::Duration::from_secs(1), 3),

@@ -17,6 +17,7 @@ mod dead;
 mod expire;
 mod fetch;
 mod fix;
+mod pause;
 mod promote;
 mod recover;
 mod renew;
@@ -35,6 +36,7 @@ pub use dead::{dead, DeadAction};
 pub use expire::expire;
 pub use fetch::fetch;
 pub use fix::{fix, Repair};
+pub use pause::pause;
 pub use promote::promote;
 pub use recover::{recover, Recovery};
 pub use renew::renew;
@@ -50,7 +52,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "22"
+        "23"
     };
 }
 
@@ -86,10 +88,11 @@ pub enum Function {
     Dead,
     Requeue,
     Fix,
+    Pause,
 }
 
 impl Function {
-    pub const ALL: [Function; 15] = [
+    pub const ALL: [Function; 16] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -105,6 +108,7 @@ impl Function {
         Function::Dead,
         Function::Requeue,
         Function::Fix,
+        Function::Pause,
     ];
 
     /// The name without library and version, as the Lua source defines it (`hero_<short>`).
@@ -125,6 +129,7 @@ impl Function {
             Function::Dead => "dead",
             Function::Requeue => "requeue",
             Function::Fix => "fix",
+            Function::Pause => "pause",
         }
     }
 
@@ -146,6 +151,7 @@ impl Function {
             Function::Dead => versioned!("dead"),
             Function::Requeue => versioned!("requeue"),
             Function::Fix => versioned!("fix"),
+            Function::Pause => versioned!("pause"),
         }
     }
 
@@ -166,6 +172,7 @@ impl Function {
             Function::Dead => include_str!("dead.lua"),
             Function::Requeue => include_str!("requeue.lua"),
             Function::Fix => include_str!("fix.lua"),
+            Function::Pause => include_str!("pause.lua"),
         }
     }
 

@@ -85,35 +85,6 @@ local function ack_trim(stream, group, ids, xackdel)
   trim_done(stream, group, ids, xackdel)
 end
 
--- Append a job id to a work stream, creating the stream, its group and its registry entry on
--- first use (the registry names every work stream: the fetch and recovery read it). Returns the
--- new entry id. `known` (optional) is a per-call set of streams already seen, so a batch onto one
--- stream asks once, not once per job. A registered stream is taken to have its group: one that
--- was deleted or lost its group by hand gets it back at the next fetch (see hero_fetch), which
--- spares every submit an EXISTS. The entry tells the fetch what it would otherwise read from
--- the record: `attempts` (optional) is the count made so far, for a job queued again after a
--- delivery (field `a`), and `dual` marks a job also pushed to a legacy list (field `b`).
-local function append(stream, group, registry, job_id, known, attempts, dual)
-  if not (known and known[stream]) then
-    if redis.call('SADD', registry, stream) == 1 then
-      -- new, or a stream made by hand (or whose registration was lost): it becomes a queue
-      -- here, with its group (which a stream made by hand may have already)
-      if redis.call('EXISTS', stream) == 0 then
-        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-      else
-        redis.pcall('XGROUP', 'CREATE', stream, group, '0')
-      end
-    end
-    if known then known[stream] = true end
-  end
-  if dual then
-    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
-    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
-  end
-  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
-  return redis.call('XADD', stream, '*', 'j', job_id)
-end
-
 -- The settings the broker publishes in the config hash, each read at most once per call.
 local function settings(config)
   return { key = config }
@@ -260,6 +231,29 @@ local function server_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it (for the rare call
+-- that has no caller's time to use).
+local function iso_now()
+  local t = redis.call('TIME')
+  local secs = tonumber(t[1])
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  -- civil date of a day count (Howard Hinnant's algorithm)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if m > 12 then m = m - 12 end
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
+    math.floor(rem % 3600 / 60), rem % 60, math.floor(tonumber(t[2]) / 1000))
+end
+
 local function flush_stats(st)
   for _, f in ipairs(st.order) do
     redis.call('HINCRBY', st.key, f, st.inc[f])
@@ -355,13 +349,75 @@ local function stream_parts(stream)
   return p
 end
 
+-- Paused queues (see hero_pause): `<registry>:paused:names` holds the names an operator paused,
+-- `<type>`, `<type>/<group>` or `<type>/<group>/<instance>`, each covering every stream under
+-- it at any priority; `<registry>:paused` holds the streams so covered, moved out of the
+-- registry, so the fetch (which asks the registry) skips them at no cost of its own.
+-- Whether the name `name` covers the stream of parts `p` (see stream_parts).
+local function covers(name, p)
+  if not p then return false end
+  local t, rest = string.match(name, '^([^/]+)/?(.*)$')
+  if t ~= p.type then return false end
+  if rest == '' then return true end
+  local g, i = string.match(rest, '^([^/]+)/?(.*)$')
+  if g ~= p.group then return false end
+  return i == '' or i == p.instance
+end
+
+-- Whether a paused name covers `stream`. Asked only when a stream joins the registry (a new
+-- stream, or one of a paused queue that a submit appended to), never on the hot path.
+local function paused_by(registry, stream)
+  if redis.call('SISMEMBER', registry .. ':paused', stream) == 1 then return true end
+  local names = redis.call('SMEMBERS', registry .. ':paused:names')
+  if #names == 0 then return false end
+  local p = stream_parts(stream)
+  for _, name in ipairs(names) do
+    if covers(name, p) then return true end
+  end
+  return false
+end
+
+-- Append a job id to a work stream, creating the stream, its group and its registry entry on
+-- first use (the registry names every work stream: the fetch and recovery read it). Returns the
+-- new entry id. `known` (optional) is a per-call set of streams already seen, so a batch onto one
+-- stream asks once, not once per job. A registered stream is taken to have its group: one that
+-- was deleted or lost its group by hand gets it back at the next fetch (see hero_fetch), which
+-- spares every submit an EXISTS. The entry tells the fetch what it would otherwise read from
+-- the record: `attempts` (optional) is the count made so far, for a job queued again after a
+-- delivery (field `a`), and `dual` marks a job also pushed to a legacy list (field `b`).
+local function append(stream, group, registry, job_id, known, attempts, dual)
+  if not (known and known[stream]) then
+    if redis.call('SADD', registry, stream) == 1 then
+      -- new, or a stream made by hand (or whose registration was lost): it becomes a queue
+      -- here, with its group (which a stream made by hand may have already)
+      if redis.call('EXISTS', stream) == 0 then
+        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+      else
+        redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+      end
+      -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause)
+      if paused_by(registry, stream) then
+        redis.call('SMOVE', registry, registry .. ':paused', stream)
+      end
+    end
+    if known then known[stream] = true end
+  end
+  if dual then
+    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
+    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
+  end
+  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
+  return redis.call('XADD', stream, '*', 'j', job_id)
+end
+
+
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
--- key and TTL and its tags (the JSON text) when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
+-- key and TTL, its tags and its prerequisites (JSON text) when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags = nil, nil, nil
+  local uniq, uttl, tags, prereqs = nil, nil, nil, nil
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -386,6 +442,9 @@ local function refuse(job_id, stream, args, from, to, parsed)
         uniq = v
       elseif name == 'unique_ttl' then uttl = v
       elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
+      elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
+        if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
+        prereqs = v
       end
     end
   end
@@ -405,7 +464,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags
+  return nil, uniq, uttl, tags, prereqs
 end
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
@@ -480,14 +539,86 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
 end
 
 -- What a work stream entry carries (see append): the job id ('' when it has none), the
--- attempts made before this delivery (nil on a first one) and whether it was dual-pushed.
+-- attempts made before this delivery (nil on a first one), whether it was dual-pushed, and
+-- whether it is a wake-up (`w`: hero_pause's resume writes one to wake the workers blocked on
+-- the stream; it names no job).
 local function entry_fields(f)
-  local job_id, attempts, dual = '', nil, false
+  local job_id, attempts, dual, wake = '', nil, false, false
   for k = 1, #f, 2 do
     local name = f[k]
     if name == 'j' then job_id = f[k + 1]
     elseif name == 'a' then attempts = f[k + 1]
-    elseif name == 'b' then dual = true end
+    elseif name == 'b' then dual = true
+    elseif name == 'w' then wake = true end
   end
-  return job_id, attempts, dual
+  return job_id, attempts, dual, wake
+end
+
+-- Dependencies. A job submitted with prerequisites that have not all finished waits (status
+-- waiting, `deps_left` the number still unfinished) and is named in the dependents hash of
+-- each of them, `<ns>:deps:<prerequisite id>` (dependent id -> its work stream). The call that
+-- ends a prerequisite releases its dependents in the same call (release_dependents): finished,
+-- each one's count goes down and the one that reaches 0 is queued; ended error, each one ends
+-- error `dependency failed: <id>`, and so do theirs, transitively. A call that ends jobs asks
+-- whether any of them has dependents with one EXISTS over their hashes, so a job without any
+-- costs its call nothing per job. Prerequisites must exist when their dependent is submitted,
+-- and a record's list never changes, so no cycle can form.
+local function deps_key(job_key, job_id)
+  return string.sub(job_key, 1, #job_key - #job_id - 4) .. 'deps:' .. job_id
+end
+
+-- Releases the dependents of each job of `ended` ({job key, job id, ok}: ok true when it
+-- finished, false when it ended error). `ctx`: cfg, log, st (stats), done (retained), now_iso,
+-- and, to queue a released job, registry and group. A dependent failed here releases its own
+-- dependents (failing them), breadth first, so a chain of any length ends in this one call.
+local function release_dependents(ctx, ended)
+  local k = 1
+  while k <= #ended do
+    local jk, jid, ok = ended[k][1], ended[k][2], ended[k][3]
+    k = k + 1
+    local dk = deps_key(jk, jid)
+    local deps = redis.pcall('HGETALL', dk)
+    if not deps.err and #deps > 0 then
+      redis.call('DEL', dk)
+      local prefix = string.sub(jk, 1, #jk - #jid)
+      local reply_prefix = string.sub(prefix, 1, #prefix - 4) .. 'q:reply:' -- `<ns>:job:` -> `<ns>:q:reply:`
+      for m = 1, #deps, 2 do
+        local d, stream = deps[m], deps[m + 1]
+        local dkey = prefix .. d
+        local f = redis.pcall('HMGET', dkey, 'status', 'reply')
+        if not f.err and f[1] == 'waiting' then
+          if ok then
+            if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
+              append(stream, ctx.group, ctx.registry, d)
+              redis.call('HSET', dkey, 'status', 'dispatched', 'updated_at', ctx.now_iso)
+              redis.call('HDEL', dkey, 'deps_left')
+              log_event(ctx.log, 'dispatched', d, stream, nil, nil, 'prerequisites finished')
+            end
+          else
+            local reason = 'dependency failed: ' .. jid
+            redis.call('HDEL', dkey, 'deps_left')
+            finish(dkey, d, reply_prefix .. d, ctx.cfg, 'error', reason, f[2], ctx.now_iso, ctx.done)
+            log_event(ctx.log, 'error', d, stream, nil, nil, reason)
+            tally(ctx.st, stream, 'failed', 1, true)
+            ended[#ended + 1] = { dkey, d, false }
+          end
+        end
+      end
+    end
+  end
+end
+
+-- Releases the dependents of the jobs a call ended, when any has some: `jk`, `ji` their keys
+-- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
+-- not a table per job: a hot call ends many).
+local function release_if_any(ctx, jk, ji, ok)
+  if #jk == 0 then return end
+  local ks = {}
+  for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
+  local n = 0
+  in_runs(ks, function(from, to) n = n + redis.call('EXISTS', unpack(ks, from, to)) end)
+  if n == 0 then return end
+  local ended = {}
+  for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+  release_dependents(ctx, ended)
 end

@@ -14,6 +14,7 @@
 -- Stats: the stream's `recovered`, or `dead` and `failed` (per minute too), per job.
 -- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
 -- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason).
+-- Dependents of a dead-lettered job end error, `dependency failed: <id>`.
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.
 -- Errors: HERO_BAD_ARG for an unknown mode.
@@ -54,6 +55,7 @@ local function hero_recover(keys, args)
     return redis.error_reply('HERO_BAD_ARG unknown mode ' .. tostring(mode))
   end
   local requeued, dead_n, dropped = 0, 0, 0
+  local ek, ei, eo = {}, {}, {} -- the jobs dead-lettered, whose dependents fail with them
   for _, id in ipairs(ids) do
     local entry = redis.call('XRANGE', stream, id, id)
     local job_id
@@ -82,6 +84,7 @@ local function hero_recover(keys, args)
         finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done)
         log_event(log, 'dead', job_id, stream, owners[id], tostring(attempts), reason)
         dead_n = dead_n + 1
+        ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false
       else
         -- the entry carries the count for the next fetch; a first delivery handed back has none
         if handback == '1' and not tonumber(j[3]) then
@@ -104,6 +107,7 @@ local function hero_recover(keys, args)
     -- the claimer held what it claimed only inside this call
     redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
   end
+  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso }, ek, ei, eo)
   flush_retained(done)
   if requeued > 0 and handback ~= '1' then tally(st, stream, 'recovered', requeued, true) end
   if dead_n > 0 then

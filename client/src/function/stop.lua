@@ -11,6 +11,7 @@
 -- other stays until a worker reads it, finds the job stopped and drops it.
 -- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job.
 -- Events: `stopped` (q, w the worker when it was running, r 'cancelled' or 'interrupted').
+-- Dependents of the stopped job end error, `dependency failed: <id>` (see release_dependents).
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
 -- (it started on another worker since the caller looked: look again and retry).
@@ -19,23 +20,26 @@ local function hero_stop(keys, args)
   local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
   local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
+  local was_delayed = false -- a waiting job in the delayed set (else it waits on prerequisites)
   local done = retained(keys[7], now_iso)
   local log = event_log(keys[8], cfg)
   -- the one job this call can end; `how` is what the caller is answered
   local function stopped(how)
     finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso, done)
-    flush_retained(done)
     local worker = nil
     if how == 'interrupted' then worker = f[4] end
     local queue = stream
     if stream == job_key then queue = nil end
     log_event(log, 'stopped', job_id, queue, worker, nil, how)
+    local st = stats(keys[9], now_iso)
     if queue then
-      local st = stats(keys[9], now_iso)
       tally(st, queue, 'failed', 1, true)
-      if f[1] == 'waiting' then tally(st, queue, 'delayed', -1) end
-      flush_stats(st)
+      if f[1] == 'waiting' and was_delayed then tally(st, queue, 'delayed', -1) end
     end
+    -- its dependents cannot run now: they end error too
+    release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso }, { job_key }, { job_id }, { false })
+    flush_retained(done)
+    flush_stats(st)
     return how
   end
   local status = f[1]
@@ -57,7 +61,8 @@ local function hero_stop(keys, args)
     return stopped(answer)
   end
   if status == 'waiting' then
-    redis.call('ZREM', delayed, job_id)
+    was_delayed = redis.call('ZREM', delayed, job_id) == 1
+    redis.call('HDEL', job_key, 'deps_left')
   elseif status == 'dispatched' then
     if f[2] then ack_del(stream, group, f[2], xackdel) end
   elseif status == 'started' then

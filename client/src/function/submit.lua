@@ -15,6 +15,11 @@
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
+-- Prerequisites (`prerequisites` or `dependencies`, a JSON array of job ids): each must exist or
+-- come earlier in the batch, else HERO_INVALID_JOB. A job whose prerequisites all finished is
+-- queued as any other; one with some unfinished waits for them (status waiting, see
+-- release_dependents); one with a prerequisite that ended error ends error at once,
+-- `dependency failed: <id>`. Such a job cannot also be delayed.
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
@@ -53,6 +58,21 @@ local function index_tags(job_key, job_id, tags)
   end
 end
 
+-- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
+-- have not finished yet, and the first that ended error (nil when none did).
+local function prerequisites_state(prefix, list)
+  local left, failed = 0, nil
+  for _, p in ipairs(list) do
+    local s = redis.pcall('HGET', prefix .. p, 'status')
+    if s == 'error' then
+      failed = failed or p
+    elseif s ~= 'finished' then
+      left = left + 1
+    end
+  end
+  return left, failed
+end
+
 local function hero_submit(keys, args)
   local delayed, registry, bridges = keys[1], keys[2], keys[3]
   local group = args[1]
@@ -65,16 +85,41 @@ local function hero_submit(keys, args)
   local parsed = {} -- stream -> its parts (see stream_parts)
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
+  local deps = nil -- per job with prerequisites: their ids, each once
+  local batch = {} -- job id -> its place in the batch, for prerequisites submitted with it
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl, tags = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags, prereqs = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
     end
+    if prereqs then
+      -- each must exist already, or come earlier in this batch (a flow: children first): a
+      -- job can only wait on jobs older than itself, so no cycle can form
+      local job_key, job_id = keys[5 + 2 * i], args[pos]
+      local prefix = string.sub(job_key, 1, #job_key - #job_id)
+      local list, seen = {}, {}
+      if tonumber(args[pos + 1]) and tonumber(args[pos + 1]) > 0 then
+        return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': a job with prerequisites cannot also be delayed')
+      end
+      for _, p in ipairs(cjson.decode(prereqs)) do
+        if not seen[p] then
+          seen[p] = true
+          list[#list + 1] = p
+          if not batch[p] and redis.call('EXISTS', prefix .. p) == 0 then
+            return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': prerequisite ' .. p ..
+              ' does not exist (submit it first, or earlier in the same batch)')
+          end
+        end
+      end
+      deps = deps or {}
+      deps[i] = list
+    end
+    batch[args[pos]] = i
     if uniq then
       unique = unique or {}
       unique[i] = { uniq, uttl }
@@ -106,10 +151,33 @@ local function hero_submit(keys, args)
     if not existing and unique and unique[i] then
       holder, held = claim_unique(keys, job_key, job_id, unique[i])
     end
+    local blocked, failed_dep = 0, nil
+    if not existing and not holder and deps and deps[i] then
+      blocked, failed_dep = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
+    end
     if existing then
       answers[2 * i - 1], answers[2 * i] = 'exists', existing
     elseif holder then
       answers[2 * i - 1], answers[2 * i] = 'duplicate:' .. holder, held
+    elseif failed_dep then
+      -- a prerequisite ended error already: so does this job, at once, with the reason
+      local reason = 'dependency failed: ' .. failed_dep
+      redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso_now(), unpack(args, p + 3, p + 2 + count))
+      redis.call('PEXPIRE', job_key, setting_arg(settings(keys[4]), 'retention_ms', 86400000))
+      log_event(log, 'error', job_id, stream, nil, nil, reason)
+      answers[2 * i - 1], answers[2 * i] = 'created', 'error'
+    elseif blocked > 0 then
+      -- waits for its prerequisites: each names it in its dependents hash, and the call that
+      -- ends the last one queues it (see release_dependents)
+      redis.call('HSET', job_key, 'status', 'waiting', 'deps_left', blocked, unpack(args, p + 3, p + 2 + count))
+      local prefix = string.sub(job_key, 1, #job_key - #job_id)
+      for _, d in ipairs(deps[i]) do
+        local s = redis.call('HGET', prefix .. d, 'status')
+        if s ~= 'finished' then redis.call('HSET', deps_key(prefix .. d, d), job_id, stream) end
+      end
+      log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
+      answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
+      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)

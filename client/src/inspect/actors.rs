@@ -80,10 +80,7 @@ impl Inspector {
             cursor = next;
         }
         // holdings: the pending summary of every queue names its consumers and their counts
-        let streams: Vec<String> = self
-            .redis
-            .query(redis::cmd("SMEMBERS").arg(self.keys.queues()))
-            .await?;
+        let streams = self.queue_streams().await?;
         let mut pipe = redis::pipe();
         for s in &streams {
             pipe.cmd("XPENDING").arg(s).arg(CONSUMER_GROUP);

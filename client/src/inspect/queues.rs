@@ -79,6 +79,8 @@ pub struct QueueStats {
     pub run: Histogram,
     /// Age of the oldest entry not yet delivered, ms.
     pub oldest_waiting_ms: Option<u64>,
+    /// No worker takes a new job from it (`hero pause`).
+    pub paused: bool,
 }
 
 impl QueueStats {
@@ -107,7 +109,7 @@ impl QueueStats {
             "oldest_waiting_ms": self.oldest_waiting_ms,
             "wait": hist(&self.wait),
             "run": hist(&self.run),
-            "paused": false,
+            "paused": self.paused,
         })
     }
 }
@@ -184,12 +186,37 @@ impl Inspector {
         Ok(out)
     }
 
+    /// Every work stream, paused or not (the registry and its paused half): what a walk over
+    /// all queues reads.
+    pub async fn queue_streams(&self) -> Result<Vec<String>> {
+        self.redis
+            .query(
+                redis::cmd("SUNION")
+                    .arg(self.keys.queues())
+                    .arg(self.keys.paused_queues()),
+            )
+            .await
+    }
+
+    /// The queue names an operator paused (`<type>[/<group>[/<instance>]]`), sorted.
+    pub async fn paused(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .redis
+            .query(redis::cmd("SMEMBERS").arg(self.keys.paused_names()))
+            .await?;
+        names.sort();
+        Ok(names)
+    }
+
     /// Every registered queue, sorted by name.
     pub async fn queues(&self) -> Result<Vec<QueueStats>> {
-        let streams: Vec<String> = self
+        let streams = self.queue_streams().await?;
+        let paused: std::collections::HashSet<String> = self
             .redis
-            .query(redis::cmd("SMEMBERS").arg(self.keys.queues()))
-            .await?;
+            .query::<Vec<String>>(redis::cmd("SMEMBERS").arg(self.keys.paused_queues()))
+            .await?
+            .into_iter()
+            .collect();
         let now = clock::now_ms();
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(self.keys.stats());
@@ -265,6 +292,7 @@ impl Inspector {
                 waiting: lag.unwrap_or_else(|| len.saturating_sub(running)),
                 running,
                 done_per_minute: *rates.get(stream).unwrap_or(&0) as f64 / RATE_MINUTES as f64,
+                paused: paused.contains(stream),
                 ..QueueStats::default()
             };
             for (name, n) in totals.get(stream).map(Vec::as_slice).unwrap_or(&[]) {

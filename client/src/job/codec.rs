@@ -199,6 +199,7 @@ impl Job {
         let retries = number("retries", take(F::Retries))?.unwrap_or(0) as u32;
         let written_attempts = number("attempts", take(F::Attempts))?;
         let run_at_ms = number("run_at", take(F::RunAt))?;
+        let prerequisites_left = number("deps_left", take(F::DepsLeft))?.unwrap_or(0) as u32;
         let unique_ttl = number("unique_ttl", take(F::UniqueTtl))?.map(Duration::from_millis);
         let concurrent = match take(F::Concurrent).as_deref() {
             None | Some("" | "false" | "0") => false,
@@ -318,6 +319,7 @@ impl Job {
             run_at_ms,
             reply,
             payload,
+            prerequisites_left,
         })
     }
 }
@@ -360,9 +362,10 @@ enum F {
     Lease,
     Entry,
     Payload,
+    DepsLeft,
 }
 
-const FIELD_NAMES: [&str; 34] = [
+const FIELD_NAMES: [&str; 35] = [
     "id",
     "status",
     "script",
@@ -397,6 +400,7 @@ const FIELD_NAMES: [&str; 34] = [
     "lease",
     "entry",
     "payload",
+    "deps_left",
 ];
 
 /// The legacy bridge's bookkeeping (docs/protocol.md): part of the record, of no use to a

@@ -149,6 +149,8 @@ pub struct Job {
     /// A typed payload: MessagePack bytes (rmp-serde) beside the script; read it with
     /// [`Job::payload`].
     pub payload: Option<Vec<u8>>,
+    /// While it waits on prerequisites: how many have not finished yet.
+    pub prerequisites_left: u32,
 }
 
 /// The default handler time limit when a job names none.
@@ -222,6 +224,7 @@ impl Job {
             run_at_ms: None,
             reply: false,
             payload: None,
+            prerequisites_left: 0,
         }
     }
 

@@ -76,6 +76,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
         c.keys().retention(),
         c.keys().events(),
         c.keys().stats(),
+        c.keys().queues(),
         c.keys().job(&id("bc")),
         stream.clone(),
         c.keys().reply(&id("bc")),

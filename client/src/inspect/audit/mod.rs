@@ -216,10 +216,7 @@ impl Inspector {
             .into_iter()
             .map(|(c, s)| (c, s.max(0.0) as u64))
             .collect();
-        let streams: Vec<String> = self
-            .redis
-            .query(redis::cmd("SMEMBERS").arg(self.keys.queues()))
-            .await?;
+        let streams = self.queue_streams().await?;
         // every job id some stream entry names, and every pending entry id, per stream
         let mut queued: HashSet<String> = HashSet::new();
         let mut pending: HashSet<(String, String)> = HashSet::new();

@@ -1,0 +1,72 @@
+//! Flows: a job that waits on other jobs (its children), each of which may wait on its own,
+//! submitted as one batch in one server call. The children come first in the batch and the
+//! parent names them as prerequisites, so the graph is whole before any of it can run, and it
+//! cannot hold a cycle (a job only ever waits on jobs submitted before it).
+
+use crate::answer::Submitted;
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::new_job::NewJob;
+
+/// A job and the jobs it waits on.
+#[derive(Clone, Debug)]
+pub struct Flow {
+    job: NewJob,
+    children: Vec<Flow>,
+}
+
+impl Flow {
+    pub fn new(job: NewJob) -> Flow {
+        Flow {
+            job,
+            children: Vec::new(),
+        }
+    }
+
+    /// A child: the job runs after it (and after every other child) finished.
+    pub fn child(mut self, child: impl Into<Flow>) -> Flow {
+        self.children.push(child.into());
+        self
+    }
+
+    /// The batch: every job after the jobs it waits on, each parent naming its children as
+    /// prerequisites (besides any it named itself).
+    pub fn jobs(&self) -> Vec<NewJob> {
+        let mut out = Vec::new();
+        self.flatten(&mut out);
+        out
+    }
+
+    fn flatten(&self, out: &mut Vec<NewJob>) {
+        for c in &self.children {
+            c.flatten(out);
+        }
+        let mut job = self.job.clone();
+        for c in &self.children {
+            job.add_prerequisite(c.job.id().as_str());
+        }
+        out.push(job);
+    }
+}
+
+impl From<NewJob> for Flow {
+    fn from(job: NewJob) -> Flow {
+        Flow::new(job)
+    }
+}
+
+impl Client {
+    /// Submits a whole flow in one call; answers the root job's submit. Any job of it that the
+    /// server refused fails the call (nothing of the batch is written then).
+    pub async fn submit_flow(&self, flow: &Flow) -> Result<Submitted> {
+        let jobs = flow.jobs();
+        let mut answers = self.submit_many(&jobs).await?;
+        let root = answers
+            .pop()
+            .ok_or_else(|| Error::protocol("hero_submit answered no job"))?;
+        for a in answers {
+            a?;
+        }
+        root
+    }
+}

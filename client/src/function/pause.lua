@@ -1,0 +1,50 @@
+-- hero_pause: pause or resume a queue. A paused queue's work streams leave the registry the
+-- fetch reads for `<registry>:paused`, so no worker takes a new job from them (the ones running
+-- finish) while submits, promotions and recoveries still append to them; resuming moves them
+-- back and appends a wake-up entry (`w`) to each stream that holds entries, which wakes the
+-- workers blocked on it at once (the fetch acknowledges and deletes it). A stream that joins
+-- the registry later under a paused name is moved at once (see append in the prelude).
+-- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] paused names set
+-- KEYS[4] config hash  KEYS[5] event log
+-- ARGV[1] 'pause' or 'resume'  ARGV[2] queue name: `<type>`, `<type>/<group>` or
+--   `<type>/<group>/<instance>`, covering every stream under it at any priority
+-- A stream stays paused while any paused name covers it: resuming `osis` leaves `osis/io`
+-- paused when it was paused by name.
+-- Events: `paused` or `resumed` (j the queue name, r how many streams moved).
+-- Returns: how many streams moved.
+-- Errors: HERO_BAD_ARG for an action other than pause or resume.
+local function hero_pause(keys, args)
+  local registry, paused, names = keys[1], keys[2], keys[3]
+  local action, name = args[1], args[2]
+  local moved = 0
+  if action == 'pause' then
+    redis.call('SADD', names, name)
+    for _, s in ipairs(redis.call('SMEMBERS', registry)) do
+      if covers(name, stream_parts(s)) then
+        redis.call('SMOVE', registry, paused, s)
+        moved = moved + 1
+      end
+    end
+  elseif action == 'resume' then
+    redis.call('SREM', names, name)
+    local still = redis.call('SMEMBERS', names)
+    for _, s in ipairs(redis.call('SMEMBERS', paused)) do
+      local p = stream_parts(s)
+      if covers(name, p) then
+        local held = false
+        for _, other in ipairs(still) do
+          if covers(other, p) then held = true end
+        end
+        if not held then
+          redis.call('SMOVE', paused, registry, s)
+          if redis.call('XLEN', s) > 0 then redis.call('XADD', s, '*', 'w', '1') end
+          moved = moved + 1
+        end
+      end
+    end
+  else
+    return redis.error_reply('HERO_BAD_ARG pause takes pause or resume, not ' .. tostring(action))
+  end
+  log_event(event_log(keys[5], settings(keys[4])), action .. 'd', name, nil, nil, nil, tostring(moved))
+  return moved
+end
