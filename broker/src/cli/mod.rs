@@ -12,6 +12,7 @@ mod context;
 mod dead;
 mod events;
 mod jobs;
+mod queue;
 mod queues;
 mod requeue;
 mod run;
@@ -107,6 +108,17 @@ pub enum Command {
     /// Dead letters: list, show, retry (atomically back into their queue), purge.
     #[command(subcommand)]
     Dead(DeadCommand),
+    /// Pause a queue: workers take no new job from it (running ones finish), submits still
+    /// queue; lasts until `hero resume`, across restarts.
+    Pause {
+        /// <type>[/<group>[/<instance>]]: every stream under it, at every priority.
+        queue: String,
+    },
+    /// Resume a paused queue; its workers wake at once.
+    Resume {
+        /// <type>[/<group>[/<instance>]], as it was paused.
+        queue: String,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -371,5 +383,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Audit { fix } => audit::audit(g, *fix).await,
         Command::Requeue(args) => requeue::requeue(g, args).await,
         Command::Track { id, off } => jobs::track(g, id, !*off).await,
+        Command::Pause { queue: q } => queue::pause(g, q, true).await,
+        Command::Resume { queue: q } => queue::pause(g, q, false).await,
     }
 }

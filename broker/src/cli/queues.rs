@@ -40,7 +40,7 @@ pub(super) async fn queues(g: &Global) -> Result<i32> {
                 times(&q.wait),
                 times(&q.run),
                 q.oldest_waiting_ms.map_or_else(|| "-".to_string(), ms),
-                "no".to_string(),
+                if q.paused { "yes" } else { "no" }.to_string(),
             ]
         })
         .collect();

@@ -1,0 +1,132 @@
+//! Pause and resume: no job starts from a paused queue while the worker's other queues keep
+//! flowing, submits still queue, the pause outlives every process (it lives in Redis), and
+//! resume wakes the waiting worker at once and drains the queue.
+
+use std::time::{Duration, Instant};
+
+use hero_client::{Client, JobId, NewJob, Status};
+use hero_testkit::{hero_cli, wait_for, InProcWorker, RedisServer};
+use hero_worker::{Outcome, Worker};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn jobs(script_type: &str, n: usize) -> Vec<NewJob> {
+    (0..n)
+        .map(|i| {
+            NewJob::builder(script_type, "x")
+                .id(format!("{script_type}-{i}"))
+                .build()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_paused_queue_starts_nothing_while_others_flow_and_resume_drains_it_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    // the queue exists (one job ran) before the pause, and a worker waits on it
+    let first = jobs("pa", 1);
+    client.submit(&first[0]).await.unwrap();
+    let _w = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["pa", "pb"])
+            .concurrency(4)
+            .handler(|j: hero_client::Job, _| async move { Outcome::Done(j.id.to_string()) }),
+    );
+    client.wait(first[0].id(), LIMIT).await.unwrap();
+
+    let (code, out, err) = hero_cli(&url, &["pause", "pa", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("\"paused\":true"), "{out}");
+    let paused = jobs("pa", 20)
+        .into_iter()
+        .skip(1)
+        .chain(
+            // a group stream made after the pause is covered too
+            [NewJob::builder("pa", "x")
+                .id("pa-grouped")
+                .group("io")
+                .build()
+                .unwrap()],
+        )
+        .collect::<Vec<_>>();
+    let flowing = jobs("pb", 20);
+    for j in paused.iter().chain(&flowing) {
+        client.submit(j).await.unwrap();
+    }
+    for j in &flowing {
+        let r = client.wait(j.id(), LIMIT).await.unwrap();
+        assert_eq!(r.status, Status::Finished);
+    }
+    for j in &paused {
+        assert_eq!(
+            client.status(j.id()).await.unwrap(),
+            Status::Dispatched,
+            "{} waits in its paused queue",
+            j.id()
+        );
+    }
+    let stats = client.inspector().queues().await.unwrap();
+    let pa = stats.iter().find(|q| q.name == "pa").unwrap();
+    assert!(pa.paused && pa.waiting == 19, "{pa:?}");
+    assert!(stats.iter().find(|q| q.name == "pa/io").unwrap().paused);
+    assert!(!stats.iter().find(|q| q.name == "pb").unwrap().paused);
+    let (_, table, _) = hero_cli(&url, &["queues"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("pa ") && l.trim_end().ends_with("yes")),
+        "{table}"
+    );
+
+    // resume: the worker, blocked since the pb jobs ended, wakes at once (its wait blocks 2 s)
+    let resumed = Instant::now();
+    client.resume("pa").await.unwrap();
+    let woke = wait_for("a paused job to start", LIMIT, || {
+        let client = client.clone();
+        async move {
+            let s = client.status(&JobId::new("pa-1").unwrap()).await.ok()?;
+            (s != Status::Dispatched).then_some(())
+        }
+    })
+    .await;
+    let _ = woke;
+    let took = resumed.elapsed();
+    assert!(took < Duration::from_millis(500), "woke after {took:?}");
+    // (pa-grouped is for group io's workers: none runs here)
+    for j in paused.iter().filter(|j| j.id().as_str() != "pa-grouped") {
+        let r = client.wait(j.id(), LIMIT).await.unwrap();
+        assert_eq!(r.status, Status::Finished, "{}", j.id());
+    }
+    assert!(client.inspector().paused().await.unwrap().is_empty());
+    let stats = client.inspector().queues().await.unwrap();
+    assert!(stats.iter().all(|q| !q.paused), "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_pause_by_type_covers_its_groups_and_a_narrower_pause_outlasts_a_broader_resume() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    client.pause("pc/io").await.unwrap();
+    client.pause("pc").await.unwrap();
+    for (id, group) in [("c-type", None), ("c-io", Some("io")), ("c-db", Some("db"))] {
+        let mut b = NewJob::builder("pc", "x").id(id);
+        if let Some(g) = group {
+            b = b.group(g);
+        }
+        client.submit(&b.build().unwrap()).await.unwrap();
+    }
+    let q = |stats: &[hero_client::inspect::QueueStats], n: &str| {
+        stats.iter().find(|q| q.name == n).unwrap().paused
+    };
+    let stats = client.inspector().queues().await.unwrap();
+    assert!(q(&stats, "pc") && q(&stats, "pc/io") && q(&stats, "pc/db"));
+    client.resume("pc").await.unwrap();
+    let stats = client.inspector().queues().await.unwrap();
+    assert!(!q(&stats, "pc") && q(&stats, "pc/io") && !q(&stats, "pc/db"));
+    assert_eq!(client.inspector().paused().await.unwrap(), vec!["pc/io"]);
+    let bad = client.pause("pc prio 1").await.unwrap_err();
+    assert!(bad.to_string().contains("without a priority"), "{bad}");
+}
