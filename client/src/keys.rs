@@ -221,6 +221,29 @@ impl Keyspace {
         format!("{}:deps:{id}", self.prefix)
     }
 
+    /// Hash: queue name (`<type>` or `<type>/<group>`) → its policy as JSON
+    /// (`hero_client::queue::Policy`).
+    pub fn policy(&self) -> String {
+        format!("{}:meta:policy", self.prefix)
+    }
+
+    /// Sorted set: the running jobs of a queue with a concurrency limit (job id → the ms it
+    /// was leased), kept by the fetch.
+    pub fn limit(&self, queue: &str) -> String {
+        format!("{}:meta:limit:{queue}", self.prefix)
+    }
+
+    /// Hash: recurring jobs by name → their spec as JSON (`hero_client::cron::CronJob`).
+    pub fn cron(&self) -> String {
+        format!("{}:meta:cron", self.prefix)
+    }
+
+    /// Hash: recurring job name → the ms of its next tick, claimed by `hero_cron` (the
+    /// compare-and-set that makes one broker fire each tick).
+    pub fn cron_next(&self) -> String {
+        format!("{}:meta:cron:next", self.prefix)
+    }
+
     /// Sorted set: job id → run-at (ms) of delayed jobs and retries.
     pub fn delayed(&self) -> String {
         format!("{}:meta:delayed", self.prefix)

@@ -44,7 +44,7 @@ pub use conn::{Capabilities, Redis};
 pub use error::{DecodeError, Error, Result, ServerCode};
 pub use flow::Flow;
 pub use inspect::{Inspector, JobSummary, ListFilter, Page};
-pub use job::{Job, PayloadError, Placement, Status};
+pub use job::{Job, PayloadError, Placement, Status, DEFAULT_TIMEOUT};
 pub use keys::{Keyspace, LegacyQueue};
 pub use name::{
     ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,

@@ -154,15 +154,22 @@ pub struct FetchReply {
     pub dropped: Vec<Dropped>,
     /// Empty when the fetch got all it asked for; else per stream the id to XREAD BLOCK from.
     pub cursors: Vec<String>,
+    /// A queue's concurrency limit held jobs back: no new entry wakes the caller when a slot
+    /// frees, so it looks again soon rather than blocking long.
+    pub limited: bool,
 }
 
 impl FetchReply {
     pub fn decode(v: &Value) -> Result<Self> {
         let parts = array(v)?;
-        let [jobs, dropped, cursors] = parts else {
-            return Err(Error::protocol(
-                "hero_fetch reply is not {jobs, dropped, cursors}",
-            ));
+        let (jobs, dropped, cursors, limited) = match parts {
+            [jobs, dropped, cursors] => (jobs, dropped, cursors, false),
+            [jobs, dropped, cursors, limited] => (jobs, dropped, cursors, int(limited)? == 1),
+            _ => {
+                return Err(Error::protocol(
+                    "hero_fetch reply is not {jobs, dropped, cursors, limited}",
+                ))
+            }
         };
         let index = |v: &Value| -> Result<usize> { Ok((int(v)? - 1).max(0) as usize) };
         let jobs = array(jobs)?;
@@ -213,6 +220,7 @@ impl FetchReply {
             jobs,
             dropped,
             cursors,
+            limited,
         })
     }
 }

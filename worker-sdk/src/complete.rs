@@ -28,6 +28,12 @@ pub(crate) struct Finished {
     pub reply: String,
     pub outcome: Outcome,
     pub attempt: u32,
+    /// The queue policy's delay before a retry of a failure (else the default back-off).
+    pub retry_in: Option<std::time::Duration>,
+    /// The queue policy's retry budget retries this failure, whatever the job's own says.
+    pub again: bool,
+    /// The queue policy's retention (ms), when it sets one: the ended job expires then.
+    pub retention_ms: Option<u64>,
     /// How long the attempt ran: the sample of the queue's run-time histogram.
     pub ran: std::time::Duration,
     /// Released once the outcome is recorded.
@@ -36,11 +42,13 @@ pub(crate) struct Finished {
 
 /// When a failed attempt may run again (ms since the epoch); 0 for outcomes that never retry,
 /// so a successful job pays for no clock read or jitter.
-fn retry_at_ms(outcome: &Outcome, attempt: u32, now_ms: u64) -> u64 {
-    let delay = match outcome {
+fn retry_at_ms(f: &Finished, now_ms: u64) -> u64 {
+    let delay = match &f.outcome {
         Outcome::Done(_) | Outcome::Abort(_) => return 0,
         Outcome::RetryAfter(d, _) => *d,
-        Outcome::Fail(_) => crate::backoff::retry_delay(attempt.max(1)),
+        Outcome::Fail(_) => f
+            .retry_in
+            .unwrap_or_else(|| crate::backoff::retry_delay(f.attempt.max(1))),
     };
     now_ms + delay.as_millis() as u64
 }
@@ -86,6 +94,25 @@ pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished
     while calls.join_next().await.is_some() {}
 }
 
+/// Gives the jobs this batch ended in queues with a retention policy their TTL (one pipeline for
+/// the batch, only when some job has one): a queue may keep its ended jobs shorter than the
+/// broker's retention, which deletes the rest.
+async fn expire_by_policy(s: &Shared, sent: &[Finished], answers: &[Completion]) {
+    let mut pipe = redis::pipe();
+    let mut any = false;
+    for (f, c) in sent.iter().zip(answers) {
+        if let (Some(ms), Completion::Completed) = (f.retention_ms, c) {
+            pipe.cmd("PEXPIRE").arg(s.keys.job(&f.job_id)).arg(ms).ignore();
+            any = true;
+        }
+    }
+    if any {
+        if let Err(e) = s.redis.pipeline(&pipe).await {
+            tracing::warn!(error = %e, "queue retention not applied; the broker's retention deletes these jobs");
+        }
+    }
+}
+
 /// Records one batch of outcomes with one `hero_complete` call, then frees their slots.
 async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphorePermit) {
     let mut backoff = Backoff::new();
@@ -102,8 +129,11 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
     );
     let mut sent = Vec::with_capacity(batch.len());
     for f in batch.drain(..) {
-        let (ending, text) = ending(&f.outcome);
-        let retry_at = retry_at_ms(&f.outcome, f.attempt, now.ms);
+        let (mut ending, text) = ending(&f.outcome);
+        if f.again {
+            ending = Ending::Again;
+        }
+        let retry_at = retry_at_ms(&f, now.ms);
         let held = Leased {
             id: &f.job_id,
             stream: &s.streams[f.stream],
@@ -140,6 +170,7 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
             return;
         }
     };
+    expire_by_policy(&s, &sent, &answers).await;
     for (f, completion) in sent.into_iter().zip(answers) {
         s.inflight.remove(&f.job_id);
         metrics::counter!("hero_worker_completions_total", "result" => completion.as_str())

@@ -19,12 +19,13 @@ use crate::shared::Shared;
 use crate::task::start_jobs;
 
 fn fetch_cmd(s: &Shared, count: usize) -> function::Call {
-    function::fetch(
+    function::fetch_limited(
         &s.keys,
         &s.streams,
         &s.consumer_name,
         count,
         s.redis.caps().xackdel_flag(),
+        &s.policy.limits(),
     )
 }
 
@@ -33,6 +34,9 @@ fn fetch_cmd(s: &Shared, count: usize) -> function::Call {
 /// starts the jobs of the other, where with one the freed slots waited out every round trip.
 /// Three split the slots into batches too small to pay for their calls.
 const FETCHES_IN_FLIGHT: usize = 2;
+
+/// How long a worker held back by a concurrency limit waits before it looks again.
+const LIMITED_BLOCK: Duration = Duration::from_millis(50);
 
 /// What the fetches that ended since the last look said.
 #[derive(Default)]
@@ -43,14 +47,18 @@ struct Ended {
     full: bool,
     /// Wake-up cursors: the queues came up drier than the slots a fetch asked for.
     dry: Option<Vec<String>>,
+    /// A concurrency limit held jobs back: the wait for an entry is short, since the slot it
+    /// waits for frees without one.
+    limited: bool,
     failed: Option<hero_client::Error>,
 }
 
 impl Ended {
     fn absorb(&mut self, ended: std::result::Result<FetchOutcome, tokio::task::JoinError>) {
         match ended {
-            Ok(Ok(cursors)) => {
+            Ok(Ok((cursors, limited))) => {
                 self.ok = true;
+                self.limited |= limited;
                 if cursors.is_empty() {
                     self.full = true;
                 } else {
@@ -64,7 +72,7 @@ impl Ended {
     }
 }
 
-type FetchOutcome = hero_client::Result<Vec<String>>;
+type FetchOutcome = hero_client::Result<(Vec<String>, bool)>;
 
 /// Takes free slots, up to a quarter of them per fetch, and fetches that many jobs in precedence
 /// order, with up to [`FETCHES_IN_FLIGHT`] fetches under way while they come back full. When the queues are drier than
@@ -112,7 +120,8 @@ pub(crate) async fn fetch_loop(
                 cursors = later;
             }
             in_flight_max = 1;
-            if !wait_for_entry(&s, &mut waker, &cursors, &stop, &mut backoff).await {
+            let limited = std::mem::take(&mut ended.limited);
+            if !wait_for_entry(&s, &mut waker, &cursors, limited, &stop, &mut backoff).await {
                 break;
             }
             continue;
@@ -170,7 +179,7 @@ async fn fetch_once(
         let permits = slots.split_off(slots.len() - take);
         tokio::spawn(start_jobs(s.clone(), reply.jobs, permits, done));
     }
-    Ok(reply.cursors)
+    Ok((reply.cursors, reply.limited))
 }
 
 /// Queues are dry for our free slots: waits for any new entry after `cursors` (or a timeout,
@@ -180,10 +189,17 @@ async fn wait_for_entry(
     s: &Shared,
     waker: &mut Option<redis::aio::MultiplexedConnection>,
     cursors: &[String],
+    limited: bool,
     stop: &CancellationToken,
     backoff: &mut Backoff,
 ) -> bool {
     let wake_block = Duration::from_secs(2);
+    // a limited queue's slot frees without a new entry: look again soon
+    let block = if limited {
+        LIMITED_BLOCK
+    } else {
+        wake_block
+    };
     if waker.is_none() {
         match s.redis.dedicated(wake_block).await {
             Ok(c) => *waker = Some(c),
@@ -204,7 +220,7 @@ async fn wait_for_entry(
     cmd.arg("COUNT")
         .arg(1)
         .arg("BLOCK")
-        .arg(wake_block.as_millis() as u64)
+        .arg(block.as_millis() as u64)
         .arg("STREAMS");
     cmd.arg(&s.streams).arg(cursors);
     let woke = tokio::select! {

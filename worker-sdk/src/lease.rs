@@ -16,8 +16,13 @@ use crate::shared::Shared;
 /// Renews every running delivery each third of the lease, in one pipeline, and interrupts the
 /// handlers of jobs that were stopped or whose lease went to another delivery.
 pub(crate) async fn renew(s: Arc<Shared>, stop: CancellationToken) {
-    let every = s.lease / 3;
     loop {
+        // a queue policy may ask for a shorter lease than the worker's own
+        let lease = s
+            .policy
+            .shortest_lease(&s.types)
+            .map_or(s.lease, |l| l.min(s.lease));
+        let every = lease / 3;
         tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(every) => {} }
         let running = s.inflight.snapshot();
         if running.is_empty() {

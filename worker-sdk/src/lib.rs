@@ -25,7 +25,8 @@
 //! - [`event`]: what a worker reports ([`WorkerEvent`]).
 //! - [`outcome`]: the handler contract ([`Handler`], [`JobContext`], [`Outcome`]).
 //! - [`inflight`]: the running jobs and why one was interrupted.
-//! - `backoff`: reconnect and retry delays.
+//! - `backoff`: reconnect and retry delays; `policy`: the queue policies' cache (time limits,
+//!   retry budgets and back-off, concurrency limits, leases).
 
 mod backoff;
 mod complete;
@@ -36,6 +37,7 @@ mod fetch;
 pub mod inflight;
 mod lease;
 pub mod outcome;
+mod policy;
 mod presence;
 mod shared;
 mod task;

@@ -26,6 +26,7 @@ pub(crate) struct Shared {
     pub presence_ttl: Duration,
     pub shutdown_deadline: Duration,
     pub inflight: InFlight,
+    pub policy: crate::policy::PolicyCache,
     pub handler: Arc<dyn Handler>,
     pub on_event: Option<EventHook>,
 }

@@ -143,6 +143,9 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
     } = taken;
     let attempt = job.as_ref().map(|j| j.attempts).unwrap_or(1);
     let began = std::time::Instant::now();
+    // the queue's policy as it applies to this job, and the job's own budget, for its outcome
+    let mut policy = None;
+    let mut retries = 0;
     let outcome = match job {
         Err(e) => {
             tracing::warn!(job = %job_id, error = %e, "invalid job record");
@@ -153,7 +156,9 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 job_id: job_id.clone(),
                 attempt: job.attempts,
             });
-            let timeout = job.timeout;
+            policy = s.policy.of(&job);
+            retries = job.retries;
+            let timeout = crate::policy::timeout(&job, policy.as_ref());
             let ctx = JobContext {
                 cancel: running.cancel.clone(),
                 attempt: job.attempts,
@@ -191,6 +196,8 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
     match outcome {
         Some(outcome) => {
             metrics::histogram!("hero_worker_job_seconds").record(began.elapsed().as_secs_f64());
+            let (retry_in, again) =
+                crate::policy::shape(policy.as_ref(), attempt, retries, &outcome);
             let finished = Finished {
                 job_id,
                 stream: running.stream,
@@ -198,6 +205,9 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 reply,
                 outcome,
                 attempt,
+                retry_in,
+                again,
+                retention_ms: policy.as_ref().and_then(|p| p.retention_ms),
                 ran: began.elapsed(),
                 permit,
             };

@@ -131,6 +131,7 @@ impl WorkerBuilder {
                 presence_ttl: self.presence_ttl,
                 shutdown_deadline: self.shutdown_deadline,
                 inflight: InFlight::default(),
+                policy: crate::policy::PolicyCache::default(),
                 handler,
                 on_event: self.on_event,
             }),
@@ -198,12 +199,14 @@ impl Worker {
         let stop_fetch = CancellationToken::new();
         let stop_background = CancellationToken::new();
         presence::heartbeat_once(&s).await?;
+        crate::policy::refresh_once(&s).await;
         let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
         let completer = tokio::spawn(complete::run(s.clone(), done_rx));
         let background = vec![
             tokio::spawn(presence::heartbeat(s.clone(), stop_background.clone())),
             tokio::spawn(lease::renew(s.clone(), stop_background.clone())),
             tokio::spawn(control::control(s.clone(), stop_background.clone())),
+            tokio::spawn(crate::policy::refresh(s.clone(), stop_background.clone())),
         ];
         let permits = Arc::new(Semaphore::new(s.concurrency));
         s.emit(WorkerEvent::Ready {

@@ -114,6 +114,10 @@ pub enum Command {
         /// <type>[/<group>[/<instance>]]: every stream under it, at every priority.
         queue: String,
     },
+    /// A queue's policy: default timeout, retry budget, back-off, lease, retention, and a
+    /// concurrency limit across all workers.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
     /// Resume a paused queue; its workers wake at once.
     Resume {
         /// <type>[/<group>[/<instance>]], as it was paused.
@@ -384,6 +388,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Requeue(args) => requeue::requeue(g, args).await,
         Command::Track { id, off } => jobs::track(g, id, !*off).await,
         Command::Pause { queue: q } => queue::pause(g, q, true).await,
+        Command::Queue(cmd) => queue::queue(g, cmd).await,
         Command::Resume { queue: q } => queue::pause(g, q, false).await,
     }
 }

@@ -34,3 +34,142 @@ pub(super) async fn pause(g: &Global, queue: &str, on: bool) -> Result<i32> {
     }
     Ok(0)
 }
+
+#[derive(clap::Subcommand, Debug)]
+pub enum QueueCommand {
+    /// Set a queue's policy (fields not given keep their value); workers and brokers follow
+    /// within seconds.
+    Set(SetArgs),
+    /// Show one queue's policy, or every queue's.
+    Show {
+        /// <type> or <type>/<group>; every queue with a policy when absent.
+        queue: Option<String>,
+    },
+    /// Remove a queue's policy: its jobs get the defaults again.
+    Clear { queue: String },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SetArgs {
+    /// <type> or <type>/<group> (a group's policy overrides its type's, field by field).
+    pub queue: String,
+    /// Time limit of a job that names none (e.g. 30s, 5m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// Retry budget: a failing job gets at least this many retries.
+    #[arg(long)]
+    pub retries: Option<u32>,
+    /// Back-off of retries: fixed:<delay> or exponential:<base>[:<cap>], optionally
+    /// ,jitter=<0..1> (default jitter 0.2), e.g. exponential:1s:10m.
+    #[arg(long, value_parser = parse_backoff)]
+    pub backoff: Option<hero_client::queue::Backoff>,
+    /// Lease: how long a delivery may go unrenewed before it is handed out again.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub lease: Option<std::time::Duration>,
+    /// Keep the queue's ended jobs this long (when shorter than the broker's retention).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub retention: Option<std::time::Duration>,
+    /// At most this many of the queue's jobs run at once, across every worker.
+    #[arg(long)]
+    pub concurrency: Option<u32>,
+}
+
+fn parse_backoff(s: &str) -> std::result::Result<hero_client::queue::Backoff, String> {
+    hero_client::queue::Backoff::parse(s).map_err(|e| e.to_string())
+}
+
+pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
+    let client = connect(g, &resolve_url(g)).await?;
+    let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);
+    let (name, policy) = match cmd {
+        QueueCommand::Set(a) => {
+            let set = hero_client::queue::Policy {
+                timeout_ms: ms(a.timeout),
+                retries: a.retries,
+                backoff: a.backoff,
+                lease_ms: ms(a.lease),
+                retention_ms: ms(a.retention),
+                concurrency: a.concurrency,
+            };
+            if set.is_empty() {
+                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency");
+            }
+            let name = hero_client::queue::queue_name(&a.queue)?;
+            let now = client.set_policy(&name, &set).await?;
+            (Some(name), Some(now))
+        }
+        QueueCommand::Clear { queue } => {
+            let name = hero_client::queue::queue_name(queue)?;
+            let had = client.clear_policy(&name).await?;
+            if g.json {
+                println!("{}", serde_json::json!({"queue": name, "cleared": had}));
+            } else if had {
+                println!("{name}: policy cleared");
+            } else {
+                println!("{name}: had no policy");
+            }
+            return Ok(0);
+        }
+        QueueCommand::Show { queue: Some(q) } => {
+            let name = hero_client::queue::queue_name(q)?;
+            let p = client.policy(&name).await?;
+            (Some(name), Some(p))
+        }
+        QueueCommand::Show { queue: None } => (None, None),
+    };
+    let shown: Vec<(String, hero_client::queue::Policy)> = match (name, policy) {
+        (Some(n), Some(p)) => vec![(n, p)],
+        _ => {
+            let mut all: Vec<_> = client
+                .policies()
+                .await?
+                .iter()
+                .map(|(q, p)| (q.clone(), p.clone()))
+                .collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all
+        }
+    };
+    if g.json {
+        let list: Vec<_> = shown
+            .iter()
+            .map(|(q, p)| serde_json::json!({"queue": q, "policy": p}))
+            .collect();
+        println!("{}", serde_json::json!({ "policies": list }));
+        return Ok(0);
+    }
+    if shown.is_empty() {
+        println!("no queue has a policy: set one with hero queue set <queue> --retries 3 ...");
+    }
+    let d = |v: Option<u64>| {
+        v.map_or_else(
+            || "-".to_string(),
+            |ms| humantime::format_duration(std::time::Duration::from_millis(ms)).to_string(),
+        )
+    };
+    for (q, p) in shown {
+        let backoff = p.backoff.map_or_else(
+            || "-".to_string(),
+            |b| {
+                format!(
+                    "{:?} {} cap {} jitter {}",
+                    b.kind,
+                    d(Some(b.base_ms)),
+                    d(Some(b.cap_ms)),
+                    b.jitter
+                )
+                .to_lowercase()
+            },
+        );
+        println!(
+            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}",
+            d(p.timeout_ms),
+            p.retries.map_or_else(|| "-".to_string(), |r| r.to_string()),
+            d(p.lease_ms),
+            d(p.retention_ms),
+            p.concurrency
+                .map_or_else(|| "-".to_string(), |c| c.to_string()),
+        );
+    }
+    Ok(0)
+}

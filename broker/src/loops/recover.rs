@@ -79,8 +79,17 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
 /// One idle pass: XPENDING IDLE + XCLAIM on every stream for deliveries idle past the lease.
 pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Taken> {
     let mut total = Taken::default();
+    let policies = client.policies().await?;
     for stream in streams(client).await? {
-        let which = Recovery::Idle(u64::try_from(cfg.lease.as_millis()).unwrap_or(u64::MAX));
+        // a queue's policy may set its own lease
+        let lease = hero_client::Target::parse_queue(&client.keys().queue_name(&stream))
+            .ok()
+            .and_then(|(t, _)| {
+                policies.of(t.script_type.as_str(), t.group.as_ref().map(|g| g.as_str()))
+            })
+            .and_then(|p| p.lease_ms)
+            .map_or(cfg.lease, Duration::from_millis);
+        let which = Recovery::Idle(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
         let p = recover_stream(
             client.redis(),
             client.keys(),
@@ -105,9 +114,15 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Resu
 
 /// Runs the presence pass every `presence_poll` and the idle pass every half lease.
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
-    let idle_every = (cfg.lease / 2).max(Duration::from_millis(100));
     let mut last_idle = tokio::time::Instant::now();
     loop {
+        // every half of the shortest lease, a queue policy's included
+        let shortest = match client.policies().await {
+            Ok(p) => p.iter().filter_map(|(_, p)| p.lease_ms).min(),
+            Err(_) => None,
+        }
+        .map_or(cfg.lease, |ms| cfg.lease.min(Duration::from_millis(ms)));
+        let idle_every = (shortest / 2).max(Duration::from_millis(100));
         if let Err(e) = super::timed("recover_presence", presence_pass(&client, &cfg)).await {
             tracing::warn!(error = %e, "presence recovery pass failed; retrying");
         }

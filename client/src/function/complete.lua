@@ -14,7 +14,8 @@
 --   ARGV[12+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
---   'abort' (error text, never retried)
+--   'abort' (error text, never retried), 'again' (retried at retry-at whatever the record's
+--   budget: the worker applied its queue policy's larger budget)
 -- The fence: a delivery's entry stays pending in the group exactly as long as its lease holds,
 -- because whatever takes a started job away (recovery, stop, dead-lettering) acknowledges its
 -- entry in the same call. So one XACK per stream acknowledges the batch and proves every lease
@@ -53,7 +54,7 @@ local function hero_complete(keys, args)
   local streams, batches = {}, {}
   for i = 0, n - 1 do
     local outcome = args[7 + 7 * i]
-    if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
+    if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' and outcome ~= 'again' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
     local stream = keys[8 + 3 * i]
@@ -93,13 +94,13 @@ local function hero_complete(keys, args)
         -- after this one would stay started with no pending entry for recovery to find. A job
         -- key holding another type is foreign data, lost for this delivery (pcall, finish).
         local retried = false
-        if outcome == 'fail' or outcome == 'retry' then
+        if outcome == 'fail' or outcome == 'retry' or outcome == 'again' then
           -- only a failure needs the budget: a success is recorded without reading the record
           local f = redis.pcall('HMGET', job_key, 'attempts', 'retries')
           if f.err then
             answer = 'lease_lost'
           else
-            retried = (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
+            retried = outcome == 'again' or (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
             -- a first delivery left no count (see hero_fetch): the next one must count from it
             if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
           end

@@ -16,6 +16,9 @@ pub enum Ending {
     Retry,
     /// Failure that is never retried.
     Abort,
+    /// Failure retried at the retry time whatever the job's budget says: the worker applied
+    /// its queue's retry budget (a policy) already.
+    Again,
 }
 
 impl Ending {
@@ -25,6 +28,7 @@ impl Ending {
             Ending::Fail => "fail",
             Ending::Retry => "retry",
             Ending::Abort => "abort",
+            Ending::Again => "again",
         }
     }
 }

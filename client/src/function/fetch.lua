@@ -6,9 +6,15 @@
 -- KEYS[5..n+4] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- ARGV[7] concurrency limits: '' for none, else `<stream index> <max> <limit key>` triples
+--   joined by spaces, for the streams of queues whose policy limits how many of their jobs run
+--   at once across all workers. A limit key (a sorted set, job id -> ms leased) is shared by
+--   every stream the limit covers; the fetch takes from such a stream no more than the limit
+--   leaves, adds what it leases, and when the set is full drops the members no longer started
+--   (ended, stopped or recovered since) before it counts: O(limit), only at the limit.
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
--- Returns: {jobs, dropped, cursors}
+-- Returns: {jobs, dropped, cursors, limited}
 --   jobs: flat list of stream index (1..n: 1 is KEYS[5], the first stream), entry id, job id, three items
 --         per job now leased to the consumer (flat because every Lua table costs Redis more
 --         than the three values): the fetch wrote status started, lease = entry id,
@@ -25,7 +31,9 @@
 --         stopped, or already taken through another entry) or 'legacy' (a dual-pushed job a
 --         legacy actor took from its list first);
 --   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
---         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry.
+--         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry;
+--   limited: 1 when a concurrency limit held jobs back (no new entry will wake the caller
+--         when a slot frees: it looks again soon), else 0.
 -- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
 -- the call that creates it (recovery walks the same set), and one question for every stream
 -- costs Redis less than an EXISTS per stream (a worker names 30 streams per type, most of them
@@ -42,9 +50,38 @@ local function cursor_of(cursors, i, stream)
   if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
 end
 
+-- The running count of limit `lim` ({key, max}), dropping the members no longer started when
+-- it is full.
+local function limit_running(lim, prefix)
+  local n = redis.call('ZCARD', lim.key)
+  if n >= lim.max then
+    for _, id in ipairs(redis.call('ZRANGE', lim.key, 0, -1)) do
+      local s = redis.pcall('HGET', prefix .. id, 'status')
+      if s ~= 'started' then
+        redis.call('ZREM', lim.key, id)
+        n = n - 1
+      end
+    end
+  end
+  return n
+end
+
 local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
   local now_iso, xackdel = args[5], args[6]
+  local limits, limited = nil, 0 -- stream index -> {key, max, running} (shared per key)
+  if args[7] and args[7] ~= '' then
+    limits = {}
+    local by_key = {}
+    for i, max, key in string.gmatch(args[7], '(%d+) (%d+) (%S+)') do
+      local lim = by_key[key]
+      if not lim then
+        lim = { key = key, max = tonumber(max) }
+        by_key[key] = lim
+      end
+      limits[tonumber(i)] = lim
+    end
+  end
   local jobs, dropped = {}, {}
   local last_read = {} -- per stream read to its end: its last entry
   local regrouped = {} -- per stream whose group this call made again
@@ -65,8 +102,17 @@ local function hero_fetch(keys, args)
     local stream = keys[i + 4]
     local waits = nil
     if present[i] == 1 then
+      local lim = limits and limits[i]
+      if lim and not lim.running then lim.running = limit_running(lim, prefix) end
       while want > 0 do
         local asked = want
+        if lim then
+          asked = math.min(want, lim.max - lim.running)
+          if asked <= 0 then
+            limited = 1
+            break
+          end
+        end
         local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
         if type(res) == 'table' and res.err and string.find(res.err, 'NOGROUP', 1, true) and not regrouped[i] then
           -- a registered stream deleted, or its group destroyed, by hand: the group comes back
@@ -152,6 +198,10 @@ local function hero_fetch(keys, args)
               end
               waits[b] = (waits[b] or 0) + 1
               want = want - 1
+              if lim then
+                redis.call('ZADD', lim.key, now_ms, job_id)
+                lim.running = lim.running + 1
+              end
             end
           end
         end
@@ -200,5 +250,5 @@ local function hero_fetch(keys, args)
       end
     end
   end
-  return { jobs, dropped, cursors }
+  return { jobs, dropped, cursors, limited }
 end

@@ -14,6 +14,19 @@ pub fn fetch(
     count: usize,
     xackdel: &str,
 ) -> Call {
+    fetch_limited(keys, streams, consumer, count, xackdel, "")
+}
+
+/// [`fetch`] under concurrency limits: `limits` as the Lua header describes ARGV[7]
+/// (`<stream index> <max> <limit key>` triples, 1-based indexes; '' for none).
+pub fn fetch_limited(
+    keys: &Keyspace,
+    streams: &[String],
+    consumer: &str,
+    count: usize,
+    xackdel: &str,
+    limits: &str,
+) -> Call {
     let mut c = Call::new(Function::Fetch, streams.len() + 4);
     c.key("queue registry set", keys.queues())
         .key("config hash", keys.config())
@@ -27,6 +40,7 @@ pub fn fetch(
         .arg("count", count)
         .arg("job key prefix", keys.job_prefix())
         .arg("now ISO 8601", clock::now_iso())
-        .arg("'1' when the server has XACKDEL", xackdel);
+        .arg("'1' when the server has XACKDEL", xackdel)
+        .arg("concurrency limits", limits);
     c
 }

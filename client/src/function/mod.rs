@@ -34,7 +34,7 @@ pub use bridge_watch::{bridge_watch, Watch};
 pub use complete::{CompleteBatch, Ending, Leased};
 pub use dead::{dead, DeadAction};
 pub use expire::expire;
-pub use fetch::fetch;
+pub use fetch::{fetch, fetch_limited};
 pub use fix::{fix, Repair};
 pub use pause::pause;
 pub use promote::promote;
