@@ -865,9 +865,15 @@ end
 -- KEYS[5..n+4] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- ARGV[7] concurrency limits: '' for none, else `<stream index> <max> <limit key>` triples
+--   joined by spaces, for the streams of queues whose policy limits how many of their jobs run
+--   at once across all workers. A limit key (a sorted set, job id -> ms leased) is shared by
+--   every stream the limit covers; the fetch takes from such a stream no more than the limit
+--   leaves, adds what it leases, and when the set is full drops the members no longer started
+--   (ended, stopped or recovered since) before it counts: O(limit), only at the limit.
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
--- Returns: {jobs, dropped, cursors}
+-- Returns: {jobs, dropped, cursors, limited}
 --   jobs: flat list of stream index (1..n: 1 is KEYS[5], the first stream), entry id, job id, three items
 --         per job now leased to the consumer (flat because every Lua table costs Redis more
 --         than the three values): the fetch wrote status started, lease = entry id,
@@ -884,7 +890,9 @@ end
 --         stopped, or already taken through another entry) or 'legacy' (a dual-pushed job a
 --         legacy actor took from its list first);
 --   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
---         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry.
+--         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry;
+--   limited: 1 when a concurrency limit held jobs back (no new entry will wake the caller
+--         when a slot frees: it looks again soon), else 0.
 -- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
 -- the call that creates it (recovery walks the same set), and one question for every stream
 -- costs Redis less than an EXISTS per stream (a worker names 30 streams per type, most of them
@@ -901,9 +909,38 @@ local function cursor_of(cursors, i, stream)
   if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
 end
 
+-- The running count of limit `lim` ({key, max}), dropping the members no longer started when
+-- it is full.
+local function limit_running(lim, prefix)
+  local n = redis.call('ZCARD', lim.key)
+  if n >= lim.max then
+    for _, id in ipairs(redis.call('ZRANGE', lim.key, 0, -1)) do
+      local s = redis.pcall('HGET', prefix .. id, 'status')
+      if s ~= 'started' then
+        redis.call('ZREM', lim.key, id)
+        n = n - 1
+      end
+    end
+  end
+  return n
+end
+
 local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
   local now_iso, xackdel = args[5], args[6]
+  local limits, limited = nil, 0 -- stream index -> {key, max, running} (shared per key)
+  if args[7] and args[7] ~= '' then
+    limits = {}
+    local by_key = {}
+    for i, max, key in string.gmatch(args[7], '(%d+) (%d+) (%S+)') do
+      local lim = by_key[key]
+      if not lim then
+        lim = { key = key, max = tonumber(max) }
+        by_key[key] = lim
+      end
+      limits[tonumber(i)] = lim
+    end
+  end
   local jobs, dropped = {}, {}
   local last_read = {} -- per stream read to its end: its last entry
   local regrouped = {} -- per stream whose group this call made again
@@ -924,8 +961,17 @@ local function hero_fetch(keys, args)
     local stream = keys[i + 4]
     local waits = nil
     if present[i] == 1 then
+      local lim = limits and limits[i]
+      if lim and not lim.running then lim.running = limit_running(lim, prefix) end
       while want > 0 do
         local asked = want
+        if lim then
+          asked = math.min(want, lim.max - lim.running)
+          if asked <= 0 then
+            limited = 1
+            break
+          end
+        end
         local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
         if type(res) == 'table' and res.err and string.find(res.err, 'NOGROUP', 1, true) and not regrouped[i] then
           -- a registered stream deleted, or its group destroyed, by hand: the group comes back
@@ -1011,6 +1057,10 @@ local function hero_fetch(keys, args)
               end
               waits[b] = (waits[b] or 0) + 1
               want = want - 1
+              if lim then
+                redis.call('ZADD', lim.key, now_ms, job_id)
+                lim.running = lim.running + 1
+              end
             end
           end
         end
@@ -1059,7 +1109,7 @@ local function hero_fetch(keys, args)
       end
     end
   end
-  return { jobs, dropped, cursors }
+  return { jobs, dropped, cursors, limited }
 end
 
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
@@ -1078,7 +1128,8 @@ end
 --   ARGV[12+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
---   'abort' (error text, never retried)
+--   'abort' (error text, never retried), 'again' (retried at retry-at whatever the record's
+--   budget: the worker applied its queue policy's larger budget)
 -- The fence: a delivery's entry stays pending in the group exactly as long as its lease holds,
 -- because whatever takes a started job away (recovery, stop, dead-lettering) acknowledges its
 -- entry in the same call. So one XACK per stream acknowledges the batch and proves every lease
@@ -1117,7 +1168,7 @@ local function hero_complete(keys, args)
   local streams, batches = {}, {}
   for i = 0, n - 1 do
     local outcome = args[7 + 7 * i]
-    if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' then
+    if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' and outcome ~= 'again' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
     local stream = keys[8 + 3 * i]
@@ -1157,13 +1208,13 @@ local function hero_complete(keys, args)
         -- after this one would stay started with no pending entry for recovery to find. A job
         -- key holding another type is foreign data, lost for this delivery (pcall, finish).
         local retried = false
-        if outcome == 'fail' or outcome == 'retry' then
+        if outcome == 'fail' or outcome == 'retry' or outcome == 'again' then
           -- only a failure needs the budget: a success is recorded without reading the record
           local f = redis.pcall('HMGET', job_key, 'attempts', 'retries')
           if f.err then
             answer = 'lease_lost'
           else
-            retried = (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
+            retried = outcome == 'again' or (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
             -- a first delivery left no count (see hero_fetch): the next one must count from it
             if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
           end
@@ -2092,6 +2143,33 @@ local function hero_pause(keys, args)
   return moved
 end
 
+-- hero_cron: claim one tick of a recurring job, and fire it, atomically. Every broker computes
+-- the same next tick from the schedule; the first whose call finds the tick it expects in the
+-- next-tick hash moves it on (compare-and-set), and only that call submits the tick's job, so
+-- each tick fires once however many brokers run, and a broker that dies mid-pass leaves
+-- nothing half done (no lock, no TTL to lapse).
+-- KEYS[1] cron next-tick hash  KEYS[2..9] hero_submit's keys for one job
+-- ARGV[1] name  ARGV[2] the tick the caller expects ('' before the first)
+-- ARGV[3] the tick after it  ARGV[4] 'fire' (submit the job) or 'skip' (move on only: a tick
+--   missed under the skip policy, or the first claim)
+-- ARGV[5..] hero_submit's arguments for one job
+-- Counts in the hash: `<name>|fires` (ticks fired) and `<name>|last` (the last tick fired).
+-- Returns: {'claimed', the next tick} or {'taken', the tick another broker moved it to}.
+-- Errors: those of hero_submit (then nothing is claimed).
+local function hero_cron(keys, args)
+  local next_hash, name, expected, after, action = keys[1], args[1], args[2], args[3], args[4]
+  local current = redis.call('HGET', next_hash, name) or ''
+  if current ~= expected then return { 'taken', current } end
+  if action == 'fire' then
+    local r = hero_submit({ unpack(keys, 2) }, { unpack(args, 5) })
+    if r.err then return r end
+    redis.call('HINCRBY', next_hash, name .. '|fires', 1)
+    redis.call('HSET', next_hash, name .. '|last', expected)
+  end
+  redis.call('HSET', next_hash, name, after)
+  return { 'claimed', after }
+end
+
 redis.register_function('hero_v23_version', hero_version)
 redis.register_function('hero_v23_submit', hero_submit)
 redis.register_function('hero_v23_fetch', hero_fetch)
@@ -2108,3 +2186,4 @@ redis.register_function('hero_v23_dead', hero_dead)
 redis.register_function('hero_v23_requeue', hero_requeue)
 redis.register_function('hero_v23_fix', hero_fix)
 redis.register_function('hero_v23_pause', hero_pause)
+redis.register_function('hero_v23_cron', hero_cron)

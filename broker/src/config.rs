@@ -32,6 +32,8 @@ pub struct BrokerConfig {
     pub promote_poll: Duration,
     /// How often jobs past their retention are deleted.
     pub retention_poll: Duration,
+    /// How often recurring jobs are looked at (a tick fires at most this late).
+    pub cron_poll: Duration,
     /// Legacy bridge mappings (SPEC §6).
     pub bridges: Vec<crate::bridge::BridgeMapping>,
     /// Compatibility mode: completions also answer `hero:reply:<id>` the seed-001 way.
@@ -59,6 +61,7 @@ impl Default for BrokerConfig {
             presence_poll: Duration::from_millis(250),
             promote_poll: Duration::from_millis(100),
             retention_poll: Duration::from_millis(500),
+            cron_poll: Duration::from_millis(200),
             bridges: Vec::new(),
             legacy_replies: None,
             bridge_poll: Duration::from_millis(100),

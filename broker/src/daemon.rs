@@ -43,6 +43,11 @@ pub async fn run(
         tokio::spawn(retention::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(sample::run(client.clone(), stop.clone())),
+        tokio::spawn(crate::loops::cron::run(
+            client.clone(),
+            cfg.clone(),
+            stop.clone(),
+        )),
     ];
     let bridge = crate::bridge::run(client.clone(), cfg.clone(), stop.clone()).await;
     for t in tasks {

@@ -23,6 +23,7 @@ pub mod client;
 pub mod clock;
 mod coalesce;
 pub mod conn;
+pub mod cron;
 pub mod error;
 pub mod flow;
 pub mod function;

@@ -284,7 +284,10 @@ impl Client {
 /// Every queue's policy (one HGETALL), for the caches of workers and brokers. An entry that does
 /// not decode (written by hand) is skipped with a warning: it must not take every queue's
 /// policy with it.
-pub async fn read_policies(redis: &crate::conn::Redis, keys: &crate::keys::Keyspace) -> Result<Policies> {
+pub async fn read_policies(
+    redis: &crate::conn::Redis,
+    keys: &crate::keys::Keyspace,
+) -> Result<Policies> {
     let raw: Vec<(String, String)> = redis
         .query(redis::cmd("HGETALL").arg(keys.policy()))
         .await?;

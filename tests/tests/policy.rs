@@ -77,7 +77,10 @@ async fn a_failing_jobs_retries_follow_the_queues_back_off_and_budget() {
         .collect();
     assert_eq!(due.len(), 3, "{events:?}");
     for (got, want) in due.iter().zip([300i64, 600, 1200]) {
-        assert!((got - want).abs() <= 60, "retry due after {got} ms, policy says {want}: {due:?}");
+        assert!(
+            (got - want).abs() <= 60,
+            "retry due after {got} ms, policy says {want}: {due:?}"
+        );
     }
     // and each attempt started once its retry was due, not long after (promotion polls 20 ms)
     let starts: Vec<u64> = events
@@ -109,7 +112,11 @@ async fn a_failing_jobs_retries_follow_the_queues_back_off_and_budget() {
         }
     })
     .await;
-    assert!(first_error - began < 5_000, "timed out after {} ms", first_error - began);
+    assert!(
+        first_error - began < 5_000,
+        "timed out after {} ms",
+        first_error - began
+    );
 
     let (_, shown, _) = hero_cli(&url, &["queue", "show", "bo", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
@@ -177,7 +184,10 @@ async fn a_concurrency_limit_of_3_across_4_worker_processes_never_has_4_running(
         now += d;
         most = most.max(now);
     }
-    assert_eq!(most, 3, "at most 3 at once, and the limit was used: {spans:?}");
+    assert_eq!(
+        most, 3,
+        "at most 3 at once, and the limit was used: {spans:?}"
+    );
     let who: std::collections::HashSet<String> = jobs
         .iter()
         .map(|j| completed_by(&workers, j.id()))
@@ -187,8 +197,7 @@ async fn a_concurrency_limit_of_3_across_4_worker_processes_never_has_4_running(
 
 fn completed_by(workers: &[hero_testkit::Proc], id: &JobId) -> String {
     for (w, label) in workers.iter().zip(["A", "B", "C", "D"]) {
-        if w
-            .output()
+        if w.output()
             .iter()
             .any(|l| l.starts_with(&format!("completion {id} ")))
         {
@@ -214,6 +223,9 @@ async fn a_back_off_is_checked_when_it_is_set() {
         .await
         .unwrap_err();
     assert!(zero.to_string().contains("hero pause"), "{zero}");
-    let inst = client.set_policy("z/g/i", &Policy::default()).await.unwrap_err();
+    let inst = client
+        .set_policy("z/g/i", &Policy::default())
+        .await
+        .unwrap_err();
     assert!(inst.to_string().contains("not per instance"), "{inst}");
 }

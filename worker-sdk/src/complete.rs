@@ -102,7 +102,10 @@ async fn expire_by_policy(s: &Shared, sent: &[Finished], answers: &[Completion])
     let mut any = false;
     for (f, c) in sent.iter().zip(answers) {
         if let (Some(ms), Completion::Completed) = (f.retention_ms, c) {
-            pipe.cmd("PEXPIRE").arg(s.keys.job(&f.job_id)).arg(ms).ignore();
+            pipe.cmd("PEXPIRE")
+                .arg(s.keys.job(&f.job_id))
+                .arg(ms)
+                .ignore();
             any = true;
         }
     }

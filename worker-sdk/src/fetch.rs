@@ -195,11 +195,7 @@ async fn wait_for_entry(
 ) -> bool {
     let wake_block = Duration::from_secs(2);
     // a limited queue's slot frees without a new entry: look again soon
-    let block = if limited {
-        LIMITED_BLOCK
-    } else {
-        wake_block
-    };
+    let block = if limited { LIMITED_BLOCK } else { wake_block };
     if waker.is_none() {
         match s.redis.dedicated(wake_block).await {
             Ok(c) => *waker = Some(c),

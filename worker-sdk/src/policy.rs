@@ -61,7 +61,6 @@ impl PolicyCache {
             .min()
             .map(Duration::from_millis)
     }
-
 }
 
 /// The time limit of `job`: its own, or its queue's (`policy`) when it named none.

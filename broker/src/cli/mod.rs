@@ -9,6 +9,7 @@ mod actors;
 mod audit;
 mod broker;
 mod context;
+mod cron;
 mod dead;
 mod events;
 mod jobs;
@@ -108,6 +109,9 @@ pub enum Command {
     /// Dead letters: list, show, retry (atomically back into their queue), purge.
     #[command(subcommand)]
     Dead(DeadCommand),
+    /// Recurring jobs: add (cron expression or `every 30s`), list, remove, pause, resume.
+    #[command(subcommand)]
+    Cron(cron::CronCommand),
     /// Pause a queue: workers take no new job from it (running ones finish), submits still
     /// queue; lasts until `hero resume`, across restarts.
     Pause {
@@ -234,8 +238,18 @@ pub struct JobArgs {
     #[arg(long)]
     pub id: Option<String>,
     /// Start no earlier than this many ms from now.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["delay", "at"])]
     pub delay_ms: Option<u64>,
+    /// Run no sooner than this from now (e.g. 30s, 5m, 1h30m).
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "at")]
+    pub delay: Option<std::time::Duration>,
+    /// Run no sooner than this time (RFC 3339, e.g. 2026-12-01T08:00:00Z).
+    #[arg(long, value_parser = humantime::parse_rfc3339_weak)]
+    pub at: Option<std::time::SystemTime>,
+    /// A prerequisite (repeatable): the job waits until job <ID> finished, and fails if it
+    /// fails.
+    #[arg(long = "after", value_name = "ID")]
+    pub after: Vec<String>,
     /// Uniqueness key: while a job holding it is queued or running, queue nothing and print
     /// that job's id.
     #[arg(long, value_name = "KEY")]
@@ -389,6 +403,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Track { id, off } => jobs::track(g, id, !*off).await,
         Command::Pause { queue: q } => queue::pause(g, q, true).await,
         Command::Queue(cmd) => queue::queue(g, cmd).await,
+        Command::Cron(cmd) => cron::cron(g, cmd).await,
         Command::Resume { queue: q } => queue::pause(g, q, false).await,
     }
 }

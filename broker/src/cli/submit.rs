@@ -78,6 +78,15 @@ impl JobArgs {
         if let Some(d) = self.delay_ms {
             b = b.delay(Duration::from_millis(d));
         }
+        if let Some(d) = self.delay {
+            b = b.delay(d);
+        }
+        if let Some(at) = self.at {
+            b = b.run_at(at);
+        }
+        for id in &self.after {
+            b = b.after(id);
+        }
         if let Some(u) = &self.unique {
             b = b.unique(u);
         }

@@ -1,9 +1,10 @@
 //! The broker's periodic loops, each a pass over Redis repeated until the broker stops:
 //! [`recover`] (jobs of dead workers, idle deliveries), [`promote`] (due delayed jobs and
-//! retries), [`retention`] (ended jobs past their retention time). Stats and cron passes join
-//! them here. Every pass moves jobs only through server functions, so brokers never double a
+//! retries), [`retention`] (ended jobs past their retention time), [`sample`] (queue depth per
+//! minute), [`cron`] (the ticks of recurring jobs). Every pass moves jobs only through server functions, so brokers never double a
 //! move and a crash between two calls leaves each job in one place.
 
+pub mod cron;
 pub mod promote;
 pub mod recover;
 pub mod retention;

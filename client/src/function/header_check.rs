@@ -234,6 +234,10 @@ fn every_builder_follows_its_lua_header() {
         ),
         (Function::Pause, pause(&keys, "osis/io", true)),
         (
+            Function::Cron,
+            cron(&keys, "nightly", Some(1000), 2000, &job, true),
+        ),
+        (
             Function::Expire,
             expire(&keys, std::time::Duration::from_secs(1), 3),
         ),

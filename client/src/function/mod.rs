@@ -13,6 +13,7 @@ mod bridge_in;
 mod bridge_out;
 mod bridge_watch;
 mod complete;
+mod cron;
 mod dead;
 mod expire;
 mod fetch;
@@ -32,6 +33,7 @@ pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
 pub use complete::{CompleteBatch, Ending, Leased};
+pub use cron::cron;
 pub use dead::{dead, DeadAction};
 pub use expire::expire;
 pub use fetch::{fetch, fetch_limited};
@@ -89,10 +91,11 @@ pub enum Function {
     Requeue,
     Fix,
     Pause,
+    Cron,
 }
 
 impl Function {
-    pub const ALL: [Function; 16] = [
+    pub const ALL: [Function; 17] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -109,6 +112,7 @@ impl Function {
         Function::Requeue,
         Function::Fix,
         Function::Pause,
+        Function::Cron,
     ];
 
     /// The name without library and version, as the Lua source defines it (`hero_<short>`).
@@ -130,6 +134,7 @@ impl Function {
             Function::Requeue => "requeue",
             Function::Fix => "fix",
             Function::Pause => "pause",
+            Function::Cron => "cron",
         }
     }
 
@@ -152,6 +157,7 @@ impl Function {
             Function::Requeue => versioned!("requeue"),
             Function::Fix => versioned!("fix"),
             Function::Pause => versioned!("pause"),
+            Function::Cron => versioned!("cron"),
         }
     }
 
@@ -173,6 +179,7 @@ impl Function {
             Function::Requeue => include_str!("requeue.lua"),
             Function::Fix => include_str!("fix.lua"),
             Function::Pause => include_str!("pause.lua"),
+            Function::Cron => include_str!("cron.lua"),
         }
     }
 

@@ -7,20 +7,43 @@ use crate::new_job::NewJob;
 /// One call for all of `jobs`; `reply` asks for a run-and-wait reply. Decode the answer with
 /// [`crate::reply::SubmitReply::decode_many`].
 pub fn submit(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> Call {
-    let mut c = Call::new(Function::Submit, 6 + 2 * jobs.len());
-    c.key("delayed zset", keys.delayed())
-        .key("queue registry set", keys.queues())
-        .key("bridge registry hash", keys.bridge_registry())
-        .key("config hash", keys.config())
-        .key("event log", keys.events())
-        .key("stats hash", keys.stats());
-    for job in jobs {
-        c.key("job hash", keys.job(job.id())).key(
-            "its work stream",
-            keys.work(job.target(), job.record().priority),
-        );
+    let mut c = Call::new(Function::Submit, key_count(jobs));
+    for (label, k) in submit_keys(keys, jobs) {
+        c.key(label, k);
     }
     c.arg("consumer group", CONSUMER_GROUP);
+    push_jobs(&mut c, jobs, reply);
+    c
+}
+
+/// How many keys hero_submit takes for `jobs`.
+pub(super) fn key_count(jobs: &[NewJob]) -> usize {
+    6 + 2 * jobs.len()
+}
+
+/// hero_submit's keys for `jobs`, in order, with their header labels.
+pub(super) fn submit_keys(keys: &Keyspace, jobs: &[NewJob]) -> Vec<(&'static str, String)> {
+    let mut out = vec![
+        ("delayed zset", keys.delayed()),
+        ("queue registry set", keys.queues()),
+        ("bridge registry hash", keys.bridge_registry()),
+        ("config hash", keys.config()),
+        ("event log", keys.events()),
+        ("stats hash", keys.stats()),
+    ];
+    for job in jobs {
+        out.push(("job hash", keys.job(job.id())));
+        out.push((
+            "its work stream",
+            keys.work(job.target(), job.record().priority),
+        ));
+    }
+    out
+}
+
+/// hero_submit's arguments after the consumer group: per job its id, run-at, field count and
+/// fields.
+pub(super) fn push_jobs(c: &mut Call, jobs: &[NewJob], reply: bool) {
     for job in jobs {
         let fields = job.record().to_submit_fields();
         let payload = job.record().payload.as_deref();
@@ -38,5 +61,4 @@ pub fn submit(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> Call {
             c.rest("payload").rest(bytes);
         }
     }
-    c
 }

@@ -1,0 +1,331 @@
+//! Recurring jobs: a named schedule (a cron expression, or `every <duration>`) in an explicit
+//! time zone (UTC unless told), and the job each tick submits. Specs live in the hash
+//! [`Keyspace::cron`]; every broker computes the next tick and fires it through `hero_cron`,
+//! which claims the tick with a compare-and-set in Redis, so each tick fires once however many
+//! brokers run. A tick missed while no broker ran fires once on return (`catch-up`) or not at
+//! all (`skip`).
+
+use std::time::Duration;
+
+use chrono::TimeZone;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::function;
+use crate::new_job::NewJob;
+
+/// What a tick found missed when a broker got to it does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Missed {
+    /// Fire the missed tick once, then go on from now.
+    CatchUp,
+    /// Drop it, and go on from now.
+    #[default]
+    Skip,
+}
+
+impl Missed {
+    pub fn parse(s: &str) -> Result<Missed> {
+        match s {
+            "catch-up" | "catchup" => Ok(Missed::CatchUp),
+            "skip" => Ok(Missed::Skip),
+            other => Err(Error::InvalidInput(format!(
+                "missed-tick policy {other:?}: give catch-up or skip"
+            ))),
+        }
+    }
+}
+
+/// The job a tick submits.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobTemplate {
+    pub script_type: String,
+    pub script: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub retries: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+/// A recurring job.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CronJob {
+    pub name: String,
+    /// A cron expression (5 fields, or 6 with seconds first; `@hourly` and the like) or
+    /// `every <duration>` (`every 30s`: ticks at whole multiples of it since the epoch).
+    pub schedule: String,
+    /// An IANA zone name (`Europe/Amsterdam`) the cron expression is read in; `UTC` by default.
+    #[serde(default = "utc")]
+    pub tz: String,
+    #[serde(default)]
+    pub missed: Missed,
+    #[serde(default)]
+    pub paused: bool,
+    pub job: JobTemplate,
+}
+
+fn utc() -> String {
+    "UTC".into()
+}
+
+/// A parsed schedule: the next tick after any time.
+#[derive(Clone, Debug)]
+pub enum Schedule {
+    Every(Duration),
+    Cron(Box<croner::Cron>, chrono_tz::Tz),
+}
+
+impl Schedule {
+    pub fn parse(schedule: &str, tz: &str) -> Result<Schedule> {
+        let zone: chrono_tz::Tz = tz.parse().map_err(|_| {
+            Error::InvalidInput(format!(
+                "time zone {tz:?} is not an IANA zone name (e.g. UTC, Europe/Amsterdam)"
+            ))
+        })?;
+        if let Some(every) = schedule.trim().strip_prefix("every ") {
+            let d = humantime::parse_duration(every.trim()).map_err(|e| {
+                Error::InvalidInput(format!(
+                    "schedule {schedule:?}: {every:?} is not a duration ({e})"
+                ))
+            })?;
+            if d < Duration::from_secs(1) {
+                return Err(Error::InvalidInput(format!(
+                    "schedule {schedule:?}: the shortest interval is 1s"
+                )));
+            }
+            return Ok(Schedule::Every(d));
+        }
+        let cron: croner::Cron = schedule.parse().map_err(|e| {
+            Error::InvalidInput(format!(
+                "schedule {schedule:?} is not a cron expression ({e}) nor `every <duration>`"
+            ))
+        })?;
+        Ok(Schedule::Cron(Box::new(cron), zone))
+    }
+
+    /// The first tick strictly after `ms` (ms since the epoch).
+    pub fn next_after(&self, ms: u64) -> Option<u64> {
+        match self {
+            Schedule::Every(d) => {
+                let step = d.as_millis() as u64;
+                Some((ms / step + 1) * step)
+            }
+            Schedule::Cron(cron, zone) => {
+                let at = zone.timestamp_millis_opt(ms as i64).single()?;
+                let next = cron.find_next_occurrence(&at, false).ok()?;
+                u64::try_from(next.timestamp_millis()).ok()
+            }
+        }
+    }
+}
+
+impl CronJob {
+    /// Checks the spec: its name, schedule, zone and job.
+    pub fn validate(&self) -> Result<Schedule> {
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(Error::InvalidInput(format!(
+                "recurring job name {:?} is not 1-64 characters of [A-Za-z0-9_-]",
+                self.name
+            )));
+        }
+        let s = Schedule::parse(&self.schedule, &self.tz)?;
+        self.job_for(0)?;
+        Ok(s)
+    }
+
+    /// The job of the tick at `tick_ms`: its id names the recurring job and the tick, so a
+    /// tick's job is the same whoever builds it.
+    pub fn job_for(&self, tick_ms: u64) -> Result<NewJob> {
+        let t = &self.job;
+        let mut b = NewJob::builder(&t.script_type, &t.script)
+            .id(format!("cron-{}-{tick_ms}", self.name))
+            .retries(t.retries)
+            .tag(format!("cron:{}", self.name));
+        if let Some(g) = &t.group {
+            b = b.group(g);
+        }
+        if let Some(i) = &t.instance {
+            b = b.instance(i);
+        }
+        if let Some(p) = t.priority {
+            b = b.priority(p);
+        }
+        if let Some(s) = t.timeout_secs {
+            b = b.timeout(Duration::from_secs(s));
+        }
+        for tag in &t.tags {
+            b = b.tag(tag);
+        }
+        b.build()
+    }
+}
+
+/// A recurring job with where it stands.
+#[derive(Clone, Debug)]
+pub struct CronEntry {
+    pub job: CronJob,
+    /// The next tick (ms since the epoch), once a broker has claimed the first.
+    pub next_ms: Option<u64>,
+    /// Ticks fired so far.
+    pub fires: u64,
+    /// The last tick fired.
+    pub last_ms: Option<u64>,
+}
+
+impl CronEntry {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.job.name,
+            "schedule": self.job.schedule,
+            "tz": self.job.tz,
+            "missed": self.job.missed,
+            "paused": self.job.paused,
+            "job": self.job.job,
+            "next_ms": self.next_ms,
+            "fires": self.fires,
+            "last_ms": self.last_ms,
+        })
+    }
+}
+
+/// How one broker pass over the recurring jobs went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CronPass {
+    pub fired: u64,
+    pub skipped: u64,
+}
+
+impl Client {
+    /// Adds (or replaces) a recurring job. Its first tick is the first after the next broker
+    /// pass; a replaced one keeps its next tick.
+    pub async fn cron_add(&self, job: &CronJob) -> Result<()> {
+        job.validate()?;
+        let json = serde_json::to_string(job).map_err(|e| Error::protocol(e.to_string()))?;
+        self.redis()
+            .query::<()>(
+                redis::cmd("HSET")
+                    .arg(self.keys().cron())
+                    .arg(&job.name)
+                    .arg(json),
+            )
+            .await
+    }
+
+    /// Removes a recurring job; false when there was none of that name.
+    pub async fn cron_remove(&self, name: &str) -> Result<bool> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HDEL").arg(self.keys().cron()).arg(name);
+        pipe.cmd("HDEL")
+            .arg(self.keys().cron_next())
+            .arg(name)
+            .arg(format!("{name}|fires"))
+            .arg(format!("{name}|last"))
+            .ignore();
+        let r = self.redis().pipeline(&pipe).await?;
+        let removed = r
+            .into_iter()
+            .next()
+            .and_then(|v| v.ok())
+            .and_then(|v| redis::from_redis_value::<i64>(v).ok())
+            .unwrap_or(0);
+        Ok(removed > 0)
+    }
+
+    /// Pauses (`paused` true) or resumes a recurring job; a resumed one goes on from its next
+    /// tick after now (under its missed-tick policy). Errors when there is none of that name.
+    pub async fn cron_pause(&self, name: &str, paused: bool) -> Result<()> {
+        let mut all = self.cron_list().await?;
+        let Some(mut e) = all.drain(..).find(|e| e.job.name == name) else {
+            return Err(Error::InvalidInput(format!(
+                "no recurring job named {name:?} (see hero cron list)"
+            )));
+        };
+        e.job.paused = paused;
+        self.cron_add(&e.job).await
+    }
+
+    /// Every recurring job, sorted by name.
+    pub async fn cron_list(&self) -> Result<Vec<CronEntry>> {
+        let specs: Vec<(String, String)> = self
+            .redis()
+            .query(redis::cmd("HGETALL").arg(self.keys().cron()))
+            .await?;
+        let state: std::collections::HashMap<String, String> = self
+            .redis()
+            .query(redis::cmd("HGETALL").arg(self.keys().cron_next()))
+            .await?;
+        let num = |k: String| state.get(&k).and_then(|v| v.parse::<u64>().ok());
+        let mut out = Vec::new();
+        for (name, raw) in specs {
+            match serde_json::from_str::<CronJob>(&raw) {
+                Ok(job) => out.push(CronEntry {
+                    next_ms: num(name.clone()),
+                    fires: num(format!("{name}|fires")).unwrap_or(0),
+                    last_ms: num(format!("{name}|last")),
+                    job,
+                }),
+                Err(e) => {
+                    tracing::warn!(name, error = %e, "ignoring a recurring job that does not decode")
+                }
+            }
+        }
+        out.sort_by(|a, b| a.job.name.cmp(&b.job.name));
+        Ok(out)
+    }
+
+    /// One broker pass: every recurring job whose tick is due is claimed and (under its
+    /// missed-tick policy) fired, each through one `hero_cron` call; a job seen for the first
+    /// time gets its first tick. `grace` is how late a tick may be and still count as on time
+    /// for the skip policy.
+    pub async fn cron_pass(&self, now_ms: u64, grace: Duration) -> Result<CronPass> {
+        let mut pass = CronPass::default();
+        for e in self.cron_list().await? {
+            if e.job.paused {
+                continue;
+            }
+            let Ok(schedule) = e.job.validate() else {
+                continue;
+            };
+            let Some(after_now) = schedule.next_after(now_ms) else {
+                continue;
+            };
+            let (fire, tick) = match e.next_ms {
+                None => (false, None),
+                Some(next) if next > now_ms => continue,
+                Some(next) => {
+                    let late = now_ms - next;
+                    (
+                        e.job.missed == Missed::CatchUp || late <= grace.as_millis() as u64,
+                        Some(next),
+                    )
+                }
+            };
+            let job = e.job.job_for(tick.unwrap_or(0))?;
+            let call = function::cron(self.keys(), &e.job.name, tick, after_now, &job, fire);
+            let answer: Vec<String> = self.redis().query(&call).await?;
+            if answer.first().map(String::as_str) == Some("claimed") && tick.is_some() {
+                if fire {
+                    pass.fired += 1;
+                } else {
+                    pass.skipped += 1;
+                }
+            }
+        }
+        Ok(pass)
+    }
+}
