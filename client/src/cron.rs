@@ -280,7 +280,7 @@ impl Client {
                     job,
                 }),
                 Err(e) => {
-                    tracing::warn!(name, error = %e, "ignoring a recurring job that does not decode")
+                    tracing::warn!(name, error = %e, "ignoring a recurring job that does not decode");
                 }
             }
         }

@@ -52,9 +52,12 @@ pub fn pairs(v: Value) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// A job hash's text fields, and its payload's bytes.
+pub type Record = (Vec<(String, String)>, Option<Vec<u8>>);
+
 /// A job hash as HGETALL answers it, for [`crate::Job::from_record`]: the field/value pairs as
 /// text, except the `payload` field, whose bytes are taken as they are (MessagePack is binary).
-pub fn record(v: Value) -> Result<(Vec<(String, String)>, Option<Vec<u8>>)> {
+pub fn record(v: Value) -> Result<Record> {
     let items = match v {
         Value::Array(items) => items,
         Value::Nil => Vec::new(),

@@ -84,7 +84,7 @@ async fn a_paused_queue_starts_nothing_while_others_flow_and_resume_drains_it_at
     // resume: the worker, blocked since the pb jobs ended, wakes at once (its wait blocks 2 s)
     let resumed = Instant::now();
     client.resume("pa").await.unwrap();
-    let woke = wait_for("a paused job to start", LIMIT, || {
+    wait_for("a paused job to start", LIMIT, || {
         let client = client.clone();
         async move {
             let s = client.status(&JobId::new("pa-1").unwrap()).await.ok()?;
@@ -92,7 +92,6 @@ async fn a_paused_queue_starts_nothing_while_others_flow_and_resume_drains_it_at
         }
     })
     .await;
-    let _ = woke;
     let took = resumed.elapsed();
     assert!(took < Duration::from_millis(500), "woke after {took:?}");
     // (pa-grouped is for group io's workers: none runs here)

@@ -178,7 +178,7 @@ async fn a_concurrency_limit_of_3_across_4_worker_processes_never_has_4_running(
         .iter()
         .flat_map(|(s, f)| [(s + 20, 1), (f - 20, -1)])
         .collect();
-    points.sort();
+    points.sort_unstable();
     let (mut now, mut most) = (0, 0);
     for (_, d) in points {
         now += d;

@@ -10,7 +10,7 @@ use super::Global;
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum CronCommand {
     /// Add (or replace) a recurring job: `hero cron add nightly '0 3 * * *' --type osis 'script'`.
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// Every recurring job with its next tick and how often it fired.
     List,
     /// Remove a recurring job (the jobs it fired stay).

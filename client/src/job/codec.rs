@@ -89,7 +89,7 @@ impl Job {
     /// `payload` field's bytes as they are (MessagePack need not be UTF-8).
     pub fn from_record(
         key: &str,
-        (fields, payload): (Vec<(String, String)>, Option<Vec<u8>>),
+        (fields, payload): crate::reply::Record,
     ) -> Result<Job, DecodeError> {
         let mut job = Job::from_fields(key, fields)?;
         if payload.is_some() {
