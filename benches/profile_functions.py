@@ -107,7 +107,7 @@ def main():
         streams += [f"{STREAM}:prio:{p}" if p != 5 else STREAM for p in range(10)]
         fetched = []
         for _ in range(n // 25):
-            jobs, _, _ = r.fcall(fn("fetch"), len(streams) + 4, "hero:meta:queues", "hero:meta:config",
+            jobs, _, _, _ = r.fcall(fn("fetch"), len(streams) + 4, "hero:meta:queues", "hero:meta:config",
                                  "hero:meta:events", "hero:meta:stats", *streams, "workers", "bench:1:x", 25,
                                  "hero:job:", ISO, 0)
             fetched += [jobs[k:k + 3] for k in range(0, len(jobs), 3)]

@@ -125,7 +125,7 @@ def worker(r, args):
         if time.time() - last_beat > ttl_ms / 3000:
             heartbeat()
             last_beat = time.time()
-        jobs, dropped, cursors = r.fcall(fn("fetch"), len(streams) + 4, f"{NS}:meta:queues", f"{NS}:meta:config",
+        jobs, dropped, cursors, _limited = r.fcall(fn("fetch"), len(streams) + 4, f"{NS}:meta:queues", f"{NS}:meta:config",
                                          f"{NS}:meta:events", f"{NS}:meta:stats", *streams, GROUP, consumer, 1,
                                          f"{NS}:job:", iso(), 0)
         for k in range(0, len(jobs), 3):

@@ -33,7 +33,9 @@ fn queues_table(queues: &[QueueStats]) -> Markup {
                             td.n { (quantile(&q.run, 0.5)) }
                             td.n { (quantile(&q.run, 0.99)) }
                             td.n { (ms_text(q.oldest_waiting_ms)) }
-                            td { span.pill.ok { "active" } }
+                            td {
+                                @if q.paused { span.pill.wait { "paused" } } @else { span.pill.ok { "active" } }
+                            }
                         }
                     }
                 }
