@@ -556,6 +556,9 @@ local function entry_fields(f)
   return job_id, attempts, dual, wake
 end
 
+-- hero function library, shared helpers continued: dependencies (prerequisites and their
+-- dependents), used by hero_submit, hero_complete, hero_stop and hero_recover.
+
 -- Dependencies. A job submitted with prerequisites that have not all finished waits (status
 -- waiting, `deps_left` the number still unfinished) and is named in the dependents hash of
 -- each of them, `<ns>:deps:<prerequisite id>` (dependent id -> its work stream). The call that
@@ -567,6 +570,18 @@ end
 -- and a record's list never changes, so no cycle can form.
 local function deps_key(job_key, job_id)
   return string.sub(job_key, 1, #job_key - #job_id - 4) .. 'deps:' .. job_id
+end
+
+-- The count of jobs that have a dependents hash, `<ns>:meta:deps`, named after the config
+-- hash `<ns>:meta:config` every caller has: the hot completion asks it once per call, and looks
+-- for dependents only while it is above 0. It may only run high (a dependents hash deleted by
+-- hand), which costs the look, never a release.
+local function deps_count_key(config)
+  return string.match(config, '^(.*):[^:]*$') .. ':deps'
+end
+
+local function waiting_dependents(config)
+  return (tonumber(redis.call('GET', deps_count_key(config))) or 0) > 0
 end
 
 -- Releases the dependents of each job of `ended` ({job key, job id, ok}: ok true when it
@@ -582,6 +597,7 @@ local function release_dependents(ctx, ended)
     local deps = redis.pcall('HGETALL', dk)
     if not deps.err and #deps > 0 then
       redis.call('DEL', dk)
+      redis.call('DECR', deps_count_key(ctx.cfg.key))
       local prefix = string.sub(jk, 1, #jk - #jid)
       local reply_prefix = string.sub(prefix, 1, #prefix - 4) .. 'q:reply:' -- `<ns>:job:` -> `<ns>:q:reply:`
       for m = 1, #deps, 2 do
@@ -720,7 +736,7 @@ local function hero_submit(keys, args)
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once
-  local batch = {} -- job id -> its place in the batch, for prerequisites submitted with it
+  local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
@@ -737,6 +753,10 @@ local function hero_submit(keys, args)
       local job_key, job_id = keys[5 + 2 * i], args[pos]
       local prefix = string.sub(job_key, 1, #job_key - #job_id)
       local list, seen = {}, {}
+      if not batch then
+        batch = {}
+        for k = 1, i - 1 do batch[args[at[k]]] = true end
+      end
       if tonumber(args[pos + 1]) and tonumber(args[pos + 1]) > 0 then
         return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': a job with prerequisites cannot also be delayed')
       end
@@ -753,7 +773,7 @@ local function hero_submit(keys, args)
       deps = deps or {}
       deps[i] = list
     end
-    batch[args[pos]] = i
+    if batch then batch[args[pos]] = true end
     if uniq then
       unique = unique or {}
       unique[i] = { uniq, uttl }
@@ -807,7 +827,11 @@ local function hero_submit(keys, args)
       local prefix = string.sub(job_key, 1, #job_key - #job_id)
       for _, d in ipairs(deps[i]) do
         local s = redis.call('HGET', prefix .. d, 'status')
-        if s ~= 'finished' then redis.call('HSET', deps_key(prefix .. d, d), job_id, stream) end
+        if s ~= 'finished' then
+          local dk = deps_key(prefix .. d, d)
+          if redis.call('EXISTS', dk) == 0 then redis.call('INCR', deps_count_key(keys[4])) end
+          redis.call('HSET', dk, job_id, stream)
+        end
       end
       log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
@@ -1145,7 +1169,7 @@ end
 -- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
 -- gauge for a retry, and a `run` sample per job recorded.
 -- Dependents: the jobs waiting on those this call ends are released in it (release_if_any in
--- the prelude: one EXISTS for the batch when none has dependents).
+-- dependencies.lua); while no job anywhere has dependents, the call asks one GET and no more.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -1182,7 +1206,11 @@ local function hero_complete(keys, args)
     b.ids[k], b.jobs[k] = args[6 + 7 * i], i
   end
   local answers = {}
-  local ek, ei, eo = {}, {}, {} -- the jobs this call ends: key, id, finished (for dependents)
+  -- the jobs this call ends (key, id, finished), collected only while some job has dependents
+  -- (one GET for the call: a plain batch pays nothing per job)
+  local ek = nil
+  if waiting_dependents(keys[2]) then ek = {} end
+  local ei, eo = {}, {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]
     local finished = {} -- for the event log's shared entry of this stream
@@ -1236,16 +1264,20 @@ local function hero_complete(keys, args)
           else
             answer = 'completed'
             finished[#finished + 1] = args[10 + a]
-            local e = #ek + 1
-            ek[e], ei[e], eo[e] = job_key, args[10 + a], true
+            if ek then
+              local e = #ek + 1
+              ek[e], ei[e], eo[e] = job_key, args[10 + a], true
+            end
           end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
           if finish(job_key, args[10 + a], keys[9 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
-            local e = #ek + 1
-            ek[e], ei[e], eo[e] = job_key, args[10 + a], status == 'finished'
+            if ek then
+              local e = #ek + 1
+              ek[e], ei[e], eo[e] = job_key, args[10 + a], status == 'finished'
+            end
             if status == 'finished' then
               finished[#finished + 1] = args[10 + a]
             else
@@ -1279,10 +1311,12 @@ local function hero_complete(keys, args)
       tally(st, stream, 'delayed', retries)
     end
   end
-  local done = retained(keys[3], now_iso)
-  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = keys[6],
-    group = group }, ek, ei, eo)
-  flush_retained(done)
+  if ek then
+    local done = retained(keys[3], now_iso)
+    release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = keys[6],
+      group = group }, ek, ei, eo)
+    flush_retained(done)
+  end
   flush_stats(st)
   if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
   return answers

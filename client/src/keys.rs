@@ -244,6 +244,13 @@ impl Keyspace {
         format!("{}:meta:cron:next", self.prefix)
     }
 
+    /// String: how many jobs have a dependents hash (the functions derive it from
+    /// [`Keyspace::config`]: `<ns>:meta:deps`); a completion looks for dependents only while
+    /// it is above 0.
+    pub fn dependents_count(&self) -> String {
+        format!("{}:meta:deps", self.prefix)
+    }
+
     /// Sorted set: job id → run-at (ms) of delayed jobs and retries.
     pub fn delayed(&self) -> String {
         format!("{}:meta:delayed", self.prefix)
@@ -488,6 +495,15 @@ mod tests {
             (k.presence_pattern(), "hero:meta:actor:inst:*"),
             (k.consumers(), "hero:meta:consumers"),
             (k.queues(), "hero:meta:queues"),
+            // the functions derive these from the registry's, the config's and a job's names
+            (k.paused_queues(), "hero:meta:queues:paused"),
+            (k.paused_names(), "hero:meta:queues:paused:names"),
+            (k.dependents_count(), "hero:meta:deps"),
+            (k.dependents(&id), "hero:deps:abc"),
+            (k.policy(), "hero:meta:policy"),
+            (k.limit("osis/io"), "hero:meta:limit:osis/io"),
+            (k.cron(), "hero:meta:cron"),
+            (k.cron_next(), "hero:meta:cron:next"),
             (k.delayed(), "hero:meta:delayed"),
             (k.dead_letter(), "hero:meta:dead"),
             (k.retention(), "hero:meta:retention"),

@@ -31,7 +31,7 @@
 -- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
 -- gauge for a retry, and a `run` sample per job recorded.
 -- Dependents: the jobs waiting on those this call ends are released in it (release_if_any in
--- the prelude: one EXISTS for the batch when none has dependents).
+-- dependencies.lua); while no job anywhere has dependents, the call asks one GET and no more.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -68,7 +68,11 @@ local function hero_complete(keys, args)
     b.ids[k], b.jobs[k] = args[6 + 7 * i], i
   end
   local answers = {}
-  local ek, ei, eo = {}, {}, {} -- the jobs this call ends: key, id, finished (for dependents)
+  -- the jobs this call ends (key, id, finished), collected only while some job has dependents
+  -- (one GET for the call: a plain batch pays nothing per job)
+  local ek = nil
+  if waiting_dependents(keys[2]) then ek = {} end
+  local ei, eo = {}, {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]
     local finished = {} -- for the event log's shared entry of this stream
@@ -122,16 +126,20 @@ local function hero_complete(keys, args)
           else
             answer = 'completed'
             finished[#finished + 1] = args[10 + a]
-            local e = #ek + 1
-            ek[e], ei[e], eo[e] = job_key, args[10 + a], true
+            if ek then
+              local e = #ek + 1
+              ek[e], ei[e], eo[e] = job_key, args[10 + a], true
+            end
           end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
           if finish(job_key, args[10 + a], keys[9 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
             answer = 'completed'
-            local e = #ek + 1
-            ek[e], ei[e], eo[e] = job_key, args[10 + a], status == 'finished'
+            if ek then
+              local e = #ek + 1
+              ek[e], ei[e], eo[e] = job_key, args[10 + a], status == 'finished'
+            end
             if status == 'finished' then
               finished[#finished + 1] = args[10 + a]
             else
@@ -165,10 +173,12 @@ local function hero_complete(keys, args)
       tally(st, stream, 'delayed', retries)
     end
   end
-  local done = retained(keys[3], now_iso)
-  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = keys[6],
-    group = group }, ek, ei, eo)
-  flush_retained(done)
+  if ek then
+    local done = retained(keys[3], now_iso)
+    release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = keys[6],
+      group = group }, ek, ei, eo)
+    flush_retained(done)
+  end
   flush_stats(st)
   if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
   return answers

@@ -70,7 +70,12 @@ pub const LIBRARY_VERSION: &str = version!();
 /// The library's name for FUNCTION LOAD / DELETE / LIST.
 pub const LIBRARY_NAME: &str = concat!("hero_v", version!());
 
-const PRELUDE: &str = include_str!("prelude.lua");
+/// The shared helpers every function may use: `prelude.lua`, then `dependencies.lua`.
+const PRELUDE: &str = concat!(
+    include_str!("prelude.lua"),
+    "\n",
+    include_str!("dependencies.lua")
+);
 
 /// One server-side function. The set is closed so the compiler checks every call site.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

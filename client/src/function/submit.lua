@@ -86,7 +86,7 @@ local function hero_submit(keys, args)
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once
-  local batch = {} -- job id -> its place in the batch, for prerequisites submitted with it
+  local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
@@ -103,6 +103,10 @@ local function hero_submit(keys, args)
       local job_key, job_id = keys[5 + 2 * i], args[pos]
       local prefix = string.sub(job_key, 1, #job_key - #job_id)
       local list, seen = {}, {}
+      if not batch then
+        batch = {}
+        for k = 1, i - 1 do batch[args[at[k]]] = true end
+      end
       if tonumber(args[pos + 1]) and tonumber(args[pos + 1]) > 0 then
         return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': a job with prerequisites cannot also be delayed')
       end
@@ -119,7 +123,7 @@ local function hero_submit(keys, args)
       deps = deps or {}
       deps[i] = list
     end
-    batch[args[pos]] = i
+    if batch then batch[args[pos]] = true end
     if uniq then
       unique = unique or {}
       unique[i] = { uniq, uttl }
@@ -173,7 +177,11 @@ local function hero_submit(keys, args)
       local prefix = string.sub(job_key, 1, #job_key - #job_id)
       for _, d in ipairs(deps[i]) do
         local s = redis.call('HGET', prefix .. d, 'status')
-        if s ~= 'finished' then redis.call('HSET', deps_key(prefix .. d, d), job_id, stream) end
+        if s ~= 'finished' then
+          local dk = deps_key(prefix .. d, d)
+          if redis.call('EXISTS', dk) == 0 then redis.call('INCR', deps_count_key(keys[4])) end
+          redis.call('HSET', dk, job_id, stream)
+        end
       end
       log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'

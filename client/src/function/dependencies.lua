@@ -1,0 +1,84 @@
+-- hero function library, shared helpers continued: dependencies (prerequisites and their
+-- dependents), used by hero_submit, hero_complete, hero_stop and hero_recover.
+
+-- Dependencies. A job submitted with prerequisites that have not all finished waits (status
+-- waiting, `deps_left` the number still unfinished) and is named in the dependents hash of
+-- each of them, `<ns>:deps:<prerequisite id>` (dependent id -> its work stream). The call that
+-- ends a prerequisite releases its dependents in the same call (release_dependents): finished,
+-- each one's count goes down and the one that reaches 0 is queued; ended error, each one ends
+-- error `dependency failed: <id>`, and so do theirs, transitively. A call that ends jobs asks
+-- whether any of them has dependents with one EXISTS over their hashes, so a job without any
+-- costs its call nothing per job. Prerequisites must exist when their dependent is submitted,
+-- and a record's list never changes, so no cycle can form.
+local function deps_key(job_key, job_id)
+  return string.sub(job_key, 1, #job_key - #job_id - 4) .. 'deps:' .. job_id
+end
+
+-- The count of jobs that have a dependents hash, `<ns>:meta:deps`, named after the config
+-- hash `<ns>:meta:config` every caller has: the hot completion asks it once per call, and looks
+-- for dependents only while it is above 0. It may only run high (a dependents hash deleted by
+-- hand), which costs the look, never a release.
+local function deps_count_key(config)
+  return string.match(config, '^(.*):[^:]*$') .. ':deps'
+end
+
+local function waiting_dependents(config)
+  return (tonumber(redis.call('GET', deps_count_key(config))) or 0) > 0
+end
+
+-- Releases the dependents of each job of `ended` ({job key, job id, ok}: ok true when it
+-- finished, false when it ended error). `ctx`: cfg, log, st (stats), done (retained), now_iso,
+-- and, to queue a released job, registry and group. A dependent failed here releases its own
+-- dependents (failing them), breadth first, so a chain of any length ends in this one call.
+local function release_dependents(ctx, ended)
+  local k = 1
+  while k <= #ended do
+    local jk, jid, ok = ended[k][1], ended[k][2], ended[k][3]
+    k = k + 1
+    local dk = deps_key(jk, jid)
+    local deps = redis.pcall('HGETALL', dk)
+    if not deps.err and #deps > 0 then
+      redis.call('DEL', dk)
+      redis.call('DECR', deps_count_key(ctx.cfg.key))
+      local prefix = string.sub(jk, 1, #jk - #jid)
+      local reply_prefix = string.sub(prefix, 1, #prefix - 4) .. 'q:reply:' -- `<ns>:job:` -> `<ns>:q:reply:`
+      for m = 1, #deps, 2 do
+        local d, stream = deps[m], deps[m + 1]
+        local dkey = prefix .. d
+        local f = redis.pcall('HMGET', dkey, 'status', 'reply')
+        if not f.err and f[1] == 'waiting' then
+          if ok then
+            if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
+              append(stream, ctx.group, ctx.registry, d)
+              redis.call('HSET', dkey, 'status', 'dispatched', 'updated_at', ctx.now_iso)
+              redis.call('HDEL', dkey, 'deps_left')
+              log_event(ctx.log, 'dispatched', d, stream, nil, nil, 'prerequisites finished')
+            end
+          else
+            local reason = 'dependency failed: ' .. jid
+            redis.call('HDEL', dkey, 'deps_left')
+            finish(dkey, d, reply_prefix .. d, ctx.cfg, 'error', reason, f[2], ctx.now_iso, ctx.done)
+            log_event(ctx.log, 'error', d, stream, nil, nil, reason)
+            tally(ctx.st, stream, 'failed', 1, true)
+            ended[#ended + 1] = { dkey, d, false }
+          end
+        end
+      end
+    end
+  end
+end
+
+-- Releases the dependents of the jobs a call ended, when any has some: `jk`, `ji` their keys
+-- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
+-- not a table per job: a hot call ends many).
+local function release_if_any(ctx, jk, ji, ok)
+  if #jk == 0 then return end
+  local ks = {}
+  for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
+  local n = 0
+  in_runs(ks, function(from, to) n = n + redis.call('EXISTS', unpack(ks, from, to)) end)
+  if n == 0 then return end
+  local ended = {}
+  for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+  release_dependents(ctx, ended)
+end
