@@ -630,7 +630,7 @@ end
 -- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
 -- not a table per job: a hot call ends many).
 local function release_if_any(ctx, jk, ji, ok)
-  if #jk == 0 then return end
+  if #jk == 0 or not waiting_dependents(ctx.cfg.key) then return end
   local ks = {}
   for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
   local n = 0
@@ -1703,6 +1703,7 @@ end
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
 -- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget.
+-- Dependents of a job a legacy actor ended (or that was dead-lettered here) are released with it.
 -- Returns: {ended, requeued, failed, next rank (0 when the whole set was seen)}
 -- Errors: none of its own.
 local function hero_bridge_watch(keys, args)
@@ -1715,6 +1716,7 @@ local function hero_bridge_watch(keys, args)
   local st = stats(keys[9], now_iso)
   local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
   local ended, requeued, failed, removed = 0, 0, 0, 0
+  local ek, ei, eo = {}, {}, {} -- the jobs ended here, whose dependents are released with them
 
   -- the stream entry the legacy side held: acknowledged if the bridge read it (its delivery is
   -- the lease), else the unread entry of a dual-pushed job (the record names it) is deleted
@@ -1740,6 +1742,7 @@ local function hero_bridge_watch(keys, args)
       redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
       finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
       log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
+      ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false
       tally(st, stream, 'dead', 1, true)
       tally(st, stream, 'failed', 1, true)
       untrack(job_id)
@@ -1780,6 +1783,7 @@ local function hero_bridge_watch(keys, args)
       if not f[9] then
         redis.call('HSET', job_key, 'finished_at', now_iso, 'updated_at', now_iso)
         retain(done, job_key, job_id, cfg)
+        ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, status == 'finished'
         if f[7] == '1' then
           push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', true, false)
         end
@@ -1825,6 +1829,8 @@ local function hero_bridge_watch(keys, args)
         ' did not finish within ' .. timeout_s .. ' s')
     end
   end
+  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = registry,
+    group = group }, ek, ei, eo)
   flush_retained(done)
   flush_stats(st)
   local next_rank = 0

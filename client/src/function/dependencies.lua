@@ -72,7 +72,7 @@ end
 -- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
 -- not a table per job: a hot call ends many).
 local function release_if_any(ctx, jk, ji, ok)
-  if #jk == 0 then return end
+  if #jk == 0 or not waiting_dependents(ctx.cfg.key) then return end
   local ks = {}
   for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
   local n = 0
