@@ -114,6 +114,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         .collect();
     run_to_finish(&client, &jobs).await;
     queue_idle(&client, "idle", "idle", 2).await;
+    client.pause("idle").await.unwrap();
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
     let (_driver, b, profile) = browser(false).await;
 
@@ -132,6 +133,14 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         "1"
     );
     assert_eq!(text_of(&b, "#total-waiting").await, "2");
+    assert_eq!(
+        text_of(&b, "#queues tr[data-queue='idle'] td:last-child").await,
+        "paused"
+    );
+    assert_eq!(
+        text_of(&b, "#queues tr[data-queue='web'] td:last-child").await,
+        "active"
+    );
     shot(&b, "queues").await;
 
     // a job's page: record, output, history
