@@ -2210,7 +2210,7 @@ local function hero_cron(keys, args)
   return { 'claimed', after }
 end
 
-redis.register_function('hero_v23_version', hero_version)
+redis.register_function{function_name='hero_v23_version', callback=hero_version, flags={'no-writes'}}
 redis.register_function('hero_v23_submit', hero_submit)
 redis.register_function('hero_v23_fetch', hero_fetch)
 redis.register_function('hero_v23_complete', hero_complete)

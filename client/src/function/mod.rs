@@ -120,6 +120,12 @@ impl Function {
         Function::Cron,
     ];
 
+    /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
+    /// (deploy/redis/users.acl's operator) may call it.
+    pub fn read_only(self) -> bool {
+        matches!(self, Function::Version)
+    }
+
     /// The name without library and version, as the Lua source defines it (`hero_<short>`).
     pub fn short(self) -> &'static str {
         match self {
@@ -230,7 +236,8 @@ pub struct Call {
 
 impl Call {
     pub(crate) fn new(f: Function, keys: usize) -> Call {
-        let mut cmd = redis::cmd("FCALL");
+        // the read-only functions go by FCALL_RO, which a read-only ACL user may send
+        let mut cmd = redis::cmd(if f.read_only() { "FCALL_RO" } else { "FCALL" });
         cmd.arg(f.name()).arg(keys);
         Call {
             cmd,
@@ -295,10 +302,17 @@ pub fn library_source_of(version: &str) -> String {
     }
     src.push('\n');
     for f in Function::ALL {
-        src.push_str(&format!(
-            "redis.register_function('hero_v{version}_{0}', hero_{0})\n",
-            f.short()
-        ));
+        if f.read_only() {
+            src.push_str(&format!(
+                "redis.register_function{{function_name='hero_v{version}_{0}', callback=hero_{0}, flags={{'no-writes'}}}}\n",
+                f.short()
+            ));
+        } else {
+            src.push_str(&format!(
+                "redis.register_function('hero_v{version}_{0}', hero_{0})\n",
+                f.short()
+            ));
+        }
     }
     src
 }
