@@ -211,3 +211,33 @@ fn the_systemd_units_verify_where_systemd_analyze_exists() {
         .collect();
     assert!(real.is_empty(), "systemd-analyze verify: {err}");
 }
+
+#[test]
+fn the_container_file_builds_where_a_container_engine_runs() {
+    let file = deploy("container/Containerfile");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("AS build") && text.contains("USER 10001"), "multi-stage, non-root");
+    let engine = ["docker", "podman"].into_iter().find(|e| {
+        std::process::Command::new(e)
+            .arg("info")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let Some(engine) = engine else {
+        eprintln!("skipped: no container engine runs here (docker info / podman info failed)");
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(engine)
+        .args(["build", "-q", "-f"])
+        .arg(&file)
+        .args(["-t", "hero-broker:test"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{engine} build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
