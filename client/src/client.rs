@@ -23,6 +23,8 @@ pub struct ClientOptions {
     pub namespace: String,
     /// Wrap the namespace in a hash tag (Redis Cluster).
     pub cluster: bool,
+    /// Certificates for a `rediss://` URL (else the system's roots, and no client certificate).
+    pub tls: crate::conn::Tls,
 }
 
 impl ClientOptions {
@@ -31,6 +33,7 @@ impl ClientOptions {
             url: url.into(),
             namespace: "hero".into(),
             cluster: false,
+            tls: crate::conn::Tls::default(),
         }
     }
 }
@@ -58,7 +61,7 @@ impl Client {
         } else {
             Keyspace::new(&ns)
         };
-        let redis = Redis::connect(&opts.url).await?;
+        let redis = Redis::connect_with(&opts.url, &opts.tls).await?;
         Ok(Client {
             redis,
             keys,

@@ -32,6 +32,47 @@ impl Capabilities {
     }
 }
 
+/// Certificates for TLS (`rediss://`): verification is always on; `ca` replaces the system's
+/// roots with the CA that signed the server's certificate, and `cert` with `key` is the client
+/// certificate for mutual TLS. PEM files.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tls {
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl Tls {
+    fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.cert.is_none() && self.key.is_none()
+    }
+
+    fn certificates(&self) -> Result<redis::TlsCertificates> {
+        let read = |what: &str, p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| {
+                Error::InvalidInput(format!("cannot read the TLS {what} {}: {e}", p.display()))
+            })
+        };
+        let client_tls = match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                client_cert: read("client certificate", c)?,
+                client_key: read("client key", k)?,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(Error::InvalidInput(
+                    "a TLS client certificate needs its key, and a key its certificate: give both --tls-cert and --tls-key".into(),
+                ))
+            }
+        };
+        let root_cert = self.ca.as_deref().map(|p| read("CA file", p)).transpose()?;
+        Ok(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        })
+    }
+}
+
 /// A handle on one Redis deployment. Cheap to clone.
 #[derive(Clone)]
 pub struct Redis {
@@ -53,11 +94,37 @@ impl Redis {
     /// Connects, checks the server answers, detects its capabilities and loads the function
     /// library when it is missing or stale.
     pub async fn connect(url: &str) -> Result<Redis> {
-        let unreachable = |reason: String| Error::Unreachable {
-            url: redacted(url),
-            reason,
+        Self::connect_with(url, &Tls::default()).await
+    }
+
+    /// [`Redis::connect`] with certificates for a `rediss://` URL.
+    pub async fn connect_with(url: &str, tls: &Tls) -> Result<Redis> {
+        let unreachable = |reason: String| {
+            // a refused certificate is not an unreachable server: say what to fix
+            if reason.contains("certificate") || reason.contains("UnknownIssuer") {
+                Error::Tls {
+                    url: redacted(url),
+                    reason,
+                }
+            } else {
+                Error::Unreachable {
+                    url: redacted(url),
+                    reason,
+                }
+            }
         };
-        let client = redis::Client::open(url).map_err(|e| unreachable(e.to_string()))?;
+        let client = if tls.is_empty() {
+            redis::Client::open(url)
+        } else {
+            if !url.starts_with("rediss://") {
+                return Err(Error::InvalidInput(format!(
+                    "TLS certificates were given for {}, which is not a rediss:// URL",
+                    redacted(url)
+                )));
+            }
+            redis::Client::build_with_tls(url, tls.certificates()?)
+        }
+        .map_err(|e| unreachable(e.to_string()))?;
         // No pool: a pool would check every connection it hands out with a PING round trip,
         // doubling the latency of each call, while one multiplexed socket already carries any
         // number of concurrent calls.

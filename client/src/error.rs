@@ -37,6 +37,9 @@ pub enum Error {
     #[error("cannot reach Redis at {url}: {reason}. Is redis-server running there? Set --redis-url or HERO_REDIS_URL")]
     Unreachable { url: String, reason: String },
 
+    #[error("TLS with Redis at {url} failed: {reason}. Give the CA that signed the server's certificate with --tls-ca (HERO_TLS_CA), and a client certificate with --tls-cert and --tls-key when the server asks for one")]
+    Tls { url: String, reason: String },
+
     #[error("Redis command failed: {0}")]
     Redis(redis::RedisError),
 

@@ -216,7 +216,10 @@ fn the_systemd_units_verify_where_systemd_analyze_exists() {
 fn the_container_file_builds_where_a_container_engine_runs() {
     let file = deploy("container/Containerfile");
     let text = std::fs::read_to_string(&file).unwrap();
-    assert!(text.contains("AS build") && text.contains("USER 10001"), "multi-stage, non-root");
+    assert!(
+        text.contains("AS build") && text.contains("USER 10001"),
+        "multi-stage, non-root"
+    );
     let engine = ["docker", "podman"].into_iter().find(|e| {
         std::process::Command::new(e)
             .arg("info")

@@ -27,6 +27,11 @@ pub(super) fn resolve_url(global: &Global) -> String {
 pub(super) async fn connect(global: &Global, url: &str) -> Result<Client> {
     let mut opts = ClientOptions::new(url);
     opts.namespace = global.namespace.clone();
+    opts.tls = hero_client::conn::Tls {
+        ca: global.tls_ca.clone(),
+        cert: global.tls_cert.clone(),
+        key: global.tls_key.clone(),
+    };
     Ok(Client::with_options(opts).await?)
 }
 

@@ -52,6 +52,28 @@ pub struct Global {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     pub json: bool,
+    /// For a rediss:// URL: the CA (PEM) that signed the server's certificate, instead of the
+    /// system's roots. The certificate is always verified.
+    #[arg(long, global = true, env = "HERO_TLS_CA", value_name = "PEM")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// For a rediss:// URL: a client certificate (PEM), when the server asks for one.
+    #[arg(
+        long,
+        global = true,
+        env = "HERO_TLS_CERT",
+        value_name = "PEM",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(
+        long,
+        global = true,
+        env = "HERO_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Export trace spans over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off
     /// when unset.
     #[arg(
