@@ -1,13 +1,14 @@
 //! `hero`: parse the command line, run the command, map errors to a message and exit code 2.
 
-use clap::Parser;
-
 // glibc's malloc showed as a tenth of the worker's CPU in profiles; mimalloc halves that.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let cli = hero_broker::cli::Cli::parse();
+    let cli = match hero_broker::cli::file::parse(std::env::args_os().collect()) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let telemetry = match hero_broker::telemetry::init(cli.global.otlp.as_deref()) {
         Ok(t) => t,
         Err(e) => {

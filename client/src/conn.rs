@@ -270,7 +270,8 @@ fn broken(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal()
 }
 
-fn redacted(url: &str) -> String {
+/// The URL with its user and password masked, for messages and `hero config show`.
+pub fn redacted(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}***{}", &url[..scheme + 3], &url[at..])

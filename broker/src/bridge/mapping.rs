@@ -153,10 +153,20 @@ impl FromStr for BridgeMapping {
     }
 }
 
-/// The parts of the broker's TOML config file this module reads.
+/// The parts of the TOML configuration file this module reads: the mappings and the switch,
+/// in the `[broker]` table or (the older layout) at the top. The file's other keys are
+/// checked by `cli::file`.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
 struct FileConfig {
+    legacy_replies: Option<bool>,
+    #[serde(default)]
+    bridge: Vec<FileMapping>,
+    #[serde(default)]
+    broker: Option<BrokerTable>,
+}
+
+#[derive(Deserialize, Default)]
+struct BrokerTable {
     legacy_replies: Option<bool>,
     #[serde(default)]
     bridge: Vec<FileMapping>,
@@ -195,7 +205,12 @@ pub fn load_file(path: &Path) -> Result<(Vec<BridgeMapping>, Option<bool>), Brid
     let text = std::fs::read_to_string(path).map_err(|e| file_err(e.to_string()))?;
     let cfg: FileConfig = toml::from_str(&text).map_err(|e| file_err(e.to_string()))?;
     let mut mappings = Vec::new();
-    for m in cfg.bridge {
+    let (mut listed, mut legacy_replies) = (cfg.bridge, cfg.legacy_replies);
+    if let Some(b) = cfg.broker {
+        listed.extend(b.bridge);
+        legacy_replies = b.legacy_replies.or(legacy_replies);
+    }
+    for m in listed {
         let direction = match m.direction.as_deref() {
             None => Direction::Both,
             Some(d) => Direction::parse(d).ok_or_else(|| BridgeConfigError::Mapping {
@@ -221,7 +236,7 @@ pub fn load_file(path: &Path) -> Result<(Vec<BridgeMapping>, Option<bool>), Brid
             pickup,
         )?);
     }
-    Ok((mappings, cfg.legacy_replies))
+    Ok((mappings, legacy_replies))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::{BrokerArgs, Global};
 use crate::config::BrokerConfig;
 
 pub(super) async fn broker(g: &Global, args: &BrokerArgs) -> Result<i32> {
-    let cfg = args.config()?;
+    let cfg = args.config(g.config.as_deref())?;
     let http = args.http_config()?;
     let client = connect(g, &resolve_url(g)).await?;
     let stop = signal_token().await;
@@ -42,14 +42,14 @@ impl BrokerArgs {
         )?)
     }
 
-    pub(super) fn config(&self) -> Result<BrokerConfig> {
+    pub(super) fn config(&self, file: Option<&std::path::Path>) -> Result<BrokerConfig> {
         if self.max_attempts == 0 {
             bail!("--max-attempts must be at least 1");
         }
         if self.lease_ms < 300 {
             bail!("--lease-ms must be at least 300");
         }
-        let (mut bridges, mut legacy_replies) = match &self.config {
+        let (mut bridges, mut legacy_replies) = match file {
             Some(path) => crate::bridge::load_file(path)?,
             None => (Vec::new(), None),
         };

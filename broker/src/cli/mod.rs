@@ -8,10 +8,12 @@
 mod actors;
 mod audit;
 mod broker;
+mod config_show;
 mod context;
 mod cron;
 mod dead;
 mod events;
+pub mod file;
 mod jobs;
 mod queue;
 mod queues;
@@ -52,6 +54,10 @@ pub struct Global {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     pub json: bool,
+    /// A TOML configuration file: global flags at the top, a table per command ([broker],
+    /// [worker], ...); flags and HERO_* variables override it (docs/configuration.md).
+    #[arg(long, global = true, env = "HERO_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// For a rediss:// URL: the CA (PEM) that signed the server's certificate, instead of the
     /// system's roots. The certificate is always verified.
     #[arg(long, global = true, env = "HERO_TLS_CA", value_name = "PEM")]
@@ -134,6 +140,10 @@ pub enum Command {
     /// Recurring jobs: add (cron expression or `every 30s`), list, remove, pause, resume.
     #[command(subcommand)]
     Cron(cron::CronCommand),
+    /// The merged configuration (flags, HERO_* variables, --config file, defaults) of every
+    /// command, secrets masked.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Pause a queue: workers take no new job from it (running ones finish), submits still
     /// queue; lasts until `hero resume`, across restarts.
     Pause {
@@ -149,6 +159,12 @@ pub enum Command {
         /// <type>[/<group>[/<instance>]], as it was paused.
         queue: String,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Print the settings `hero broker` and `hero worker` would run with.
+    Show,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -180,9 +196,6 @@ pub struct BrokerArgs {
     /// Also answer hero:reply:<id> the seed-001 way (default: on when any mapping is set).
     #[arg(long, value_name = "on|off", value_parser = broker::on_off)]
     pub legacy_replies: Option<bool>,
-    /// TOML file with [[bridge]] mappings and legacy_replies (see docs/protocol.md).
-    #[arg(long, env = "HERO_CONFIG", value_name = "FILE")]
-    pub config: Option<std::path::PathBuf>,
     /// Serve the dashboard, the admin API and /metrics here (host:port), or `off`. A
     /// non-loopback address needs a token.
     #[arg(long, env = "HERO_HTTP", default_value = crate::http::DEFAULT_ADDR, value_name = "ADDR|off")]
@@ -426,6 +439,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Pause { queue: q } => queue::pause(g, q, true).await,
         Command::Queue(cmd) => queue::queue(g, cmd).await,
         Command::Cron(cmd) => cron::cron(g, cmd).await,
+        Command::Config(ConfigCommand::Show) => config_show::show(g),
         Command::Resume { queue: q } => queue::pause(g, q, false).await,
     }
 }

@@ -8,7 +8,7 @@ use super::{Global, UpArgs, WorkerArgs};
 use crate::local_redis::LocalRedis;
 
 pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
-    let cfg = args.broker.config()?;
+    let cfg = args.broker.config(g.config.as_deref())?;
     let http = args.broker.http_config()?;
     let base = std::env::current_dir()?;
     let (url, local) = match &g.redis_url {
