@@ -25,6 +25,9 @@ pub struct ClientOptions {
     pub cluster: bool,
     /// Certificates for a `rediss://` URL (else the system's roots, and no client certificate).
     pub tls: crate::conn::Tls,
+    /// Replicated acknowledgements: a call that writes returns Ok only once this many replicas
+    /// hold it (`WAIT`), else [`crate::Error::NotReplicated`] (0: off).
+    pub replicas: crate::conn::Replicas,
 }
 
 impl ClientOptions {
@@ -34,6 +37,7 @@ impl ClientOptions {
             namespace: "hero".into(),
             cluster: false,
             tls: crate::conn::Tls::default(),
+            replicas: crate::conn::Replicas::default(),
         }
     }
 }
@@ -61,7 +65,8 @@ impl Client {
         } else {
             Keyspace::new(&ns)
         };
-        let redis = Redis::connect_with(&opts.url, &opts.tls).await?;
+        let mut redis = Redis::connect_with(&opts.url, &opts.tls).await?;
+        redis.set_replicas(opts.replicas);
         Ok(Client {
             redis,
             keys,

@@ -83,6 +83,16 @@ pub struct Redis {
     /// [`crate::wire`]); None: through `shared`.
     lane: Option<Arc<Lane>>,
     caps: Capabilities,
+    replicas: Replicas,
+}
+
+/// Replicated acknowledgements: with `wanted` above 0 every call that writes (an FCALL, not an
+/// FCALL_RO) is followed in the same round trip by `WAIT wanted timeout`, and answers
+/// [`Error::NotReplicated`] when fewer replicas than that acknowledged it in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replicas {
+    pub wanted: u32,
+    pub timeout: Duration,
 }
 
 /// How long one command may take before the connection is considered broken. Generous:
@@ -147,6 +157,7 @@ impl Redis {
             shared,
             lane: lane.map(Arc::new),
             caps: Capabilities::default(),
+            replicas: Replicas::default(),
         };
         let mut conn = redis.conn();
         let info: Value = redis::cmd("COMMAND")
@@ -166,6 +177,11 @@ impl Redis {
 
     pub fn caps(&self) -> Capabilities {
         self.caps
+    }
+
+    /// Asks for replicated acknowledgements from now on (see [`Replicas`]).
+    pub fn set_replicas(&mut self, replicas: Replicas) {
+        self.replicas = replicas;
     }
 
     /// The shared connection for non-blocking commands (cheap to clone).
@@ -194,6 +210,14 @@ impl Redis {
     /// idempotent on the id, complete is fenced by the lease, and a fetch whose answer was lost
     /// leaves leased jobs that recovery hands out again.
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        if self.replicas.wanted > 0 && writes(cmd) {
+            let mut pipe = redis::pipe();
+            pipe.add_command(cmd.clone());
+            let mut results = self.pipeline(&pipe).await?;
+            let reply = results.pop().unwrap_or(Ok(Value::Nil))?;
+            return redis::from_redis_value(reply)
+                .map_err(|e| Error::protocol(format!("unexpected reply: {e}")));
+        }
         let first = match self.send(cmd).await {
             Err(e) if broken(&e) => self.send(cmd).await,
             other => other,
@@ -227,6 +251,32 @@ impl Redis {
             // nothing to send; redis-rs refuses an empty pipeline
             return Ok(Vec::new());
         }
+        if self.replicas.wanted > 0 && !pipe.is_transaction() && pipe.cmd_iter().any(writes) {
+            // the WAIT rides in the same round trip, on the same connection, after the writes
+            let mut with_wait = pipe.clone();
+            with_wait
+                .cmd("WAIT")
+                .arg(self.replicas.wanted)
+                .arg(self.replicas.timeout.as_millis() as u64);
+            let mut results = self.pipeline_once(&with_wait).await?;
+            let acked = match results.pop() {
+                Some(Ok(v)) => redis::from_redis_value::<u64>(v).unwrap_or(0),
+                Some(Err(e)) => return Err(e),
+                None => 0,
+            };
+            if acked < u64::from(self.replicas.wanted) {
+                return Err(Error::NotReplicated {
+                    wanted: self.replicas.wanted,
+                    got: acked,
+                    timeout: self.replicas.timeout,
+                });
+            }
+            return Ok(results);
+        }
+        self.pipeline_once(pipe).await
+    }
+
+    async fn pipeline_once(&self, pipe: &redis::Pipeline) -> Result<Vec<Result<Value>>> {
         let mut results = match self.send_pipeline(pipe).await {
             Err(e) if broken(&e) => self.send_pipeline(pipe).await?,
             other => other?,
@@ -263,6 +313,11 @@ impl Redis {
             }
         }
     }
+}
+
+/// A call that writes: an FCALL (FCALL_RO and plain reads need no replica's acknowledgement).
+fn writes(cmd: &redis::Cmd) -> bool {
+    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(a)) if a.eq_ignore_ascii_case(b"FCALL"))
 }
 
 /// The shared connection died under this call; the connection manager is reconnecting.

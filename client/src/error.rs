@@ -37,6 +37,13 @@ pub enum Error {
     #[error("cannot reach Redis at {url}: {reason}. Is redis-server running there? Set --redis-url or HERO_REDIS_URL")]
     Unreachable { url: String, reason: String },
 
+    #[error("written on the master but acknowledged by {got} of {wanted} replicas within {timeout:?}: if the master fails now, the write may be lost. Check the replicas (INFO replication), or ask for fewer with --min-replicas")]
+    NotReplicated {
+        wanted: u32,
+        got: u64,
+        timeout: Duration,
+    },
+
     #[error("TLS with Redis at {url} failed: {reason}. Give the CA that signed the server's certificate with --tls-ca (HERO_TLS_CA), and a client certificate with --tls-cert and --tls-key when the server asks for one")]
     Tls { url: String, reason: String },
 

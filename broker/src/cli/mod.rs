@@ -71,6 +71,18 @@ pub struct Global {
         requires = "tls_key"
     )]
     pub tls_cert: Option<std::path::PathBuf>,
+    /// Replicated acknowledgements: a call that writes (a submit, a completion, a broker's move)
+    /// succeeds only once this many replicas hold it (WAIT), else it fails loudly. 0: off.
+    #[arg(long, global = true, env = "HERO_MIN_REPLICAS", default_value_t = 0)]
+    pub min_replicas: u32,
+    /// How long a write waits for --min-replicas replicas (ms) before it fails.
+    #[arg(
+        long,
+        global = true,
+        env = "HERO_REPLICA_TIMEOUT_MS",
+        default_value_t = 1000
+    )]
+    pub replica_timeout_ms: u64,
     /// The client certificate's key (PEM).
     #[arg(
         long,
