@@ -366,6 +366,12 @@ local function covers(name, p)
   return i == '' or i == p.instance
 end
 
+-- Wakes the workers blocked on the registry's signal stream: `stream` joined the registry (new,
+-- or resumed). They watch only the streams that existed at their last fetch.
+local function announce(registry, stream)
+  redis.call('XADD', registry .. ':new', 'MAXLEN', '~', '100', '*', 's', stream)
+end
+
 -- Whether a paused name covers `stream`. Asked only when a stream joins the registry (a new
 -- stream, or one of a paused queue that a submit appended to), never on the hot path.
 local function paused_by(registry, stream)
@@ -397,9 +403,12 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
       else
         redis.pcall('XGROUP', 'CREATE', stream, group, '0')
       end
-      -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause)
+      -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause);
+      -- any other new stream is announced to the workers waiting without watching it
       if paused_by(registry, stream) then
         redis.call('SMOVE', registry, registry .. ':paused', stream)
+      else
+        announce(registry, stream)
       end
     end
     if known then known[stream] = true end
@@ -914,7 +923,10 @@ end
 --         stopped, or already taken through another entry) or 'legacy' (a dual-pushed job a
 --         legacy actor took from its list first);
 --   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
---         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry;
+--         ('0-0' when empty), or '' for a stream not worth watching (not registered, no
+--         entries), then one more: the cursor of the registry's signal stream `<registry>:new`,
+--         which gets an entry whenever a stream is registered. XREAD BLOCK from these ids (the
+--         watched streams and the signal) wakes on any later entry, and on a new stream;
 --   limited: 1 when a concurrency limit held jobs back (no new entry will wake the caller
 --         when a slot frees: it looks again soon), else 0.
 -- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
@@ -1113,12 +1125,18 @@ local function hero_fetch(keys, args)
     -- something made it by hand with entries in it, which must not wake the worker at once,
     -- over and over: one EXISTS asks that of all of them (a worker names 30 streams a type; an
     -- XREVRANGE each cost Redis 10 calls a job at 5,000 jobs/s)
+    -- Only streams that can deliver are watched: a registered one (from its last entry, '0-0'
+    -- when empty) and one made by hand with entries; the others get '' (not watched: an XREAD
+    -- BLOCK over 30 streams cost Redis ~50 us a wake, most of it for streams that never get
+    -- an entry). A stream that appears later announces itself on the registry's signal stream
+    -- (`<registry>:new`, see append), whose cursor comes last.
     local unregistered, made = {}, 0
     for i = 1, n do
-      cursors[i] = '0-0'
+      cursors[i] = ''
       if last_read[i] then
         cursors[i] = last_read[i]
       elseif present[i] == 1 then
+        cursors[i] = '0-0'
         cursor_of(cursors, i, keys[i + 4])
       else
         unregistered[#unregistered + 1] = keys[i + 4]
@@ -1132,6 +1150,8 @@ local function hero_fetch(keys, args)
         if present[i] ~= 1 then cursor_of(cursors, i, keys[i + 4]) end
       end
     end
+    cursors[n + 1] = '0-0'
+    cursor_of(cursors, n + 1, keys[1] .. ':new')
   end
   return { jobs, dropped, cursors, limited }
 end
@@ -2172,6 +2192,7 @@ local function hero_pause(keys, args)
         if not held then
           redis.call('SMOVE', paused, registry, s)
           if redis.call('XLEN', s) > 0 then redis.call('XADD', s, '*', 'w', '1') end
+          announce(registry, s)
           moved = moved + 1
         end
       end

@@ -202,6 +202,13 @@ impl Keyspace {
         format!("{}:meta:queues", self.prefix)
     }
 
+    /// Stream: one entry per work stream registered (`s` = the stream), capped at ~100: the
+    /// workers' wake-up waits watch it instead of every stream they could read (derived by the
+    /// functions from the registry's name).
+    pub fn queue_signal(&self) -> String {
+        format!("{}:meta:queues:new", self.prefix)
+    }
+
     /// Set: the work streams of paused queues, out of [`Keyspace::queues`] while paused (the
     /// functions derive it from the registry's name: keep the suffix).
     pub fn paused_queues(&self) -> String {
@@ -497,6 +504,7 @@ mod tests {
             (k.queues(), "hero:meta:queues"),
             // the functions derive these from the registry's, the config's and a job's names
             (k.paused_queues(), "hero:meta:queues:paused"),
+            (k.queue_signal(), "hero:meta:queues:new"),
             (k.paused_names(), "hero:meta:queues:paused:names"),
             (k.dependents_count(), "hero:meta:deps"),
             (k.dependents(&id), "hero:deps:abc"),

@@ -147,7 +147,10 @@ def worker(r, args):
             say(f"resend {job_id} {again}")
             done += 1
         if cursors and done < args.jobs:
-            r.xread(dict(zip(streams, cursors)), count=1, block=1000)
+            watch = {s: c for s, c in zip(streams, cursors) if c}
+            if len(cursors) > len(streams):  # the registry's signal stream: a new queue wakes us
+                watch[f"{NS}:meta:queues:new"] = cursors[-1]
+            r.xread(watch, count=1, block=1000)
     r.delete(presence)
     r.zrem(f"{NS}:meta:consumers", consumer)
 

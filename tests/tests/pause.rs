@@ -129,3 +129,33 @@ async fn a_pause_by_type_covers_its_groups_and_a_narrower_pause_outlasts_a_broad
     let bad = client.pause("pc prio 1").await.unwrap_err();
     assert!(bad.to_string().contains("without a priority"), "{bad}");
 }
+
+/// The wake-up wait watches only the streams that existed at the last fetch, and the
+/// registry's signal stream: a job on a stream that did not exist (a new priority level) still
+/// wakes the waiting worker at once, not after its 2 s block.
+#[tokio::test]
+async fn a_waiting_worker_wakes_at_once_for_a_job_on_a_stream_that_did_not_exist() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let first = jobs("nw", 1);
+    client.submit(&first[0]).await.unwrap();
+    let _w = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["nw"])
+            .handler(|j: hero_client::Job, _| async move { Outcome::Done(j.id.to_string()) }),
+    );
+    client.wait(first[0].id(), LIMIT).await.unwrap();
+    // the worker is blocked now; let it settle into its wait
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let urgent = NewJob::builder("nw", "x")
+        .id("nw-urgent")
+        .priority(0)
+        .build()
+        .unwrap();
+    let sent = Instant::now();
+    // run-and-wait: answered through the reply list the moment the job ends
+    let r = client.run(&urgent, LIMIT).await.unwrap();
+    assert_eq!(r.status, Status::Finished);
+    let took = sent.elapsed();
+    assert!(took < Duration::from_millis(500), "started {took:?} after its submit");
+}

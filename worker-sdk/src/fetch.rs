@@ -218,7 +218,22 @@ async fn wait_for_entry(
         .arg("BLOCK")
         .arg(block.as_millis() as u64)
         .arg("STREAMS");
-    cmd.arg(&s.streams).arg(cursors);
+    // the streams worth watching (the fetch gave '' for the others) and the registry's signal
+    // stream, which wakes this wait when a stream is registered
+    let signal = s.keys.queue_signal();
+    let mut watched: Vec<&str> = Vec::with_capacity(cursors.len());
+    let mut ids: Vec<&str> = Vec::with_capacity(cursors.len());
+    for (stream, id) in s.streams.iter().zip(cursors) {
+        if !id.is_empty() {
+            watched.push(stream);
+            ids.push(id);
+        }
+    }
+    if let Some(id) = cursors.get(s.streams.len()) {
+        watched.push(&signal);
+        ids.push(id);
+    }
+    cmd.arg(&watched).arg(&ids);
     let woke = tokio::select! {
         _ = stop.cancelled() => return false,
         r = cmd.query_async::<Value>(conn) => r,

@@ -31,7 +31,10 @@
 --         stopped, or already taken through another entry) or 'legacy' (a dual-pushed job a
 --         legacy actor took from its list first);
 --   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
---         ('0-0' when empty): XREAD BLOCK from these ids wakes on any later entry;
+--         ('0-0' when empty), or '' for a stream not worth watching (not registered, no
+--         entries), then one more: the cursor of the registry's signal stream `<registry>:new`,
+--         which gets an entry whenever a stream is registered. XREAD BLOCK from these ids (the
+--         watched streams and the signal) wakes on any later entry, and on a new stream;
 --   limited: 1 when a concurrency limit held jobs back (no new entry will wake the caller
 --         when a slot frees: it looks again soon), else 0.
 -- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
@@ -230,12 +233,18 @@ local function hero_fetch(keys, args)
     -- something made it by hand with entries in it, which must not wake the worker at once,
     -- over and over: one EXISTS asks that of all of them (a worker names 30 streams a type; an
     -- XREVRANGE each cost Redis 10 calls a job at 5,000 jobs/s)
+    -- Only streams that can deliver are watched: a registered one (from its last entry, '0-0'
+    -- when empty) and one made by hand with entries; the others get '' (not watched: an XREAD
+    -- BLOCK over 30 streams cost Redis ~50 us a wake, most of it for streams that never get
+    -- an entry). A stream that appears later announces itself on the registry's signal stream
+    -- (`<registry>:new`, see append), whose cursor comes last.
     local unregistered, made = {}, 0
     for i = 1, n do
-      cursors[i] = '0-0'
+      cursors[i] = ''
       if last_read[i] then
         cursors[i] = last_read[i]
       elseif present[i] == 1 then
+        cursors[i] = '0-0'
         cursor_of(cursors, i, keys[i + 4])
       else
         unregistered[#unregistered + 1] = keys[i + 4]
@@ -249,6 +258,8 @@ local function hero_fetch(keys, args)
         if present[i] ~= 1 then cursor_of(cursors, i, keys[i + 4]) end
       end
     end
+    cursors[n + 1] = '0-0'
+    cursor_of(cursors, n + 1, keys[1] .. ':new')
   end
   return { jobs, dropped, cursors, limited }
 end

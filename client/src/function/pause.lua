@@ -38,6 +38,7 @@ local function hero_pause(keys, args)
         if not held then
           redis.call('SMOVE', paused, registry, s)
           if redis.call('XLEN', s) > 0 then redis.call('XADD', s, '*', 'w', '1') end
+          announce(registry, s)
           moved = moved + 1
         end
       end

@@ -364,6 +364,12 @@ local function covers(name, p)
   return i == '' or i == p.instance
 end
 
+-- Wakes the workers blocked on the registry's signal stream: `stream` joined the registry (new,
+-- or resumed). They watch only the streams that existed at their last fetch.
+local function announce(registry, stream)
+  redis.call('XADD', registry .. ':new', 'MAXLEN', '~', '100', '*', 's', stream)
+end
+
 -- Whether a paused name covers `stream`. Asked only when a stream joins the registry (a new
 -- stream, or one of a paused queue that a submit appended to), never on the hot path.
 local function paused_by(registry, stream)
@@ -395,9 +401,12 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
       else
         redis.pcall('XGROUP', 'CREATE', stream, group, '0')
       end
-      -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause)
+      -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause);
+      -- any other new stream is announced to the workers waiting without watching it
       if paused_by(registry, stream) then
         redis.call('SMOVE', registry, registry .. ':paused', stream)
+      else
+        announce(registry, stream)
       end
     end
     if known then known[stream] = true end

@@ -53,8 +53,8 @@ async fn fetch_takes_streams_in_the_order_given_and_leases_the_job() {
     assert_eq!(rest.jobs.len(), 1);
     assert_eq!(
         rest.cursors.len(),
-        streams.len(),
-        "short fetch returns wake-up cursors"
+        streams.len() + 1,
+        "short fetch returns wake-up cursors: one per stream, then the registry's signal"
     );
 }
 
@@ -93,13 +93,30 @@ async fn fetch_reads_only_registered_streams_and_mends_one_broken_by_hand() {
         "the fetch mends the broken streams and goes on past them"
     );
     assert!(got.dropped.is_empty(), "{:?}", got.dropped);
-    assert_eq!(got.cursors.len(), streams.len());
+    assert_eq!(got.cursors.len(), streams.len() + 1);
     let at = |key: &str| streams.iter().position(|s| s == key).unwrap();
-    assert_eq!(got.cursors[at(&p0)], "0-0");
+    assert_eq!(
+        got.cursors[at(&p0)],
+        "0-0",
+        "a registered stream is watched, empty or not"
+    );
     assert_ne!(
         got.cursors[at(&stray)],
         "0-0",
         "a wake-up from past the entries a stray stream holds"
+    );
+    let p3 = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::new(3).unwrap());
+    assert_eq!(
+        got.cursors[at(&p3)],
+        "",
+        "a stream that does not exist is not watched"
+    );
+    assert_ne!(
+        got.cursors.last().map(String::as_str),
+        Some("0-0"),
+        "the registry's signal stream has an entry per stream registered"
     );
     // submitting again re-creates the deleted stream with its group, and registers the stray one
     submit_osis_at(&c, &[("again", 0), ("stray", 2)]).await;
