@@ -157,5 +157,8 @@ async fn a_waiting_worker_wakes_at_once_for_a_job_on_a_stream_that_did_not_exist
     let r = client.run(&urgent, LIMIT).await.unwrap();
     assert_eq!(r.status, Status::Finished);
     let took = sent.elapsed();
-    assert!(took < Duration::from_millis(500), "started {took:?} after its submit");
+    assert!(
+        took < Duration::from_millis(500),
+        "started {took:?} after its submit"
+    );
 }
