@@ -1,7 +1,7 @@
 //! `hero cron add|list|remove|pause|resume`: recurring jobs, over `hero_client::cron`.
 
 use anyhow::Result;
-use hero_client::cron::{CronJob, JobTemplate, Missed};
+use hero_client::cron::{CronJob, Missed};
 
 use super::context::{connect, resolve_url};
 use super::table::{render, text};
@@ -30,22 +30,8 @@ pub struct AddArgs {
     pub schedule: String,
     /// The script each tick submits.
     pub script: String,
-    #[arg(long = "type", default_value = "rhai")]
-    pub script_type: String,
-    #[arg(long)]
-    pub group: Option<String>,
-    #[arg(long)]
-    pub instance: Option<String>,
-    /// 0 (highest) to 9 (lowest).
-    #[arg(long)]
-    pub priority: Option<u8>,
-    /// Time limit of each run (seconds).
-    #[arg(long)]
-    pub timeout: Option<u64>,
-    #[arg(long, default_value_t = 0)]
-    pub retries: u32,
-    #[arg(long = "tag")]
-    pub tags: Vec<String>,
+    #[command(flatten)]
+    pub target: super::TargetArgs,
     /// The zone the cron expression is read in (IANA name).
     #[arg(long, default_value = "UTC")]
     pub tz: String,
@@ -71,16 +57,7 @@ pub(super) async fn cron(g: &Global, cmd: &CronCommand) -> Result<i32> {
                 tz: a.tz.clone(),
                 missed: Missed::parse(&a.missed)?,
                 paused: false,
-                job: JobTemplate {
-                    script_type: a.script_type.clone(),
-                    script: a.script.clone(),
-                    group: a.group.clone(),
-                    instance: a.instance.clone(),
-                    priority: a.priority,
-                    timeout_secs: a.timeout,
-                    retries: a.retries,
-                    tags: a.tags.clone(),
-                },
+                job: a.target.template(&a.script),
             };
             client.cron_add(&job).await?;
             done("added", &a.name);

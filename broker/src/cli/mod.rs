@@ -257,8 +257,9 @@ pub struct UpArgs {
     pub broker: BrokerArgs,
 }
 
+/// Where a job goes and how it runs: what `hero submit`, `hero run` and `hero cron add` share.
 #[derive(Args, Debug, Clone)]
-pub struct JobArgs {
+pub struct TargetArgs {
     /// Script type to dispatch to.
     #[arg(long = "type", default_value = "rhai")]
     pub script_type: String,
@@ -278,6 +279,28 @@ pub struct JobArgs {
     /// Tag (repeatable).
     #[arg(long = "tag")]
     pub tags: Vec<String>,
+}
+
+impl TargetArgs {
+    /// The job of `script` these settings describe, as a recurring job keeps it.
+    pub fn template(&self, script: &str) -> hero_client::cron::JobTemplate {
+        hero_client::cron::JobTemplate {
+            script_type: self.script_type.clone(),
+            script: script.to_string(),
+            group: self.group.clone(),
+            instance: self.instance.clone(),
+            priority: self.priority,
+            timeout_secs: self.timeout,
+            retries: self.retries,
+            tags: self.tags.clone(),
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct JobArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Environment variable KEY=VALUE (repeatable).
     #[arg(long = "env")]
     pub env: Vec<String>,

@@ -49,22 +49,23 @@ impl JobArgs {
             (None, None) => bail!("no script: give it as an argument or with --file <path>"),
         };
         // a span of its own: with --otlp the job joins its trace, and the handler's span with it
-        let _span = tracing::info_span!("hero.submit", script_type = %self.script_type).entered();
-        let mut b = NewJob::builder(&self.script_type, script).retries(self.retries);
-        if let Some(g) = &self.group {
+        let t = &self.target;
+        let _span = tracing::info_span!("hero.submit", script_type = %t.script_type).entered();
+        let mut b = NewJob::builder(&t.script_type, script).retries(t.retries);
+        if let Some(g) = &t.group {
             b = b.group(g);
         }
-        if let Some(i) = &self.instance {
+        if let Some(i) = &t.instance {
             b = b.instance(i);
         }
-        if let Some(p) = self.priority {
+        if let Some(p) = t.priority {
             b = b.priority(p);
         }
-        if let Some(t) = self.timeout {
-            b = b.timeout(Duration::from_secs(t));
+        if let Some(secs) = t.timeout {
+            b = b.timeout(Duration::from_secs(secs));
         }
-        for t in &self.tags {
-            b = b.tag(t);
+        for tag in &t.tags {
+            b = b.tag(tag);
         }
         for kv in &self.env {
             let (k, v) = kv
