@@ -173,11 +173,16 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         .click()
         .await
         .unwrap();
-    let r = client
-        .wait(&JobId::new("dead-1").unwrap(), Duration::from_secs(20))
-        .await
-        .unwrap();
-    assert_eq!(r.status, Status::Finished, "the retried job ran");
+    // the click's request is under way: the job is still `error` until it lands, so wait for
+    // the finish itself rather than for the job to be ended
+    wait_for("the retried job to run", Duration::from_secs(20), || {
+        let client = client.clone();
+        async move {
+            (client.status(&JobId::new("dead-1").unwrap()).await.ok()? == Status::Finished)
+                .then_some(())
+        }
+    })
+    .await;
     // the page reloads itself after the retry and shows the job finished
     wait_for(
         "the job's page to show it finished",
