@@ -56,6 +56,29 @@ pub struct JobTemplate {
     pub tags: Vec<String>,
 }
 
+impl JobTemplate {
+    /// A builder of the job this template describes (the CLI's submit builds from one too).
+    pub fn builder(&self) -> crate::new_job::NewJobBuilder {
+        let mut b = NewJob::builder(&self.script_type, &self.script).retries(self.retries);
+        if let Some(g) = &self.group {
+            b = b.group(g);
+        }
+        if let Some(i) = &self.instance {
+            b = b.instance(i);
+        }
+        if let Some(p) = self.priority {
+            b = b.priority(p);
+        }
+        if let Some(s) = self.timeout_secs {
+            b = b.timeout(Duration::from_secs(s));
+        }
+        for tag in &self.tags {
+            b = b.tag(tag);
+        }
+        b
+    }
+}
+
 /// A recurring job.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CronJob {
@@ -151,27 +174,11 @@ impl CronJob {
     /// The job of the tick at `tick_ms`: its id names the recurring job and the tick, so a
     /// tick's job is the same whoever builds it.
     pub fn job_for(&self, tick_ms: u64) -> Result<NewJob> {
-        let t = &self.job;
-        let mut b = NewJob::builder(&t.script_type, &t.script)
+        self.job
+            .builder()
             .id(format!("cron-{}-{tick_ms}", self.name))
-            .retries(t.retries)
-            .tag(format!("cron:{}", self.name));
-        if let Some(g) = &t.group {
-            b = b.group(g);
-        }
-        if let Some(i) = &t.instance {
-            b = b.instance(i);
-        }
-        if let Some(p) = t.priority {
-            b = b.priority(p);
-        }
-        if let Some(s) = t.timeout_secs {
-            b = b.timeout(Duration::from_secs(s));
-        }
-        for tag in &t.tags {
-            b = b.tag(tag);
-        }
-        b.build()
+            .tag(format!("cron:{}", self.name))
+            .build()
     }
 }
 

@@ -51,22 +51,7 @@ impl JobArgs {
         // a span of its own: with --otlp the job joins its trace, and the handler's span with it
         let t = &self.target;
         let _span = tracing::info_span!("hero.submit", script_type = %t.script_type).entered();
-        let mut b = NewJob::builder(&t.script_type, script).retries(t.retries);
-        if let Some(g) = &t.group {
-            b = b.group(g);
-        }
-        if let Some(i) = &t.instance {
-            b = b.instance(i);
-        }
-        if let Some(p) = t.priority {
-            b = b.priority(p);
-        }
-        if let Some(secs) = t.timeout {
-            b = b.timeout(Duration::from_secs(secs));
-        }
-        for tag in &t.tags {
-            b = b.tag(tag);
-        }
+        let mut b = t.template(&script).builder();
         for kv in &self.env {
             let (k, v) = kv
                 .split_once('=')
