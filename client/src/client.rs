@@ -21,7 +21,8 @@ use crate::reply::SubmitReply;
 pub struct ClientOptions {
     pub url: String,
     pub namespace: String,
-    /// Wrap the namespace in a hash tag (Redis Cluster).
+    /// Redis Cluster: the URL's hosts are seeds, the namespace is wrapped in a hash tag and the
+    /// calls go to the node that owns its slot (implied by a `redis+cluster://` URL).
     pub cluster: bool,
     /// Certificates for a `rediss://` URL (else the system's roots, and no client certificate).
     pub tls: crate::conn::Tls,
@@ -60,13 +61,14 @@ impl Client {
 
     pub async fn with_options(opts: ClientOptions) -> Result<Client> {
         let ns = Namespace::new(opts.namespace)?;
-        let keys = if opts.cluster {
+        let cluster = opts.cluster || crate::conn::names_cluster(&opts.url);
+        let keys = if cluster {
             Keyspace::cluster(&ns)
         } else {
             Keyspace::new(&ns)
         };
-        let mut redis = Redis::connect_with(&opts.url, &opts.tls).await?;
-        redis.set_replicas(opts.replicas);
+        let mut redis = Redis::open(&opts.url, &opts.tls, cluster, keys.prefix()).await?;
+        redis.set_replicas(opts.replicas)?;
         Ok(Client {
             redis,
             keys,

@@ -13,6 +13,7 @@ async fn client(url: &str, wanted: u32) -> Client {
     opts.replicas = Replicas {
         wanted,
         timeout: Duration::from_millis(500),
+        fsync: false,
     };
     Client::with_options(opts).await.unwrap()
 }

@@ -27,9 +27,11 @@ pub(super) fn resolve_url(global: &Global) -> String {
 pub(super) async fn connect(global: &Global, url: &str) -> Result<Client> {
     let mut opts = ClientOptions::new(url);
     opts.namespace = global.namespace.clone();
+    opts.cluster = global.cluster;
     opts.replicas = hero_client::conn::Replicas {
         wanted: global.min_replicas,
         timeout: std::time::Duration::from_millis(global.replica_timeout_ms),
+        fsync: global.replica_fsync,
     };
     opts.tls = hero_client::conn::Tls {
         ca: global.tls_ca.clone(),

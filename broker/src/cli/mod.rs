@@ -44,10 +44,16 @@ pub struct Cli {
 
 #[derive(Args, Debug, Clone)]
 pub struct Global {
-    /// Redis URL (redis://[user:pass@]host:port[/db], rediss:// for TLS). Default: the Redis
-    /// `hero up` started from this directory, else redis://127.0.0.1:6379.
+    /// Redis URL: redis://[user:pass@]host:port[/db] (rediss:// for TLS), the master a set of
+    /// Sentinels names (redis+sentinel://host:port,host:port/<master name>[/db]), or a cluster's
+    /// seeds (redis+cluster://host:port,host:port). Default: the Redis `hero up` started from
+    /// this directory, else redis://127.0.0.1:6379.
     #[arg(long, global = true, env = "HERO_REDIS_URL")]
     pub redis_url: Option<String>,
+    /// Redis Cluster: the URL's hosts are seeds and the namespace is a hash tag ({hero}:…), so
+    /// it lives on one shard (implied by redis+cluster://).
+    #[arg(long, global = true, env = "HERO_CLUSTER")]
+    pub cluster: bool,
     /// Key namespace (the first segment of every key).
     #[arg(long, global = true, env = "HERO_NAMESPACE", default_value = "hero")]
     pub namespace: String,
@@ -83,6 +89,10 @@ pub struct Global {
         default_value_t = 1000
     )]
     pub replica_timeout_ms: u64,
+    /// With --min-replicas: wait until the write is on disk here and on the replicas
+    /// (WAITAOF, Redis 7.2+), not only in their memory.
+    #[arg(long, global = true, env = "HERO_REPLICA_FSYNC")]
+    pub replica_fsync: bool,
     /// The client certificate's key (PEM).
     #[arg(
         long,

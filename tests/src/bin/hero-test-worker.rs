@@ -3,7 +3,7 @@
 //! `completion <id> <answer>`, `interrupted <id> <reason>`, `dropped <id> <reason>`,
 //! `stopped <n>`), so a test can follow it and kill it with SIGKILL or SIGSTOP.
 //!
-//! Flags: --url U --types a,b --group G --instance I --concurrency N --lease-ms N
+//! Flags: --url U --namespace NS --types a,b --group G --instance I --concurrency N --lease-ms N
 //! --presence-ms N --shutdown-ms N --sleep-ms N --label L. A script `sleep <ms>` overrides
 //! --sleep-ms for that job; `fail <msg>` fails it.
 
@@ -21,7 +21,9 @@ async fn main() -> anyhow::Result<()> {
     let flags = hero_testkit::flags();
     let get = |k: &str, d: &str| flags.get(k).cloned().unwrap_or_else(|| d.to_string());
     let ms = |k: &str, d: u64| Duration::from_millis(get(k, &d.to_string()).parse().unwrap_or(d));
-    let client = hero_client::Client::connect(&get("url", "redis://127.0.0.1:6379")).await?;
+    let mut opts = hero_client::ClientOptions::new(get("url", "redis://127.0.0.1:6379"));
+    opts.namespace = get("namespace", "hero");
+    let client = hero_client::Client::with_options(opts).await?;
     let sleep = ms("sleep-ms", 0);
     let label = get("label", "w");
     let handler_label = label.clone();
