@@ -4,7 +4,8 @@
 //! marked a job started and `ran <id>` once it recorded the result, so a test can follow it and
 //! kill it with SIGKILL mid-job.
 //!
-//! Flags: --url U --queue <list key> --label L --hang 1 (never finishes a job: the actor to kill).
+//! Flags: --url U --queue <list key> --label L --hang 1 (never finishes a job: the actor to kill)
+//! --prefix P (the namespace's first key segment, `{ns}` in a cluster; default `hero`).
 //! A script `sleep <ms>` sleeps that long before finishing.
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ async fn main() -> anyhow::Result<()> {
     let queue = get("queue", "hero:work_queue:w1");
     let label = get("label", "legacy");
     let hang = get("hang", "0") == "1";
+    let prefix = get("prefix", "hero");
     let client = redis::Client::open(get("url", "redis://127.0.0.1:6379"))?;
     // BLPOP blocks for 1 s: the default response timeout would cut it short
     let config =
@@ -35,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
         // 1. wait for a job
         let popped: Option<(String, String)> = conn.blpop(&queue, 1.0).await?;
         let Some((_, job_id)) = popped else { continue };
-        let key = format!("hero:job:{job_id}");
+        let key = format!("{prefix}:job:{job_id}");
         // 2. its details  3. status started
         let job: HashMap<String, String> = conn.hgetall(&key).await?;
         let _: () = conn.hset(&key, "status", "started").await?;
@@ -55,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
         let _: () = conn
             .hset_multiple(&key, &[("status", "finished"), ("output", label.as_str())])
             .await?;
-        let _: () = conn.lpush(format!("hero:reply:{job_id}"), &label).await?;
+        let _: () = conn.lpush(format!("{prefix}:reply:{job_id}"), &label).await?;
         line(format!("ran {job_id}"));
     }
 }
