@@ -2,14 +2,20 @@
 //! different shards. In each namespace the core scenarios pass against the cluster seeds URL
 //! (`redis+cluster://`): submit and complete, precedence, kill -9 recovery, fencing of a
 //! stalled worker, the legacy bridge, stats and the audit. Then the master of one namespace is
-//! killed mid-run and the cluster's failover is followed: work carries on within seconds.
+//! killed mid-run and the cluster's failover is followed: work carries on within seconds; a
+//! manual failover in the other makes its old master answer MOVED, which is followed too. Last,
+//! one worker serves both namespaces, the first before the second.
 
 use std::time::{Duration, Instant};
 
+use std::sync::{Arc, Mutex};
+
 use hero_client::{Client, ClientOptions, Keyspace, NewJob, Status};
 use hero_testkit::{
-    binary, hero_cli, http_broker, run_to_finish, say, test_worker, wait_for, Proc, RedisCluster,
+    binary, hero_cli, http_broker, run_to_finish, say, test_worker, wait_for, InProcWorker, Proc,
+    RedisCluster,
 };
+use hero_worker::{Outcome, Worker};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -48,7 +54,14 @@ async fn core_scenarios(cluster: &RedisCluster, url: &str, ns: &str) {
     let (_broker, _) = http_broker(
         url,
         None,
-        &["--namespace", ns, "--bridge", &bridge, "--lease-ms", "30000"],
+        &[
+            "--namespace",
+            ns,
+            "--bridge",
+            &bridge,
+            "--lease-ms",
+            "30000",
+        ],
     )
     .await;
     let c = client(url, ns).await;
@@ -76,7 +89,12 @@ async fn core_scenarios(cluster: &RedisCluster, url: &str, ns: &str) {
 
     // submit and complete
     let jobs: Vec<NewJob> = (0..50)
-        .map(|i| NewJob::builder("c", "x").id(format!("j-{i}")).build().unwrap())
+        .map(|i| {
+            NewJob::builder("c", "x")
+                .id(format!("j-{i}"))
+                .build()
+                .unwrap()
+        })
         .collect();
     run_to_finish(&c, &jobs).await;
 
@@ -84,7 +102,10 @@ async fn core_scenarios(cluster: &RedisCluster, url: &str, ns: &str) {
     drop(w);
     let mut k = worker(url, ns, "K", &[]);
     k.expect_line("ready", LIMIT).await;
-    let long = NewJob::builder("c", "sleep 2000").id("killed").build().unwrap();
+    let long = NewJob::builder("c", "sleep 2000")
+        .id("killed")
+        .build()
+        .unwrap();
     c.submit(&long).await.unwrap();
     k.expect_line("started killed", LIMIT).await;
     k.kill9();
@@ -98,7 +119,10 @@ async fn core_scenarios(cluster: &RedisCluster, url: &str, ns: &str) {
     let a = worker(url, ns, "A", &["--lease-ms", "30000"]);
     a.expect_line("ready", LIMIT).await;
     drop(b);
-    let stalled = NewJob::builder("c", "sleep 1500").id("stalled").build().unwrap();
+    let stalled = NewJob::builder("c", "sleep 1500")
+        .id("stalled")
+        .build()
+        .unwrap();
     c.submit(&stalled).await.unwrap();
     a.expect_line("started stalled", LIMIT).await;
     a.signal("STOP");
@@ -107,7 +131,10 @@ async fn core_scenarios(cluster: &RedisCluster, url: &str, ns: &str) {
     a.signal("CONT");
     a.expect_line("completion stalled lease_lost", LIMIT).await;
     let record = c.get(stalled.id()).await.unwrap();
-    assert_eq!((record.status, record.output.as_deref()), (Status::Finished, Some("B")));
+    assert_eq!(
+        (record.status, record.output.as_deref()),
+        (Status::Finished, Some("B"))
+    );
     run_to_finish(&c, &[quick]).await;
 
     // the bridge: a job for a legacy actor reaches its list on the namespace's shard
@@ -127,7 +154,10 @@ async fn core_scenarios(cluster: &RedisCluster, url: &str, ns: &str) {
         &[],
         None,
     );
-    let old = NewJob::builder("legacy", "x").id("bridged").build().unwrap();
+    let old = NewJob::builder("legacy", "x")
+        .id("bridged")
+        .build()
+        .unwrap();
     c.submit(&old).await.unwrap();
     actor.expect_line("ran bridged", LIMIT).await;
     let r = c.wait(old.id(), LIMIT).await.unwrap();
@@ -154,7 +184,10 @@ async fn core_scenarios(cluster: &RedisCluster, url: &str, ns: &str) {
         if got == expected {
             break;
         }
-        assert!(Instant::now() < deadline, "{ns}: finished {got:?}, not {expected:?}: {last}");
+        assert!(
+            Instant::now() < deadline,
+            "{ns}: finished {got:?}, not {expected:?}: {last}"
+        );
         last = out;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -183,41 +216,72 @@ async fn two_namespaces_on_two_shards_pass_the_core_scenarios_and_survive_a_fail
     let _w = worker(&url, &a, "F", &["--concurrency", "4"]);
     let c = client(&url, &a).await;
     let before: Vec<NewJob> = (0..100)
-        .map(|i| NewJob::builder("c", "x").id(format!("f-{i}")).build().unwrap())
+        .map(|i| {
+            NewJob::builder("c", "x")
+                .id(format!("f-{i}"))
+                .build()
+                .unwrap()
+        })
         .collect();
     run_to_finish(&c, &before).await;
     cluster.nodes[master_a].kill();
     let killed = Instant::now();
-    let promoted = wait_for("a replica to take over the slot", Duration::from_secs(30), || {
-        let cluster = &cluster;
-        let tag = format!("{{{a}}}");
-        async move {
-            let m = cluster.master_of(&tag).await;
-            (m != master_a).then_some(m)
-        }
-    })
+    let promoted = wait_for(
+        "a replica to take over the slot",
+        Duration::from_secs(30),
+        || {
+            let cluster = &cluster;
+            let tag = format!("{{{a}}}");
+            async move {
+                let m = cluster.master_of(&tag).await;
+                (m != master_a).then_some(m)
+            }
+        },
+    )
     .await;
-    say(&format!("node {promoted} took over after {:?}", killed.elapsed()));
-    let after = NewJob::builder("c", "x").id("after-failover").build().unwrap();
-    wait_for("a submit to reach the new master", Duration::from_secs(10), || {
-        let (c, j) = (c.clone(), after.clone());
-        async move { c.submit(&j).await.ok() }
-    })
+    say(&format!(
+        "node {promoted} took over after {:?}",
+        killed.elapsed()
+    ));
+    let after = NewJob::builder("c", "x")
+        .id("after-failover")
+        .build()
+        .unwrap();
+    wait_for(
+        "a submit to reach the new master",
+        Duration::from_secs(10),
+        || {
+            let (c, j) = (c.clone(), after.clone());
+            async move { c.submit(&j).await.ok() }
+        },
+    )
     .await;
     let r = c.wait(after.id(), Duration::from_secs(10)).await.unwrap();
     assert_eq!(r.status, Status::Finished);
-    say(&format!("work resumed {:?} after the kill", killed.elapsed()));
+    say(&format!(
+        "work resumed {:?} after the kill",
+        killed.elapsed()
+    ));
     // the other namespace never noticed
     let other = client(&url, &b).await;
     let (_ob, _) = http_broker(&url, None, &["--namespace", &b]).await;
     let _ow = worker(&url, &b, "O", &[]);
-    run_to_finish(&other, &[NewJob::builder("c", "x").id("other").build().unwrap()]).await;
+    run_to_finish(
+        &other,
+        &[NewJob::builder("c", "x").id("other").build().unwrap()],
+    )
+    .await;
 
     // a manual failover in namespace b: its old master lives on as a replica and answers MOVED,
     // which sends every call to the new one
     let port_b = format!("master_port:{}", cluster.nodes[master_b].port);
     let mut replica = None;
-    for (i, n) in cluster.nodes.iter().enumerate().filter(|(_, n)| n.pid() != 0) {
+    for (i, n) in cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.pid() != 0)
+    {
         let info: String = redis::cmd("INFO")
             .arg("replication")
             .query_async(&mut n.conn().await)
@@ -233,11 +297,57 @@ async fn two_namespaces_on_two_shards_pass_the_core_scenarios_and_survive_a_fail
         .query_async(&mut cluster.nodes[replica].conn().await)
         .await
         .unwrap();
-    wait_for("the replica to take over by hand", Duration::from_secs(30), || {
-        let cluster = &cluster;
-        let tag = format!("{{{b}}}");
-        async move { (cluster.master_of(&tag).await == replica).then_some(()) }
+    wait_for(
+        "the replica to take over by hand",
+        Duration::from_secs(30),
+        || {
+            let cluster = &cluster;
+            let tag = format!("{{{b}}}");
+            async move { (cluster.master_of(&tag).await == replica).then_some(()) }
+        },
+    )
+    .await;
+    run_to_finish(
+        &other,
+        &[NewJob::builder("c", "x").id("moved").build().unwrap()],
+    )
+    .await;
+
+    // one worker in both namespaces, one slot: a's jobs first, then b's (precedence across
+    // namespaces), each of them once
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        for (c, ns) in [(&c, &a), (&other, &b)] {
+            let job = NewJob::builder("m", "x")
+                .id(format!("{ns}-{i}"))
+                .build()
+                .unwrap();
+            c.submit(&job).await.unwrap();
+            ids.push(job.id().to_string());
+        }
+    }
+    let order: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = order.clone();
+    let w = InProcWorker::spawn(
+        Worker::builder(client(&url, &a).await)
+            .also(client(&url, &b).await)
+            .types(["m"])
+            .concurrency(1)
+            .handler(move |j: hero_client::Job, _| {
+                seen.lock().unwrap().push(j.id.to_string());
+                async move { Outcome::Done("both".into()) }
+            }),
+    );
+    wait_for("the worker of two namespaces to run all six", LIMIT, || {
+        let n = order.lock().unwrap().len();
+        async move { (n == 6).then_some(()) }
     })
     .await;
-    run_to_finish(&other, &[NewJob::builder("c", "x").id("moved").build().unwrap()]).await;
+    w.stop().await;
+    let expected: Vec<String> = [&a, &a, &a, &b, &b, &b]
+        .iter()
+        .zip([0, 1, 2, 0, 1, 2])
+        .map(|(ns, i)| format!("{ns}-{i}"))
+        .collect();
+    assert_eq!(*order.lock().unwrap(), expected);
 }

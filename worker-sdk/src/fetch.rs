@@ -17,6 +17,7 @@ use crate::complete::Finished;
 use crate::event::WorkerEvent;
 use crate::shared::Shared;
 use crate::task::start_jobs;
+use crate::turns::Turns;
 
 fn fetch_cmd(s: &Shared, count: usize) -> function::Call {
     function::fetch_limited(
@@ -77,11 +78,14 @@ type FetchOutcome = hero_client::Result<(Vec<String>, bool)>;
 /// Takes free slots, up to a quarter of them per fetch, and fetches that many jobs in precedence
 /// order, with up to [`FETCHES_IN_FLIGHT`] fetches under way while they come back full. When the queues are drier than
 /// that, it blocks on XREAD from the cursors a fetch returned until a new entry lands.
+/// `turns` and `rank` place this namespace among the worker's namespaces (see `turns`).
 pub(crate) async fn fetch_loop(
     s: Arc<Shared>,
     permits: Arc<Semaphore>,
     done: mpsc::UnboundedSender<Finished>,
     stop: CancellationToken,
+    turns: Arc<Turns>,
+    rank: usize,
 ) {
     let mut backoff = Backoff::new();
     let mut waker: Option<redis::aio::MultiplexedConnection> = None;
@@ -105,10 +109,12 @@ pub(crate) async fn fetch_loop(
         if let Some(e) = ended.failed.take() {
             let delay = backoff.next_delay();
             tracing::warn!(error = %e, ?delay, "fetch failed; retrying");
+            turns.set_idle(rank, true);
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(delay) => {}
             }
+            turns.set_idle(rank, false);
             continue;
         }
         if let Some(mut cursors) = ended.dry.take() {
@@ -121,7 +127,11 @@ pub(crate) async fn fetch_loop(
             }
             in_flight_max = 1;
             let limited = std::mem::take(&mut ended.limited);
-            if !wait_for_entry(&s, &mut waker, &cursors, limited, &stop, &mut backoff).await {
+            turns.set_idle(rank, true);
+            let go_on =
+                wait_for_entry(&s, &mut waker, &cursors, limited, &stop, &mut backoff).await;
+            turns.set_idle(rank, false);
+            if !go_on {
                 break;
             }
             continue;
@@ -132,6 +142,9 @@ pub(crate) async fn fetch_loop(
                 Some(r) = fetches.join_next() => ended.absorb(r),
             }
             continue;
+        }
+        if !turns.wait_turn(rank, &stop).await {
+            break;
         }
         let first = tokio::select! {
             _ = stop.cancelled() => break,

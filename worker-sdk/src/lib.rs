@@ -41,6 +41,7 @@ mod policy;
 mod presence;
 mod shared;
 mod task;
+mod turns;
 pub mod worker;
 
 pub use error::{Error, Result};

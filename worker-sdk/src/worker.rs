@@ -16,11 +16,14 @@ use crate::fetch::fetch_loop;
 use crate::inflight::{CancelReason, InFlight};
 use crate::outcome::Handler;
 use crate::shared::{EventHook, Shared};
+use crate::turns::Turns;
 use crate::{control, lease, presence};
 
 /// Settings of a worker; see [`Worker::builder`].
 pub struct WorkerBuilder {
     client: Client,
+    /// Further namespaces, after `client`'s in precedence (see `turns`).
+    more: Vec<Client>,
     types: Vec<String>,
     group: Option<String>,
     instance: Option<String>,
@@ -33,6 +36,14 @@ pub struct WorkerBuilder {
 }
 
 impl WorkerBuilder {
+    /// Serves `client`'s namespace too (another shard of a cluster, say), after the namespaces
+    /// given before it: the worker's slots are shared, and a namespace takes one only while
+    /// every earlier namespace has no job for it.
+    pub fn also(mut self, client: Client) -> Self {
+        self.more.push(client);
+        self
+    }
+
     /// Script types served, in the order they are preferred at the same precedence level.
     pub fn types<I, S>(mut self, types: I) -> Self
     where
@@ -115,27 +126,31 @@ impl WorkerBuilder {
         let handler = self
             .handler
             .ok_or_else(|| Error::Config("no handler: set one with .handler(...)".into()))?;
-        let keys = self.client.keys().clone();
-        let consumer = ConsumerName::new(group.clone(), instance.clone());
-        let streams = keys.precedence(&types, &group, &instance);
-        Ok(Worker {
-            shared: Arc::new(Shared {
-                redis: self.client.redis().clone(),
-                keys,
-                consumer_name: consumer.to_string(),
-                consumer,
-                types,
-                streams,
-                concurrency: self.concurrency,
-                lease: self.lease,
-                presence_ttl: self.presence_ttl,
-                shutdown_deadline: self.shutdown_deadline,
-                inflight: InFlight::default(),
-                policy: crate::policy::PolicyCache::default(),
-                handler,
-                on_event: self.on_event,
-            }),
-        })
+        let namespaces = std::iter::once(&self.client).chain(&self.more);
+        let shared = namespaces
+            .map(|client| {
+                let keys = client.keys().clone();
+                let consumer = ConsumerName::new(group.clone(), instance.clone());
+                let streams = keys.precedence(&types, &group, &instance);
+                Arc::new(Shared {
+                    redis: client.redis().clone(),
+                    keys,
+                    consumer_name: consumer.to_string(),
+                    consumer,
+                    types: types.clone(),
+                    streams,
+                    concurrency: self.concurrency,
+                    lease: self.lease,
+                    presence_ttl: self.presence_ttl,
+                    shutdown_deadline: self.shutdown_deadline,
+                    inflight: InFlight::default(),
+                    policy: crate::policy::PolicyCache::default(),
+                    handler: handler.clone(),
+                    on_event: self.on_event.clone(),
+                })
+            })
+            .collect();
+        Ok(Worker { shared })
     }
 }
 
@@ -161,15 +176,17 @@ fn default_instance() -> InstanceName {
     InstanceName::new(name).unwrap_or_else(|_| InstanceName::new("worker").expect("static name"))
 }
 
-/// A worker: presence, precedence fetch, handler calls, leases, fenced completion.
+/// A worker: presence, precedence fetch, handler calls, leases, fenced completion; in one
+/// namespace or several (one `Shared` each, slots shared).
 pub struct Worker {
-    shared: Arc<Shared>,
+    shared: Vec<Arc<Shared>>,
 }
 
 impl Worker {
     pub fn builder(client: Client) -> WorkerBuilder {
         WorkerBuilder {
             client,
+            more: Vec::new(),
             types: Vec::new(),
             group: None,
             instance: None,
@@ -184,7 +201,7 @@ impl Worker {
 
     /// The consumer name this worker has in the consumer groups (`<group>:<instance>:<session>`).
     pub fn consumer(&self) -> &str {
-        &self.shared.consumer_name
+        &self.shared[0].consumer_name
     }
 
     /// Runs until SIGTERM or ctrl-c, then shuts down gracefully.
@@ -195,7 +212,64 @@ impl Worker {
     /// Runs until `shutdown` completes, then stops fetching, lets running jobs finish within the
     /// shutdown deadline, hands back the rest and removes its presence.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
-        let s = self.shared;
+        let concurrency = self.shared[0].concurrency;
+        let deadline = self.shared[0].shutdown_deadline;
+        let permits = Arc::new(Semaphore::new(concurrency));
+        let turns = Arc::new(Turns::new(self.shared.len()));
+        let mut namespaces = Vec::with_capacity(self.shared.len());
+        for (rank, s) in self.shared.into_iter().enumerate() {
+            namespaces.push(Running::start(s, permits.clone(), turns.clone(), rank).await?);
+        }
+
+        shutdown.await;
+        let running = |ns: &[Running]| ns.iter().map(|n| n.s.inflight.len()).sum::<usize>();
+        tracing::info!(running = running(&namespaces), "shutting down: no new jobs");
+        for n in &mut namespaces {
+            n.stop_fetch.cancel();
+            if let Some(f) = n.fetcher.take() {
+                let _ = f.await;
+            }
+        }
+        // Every permit back means every job task has ended and queued its result.
+        let all = concurrency as u32;
+        if tokio::time::timeout(deadline, permits.clone().acquire_many_owned(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = running(&namespaces),
+                "shutdown deadline passed: handing back running jobs"
+            );
+            for n in &namespaces {
+                n.s.inflight.cancel_all(CancelReason::Shutdown);
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many_owned(all))
+                .await;
+        }
+        for n in namespaces {
+            n.finish().await;
+        }
+        Ok(())
+    }
+}
+
+/// The loops of one namespace of a running worker.
+struct Running {
+    s: Arc<Shared>,
+    stop_fetch: CancellationToken,
+    stop_background: CancellationToken,
+    fetcher: Option<tokio::task::JoinHandle<()>>,
+    completer: tokio::task::JoinHandle<()>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    async fn start(
+        s: Arc<Shared>,
+        permits: Arc<Semaphore>,
+        turns: Arc<Turns>,
+        rank: usize,
+    ) -> Result<Running> {
         let stop_fetch = CancellationToken::new();
         let stop_background = CancellationToken::new();
         presence::heartbeat_once(&s).await?;
@@ -208,46 +282,40 @@ impl Worker {
             tokio::spawn(control::control(s.clone(), stop_background.clone())),
             tokio::spawn(crate::policy::refresh(s.clone(), stop_background.clone())),
         ];
-        let permits = Arc::new(Semaphore::new(s.concurrency));
         s.emit(WorkerEvent::Ready {
             consumer: s.consumer_name.clone(),
         });
-        tracing::info!(consumer = %s.consumer_name, streams = s.streams.len(), "worker ready");
+        tracing::info!(consumer = %s.consumer_name, namespace = %s.keys.prefix(), streams = s.streams.len(), "worker ready");
         let fetcher = tokio::spawn(fetch_loop(
             s.clone(),
-            permits.clone(),
+            permits,
             done_tx,
             stop_fetch.clone(),
+            turns,
+            rank,
         ));
+        Ok(Running {
+            s,
+            stop_fetch,
+            stop_background,
+            fetcher: Some(fetcher),
+            completer,
+            background,
+        })
+    }
 
-        shutdown.await;
-        tracing::info!(consumer = %s.consumer_name, running = s.inflight.len(), "shutting down: no new jobs");
-        stop_fetch.cancel();
-        let _ = fetcher.await;
-        // Every permit back means every job task has ended and queued its result.
-        let all = s.concurrency as u32;
-        if tokio::time::timeout(s.shutdown_deadline, permits.clone().acquire_many_owned(all))
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                running = s.inflight.len(),
-                "shutdown deadline passed: handing back running jobs"
-            );
-            s.inflight.cancel_all(CancelReason::Shutdown);
-            let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many_owned(all))
-                .await;
-        }
-        let _ = completer.await;
+    /// After the jobs ended: the results recorded, the rest handed back, presence removed.
+    async fn finish(self) {
+        let s = self.s;
+        let _ = self.completer.await;
         let handed_back = lease::hand_back(&s).await;
-        stop_background.cancel();
-        for task in background {
+        self.stop_background.cancel();
+        for task in self.background {
             let _ = task.await;
         }
         presence::unregister(&s).await;
         s.emit(WorkerEvent::Stopped { handed_back });
         tracing::info!(handed_back, "worker stopped");
-        Ok(())
     }
 }
 

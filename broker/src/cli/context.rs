@@ -61,7 +61,8 @@ pub(super) async fn signal_token() -> CancellationToken {
     token
 }
 
-pub(super) fn rhai_worker(client: Client, args: &WorkerArgs) -> Result<Worker> {
+/// The built-in worker in `client`'s namespace and, after it in precedence, in `more`'s.
+pub(super) fn rhai_worker(client: Client, more: Vec<Client>, args: &WorkerArgs) -> Result<Worker> {
     let mut b = Worker::builder(client)
         .types(args.types.clone())
         .group(&args.group)
@@ -72,6 +73,9 @@ pub(super) fn rhai_worker(client: Client, args: &WorkerArgs) -> Result<Worker> {
         .handler(crate::rhai_worker::handle);
     if let Some(i) = &args.instance {
         b = b.instance(i);
+    }
+    for c in more {
+        b = b.also(c);
     }
     Ok(b.build()?)
 }

@@ -253,6 +253,11 @@ pub struct WorkerArgs {
     /// On shutdown, wait this long (ms) for running jobs before handing them back.
     #[arg(long, default_value_t = 30_000)]
     pub shutdown_ms: u64,
+    /// Serve these namespaces too (comma-separated; other shards of a cluster), after
+    /// --namespace in precedence: the slots are shared, and a namespace takes one only while
+    /// the ones before it have no job.
+    #[arg(long, value_delimiter = ',', env = "HERO_ALSO_NAMESPACES")]
+    pub also_namespaces: Vec<String>,
 }
 
 #[derive(Args, Debug, Clone)]

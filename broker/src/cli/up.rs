@@ -32,8 +32,9 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
             lease_ms: args.broker.lease_ms,
             presence_ms: 15_000,
             shutdown_ms: 10_000,
+            also_namespaces: Vec::new(),
         };
-        let worker = rhai_worker(client.clone(), &wargs)?;
+        let worker = rhai_worker(client.clone(), Vec::new(), &wargs)?;
         let stop = stop.clone();
         workers.push(tokio::spawn(async move {
             worker.run(stop.cancelled_owned()).await

@@ -57,7 +57,9 @@ async fn main() -> anyhow::Result<()> {
         let _: () = conn
             .hset_multiple(&key, &[("status", "finished"), ("output", label.as_str())])
             .await?;
-        let _: () = conn.lpush(format!("{prefix}:reply:{job_id}"), &label).await?;
+        let _: () = conn
+            .lpush(format!("{prefix}:reply:{job_id}"), &label)
+            .await?;
         line(format!("ran {job_id}"));
     }
 }
