@@ -125,6 +125,10 @@ pub struct BenchArgs {
     /// measure what it costs).
     #[arg(long, default_value_t = hero_broker::config::DEFAULT_EVENTS_MAX)]
     pub events_max: u64,
+    /// Scale-out instead of the scenarios: on a 3-master Redis Cluster, end to end in 1, then
+    /// 2, ... up to this many namespaces at once, each on its own shard (`--jobs` each).
+    #[arg(long, default_value_t = 0)]
+    pub namespaces: usize,
     /// Directory of the peer (its package.json and script).
     #[arg(long, env = "HERO_BENCH_PEER_DIR", default_value = "benches/peer")]
     pub peer_dir: PathBuf,

@@ -7,11 +7,13 @@
 //! - `ours`: hero's side of each scenario, through the public client and worker API.
 //! - `peer`: the BullMQ side (`benches/peer/bullmq.mjs` under Node).
 //! - `report`: figures, medians, the table and the JSON report.
+//! - `scale`: `--namespaces N`, scale-out over the shards of a Redis Cluster.
 
 mod bench;
 mod ours;
 mod peer;
 mod report;
+mod scale;
 
 use clap::{Parser, Subcommand};
 
@@ -74,6 +76,7 @@ fn main() {
                 let client = hero_client::Client::connect(&redis_url).await?;
                 ours::bench_worker(client, &args).await
             }
+            None if cli.bench.namespaces > 0 => scale::run(&cli.bench, cli.json).await,
             None => bench::run(cli.bench, cli.json).await,
         }
     });
