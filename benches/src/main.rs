@@ -7,9 +7,11 @@
 //! - `ours`: hero's side of each scenario, through the public client and worker API.
 //! - `peer`: the BullMQ side (`benches/peer/bullmq.mjs` under Node).
 //! - `report`: figures, medians, the table and the JSON report.
+//! - `chaos`: the chaos soak.
 //! - `scale`: `--namespaces N`, scale-out over the shards of a Redis Cluster.
 
 mod bench;
+mod chaos;
 mod ours;
 mod peer;
 mod report;
@@ -40,7 +42,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Child {
-    /// The worker process the recovery scenario kills.
+    /// The chaos soak (`benches/chaos`): faults injected into a real system under load, then
+    /// every job checked.
+    Chaos(chaos::ChaosArgs),
+    /// The worker process the recovery scenario and the chaos soak kill.
     #[command(hide = true)]
     Worker {
         #[arg(long)]
@@ -76,6 +81,7 @@ fn main() {
                 let client = hero_client::Client::connect(&redis_url).await?;
                 ours::bench_worker(client, &args).await
             }
+            Some(Child::Chaos(args)) => chaos::run(&args).await,
             None if cli.bench.namespaces > 0 => scale::run(&cli.bench, cli.json).await,
             None => bench::run(cli.bench, cli.json).await,
         }

@@ -492,22 +492,44 @@ pub struct BenchWorkerArgs {
     pub concurrency: usize,
     #[arg(long, default_value_t = 1000)]
     pub presence_ms: u64,
+    #[arg(long, default_value_t = 60_000)]
+    pub lease_ms: u64,
+    /// Finish each job after this long (ms); unset: never finish one.
+    #[arg(long)]
+    pub run_ms: Option<u64>,
 }
 
-/// The recovery scenario's victim: takes `concurrency` jobs, prints `ready` and one `started`
-/// line per job, and never finishes them.
+/// The worker process the recovery scenario and the chaos soak kill: prints `ready`, then
+/// `started <id> <unix ms>` per job it starts and `done <id>` per completion recorded; its jobs
+/// take `--run-ms`, or never finish.
 pub async fn bench_worker(client: Client, args: &BenchWorkerArgs) -> Result<i32> {
     use std::io::Write;
+    let run = args.run_ms.map(Duration::from_millis);
     let worker = Worker::builder(client)
         .types([TYPE])
         .concurrency(args.concurrency)
         .presence_ttl(Duration::from_millis(args.presence_ms))
-        .lease(Duration::from_secs(60))
-        .handler(|_job: Job, _ctx| std::future::pending::<Outcome>())
+        .lease(Duration::from_millis(args.lease_ms))
+        .handler(move |_job: Job, _ctx| async move {
+            match run {
+                Some(d) => {
+                    tokio::time::sleep(d).await;
+                    Outcome::Done(String::new())
+                }
+                None => std::future::pending::<Outcome>().await,
+            }
+        })
         .on_event(|e| {
             let line = match e {
                 WorkerEvent::Ready { .. } => "ready".to_string(),
-                WorkerEvent::Started { job_id, .. } => format!("started {job_id}"),
+                WorkerEvent::Started { job_id, .. } => {
+                    format!("started {job_id} {}", now_us() / 1000)
+                }
+                WorkerEvent::Completed { job_id, completion }
+                    if completion.as_str() == "completed" =>
+                {
+                    format!("done {job_id}")
+                }
                 _ => return,
             };
             let mut out = std::io::stdout().lock();
