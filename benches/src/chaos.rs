@@ -22,6 +22,8 @@ const WORKERS: usize = 4;
 const BROKERS: usize = 2;
 /// The workers' lease; a stalled worker is stopped for longer than this.
 const LEASE_MS: u64 = 2000;
+/// The brokers' retention while the soak runs: every ended job stays to be checked.
+const KEEP_SECS: u64 = 3600;
 
 #[derive(Args, Debug, Clone)]
 pub struct ChaosArgs {
@@ -85,7 +87,9 @@ struct System {
 }
 
 impl System {
-    fn broker(url: &str) -> Proc {
+    /// A broker; the soak's keep the ended jobs (an hour) until they are checked, then one
+    /// with a retention of 1 s deletes them, for the memory check.
+    fn broker(url: &str, retention_secs: u64) -> Proc {
         Proc::spawn(
             &binary("hero"),
             &[
@@ -97,7 +101,7 @@ impl System {
                 "--lease-ms",
                 &LEASE_MS.to_string(),
                 "--retention-secs",
-                "5",
+                &retention_secs.to_string(),
                 "--events-max",
                 "1000",
             ],
@@ -159,8 +163,12 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
     let redis = RedisServer::start_durable();
     let url = redis.url();
     let mut sys = System {
-        brokers: (0..BROKERS).map(|_| System::broker(&url)).collect(),
-        workers: (0..WORKERS).map(|_| System::worker(&url, args.run_ms)).collect(),
+        brokers: (0..BROKERS)
+            .map(|_| System::broker(&url, KEEP_SECS))
+            .collect(),
+        workers: (0..WORKERS)
+            .map(|_| System::worker(&url, args.run_ms))
+            .collect(),
         retired: Vec::new(),
         redis,
         url,
@@ -213,10 +221,12 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
         rng
     };
     let mut stalled: Option<(Proc, Instant)> = None;
+    let mut resumed: Vec<Proc> = Vec::new();
     for k in 1..=args.worker_kills {
         tokio::time::sleep(args.interval).await;
         let i = (next() % sys.workers.len() as u64) as usize;
-        let mut victim = std::mem::replace(&mut sys.workers[i], System::worker(&sys.url, args.run_ms));
+        let mut victim =
+            std::mem::replace(&mut sys.workers[i], System::worker(&sys.url, args.run_ms));
         victim.kill9();
         kills.push(Kill {
             at_ms: now_ms(),
@@ -231,11 +241,16 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
             stalled = Some((p, Instant::now()));
             fig.stalls += 1;
         }
+        // a stalled worker wakes with its lease gone (its late completions are refused, fenced),
+        // and is then stopped gracefully: the four replacements carry the load
+        for p in resumed.drain(..) {
+            p.signal("TERM");
+            sys.retired.push(p);
+        }
         if let Some((p, since)) = stalled.take() {
             if since.elapsed() > Duration::from_millis(LEASE_MS + 1000) {
-                // it wakes with its lease gone: its late completions are refused (fenced)
                 p.signal("CONT");
-                sys.workers.push(p);
+                resumed.push(p);
             } else {
                 stalled = Some((p, since));
             }
@@ -243,12 +258,24 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
         if k % args.broker_every.max(1) == 0 {
             let i = (next() % BROKERS as u64) as usize;
             sys.brokers[i].kill9();
-            sys.brokers[i] = System::broker(&sys.url);
+            sys.brokers[i] = System::broker(&sys.url, KEEP_SECS);
             fig.broker_restarts += 1;
         }
         if k % args.redis_every.max(1) == 0 {
             sys.redis.restart();
             fig.redis_restarts += 1;
+        }
+        // a process started while Redis was down may have given up at once: replace it
+        for w in &mut sys.workers {
+            if matches!(w.child.try_wait(), Ok(Some(_))) {
+                let gone = std::mem::replace(w, System::worker(&sys.url, args.run_ms));
+                sys.retired.push(gone);
+            }
+        }
+        for b in &mut sys.brokers {
+            if matches!(b.child.try_wait(), Ok(Some(_))) {
+                *b = System::broker(&sys.url, KEEP_SECS);
+            }
         }
         if k % 100 == 0 {
             eprintln!(
@@ -257,16 +284,12 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
                 started.elapsed().as_secs_f64()
             );
         }
-        // a stalled worker back among the live ones is retired like any other, at random
-        while sys.workers.len() > WORKERS {
-            let p = sys.workers.remove(0);
-            sys.retired.push(p);
-        }
     }
     if let Some((p, _)) = stalled.take() {
         p.signal("CONT");
-        sys.retired.push(p);
+        resumed.push(p);
     }
+    sys.retired.append(&mut resumed);
     stop.store(true, Ordering::Relaxed);
     producer.await.context("the producer task")?;
     fig.jobs = submitted.load(Ordering::Relaxed);
@@ -281,7 +304,9 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
         for chunk in unfinished.chunks(1000) {
             let mut pipe = redis::pipe();
             for id in chunk {
-                pipe.cmd("HGET").arg(client.keys().job_unchecked(id)).arg("status");
+                pipe.cmd("HGET")
+                    .arg(client.keys().job_unchecked(id))
+                    .arg("status");
             }
             let statuses = client.redis().pipeline(&pipe).await?;
             for (id, s) in chunk.iter().zip(statuses) {
@@ -330,7 +355,16 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
         }
     }
 
-    // memory: once retention has deleted the finished jobs (5 s), back to the baseline
+    // memory: once retention has deleted the finished jobs, back to the baseline
+    for b in &mut sys.brokers {
+        b.kill9();
+    }
+    sys.brokers = vec![System::broker(&sys.url, 1)];
+    for w in sys.workers.iter_mut().chain(&mut sys.retired) {
+        if matches!(w.child.try_wait(), Ok(None)) {
+            w.signal("TERM");
+        }
+    }
     let memory_deadline = Instant::now() + Duration::from_secs(60);
     loop {
         fig.memory_after_bytes = used_memory(&sys.redis).await?;
@@ -351,7 +385,14 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
     println!("| lost | {} |", fig.lost);
     println!("| recorded twice | {} |", fig.double_completions);
     println!("| max recovery after a kill | {} ms |", fig.max_recovery_ms);
-    println!("| audit | {} |", if fig.audit_clean { "clean" } else { "NOT clean" });
+    println!(
+        "| audit | {} |",
+        if fig.audit_clean {
+            "clean"
+        } else {
+            "NOT clean"
+        }
+    );
     println!(
         "| Redis memory | {:.1} MiB before, {:.1} MiB after |",
         fig.memory_baseline_bytes as f64 / 1048576.0,
@@ -375,7 +416,10 @@ const MEMORY_SLACK: u64 = 4 << 20;
 
 async fn used_memory(redis: &RedisServer) -> Result<u64> {
     let mut conn = redis.conn().await;
-    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await?;
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())

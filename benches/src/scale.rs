@@ -160,7 +160,11 @@ async fn submit(c: &Client, round: usize, n: u64, args: &BenchArgs) -> Result<()
                 return anyhow::Ok(());
             }
             let jobs = (from..(from + batch).min(n))
-                .map(|i| Ok(NewJob::builder("bench", "noop").id(format!("r{round}-{i}")).build()?))
+                .map(|i| {
+                    Ok(NewJob::builder("bench", "noop")
+                        .id(format!("r{round}-{i}"))
+                        .build()?)
+                })
                 .collect::<Result<Vec<_>>>()?;
             for r in c.submit_many(&jobs).await? {
                 r?;

@@ -29,6 +29,9 @@ pub struct ClientOptions {
     /// Replicated acknowledgements: a call that writes returns Ok only once this many replicas
     /// hold it (`WAIT`), else [`crate::Error::NotReplicated`] (0: off).
     pub replicas: crate::conn::Replicas,
+    /// Connections for blocking waits (a worker holds two per namespace; each `Client::wait`
+    /// and event follower one while it waits).
+    pub pool_size: usize,
 }
 
 impl ClientOptions {
@@ -39,6 +42,7 @@ impl ClientOptions {
             cluster: false,
             tls: crate::conn::Tls::default(),
             replicas: crate::conn::Replicas::default(),
+            pool_size: crate::conn::DEFAULT_POOL_SIZE,
         }
     }
 }
@@ -67,7 +71,8 @@ impl Client {
         } else {
             Keyspace::new(&ns)
         };
-        let mut redis = Redis::open(&opts.url, &opts.tls, cluster, keys.prefix()).await?;
+        let mut redis =
+            Redis::open(&opts.url, &opts.tls, cluster, keys.prefix(), opts.pool_size).await?;
         redis.set_replicas(opts.replicas)?;
         Ok(Client {
             redis,

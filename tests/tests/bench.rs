@@ -65,3 +65,83 @@ fn a_short_bench_run_reports_every_scenario() {
     assert!(report["rows"][0]["peer"].is_null(), "no peer was asked for");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A short chaos soak (`benches/chaos` runs the full one): workers killed, a broker and Redis
+/// restarted, a worker stalled past its lease; every job ends once, the audit is clean and
+/// memory comes back. The binary exits 1 when a check fails; the JSON names the figures.
+#[test]
+fn a_short_chaos_soak_loses_nothing_and_records_nothing_twice() {
+    let dir = std::env::temp_dir().join(format!("hero-chaos-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_file = dir.join("chaos.json");
+    let out = Command::new(binary("hero-bench"))
+        .args(["chaos", "--worker-kills", "30", "--broker-every", "10"])
+        .args([
+            "--redis-every",
+            "15",
+            "--stall-every",
+            "10",
+            "--interval",
+            "100ms",
+        ])
+        .args(["--rate", "300"])
+        .arg("--out")
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the chaos soak failed:\n{table}\n{stderr}"
+    );
+    let fig: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    assert_eq!(fig["worker_kills"], 30, "{fig}");
+    assert_eq!(fig["broker_restarts"], 3, "{fig}");
+    assert_eq!(fig["redis_restarts"], 2, "{fig}");
+    assert!(fig["stalls"].as_u64() >= Some(1), "{fig}");
+    assert!(fig["jobs"].as_u64() > Some(500), "{fig}");
+    assert_eq!(
+        (&fig["lost"], &fig["double_completions"]),
+        (&0.into(), &0.into()),
+        "{fig}"
+    );
+    assert_eq!(fig["audit_clean"], true, "{fig}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The scale-out run (`hero-bench --namespaces N`) cannot rot: on its own 3-master cluster, 1
+/// and 2 namespaces on different shards run end to end and report their figures.
+#[test]
+fn a_short_scale_out_run_reports_each_namespace_count() {
+    let dir = std::env::temp_dir().join(format!("hero-scale-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_file = dir.join("scale.json");
+    let out = Command::new(binary("hero-bench"))
+        .args(["--json", "--namespaces", "2", "--jobs", "500"])
+        .arg("--out")
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "hero-bench --namespaces failed: {stderr}"
+    );
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    let rows = rows.as_array().expect("one row per namespace count");
+    assert_eq!(rows.len(), 2);
+    for (n, row) in rows.iter().enumerate() {
+        assert_eq!(row["namespaces"], n + 1);
+        assert_eq!(row["jobs"], 500 * (n as u64 + 1));
+        assert_eq!(
+            row["redis_cpu_us_per_job"].as_array().map(Vec::len),
+            Some(n + 1)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

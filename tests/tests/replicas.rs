@@ -96,3 +96,42 @@ async fn a_submit_waits_for_its_replicas_and_fails_loudly_without_them() {
             .created
     );
 }
+
+/// `--replica-fsync` asks for WAITAOF, which Redis 7.0 does not have: the server is asked
+/// (COMMAND INFO) at connect, and the client refuses at once, naming what to change, rather
+/// than failing every write later.
+#[tokio::test]
+async fn acknowledgements_on_disk_are_refused_by_a_server_without_waitaof() {
+    let server = RedisServer::start();
+    let mut raw = server.conn().await;
+    let info: redis::Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("WAITAOF")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let has_waitaof = matches!(&info, redis::Value::Array(v) if !matches!(v.first(), Some(redis::Value::Nil) | None));
+    let mut opts = ClientOptions::new(server.url());
+    opts.replicas = Replicas {
+        wanted: 1,
+        timeout: Duration::from_millis(200),
+        fsync: true,
+    };
+    match Client::with_options(opts).await {
+        Err(e) => {
+            assert!(!has_waitaof, "refused by a server that has WAITAOF: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains("WAITAOF") && text.contains("--replica-fsync"),
+                "{text}"
+            );
+        }
+        Ok(c) => {
+            // a newer server: a write waits for a replica's fsync, and without one fails loudly
+            assert!(has_waitaof);
+            let job = NewJob::builder("rep", "x").build().unwrap();
+            let e = c.submit(&job).await.unwrap_err();
+            assert!(matches!(e, hero_client::Error::NotReplicated { .. }), "{e}");
+        }
+    }
+}

@@ -88,7 +88,7 @@ pub(crate) async fn fetch_loop(
     rank: usize,
 ) {
     let mut backoff = Backoff::new();
-    let mut waker: Option<redis::aio::MultiplexedConnection> = None;
+    let mut waker: Option<hero_client::conn::Blocking> = None;
     let fetch_max = (s.concurrency / 4).max(8);
     let mut fetches: JoinSet<FetchOutcome> = JoinSet::new();
     let mut ended = Ended::default();
@@ -200,7 +200,7 @@ async fn fetch_once(
 /// the worker is stopping.
 async fn wait_for_entry(
     s: &Shared,
-    waker: &mut Option<redis::aio::MultiplexedConnection>,
+    waker: &mut Option<hero_client::conn::Blocking>,
     cursors: &[String],
     limited: bool,
     stop: &CancellationToken,

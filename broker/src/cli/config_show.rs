@@ -26,6 +26,7 @@ pub(super) fn show(g: &Global) -> Result<i32> {
         "redis_url": hero_client::conn::redacted(&resolve_url(g)),
         "namespace": g.namespace,
         "cluster": g.cluster,
+        "pool_size": g.pool_size,
         "min_replicas": g.min_replicas,
         "replica_timeout_ms": g.replica_timeout_ms,
         "replica_fsync": g.replica_fsync,

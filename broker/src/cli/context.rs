@@ -28,6 +28,7 @@ pub(super) async fn connect(global: &Global, url: &str) -> Result<Client> {
     let mut opts = ClientOptions::new(url);
     opts.namespace = global.namespace.clone();
     opts.cluster = global.cluster;
+    opts.pool_size = global.pool_size;
     opts.replicas = hero_client::conn::Replicas {
         wanted: global.min_replicas,
         timeout: std::time::Duration::from_millis(global.replica_timeout_ms),

@@ -89,6 +89,9 @@ pub struct Global {
         default_value_t = 1000
     )]
     pub replica_timeout_ms: u64,
+    /// Connections kept for blocking waits (XREAD BLOCK, BLPOP) per process and namespace.
+    #[arg(long, global = true, env = "HERO_POOL_SIZE", default_value_t = hero_client::conn::DEFAULT_POOL_SIZE)]
+    pub pool_size: usize,
     /// With --min-replicas: wait until the write is on disk here and on the replicas
     /// (WAITAOF, Redis 7.2+), not only in their memory.
     #[arg(long, global = true, env = "HERO_REPLICA_FSYNC")]

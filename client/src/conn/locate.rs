@@ -123,7 +123,9 @@ impl Endpoint {
             } => {
                 let mut why = Vec::new();
                 for s in sentinels {
-                    match ask_sentinel(&client_for(&node.at(s))?, master).await {
+                    // the URL's user is the master's: a Sentinel is asked without it
+                    let sentinel = format!("{}://{s}", node.scheme);
+                    match ask_sentinel(&client_for(&sentinel)?, master).await {
                         Ok(addr) => return Ok(node.at(&addr)),
                         Err(e) => why.push(format!("{s}: {e}")),
                     }

@@ -1,6 +1,7 @@
 //! Connections to Redis: one shared multiplexed connection (redis-rs's `ConnectionManager`,
 //! which pipelines concurrent calls on one socket and reconnects after a failure) for ordinary
-//! commands, dedicated connections for blocking ones (BLPOP, XREAD BLOCK) so they never stall others,
+//! commands, a pool (deadpool-redis) of connections for blocking ones (BLPOP, XREAD BLOCK) so
+//! they never stall others,
 //! what the server can do (asked of it, not guessed from its version), and calls that reload the
 //! function library when a restarted Redis lost it. Behind a Sentinel or in a cluster the
 //! handle follows the namespace's master (`locate`): a call that finds its node gone, turned
@@ -9,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, FromRedisValue, RetryMethod, Value};
 
 use crate::error::{Error, Result};
@@ -59,6 +60,7 @@ struct Place {
     tls: Tls,
     /// A key of the namespace: in a cluster its slot picks the node.
     slot_key: String,
+    pool_size: usize,
     node: std::sync::RwLock<Arc<Node>>,
     /// One relocation at a time: the calls that fail together wait for the first to look.
     relocating: tokio::sync::Mutex<()>,
@@ -67,8 +69,9 @@ struct Place {
 /// The connections to one server.
 struct Node {
     url: String,
-    client: redis::Client,
     shared: ConnectionManager,
+    /// Connections for blocking commands, each lent to one waiter at a time.
+    blocking: deadpool_redis::Pool,
     /// Where `query` and `pipeline` go when the server is reached over plain TCP (see
     /// [`crate::wire`]); None: through `shared`.
     lane: Option<Arc<Lane>>,
@@ -89,6 +92,15 @@ pub struct Replicas {
 /// a pipelined batch of thousands of calls on a loaded server is still a few ms.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest block a pooled connection serves (its response timeout is this plus
+/// [`RESPONSE_TIMEOUT`]).
+const MAX_BLOCK: Duration = Duration::from_secs(10);
+/// Connections for blocking commands per handle, unless configured.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// How long a blocking waiter waits for a pooled connection before it fails.
+const POOL_WAIT: Duration = Duration::from_secs(5);
+/// How long connecting waits for a server that is loading its data.
+const LOADING_WAIT: Duration = Duration::from_secs(60);
 /// Sends of one call: the first, and again after a reconnect, a relocation, a redirect or a
 /// wait for a cluster that asked to try again.
 const ATTEMPTS: u32 = 4;
@@ -102,13 +114,25 @@ impl Redis {
 
     /// [`Redis::connect`] with certificates for a `rediss://` URL.
     pub async fn connect_with(url: &str, tls: &Tls) -> Result<Redis> {
-        Self::open(url, tls, false, "hero").await
+        Self::open(url, tls, false, "hero", DEFAULT_POOL_SIZE).await
     }
 
     /// Connects to the master that serves `slot_key` (any key of the namespace; it matters in
     /// a cluster only): the URL's server, the master its Sentinels name, or, with `cluster`
-    /// (or a `redis+cluster://` URL), the cluster node that owns the key's slot.
-    pub async fn open(url: &str, tls: &Tls, cluster: bool, slot_key: &str) -> Result<Redis> {
+    /// (or a `redis+cluster://` URL), the cluster node that owns the key's slot. `pool_size`
+    /// connections at most serve blocking commands ([`Redis::dedicated`]).
+    pub async fn open(
+        url: &str,
+        tls: &Tls,
+        cluster: bool,
+        slot_key: &str,
+        pool_size: usize,
+    ) -> Result<Redis> {
+        if pool_size == 0 {
+            return Err(Error::InvalidInput(
+                "the pool of blocking connections needs at least 1 (--pool-size)".into(),
+            ));
+        }
         let endpoint = Endpoint::parse(url, cluster)?;
         if !tls.is_empty() && !url.starts_with("rediss") {
             return Err(Error::InvalidInput(format!(
@@ -119,10 +143,11 @@ impl Redis {
         let master = endpoint
             .master(slot_key, &|u: &str| client_for(u, tls))
             .await?;
-        let node = Node::connect(&master, tls).await?;
+        let node = Node::connect(&master, tls, pool_size).await?;
         let place = Place {
             endpoint,
             tls: tls.clone(),
+            pool_size,
             slot_key: slot_key.to_string(),
             node: std::sync::RwLock::new(Arc::new(node)),
             relocating: tokio::sync::Mutex::new(()),
@@ -133,7 +158,26 @@ impl Redis {
             caps: Capabilities::default(),
             replicas: Replicas::default(),
         };
-        let mut conn = redis.conn();
+        // a server that is still loading its data (just restarted) answers LOADING: a process
+        // started beside it waits for it rather than exiting
+        let deadline = std::time::Instant::now() + LOADING_WAIT;
+        loop {
+            match redis.probe().await {
+                Err(Error::Redis(e))
+                    if e.kind()
+                        == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => return other.map(|()| redis),
+            }
+        }
+    }
+
+    /// Detects the server's capabilities and loads the function library when it is missing.
+    async fn probe(&mut self) -> Result<()> {
+        let mut conn = self.conn();
         let info: Value = redis::cmd("COMMAND")
             .arg("INFO")
             .arg("XACKDEL")
@@ -141,10 +185,9 @@ impl Redis {
             .query_async(&mut conn)
             .await?;
         let has = |i: usize| matches!(&info, Value::Array(items) if items.get(i).is_some_and(|v| !matches!(v, Value::Nil)));
-        redis.caps.xackdel = has(0);
-        redis.caps.waitaof = has(1);
-        function::ensure_loaded(&mut conn).await?;
-        Ok(redis)
+        self.caps.xackdel = has(0);
+        self.caps.waitaof = has(1);
+        function::ensure_loaded(&mut conn).await
     }
 
     /// The URL without its password, for messages.
@@ -184,20 +227,25 @@ impl Redis {
         self.node().shared.clone()
     }
 
-    /// A connection of its own for blocking commands; `block` is the longest block it will
-    /// be asked for, so a dead server is still noticed. A caller that loses it asks for a new
-    /// one, which goes to the master of the moment.
-    pub async fn dedicated(&self, block: Duration) -> Result<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_response_timeout(Some(block + RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(CONNECT_TIMEOUT));
+    /// A connection of its own for blocking commands (BLPOP, XREAD BLOCK), from the pool, so
+    /// a block never stalls the calls on the shared connection; back in the pool when dropped.
+    /// `block` is the longest block it will be asked for (at most 10 s), so a dead server is
+    /// still noticed. A caller that loses it asks for another, from the master of the moment.
+    pub async fn dedicated(&self, block: Duration) -> Result<Blocking> {
+        debug_assert!(
+            block <= MAX_BLOCK,
+            "a block of {block:?} outlasts the pool's timeout"
+        );
         let node = self.node();
-        match node
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-        {
+        match node.blocking.get().await {
             Ok(c) => Ok(c),
+            Err(deadpool_redis::PoolError::Timeout(_)) => Err(Error::Unreachable {
+                url: self.url(),
+                reason: format!(
+                    "all {} blocking connections stayed busy for {POOL_WAIT:?}: raise --pool-size",
+                    self.place.pool_size
+                ),
+            }),
             Err(e) => {
                 // the master may have moved: look, so the caller's next try goes there
                 let _ = self.relocate(&node, None).await;
@@ -234,7 +282,7 @@ impl Redis {
         if master == failed.url {
             return Ok(());
         }
-        let node = Node::connect(&master, &place.tls).await?;
+        let node = Node::connect(&master, &place.tls, place.pool_size).await?;
         tracing::info!(from = %redacted(&failed.url), to = %redacted(&master), "the namespace's master moved; calls go to the new one");
         *place.node.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(node);
         Ok(())
@@ -374,9 +422,29 @@ impl Redis {
     }
 }
 
+/// A pooled connection for blocking commands (see [`Redis::dedicated`]).
+pub type Blocking = deadpool_redis::Connection;
+
 impl Node {
-    async fn connect(url: &str, tls: &Tls) -> Result<Node> {
+    async fn connect(url: &str, tls: &Tls, pool_size: usize) -> Result<Node> {
         let client = client_for(url, tls)?;
+        // the pool's connections are made from the same connection info (TLS included); each
+        // lent connection is checked with a PING, which a blocking wait of seconds can afford
+        let manager = deadpool_redis::Manager::new_with_config(
+            client.get_connection_info().clone(),
+            AsyncConnectionConfig::new()
+                .set_response_timeout(Some(MAX_BLOCK + RESPONSE_TIMEOUT))
+                .set_connection_timeout(Some(CONNECT_TIMEOUT)),
+        )
+        .map_err(|e| unreachable(url, e.to_string()))?;
+        let blocking = deadpool_redis::Pool::builder(manager)
+            .max_size(pool_size)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .runtime(deadpool_redis::Runtime::Tokio1)
+            .build()
+            .map_err(|e| unreachable(url, e.to_string()))?;
         // No pool: a pool would check every connection it hands out with a PING round trip,
         // doubling the latency of each call, while one multiplexed socket already carries any
         // number of concurrent calls.
@@ -395,8 +463,8 @@ impl Node {
         );
         Ok(Node {
             url: url.to_string(),
-            client,
             shared,
+            blocking,
             lane: lane.map(Arc::new),
         })
     }

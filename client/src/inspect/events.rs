@@ -250,7 +250,7 @@ impl Inspector {
 /// A live tail of the event log: each [`EventFollower::next`] blocks on XREAD until events
 /// arrive (or a second passes: then it answers an empty batch).
 pub struct EventFollower {
-    conn: redis::aio::MultiplexedConnection,
+    conn: crate::conn::Blocking,
     key: String,
     keys: Keyspace,
     last: String,
