@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use hero_client::conn::Replicas;
 use hero_client::{Client, ClientOptions, NewJob, Status};
 use hero_testkit::{http_broker, say, test_worker, wait_for, SentinelSet};
+use tokio_util::sync::CancellationToken;
 
 /// Jobs a producer saw acknowledged, with when.
 type Acked = Arc<Mutex<Vec<(String, Instant)>>>;
@@ -29,7 +30,7 @@ async fn client(url: &str, replicas: u32) -> Client {
 fn produce(
     c: Client,
     prefix: &'static str,
-    stop: Arc<tokio::sync::Notify>,
+    stop: CancellationToken,
 ) -> (Acked, tokio::task::JoinHandle<()>) {
     let acked: Acked = Arc::default();
     let out = acked.clone();
@@ -42,7 +43,7 @@ fn produce(
                 .build()
                 .unwrap();
             tokio::select! {
-                _ = stop.notified() => return,
+                _ = stop.cancelled() => return,
                 r = c.submit(&job) => {
                     if r.is_ok() {
                         out.lock().unwrap().push((job.id().to_string(), Instant::now()));
@@ -76,7 +77,7 @@ async fn a_failover_is_followed_and_replicated_acks_lose_nothing() {
     }
     let safe = client(&url, 1).await;
     let plain = client(&url, 0).await;
-    let stop = Arc::new(tokio::sync::Notify::new());
+    let stop = CancellationToken::new();
     let (acked_safe, t1) = produce(safe.clone(), "safe", stop.clone());
     let (acked_plain, t2) = produce(plain.clone(), "plain", stop.clone());
 
@@ -138,7 +139,7 @@ async fn a_failover_is_followed_and_replicated_acks_lose_nothing() {
         promoted.elapsed()
     ));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.notify_waiters();
+    stop.cancel();
     let _ = (t1.await, t2.await);
 
     // with replicated acknowledgements: every acknowledged job is on the new master and ends
