@@ -408,7 +408,8 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
         eprintln!("audit: {:?}", report.inconsistencies().collect::<Vec<_>>());
     }
     let ok = fig.lost == 0 && fig.double_completions == 0 && fig.audit_clean && memory_ok;
-    Ok(if ok { 0 } else { 1 })
+    // exit 1 when a check failed
+    Ok(i32::from(!ok))
 }
 
 /// Memory the run may leave behind: the event log's capped tail and the stats' hashes.
