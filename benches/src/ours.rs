@@ -172,24 +172,7 @@ impl Ours {
 
     /// Submits `n` jobs in batches, `producers` batches in flight at once.
     async fn submit(&self, n: u64) -> Result<()> {
-        let next = AtomicU64::new(0);
-        let batch = self.args.batch as u64;
-        let producer = || async {
-            loop {
-                let from = next.fetch_add(batch, Ordering::Relaxed);
-                if from >= n {
-                    return anyhow::Ok(());
-                }
-                let jobs = (from..(from + batch).min(n))
-                    .map(|_| self.job())
-                    .collect::<Result<Vec<_>>>()?;
-                for r in self.client.submit_many(&jobs).await? {
-                    r?;
-                }
-            }
-        };
-        futures::future::try_join_all((0..self.args.producers).map(|_| producer())).await?;
-        Ok(())
+        submit_in_batches(&self.client, n, &self.args, |_| self.job()).await
     }
 
     /// Starts a worker with a no-op handler that reports to `tally`, and waits until it is ready.
@@ -484,6 +467,34 @@ impl CpuMark {
         fig.set("client_us_per_job", (own - self.own) * 1e6 / jobs as f64);
         Ok(())
     }
+}
+
+/// Submits `n` jobs made by `job` (given their index) in batches of `--batch`, `--producers`
+/// batches in flight at once.
+pub async fn submit_in_batches(
+    client: &Client,
+    n: u64,
+    args: &BenchArgs,
+    job: impl Fn(u64) -> Result<NewJob>,
+) -> Result<()> {
+    let next = AtomicU64::new(0);
+    let batch = args.batch as u64;
+    let producer = || async {
+        loop {
+            let from = next.fetch_add(batch, Ordering::Relaxed);
+            if from >= n {
+                return anyhow::Ok(());
+            }
+            let jobs = (from..(from + batch).min(n))
+                .map(&job)
+                .collect::<Result<Vec<_>>>()?;
+            for r in client.submit_many(&jobs).await? {
+                r?;
+            }
+        }
+    };
+    futures::future::try_join_all((0..args.producers).map(|_| producer())).await?;
+    Ok(())
 }
 
 #[derive(Args, Debug, Clone)]

@@ -124,7 +124,14 @@ async fn round(
     let cpu_before = shard_cpu(cluster, namespaces).await?;
     let started = Instant::now();
     let round = namespaces.len();
-    let submits = clients.iter().map(|c| submit(c, round, per_ns, args));
+    // `round` keeps the ids of one round apart from another's in the same namespace
+    let submits = clients.iter().map(|c| {
+        crate::ours::submit_in_batches(c, per_ns, args, move |i| {
+            Ok(NewJob::builder("bench", "noop")
+                .id(format!("r{round}-{i}"))
+                .build()?)
+        })
+    });
     futures::future::try_join_all(submits).await?;
     tokio::time::timeout(Duration::from_secs(600), all_done.notified())
         .await
@@ -146,33 +153,6 @@ async fn round(
             .map(|(b, a)| (a - b) * 1e6 / per_ns as f64)
             .collect(),
     })
-}
-
-/// `n` jobs in batches of `--batch`, `--producers` batches in flight; `round` keeps the ids of
-/// one round apart from another's in the same namespace.
-async fn submit(c: &Client, round: usize, n: u64, args: &BenchArgs) -> Result<()> {
-    let next = AtomicU64::new(0);
-    let batch = args.batch as u64;
-    let producer = || async {
-        loop {
-            let from = next.fetch_add(batch, Ordering::Relaxed);
-            if from >= n {
-                return anyhow::Ok(());
-            }
-            let jobs = (from..(from + batch).min(n))
-                .map(|i| {
-                    Ok(NewJob::builder("bench", "noop")
-                        .id(format!("r{round}-{i}"))
-                        .build()?)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            for r in c.submit_many(&jobs).await? {
-                r?;
-            }
-        }
-    };
-    futures::future::try_join_all((0..args.producers).map(|_| producer())).await?;
-    Ok(())
 }
 
 /// The CPU seconds (user + system) each namespace's shard has used.

@@ -135,7 +135,7 @@ impl Endpoint {
             Endpoint::Cluster { seeds, node } => {
                 let mut why = Vec::new();
                 for s in seeds {
-                    match ask_cluster(&client_for(&node.at(s))?, key).await {
+                    match ask_cluster(&client_for(&node.at(s))?, key, s).await {
                         Ok(addr) => return Ok(node.at(&addr)),
                         Err(e) => why.push(format!("{s}: {e}")),
                     }
@@ -182,8 +182,8 @@ async fn ask_sentinel(client: &redis::Client, master: &str) -> redis::RedisResul
 }
 
 /// The master of the slot `key` hashes to, from `CLUSTER SLOTS`
-/// (`[start, end, [host, port, id], replicas…]` per range).
-async fn ask_cluster(client: &redis::Client, key: &str) -> redis::RedisResult<String> {
+/// (`[start, end, [host, port, id], replicas…]` per range), asked of the seed at `seed`.
+async fn ask_cluster(client: &redis::Client, key: &str, seed: &str) -> redis::RedisResult<String> {
     let mut conn = one_shot(client).await?;
     let slot: i64 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
@@ -207,8 +207,13 @@ async fn ask_cluster(client: &redis::Client, key: &str) -> redis::RedisResult<St
         if (start..=end).contains(&slot) {
             let Value::Array(node) = master else { break };
             if let (Some(host), Some(port)) = (node.first(), node.get(1)) {
-                let host: String = redis::from_redis_value_ref(host)?;
+                let mut host: String = redis::from_redis_value_ref(host)?;
                 let port: u16 = redis::from_redis_value_ref(port)?;
+                if host.is_empty() || host == "?" {
+                    // the node does not know its own address (one node, no announce-ip): it is
+                    // the seed asked, by the host the seed was reached at
+                    host = seed.rsplit_once(':').map_or(seed, |(h, _)| h).to_string();
+                }
                 return Ok(format!("{host}:{port}"));
             }
         }

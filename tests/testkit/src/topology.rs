@@ -38,23 +38,8 @@ impl SentinelSet {
             sentinels,
         };
         for s in &set.sentinels {
-            let conn = s.conn().await;
-            wait_for(
-                "each Sentinel to know the replicas and the other Sentinels",
-                Duration::from_secs(30),
-                || {
-                    let mut conn = conn.clone();
-                    async move {
-                        let info: String = redis::cmd("INFO")
-                            .arg("sentinel")
-                            .query_async(&mut conn)
-                            .await
-                            .ok()?;
-                        (info.contains("slaves=2") && info.contains("sentinels=3")).then_some(())
-                    }
-                },
-            )
-            .await;
+            let what = "each Sentinel to know the replicas and the other Sentinels";
+            wait_for_info(s, &["INFO", "sentinel"], &["slaves=2", "sentinels=3"], what).await;
         }
         set
     }
@@ -129,19 +114,8 @@ impl RedisCluster {
     /// Waits until every live node says the cluster is ok.
     pub async fn wait_ok(&self) {
         for n in self.nodes.iter().filter(|n| n.pid() != 0) {
-            let conn = n.conn().await;
-            wait_for("the cluster to be ok", Duration::from_secs(30), || {
-                let mut conn = conn.clone();
-                async move {
-                    let info: String = redis::cmd("CLUSTER")
-                        .arg("INFO")
-                        .query_async(&mut conn)
-                        .await
-                        .ok()?;
-                    info.contains("cluster_state:ok").then_some(())
-                }
-            })
-            .await;
+            let ok = ["cluster_state:ok"];
+            wait_for_info(n, &["CLUSTER", "INFO"], &ok, "the cluster to be ok").await;
         }
     }
 
@@ -190,4 +164,19 @@ impl RedisCluster {
         }
         panic!("no master serves {key}'s slot {slot}")
     }
+}
+
+/// Waits (30 s at most) until the text `command` answers on `server` holds every one of `needles`.
+async fn wait_for_info(server: &RedisServer, command: &[&str], needles: &[&str], what: &str) {
+    let conn = server.conn().await;
+    wait_for(what, Duration::from_secs(30), || {
+        let mut conn = conn.clone();
+        let mut cmd = redis::cmd(command[0]);
+        cmd.arg(&command[1..]);
+        async move {
+            let text: String = cmd.query_async(&mut conn).await.ok()?;
+            needles.iter().all(|n| text.contains(n)).then_some(())
+        }
+    })
+    .await;
 }
