@@ -33,6 +33,10 @@ impl Turns {
 
     /// Waits until every namespace before `rank` is idle; false when `stop` came first.
     pub(crate) async fn wait_turn(&self, rank: usize, stop: &CancellationToken) -> bool {
+        if rank == 0 {
+            // the first namespace, or the only one: nothing comes before it
+            return true;
+        }
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
