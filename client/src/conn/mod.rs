@@ -299,15 +299,15 @@ impl Redis {
             return Ok(true);
         }
         match e.retry_method() {
-            RetryMethod::MovedRedirect | RetryMethod::AskRedirect => {
-                // an ASK is a slot half moved: its keys settle on the new node within moments,
-                // and a MOVED then names it; until then the cluster answers TRYAGAIN
+            RetryMethod::MovedRedirect => {
                 let to = e.redirect_node().map(|(addr, _)| addr.to_string());
-                if matches!(e.retry_method(), RetryMethod::AskRedirect) {
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-                    return Ok(true);
-                }
                 log_relocation(self.relocate(node, to.as_deref()).await);
+                Ok(true)
+            }
+            RetryMethod::AskRedirect => {
+                // a slot half moved: its keys settle on the new node within moments, and a
+                // MOVED then names it (until then the cluster may answer TRYAGAIN)
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
                 Ok(true)
             }
             RetryMethod::WaitAndRetry => {
