@@ -320,3 +320,26 @@ async fn concurrent_single_submits_share_calls_and_each_gets_its_own_answer() {
         .expect("fcall in commandstats");
     assert!(calls < 200, "200 submits at once took {calls} server calls");
 }
+
+/// Blocking waits borrow from a pool of `pool_size` connections: with one, a second waiter
+/// waits for the first to give it back, and when it is not given back in time the waiter fails
+/// with an error that names `--pool-size` instead of hanging.
+#[tokio::test]
+async fn blocking_waits_share_a_pool_of_the_configured_size() {
+    let server = RedisServer::start();
+    let mut opts = hero_client::ClientOptions::new(server.url());
+    opts.pool_size = 1;
+    let client = Client::with_options(opts).await.unwrap();
+    let block = Duration::from_secs(1);
+    let held = client.redis().dedicated(block).await.unwrap();
+    let e = client
+        .redis()
+        .dedicated(block)
+        .await
+        .err()
+        .expect("the pool is empty");
+    assert!(e.to_string().contains("--pool-size"), "{e}");
+    drop(held);
+    // given back: the next waiter gets it
+    client.redis().dedicated(block).await.unwrap();
+}
