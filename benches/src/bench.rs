@@ -125,6 +125,13 @@ pub struct BenchArgs {
     /// measure what it costs).
     #[arg(long, default_value_t = hero_broker::config::DEFAULT_EVENTS_MAX)]
     pub events_max: u64,
+    /// Write one line per job of our latency scenario to this file: the microseconds (since the
+    /// epoch) it was made, its submit was answered and it started. Where a tail comes from shows
+    /// there: a gap in the made column is this process not running (tick catch-up), a late
+    /// answer is the submit path, a late start after a prompt answer is the worker's path
+    /// (`benches/latency_tail.py` sums them up). With several rounds, the last one's.
+    #[arg(long)]
+    pub latency_trace: Option<PathBuf>,
     /// Scale-out instead of the scenarios: on a 3-master Redis Cluster, end to end in 1, then
     /// 2, ... up to this many namespaces at once, each on its own shard (`--jobs` each).
     #[arg(long, default_value_t = 0)]

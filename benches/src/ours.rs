@@ -40,6 +40,11 @@ fn submitted_us(id: &str) -> Option<u64> {
     id.rsplit('-').next()?.parse().ok()
 }
 
+/// The sequence number a bench job id starts with.
+fn sequence(id: &str) -> Option<u64> {
+    id.split('-').next()?.parse().ok()
+}
+
 /// What a bench worker saw: jobs started and completed, with their latencies.
 #[derive(Default)]
 struct Tally {
@@ -47,6 +52,9 @@ struct Tally {
     started: AtomicU64,
     completed: AtomicU64,
     start_us: Mutex<Vec<u64>>,
+    /// With `--latency-trace`: (sequence, when) per job started, and per submit answered.
+    traced_starts: Option<Mutex<Vec<(u64, u64)>>>,
+    traced_answers: Option<Mutex<Vec<(u64, u64)>>>,
     result_us: Mutex<Vec<u64>>,
     all_started: Notify,
     all_completed: Notify,
@@ -60,12 +68,60 @@ impl Tally {
         Arc::new(t)
     }
 
-    fn on_start(&self, id: &str) {
-        if let Some(t) = submitted_us(id) {
-            if let Ok(mut v) = self.start_us.lock() {
-                v.push(now_us().saturating_sub(t));
+    /// A tally that also keeps the times `--latency-trace` writes.
+    fn traced(target: u64, n: usize) -> Arc<Tally> {
+        let t = Tally {
+            traced_starts: Some(Mutex::new(Vec::with_capacity(n))),
+            traced_answers: Some(Mutex::new(Vec::with_capacity(n))),
+            ..Tally::default()
+        };
+        t.target.store(target, Ordering::SeqCst);
+        Arc::new(t)
+    }
+
+    fn trace(list: Option<&Mutex<Vec<(u64, u64)>>>, id: &str, at: u64) {
+        if let (Some(list), Some(seq)) = (list, sequence(id)) {
+            if let Ok(mut v) = list.lock() {
+                v.push((seq, at));
             }
         }
+    }
+
+    fn on_answer(&self, id: &str) {
+        Tally::trace(self.traced_answers.as_ref(), id, now_us());
+    }
+
+    /// Writes `made answered started` per job (`made` from its id), in microseconds since the
+    /// epoch, in the order they were made.
+    fn write_trace(&self, ids: &[String], path: &std::path::Path) -> Result<()> {
+        let take = |m: Option<&Mutex<Vec<(u64, u64)>>>| -> std::collections::HashMap<u64, u64> {
+            m.and_then(|m| m.lock().ok().map(|mut v| std::mem::take(&mut *v)))
+                .unwrap_or_default()
+                .into_iter()
+                .collect()
+        };
+        let answers = take(self.traced_answers.as_ref());
+        let starts = take(self.traced_starts.as_ref());
+        let mut text = String::from("# made_us answered_us started_us\n");
+        for id in ids {
+            let (Some(seq), Some(made)) = (sequence(id), submitted_us(id)) else {
+                continue;
+            };
+            if let (Some(a), Some(s)) = (answers.get(&seq), starts.get(&seq)) {
+                text.push_str(&format!("{made} {a} {s}\n"));
+            }
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+
+    fn on_start(&self, id: &str) {
+        let now = now_us();
+        if let Some(t) = submitted_us(id) {
+            if let Ok(mut v) = self.start_us.lock() {
+                v.push(now.saturating_sub(t));
+            }
+        }
+        Tally::trace(self.traced_starts.as_ref(), id, now);
         if self.started.fetch_add(1, Ordering::SeqCst) + 1 == self.target.load(Ordering::SeqCst) {
             self.all_started.notify_one();
         }
@@ -255,7 +311,13 @@ impl Ours {
                 let total =
                     ((self.args.rate as f64) * self.args.duration.as_secs_f64()).round() as u64;
                 let total = total.max(1);
-                let tally = Tally::new(total);
+                let tracing = self.args.latency_trace.is_some();
+                let tally = if tracing {
+                    Tally::traced(total, usize::try_from(total).unwrap_or(0))
+                } else {
+                    Tally::new(total)
+                };
+                let mut ids = Vec::new();
                 let w = self.worker(&tally, self.args.concurrency).await?;
                 let cpu = CpuMark::now(probe).await?;
                 let t0 = Instant::now();
@@ -270,8 +332,18 @@ impl Ours {
                     while sent < due {
                         let job = self.job()?;
                         let client = self.client.clone();
+                        let answered = tracing.then(|| tally.clone());
+                        if tracing {
+                            ids.push(job.id().to_string());
+                        }
                         // each job is its own call, as a producer submitting one at a time does
-                        submits.spawn(async move { client.submit(&job).await });
+                        submits.spawn(async move {
+                            let r = client.submit(&job).await;
+                            if let Some(t) = answered {
+                                t.on_answer(job.id().as_str());
+                            }
+                            r
+                        });
                         sent += 1;
                     }
                 }
@@ -283,6 +355,9 @@ impl Ours {
                 fig.set("offered_per_s", total as f64 / secs);
                 cpu.record(probe, total, &mut fig).await?;
                 tally.latencies(&mut fig, true, true);
+                if let Some(path) = &self.args.latency_trace {
+                    tally.write_trace(&ids, path)?;
+                }
                 w.stop().await?;
             }
             Scenario::Recovery => {

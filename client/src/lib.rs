@@ -16,6 +16,7 @@
 //! - [`recovery`]: the cursor loop that takes deliveries back (broker recovery, worker hand-back).
 //! - [`repair`]: the operator's repairs (dead letters retried or purged), one function call each.
 //! - [`clock`]: the time the functions are given.
+//! - [`process`]: what a latency-sensitive process sets on itself at start (huge pages off).
 //! - [`error`]: the crate's error type; it depends on no other module.
 
 pub mod answer;
@@ -32,6 +33,7 @@ pub mod job;
 pub mod keys;
 pub mod name;
 pub mod new_job;
+pub mod process;
 pub mod queue;
 pub mod recovery;
 pub mod repair;
