@@ -343,3 +343,42 @@ async fn blocking_waits_share_a_pool_of_the_configured_size() {
     // given back: the next waiter gets it
     client.redis().dedicated(block).await.unwrap();
 }
+
+/// A waiter that gives up on its blocked command (a timeout, a `select!`, a worker stopping)
+/// does not hand the still-blocked connection to the next borrower: Redis would run the next
+/// command only once the old block ended. The bench's latency scenario started 165 ms late
+/// behind a stopped worker's 1 s BLPOP before this.
+#[tokio::test]
+async fn an_abandoned_block_never_delays_the_next_borrower() {
+    let server = RedisServer::start();
+    let mut opts = hero_client::ClientOptions::new(server.url());
+    opts.pool_size = 1;
+    let client = Client::with_options(opts).await.unwrap();
+    let block = Duration::from_secs(8);
+    let mut conn = client.redis().dedicated(block).await.unwrap();
+    let mut blpop = redis::cmd("BLPOP");
+    blpop.arg("nothing-here").arg(block.as_secs());
+    // given up on after 100 ms: the BLPOP is still blocked in Redis
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        blpop.query_async::<redis::Value>(&mut conn),
+    )
+    .await;
+    assert!(gave_up.is_err(), "nothing was pushed: the BLPOP blocks");
+    drop(conn);
+    let t0 = std::time::Instant::now();
+    let mut next = client.redis().dedicated(block).await.unwrap();
+    let pong: String = tokio::time::timeout(
+        Duration::from_secs(5),
+        redis::cmd("PING").query_async(&mut next),
+    )
+    .await
+    .expect("the next borrower waited on the abandoned block")
+    .unwrap();
+    assert_eq!(pong, "PONG");
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t0.elapsed()
+    );
+}

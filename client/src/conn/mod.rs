@@ -17,9 +17,11 @@ use crate::error::{Error, Result};
 use crate::function;
 use crate::wire::Lane;
 
+mod blocking;
 mod locate;
 mod tls;
 
+pub use blocking::Blocking;
 use locate::Endpoint;
 pub use tls::Tls;
 
@@ -238,7 +240,7 @@ impl Redis {
         );
         let node = self.node();
         match node.blocking.get().await {
-            Ok(c) => Ok(c),
+            Ok(c) => Ok(Blocking::new(c)),
             Err(deadpool_redis::PoolError::Timeout(_)) => Err(Error::Unreachable {
                 url: self.url(),
                 reason: format!(
@@ -421,9 +423,6 @@ impl Redis {
         }
     }
 }
-
-/// A pooled connection for blocking commands (see [`Redis::dedicated`]).
-pub type Blocking = deadpool_redis::Connection;
 
 impl Node {
     async fn connect(url: &str, tls: &Tls, pool_size: usize) -> Result<Node> {
