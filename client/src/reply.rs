@@ -134,6 +134,9 @@ pub struct Delivery {
     /// The entry id: also the lease (fencing token).
     pub entry: String,
     pub job_id: JobId,
+    /// The job's record as the fetch read it after writing the lease, when the fetch handed it
+    /// back (a short fetch asked for records); else the caller reads it.
+    pub record: Option<Value>,
 }
 
 /// An entry `hero_fetch` acknowledged and deleted without handing it out.
@@ -164,13 +167,40 @@ pub struct FetchReply {
 
 impl FetchReply {
     pub fn decode(v: &Value) -> Result<Self> {
-        let parts = array(v)?;
+        match array(v)? {
+            [jobs, dropped, cursors, limited, records] => {
+                let records = array(records)?.to_vec();
+                Self::decode_parts(&[jobs, dropped, cursors, limited], Some(records))
+            }
+            parts => Self::decode_parts(&parts.iter().collect::<Vec<_>>(), None),
+        }
+    }
+
+    /// [`FetchReply::decode`], moving the records out of the reply instead of copying them.
+    pub fn decode_owned(mut v: Value) -> Result<Self> {
+        let records = match &mut v {
+            Value::Array(parts) if parts.len() == 5 => parts.pop(),
+            _ => None,
+        };
+        let records = match records {
+            Some(Value::Array(r)) => Some(r),
+            Some(Value::Nil) | None => None,
+            Some(other) => {
+                return Err(Error::protocol(format!(
+                    "hero_fetch records are not an array: {other:?}"
+                )))
+            }
+        };
+        Self::decode_parts(&array(&v)?.iter().collect::<Vec<_>>(), records)
+    }
+
+    fn decode_parts(parts: &[&Value], records: Option<Vec<Value>>) -> Result<Self> {
         let (jobs, dropped, cursors, limited) = match parts {
-            [jobs, dropped, cursors] => (jobs, dropped, cursors, false),
-            [jobs, dropped, cursors, limited] => (jobs, dropped, cursors, int(limited)? == 1),
+            [jobs, dropped, cursors] => (*jobs, *dropped, *cursors, false),
+            [jobs, dropped, cursors, limited] => (*jobs, *dropped, *cursors, int(limited)? == 1),
             _ => {
                 return Err(Error::protocol(
-                    "hero_fetch reply is not {jobs, dropped, cursors, limited}",
+                    "hero_fetch reply is not {jobs, dropped, cursors, limited[, records]}",
                 ))
             }
         };
@@ -181,15 +211,26 @@ impl FetchReply {
                 "hero_fetch jobs are not stream, entry, id triples",
             ));
         }
+        // one record per job when there are any; none (empty) when the fetch was full
+        let mut records = records.filter(|r| !r.is_empty());
+        if records.as_ref().is_some_and(|r| r.len() != jobs.len() / 3) {
+            return Err(Error::protocol(
+                "hero_fetch records do not match its jobs one to one",
+            ));
+        }
         let mut delivered = Vec::with_capacity(jobs.len() / 3);
         let mut unusable = Vec::new();
-        for j in jobs.chunks(3) {
+        for (k, j) in jobs.chunks(3).enumerate() {
             let (stream, entry, raw) = (index(&j[0])?, text(&j[1])?, text(&j[2])?);
             match JobId::new(&raw) {
                 Ok(job_id) => delivered.push(Delivery {
                     stream,
                     entry,
                     job_id,
+                    record: records
+                        .as_mut()
+                        .and_then(|r| r.get_mut(k))
+                        .map(|r| std::mem::replace(r, Value::Nil)),
                 }),
                 Err(_) => unusable.push(Dropped {
                     stream,

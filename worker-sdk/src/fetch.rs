@@ -27,6 +27,8 @@ fn fetch_cmd(s: &Shared, count: usize) -> function::Call {
         count,
         s.redis.caps().xackdel_flag(),
         &s.policy.limits(),
+        // a short fetch hands the records back: the jobs start without another round trip
+        true,
     )
 }
 
@@ -177,7 +179,7 @@ async fn fetch_once(
         .redis
         .query::<Value>(&fetch_cmd(&s, slots.len()))
         .await
-        .and_then(|v| FetchReply::decode(&v))?;
+        .and_then(FetchReply::decode_owned)?;
     for d in &reply.dropped {
         if d.reason == "missing" {
             tracing::warn!(job = %d.job_id, entry = %d.entry, "dropped a stream entry naming no job hash");

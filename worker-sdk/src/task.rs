@@ -17,46 +17,64 @@ use crate::inflight::{CancelReason, Running};
 use crate::outcome::{JobContext, Outcome};
 use crate::shared::Shared;
 
-/// Reads the records of jobs a fetch leased to this worker (one pipelined HGETALL per job, off
-/// the fetch loop so the next fetch is already under way) and starts each one whose record still
-/// carries its lease. A stop or recovery that took a job away between the fetch and the read
-/// dealt with its entry too, so such a job is only forgotten here.
+/// Starts the jobs a fetch leased to this worker, each whose record still carries its lease.
+/// A short fetch handed their records back; the others are read here (one pipelined HGETALL per
+/// job, off the fetch loop so the next fetch is already under way). A stop or recovery that took
+/// a job away between the fetch and the read dealt with its entry too, so such a job is only
+/// forgotten here.
 pub(crate) async fn start_jobs(
     s: Arc<Shared>,
-    deliveries: Vec<Delivery>,
+    mut deliveries: Vec<Delivery>,
     mut permits: Vec<OwnedSemaphorePermit>,
     done: mpsc::UnboundedSender<Finished>,
 ) {
     let mut pipe = redis::pipe();
     let mut keys = Vec::with_capacity(deliveries.len());
     let mut running = Vec::with_capacity(deliveries.len());
-    for d in &deliveries {
+    let mut handed: Vec<Option<redis::Value>> = Vec::with_capacity(deliveries.len());
+    for d in &mut deliveries {
         let key = s.keys.job(&d.job_id);
-        pipe.cmd("HGETALL").arg(&key);
+        let record = d.record.take();
+        if record.is_none() {
+            pipe.cmd("HGETALL").arg(&key);
+        }
+        handed.push(record);
         keys.push(key);
         // known at once to the lease loop and to stop requests, before the record is even read
         running.push(s.inflight.insert(&d.job_id, d.stream, &d.entry));
     }
+    let read = handed.iter().filter(|r| r.is_none()).count();
     let mut backoff = Backoff::new();
     let give_up = tokio::time::Instant::now() + s.lease / 2;
-    let records = loop {
+    // an empty pipeline (every record handed back) answers at once, without a round trip
+    let mut fresh = loop {
         match s.redis.pipeline(&pipe).await {
             Ok(r) => break r,
             Err(e) if tokio::time::Instant::now() < give_up => {
                 let delay = backoff.next_delay();
-                tracing::warn!(error = %e, ?delay, jobs = deliveries.len(), "reading fetched jobs failed; retrying");
+                tracing::warn!(error = %e, ?delay, jobs = read, "reading fetched jobs failed; retrying");
                 tokio::time::sleep(delay).await;
             }
             Err(e) => {
                 // not renewed from now on: recovery hands them out again once the lease idles
-                tracing::error!(error = %e, jobs = deliveries.len(), "reading fetched jobs failed; leaving them to recovery");
-                for d in &deliveries {
-                    s.inflight.remove(&d.job_id);
-                }
-                return;
+                tracing::error!(error = %e, jobs = read, "reading fetched jobs failed; leaving them to recovery");
+                break Vec::new();
             }
         }
-    };
+    }
+    .into_iter();
+    // the records in the order of the deliveries: handed back, or the next of those read
+    let records: Vec<hero_client::Result<redis::Value>> = handed
+        .into_iter()
+        .map(|h| match h {
+            Some(v) => Ok(v),
+            None => fresh.next().unwrap_or_else(|| {
+                Err(hero_client::Error::Protocol(
+                    "its record could not be read".into(),
+                ))
+            }),
+        })
+        .collect();
     for (((d, key), record), running) in deliveries.into_iter().zip(keys).zip(records).zip(running)
     {
         let Some(permit) = permits.pop() else {

@@ -14,11 +14,14 @@ pub fn fetch(
     count: usize,
     xackdel: &str,
 ) -> Call {
-    fetch_limited(keys, streams, consumer, count, xackdel, "")
+    fetch_limited(keys, streams, consumer, count, xackdel, "", false)
 }
 
 /// [`fetch`] under concurrency limits: `limits` as the Lua header describes ARGV[7]
-/// (`<stream index> <max> <limit key>` triples, 1-based indexes; '' for none).
+/// (`<stream index> <max> <limit key>` triples, 1-based indexes; '' for none). With
+/// `records`, a fetch that comes up short also hands back the records of the jobs it leased
+/// ([`crate::reply::Delivery::record`]), which saves the caller a round trip before it starts
+/// them.
 pub fn fetch_limited(
     keys: &Keyspace,
     streams: &[String],
@@ -26,6 +29,7 @@ pub fn fetch_limited(
     count: usize,
     xackdel: &str,
     limits: &str,
+    records: bool,
 ) -> Call {
     let mut c = Call::new(Function::Fetch, streams.len() + 4);
     c.key("queue registry set", keys.queues())
@@ -41,6 +45,7 @@ pub fn fetch_limited(
         .arg("job key prefix", keys.job_prefix())
         .arg("now ISO 8601", clock::now_iso())
         .arg("'1' when the server has XACKDEL", xackdel)
-        .arg("concurrency limits", limits);
+        .arg("concurrency limits", limits)
+        .arg("records", if records { "1" } else { "" });
     c
 }

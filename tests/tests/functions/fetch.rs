@@ -173,3 +173,68 @@ async fn fetch_drops_an_entry_naming_a_missing_job() {
     let untouched: String = raw.get(&alien).await.unwrap();
     assert_eq!(untouched, "not a job");
 }
+
+/// Asked for records, a fetch that comes up short hands back each leased job's record, read
+/// after the lease was written (the worker starts them without another round trip); a full
+/// fetch hands back none (a backlog: the plain reads cost Redis less). Not asked, the reply
+/// keeps its four parts, as a peer of protocol 23 reads it.
+#[tokio::test]
+async fn a_short_fetch_hands_back_the_records_when_asked() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let streams = submit_osis_at(&c, &[("r1", 5), ("r2", 5), ("r3", 5), ("r4", 5)]).await;
+    let asked = |count: usize| {
+        function::fetch_limited(
+            c.keys(),
+            &streams,
+            "default:1:s",
+            count,
+            c.redis().caps().xackdel_flag(),
+            "",
+            true,
+        )
+    };
+    // full: two of four asked for and got, no records
+    let v: redis::Value = c.redis().query(&asked(2)).await.unwrap();
+    let full = FetchReply::decode_owned(v).unwrap();
+    assert_eq!(full.jobs.len(), 2);
+    assert!(full.jobs.iter().all(|d| d.record.is_none()));
+    // short: five asked for, two left, each with its record carrying the lease
+    let v: redis::Value = c.redis().query(&asked(5)).await.unwrap();
+    let short = FetchReply::decode_owned(v).unwrap();
+    let ids: Vec<_> = short.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["r3", "r4"]);
+    for d in short.jobs {
+        let record = d
+            .record
+            .clone()
+            .expect("a short fetch hands the record back");
+        let (fields, _payload) = hero_client::reply::record(record).unwrap();
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(field("script").as_deref(), Some("x"));
+        assert_eq!(field("status").as_deref(), Some("started"));
+        assert_eq!(field("lease").as_deref(), Some(d.entry.as_str()));
+        assert_eq!(field("worker_id").as_deref(), Some("default:1:s"));
+    }
+    // not asked: four parts, as before protocol 24
+    c.submit(&NewJob::builder("osis", "x").id("r5").build().unwrap())
+        .await
+        .unwrap();
+    let plain = function::fetch(
+        c.keys(),
+        &streams,
+        "default:1:s",
+        5,
+        c.redis().caps().xackdel_flag(),
+    );
+    let v: redis::Value = c.redis().query(&plain).await.unwrap();
+    match &v {
+        redis::Value::Array(parts) => assert_eq!(parts.len(), 4),
+        other => panic!("fetch answered {other:?}"),
+    }
+}
