@@ -7,6 +7,7 @@
 //! - `ours`: hero's side of each scenario, through the public client and worker API.
 //! - `peer`: the BullMQ side (`benches/peer/bullmq.mjs` under Node).
 //! - `report`: figures, medians, the table and the JSON report.
+//! - `tally`: what a bench worker saw (latencies; the `--latency-trace` file).
 //! - `chaos`: the chaos soak.
 //! - `scale`: `--namespaces N`, scale-out over the shards of a Redis Cluster.
 
@@ -16,6 +17,7 @@ mod ours;
 mod peer;
 mod report;
 mod scale;
+mod tally;
 
 use clap::{Parser, Subcommand};
 

@@ -12,11 +12,14 @@ fn a_short_bench_run_reports_every_scenario() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let out_file = dir.join("bench.json");
+    let trace_file = dir.join("trace.txt");
     let out = Command::new(binary("hero-bench"))
         .args(["--json", "--jobs", "400", "--batch", "20", "--rate", "200"])
         .args(["--duration", "1s", "--rounds", "1", "--recovery-jobs", "10"])
         .arg("--out")
         .arg(&out_file)
+        .arg("--latency-trace")
+        .arg(&trace_file)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -63,6 +66,18 @@ fn a_short_bench_run_reports_every_scenario() {
     );
     assert!(figure("memory", "bytes_per_waiting_job") > 0.0);
     assert!(report["rows"][0]["peer"].is_null(), "no peer was asked for");
+    // --latency-trace: a line per job of the latency scenario (200 offered), each made before
+    // its submit was answered and before it started
+    let trace = std::fs::read_to_string(&trace_file).unwrap();
+    let jobs: Vec<Vec<u64>> = trace
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(' ').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(jobs.len(), 200, "{trace}");
+    assert!(jobs
+        .iter()
+        .all(|j| j.len() == 3 && j[0] <= j[1] && j[0] <= j[2]));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
