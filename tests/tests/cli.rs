@@ -144,12 +144,7 @@ async fn hero_submit_status_jobs_and_stop_work_against_a_redis() {
 async fn hero_runs_with_transparent_huge_pages_off() {
     let server = RedisServer::start();
     let url = server.url();
-    let worker = Proc::spawn(
-        &binary("hero"),
-        &["--redis-url", &url, "worker", "--concurrency", "1"],
-        &[],
-        None,
-    );
+    let worker = hero_testkit::hero_worker(&url, &["--concurrency", "1"]);
     // a job it ran says main has run its set-up
     let client = hero_client::Client::connect(&url).await.unwrap();
     let job = hero_client::NewJob::builder("rhai", "40 + 2")

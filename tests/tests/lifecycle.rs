@@ -48,12 +48,7 @@ async fn stopped_running_job_is_interrupted_and_the_worker_goes_on() {
     let server = RedisServer::start();
     let url = server.url();
     // the real built-in Rhai worker, concurrency 1, running a script that never ends by itself
-    let worker = Proc::spawn(
-        &binary("hero"),
-        &["--redis-url", &url, "worker", "--concurrency", "1"],
-        &[],
-        None,
-    );
+    let worker = hero_testkit::hero_worker(&url, &["--concurrency", "1"]);
     let client = Client::connect(&url).await.unwrap();
     let forever = NewJob::builder("rhai", "loop { }").build().unwrap();
     client.submit(&forever).await.unwrap();

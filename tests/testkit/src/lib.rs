@@ -382,6 +382,14 @@ pub fn test_worker(url: &str, types: &str, label: &str, extra: &[&str]) -> Proc 
     Proc::spawn(&binary("hero-test-worker"), &args, &[], None)
 }
 
+/// A `hero worker` process (the built-in Rhai worker) against `url`, with `extra` flags
+/// (`--concurrency 1`, ...).
+pub fn hero_worker(url: &str, extra: &[&str]) -> Proc {
+    let mut args = vec!["--redis-url", url, "worker"];
+    args.extend_from_slice(extra);
+    Proc::spawn(&binary("hero"), &args, &[], None)
+}
+
 /// `hero <args>` against `url`: (exit code, stdout, stderr).
 pub fn hero_cli(url: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(binary("hero"))
