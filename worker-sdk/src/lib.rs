@@ -14,11 +14,17 @@
 //! # }
 //! ```
 //!
+//! A process where the time from submit to start matters should call
+//! `hero_client::process::disable_transparent_huge_pages()` first thing in `main`, as the `hero`
+//! binary does: with transparent huge pages `always`, page zeroing stalled a worker 4–5 ms about
+//! every 75 ms.
+//!
 //! # Layout
 //! - [`worker`]: the builder, and the run that starts every loop and shuts them down.
 //! - `shared`: what every task of one worker shares (names, streams, settings, handler).
 //! - `fetch`: the fetch loop (precedence, two fetches under way, wake-ups on XREAD).
-//! - `task`: one job: its record read, the handler run (timeout, stop, panic), its outcome.
+//! - `task`: one job: its record (handed back by a short fetch, or read), the handler run
+//!   (timeout, stop, panic), its outcome.
 //! - `complete`: batched, fenced recording of outcomes.
 //! - `presence`: heartbeat and liveness; `lease`: renewal and hand-back; `control`: stop
 //!   requests.
