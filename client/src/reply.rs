@@ -168,11 +168,10 @@ pub struct FetchReply {
 impl FetchReply {
     pub fn decode(v: &Value) -> Result<Self> {
         match array(v)? {
-            [jobs, dropped, cursors, limited, records] => {
-                let records = array(records)?.to_vec();
-                Self::decode_parts(&[jobs, dropped, cursors, limited], Some(records))
+            [parts @ .., records] if parts.len() == 4 => {
+                Self::decode_parts(parts, Some(array(records)?.to_vec()))
             }
-            parts => Self::decode_parts(&parts.iter().collect::<Vec<_>>(), None),
+            parts => Self::decode_parts(parts, None),
         }
     }
 
@@ -191,13 +190,13 @@ impl FetchReply {
                 )))
             }
         };
-        Self::decode_parts(&array(&v)?.iter().collect::<Vec<_>>(), records)
+        Self::decode_parts(array(&v)?, records)
     }
 
-    fn decode_parts(parts: &[&Value], records: Option<Vec<Value>>) -> Result<Self> {
+    fn decode_parts(parts: &[Value], records: Option<Vec<Value>>) -> Result<Self> {
         let (jobs, dropped, cursors, limited) = match parts {
-            [jobs, dropped, cursors] => (*jobs, *dropped, *cursors, false),
-            [jobs, dropped, cursors, limited] => (*jobs, *dropped, *cursors, int(limited)? == 1),
+            [jobs, dropped, cursors] => (jobs, dropped, cursors, false),
+            [jobs, dropped, cursors, limited] => (jobs, dropped, cursors, int(limited)? == 1),
             _ => {
                 return Err(Error::protocol(
                     "hero_fetch reply is not {jobs, dropped, cursors, limited[, records]}",

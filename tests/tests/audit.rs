@@ -100,25 +100,19 @@ async fn every_planted_inconsistency_is_reported_in_its_class_and_fix_leaves_the
     // a reply list that never expires
     let reply = keys().reply_prefix() + "zz";
     let _: () = raw.lpush(&reply, "x").await.unwrap();
-    // a consumer that holds nothing and belongs to no one
-    let _: i64 = redis::cmd("XGROUP")
-        .arg("CREATECONSUMER")
-        .arg(&stream)
-        .arg(hero_client::keys::CONSUMER_GROUP)
-        .arg("g:idle:1")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    // one that holds nothing and is still in the liveness set (a worker killed a moment ago):
-    // the next presence pass deletes it, so it is no inconsistency
-    let _: i64 = redis::cmd("XGROUP")
-        .arg("CREATECONSUMER")
-        .arg(&stream)
-        .arg(hero_client::keys::CONSUMER_GROUP)
-        .arg("g:dying:1")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    // a consumer that holds nothing and belongs to no one (g:idle:1); and one that holds
+    // nothing and is still in the liveness set (g:dying:1, a worker killed a moment ago): the
+    // next presence pass deletes it, so it is no inconsistency
+    for consumer in ["g:idle:1", "g:dying:1"] {
+        let _: i64 = redis::cmd("XGROUP")
+            .arg("CREATECONSUMER")
+            .arg(&stream)
+            .arg(hero_client::keys::CONSUMER_GROUP)
+            .arg(consumer)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
     let _: () = raw.zadd(keys().consumers(), "g:dying:1", 1).await.unwrap();
 
     let (code, report) = audit(&url, false);
