@@ -46,14 +46,77 @@ def free_port():
         return s.getsockname()[1]
 
 
+def streams_named(count):
+    """The streams a worker names: a type's 30 (instance, then group, then type level; priority
+    0..9, the default 5 has no suffix), the job's in the 26th, after `count - 30` other types'."""
+    streams = [f"{STREAM}:{lvl}:prio:{p}" for lvl in ("group:g:inst:i", "group:g") for p in range(10)]
+    streams += [f"{STREAM}:prio:{p}" if p != 5 else STREAM for p in range(10)]
+    streams = [f"hero:q:work:type:other{k}" for k in range(max(0, count - 30))] + streams
+    if count < 30:
+        streams = streams[-count:]
+        if STREAM not in streams:
+            streams[0] = STREAM
+    return streams
+
+
+def cycle(r, streams):
+    """One job through the light-load path: a one-job submit, a fetch of up to 25 that finds it
+    and hands its record back (a worker keeping up), a one-job completion. Returns the steps."""
+    job = str(uuid.uuid4())
+    yield "submit", r.fcall(fn("submit"), 8, "hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge",
+                            "hero:meta:config", "hero:meta:events", "hero:meta:stats", "hero:job:" + job,
+                            STREAM, "workers", job, 0, 6, "script", "noop", "script_type", "bench",
+                            "created_at", ISO)
+    reply = r.fcall(fn("fetch"), len(streams) + 4, "hero:meta:queues", "hero:meta:config",
+                    "hero:meta:events", "hero:meta:stats", *streams, "workers", "bench:1:x", 25,
+                    "hero:job:", ISO, 0, "", "1")
+    yield "fetch", reply
+    jobs, records = reply[0], reply[4]
+    assert len(jobs) == 3 and jobs[2] == job, jobs
+    record = dict(zip(records[0][::2], records[0][1::2]))
+    answers = r.fcall(fn("complete"), 9, "hero:meta:delayed", "hero:meta:config", "hero:meta:retention",
+                      "hero:meta:events", "hero:meta:stats", "hero:meta:queues", "hero:job:" + job, STREAM,
+                      "hero:q:reply:" + job, "workers", ISO, 0, job, "g:a:1", jobs[1], "done", "", 0, job,
+                      record.get("reply", ""), 1)
+    assert answers == ["completed"], answers
+    yield "complete", answers
+
+
+def light_cycle(r, args, n, instructions, commands, pid, dumps):
+    """--light: instructions per job of the whole one-job cycle, then (collection off) the
+    redis.calls of each step, counted over a shorter run."""
+    streams = streams_named(args.streams)
+    for _ in range(n):
+        for _ in cycle(r, streams):
+            pass
+    total = instructions()
+    subprocess.run(["callgrind_control", "-i", "off", str(pid)], capture_output=True, check=True)
+    calls = {"submit": 0, "fetch": 0, "complete": 0}
+    m = max(1, n // 5)
+    commands()
+    for _ in range(m):
+        for step, _ in cycle(r, streams):
+            calls[step] += commands()
+    print(f"Redis instructions per job ({n} jobs, light load: one job a call, {len(streams)} streams, "
+          f"library from docs/hero-library.lua): {total / n:,.0f}   {dumps[-1]}")
+    print("redis.calls per job: " + ", ".join(f"{k} {v / m:.2f}" for k, v in calls.items()) +
+          f", total {sum(calls.values()) / m:.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=10000, help="jobs per step (multiple of 50)")
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "callgrind"))
+    ap.add_argument("--light", action="store_true",
+                    help="light load: one job per submit, fetch (records handed back) and complete "
+                         "call, as at 5,000 jobs/s; the fixed cost of each call shows")
+    ap.add_argument("--streams", type=int, default=30,
+                    help="streams the worker names (the job waits in the last-but-four)")
     ap.add_argument("--events-max", type=int, default=100000,
                     help="the event log's cap, as a broker publishes it (0: the log off)")
     args = ap.parse_args()
     n = args.jobs - args.jobs % 50
+    submit_batch, fetch_batch, complete_batch = 50, 25, 25
     os.makedirs(args.out, exist_ok=True)
     for f in glob.glob(os.path.join(args.out, "redis.out*")):
         os.remove(f)
@@ -74,6 +137,16 @@ def main():
         r.hset("hero:meta:config", "events_max", args.events_max)
         dumps = []
 
+        calls = {}
+
+        def commands():
+            """Commands run inside functions since the last call (INFO commandstats, then reset)."""
+            stats = r.info("commandstats")
+            r.config_resetstat()
+            return sum(v["calls"] for k, v in stats.items()
+                       if k not in ("cmdstat_fcall", "cmdstat_info", "cmdstat_ping", "cmdstat_config|resetstat",
+                                    "cmdstat_config"))
+
         def instructions():
             """Instructions since the last call (callgrind dump, then zero)."""
             r.ping()
@@ -86,12 +159,16 @@ def main():
 
         results = {}
         instructions()
+        if args.light:
+            light_cycle(r, args, n, instructions, commands, server.pid, dumps)
+            return
         pipe = r.pipeline(transaction=False)
-        for b in range(n // 50):
+        commands()
+        for b in range(n // submit_batch):
             keys = ["hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge", "hero:meta:config",
                     "hero:meta:events", "hero:meta:stats"]
             argv = ["workers"]
-            for _ in range(50):
+            for _ in range(submit_batch):
                 job = str(uuid.uuid4())
                 keys += ["hero:job:" + job, STREAM]
                 argv += [job, 0, 6, "script", "noop", "script_type", "bench", "created_at", ISO]
@@ -100,20 +177,23 @@ def main():
                 pipe.execute()
         pipe.execute()
         results["submit"] = instructions()
+        calls["submit"] = commands()
 
         # a worker names 30 streams per type; a plain job waits in the 26th
         # (instance, then group, then type level; priority 0..9, the default 5 has no suffix)
-        streams = [f"{STREAM}:{lvl}:prio:{p}" for lvl in ("group:g:inst:i", "group:g") for p in range(10)]
-        streams += [f"{STREAM}:prio:{p}" if p != 5 else STREAM for p in range(10)]
+        streams = streams_named(args.streams)
         fetched = []
-        for _ in range(n // 25):
-            jobs, _, _, _ = r.fcall(fn("fetch"), len(streams) + 4, "hero:meta:queues", "hero:meta:config",
-                                 "hero:meta:events", "hero:meta:stats", *streams, "workers", "bench:1:x", 25,
-                                 "hero:job:", ISO, 0)
-            fetched += [jobs[k:k + 3] for k in range(0, len(jobs), 3)]
-        results["fetch"] = instructions()
-
         records = {}
+        while len(fetched) < n:
+            reply = r.fcall(fn("fetch"), len(streams) + 4, "hero:meta:queues", "hero:meta:config",
+                            "hero:meta:events", "hero:meta:stats", *streams, "workers", "bench:1:x",
+                            fetch_batch, "hero:job:", ISO, 0)
+            jobs = reply[0]
+            got = [jobs[k:k + 3] for k in range(0, len(jobs), 3)]
+            fetched += got
+        results["fetch"] = instructions()
+        calls["fetch"] = commands()
+
         for b in range(0, len(fetched), 100):
             batch = fetched[b:b + 100]
             pipe = r.pipeline(transaction=False)
@@ -122,25 +202,32 @@ def main():
             for (_, _, job), record in zip(batch, pipe.execute()):
                 records[job] = record
         results["hgetall"] = instructions()
+        calls["hgetall"] = commands()
 
-        for b in range(0, len(fetched), 25):
+        for b in range(0, len(fetched), complete_batch):
             keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events",
                     "hero:meta:stats", "hero:meta:queues"]
-            argv = ["workers", ISO, 0, " ".join(job for _, _, job in fetched[b:b + 25]), "g:a:1"]
-            for _, entry, job in fetched[b:b + 25]:
+            argv = ["workers", ISO, 0, " ".join(job for _, _, job in fetched[b:b + complete_batch]), "g:a:1"]
+            for _, entry, job in fetched[b:b + complete_batch]:
                 keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job]
                 argv += [entry, "done", "", 0, job, records[job].get("reply", ""), 1]
             answers = r.fcall(fn("complete"), len(keys), *keys, *argv)
             assert all(a == "completed" for a in answers), answers
         results["complete"] = instructions()
+        calls["complete"] = commands()
         if len(fetched) != n or r.xlen(STREAM) != 0:
             sys.exit(f"expected {n} jobs fetched and an empty stream, got {len(fetched)}, {r.xlen(STREAM)}")
 
-        print(f"Redis instructions per job ({n} jobs, library from docs/hero-library.lua):")
+        mode = "submit 50, fetch and complete 25 a call"
+        print(f"Redis instructions and redis.calls per job ({n} jobs, {mode}, {len(streams)} streams, "
+              "library from docs/hero-library.lua):")
         for (step, count), dump in zip(results.items(), dumps[1:]):
-            print(f"  {step:<9} {count / n:>9,.0f}   {dump}")
-        worker = results["fetch"] + results["hgetall"] + results["complete"]
-        print(f"  {'worker':<9} {worker / n:>9,.0f}   (fetch + hgetall + complete)")
+            print(f"  {step:<9} {count / n:>9,.0f}  {calls[step] / n:>6.2f} calls   {dump}")
+        worker = results["fetch"] + results.get("hgetall", 0) + results["complete"]
+        wcalls = calls["fetch"] + calls.get("hgetall", 0) + calls["complete"]
+        print(f"  {'worker':<9} {worker / n:>9,.0f}  {wcalls / n:>6.2f} calls   (fetch + hgetall + complete)")
+        total = worker + results["submit"]
+        print(f"  {'total':<9} {total / n:>9,.0f}  {(wcalls + calls['submit']) / n:>6.2f} calls")
     finally:
         server.kill()
         server.wait()

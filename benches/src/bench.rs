@@ -26,8 +26,13 @@ pub enum Scenario {
     WorkerConcurrent,
     /// Producers and a worker at once → jobs/s and submit-to-start latency.
     EndToEnd,
+    /// End to end with the least Redis work a job with a record needs (plain commands, no
+    /// functions: see `ceiling`) → the jobs/s every scenario is held against.
+    Ceiling,
     /// Jobs offered at a fixed rate → submit-to-start and submit-to-result latency.
     Latency,
+    /// The ceiling's work offered at the latency scenario's rate → its Redis CPU per job there.
+    CeilingLatency,
     /// A worker process holding running jobs is killed with SIGKILL → seconds until all of
     /// them run elsewhere (hero only: BullMQ's stalled-job check is a different mechanism).
     Recovery,
@@ -36,11 +41,13 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::SubmitBulk,
         Scenario::WorkerConcurrent,
         Scenario::EndToEnd,
+        Scenario::Ceiling,
         Scenario::Latency,
+        Scenario::CeilingLatency,
         Scenario::Recovery,
         Scenario::Memory,
     ];
@@ -50,14 +57,30 @@ impl Scenario {
             Scenario::SubmitBulk => "submit-bulk",
             Scenario::WorkerConcurrent => "worker-concurrent",
             Scenario::EndToEnd => "end-to-end",
+            Scenario::Ceiling => "ceiling",
             Scenario::Latency => "latency",
+            Scenario::CeilingLatency => "ceiling-latency",
             Scenario::Recovery => "recovery",
             Scenario::Memory => "memory",
         }
     }
 
     fn has_peer(self) -> bool {
-        self != Scenario::Recovery
+        !matches!(
+            self,
+            Scenario::Recovery | Scenario::Ceiling | Scenario::CeilingLatency
+        )
+    }
+
+    /// The ceiling scenario this one's figures are held against, if any.
+    pub fn ceiling(self) -> Option<Scenario> {
+        match self {
+            Scenario::SubmitBulk | Scenario::WorkerConcurrent | Scenario::EndToEnd => {
+                Some(Scenario::Ceiling)
+            }
+            Scenario::Latency => Some(Scenario::CeilingLatency),
+            _ => None,
+        }
     }
 }
 
@@ -90,6 +113,10 @@ pub struct BenchArgs {
     /// Jobs offered per second in the latency scenario.
     #[arg(long, default_value_t = 5_000)]
     pub rate: u64,
+    /// Streams the bench worker serves, of which one holds work (a multiple of 3:
+    /// instance, group and type level × priorities × types; 30 is one type, the default).
+    #[arg(long, default_value_t = 30)]
+    pub streams: usize,
     /// How long the latency scenario offers jobs.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
@@ -271,6 +298,7 @@ pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
     if args.rounds == 0 || args.rate == 0 {
         bail!("--rounds and --rate must be at least 1");
     }
+    ours::streams_shape(args.streams)?;
     let scenarios: Vec<Scenario> = if args.only.is_empty() {
         Scenario::ALL.to_vec()
     } else {
@@ -316,6 +344,7 @@ pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
         if peer.is_some() { ", peer bullmq" } else { "" },
     );
     let ours = ours::Ours::new(&redis.url, &args).await?;
+    let ceiling = crate::ceiling::Ceiling::new(&redis.url, &args)?;
     let mut report = Report::new(&args, &version, pin, args.peer.is_some());
     let result = async {
         for round in 1..=args.rounds {
@@ -325,10 +354,16 @@ pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
                 if args.commandstats {
                     probe.reset_stats().await?;
                 }
-                let figures = ours
-                    .run(scenario, &probe)
-                    .await
-                    .with_context(|| format!("hero {} scenario", scenario.name()))?;
+                let figures = match scenario {
+                    Scenario::Ceiling | Scenario::CeilingLatency => ceiling
+                        .run(&probe, scenario == Scenario::CeilingLatency)
+                        .await
+                        .with_context(|| format!("{} scenario", scenario.name()))?,
+                    _ => ours
+                        .run(scenario, &probe)
+                        .await
+                        .with_context(|| format!("hero {} scenario", scenario.name()))?,
+                };
                 eprintln!("    {}", figures.summary());
                 if args.commandstats {
                     for (name, calls, usec) in probe.commandstats().await?.into_iter().take(12) {

@@ -12,6 +12,7 @@
 //! - `scale`: `--namespaces N`, scale-out over the shards of a Redis Cluster.
 
 mod bench;
+mod ceiling;
 mod chaos;
 mod ours;
 mod peer;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use hero_client::{Client, Job, NewJob};
+use hero_client::{Client, Job, NewJob, Priority};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
@@ -23,7 +23,7 @@ use hero_broker::loops::retention;
 
 use crate::bench::{BenchArgs, Probe, Scenario};
 use crate::report::Figures;
-use crate::tally::{now_us, Tally};
+use crate::tally::{now_us, offer_at_rate, Tally};
 
 const TYPE: &str = "bench";
 
@@ -72,8 +72,10 @@ impl Ours {
     async fn worker(&self, tally: &Arc<Tally>, concurrency: usize) -> Result<Running> {
         let on_start = tally.clone();
         let on_event = tally.clone();
+        let (types, priorities) = streams_shape(self.args.streams)?;
         let worker = Worker::builder(self.client.clone())
-            .types([TYPE])
+            .types(types)
+            .priorities(priorities)
             .instance(format!(
                 "bench-{}",
                 self.seq.fetch_add(1, Ordering::Relaxed)
@@ -158,32 +160,24 @@ impl Ours {
                 let w = self.worker(&tally, self.args.concurrency).await?;
                 let cpu = CpuMark::now(probe).await?;
                 let t0 = Instant::now();
-                let mut tick = tokio::time::interval(Duration::from_millis(1));
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                let mut sent = 0u64;
                 let mut submits = tokio::task::JoinSet::new();
-                while sent < total {
-                    tick.tick().await;
-                    let due =
-                        ((t0.elapsed().as_secs_f64() * self.args.rate as f64) as u64).min(total);
-                    while sent < due {
-                        let job = self.job()?;
-                        let client = self.client.clone();
-                        let answered = tracing.then(|| tally.clone());
-                        if tracing {
-                            ids.push(job.id().to_string());
-                        }
-                        // each job is its own call, as a producer submitting one at a time does
-                        submits.spawn(async move {
-                            let r = client.submit(&job).await;
-                            if let Some(t) = answered {
-                                t.on_answer(job.id().as_str());
-                            }
-                            r
-                        });
-                        sent += 1;
+                offer_at_rate(self.args.rate, total, |_| {
+                    let Ok(job) = self.job() else { return };
+                    let client = self.client.clone();
+                    let answered = tracing.then(|| tally.clone());
+                    if tracing {
+                        ids.push(job.id().to_string());
                     }
-                }
+                    // each job is its own call, as a producer submitting one at a time does
+                    submits.spawn(async move {
+                        let r = client.submit(&job).await;
+                        if let Some(t) = answered {
+                            t.on_answer(job.id().as_str());
+                        }
+                        r
+                    });
+                })
+                .await;
                 while let Some(r) = submits.join_next().await {
                     r??;
                 }
@@ -202,6 +196,9 @@ impl Ours {
                 fig.set("presence_ttl_s", self.args.presence_ttl.as_secs_f64());
             }
             Scenario::Memory => self.memory(probe, &mut fig).await?,
+            Scenario::Ceiling | Scenario::CeilingLatency => {
+                anyhow::bail!("the ceiling scenarios are not hero's (see ceiling.rs)")
+            }
         }
         Ok(fig)
     }
@@ -328,6 +325,28 @@ impl Ours {
     }
 }
 
+/// The types and priority levels of a bench worker serving `streams` streams (instance, group
+/// and type level × levels × types), of which the jobs' (type `bench`, priority 5, type level)
+/// is the last but the levels after 5: the other types are named first and never get a job.
+pub fn streams_shape(streams: usize) -> Result<(Vec<String>, Vec<Priority>)> {
+    let types = streams.div_ceil(30).max(1);
+    let levels = streams / 3 / types;
+    if streams == 0 || streams % 3 != 0 || levels * 3 * types != streams {
+        anyhow::bail!(
+            "--streams {streams}: a worker serves 3 streams per priority level and type, up to \
+             10 levels a type: give 3 × levels × types (3, 30, 300 ...)"
+        );
+    }
+    let mut names: Vec<String> = (1..types).map(|k| format!("{TYPE}-idle-{k}")).collect();
+    names.push(TYPE.to_string());
+    let mut priorities: Vec<Priority> = (0..levels as u8).filter_map(|l| Priority::new(l).ok()).collect();
+    if !priorities.contains(&Priority::DEFAULT) {
+        priorities.pop();
+        priorities.push(Priority::DEFAULT);
+    }
+    Ok((names, priorities))
+}
+
 /// Reads the child's lines until `count` of them start with `what`.
 async fn expect(
     lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
@@ -359,20 +378,20 @@ fn own_cpu_secs() -> f64 {
 }
 
 /// CPU spent per job by Redis and by this process since `since`.
-struct CpuMark {
+pub(crate) struct CpuMark {
     redis: f64,
     own: f64,
 }
 
 impl CpuMark {
-    async fn now(probe: &Probe) -> Result<CpuMark> {
+    pub(crate) async fn now(probe: &Probe) -> Result<CpuMark> {
         Ok(CpuMark {
             redis: probe.cpu_secs().await?,
             own: own_cpu_secs(),
         })
     }
 
-    async fn record(&self, probe: &Probe, jobs: u64, fig: &mut Figures) -> Result<()> {
+    pub(crate) async fn record(&self, probe: &Probe, jobs: u64, fig: &mut Figures) -> Result<()> {
         let own = own_cpu_secs();
         let redis = probe.cpu_secs().await?;
         fig.set("redis_us_per_job", (redis - self.redis) * 1e6 / jobs as f64);

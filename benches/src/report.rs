@@ -101,15 +101,30 @@ pub fn percentiles(mut us: Vec<u64>) -> (f64, f64, f64) {
     (at(0.5), at(0.99), us[us.len() - 1] as f64 / 1000.0)
 }
 
-/// One row of the table: a scenario's metric, the medians of both sides, ours ÷ peer.
+/// One row of the table: a scenario's metric, the medians of both sides, ours ÷ peer, and
+/// the ceiling's median of the same metric where the scenario has a ceiling.
 struct Row {
     scenario: Scenario,
     metric: &'static Metric,
     ours: Option<f64>,
     peer: Option<f64>,
+    ceiling: Option<f64>,
 }
 
+/// The metrics held against the ceiling: throughput, and Redis's work per job.
+const AGAINST_CEILING: [&str; 2] = ["jobs_per_s", "redis_us_per_job"];
+
 impl Row {
+    /// How close ours comes to the ceiling, in per cent: our jobs/s over the ceiling's, or the
+    /// ceiling's Redis CPU per job over ours (100 % = as cheap as the least work a job needs).
+    fn of_ceiling_pct(&self) -> Option<f64> {
+        let (o, c) = (self.ours?, self.ceiling?);
+        if o == 0.0 || c == 0.0 {
+            return None;
+        }
+        Some(if self.metric.higher_is_better { o / c } else { c / o } * 100.0)
+    }
+
     fn ratio(&self) -> Option<f64> {
         match (self.ours, self.peer) {
             (Some(o), Some(p)) if p != 0.0 => Some(o / p),
@@ -180,12 +195,17 @@ impl Report {
             for metric in METRICS {
                 let ours = self.medians(s, false, metric.key);
                 let peer = self.medians(s, true, metric.key);
+                let ceiling = s
+                    .ceiling()
+                    .filter(|_| AGAINST_CEILING.contains(&metric.key))
+                    .and_then(|c| self.medians(c, false, metric.key));
                 if ours.is_some() || peer.is_some() {
                     rows.push(Row {
                         scenario: s,
                         metric,
                         ours,
                         peer,
+                        ceiling,
                     });
                 }
             }
@@ -195,18 +215,22 @@ impl Report {
 
     pub fn table(&self) -> String {
         let opt = |v: Option<f64>| v.map(fmt).unwrap_or_else(|| "-".into());
+        let pct = |v: Option<f64>| v.map(|p| format!("{p:.0} %")).unwrap_or_default();
         let mut lines = vec![if self.with_peer {
             format!(
-                "{:<18} {:<30} {:>12} {:>12} {:>8} {:>9}",
-                "scenario", "metric", "hero", "bullmq", "ratio", "hero ×"
+                "{:<18} {:<30} {:>12} {:>12} {:>8} {:>9} {:>12}",
+                "scenario", "metric", "hero", "bullmq", "ratio", "hero ×", "% of ceiling"
             )
         } else {
-            format!("{:<18} {:<30} {:>12}", "scenario", "metric", "hero")
+            format!(
+                "{:<18} {:<30} {:>12} {:>12}",
+                "scenario", "metric", "hero", "% of ceiling"
+            )
         }];
         for r in self.rows() {
             lines.push(if self.with_peer {
                 format!(
-                    "{:<18} {:<30} {:>12} {:>12} {:>8} {:>9}",
+                    "{:<18} {:<30} {:>12} {:>12} {:>8} {:>9} {:>12}",
                     r.scenario.name(),
                     r.metric.label,
                     opt(r.ours),
@@ -215,13 +239,15 @@ impl Report {
                     r.advantage()
                         .map(|a| format!("{a:.2}×"))
                         .unwrap_or_else(|| "-".into()),
+                    pct(r.of_ceiling_pct()),
                 )
             } else {
                 format!(
-                    "{:<18} {:<30} {:>12}",
+                    "{:<18} {:<30} {:>12} {:>12}",
                     r.scenario.name(),
                     r.metric.label,
-                    opt(r.ours)
+                    opt(r.ours),
+                    pct(r.of_ceiling_pct()),
                 )
             });
         }
@@ -230,6 +256,11 @@ impl Report {
                 "ratio = hero ÷ bullmq; hero × = how many times better hero is (medians)".into(),
             );
         }
+        lines.push(
+            "% of ceiling = hero's jobs/s over the ceiling's, or the ceiling's Redis CPU per job \
+             over hero's (ceiling: plain XADD+HSET, XREADGROUP, XACK+HSET)"
+                .into(),
+        );
         lines.join("\n") + "\n"
     }
 
@@ -248,6 +279,7 @@ impl Report {
                     "peer": num(r.peer),
                     "ratio": num(r.ratio()),
                     "advantage": num(r.advantage()),
+                    "of_ceiling_pct": num(r.of_ceiling_pct()),
                 })
             })
             .collect();

@@ -22,6 +22,23 @@ pub fn now_us() -> u64 {
         .unwrap_or(0)
 }
 
+/// Calls `offer(i)` for `total` jobs at `rate` a second, paced by a 1 ms tick (missed ticks are
+/// caught up at the next one, so the offered rate holds when this process is descheduled).
+pub async fn offer_at_rate(rate: u64, total: u64, mut offer: impl FnMut(u64)) {
+    let t0 = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut sent = 0u64;
+    while sent < total {
+        tick.tick().await;
+        let due = ((t0.elapsed().as_secs_f64() * rate as f64) as u64).min(total);
+        while sent < due {
+            offer(sent);
+            sent += 1;
+        }
+    }
+}
+
 /// The submit time a bench job id carries.
 fn submitted_us(id: &str) -> Option<u64> {
     id.rsplit('-').next()?.parse().ok()
@@ -117,18 +134,21 @@ impl Tally {
     pub fn on_event(&self, e: &WorkerEvent) {
         match e {
             WorkerEvent::Ready { .. } => self.ready.notify_one(),
-            WorkerEvent::Completed { job_id, .. } => {
-                if let Some(t) = submitted_us(job_id.as_str()) {
-                    if let Ok(mut v) = self.result_us.lock() {
-                        v.push(now_us().saturating_sub(t));
-                    }
-                }
-                let done = self.completed.fetch_add(1, Ordering::SeqCst) + 1;
-                if done == self.target.load(Ordering::SeqCst) {
-                    self.all_completed.notify_one();
-                }
-            }
+            WorkerEvent::Completed { job_id, .. } => self.on_completed(job_id.as_str()),
             _ => {}
+        }
+    }
+
+    /// A job's result was recorded.
+    pub fn on_completed(&self, id: &str) {
+        if let Some(t) = submitted_us(id) {
+            if let Ok(mut v) = self.result_us.lock() {
+                v.push(now_us().saturating_sub(t));
+            }
+        }
+        let done = self.completed.fetch_add(1, Ordering::SeqCst) + 1;
+        if done == self.target.load(Ordering::SeqCst) {
+            self.all_completed.notify_one();
         }
     }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hero_client::{Client, ConsumerName, GroupName, InstanceName, ScriptType};
+use hero_client::{Client, ConsumerName, GroupName, InstanceName, Priority, ScriptType};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +27,7 @@ pub struct WorkerBuilder {
     types: Vec<String>,
     group: Option<String>,
     instance: Option<String>,
+    priorities: Option<Vec<Priority>>,
     concurrency: usize,
     lease: Duration,
     presence_ttl: Duration,
@@ -61,6 +62,15 @@ impl WorkerBuilder {
     /// The instance name, unique within the group (default `<hostname>-<pid>`).
     pub fn instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = Some(instance.into());
+        self
+    }
+    /// Serves only jobs of these priority levels (default every level, 0 to 9): a worker kept
+    /// for urgent work, say. Each level served is three streams per type the worker watches.
+    pub fn priorities(mut self, levels: impl IntoIterator<Item = Priority>) -> Self {
+        let mut levels: Vec<Priority> = levels.into_iter().collect();
+        levels.sort();
+        levels.dedup();
+        self.priorities = Some(levels);
         self
     }
     /// At most this many handlers at once (default 1).
@@ -126,12 +136,23 @@ impl WorkerBuilder {
         let handler = self
             .handler
             .ok_or_else(|| Error::Config("no handler: set one with .handler(...)".into()))?;
+        let priorities = match self.priorities {
+            Some(p) if p.is_empty() => {
+                return Err(Error::Config(
+                    "no priority levels: name at least one with .priorities([...]), or none \
+                     for every level"
+                        .into(),
+                ))
+            }
+            Some(p) => p,
+            None => Priority::all().collect(),
+        };
         let namespaces = std::iter::once(&self.client).chain(&self.more);
         let shared = namespaces
             .map(|client| {
                 let keys = client.keys().clone();
                 let consumer = ConsumerName::new(group.clone(), instance.clone());
-                let streams = keys.precedence(&types, &group, &instance);
+                let streams = keys.precedence_at(&types, &group, &instance, &priorities);
                 Arc::new(Shared {
                     redis: client.redis().clone(),
                     keys,
@@ -190,6 +211,7 @@ impl Worker {
             types: Vec::new(),
             group: None,
             instance: None,
+            priorities: None,
             concurrency: 1,
             lease: Duration::from_secs(30),
             presence_ttl: Duration::from_secs(15),

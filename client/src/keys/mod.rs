@@ -119,14 +119,25 @@ impl Keyspace {
         group: &GroupName,
         instance: &InstanceName,
     ) -> Vec<String> {
+        self.precedence_at(types, group, instance, &Priority::all().collect::<Vec<_>>())
+    }
+
+    /// [`Keyspace::precedence`] for the priority levels `priorities` only (given highest first).
+    pub fn precedence_at(
+        &self,
+        types: &[ScriptType],
+        group: &GroupName,
+        instance: &InstanceName,
+        priorities: &[Priority],
+    ) -> Vec<String> {
         let levels = [
             (Some(group.clone()), Some(instance.clone())),
             (Some(group.clone()), None),
             (None, None),
         ];
-        let mut keys = Vec::with_capacity(levels.len() * 10 * types.len());
+        let mut keys = Vec::with_capacity(levels.len() * priorities.len() * types.len());
         for (g, i) in &levels {
-            for priority in Priority::all() {
+            for &priority in priorities {
                 for t in types {
                     let target = Target {
                         script_type: t.clone(),
