@@ -59,18 +59,25 @@ def streams_named(count):
     return streams
 
 
-def cycle(r, streams):
+def cycle(r, streams, view):
     """One job through the light-load path: a one-job submit, a fetch of up to 25 that finds it
-    and hands its record back (a worker keeping up), a one-job completion. Returns the steps."""
+    and hands its record back (a worker keeping up), a one-job completion. Yields the steps. The
+    fetch names the registered streams only, as the Rust worker does (`view`: the signal id and
+    the registered streams a fetch that asked answered; empty until one asked)."""
     job = str(uuid.uuid4())
     yield "submit", r.fcall(fn("submit"), 8, "hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge",
                             "hero:meta:config", "hero:meta:events", "hero:meta:stats", "hero:job:" + job,
                             STREAM, "workers", job, 0, 6, "script", "noop", "script_type", "bench",
                             "created_at", ISO)
-    reply = r.fcall(fn("fetch"), len(streams) + 4, "hero:meta:queues", "hero:meta:config",
-                    "hero:meta:events", "hero:meta:stats", *streams, "workers", "bench:1:x", 25,
-                    "hero:job:", ISO, 0, "", "1")
+    named, cursor = (view["streams"], view["signal"]) if view else (streams, "*")
+    reply = r.fcall(fn("fetch"), len(named) + 4, "hero:meta:queues", "hero:meta:config",
+                    "hero:meta:events", "hero:meta:stats", *named, "workers", "bench:1:x", 25,
+                    "hero:job:", ISO, 0, "", "1", cursor)
     yield "fetch", reply
+    if reply[6] == "stale":
+        sys.exit("the registry moved during the light cycle")
+    if not view:
+        view["signal"], view["streams"] = reply[5], [streams[i - 1] for i in reply[6]]
     jobs, records = reply[0], reply[4]
     assert len(jobs) == 3 and jobs[2] == job, jobs
     record = dict(zip(records[0][::2], records[0][1::2]))
@@ -86,8 +93,9 @@ def light_cycle(r, args, n, instructions, commands, pid, dumps):
     """--light: instructions per job of the whole one-job cycle, then (collection off) the
     redis.calls of each step, counted over a shorter run."""
     streams = streams_named(args.streams)
+    view = {}
     for _ in range(n):
-        for _ in cycle(r, streams):
+        for _ in cycle(r, streams, view):
             pass
     total = instructions()
     subprocess.run(["callgrind_control", "-i", "off", str(pid)], capture_output=True, check=True)
@@ -95,7 +103,7 @@ def light_cycle(r, args, n, instructions, commands, pid, dumps):
     m = max(1, n // 5)
     commands()
     for _ in range(m):
-        for step, _ in cycle(r, streams):
+        for step, _ in cycle(r, streams, view):
             calls[step] += commands()
     print(f"Redis instructions per job ({n} jobs, light load: one job a call, {len(streams)} streams, "
           f"library from docs/hero-library.lua): {total / n:,.0f}   {dumps[-1]}")

@@ -1,5 +1,5 @@
-#!lua name=hero_v24
-local VERSION = '24'
+#!lua name=hero_v25
+local VERSION = '25'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -143,24 +143,25 @@ local function event_log(key, cfg)
   return { key = key, max = max }
 end
 
--- One entry of its own, written now.
+-- One entry of its own, written now. Returns its id (Redis's clock now: callers that need the
+-- time read it there instead of calling TIME), nil when the log is off.
 local function log_event(log, event, job_id, queue, worker, attempt, reason, due)
-  if not log then return end
+  if not log then return nil end
   local f = { 'XADD', log.key, 'MAXLEN', '~', log.max, '*', 'e', event, 'j', job_id }
   if queue and queue ~= '' then f[#f + 1] = 'q'; f[#f + 1] = queue end
   if worker and worker ~= '' then f[#f + 1] = 'w'; f[#f + 1] = worker end
   if attempt then f[#f + 1] = 'a'; f[#f + 1] = attempt end
   if reason and reason ~= '' then f[#f + 1] = 'r'; f[#f + 1] = reason end
   if due then f[#f + 1] = 'd'; f[#f + 1] = due end
-  redis.call(unpack(f))
+  return redis.call(unpack(f))
 end
 
 -- The shared entry of `ids` (a list of job ids of one stream and worker, with their `attempts`
 -- when given): one entry for all but those whose id holds a space (a legacy id), which get one of
 -- their own. The hot functions collect the lists inline as they go: calling a helper per job cost
--- Redis ~5 k instructions a job.
+-- Redis ~5 k instructions a job. Returns the id of the last entry written (see log_event).
 local function log_shared(log, event, ids, queue, worker, attempts)
-  if not log or #ids == 0 then return end
+  if not log or #ids == 0 then return nil end
   for k = 1, #ids do
     if string.find(ids[k], ' ', 1, true) then
       local plain, plain_attempts = {}, {}
@@ -174,13 +175,13 @@ local function log_shared(log, event, ids, queue, worker, attempts)
       end
       if attempts then attempts = plain_attempts end
       ids = plain
-      if #ids == 0 then return end
+      if #ids == 0 then return nil end
       break
     end
   end
   local a = nil
   if attempts then a = table.concat(attempts, ' ') end
-  log_event(log, event, table.concat(ids, ' '), queue, worker, a)
+  return log_event(log, event, table.concat(ids, ' '), queue, worker, a)
 end
 
 -- Stats kept on write, so that reading them costs O(queues), never O(jobs). In the stats hash,
@@ -367,7 +368,9 @@ local function covers(name, p)
 end
 
 -- Wakes the workers blocked on the registry's signal stream: `stream` joined the registry (new,
--- or resumed). They watch only the streams that existed at their last fetch.
+-- or resumed), or left it (paused). They watch only the streams that existed at their last
+-- fetch, and a worker that names only the registered streams (hero_fetch's ARGV[9]) learns from
+-- the signal's last id that its list is out of date: every change of the registry announces.
 local function announce(registry, stream)
   redis.call('XADD', registry .. ':new', 'MAXLEN', '~', '100', '*', 's', stream)
 end
@@ -906,9 +909,20 @@ end
 --   (ended, stopped or recovered since) before it counts: O(limit), only at the limit.
 -- ARGV[8] records: '1' asks a fetch that comes up short to hand back the records of the jobs
 --   it leased (see records below); absent or '' for none.
+-- ARGV[9] registry cursor: absent or '' to name every stream the caller serves, as above. '*'
+--   does the same and also answers which of them are registered (see registered below), so
+--   that the caller can name only those from then on: with the id of the registry's signal
+--   stream `<registry>:new` that the answer carried, KEYS[5..] are the registered streams only,
+--   and while that id is still the signal's last (no stream registered, paused or resumed
+--   since) they are read without asking the registry; once it moved, the fetch claims nothing
+--   and answers registered = 'stale' with the new id: the caller names every stream again
+--   ('*'). A worker naming 300 streams of which one holds work so passes one key, not 300 (each
+--   FCALL key costs Redis ~3 k instructions, the registry question and the wake-up cursors of
+--   the others more).
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
--- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' a fifth, records
+-- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
+--   records, and with ARGV[9] given a sixth and seventh, signal and registered
 --   jobs: flat list of stream index (1..n: 1 is KEYS[5], the first stream), entry id, job id, three items
 --         per job now leased to the consumer (flat because every Lua table costs Redis more
 --         than the three values): the fetch wrote status started, lease = entry id,
@@ -936,7 +950,12 @@ end
 --         it). A short fetch is a worker keeping up with its queues, where the job's start
 --         waits on the read: handing the records back here saves that round trip (at 5,000
 --         jobs/s a third of the worker's path from wake-up to start); a full fetch is a
---         backlog, where the plain reads cost Redis less and the start waits on no one.
+--         backlog, where the plain reads cost Redis less and the start waits on no one. A
+--         job read from a stream that came up short is read whole instead of its status
+--         alone, and its record handed back as written: one call a job fewer where it counts;
+--   signal: the id of the registry's signal stream's last entry ('0-0' when it has none);
+--   registered: with ARGV[9] '*', the indexes (1..n) of the registered streams given; with an
+--         id, empty, or 'stale' when the registry moved since that id (nothing was claimed).
 -- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
 -- the call that creates it (recovery walks the same set), and one question for every stream
 -- costs Redis less than an EXISTS per stream (a worker names 30 streams per type, most of them
@@ -996,14 +1015,26 @@ local function hero_fetch(keys, args)
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
-  for from = 5, #keys, 1000 do
-    local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
-    if from == 5 then present = r else for k = 1, #r do present[from - 5 + k] = r[k] end end
+  local since, signal = args[9] or '', nil
+  if since ~= '' then
+    signal = '0-0'
+    local last = redis.call('XREVRANGE', keys[1] .. ':new', '+', '-', 'COUNT', 1)
+    if last[1] then signal = last[1][1] end
   end
+  if since ~= '' and since ~= '*' then
+    if since ~= signal then return { {}, {}, {}, 0, {}, signal, 'stale' } end
+    for i = 1, n do present[i] = 1 end
+  else
+    for from = 5, #keys, 1000 do
+      local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
+      if from == 5 then present = r else for k = 1, #r do present[from - 5 + k] = r[k] end end
+    end
+  end
+  local whole = args[8] == '1' -- read a short stream's records whole (see records)
+  local recs = {} -- per job leased (by its place in jobs), its record as handed back
   for i = 1, n do
     if want <= 0 then break end
     local stream = keys[i + 4]
-    local waits = nil
     if present[i] == 1 then
       local lim = limits and limits[i]
       if lim and not lim.running then lim.running = limit_running(lim, prefix) end
@@ -1027,7 +1058,8 @@ local function hero_fetch(keys, args)
         end
         if type(res) ~= 'table' or res.err or #res[1][2] == 0 then break end
         local read = res[1][2]
-        if #read < asked then
+        local short = #read < asked
+        if short then
           -- every new entry was read: the last is the stream's last, the wake-up cursor (no
           -- XREVRANGE for it), and another read would come back empty
           last_read[i] = read[#read][1]
@@ -1047,10 +1079,21 @@ local function hero_fetch(keys, args)
             -- one read of what the checks need, the status (and the legacy list of a dual-pushed
             -- job; the entry says which, and how many attempts came before): nothing can raise
             -- before the single write, so a corrupt record never leaves a half-applied fetch
-            local status, bridge, err
+            local status, bridge, err, rec
             if dual then
               local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
               err, status, bridge = r.err, r[1], r[2]
+            elseif whole and short then
+              -- the fetch is likely short: the record is read whole now, not its status now and
+              -- the record after the write
+              rec = redis.pcall('HGETALL', job_key)
+              if rec.err then
+                err = rec.err
+              else
+                for k = 1, #rec, 2 do
+                  if rec[k] == 'status' then status = rec[k + 1] end
+                end
+              end
             else
               local r = redis.pcall('HGET', job_key, 'status')
               if type(r) == 'table' then err = r.err else status = r end
@@ -1088,20 +1131,28 @@ local function hero_fetch(keys, args)
               local n = #jobs
               jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
               attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
-              if not waits then
-                now_ms = now_ms or server_ms()
-                waits = histogram(st, stream, 'wait')
+              if rec then
+                -- the record as the HSET above left it
+                local set = { status = 'started', lease = id, worker_id = consumer, started_at = now_iso,
+                  attempts = counted and tostring(counted + 1) or nil }
+                for k = 1, #rec, 2 do
+                  local v = set[rec[k]]
+                  if v then
+                    rec[k + 1] = v
+                    set[rec[k]] = nil
+                  end
+                end
+                for _, f in ipairs({ 'status', 'lease', 'worker_id', 'started_at', 'attempts' }) do
+                  if set[f] then
+                    rec[#rec + 1] = f
+                    rec[#rec + 1] = set[f]
+                  end
+                end
+                recs[#attempts] = rec
               end
-              -- the entry's age, sampled inline: a Lua call per job (sample, entry_ms) cost more
-              local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
-              local b = 0
-              if waited > 0 then
-                b = math.floor(math.log(waited + 1) / LN2)
-                waits.sum = waits.sum + waited
-              end
-              waits[b] = (waits[b] or 0) + 1
               want = want - 1
               if lim then
+                now_ms = now_ms or server_ms()
                 redis.call('ZADD', lim.key, now_ms, job_id)
                 lim.running = lim.running + 1
               end
@@ -1122,10 +1173,32 @@ local function hero_fetch(keys, args)
         att[#att + 1] = attempts[(k + 2) / 3]
         k = k + 3
       end
-      log_shared(log, 'started', ids, keys[i + 4], consumer, att)
+      local logged = log_shared(log, 'started', ids, keys[i + 4], consumer, att)
+      -- the entry's id is Redis's clock now: no TIME call for the wait samples
+      if logged and not now_ms then now_ms = tonumber(string.match(logged, '^(%d+)')) end
     end
   end
-  if now_ms then flush_stats(st) end
+  if #jobs > 0 then
+    now_ms = now_ms or server_ms()
+    -- each job's wait, its entry's age, sampled inline (a Lua call per job cost more); the jobs
+    -- of a stream are contiguous
+    local waits, at = nil, nil
+    for k = 1, #jobs, 3 do
+      if jobs[k] ~= at then
+        at = jobs[k]
+        waits = histogram(st, keys[at + 4], 'wait')
+      end
+      local id = jobs[k + 1]
+      local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
+      local b = 0
+      if waited > 0 then
+        b = math.floor(math.log(waited + 1) / LN2)
+        waits.sum = waits.sum + waited
+      end
+      waits[b] = (waits[b] or 0) + 1
+    end
+    flush_stats(st)
+  end
   local cursors = {}
   if want > 0 then
     -- a registered stream's cursor is its last entry (the last read, when the read reached the
@@ -1158,20 +1231,34 @@ local function hero_fetch(keys, args)
         if present[i] ~= 1 then cursor_of(cursors, i, keys[i + 4]) end
       end
     end
-    cursors[n + 1] = '0-0'
-    cursor_of(cursors, n + 1, keys[1] .. ':new')
+    if signal then
+      cursors[n + 1] = signal
+    else
+      cursors[n + 1] = '0-0'
+      cursor_of(cursors, n + 1, keys[1] .. ':new')
+    end
   end
-  if args[8] ~= '1' then return { jobs, dropped, cursors, limited } end
+  if not whole and not signal then return { jobs, dropped, cursors, limited } end
   local records = {}
-  if want > 0 then
-    for k = 3, #jobs, 3 do records[#records + 1] = redis.call('HGETALL', prefix .. jobs[k]) end
+  if whole and want > 0 then
+    for k = 3, #jobs, 3 do
+      records[#records + 1] = recs[#records + 1] or redis.call('HGETALL', prefix .. jobs[k])
+    end
   end
-  return { jobs, dropped, cursors, limited, records }
+  if not signal then return { jobs, dropped, cursors, limited, records } end
+  local registered = {}
+  if since == '*' then
+    for i = 1, n do
+      if present[i] == 1 then registered[#registered + 1] = i end
+    end
+  end
+  return { jobs, dropped, cursors, limited, records, signal, registered }
 end
 
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
--- entries are acknowledged with one command and trimmed with another (see trim_done).
+-- entries are acknowledged with one command and trimmed with another (see trim_done; up to 8
+-- entries are deleted by id instead).
 -- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
 -- KEYS[5] stats hash  KEYS[6] queue registry set
 --   then per job i = 0, 1, ...: KEYS[7+3i] job hash  KEYS[8+3i] its work stream
@@ -1335,7 +1422,13 @@ local function hero_complete(keys, args)
         runs[b] = (runs[b] or 0) + 1
       end
     end
-    trim_done(stream, group, b.ids, xackdel)
+    if #b.ids <= 8 and xackdel ~= '1' then
+      -- a few entries, as at light load: deleting them by id is one call, where the trim asks
+      -- XPENDING and XINFO first (every other path that acknowledges an entry deletes it too)
+      redis.call('XDEL', stream, unpack(b.ids))
+    else
+      trim_done(stream, group, b.ids, xackdel)
+    end
     log_shared(log, 'finished', finished, stream, consumer)
     if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
     if failed > 0 then tally(st, stream, 'failed', failed, true) end
@@ -2192,6 +2285,8 @@ local function hero_pause(keys, args)
         moved = moved + 1
       end
     end
+    -- the registry changed: a worker naming only the registered streams must drop these
+    if moved > 0 then announce(registry, name) end
   elseif action == 'resume' then
     redis.call('SREM', names, name)
     local still = redis.call('SMEMBERS', names)
@@ -2244,20 +2339,20 @@ local function hero_cron(keys, args)
   return { 'claimed', after }
 end
 
-redis.register_function{function_name='hero_v24_version', callback=hero_version, flags={'no-writes'}}
-redis.register_function('hero_v24_submit', hero_submit)
-redis.register_function('hero_v24_fetch', hero_fetch)
-redis.register_function('hero_v24_complete', hero_complete)
-redis.register_function('hero_v24_renew', hero_renew)
-redis.register_function('hero_v24_stop', hero_stop)
-redis.register_function('hero_v24_recover', hero_recover)
-redis.register_function('hero_v24_promote', hero_promote)
-redis.register_function('hero_v24_bridge_in', hero_bridge_in)
-redis.register_function('hero_v24_bridge_out', hero_bridge_out)
-redis.register_function('hero_v24_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v24_expire', hero_expire)
-redis.register_function('hero_v24_dead', hero_dead)
-redis.register_function('hero_v24_requeue', hero_requeue)
-redis.register_function('hero_v24_fix', hero_fix)
-redis.register_function('hero_v24_pause', hero_pause)
-redis.register_function('hero_v24_cron', hero_cron)
+redis.register_function{function_name='hero_v25_version', callback=hero_version, flags={'no-writes'}}
+redis.register_function('hero_v25_submit', hero_submit)
+redis.register_function('hero_v25_fetch', hero_fetch)
+redis.register_function('hero_v25_complete', hero_complete)
+redis.register_function('hero_v25_renew', hero_renew)
+redis.register_function('hero_v25_stop', hero_stop)
+redis.register_function('hero_v25_recover', hero_recover)
+redis.register_function('hero_v25_promote', hero_promote)
+redis.register_function('hero_v25_bridge_in', hero_bridge_in)
+redis.register_function('hero_v25_bridge_out', hero_bridge_out)
+redis.register_function('hero_v25_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v25_expire', hero_expire)
+redis.register_function('hero_v25_dead', hero_dead)
+redis.register_function('hero_v25_requeue', hero_requeue)
+redis.register_function('hero_v25_fix', hero_fix)
+redis.register_function('hero_v25_pause', hero_pause)
+redis.register_function('hero_v25_cron', hero_cron)

@@ -163,11 +163,33 @@ pub struct FetchReply {
     /// A queue's concurrency limit held jobs back: no new entry wakes the caller when a slot
     /// frees, so it looks again soon rather than blocking long.
     pub limited: bool,
+    /// With a registry cursor given ([`crate::function::RegistryCursor`]): what the fetch saw
+    /// of the registry of streams.
+    pub registry: Option<RegistryView>,
+}
+
+/// The registry as a fetch given a registry cursor saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegistryView {
+    /// The id of the registry's signal stream's last entry: while it stays the same, no stream
+    /// was registered, paused or resumed.
+    pub signal: String,
+    /// Asked with [`crate::function::RegistryCursor::Ask`]: the streams given that are
+    /// registered (0-based indexes).
+    pub registered: Vec<usize>,
+    /// The registry moved since the cursor given: the fetch claimed nothing, and the caller
+    /// names every stream again.
+    pub stale: bool,
 }
 
 impl FetchReply {
     pub fn decode(v: &Value) -> Result<Self> {
         match array(v)? {
+            [parts @ .., records, signal, registered] if parts.len() == 4 => {
+                let mut reply = Self::decode_parts(parts, Some(array(records)?.to_vec()))?;
+                reply.registry = Some(RegistryView::decode(signal, registered)?);
+                Ok(reply)
+            }
             [parts @ .., records] if parts.len() == 4 => {
                 Self::decode_parts(parts, Some(array(records)?.to_vec()))
             }
@@ -177,6 +199,14 @@ impl FetchReply {
 
     /// [`FetchReply::decode`], moving the records out of the reply instead of copying them.
     pub fn decode_owned(mut v: Value) -> Result<Self> {
+        let registry = match &mut v {
+            Value::Array(parts) if parts.len() == 7 => {
+                let registered = parts.pop().unwrap_or(Value::Nil);
+                let signal = parts.pop().unwrap_or(Value::Nil);
+                Some(RegistryView::decode(&signal, &registered)?)
+            }
+            _ => None,
+        };
         let records = match &mut v {
             Value::Array(parts) if parts.len() == 5 => parts.pop(),
             _ => None,
@@ -190,7 +220,9 @@ impl FetchReply {
                 )))
             }
         };
-        Self::decode_parts(array(&v)?, records)
+        let mut reply = Self::decode_parts(array(&v)?, records)?;
+        reply.registry = registry;
+        Ok(reply)
     }
 
     fn decode_parts(parts: &[Value], records: Option<Vec<Value>>) -> Result<Self> {
@@ -264,6 +296,35 @@ impl FetchReply {
             dropped,
             cursors,
             limited,
+            registry: None,
+        })
+    }
+}
+
+impl RegistryView {
+    fn decode(signal: &Value, registered: &Value) -> Result<Self> {
+        let signal = text(signal)?;
+        if matches!(registered, Value::BulkString(_) | Value::SimpleString(_)) {
+            return if text(registered)? == "stale" {
+                Ok(RegistryView {
+                    signal,
+                    registered: Vec::new(),
+                    stale: true,
+                })
+            } else {
+                Err(Error::protocol(
+                    "hero_fetch registered is neither a list of indexes nor 'stale'",
+                ))
+            };
+        }
+        let registered = array(registered)?
+            .iter()
+            .map(|i| Ok((int(i)? - 1).max(0) as usize))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RegistryView {
+            signal,
+            registered,
+            stale: false,
         })
     }
 }

@@ -23,7 +23,7 @@ import redis
 
 NS = "hero"
 GROUP = "workers"  # the consumer group of every work stream
-VERSION = "24"  # the protocol version this peer speaks: its functions are hero_v24_<name>
+VERSION = "25"  # the protocol version this peer speaks: its functions are hero_v25_<name>
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "hero-library.lua")
 
 

@@ -19,17 +19,60 @@ use crate::shared::Shared;
 use crate::task::start_jobs;
 use crate::turns::Turns;
 
-fn fetch_cmd(s: &Shared, count: usize) -> function::Call {
-    function::fetch_limited(
-        &s.keys,
-        &s.streams,
-        &s.consumer_name,
-        count,
-        s.redis.caps().xackdel_flag(),
-        &s.policy.limits(),
-        // a short fetch hands the records back: the jobs start without another round trip
-        true,
-    )
+/// The registered streams of a worker's, as a fetch saw them: later fetches name only these,
+/// while the registry's signal stream stays at `signal` (the function checks, and answers
+/// stale once it moved). A worker names 30 streams per type, most of which never get a job:
+/// naming only the registered ones keeps a fetch's cost with the streams that can hold work.
+#[derive(Clone, Debug)]
+pub(crate) struct Registered {
+    signal: String,
+    /// Indexes into [`Shared::streams`], in precedence order.
+    streams: Vec<usize>,
+}
+
+/// The fetch for `count` slots, and the streams it names (indexes into [`Shared::streams`];
+/// `None`: all of them).
+fn fetch_cmd(s: &Shared, count: usize) -> (function::Call, Option<Registered>) {
+    let limits = s.policy.limits();
+    // a short fetch hands the records back: the jobs start without another round trip
+    let records = true;
+    let xackdel = s.redis.caps().xackdel_flag();
+    let known = s.registered.lock().ok().and_then(|r| r.clone());
+    // concurrency limits name streams by their index among all of them: such a worker names
+    // them all, as before the registry cursor
+    if !limits.is_empty() {
+        let c = function::fetch_limited(&s.keys, &s.streams, &s.consumer_name, count, xackdel, &limits, records);
+        return (c, None);
+    }
+    match known {
+        Some(r) => {
+            let names: Vec<&str> = r.streams.iter().map(|&i| s.streams[i].as_str()).collect();
+            let c = function::fetch_with(
+                &s.keys,
+                &names,
+                &s.consumer_name,
+                count,
+                xackdel,
+                "",
+                records,
+                function::RegistryCursor::Since(&r.signal),
+            );
+            (c, Some(r))
+        }
+        None => {
+            let c = function::fetch_with(
+                &s.keys,
+                &s.streams,
+                &s.consumer_name,
+                count,
+                xackdel,
+                "",
+                records,
+                function::RegistryCursor::Ask,
+            );
+            (c, None)
+        }
+    }
 }
 
 /// How many fetches may be under way at once. Two measured best on the worker-concurrent
@@ -175,11 +218,57 @@ async fn fetch_once(
     mut slots: Vec<OwnedSemaphorePermit>,
     done: mpsc::UnboundedSender<Finished>,
 ) -> FetchOutcome {
-    let reply = s
+    let (cmd, named) = fetch_cmd(&s, slots.len());
+    let mut reply = s
         .redis
-        .query::<Value>(&fetch_cmd(&s, slots.len()))
+        .query::<Value>(&cmd)
         .await
         .and_then(FetchReply::decode_owned)?;
+    if let Some(view) = reply.registry.take() {
+        if let Ok(mut r) = s.registered.lock() {
+            if view.stale {
+                // the registry moved: the next fetch names every stream and asks again
+                *r = None;
+            } else if named.is_none() {
+                let n = s.streams.len();
+                *r = Some(Registered {
+                    signal: view.signal,
+                    streams: view.registered.into_iter().filter(|&i| i < n).collect(),
+                });
+            }
+        }
+    }
+    if let Some(named) = &named {
+        // the reply's stream indexes are into the streams named: back to the worker's
+        let to_all = |i: usize| {
+            named.streams.get(i).copied().ok_or_else(|| {
+                hero_client::Error::Protocol(format!(
+                    "hero_fetch named stream {} of the {} given",
+                    i + 1,
+                    named.streams.len()
+                ))
+            })
+        };
+        for d in &mut reply.jobs {
+            d.stream = to_all(d.stream)?;
+        }
+        for d in &mut reply.dropped {
+            d.stream = to_all(d.stream)?;
+        }
+        if !reply.cursors.is_empty() {
+            let mut cursors = vec![String::new(); s.streams.len() + 1];
+            let mut given = std::mem::take(&mut reply.cursors).into_iter();
+            for &i in &named.streams {
+                if let Some(c) = given.next() {
+                    cursors[i] = c;
+                }
+            }
+            if let Some(signal) = given.next() {
+                cursors[s.streams.len()] = signal;
+            }
+            reply.cursors = cursors;
+        }
+    }
     for d in &reply.dropped {
         if d.reason == "missing" {
             tracing::warn!(job = %d.job_id, entry = %d.entry, "dropped a stream entry naming no job hash");

@@ -21,6 +21,9 @@ pub(crate) struct Shared {
     pub types: Vec<ScriptType>,
     /// Work streams in precedence order; deliveries refer to them by index.
     pub streams: Vec<String>,
+    /// The registered ones of `streams`, as the last fetch that asked saw them (see
+    /// `fetch::Registered`); `None` until a fetch asks, and again once the registry moved.
+    pub registered: std::sync::Mutex<Option<crate::fetch::Registered>>,
     pub concurrency: usize,
     pub lease: Duration,
     pub presence_ttl: Duration,

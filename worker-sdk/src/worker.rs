@@ -160,6 +160,7 @@ impl WorkerBuilder {
                     consumer,
                     types: types.clone(),
                     streams,
+                    registered: std::sync::Mutex::new(None),
                     concurrency: self.concurrency,
                     lease: self.lease,
                     presence_ttl: self.presence_ttl,

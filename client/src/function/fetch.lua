@@ -14,9 +14,20 @@
 --   (ended, stopped or recovered since) before it counts: O(limit), only at the limit.
 -- ARGV[8] records: '1' asks a fetch that comes up short to hand back the records of the jobs
 --   it leased (see records below); absent or '' for none.
+-- ARGV[9] registry cursor: absent or '' to name every stream the caller serves, as above. '*'
+--   does the same and also answers which of them are registered (see registered below), so
+--   that the caller can name only those from then on: with the id of the registry's signal
+--   stream `<registry>:new` that the answer carried, KEYS[5..] are the registered streams only,
+--   and while that id is still the signal's last (no stream registered, paused or resumed
+--   since) they are read without asking the registry; once it moved, the fetch claims nothing
+--   and answers registered = 'stale' with the new id: the caller names every stream again
+--   ('*'). A worker naming 300 streams of which one holds work so passes one key, not 300 (each
+--   FCALL key costs Redis ~3 k instructions, the registry question and the wake-up cursors of
+--   the others more).
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
--- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' a fifth, records
+-- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
+--   records, and with ARGV[9] given a sixth and seventh, signal and registered
 --   jobs: flat list of stream index (1..n: 1 is KEYS[5], the first stream), entry id, job id, three items
 --         per job now leased to the consumer (flat because every Lua table costs Redis more
 --         than the three values): the fetch wrote status started, lease = entry id,
@@ -44,7 +55,12 @@
 --         it). A short fetch is a worker keeping up with its queues, where the job's start
 --         waits on the read: handing the records back here saves that round trip (at 5,000
 --         jobs/s a third of the worker's path from wake-up to start); a full fetch is a
---         backlog, where the plain reads cost Redis less and the start waits on no one.
+--         backlog, where the plain reads cost Redis less and the start waits on no one. A
+--         job read from a stream that came up short is read whole instead of its status
+--         alone, and its record handed back as written: one call a job fewer where it counts;
+--   signal: the id of the registry's signal stream's last entry ('0-0' when it has none);
+--   registered: with ARGV[9] '*', the indexes (1..n) of the registered streams given; with an
+--         id, empty, or 'stale' when the registry moved since that id (nothing was claimed).
 -- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
 -- the call that creates it (recovery walks the same set), and one question for every stream
 -- costs Redis less than an EXISTS per stream (a worker names 30 streams per type, most of them
@@ -104,14 +120,26 @@ local function hero_fetch(keys, args)
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
-  for from = 5, #keys, 1000 do
-    local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
-    if from == 5 then present = r else for k = 1, #r do present[from - 5 + k] = r[k] end end
+  local since, signal = args[9] or '', nil
+  if since ~= '' then
+    signal = '0-0'
+    local last = redis.call('XREVRANGE', keys[1] .. ':new', '+', '-', 'COUNT', 1)
+    if last[1] then signal = last[1][1] end
   end
+  if since ~= '' and since ~= '*' then
+    if since ~= signal then return { {}, {}, {}, 0, {}, signal, 'stale' } end
+    for i = 1, n do present[i] = 1 end
+  else
+    for from = 5, #keys, 1000 do
+      local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
+      if from == 5 then present = r else for k = 1, #r do present[from - 5 + k] = r[k] end end
+    end
+  end
+  local whole = args[8] == '1' -- read a short stream's records whole (see records)
+  local recs = {} -- per job leased (by its place in jobs), its record as handed back
   for i = 1, n do
     if want <= 0 then break end
     local stream = keys[i + 4]
-    local waits = nil
     if present[i] == 1 then
       local lim = limits and limits[i]
       if lim and not lim.running then lim.running = limit_running(lim, prefix) end
@@ -135,7 +163,8 @@ local function hero_fetch(keys, args)
         end
         if type(res) ~= 'table' or res.err or #res[1][2] == 0 then break end
         local read = res[1][2]
-        if #read < asked then
+        local short = #read < asked
+        if short then
           -- every new entry was read: the last is the stream's last, the wake-up cursor (no
           -- XREVRANGE for it), and another read would come back empty
           last_read[i] = read[#read][1]
@@ -155,10 +184,21 @@ local function hero_fetch(keys, args)
             -- one read of what the checks need, the status (and the legacy list of a dual-pushed
             -- job; the entry says which, and how many attempts came before): nothing can raise
             -- before the single write, so a corrupt record never leaves a half-applied fetch
-            local status, bridge, err
+            local status, bridge, err, rec
             if dual then
               local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
               err, status, bridge = r.err, r[1], r[2]
+            elseif whole and short then
+              -- the fetch is likely short: the record is read whole now, not its status now and
+              -- the record after the write
+              rec = redis.pcall('HGETALL', job_key)
+              if rec.err then
+                err = rec.err
+              else
+                for k = 1, #rec, 2 do
+                  if rec[k] == 'status' then status = rec[k + 1] end
+                end
+              end
             else
               local r = redis.pcall('HGET', job_key, 'status')
               if type(r) == 'table' then err = r.err else status = r end
@@ -196,20 +236,28 @@ local function hero_fetch(keys, args)
               local n = #jobs
               jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
               attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
-              if not waits then
-                now_ms = now_ms or server_ms()
-                waits = histogram(st, stream, 'wait')
+              if rec then
+                -- the record as the HSET above left it
+                local set = { status = 'started', lease = id, worker_id = consumer, started_at = now_iso,
+                  attempts = counted and tostring(counted + 1) or nil }
+                for k = 1, #rec, 2 do
+                  local v = set[rec[k]]
+                  if v then
+                    rec[k + 1] = v
+                    set[rec[k]] = nil
+                  end
+                end
+                for _, f in ipairs({ 'status', 'lease', 'worker_id', 'started_at', 'attempts' }) do
+                  if set[f] then
+                    rec[#rec + 1] = f
+                    rec[#rec + 1] = set[f]
+                  end
+                end
+                recs[#attempts] = rec
               end
-              -- the entry's age, sampled inline: a Lua call per job (sample, entry_ms) cost more
-              local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
-              local b = 0
-              if waited > 0 then
-                b = math.floor(math.log(waited + 1) / LN2)
-                waits.sum = waits.sum + waited
-              end
-              waits[b] = (waits[b] or 0) + 1
               want = want - 1
               if lim then
+                now_ms = now_ms or server_ms()
                 redis.call('ZADD', lim.key, now_ms, job_id)
                 lim.running = lim.running + 1
               end
@@ -230,10 +278,32 @@ local function hero_fetch(keys, args)
         att[#att + 1] = attempts[(k + 2) / 3]
         k = k + 3
       end
-      log_shared(log, 'started', ids, keys[i + 4], consumer, att)
+      local logged = log_shared(log, 'started', ids, keys[i + 4], consumer, att)
+      -- the entry's id is Redis's clock now: no TIME call for the wait samples
+      if logged and not now_ms then now_ms = tonumber(string.match(logged, '^(%d+)')) end
     end
   end
-  if now_ms then flush_stats(st) end
+  if #jobs > 0 then
+    now_ms = now_ms or server_ms()
+    -- each job's wait, its entry's age, sampled inline (a Lua call per job cost more); the jobs
+    -- of a stream are contiguous
+    local waits, at = nil, nil
+    for k = 1, #jobs, 3 do
+      if jobs[k] ~= at then
+        at = jobs[k]
+        waits = histogram(st, keys[at + 4], 'wait')
+      end
+      local id = jobs[k + 1]
+      local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
+      local b = 0
+      if waited > 0 then
+        b = math.floor(math.log(waited + 1) / LN2)
+        waits.sum = waits.sum + waited
+      end
+      waits[b] = (waits[b] or 0) + 1
+    end
+    flush_stats(st)
+  end
   local cursors = {}
   if want > 0 then
     -- a registered stream's cursor is its last entry (the last read, when the read reached the
@@ -266,13 +336,26 @@ local function hero_fetch(keys, args)
         if present[i] ~= 1 then cursor_of(cursors, i, keys[i + 4]) end
       end
     end
-    cursors[n + 1] = '0-0'
-    cursor_of(cursors, n + 1, keys[1] .. ':new')
+    if signal then
+      cursors[n + 1] = signal
+    else
+      cursors[n + 1] = '0-0'
+      cursor_of(cursors, n + 1, keys[1] .. ':new')
+    end
   end
-  if args[8] ~= '1' then return { jobs, dropped, cursors, limited } end
+  if not whole and not signal then return { jobs, dropped, cursors, limited } end
   local records = {}
-  if want > 0 then
-    for k = 3, #jobs, 3 do records[#records + 1] = redis.call('HGETALL', prefix .. jobs[k]) end
+  if whole and want > 0 then
+    for k = 3, #jobs, 3 do
+      records[#records + 1] = recs[#records + 1] or redis.call('HGETALL', prefix .. jobs[k])
+    end
   end
-  return { jobs, dropped, cursors, limited, records }
+  if not signal then return { jobs, dropped, cursors, limited, records } end
+  local registered = {}
+  if since == '*' then
+    for i = 1, n do
+      if present[i] == 1 then registered[#registered + 1] = i end
+    end
+  end
+  return { jobs, dropped, cursors, limited, records, signal, registered }
 end

@@ -36,7 +36,7 @@ pub use complete::{CompleteBatch, Ending, Leased};
 pub use cron::cron;
 pub use dead::{dead, DeadAction};
 pub use expire::expire;
-pub use fetch::{fetch, fetch_limited};
+pub use fetch::{fetch, fetch_limited, fetch_with, RegistryCursor};
 pub use fix::{fix, Repair};
 pub use pause::pause;
 pub use promote::promote;
@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "24"
+        "25"
     };
 }
 

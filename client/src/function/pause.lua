@@ -25,6 +25,8 @@ local function hero_pause(keys, args)
         moved = moved + 1
       end
     end
+    -- the registry changed: a worker naming only the registered streams must drop these
+    if moved > 0 then announce(registry, name) end
   elseif action == 'resume' then
     redis.call('SREM', names, name)
     local still = redis.call('SMEMBERS', names)

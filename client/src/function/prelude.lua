@@ -141,24 +141,25 @@ local function event_log(key, cfg)
   return { key = key, max = max }
 end
 
--- One entry of its own, written now.
+-- One entry of its own, written now. Returns its id (Redis's clock now: callers that need the
+-- time read it there instead of calling TIME), nil when the log is off.
 local function log_event(log, event, job_id, queue, worker, attempt, reason, due)
-  if not log then return end
+  if not log then return nil end
   local f = { 'XADD', log.key, 'MAXLEN', '~', log.max, '*', 'e', event, 'j', job_id }
   if queue and queue ~= '' then f[#f + 1] = 'q'; f[#f + 1] = queue end
   if worker and worker ~= '' then f[#f + 1] = 'w'; f[#f + 1] = worker end
   if attempt then f[#f + 1] = 'a'; f[#f + 1] = attempt end
   if reason and reason ~= '' then f[#f + 1] = 'r'; f[#f + 1] = reason end
   if due then f[#f + 1] = 'd'; f[#f + 1] = due end
-  redis.call(unpack(f))
+  return redis.call(unpack(f))
 end
 
 -- The shared entry of `ids` (a list of job ids of one stream and worker, with their `attempts`
 -- when given): one entry for all but those whose id holds a space (a legacy id), which get one of
 -- their own. The hot functions collect the lists inline as they go: calling a helper per job cost
--- Redis ~5 k instructions a job.
+-- Redis ~5 k instructions a job. Returns the id of the last entry written (see log_event).
 local function log_shared(log, event, ids, queue, worker, attempts)
-  if not log or #ids == 0 then return end
+  if not log or #ids == 0 then return nil end
   for k = 1, #ids do
     if string.find(ids[k], ' ', 1, true) then
       local plain, plain_attempts = {}, {}
@@ -172,13 +173,13 @@ local function log_shared(log, event, ids, queue, worker, attempts)
       end
       if attempts then attempts = plain_attempts end
       ids = plain
-      if #ids == 0 then return end
+      if #ids == 0 then return nil end
       break
     end
   end
   local a = nil
   if attempts then a = table.concat(attempts, ' ') end
-  log_event(log, event, table.concat(ids, ' '), queue, worker, a)
+  return log_event(log, event, table.concat(ids, ' '), queue, worker, a)
 end
 
 -- Stats kept on write, so that reading them costs O(queues), never O(jobs). In the stats hash,
@@ -365,7 +366,9 @@ local function covers(name, p)
 end
 
 -- Wakes the workers blocked on the registry's signal stream: `stream` joined the registry (new,
--- or resumed). They watch only the streams that existed at their last fetch.
+-- or resumed), or left it (paused). They watch only the streams that existed at their last
+-- fetch, and a worker that names only the registered streams (hero_fetch's ARGV[9]) learns from
+-- the signal's last id that its list is out of date: every change of the registry announces.
 local function announce(registry, stream)
   redis.call('XADD', registry .. ':new', 'MAXLEN', '~', '100', '*', 's', stream)
 end
