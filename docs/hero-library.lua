@@ -49,9 +49,11 @@ end
 -- would seek each id (a scan inside its node, ~2 us each); XTRIM MINID drops runs from the head.
 -- Entries are delivered in id order, so every entry below the oldest pending one (or, with
 -- nothing pending, up to the group's last delivered one) was delivered and acknowledged:
--- nothing waiting or running is trimmed. A done entry behind an older job still running stays
--- until that job ends. Where the server has XACKDEL (Redis 8.2) deleting by id is cheap, and
--- each entry goes at once instead.
+-- nothing waiting or running is trimmed. An entry of `ids` behind an older job still running
+-- is deleted by id (rare), so every path that acknowledges an entry also deletes it, and a
+-- caller may delete a few entries by id alone (hero_complete at light load) without leaving
+-- any behind. Where the server has XACKDEL (Redis 8.2) deleting by id is cheap, and each entry
+-- goes at once instead.
 local function trim_done(stream, group, ids, xackdel)
   if xackdel == '1' then
     in_runs(ids, function(from, to)
@@ -74,6 +76,22 @@ local function trim_done(stream, group, ids, xackdel)
   end
   if bound then
     redis.call('XTRIM', stream, 'MINID', bound)
+    local bms, bseq = string.match(bound, '^(%d+)-(%d+)$')
+    bms, bseq = tonumber(bms), tonumber(bseq)
+    local behind = nil
+    for _, id in ipairs(ids) do
+      local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+      ms, seq = tonumber(ms), tonumber(seq)
+      if ms and bms and (ms > bms or (ms == bms and seq >= bseq)) then
+        behind = behind or {}
+        behind[#behind + 1] = id
+      end
+    end
+    if behind then
+      in_runs(behind, function(from, to) redis.call('XDEL', stream, unpack(behind, from, to)) end)
+    end
+  else
+    in_runs(ids, function(from, to) redis.call('XDEL', stream, unpack(ids, from, to)) end)
   end
 end
 
@@ -88,14 +106,30 @@ local function ack_trim(stream, group, ids, xackdel)
 end
 
 -- The settings the broker publishes in the config hash, each read at most once per call.
-local function settings(config)
-  return { key = config }
+-- `prefetch` (optional) names the fields the call reads for sure, read with one HMGET: at one
+-- job a call every command counts (a `redis.call` costs Redis ~4 us before its own work).
+local function settings(config, prefetch)
+  local cfg = { key = config }
+  if prefetch then
+    local r = redis.call('HMGET', config, unpack(prefetch))
+    local raw = {}
+    for k, f in ipairs(prefetch) do raw[f] = r[k] or false end
+    cfg.raw = raw
+  end
+  return cfg
+end
+
+-- A field's text as the config hash holds it (nil when absent), prefetched or read now.
+local function raw_setting(cfg, field)
+  local raw = cfg.raw
+  if raw and raw[field] ~= nil then return raw[field] or nil end
+  return redis.call('HGET', cfg.key, field)
 end
 
 local function setting(cfg, field, default)
   local v = cfg[field]
   if v == nil then
-    v = tonumber(redis.call('HGET', cfg.key, field)) or default
+    v = tonumber(raw_setting(cfg, field)) or default
     cfg[field] = v
   end
   return v
@@ -121,7 +155,7 @@ end
 local function setting_text(cfg, field)
   local v = cfg[field]
   if v == nil then
-    v = redis.call('HGET', cfg.key, field) or ''
+    v = raw_setting(cfg, field) or ''
     cfg[field] = v
   end
   return v
@@ -584,16 +618,14 @@ local function deps_key(job_key, job_id)
   return string.sub(job_key, 1, #job_key - #job_id - 4) .. 'deps:' .. job_id
 end
 
--- The count of jobs that have a dependents hash, `<ns>:meta:deps`, named after the config
--- hash `<ns>:meta:config` every caller has: the hot completion asks it once per call, and looks
+-- The count of jobs that have a dependents hash is the config hash's field `deps` (read with
+-- the settings, so the hot completion asks nothing more of it), and a call that ends jobs looks
 -- for dependents only while it is above 0. It may only run high (a dependents hash deleted by
 -- hand), which costs the look, never a release.
-local function deps_count_key(config)
-  return string.match(config, '^(.*):[^:]*$') .. ':deps'
-end
+local DEPS_FIELD = 'deps'
 
-local function waiting_dependents(config)
-  return (tonumber(redis.call('GET', deps_count_key(config))) or 0) > 0
+local function waiting_dependents(cfg)
+  return setting(cfg, DEPS_FIELD, 0) > 0
 end
 
 -- Releases the dependents of each job of `ended` ({job key, job id, ok}: ok true when it
@@ -609,7 +641,7 @@ local function release_dependents(ctx, ended)
     local deps = redis.pcall('HGETALL', dk)
     if not deps.err and #deps > 0 then
       redis.call('DEL', dk)
-      redis.call('DECR', deps_count_key(ctx.cfg.key))
+      redis.call('HINCRBY', ctx.cfg.key, DEPS_FIELD, -1)
       local prefix = string.sub(jk, 1, #jk - #jid)
       local reply_prefix = string.sub(prefix, 1, #prefix - 4) .. 'q:reply:' -- `<ns>:job:` -> `<ns>:q:reply:`
       for m = 1, #deps, 2 do
@@ -642,7 +674,7 @@ end
 -- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
 -- not a table per job: a hot call ends many).
 local function release_if_any(ctx, jk, ji, ok)
-  if #jk == 0 or not waiting_dependents(ctx.cfg.key) then return end
+  if #jk == 0 or not waiting_dependents(ctx.cfg) then return end
   local ks = {}
   for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
   local n = 0
@@ -801,7 +833,10 @@ local function hero_submit(keys, args)
     return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
   end
   local answers = {}
-  local log = event_log(keys[5], settings(keys[4]))
+  -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
+  -- with the registry); while none, a submit asks the registry nothing
+  local cfg = settings(keys[4], { 'events_max', 'bridged' })
+  local log = event_log(keys[5], cfg)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
@@ -841,7 +876,7 @@ local function hero_submit(keys, args)
         local s = redis.call('HGET', prefix .. d, 'status')
         if s ~= 'finished' then
           local dk = deps_key(prefix .. d, d)
-          if redis.call('EXISTS', dk) == 0 then redis.call('INCR', deps_count_key(keys[4])) end
+          if redis.call('EXISTS', dk) == 0 then redis.call('HINCRBY', keys[4], DEPS_FIELD, 1) end
           redis.call('HSET', dk, job_id, stream)
         end
       end
@@ -858,7 +893,7 @@ local function hero_submit(keys, args)
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     else
       if dual[stream] == nil then
-        local m = redis.call('HGET', bridges, stream)
+        local m = setting(cfg, 'bridged', 0) > 0 and redis.call('HGET', bridges, stream)
         dual[stream] = m and cjson.decode(m) or false
       end
       local m = dual[stream]
@@ -1289,7 +1324,8 @@ end
 -- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
 -- gauge for a retry, and a `run` sample per job recorded.
 -- Dependents: the jobs waiting on those this call ends are released in it (release_if_any in
--- dependencies.lua); while no job anywhere has dependents, the call asks one GET and no more.
+-- dependencies.lua); while no job anywhere has dependents (the config hash's `deps`, read with
+-- the settings), the call asks nothing more.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -1298,7 +1334,7 @@ end
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
-  local delayed, cfg = keys[1], settings(keys[2])
+  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD })
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
@@ -1329,7 +1365,7 @@ local function hero_complete(keys, args)
   -- the jobs this call ends (key, id, finished), collected only while some job has dependents
   -- (one GET for the call: a plain batch pays nothing per job)
   local ek = nil
-  if waiting_dependents(keys[2]) then ek = {} end
+  if waiting_dependents(cfg) then ek = {} end
   local ei, eo = {}, {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]

@@ -68,7 +68,9 @@ pub async fn publish(client: &Client, cfg: &BrokerConfig) -> hero_client::Result
     let keys = client.keys();
     let mut tx = redis::pipe();
     tx.atomic().del(keys.bridge_registry()).ignore();
+    let mut bridged = 0u64;
     for route in routes(client, cfg)?.iter().filter(|l| l.m.dual_push) {
+        bridged += 1;
         let entry = serde_json::json!({
             "list": route.list,
             "stop": route.stop,
@@ -79,6 +81,9 @@ pub async fn publish(client: &Client, cfg: &BrokerConfig) -> hero_client::Result
         tx.hset(keys.bridge_registry(), &route.stream, entry.to_string())
             .ignore();
     }
+    // how many mappings the registry holds: a submit reads it with its settings, and asks the
+    // registry only while it is above 0
+    tx.hset(keys.config(), "bridged", bridged).ignore();
     if cfg.legacy_replies() {
         tx.hset(
             keys.config(),

@@ -32,7 +32,8 @@
 -- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
 -- gauge for a retry, and a `run` sample per job recorded.
 -- Dependents: the jobs waiting on those this call ends are released in it (release_if_any in
--- dependencies.lua); while no job anywhere has dependents, the call asks one GET and no more.
+-- dependencies.lua); while no job anywhere has dependents (the config hash's `deps`, read with
+-- the settings), the call asks nothing more.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -41,7 +42,7 @@
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
-  local delayed, cfg = keys[1], settings(keys[2])
+  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD })
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
@@ -72,7 +73,7 @@ local function hero_complete(keys, args)
   -- the jobs this call ends (key, id, finished), collected only while some job has dependents
   -- (one GET for the call: a plain batch pays nothing per job)
   local ek = nil
-  if waiting_dependents(keys[2]) then ek = {} end
+  if waiting_dependents(cfg) then ek = {} end
   local ei, eo = {}, {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]

@@ -14,16 +14,14 @@ local function deps_key(job_key, job_id)
   return string.sub(job_key, 1, #job_key - #job_id - 4) .. 'deps:' .. job_id
 end
 
--- The count of jobs that have a dependents hash, `<ns>:meta:deps`, named after the config
--- hash `<ns>:meta:config` every caller has: the hot completion asks it once per call, and looks
+-- The count of jobs that have a dependents hash is the config hash's field `deps` (read with
+-- the settings, so the hot completion asks nothing more of it), and a call that ends jobs looks
 -- for dependents only while it is above 0. It may only run high (a dependents hash deleted by
 -- hand), which costs the look, never a release.
-local function deps_count_key(config)
-  return string.match(config, '^(.*):[^:]*$') .. ':deps'
-end
+local DEPS_FIELD = 'deps'
 
-local function waiting_dependents(config)
-  return (tonumber(redis.call('GET', deps_count_key(config))) or 0) > 0
+local function waiting_dependents(cfg)
+  return setting(cfg, DEPS_FIELD, 0) > 0
 end
 
 -- Releases the dependents of each job of `ended` ({job key, job id, ok}: ok true when it
@@ -39,7 +37,7 @@ local function release_dependents(ctx, ended)
     local deps = redis.pcall('HGETALL', dk)
     if not deps.err and #deps > 0 then
       redis.call('DEL', dk)
-      redis.call('DECR', deps_count_key(ctx.cfg.key))
+      redis.call('HINCRBY', ctx.cfg.key, DEPS_FIELD, -1)
       local prefix = string.sub(jk, 1, #jk - #jid)
       local reply_prefix = string.sub(prefix, 1, #prefix - 4) .. 'q:reply:' -- `<ns>:job:` -> `<ns>:q:reply:`
       for m = 1, #deps, 2 do
@@ -72,7 +70,7 @@ end
 -- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
 -- not a table per job: a hot call ends many).
 local function release_if_any(ctx, jk, ji, ok)
-  if #jk == 0 or not waiting_dependents(ctx.cfg.key) then return end
+  if #jk == 0 or not waiting_dependents(ctx.cfg) then return end
   local ks = {}
   for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
   local n = 0

@@ -139,7 +139,10 @@ local function hero_submit(keys, args)
     return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
   end
   local answers = {}
-  local log = event_log(keys[5], settings(keys[4]))
+  -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
+  -- with the registry); while none, a submit asks the registry nothing
+  local cfg = settings(keys[4], { 'events_max', 'bridged' })
+  local log = event_log(keys[5], cfg)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
@@ -179,7 +182,7 @@ local function hero_submit(keys, args)
         local s = redis.call('HGET', prefix .. d, 'status')
         if s ~= 'finished' then
           local dk = deps_key(prefix .. d, d)
-          if redis.call('EXISTS', dk) == 0 then redis.call('INCR', deps_count_key(keys[4])) end
+          if redis.call('EXISTS', dk) == 0 then redis.call('HINCRBY', keys[4], DEPS_FIELD, 1) end
           redis.call('HSET', dk, job_id, stream)
         end
       end
@@ -196,7 +199,7 @@ local function hero_submit(keys, args)
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     else
       if dual[stream] == nil then
-        local m = redis.call('HGET', bridges, stream)
+        local m = setting(cfg, 'bridged', 0) > 0 and redis.call('HGET', bridges, stream)
         dual[stream] = m and cjson.decode(m) or false
       end
       local m = dual[stream]

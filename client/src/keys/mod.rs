@@ -262,13 +262,6 @@ impl Keyspace {
         format!("{}:meta:cron:next", self.prefix)
     }
 
-    /// String: how many jobs have a dependents hash (the functions derive it from
-    /// [`Keyspace::config`]: `<ns>:meta:deps`); a completion looks for dependents only while
-    /// it is above 0.
-    pub fn dependents_count(&self) -> String {
-        format!("{}:meta:deps", self.prefix)
-    }
-
     /// Sorted set: job id → run-at (ms) of delayed jobs and retries.
     pub fn delayed(&self) -> String {
         format!("{}:meta:delayed", self.prefix)
@@ -307,7 +300,10 @@ impl Keyspace {
     }
 
     /// Hash: the broker's settings (`retention_ms`, `reply_ttl_ms`, `lease_ms`, `events_max`,
-    /// `legacy_reply_prefix`); the server functions read them.
+    /// `legacy_reply_prefix`, `bridged`: how many dual-push mappings the bridge registry holds);
+    /// the server functions read them. Also `deps`, kept by the functions: how many jobs have a
+    /// dependents hash (a completion looks for dependents only while it is above 0), read with
+    /// the settings so that the hot path asks nothing more.
     pub fn config(&self) -> String {
         format!("{}:meta:config", self.prefix)
     }

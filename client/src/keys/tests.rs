@@ -65,7 +65,6 @@ fn every_key_matches_its_golden_name() {
         (k.paused_queues(), "hero:meta:queues:paused"),
         (k.queue_signal(), "hero:meta:queues:new"),
         (k.paused_names(), "hero:meta:queues:paused:names"),
-        (k.dependents_count(), "hero:meta:deps"),
         (k.dependents(&id), "hero:deps:abc"),
         (k.policy(), "hero:meta:policy"),
         (k.limit("osis/io"), "hero:meta:limit:osis/io"),

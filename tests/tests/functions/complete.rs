@@ -65,8 +65,8 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     );
     let len: usize = raw.xlen(&stream).await.unwrap();
     assert_eq!(
-        len, 2,
-        "the done entries ahead of bc's are trimmed; bd's stays behind it until bc ends"
+        len, 1,
+        "every done entry goes with its completion (bd's behind bc's too): only bc's is left"
     );
 
     // a batch with one unknown outcome is refused whole, before anything is written
@@ -172,7 +172,11 @@ async fn complete_trims_done_entries_but_never_a_running_or_waiting_one() {
         Completion::Completed
     );
     let len: usize = raw.xlen(&stream).await.unwrap();
-    assert_eq!(len, 3, "the done entry behind a running job stays for now");
+    assert_eq!(
+        len, 2,
+        "the done entry goes with its completion, even behind a running job; the running and \
+         the waiting one stay"
+    );
     assert_eq!(
         complete(&c, &stream, "old", &old, "done", "ok").await,
         Completion::Completed

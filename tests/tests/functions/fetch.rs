@@ -238,3 +238,70 @@ async fn a_short_fetch_hands_back_the_records_when_asked() {
         other => panic!("fetch answered {other:?}"),
     }
 }
+
+/// A fetch given the registry cursor `*` answers which streams are registered and the signal's
+/// id; given that id and only those streams, it reads them without asking the registry, and
+/// once a stream was registered (or a queue paused) since, it claims nothing and answers
+/// stale, so a worker naming only the registered streams never skips a new one of higher
+/// precedence.
+#[tokio::test]
+async fn a_fetch_naming_only_registered_streams_is_told_when_the_registry_moved() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let streams = submit_osis_at(&c, &[("p5", 5)]).await;
+    let with = |named: &[String], cursor: function::RegistryCursor<'_>, count: usize| {
+        function::fetch_with(
+            c.keys(),
+            named,
+            "default:1:s",
+            count,
+            c.redis().caps().xackdel_flag(),
+            "",
+            true,
+            cursor,
+        )
+    };
+    let ask = |cmd: function::Call| {
+        let c = c.clone();
+        async move {
+            let v: redis::Value = c.redis().query(&cmd).await.expect("fetch");
+            FetchReply::decode_owned(v).expect("decode fetch")
+        }
+    };
+    // the first fetch asks: only the default level's stream is registered
+    let first = ask(with(&streams, function::RegistryCursor::Ask, 0)).await;
+    let view = first.registry.expect("a registry view");
+    assert!(!view.stale);
+    let p5 = c.keys().work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    assert_eq!(
+        view.registered.iter().map(|&i| streams[i].clone()).collect::<Vec<_>>(),
+        [p5.clone()]
+    );
+    let named = vec![p5.clone()];
+    // while the registry stays, the named stream is read, records handed back
+    let got = ask(with(&named, function::RegistryCursor::Since(&view.signal), 5)).await;
+    assert_eq!(got.jobs.len(), 1);
+    assert_eq!(got.jobs[0].job_id.as_str(), "p5");
+    assert!(got.jobs[0].record.is_some(), "a short fetch hands the record back");
+    let reg = got.registry.expect("a registry view");
+    assert!(!reg.stale && reg.signal == view.signal);
+    assert_eq!(got.cursors.last(), Some(&view.signal), "the signal's cursor is its id");
+    // a job at a higher priority makes a new stream: the old list is stale, nothing is taken
+    submit_osis_at(&c, &[("p0", 0), ("p5b", 5)]).await;
+    let stale = ask(with(&named, function::RegistryCursor::Since(&view.signal), 5)).await;
+    assert!(stale.jobs.is_empty(), "nothing claimed from a stale list");
+    let moved = stale.registry.expect("a registry view");
+    assert!(moved.stale);
+    assert_ne!(moved.signal, view.signal);
+    // asked again, the new stream comes first: precedence holds
+    let again = ask(with(&streams, function::RegistryCursor::Ask, 5)).await;
+    let ids: Vec<_> = again.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["p0", "p5b"]);
+    let now = again.registry.expect("a registry view");
+    assert_eq!(now.registered.len(), 2);
+    // pausing a queue moves the registry too
+    c.pause("osis").await.unwrap();
+    let named: Vec<String> = now.registered.iter().map(|&i| streams[i].clone()).collect();
+    let paused = ask(with(&named, function::RegistryCursor::Since(&now.signal), 5)).await;
+    assert!(paused.registry.expect("a registry view").stale, "a pause announces");
+}
