@@ -70,7 +70,11 @@ impl Ceiling {
     }
 
     /// Starts the readers; they run until `stop`.
-    async fn workers(&self, tally: &Arc<Tally>, stop: &CancellationToken) -> Result<Vec<tokio::task::JoinHandle<Result<()>>>> {
+    async fn workers(
+        &self,
+        tally: &Arc<Tally>,
+        stop: &CancellationToken,
+    ) -> Result<Vec<tokio::task::JoinHandle<Result<()>>>> {
         let mut conn = self.conn().await?;
         let _: Value = redis::cmd("XGROUP")
             .arg("CREATE")
@@ -87,7 +91,13 @@ impl Ceiling {
             // a blocking read holds its connection: each reader has its own
             let conn = self.conn().await?;
             let (tally, stop) = (tally.clone(), stop.clone());
-            tasks.push(tokio::spawn(read_loop(conn, format!("c{r}"), count, tally, stop)));
+            tasks.push(tokio::spawn(read_loop(
+                conn,
+                format!("c{r}"),
+                count,
+                tally,
+                stop,
+            )));
         }
         Ok(tasks)
     }
@@ -133,7 +143,8 @@ impl Ceiling {
                     }
                     anyhow::Ok(())
                 };
-                let producers = futures::future::try_join_all((0..self.args.producers).map(|_| produce()));
+                let producers =
+                    futures::future::try_join_all((0..self.args.producers).map(|_| produce()));
                 tokio::try_join!(producers, tally.all_completed())?;
                 Ok(())
             }
@@ -145,7 +156,14 @@ impl Ceiling {
             r.await??;
         }
         result?;
-        fig.set(if latency { "offered_per_s" } else { "jobs_per_s" }, total as f64 / secs);
+        fig.set(
+            if latency {
+                "offered_per_s"
+            } else {
+                "jobs_per_s"
+            },
+            total as f64 / secs,
+        );
         cpu.record(probe, total, &mut fig).await?;
         tally.latencies(&mut fig, true, latency);
         Ok(fig)
@@ -184,9 +202,15 @@ async fn read_loop(
         let mut ids = Vec::new();
         for key in reply.keys {
             for entry in key.ids {
-                let Some(id) = entry.get::<String>("j") else { continue };
+                let Some(id) = entry.get::<String>("j") else {
+                    continue;
+                };
                 tally.on_start(&id);
-                pipe.cmd("XACK").arg(STREAM).arg(GROUP).arg(&entry.id).ignore();
+                pipe.cmd("XACK")
+                    .arg(STREAM)
+                    .arg(GROUP)
+                    .arg(&entry.id)
+                    .ignore();
                 pipe.cmd("HSET")
                     .arg(format!("{JOB}{id}"))
                     .arg("status")

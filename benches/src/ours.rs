@@ -331,7 +331,7 @@ impl Ours {
 pub fn streams_shape(streams: usize) -> Result<(Vec<String>, Vec<Priority>)> {
     let types = streams.div_ceil(30).max(1);
     let levels = streams / 3 / types;
-    if streams == 0 || streams % 3 != 0 || levels * 3 * types != streams {
+    if streams == 0 || !streams.is_multiple_of(3) || levels * 3 * types != streams {
         anyhow::bail!(
             "--streams {streams}: a worker serves 3 streams per priority level and type, up to \
              10 levels a type: give 3 × levels × types (3, 30, 300 ...)"
@@ -339,7 +339,9 @@ pub fn streams_shape(streams: usize) -> Result<(Vec<String>, Vec<Priority>)> {
     }
     let mut names: Vec<String> = (1..types).map(|k| format!("{TYPE}-idle-{k}")).collect();
     names.push(TYPE.to_string());
-    let mut priorities: Vec<Priority> = (0..levels as u8).filter_map(|l| Priority::new(l).ok()).collect();
+    let mut priorities: Vec<Priority> = (0..levels as u8)
+        .filter_map(|l| Priority::new(l).ok())
+        .collect();
     if !priorities.contains(&Priority::DEFAULT) {
         priorities.pop();
         priorities.push(Priority::DEFAULT);

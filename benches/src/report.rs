@@ -122,7 +122,13 @@ impl Row {
         if o == 0.0 || c == 0.0 {
             return None;
         }
-        Some(if self.metric.higher_is_better { o / c } else { c / o } * 100.0)
+        Some(
+            if self.metric.higher_is_better {
+                o / c
+            } else {
+                c / o
+            } * 100.0,
+        )
     }
 
     fn ratio(&self) -> Option<f64> {

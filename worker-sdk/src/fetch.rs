@@ -41,7 +41,15 @@ fn fetch_cmd(s: &Shared, count: usize) -> (function::Call, Option<Registered>) {
     // concurrency limits name streams by their index among all of them: such a worker names
     // them all, as before the registry cursor
     if !limits.is_empty() {
-        let c = function::fetch_limited(&s.keys, &s.streams, &s.consumer_name, count, xackdel, &limits, records);
+        let c = function::fetch_limited(
+            &s.keys,
+            &s.streams,
+            &s.consumer_name,
+            count,
+            xackdel,
+            &limits,
+            records,
+        );
         return (c, None);
     }
     match known {

@@ -44,7 +44,16 @@ pub fn fetch_limited(
     limits: &str,
     records: bool,
 ) -> Call {
-    fetch_with(keys, streams, consumer, count, xackdel, limits, records, RegistryCursor::None)
+    fetch_with(
+        keys,
+        streams,
+        consumer,
+        count,
+        xackdel,
+        limits,
+        records,
+        RegistryCursor::None,
+    )
 }
 
 /// [`fetch_limited`] with a registry cursor: a worker naming many streams passes only the

@@ -272,23 +272,45 @@ async fn a_fetch_naming_only_registered_streams_is_told_when_the_registry_moved(
     let first = ask(with(&streams, function::RegistryCursor::Ask, 0)).await;
     let view = first.registry.expect("a registry view");
     assert!(!view.stale);
-    let p5 = c.keys().work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    let p5 = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
     assert_eq!(
-        view.registered.iter().map(|&i| streams[i].clone()).collect::<Vec<_>>(),
+        view.registered
+            .iter()
+            .map(|&i| streams[i].clone())
+            .collect::<Vec<_>>(),
         [p5.clone()]
     );
     let named = vec![p5.clone()];
     // while the registry stays, the named stream is read, records handed back
-    let got = ask(with(&named, function::RegistryCursor::Since(&view.signal), 5)).await;
+    let got = ask(with(
+        &named,
+        function::RegistryCursor::Since(&view.signal),
+        5,
+    ))
+    .await;
     assert_eq!(got.jobs.len(), 1);
     assert_eq!(got.jobs[0].job_id.as_str(), "p5");
-    assert!(got.jobs[0].record.is_some(), "a short fetch hands the record back");
+    assert!(
+        got.jobs[0].record.is_some(),
+        "a short fetch hands the record back"
+    );
     let reg = got.registry.expect("a registry view");
     assert!(!reg.stale && reg.signal == view.signal);
-    assert_eq!(got.cursors.last(), Some(&view.signal), "the signal's cursor is its id");
+    assert_eq!(
+        got.cursors.last(),
+        Some(&view.signal),
+        "the signal's cursor is its id"
+    );
     // a job at a higher priority makes a new stream: the old list is stale, nothing is taken
     submit_osis_at(&c, &[("p0", 0), ("p5b", 5)]).await;
-    let stale = ask(with(&named, function::RegistryCursor::Since(&view.signal), 5)).await;
+    let stale = ask(with(
+        &named,
+        function::RegistryCursor::Since(&view.signal),
+        5,
+    ))
+    .await;
     assert!(stale.jobs.is_empty(), "nothing claimed from a stale list");
     let moved = stale.registry.expect("a registry view");
     assert!(moved.stale);
@@ -302,6 +324,14 @@ async fn a_fetch_naming_only_registered_streams_is_told_when_the_registry_moved(
     // pausing a queue moves the registry too
     c.pause("osis").await.unwrap();
     let named: Vec<String> = now.registered.iter().map(|&i| streams[i].clone()).collect();
-    let paused = ask(with(&named, function::RegistryCursor::Since(&now.signal), 5)).await;
-    assert!(paused.registry.expect("a registry view").stale, "a pause announces");
+    let paused = ask(with(
+        &named,
+        function::RegistryCursor::Since(&now.signal),
+        5,
+    ))
+    .await;
+    assert!(
+        paused.registry.expect("a registry view").stale,
+        "a pause announces"
+    );
 }
