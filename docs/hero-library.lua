@@ -50,11 +50,17 @@ end
 -- Entries are delivered in id order, so every entry below the oldest pending one (or, with
 -- nothing pending, up to the group's last delivered one) was delivered and acknowledged:
 -- nothing waiting or running is trimmed. An entry of `ids` behind an older job still running
--- is deleted by id (rare), so every path that acknowledges an entry also deletes it, and a
--- caller may delete a few entries by id alone (hero_complete at light load) without leaving
--- any behind. Where the server has XACKDEL (Redis 8.2) deleting by id is cheap, and each entry
--- goes at once instead.
+-- is deleted by id (rare), so every path that acknowledges an entry also deletes it. A few
+-- entries (up to TRIM_BY_ID, as at light load) are deleted by id alone: one call, where the
+-- trim asks XPENDING and XINFO first. Where the server has XACKDEL (Redis 8.2) deleting by id
+-- is cheap, and each entry goes at once instead.
+local TRIM_BY_ID = 8
 local function trim_done(stream, group, ids, xackdel)
+  if #ids == 0 then return end
+  if #ids <= TRIM_BY_ID then
+    redis.call('XDEL', stream, unpack(ids))
+    return
+  end
   if xackdel == '1' then
     in_runs(ids, function(from, to)
       redis.call('XDEL', stream, unpack(ids, from, to))
@@ -76,13 +82,22 @@ local function trim_done(stream, group, ids, xackdel)
   end
   if bound then
     redis.call('XTRIM', stream, 'MINID', bound)
-    local bms, bseq = string.match(bound, '^(%d+)-(%d+)$')
-    bms, bseq = tonumber(bms), tonumber(bseq)
+    -- ids of the same length compare as text (the ms part has 13 digits until the year 2286,
+    -- so the same length means the same length of sequence too); of different lengths they are
+    -- told apart by number, which is rare: a per-id parse cost a batch 7 k instructions a job
+    -- (with nothing pending, the bound is past every delivered entry: none is behind it)
     local behind = nil
-    for _, id in ipairs(ids) do
-      local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-      ms, seq = tonumber(ms), tonumber(seq)
-      if ms and bms and (ms > bms or (ms == bms and seq >= bseq)) then
+    for _, id in ipairs(pending[1] > 0 and ids or {}) do
+      local later
+      if #id == #bound then
+        later = id >= bound
+      else
+        local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+        local bms, bseq = string.match(bound, '^(%d+)-(%d+)$')
+        ms, seq, bms, bseq = tonumber(ms), tonumber(seq), tonumber(bms), tonumber(bseq)
+        later = ms and bms and (ms > bms or (ms == bms and seq >= bseq))
+      end
+      if later then
         behind = behind or {}
         behind[#behind + 1] = id
       end
@@ -1292,8 +1307,7 @@ end
 
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
--- entries are acknowledged with one command and trimmed with another (see trim_done; up to 8
--- entries are deleted by id instead).
+-- entries are acknowledged with one command and trimmed with another (see trim_done).
 -- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
 -- KEYS[5] stats hash  KEYS[6] queue registry set
 --   then per job i = 0, 1, ...: KEYS[7+3i] job hash  KEYS[8+3i] its work stream
@@ -1458,13 +1472,7 @@ local function hero_complete(keys, args)
         runs[b] = (runs[b] or 0) + 1
       end
     end
-    if #b.ids <= 8 and xackdel ~= '1' then
-      -- a few entries, as at light load: deleting them by id is one call, where the trim asks
-      -- XPENDING and XINFO first (every other path that acknowledges an entry deletes it too)
-      redis.call('XDEL', stream, unpack(b.ids))
-    else
-      trim_done(stream, group, b.ids, xackdel)
-    end
+    trim_done(stream, group, b.ids, xackdel)
     log_shared(log, 'finished', finished, stream, consumer)
     if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
     if failed > 0 then tally(st, stream, 'failed', failed, true) end

@@ -1,7 +1,6 @@
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
 -- records a whole batch of outcomes in one call: the settings are read once, and each stream's
--- entries are acknowledged with one command and trimmed with another (see trim_done; up to 8
--- entries are deleted by id instead).
+-- entries are acknowledged with one command and trimmed with another (see trim_done).
 -- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
 -- KEYS[5] stats hash  KEYS[6] queue registry set
 --   then per job i = 0, 1, ...: KEYS[7+3i] job hash  KEYS[8+3i] its work stream
@@ -166,13 +165,7 @@ local function hero_complete(keys, args)
         runs[b] = (runs[b] or 0) + 1
       end
     end
-    if #b.ids <= 8 and xackdel ~= '1' then
-      -- a few entries, as at light load: deleting them by id is one call, where the trim asks
-      -- XPENDING and XINFO first (every other path that acknowledges an entry deletes it too)
-      redis.call('XDEL', stream, unpack(b.ids))
-    else
-      trim_done(stream, group, b.ids, xackdel)
-    end
+    trim_done(stream, group, b.ids, xackdel)
     log_shared(log, 'finished', finished, stream, consumer)
     if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
     if failed > 0 then tally(st, stream, 'failed', failed, true) end

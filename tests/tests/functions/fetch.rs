@@ -292,10 +292,22 @@ async fn a_fetch_naming_only_registered_streams_is_told_when_the_registry_moved(
     .await;
     assert_eq!(got.jobs.len(), 1);
     assert_eq!(got.jobs[0].job_id.as_str(), "p5");
-    assert!(
-        got.jobs[0].record.is_some(),
-        "a short fetch hands the record back"
+    let record = got.jobs[0]
+        .record
+        .clone()
+        .expect("a short fetch hands the record back");
+    let fields: std::collections::HashMap<String, String> =
+        redis::FromRedisValue::from_redis_value(record).expect("a record is a map");
+    assert_eq!(
+        (
+            fields["status"].as_str(),
+            fields["lease"].as_str(),
+            fields["worker_id"].as_str()
+        ),
+        ("started", got.jobs[0].entry.as_str(), "default:1:s"),
+        "the record handed back is the one the fetch wrote, read in the same call"
     );
+    assert_eq!(fields["script"], "x");
     let reg = got.registry.expect("a registry view");
     assert!(!reg.stale && reg.signal == view.signal);
     assert_eq!(
