@@ -29,9 +29,13 @@ STREAM = "hero:q:work:type:bench"
 ISO = "2026-11-21T10:00:00.123Z"
 
 
+LIBRARY = os.path.join(ROOT, "docs", "hero-library.lua")
+
+
 def library():
-    """The library as FUNCTION LOAD gets it: the file shipped for other languages."""
-    return open(os.path.join(ROOT, "docs", "hero-library.lua")).read()
+    """The library as FUNCTION LOAD gets it: the file shipped for other languages (or the one
+    --library names, e.g. an older commit's: `git show <commit>:docs/hero-library.lua`)."""
+    return open(LIBRARY).read()
 
 
 def fn(name):
@@ -122,7 +126,12 @@ def main():
                     help="streams the worker names (the job waits in the last-but-four)")
     ap.add_argument("--events-max", type=int, default=100000,
                     help="the event log's cap, as a broker publishes it (0: the log off)")
+    ap.add_argument("--library", default=None,
+                    help="the library file to load, to count an older version beside this one")
     args = ap.parse_args()
+    if args.library:
+        global LIBRARY
+        LIBRARY = args.library
     n = args.jobs - args.jobs % 50
     submit_batch, fetch_batch, complete_batch = 50, 25, 25
     os.makedirs(args.out, exist_ok=True)

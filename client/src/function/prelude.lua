@@ -34,6 +34,15 @@ local function next_id(id)
   return string.format('%d-%d', tonumber(ms), tonumber(seq) + 1)
 end
 
+-- Whether stream id `a` ('<ms>-<seq>') is at or after `b`, by number.
+local function stream_id_at_least(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  ams, aseq, bms, bseq = tonumber(ams), tonumber(aseq), tonumber(bms), tonumber(bseq)
+  if not (ams and bms) then return false end
+  return ams > bms or (ams == bms and aseq >= bseq)
+end
+
 -- Acknowledge delivered entries of one stream. Returns how many of them were pending.
 local function ack(stream, group, ids)
   local acked = 0
@@ -48,7 +57,7 @@ end
 -- Entries are delivered in id order, so every entry below the oldest pending one (or, with
 -- nothing pending, up to the group's last delivered one) was delivered and acknowledged:
 -- nothing waiting or running is trimmed. An entry of `ids` behind an older job still running
--- is deleted by id (rare), so every path that acknowledges an entry also deletes it. A few
+-- is deleted by id, so every path that acknowledges an entry also deletes it. A few
 -- entries (up to TRIM_BY_ID, as at light load) are deleted by id alone: one call, where the
 -- trim asks XPENDING and XINFO first. Where the server has XACKDEL (Redis 8.2) deleting by id
 -- is cheap, and each entry goes at once instead.
@@ -82,22 +91,17 @@ local function trim_done(stream, group, ids, xackdel)
     redis.call('XTRIM', stream, 'MINID', bound)
     -- ids of the same length compare as text (the ms part has 13 digits until the year 2286,
     -- so the same length means the same length of sequence too); of different lengths they are
-    -- told apart by number, which is rare: a per-id parse cost a batch 7 k instructions a job
-    -- (with nothing pending, the bound is past every delivered entry: none is behind it)
+    -- told apart by number (stream_id_at_least), which is rare: a per-id parse cost a batch 7 k
+    -- instructions a job. With nothing pending, the bound is past every delivered entry.
     local behind = nil
-    for _, id in ipairs(pending[1] > 0 and ids or {}) do
-      local later
-      if #id == #bound then
-        later = id >= bound
-      else
-        local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-        local bms, bseq = string.match(bound, '^(%d+)-(%d+)$')
-        ms, seq, bms, bseq = tonumber(ms), tonumber(seq), tonumber(bms), tonumber(bseq)
-        later = ms and bms and (ms > bms or (ms == bms and seq >= bseq))
-      end
-      if later then
-        behind = behind or {}
-        behind[#behind + 1] = id
+    if pending[1] > 0 then
+      local nb = #bound
+      for k = 1, #ids do
+        local id = ids[k]
+        if (#id == nb and id >= bound) or (#id ~= nb and stream_id_at_least(id, bound)) then
+          behind = behind or {}
+          behind[#behind + 1] = id
+        end
       end
     end
     if behind then
