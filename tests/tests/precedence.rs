@@ -198,3 +198,94 @@ async fn idle_worker_wakes_within_milliseconds_of_a_submit() {
     assert!(took < Duration::from_millis(500), "took {took:?}");
     w.stop().await;
 }
+
+/// Group commit (a durable Redis, `appendfsync always`): under a backlog the completer fetches
+/// the next jobs in the round trip that records each batch, handing the freed slots straight
+/// on. It is on by itself when the server says it fsyncs every write, and it keeps the
+/// worker's promises: priority 0 first, at most N handlers at once, every job run and recorded
+/// exactly once.
+#[tokio::test]
+async fn group_commit_on_a_durable_redis_keeps_precedence_the_concurrency_bound_and_every_job() {
+    let plain = RedisServer::start();
+    let plain_client = Client::connect(&plain.url()).await.unwrap();
+    assert!(
+        !plain_client.redis().caps().fsync_always,
+        "a Redis without an AOF is not durable"
+    );
+    let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = Client::connect(&server.url()).await.unwrap();
+    assert!(
+        client.redis().caps().fsync_always,
+        "appendfsync always is detected"
+    );
+    // a backlog at two priorities, the low one submitted first
+    let low: Vec<NewJob> = (0..300)
+        .map(|i| {
+            NewJob::builder("v", "x")
+                .id(format!("low-{i}"))
+                .priority(7)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let high: Vec<NewJob> = (0..300)
+        .map(|i| {
+            NewJob::builder("v", "x")
+                .id(format!("high-{i}"))
+                .priority(2)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    client.submit_many(&low).await.unwrap();
+    client.submit_many(&high).await.unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (r, p, o) = (running.clone(), peak.clone(), order.clone());
+    let worker = Worker::builder(client.clone())
+        .types(["v"])
+        .concurrency(4)
+        .handler(move |job: Job, _| {
+            let (r, p, o) = (r.clone(), p.clone(), o.clone());
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                o.lock().unwrap().push(job.id.to_string());
+                tokio::task::yield_now().await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Outcome::Done(String::new())
+            }
+        });
+    let mut w = InProcWorker::spawn(worker);
+    let mut recorded = std::collections::HashSet::new();
+    while recorded.len() < 600 {
+        let (id, completion) = w
+            .next(Duration::from_secs(20), |e| match e {
+                WorkerEvent::Completed { job_id, completion } => {
+                    Some((job_id.to_string(), *completion))
+                }
+                _ => None,
+            })
+            .await;
+        assert_eq!(
+            completion,
+            hero_client::reply::Completion::Completed,
+            "{id}"
+        );
+        assert!(recorded.insert(id.clone()), "{id} recorded twice");
+    }
+    w.stop().await;
+    assert!(
+        peak.load(Ordering::SeqCst) <= 4,
+        "never more than 4 at once"
+    );
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.len(), 600, "every job ran once");
+    let first_low = order.iter().position(|id| id.starts_with("low-")).unwrap();
+    assert!(
+        order[..first_low].len() >= 300 - 4,
+        "priority 2 is served before priority 7 (a low job can only start once the high ones \
+         were all leased): first low job at {first_low}"
+    );
+}

@@ -1,6 +1,7 @@
 //! The completer: one task that records job outcomes with `hero_complete`, a batch per call,
 //! and only then frees the jobs' slots, so "at most N running" holds as Redis sees it too.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hero_client::function::{CompleteBatch, Ending, Leased};
@@ -72,7 +73,13 @@ fn ending(outcome: &Outcome) -> (Ending, &str) {
 /// [`IN_FLIGHT`] calls are under way at once, so Redis records one batch while this process
 /// gathers the next and the fetch loop reuses the slots already freed: the worker's Redis
 /// work and its own work overlap instead of taking turns.
-pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished>) {
+/// `more` reaches the job tasks of a fused fetch (see [`record`]); weak, so that the completer
+/// still ends once the fetch loop and every job task are gone.
+pub(crate) async fn run(
+    s: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Finished>,
+    more: mpsc::WeakUnboundedSender<Finished>,
+) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut calls = JoinSet::new();
     while let Some(first) = rx.recv().await {
@@ -88,7 +95,7 @@ pub(crate) async fn run(s: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finished
                 Err(_) => break,
             }
         }
-        calls.spawn(record(s.clone(), batch, slot));
+        calls.spawn(record(s.clone(), batch, slot, more.clone()));
         while calls.try_join_next().is_some() {}
     }
     while calls.join_next().await.is_some() {}
@@ -117,7 +124,21 @@ async fn expire_by_policy(s: &Shared, sent: &[Finished], answers: &[Completion])
 }
 
 /// Records one batch of outcomes with one `hero_complete` call, then frees their slots.
-async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphorePermit) {
+///
+/// With group commit (`WorkerBuilder::group_commit`, on by default when the server fsyncs
+/// every write) and under a backlog (the last fetch came back full) the same round trip also
+/// fetches as many
+/// jobs as the batch frees slots, pipelined after the completion on the same connection: Redis
+/// runs both in one pass of its event loop, so with `appendfsync always` one fsync covers the
+/// results and the next leases, where apart each waited for its own. A slot then goes from the
+/// ended job straight to the next (Redis records the end before the fetch runs, so "at most N
+/// running" holds as it sees it), and a durable worker's slot cycle is one round trip, not two.
+async fn record(
+    s: Arc<Shared>,
+    mut batch: Vec<Finished>,
+    _slot: OwnedSemaphorePermit,
+    more: mpsc::WeakUnboundedSender<Finished>,
+) {
     let mut backoff = Backoff::new();
     let ms = clock::now_ms();
     let now = BatchClock {
@@ -149,9 +170,39 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
     if sent.is_empty() {
         return;
     }
-    // Redis away: keep the outcomes (and their slots) and try again, never drop them.
     let cmd = outcomes.call();
+    let mut fused = None;
+    // (not where a WAIT for replicas ends every pipeline: one refusal would lose the fetch's
+    // answer with the completion's)
+    let fuse = s.group_commit && s.backlog.load(Ordering::Relaxed) && !s.redis.waits_for_replicas();
+    let first = match (fuse, more.upgrade()) {
+        (true, Some(done)) => {
+            let (fetch, named) = crate::fetch::fetch_cmd(&s, sent.len());
+            let mut pipe = redis::pipe();
+            pipe.add_command((*cmd).clone())
+                .add_command((*fetch).clone());
+            match s.redis.pipeline(&pipe).await {
+                Ok(mut replies) if replies.len() == 2 => {
+                    let fetched = replies.pop();
+                    fused = fetched.map(|f| (f, named, done));
+                    replies.pop()
+                }
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            }
+        }
+        _ => None,
+    };
+    // Redis away: keep the outcomes (and their slots) and try again, never drop them.
+    let mut first = first;
     let answers = loop {
+        if let Some(r) = first.take() {
+            match r {
+                Ok(v) => break Completion::decode_many(&v, sent.len()),
+                Err(e) if !e.is_retryable() => break Err(e),
+                Err(_) => {}
+            }
+        }
         match s.redis.query::<redis::Value>(&cmd).await {
             Ok(v) => break Completion::decode_many(&v, sent.len()),
             Err(e) if e.is_retryable() => {
@@ -162,15 +213,17 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
             Err(e) => break Err(e),
         }
     };
+    let mut freed = Vec::with_capacity(sent.len());
     let answers = match answers {
         Ok(a) => a,
         Err(e) => {
             // a refusal, not an outage: retrying would be refused again
             tracing::error!(error = %e, jobs = sent.len(), "recording outcomes failed");
-            for f in sent {
+            for f in sent.drain(..) {
                 s.inflight.remove(&f.job_id);
+                freed.push(f.permit);
             }
-            return;
+            Vec::new()
         }
     };
     expire_by_policy(&s, &sent, &answers).await;
@@ -185,6 +238,20 @@ async fn record(s: Arc<Shared>, mut batch: Vec<Finished>, _slot: OwnedSemaphoreP
             job_id: f.job_id,
             completion,
         });
-        drop(f.permit);
+        freed.push(f.permit);
+    }
+    if let Some((fetched, named, done)) = fused {
+        // the freed slots go to the jobs the fused fetch leased (the rest go back)
+        let taken =
+            fetched.and_then(|v| crate::fetch::take_reply(&s, v, named.as_ref(), freed, done));
+        match taken {
+            // the queues came up short: the fetch loop takes over again
+            Ok((cursors, _)) if !cursors.is_empty() => s.backlog.store(false, Ordering::Relaxed),
+            Ok(_) => {}
+            Err(e) => {
+                s.backlog.store(false, Ordering::Relaxed);
+                tracing::warn!(error = %e, "the fetch sent with a completion failed; the fetch loop goes on");
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! `hero_fetch` (two fetches under way at once), hands what it leased to the job task, and when
 //! the queues are dry blocks on XREAD from the cursors a fetch returned until a new entry lands.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ pub(crate) struct Registered {
 
 /// The fetch for `count` slots, and the streams it names (indexes into [`Shared::streams`];
 /// `None`: all of them).
-fn fetch_cmd(s: &Shared, count: usize) -> (function::Call, Option<Registered>) {
+pub(crate) fn fetch_cmd(s: &Shared, count: usize) -> (function::Call, Option<Registered>) {
     let limits = s.policy.limits();
     // a short fetch hands the records back: the jobs start without another round trip
     let records = true;
@@ -158,6 +159,11 @@ pub(crate) async fn fetch_loop(
         }
         if std::mem::take(&mut ended.full) {
             in_flight_max = FETCHES_IN_FLIGHT;
+            // a backlog: the completer fetches the slots it frees in its own round trip (only
+            // the first namespace's, which never waits for its turn)
+            if rank == 0 {
+                s.backlog.store(true, Ordering::Relaxed);
+            }
         }
         if let Some(e) = ended.failed.take() {
             let delay = backoff.next_delay();
@@ -179,6 +185,7 @@ pub(crate) async fn fetch_loop(
                 cursors = later;
             }
             in_flight_max = 1;
+            s.backlog.store(false, Ordering::Relaxed);
             let limited = std::mem::take(&mut ended.limited);
             turns.set_idle(rank, true);
             let go_on =
@@ -216,6 +223,7 @@ pub(crate) async fn fetch_loop(
     }
     // a fetch under way may have leased jobs already: they start in the slots it holds, and
     // shutdown waits for those slots like any other
+    s.backlog.store(false, Ordering::Relaxed);
     fetches.detach_all();
 }
 
@@ -223,15 +231,26 @@ pub(crate) async fn fetch_loop(
 /// they do not take go back), and returns the wake-up cursors (empty when it filled every slot).
 async fn fetch_once(
     s: Arc<Shared>,
-    mut slots: Vec<OwnedSemaphorePermit>,
+    slots: Vec<OwnedSemaphorePermit>,
     done: mpsc::UnboundedSender<Finished>,
 ) -> FetchOutcome {
     let (cmd, named) = fetch_cmd(&s, slots.len());
-    let mut reply = s
-        .redis
-        .query::<Value>(&cmd)
-        .await
-        .and_then(FetchReply::decode_owned)?;
+    let reply = s.redis.query::<Value>(&cmd).await?;
+    take_reply(&s, reply, named.as_ref(), slots, done)
+}
+
+/// What a fetch answered (`named`: the streams it named, as [`fetch_cmd`] gave them): the
+/// registry view kept, the entries it dropped reported, the jobs it leased started in `slots`
+/// (the slots they do not take go back). Returns the wake-up cursors (empty when it filled
+/// every slot). The completer's fused fetch (`complete.rs`) ends here too.
+pub(crate) fn take_reply(
+    s: &Arc<Shared>,
+    reply: Value,
+    named: Option<&Registered>,
+    mut slots: Vec<OwnedSemaphorePermit>,
+    done: mpsc::UnboundedSender<Finished>,
+) -> FetchOutcome {
+    let mut reply = FetchReply::decode_owned(reply)?;
     if let Some(view) = reply.registry.take() {
         if let Ok(mut r) = s.registered.lock() {
             if view.stale {
@@ -246,7 +265,7 @@ async fn fetch_once(
             }
         }
     }
-    if let Some(named) = &named {
+    if let Some(named) = named {
         // the reply's stream indexes are into the streams named: back to the worker's
         let to_all = |i: usize| {
             named.streams.get(i).copied().ok_or_else(|| {

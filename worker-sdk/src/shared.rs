@@ -24,6 +24,12 @@ pub(crate) struct Shared {
     /// The registered ones of `streams`, as the last fetch that asked saw them (see
     /// `fetch::Registered`); `None` until a fetch asks, and again once the registry moved.
     pub registered: std::sync::Mutex<Option<crate::fetch::Registered>>,
+    /// The last fetch filled every slot it asked for (a backlog) and the worker is not
+    /// stopping: the completer then fetches, in the round trip that records a batch, as many
+    /// jobs as the batch frees slots (see `complete::record`).
+    pub backlog: std::sync::atomic::AtomicBool,
+    /// Fetch with each batch of results under a backlog (`WorkerBuilder::group_commit`).
+    pub group_commit: bool,
     pub concurrency: usize,
     pub lease: Duration,
     pub presence_ttl: Duration,

@@ -28,6 +28,7 @@ pub struct WorkerBuilder {
     group: Option<String>,
     instance: Option<String>,
     priorities: Option<Vec<Priority>>,
+    group_commit: Option<bool>,
     concurrency: usize,
     lease: Duration,
     presence_ttl: Duration,
@@ -71,6 +72,16 @@ impl WorkerBuilder {
         levels.sort();
         levels.dedup();
         self.priorities = Some(levels);
+        self
+    }
+    /// Under a backlog, send the next fetch in the round trip that records each batch of
+    /// results, so that Redis flushes both to disk at once. Worth it only when every write waits
+    /// for a disk flush (`appendfsync always`: a durable worker's slot then turns over in one
+    /// flush, not two; 29–56 % more jobs/s measured); in memory it costs throughput. By default
+    /// on exactly when the server says it runs `appendfsync always` (CONFIG GET; a
+    /// least-privilege ACL user may not ask, and then sets it here).
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.group_commit = Some(on);
         self
     }
     /// At most this many handlers at once (default 1).
@@ -161,6 +172,10 @@ impl WorkerBuilder {
                     types: types.clone(),
                     streams,
                     registered: std::sync::Mutex::new(None),
+                    backlog: std::sync::atomic::AtomicBool::new(false),
+                    group_commit: self
+                        .group_commit
+                        .unwrap_or_else(|| client.redis().caps().fsync_always),
                     concurrency: self.concurrency,
                     lease: self.lease,
                     presence_ttl: self.presence_ttl,
@@ -213,6 +228,7 @@ impl Worker {
             group: None,
             instance: None,
             priorities: None,
+            group_commit: None,
             concurrency: 1,
             lease: Duration::from_secs(30),
             presence_ttl: Duration::from_secs(15),
@@ -298,7 +314,7 @@ impl Running {
         presence::heartbeat_once(&s).await?;
         crate::policy::refresh_once(&s).await;
         let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
-        let completer = tokio::spawn(complete::run(s.clone(), done_rx));
+        let completer = tokio::spawn(complete::run(s.clone(), done_rx, done_tx.downgrade()));
         let background = vec![
             tokio::spawn(presence::heartbeat(s.clone(), stop_background.clone())),
             tokio::spawn(lease::renew(s.clone(), stop_background.clone())),

@@ -60,6 +60,7 @@ pub(super) fn show(g: &Global) -> Result<i32> {
             "lease_ms": w.lease_ms,
             "presence_ms": w.presence_ms,
             "shutdown_ms": w.shutdown_ms,
+            "group_commit": w.group_commit,
         });
     }
     if g.json {

@@ -75,6 +75,9 @@ pub(super) fn rhai_worker(client: Client, more: Vec<Client>, args: &WorkerArgs) 
     if let Some(i) = &args.instance {
         b = b.instance(i);
     }
+    if let Some(on) = args.group_commit {
+        b = b.group_commit(on);
+    }
     for c in more {
         b = b.also(c);
     }

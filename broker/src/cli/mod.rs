@@ -261,6 +261,11 @@ pub struct WorkerArgs {
     /// the ones before it have no job.
     #[arg(long, value_delimiter = ',', env = "HERO_ALSO_NAMESPACES")]
     pub also_namespaces: Vec<String>,
+    /// Under a backlog, fetch the next jobs in the round trip that records results, so Redis
+    /// flushes both to disk at once (true/false; default: on exactly when Redis answers
+    /// CONFIG GET with `appendfsync always`, which a least-privilege ACL user cannot ask).
+    #[arg(long, env = "HERO_GROUP_COMMIT")]
+    pub group_commit: Option<bool>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -33,6 +33,7 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
             presence_ms: 15_000,
             shutdown_ms: 10_000,
             also_namespaces: Vec::new(),
+            group_commit: None,
         };
         let worker = rhai_worker(client.clone(), Vec::new(), &wargs)?;
         let stop = stop.clone();

@@ -25,13 +25,18 @@ pub use blocking::Blocking;
 use locate::Endpoint;
 pub use tls::Tls;
 
-/// What the server supports beyond Redis 7.0, detected with COMMAND INFO.
+/// What the server supports beyond Redis 7.0, detected with COMMAND INFO, and how it persists.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// XACKDEL (Redis 8.2): acknowledge and delete an entry in one command.
     pub xackdel: bool,
     /// WAITAOF (Redis 7.2): wait until a write is on disk, here and on replicas.
     pub waitaof: bool,
+    /// The server fsyncs its AOF before it answers any write (`appendfsync always`), so a
+    /// write's round trip holds a disk flush: a worker then sends its next fetch with each
+    /// batch of results (one flush for both). False where CONFIG GET is not allowed (a
+    /// least-privilege ACL user): see `hero_worker::WorkerBuilder::group_commit`.
+    pub fsync_always: bool,
 }
 
 impl Capabilities {
@@ -189,6 +194,18 @@ impl Redis {
         let has = |i: usize| matches!(&info, Value::Array(items) if items.get(i).is_some_and(|v| !matches!(v, Value::Nil)));
         self.caps.xackdel = has(0);
         self.caps.waitaof = has(1);
+        // a refusal (an ACL user without CONFIG) leaves it unknown, taken as no
+        let persistence: Option<std::collections::HashMap<String, String>> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .arg("appendfsync")
+            .query_async(&mut conn)
+            .await
+            .ok();
+        self.caps.fsync_always = persistence.is_some_and(|p| {
+            p.get("appendonly").is_some_and(|v| v == "yes")
+                && p.get("appendfsync").is_some_and(|v| v == "always")
+        });
         function::ensure_loaded(&mut conn).await
     }
 
@@ -205,6 +222,12 @@ impl Redis {
 
     pub fn caps(&self) -> Capabilities {
         self.caps
+    }
+
+    /// Whether every write waits for replicas ([`Redis::set_replicas`]): a pipeline then ends
+    /// with a WAIT that may refuse it whole.
+    pub fn waits_for_replicas(&self) -> bool {
+        self.replicas.wanted > 0
     }
 
     /// Asks for replicated acknowledgements from now on (see [`Replicas`]).
