@@ -382,3 +382,26 @@ async fn an_abandoned_block_never_delays_the_next_borrower() {
         t0.elapsed()
     );
 }
+
+/// The submit asks one EXISTS for a whole batch and reads a record only when a key exists: an
+/// id given twice in one batch is still one job, the second answered as existing.
+#[tokio::test]
+async fn an_id_given_twice_in_one_batch_is_one_job() {
+    let server = RedisServer::start();
+    let client = hero_client::Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.conn().await;
+    let jobs: Vec<NewJob> = ["twice", "other", "twice"]
+        .iter()
+        .map(|id| NewJob::builder("dup", "x").id(*id).build().unwrap())
+        .collect();
+    let answers: Vec<bool> = client
+        .submit_many(&jobs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.unwrap().created)
+        .collect();
+    assert_eq!(answers, [true, true, false]);
+    let len: usize = raw.xlen(hero_testkit::work_key("dup")).await.unwrap();
+    assert_eq!(len, 2, "the id given twice is queued once");
+}

@@ -123,6 +123,33 @@ async fn expire_by_policy(s: &Shared, sent: &[Finished], answers: &[Completion])
     }
 }
 
+/// A fetch sent with a completion: its answer, the streams it named, where its jobs report.
+type Fused = (
+    hero_client::Result<redis::Value>,
+    Option<crate::fetch::Registered>,
+    mpsc::UnboundedSender<Finished>,
+);
+
+/// Sends the completion `cmd` with a fetch for `slots` jobs pipelined right after it: the
+/// completion's answer (None when the pipeline answered nothing for it) and the fetch's.
+async fn with_fetch(
+    s: &Arc<Shared>,
+    cmd: &redis::Cmd,
+    slots: usize,
+    done: mpsc::UnboundedSender<Finished>,
+) -> (Option<hero_client::Result<redis::Value>>, Option<Fused>) {
+    let (fetch, named) = crate::fetch::fetch_cmd(s, slots);
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd.clone()).add_command((*fetch).clone());
+    match s.redis.pipeline(&pipe).await {
+        Ok(mut replies) => {
+            let fetched = replies.pop().map(|f| (f, named, done));
+            (replies.pop(), fetched)
+        }
+        Err(e) => (Some(Err(e)), None),
+    }
+}
+
 /// Records one batch of outcomes with one `hero_complete` call, then frees their slots.
 ///
 /// With group commit (`WorkerBuilder::group_commit`, on by default when the server fsyncs
@@ -171,30 +198,14 @@ async fn record(
         return;
     }
     let cmd = outcomes.call();
-    let mut fused = None;
     // (not where a WAIT for replicas ends every pipeline: one refusal would lose the fetch's
     // answer with the completion's)
     let fuse = s.group_commit && s.backlog.load(Ordering::Relaxed) && !s.redis.waits_for_replicas();
-    let first = match (fuse, more.upgrade()) {
-        (true, Some(done)) => {
-            let (fetch, named) = crate::fetch::fetch_cmd(&s, sent.len());
-            let mut pipe = redis::pipe();
-            pipe.add_command((*cmd).clone())
-                .add_command((*fetch).clone());
-            match s.redis.pipeline(&pipe).await {
-                Ok(mut replies) if replies.len() == 2 => {
-                    let fetched = replies.pop();
-                    fused = fetched.map(|f| (f, named, done));
-                    replies.pop()
-                }
-                Ok(_) => None,
-                Err(e) => Some(Err(e)),
-            }
-        }
-        _ => None,
+    let (mut first, fused) = match (fuse, more.upgrade()) {
+        (true, Some(done)) => with_fetch(&s, &cmd, sent.len(), done).await,
+        _ => (None, None),
     };
     // Redis away: keep the outcomes (and their slots) and try again, never drop them.
-    let mut first = first;
     let answers = loop {
         if let Some(r) = first.take() {
             match r {

@@ -35,53 +35,34 @@ pub(crate) struct Registered {
 /// `None`: all of them).
 pub(crate) fn fetch_cmd(s: &Shared, count: usize) -> (function::Call, Option<Registered>) {
     let limits = s.policy.limits();
-    // a short fetch hands the records back: the jobs start without another round trip
-    let records = true;
-    let xackdel = s.redis.caps().xackdel_flag();
-    let known = s.registered.lock().ok().and_then(|r| r.clone());
     // concurrency limits name streams by their index among all of them: such a worker names
     // them all, as before the registry cursor
-    if !limits.is_empty() {
-        let c = function::fetch_limited(
-            &s.keys,
-            &s.streams,
-            &s.consumer_name,
-            count,
-            xackdel,
-            &limits,
-            records,
-        );
-        return (c, None);
-    }
-    match known {
-        Some(r) => {
-            let names: Vec<&str> = r.streams.iter().map(|&i| s.streams[i].as_str()).collect();
-            let c = function::fetch_with(
-                &s.keys,
-                &names,
-                &s.consumer_name,
-                count,
-                xackdel,
-                "",
-                records,
-                function::RegistryCursor::Since(&r.signal),
-            );
-            (c, Some(r))
-        }
-        None => {
-            let c = function::fetch_with(
-                &s.keys,
-                &s.streams,
-                &s.consumer_name,
-                count,
-                xackdel,
-                "",
-                records,
-                function::RegistryCursor::Ask,
-            );
-            (c, None)
-        }
-    }
+    let known = if limits.is_empty() {
+        s.registered.lock().ok().and_then(|r| r.clone())
+    } else {
+        None
+    };
+    let names: Vec<&str> = match &known {
+        Some(r) => r.streams.iter().map(|&i| s.streams[i].as_str()).collect(),
+        None => s.streams.iter().map(String::as_str).collect(),
+    };
+    let cursor = match (&known, limits.is_empty()) {
+        (Some(r), _) => function::RegistryCursor::Since(&r.signal),
+        (None, true) => function::RegistryCursor::Ask,
+        (None, false) => function::RegistryCursor::None,
+    };
+    let c = function::fetch_with(
+        &s.keys,
+        &names,
+        &s.consumer_name,
+        count,
+        s.redis.caps().xackdel_flag(),
+        &limits,
+        // a short fetch hands the records back: the jobs start without another round trip
+        true,
+        cursor,
+    );
+    (c, known)
 }
 
 /// How many fetches may be under way at once. Two measured best on the worker-concurrent

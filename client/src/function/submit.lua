@@ -148,12 +148,27 @@ local function hero_submit(keys, args)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
   local known = {} -- streams seen to exist in this call
   local now_ms
+  -- Whether any job of the batch exists already, with one EXISTS over all their keys: a new
+  -- job's id is new, and asking each record for its status cost a call a job (a third of the
+  -- submit's calls at 5,000 jobs/s). Only when some key exists is each one asked; a job written
+  -- earlier in this call is asked too (an id given twice in one batch).
+  local taken = 0
+  do
+    local job_keys = {}
+    for i = 1, n do job_keys[i] = keys[5 + 2 * i] end
+    for from = 1, n, 1000 do
+      taken = taken + redis.call('EXISTS', unpack(job_keys, from, math.min(n, from + 999)))
+    end
+  end
+  local written = {} -- job keys written in this call
   for i = 1, n do
     local job_key, stream = keys[5 + 2 * i], keys[6 + 2 * i]
     local p = at[i]
     local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
     local run_at = tonumber(run_at_text)
-    local existing = redis.call('HGET', job_key, 'status')
+    local existing = nil
+    if taken > 0 or written[job_key] then existing = redis.call('HGET', job_key, 'status') end
+    written[job_key] = true
     local holder, held = nil, nil
     if not existing and unique and unique[i] then
       holder, held = claim_unique(keys, job_key, job_id, unique[i])
