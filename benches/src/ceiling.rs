@@ -17,7 +17,8 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::bench::{BenchArgs, Probe};
+use crate::probe::Probe;
+use crate::scenario::BenchArgs;
 use crate::ours::CpuMark;
 use crate::report::Figures;
 use crate::tally::{now_us, offer_at_rate, Tally};

@@ -16,8 +16,10 @@ mod ceiling;
 mod chaos;
 mod ours;
 mod peer;
+mod probe;
 mod report;
 mod scale;
+mod scenario;
 mod tally;
 
 use clap::{Parser, Subcommand};
@@ -38,7 +40,7 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     #[command(flatten)]
-    bench: bench::BenchArgs,
+    bench: scenario::BenchArgs,
     #[command(subcommand)]
     child: Option<Child>,
 }

@@ -21,7 +21,8 @@ use hero_broker::config::BrokerConfig;
 use hero_broker::daemon;
 use hero_broker::loops::retention;
 
-use crate::bench::{BenchArgs, Probe, Scenario};
+use crate::probe::Probe;
+use crate::scenario::{BenchArgs, Scenario};
 use crate::report::Figures;
 use crate::tally::{now_us, offer_at_rate, Tally};
 

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use crate::report::Figures;
 use hero_broker::local_redis::on_path;
 
-use crate::bench::{BenchArgs, Pinning, Scenario};
+use crate::scenario::{BenchArgs, Pinning, Scenario};
 
 pub struct Peer {
     dir: PathBuf,

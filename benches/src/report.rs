@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::bench::{BenchArgs, Pinning, Scenario, Side};
+use crate::scenario::{BenchArgs, Pinning, Scenario, Side};
 
 /// One metric: its key (as the peer prints it), how the table labels it, and which way is
 /// better.

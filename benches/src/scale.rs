@@ -15,7 +15,7 @@ use hero_testkit::RedisCluster;
 use hero_worker::{Outcome, Worker};
 use tokio::sync::Notify;
 
-use crate::bench::BenchArgs;
+use crate::scenario::BenchArgs;
 
 const SHARDS: usize = 3;
 

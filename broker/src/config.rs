@@ -35,7 +35,7 @@ pub struct BrokerConfig {
     /// How often recurring jobs are looked at (a tick fires at most this late).
     pub cron_poll: Duration,
     /// Legacy bridge mappings (SPEC §6).
-    pub bridges: Vec<crate::bridge::BridgeMapping>,
+    pub bridges: Vec<crate::bridge::mapping::BridgeMapping>,
     /// Compatibility mode: completions also answer `hero:reply:<id>` the seed-001 way.
     /// `None`: on when any bridge mapping is configured.
     pub legacy_replies: Option<bool>,

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use hero_client::function::{CompleteBatch, Ending, Leased};
 use hero_client::reply::Completion;
-use hero_client::{clock, JobId};
+use hero_client::clock;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::event::WorkerEvent;
+use crate::finished::Finished;
 use crate::outcome::Outcome;
 use crate::shared::Shared;
 
@@ -19,27 +20,6 @@ use crate::shared::Shared;
 const BATCH: usize = 256;
 /// How many calls may be under way at once.
 const IN_FLIGHT: usize = 4;
-
-/// One job's outcome on its way to Redis.
-pub(crate) struct Finished {
-    pub job_id: JobId,
-    pub stream: usize,
-    pub lease: String,
-    /// The job's `reply` field as read with its record ('' when it has none).
-    pub reply: String,
-    pub outcome: Outcome,
-    pub attempt: u32,
-    /// The queue policy's delay before a retry of a failure (else the default back-off).
-    pub retry_in: Option<std::time::Duration>,
-    /// The queue policy's retry budget retries this failure, whatever the job's own says.
-    pub again: bool,
-    /// The queue policy's retention (ms), when it sets one: the ended job expires then.
-    pub retention_ms: Option<u64>,
-    /// How long the attempt ran: the sample of the queue's run-time histogram.
-    pub ran: std::time::Duration,
-    /// Released once the outcome is recorded.
-    pub permit: OwnedSemaphorePermit,
-}
 
 /// When a failed attempt may run again (ms since the epoch); 0 for outcomes that never retry,
 /// so a successful job pays for no clock read or jitter.
@@ -126,7 +106,7 @@ async fn expire_by_policy(s: &Shared, sent: &[Finished], answers: &[Completion])
 /// A fetch sent with a completion: its answer, the streams it named, where its jobs report.
 type Fused = (
     hero_client::Result<redis::Value>,
-    Option<crate::fetch::Registered>,
+    Option<crate::shared::Registered>,
     mpsc::UnboundedSender<Finished>,
 );
 

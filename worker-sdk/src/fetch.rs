@@ -14,22 +14,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::complete::Finished;
+use crate::finished::Finished;
 use crate::event::WorkerEvent;
-use crate::shared::Shared;
+use crate::shared::{Registered, Shared};
 use crate::task::start_jobs;
 use crate::turns::Turns;
-
-/// The registered streams of a worker's, as a fetch saw them: later fetches name only these,
-/// while the registry's signal stream stays at `signal` (the function checks, and answers
-/// stale once it moved). A worker names 30 streams per type, most of which never get a job:
-/// naming only the registered ones keeps a fetch's cost with the streams that can hold work.
-#[derive(Clone, Debug)]
-pub(crate) struct Registered {
-    signal: String,
-    /// Indexes into [`Shared::streams`], in precedence order.
-    streams: Vec<usize>,
-}
 
 /// The fetch for `count` slots, and the streams it names (indexes into [`Shared::streams`];
 /// `None`: all of them).

@@ -25,19 +25,21 @@
 //! - `fetch`: the fetch loop (precedence, two fetches under way, wake-ups on XREAD).
 //! - `task`: one job: its record (handed back by a short fetch, or read), the handler run
 //!   (timeout, stop, panic), its outcome.
-//! - `complete`: batched, fenced recording of outcomes.
+//! - `complete`: batched, fenced recording of outcomes; `finished`: one outcome on its way
+//!   there.
 //! - `presence`: heartbeat and liveness; `lease`: renewal and hand-back; `control`: stop
 //!   requests.
 //! - [`event`]: what a worker reports ([`WorkerEvent`]).
 //! - [`outcome`]: the handler contract ([`Handler`], [`JobContext`], [`Outcome`]).
 //! - [`inflight`]: the running jobs and why one was interrupted.
 //! - `backoff`: reconnect and retry delays; `policy`: the queue policies' cache (time limits,
-//!   retry budgets and back-off, concurrency limits, leases).
+//!   retry budgets and back-off, concurrency limits, leases), kept fresh by `refresh`.
 
 mod backoff;
 mod complete;
 mod control;
 mod error;
+mod finished;
 pub mod event;
 mod fetch;
 pub mod inflight;
@@ -45,6 +47,7 @@ mod lease;
 pub mod outcome;
 mod policy;
 mod presence;
+mod refresh;
 mod shared;
 mod task;
 mod turns;

@@ -1,17 +1,16 @@
 //! The worker's copy of the queue policies (`hero_client::queue`): read at start and every
 //! [`REFRESH`] after, so `hero queue set` reaches running workers within seconds without a read
 //! per job. It gives the fetch its concurrency-limit argument, the job task each job's time
-//! limit, retry budget and back-off, and the lease loop its renewal period.
+//! limit, retry budget and back-off, and the lease loop its renewal period. The loop that
+//! fills it is `refresh`'s.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hero_client::queue::{Backoff, Policies, Policy};
 use hero_client::{Job, DEFAULT_TIMEOUT};
-use tokio_util::sync::CancellationToken;
 
 use crate::outcome::Outcome;
-use crate::shared::Shared;
 
 /// How often the policies are read again.
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -46,6 +45,14 @@ impl PolicyCache {
         }
         c.policies
             .of(t.as_str(), job.group.as_ref().map(|g| g.as_str()))
+    }
+
+    /// Replaces the policies and the fetch's limits argument made from them.
+    pub fn set(&self, policies: Policies, limits: String) {
+        if let Ok(mut c) = self.current.write() {
+            c.policies = policies;
+            c.limits = limits.into();
+        }
     }
 
     /// The shortest lease any policy of `types` sets, if one does.
@@ -97,49 +104,4 @@ pub fn shape(
         let again = budget > retries && attempt <= budget;
         (Some(delay), again)
     }
-}
-
-/// Reads the policies once; on failure keeps the ones it had.
-pub(crate) async fn refresh_once(s: &Shared) {
-    let client_policies = match hero_client::queue::read_policies(&s.redis, &s.keys).await {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(error = %e, "reading queue policies failed; keeping the last ones");
-            return;
-        }
-    };
-    let limits = limits_arg(s, &client_policies);
-    if let Ok(mut c) = s.policy.current.write() {
-        c.policies = client_policies;
-        c.limits = limits.into();
-    }
-}
-
-/// Refreshes the cache every [`REFRESH`] until stopped.
-pub(crate) async fn refresh(s: Arc<Shared>, stop: CancellationToken) {
-    loop {
-        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(REFRESH) => {} }
-        refresh_once(&s).await;
-    }
-}
-
-/// `<stream index> <max> <limit key>` for every stream of this worker a limit covers.
-fn limits_arg(s: &Shared, policies: &Policies) -> String {
-    let mut out = String::new();
-    if policies.is_empty() {
-        return out;
-    }
-    for (i, stream) in s.streams.iter().enumerate() {
-        let Ok((target, _)) = hero_client::Target::parse_queue(&s.keys.queue_name(stream)) else {
-            continue;
-        };
-        let group = target.group.as_ref().map(|g| g.as_str());
-        if let Some((queue, max)) = policies.limit_of(target.script_type.as_str(), group) {
-            if !out.is_empty() {
-                out.push(' ');
-            }
-            out.push_str(&format!("{} {max} {}", i + 1, s.keys.limit(&queue)));
-        }
-    }
-    out
 }

@@ -23,7 +23,7 @@ pub(crate) struct Shared {
     pub streams: Vec<String>,
     /// The registered ones of `streams`, as the last fetch that asked saw them (see
     /// `fetch::Registered`); `None` until a fetch asks, and again once the registry moved.
-    pub registered: std::sync::Mutex<Option<crate::fetch::Registered>>,
+    pub registered: std::sync::Mutex<Option<Registered>>,
     /// The last fetch filled every slot it asked for (a backlog) and the worker is not
     /// stopping: the completer then fetches, in the round trip that records a batch, as many
     /// jobs as the batch frees slots (see `complete::record`).
@@ -46,4 +46,15 @@ impl Shared {
             hook(&event);
         }
     }
+}
+
+/// The registered streams of a worker's, as a fetch saw them: later fetches name only these,
+/// while the registry's signal stream stays at `signal` (the function checks, and answers
+/// stale once it moved). A worker names 30 streams per type, most of which never get a job:
+/// naming only the registered ones keeps a fetch's cost with the streams that can hold work.
+#[derive(Clone, Debug)]
+pub(crate) struct Registered {
+    pub signal: String,
+    /// Indexes into [`Shared::streams`], in precedence order.
+    pub streams: Vec<usize>,
 }

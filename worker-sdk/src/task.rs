@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::complete::Finished;
+use crate::finished::Finished;
 use crate::event::WorkerEvent;
 use crate::inflight::{CancelReason, Running};
 use crate::outcome::{JobContext, Outcome};

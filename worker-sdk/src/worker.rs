@@ -9,7 +9,8 @@ use hero_client::{Client, ConsumerName, GroupName, InstanceName, Priority, Scrip
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::complete::{self, Finished};
+use crate::complete;
+use crate::finished::Finished;
 use crate::error::{Error, Result};
 use crate::event::WorkerEvent;
 use crate::fetch::fetch_loop;
@@ -312,14 +313,14 @@ impl Running {
         let stop_fetch = CancellationToken::new();
         let stop_background = CancellationToken::new();
         presence::heartbeat_once(&s).await?;
-        crate::policy::refresh_once(&s).await;
+        crate::refresh::refresh_once(&s).await;
         let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
         let completer = tokio::spawn(complete::run(s.clone(), done_rx, done_tx.downgrade()));
         let background = vec![
             tokio::spawn(presence::heartbeat(s.clone(), stop_background.clone())),
             tokio::spawn(lease::renew(s.clone(), stop_background.clone())),
             tokio::spawn(control::control(s.clone(), stop_background.clone())),
-            tokio::spawn(crate::policy::refresh(s.clone(), stop_background.clone())),
+            tokio::spawn(crate::refresh::refresh(s.clone(), stop_background.clone())),
         ];
         s.emit(WorkerEvent::Ready {
             consumer: s.consumer_name.clone(),

@@ -7,7 +7,7 @@ use hero_client::{function, Client};
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{counts, pause, Route, BATCH};
+use super::route::{counts, pause, Route, BATCH};
 use crate::config::BrokerConfig;
 
 /// How long the loop blocks waiting for a legacy list to fill before it looks again.

@@ -6,54 +6,23 @@
 //!
 //! - [`mapping`]: what a mapping is and how flags and the config file spell it.
 //! - `inbound`: legacy list → work stream; `outbound`: work stream → legacy list; `watch`: the
-//!   jobs legacy actors hold, until they end or are taken back.
+//!   jobs legacy actors hold, until they end or are taken back; `route`: the keys one mapping's
+//!   loops use, and what the loops share.
 
 mod inbound;
 pub mod mapping;
 mod outbound;
+mod route;
 mod watch;
+
+use route::Route;
 
 pub use mapping::{load_file, BridgeConfigError, BridgeMapping, Direction, DEFAULT_PICKUP};
 
-use std::time::Duration;
-
-use hero_client::{Client, Keyspace, LegacyQueue, Priority};
-use redis::Value;
+use hero_client::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-
-/// How many ids one function call moves at most.
-const BATCH: usize = 200;
-
-/// A mapping with the keys its loops use, built once from the namespace.
-#[derive(Clone)]
-pub(super) struct Route {
-    m: BridgeMapping,
-    queue: LegacyQueue,
-    /// The legacy list's key.
-    list: String,
-    /// The canonical work stream (the target's default priority level).
-    stream: String,
-    /// The tracking zset of the jobs its legacy actors hold.
-    track: String,
-    /// The legacy stop queue of its worker id.
-    stop: String,
-}
-
-impl Route {
-    fn new(keys: &Keyspace, m: &BridgeMapping) -> hero_client::Result<Route> {
-        let queue = keys.parse_legacy_queue(&m.legacy)?;
-        Ok(Route {
-            list: keys.legacy_queue(&queue),
-            stream: keys.work(&m.target, Priority::DEFAULT),
-            track: keys.bridge_track(&queue),
-            stop: keys.legacy_stop_for(&queue),
-            queue,
-            m: m.clone(),
-        })
-    }
-}
 
 fn routes(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Vec<Route>> {
     cfg.bridges
@@ -136,12 +105,4 @@ pub async fn run(
         let _ = t.await;
     }
     Ok(())
-}
-
-pub(super) async fn pause(stop: &CancellationToken, d: Duration) -> bool {
-    tokio::select! { _ = stop.cancelled() => false, _ = tokio::time::sleep(d) => true }
-}
-
-pub(super) fn counts(v: &Value) -> Vec<i64> {
-    redis::from_redis_value::<Vec<i64>>(v.clone()).unwrap_or_default()
 }

@@ -5,7 +5,7 @@ use hero_client::{function, Client};
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{counts, pause, Route, BATCH};
+use super::route::{counts, pause, Route, BATCH};
 use crate::config::BrokerConfig;
 
 /// Hands jobs of the canonical stream to the legacy list.

@@ -7,7 +7,7 @@ use hero_client::Client;
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{counts, pause, Route, BATCH};
+use super::route::{counts, pause, Route, BATCH};
 use crate::config::BrokerConfig;
 
 /// Follows the jobs legacy actors hold, a pass every `bridge_poll`.

@@ -1,0 +1,172 @@
+//! What a benchmark run is asked to do: the scenarios, the command line's knobs, which side of
+//! the comparison a figure belongs to and where the load is pinned. Every other module of the
+//! benchmark reads these; this one reads none of them, so the arrows point one way.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// The scenarios, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Scenario {
+    /// Jobs submitted in batches → jobs/s.
+    SubmitBulk,
+    /// Pre-submitted no-op jobs, one worker of concurrency N → jobs/s.
+    WorkerConcurrent,
+    /// Producers and a worker at once → jobs/s and submit-to-start latency.
+    EndToEnd,
+    /// End to end with the least Redis work a job with a record needs (plain commands, no
+    /// functions: see `ceiling`) → the jobs/s every scenario is held against.
+    Ceiling,
+    /// Jobs offered at a fixed rate → submit-to-start and submit-to-result latency.
+    Latency,
+    /// The ceiling's work offered at the latency scenario's rate → its Redis CPU per job there.
+    CeilingLatency,
+    /// A worker process holding running jobs is killed with SIGKILL → seconds until all of
+    /// them run elsewhere (hero only: BullMQ's stalled-job check is a different mechanism).
+    Recovery,
+    /// Redis memory per waiting job, and after drain and retention.
+    Memory,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 8] = [
+        Scenario::SubmitBulk,
+        Scenario::WorkerConcurrent,
+        Scenario::EndToEnd,
+        Scenario::Ceiling,
+        Scenario::Latency,
+        Scenario::CeilingLatency,
+        Scenario::Recovery,
+        Scenario::Memory,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::SubmitBulk => "submit-bulk",
+            Scenario::WorkerConcurrent => "worker-concurrent",
+            Scenario::EndToEnd => "end-to-end",
+            Scenario::Ceiling => "ceiling",
+            Scenario::Latency => "latency",
+            Scenario::CeilingLatency => "ceiling-latency",
+            Scenario::Recovery => "recovery",
+            Scenario::Memory => "memory",
+        }
+    }
+
+    pub fn has_peer(self) -> bool {
+        !matches!(
+            self,
+            Scenario::Recovery | Scenario::Ceiling | Scenario::CeilingLatency
+        )
+    }
+
+    /// The ceiling scenario this one's figures are held against, if any.
+    pub fn ceiling(self) -> Option<Scenario> {
+        match self {
+            Scenario::SubmitBulk | Scenario::WorkerConcurrent | Scenario::EndToEnd => {
+                Some(Scenario::Ceiling)
+            }
+            Scenario::Latency => Some(Scenario::CeilingLatency),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PeerKind {
+    Bullmq,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AofMode {
+    /// fsync after every write: the durable mode of SPEC §4.1.
+    Always,
+    Everysec,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Jobs in submit-bulk, worker-concurrent, end-to-end and memory.
+    #[arg(long, default_value_t = 100_000)]
+    pub jobs: u64,
+    /// Jobs per submit batch.
+    #[arg(long, default_value_t = 50)]
+    pub batch: usize,
+    /// Producers with a batch in flight at once (submit-bulk, end-to-end).
+    #[arg(long, default_value_t = 4)]
+    pub producers: usize,
+    /// Worker concurrency.
+    #[arg(long, default_value_t = 100)]
+    pub concurrency: usize,
+    /// Jobs offered per second in the latency scenario.
+    #[arg(long, default_value_t = 5_000)]
+    pub rate: u64,
+    /// Streams the bench worker serves, of which one holds work (a multiple of 3:
+    /// instance, group and type level × priorities × types; 30 is one type, the default).
+    #[arg(long, default_value_t = 30)]
+    pub streams: usize,
+    /// How long the latency scenario offers jobs.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Running jobs held by the worker the recovery scenario kills.
+    #[arg(long, default_value_t = 100)]
+    pub recovery_jobs: u64,
+    /// Presence TTL of the workers in the recovery scenario.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub presence_ttl: Duration,
+    /// Rounds; each figure is the median over them.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Run the same scenarios with this peer on the same Redis, interleaved with ours.
+    #[arg(long)]
+    pub peer: Option<PeerKind>,
+    /// Give Redis an AOF with this fsync policy (default: no persistence).
+    #[arg(long)]
+    pub aof: Option<AofMode>,
+    /// Only these scenarios (comma-separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<Scenario>,
+    /// Do not pin Redis and the load to separate cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Where --json writes the report.
+    #[arg(long, default_value = "bench-results.json")]
+    pub out: PathBuf,
+    /// After each scenario, print where Redis spent its time, by command (INFO commandstats;
+    /// commands called from functions count on their own line too).
+    #[arg(long)]
+    pub commandstats: bool,
+    /// The event log's cap for our runs, as a broker publishes it (0: the event log off, to
+    /// measure what it costs).
+    #[arg(long, default_value_t = hero_broker::config::DEFAULT_EVENTS_MAX)]
+    pub events_max: u64,
+    /// Write one line per job of our latency scenario to this file: the microseconds (since the
+    /// epoch) it was made, its submit was answered and it started. Where a tail comes from shows
+    /// there: a gap in the made column is this process not running (tick catch-up), a late
+    /// answer is the submit path, a late start after a prompt answer is the worker's path
+    /// (`benches/latency_tail.py` sums them up). With several rounds, the last one's.
+    #[arg(long)]
+    pub latency_trace: Option<PathBuf>,
+    /// Scale-out instead of the scenarios: on a 3-master Redis Cluster, end to end in 1, then
+    /// 2, ... up to this many namespaces at once, each on its own shard (`--jobs` each).
+    #[arg(long, default_value_t = 0)]
+    pub namespaces: usize,
+    /// Directory of the peer (its package.json and script).
+    #[arg(long, env = "HERO_BENCH_PEER_DIR", default_value = "benches/peer")]
+    pub peer_dir: PathBuf,
+}
+
+/// The cores Redis and the load run on, when the machine has two or more and taskset exists.
+#[derive(Clone, Copy, Debug)]
+pub struct Pinning {
+    pub redis: usize,
+    pub load: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Ours,
+    Peer,
+}
