@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`daemon`]: runs the loops and the bridge, publishes the settings the functions read.
 //! - [`loops`]: the periodic passes ([`loops::recover`], [`loops::promote`],
-//!   [`loops::retention`]; stats and cron passes will join them), over one `every` helper.
+//!   [`loops::retention`], [`loops::sample`] (queue depths per minute), [`loops::cron`]), over
+//!   one `every` helper.
 //! - [`bridge`]: the legacy bridge: [`bridge::mapping`] (flags and config file), and the
 //!   inbound, outbound and watch loops.
 //! - [`config`]: the broker's settings.

@@ -11,8 +11,16 @@
 //!   calls) and server capabilities; `wire` is the lane's socket and RESP2 decoder.
 //! - [`new_job`]: a job to submit and its checked builder.
 //! - [`client`]: the producer API ([`Client`]); [`answer`]: what its calls answer.
-//! - [`inspect`]: the read side ([`Inspector`]): listings now; stats, queues, workers and the
-//!   audit next.
+//! - `coalesce`: group commit of single submits (calls made at once share one `hero_submit`).
+//! - [`flow`]: a job and the jobs it waits on, flattened into one submit batch.
+//! - [`queue`]: an operator's controls of a queue as a whole: pause/resume and the per-queue
+//!   policy (time limit, retries, back-off, lease, retention, concurrency limit).
+//! - [`cron`]: recurring jobs: the spec, the list, and the broker's pass over due ticks.
+//! - [`trace`]: W3C trace context carried from the submit into the worker's span.
+//! - [`stats`]: the stats kept on write (counters, histograms, per-minute rates): their field
+//!   names and their reading.
+//! - [`inspect`]: the read side ([`Inspector`]): listings, the event log, queue stats and
+//!   history, workers live and gone, dead letters, the audit.
 //! - [`recovery`]: the cursor loop that takes deliveries back (broker recovery, worker hand-back).
 //! - [`repair`]: the operator's repairs (dead letters retried or purged), one function call each.
 //! - [`clock`]: the time the functions are given.

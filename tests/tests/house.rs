@@ -1,0 +1,230 @@
+//! The house's own checks: what keeps the workspace honest as it grows, without a tool that
+//! has to be installed. Every dependency a crate declares is used by its code (the convention of
+//! `cargo machete`: `[package.metadata.cargo-machete] ignored = [...]` names one kept for its
+//! features alone), and every path the map (`docs/ARCHITECTURE.md`) and README name exists.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits in the workspace")
+        .to_path_buf()
+}
+
+/// Every file under `dir`, as paths relative to the workspace root with `/` separators, leaving
+/// out build output, git's store and installed packages.
+fn files_under(dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().to_string();
+        if matches!(
+            name.as_str(),
+            "target" | ".git" | "node_modules" | ".venv" | "__pycache__"
+        ) {
+            continue;
+        }
+        if path.is_dir() {
+            files_under(&path, out);
+        } else if let Ok(rel) = path.strip_prefix(root()) {
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+fn workspace_files() -> Vec<String> {
+    let mut out = Vec::new();
+    files_under(&root(), &mut out);
+    out
+}
+
+/// The workspace members, from the root manifest.
+fn members() -> Vec<String> {
+    let text = std::fs::read_to_string(root().join("Cargo.toml")).expect("root Cargo.toml");
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("members"))
+        .expect("a members line");
+    line.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The dependencies a manifest declares (every `*dependencies` table, target-specific ones
+/// included), and the ones its cargo-machete metadata says to skip.
+fn declared(manifest: &str) -> (Vec<String>, BTreeSet<String>) {
+    let mut deps = Vec::new();
+    let mut ignored = BTreeSet::new();
+    let mut table = String::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            table = line.trim_matches(|c| c == '[' || c == ']').to_string();
+            continue;
+        }
+        if table == "package.metadata.cargo-machete" && line.starts_with("ignored") {
+            ignored.extend(line.split('"').skip(1).step_by(2).map(str::to_string));
+        }
+        if table.ends_with("dependencies") && table != "workspace.dependencies" {
+            let name: String = line
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            if !name.is_empty() && !line.starts_with('#') {
+                deps.push(name);
+            }
+        }
+    }
+    (deps, ignored)
+}
+
+/// Whether `name` (a crate name, `-` read as `_`) appears as a whole word in `code`.
+fn names(code: &str, name: &str) -> bool {
+    let ident = name.replace('-', "_");
+    code.match_indices(&ident).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        let after = code[i + ident.len()..].chars().next();
+        let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        !word(before) && !word(after)
+    })
+}
+
+#[test]
+fn every_dependency_a_crate_declares_is_used_by_its_code() {
+    let files = workspace_files();
+    let members = members();
+    let mut unused = Vec::new();
+    for member in &members {
+        let manifest = std::fs::read_to_string(root().join(member).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("reading {member}/Cargo.toml: {e}"));
+        let (deps, ignored) = declared(&manifest);
+        // a member's code is its own files, not those of a member nested inside it
+        let code: String = files
+            .iter()
+            .filter(|f| f.starts_with(&format!("{member}/")) && f.ends_with(".rs"))
+            .filter(|f| {
+                !members
+                    .iter()
+                    .any(|m| m != member && m.starts_with(member.as_str()) && f.starts_with(&format!("{m}/")))
+            })
+            .map(|f| std::fs::read_to_string(root().join(f)).unwrap_or_default())
+            .collect();
+        for dep in deps {
+            if !ignored.contains(&dep) && !names(&code, &dep) {
+                unused.push(format!("{member}: {dep}"));
+            }
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "dependencies no code of their crate names (remove them, or list one kept for its \
+         features under [package.metadata.cargo-machete] ignored): {unused:?}"
+    );
+}
+
+#[test]
+fn every_workspace_dependency_is_declared_by_a_member() {
+    let root_manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("root Cargo.toml");
+    let mut table = String::new();
+    let mut offered = Vec::new();
+    for line in root_manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            table = line.trim_matches(|c| c == '[' || c == ']').to_string();
+            continue;
+        }
+        if table == "workspace.dependencies" && !line.starts_with('#') {
+            let name: String = line
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                offered.push(name);
+            }
+        }
+    }
+    let taken: BTreeSet<String> = members()
+        .iter()
+        .flat_map(|m| {
+            let manifest = std::fs::read_to_string(root().join(m).join("Cargo.toml"))
+                .unwrap_or_default();
+            declared(&manifest).0
+        })
+        .collect();
+    let unused: Vec<_> = offered.iter().filter(|d| !taken.contains(*d)).collect();
+    assert!(
+        unused.is_empty(),
+        "[workspace.dependencies] that no member declares: {unused:?}"
+    );
+}
+
+/// The paths a document names in backticks: a file name with a known extension, or a path of
+/// folders; placeholders (`<name>.rs`), globs and paths outside the repository are left out.
+fn named_paths(doc: &str) -> Vec<String> {
+    const EXTENSIONS: [&str; 11] = [
+        ".rs", ".lua", ".md", ".toml", ".py", ".mjs", ".sh", ".json", ".yml", ".service", ".js",
+    ];
+    const TOP: [&str; 10] = [
+        "client", "worker-sdk", "broker", "benches", "tests", "deploy", "docs", "scripts", "python", ".ci",
+    ];
+    doc.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| !t.contains(['<', '*', ' ', '{', ':', '$']) && !t.starts_with("../"))
+        .filter(|t| {
+            let file = EXTENSIONS.iter().any(|e| t.ends_with(e));
+            // a folder is named from the top of the repository (`broker/src/loops/`); build
+            // output (`target/...`) is made by a run, not kept in the tree
+            let top = t.split('/').next().unwrap_or_default();
+            let folder = t.contains('/')
+                && TOP.contains(&top)
+                && t.chars().all(|c| c.is_ascii_alphanumeric() || "/_-.".contains(c));
+            (file || folder) && !t.contains("://")
+        })
+        .map(|t| t.trim_end_matches('/').to_string())
+        .collect()
+}
+
+/// Whether `named` is a file or folder of the tree: a bare name matches any file of that name,
+/// a path with folders matches at a folder boundary (`functions/submit.rs` is
+/// `tests/tests/functions/submit.rs`).
+fn exists(files: &[String], named: &str) -> bool {
+    files.iter().any(|f| {
+        let f = format!("/{f}");
+        f.ends_with(&format!("/{named}")) || f.contains(&format!("/{named}/"))
+    })
+}
+
+#[test]
+fn every_path_the_architecture_map_and_readme_name_exists() {
+    let files = workspace_files();
+    let mut missing = Vec::new();
+    for doc in ["docs/ARCHITECTURE.md", "README.md", "docs/protocol.md", "docs/configuration.md", "docs/http.md"] {
+        let text = std::fs::read_to_string(root().join(doc)).unwrap_or_else(|e| panic!("reading {doc}: {e}"));
+        let paths = named_paths(&text);
+        assert!(!paths.is_empty() || doc != "docs/ARCHITECTURE.md", "the map names no path at all: the check reads nothing");
+        for p in paths {
+            if !exists(&files, &p) {
+                missing.push(format!("{doc}: `{p}`"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "paths the docs name that are not in the tree (a file moved or was renamed: fix the doc): {missing:#?}"
+    );
+}
+
+#[test]
+fn the_path_check_finds_a_path_that_is_gone() {
+    let files = workspace_files();
+    assert!(exists(&files, "client/src/keys/mod.rs"));
+    assert!(exists(&files, "functions/submit.rs"));
+    assert!(exists(&files, "broker/src/loops"));
+    assert!(!exists(&files, "client/src/keys.rs"), "a file that moved into a folder");
+    assert!(named_paths("see `client/src/inspect.rs` and `<name>.lua`") == vec!["client/src/inspect.rs"]);
+}
