@@ -6,6 +6,47 @@ local VERSION = '25'
 -- stream entry; those are built from a prefix in ARGV (built by the client's keys module) and
 -- share the namespace's hash slot. Errors are raised as 'HERO_<CODE> message'.
 
+-- The keys the functions derive rather than take in KEYS, each built here and only here, the
+-- way the client's keys module builds it (`functions::keys` holds the two sides equal): the
+-- namespace part `<ns>:` of a job key `<ns>:job:<id>` (of the job prefix, with id ''), and
+-- the keys beside it.
+local function ns_of(job_key, job_id)
+  return string.sub(job_key, 1, #job_key - #job_id - 4)
+end
+
+local function tag_key(ns, tag)
+  return ns .. 'tag:' .. tag
+end
+
+local function unique_key(ns, key)
+  return ns .. 'unique:' .. key
+end
+
+-- The per-minute stats hash of the minute holding `now_iso` (its first 16 characters,
+-- `2026-11-23T11:40`: `keys::minute_of`).
+local function minute_key(stats_key, now_iso)
+  return stats_key .. ':' .. string.sub(now_iso, 1, 16)
+end
+
+-- The registry's companions (`<registry>` is `<ns>:meta:queues`): its signal stream
+-- (`Keyspace::queue_signal`), the paused streams (`paused_queues`) and names (`paused_names`).
+local function queue_signal_key(registry)
+  return registry .. ':new'
+end
+
+local function paused_key(registry)
+  return registry .. ':paused'
+end
+
+local function paused_names_key(registry)
+  return registry .. ':paused:names'
+end
+
+-- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
+local function is_bridge_consumer(name)
+  return string.sub(name, 1, 7) == 'bridge:'
+end
+
 -- Calls f(from, to) over runs of ids short enough for Lua's stack (unpack of a long list fails).
 local function in_runs(ids, f)
   for from = 1, #ids, 1000 do
@@ -248,7 +289,7 @@ end
 -- hours after its first write. A call gathers its increments and writes each field once.
 local function stats(key, now_iso)
   local minute = nil
-  if now_iso then minute = string.sub(now_iso, 1, 16) end
+  if now_iso then minute = minute_key(key, now_iso) end
   return { key = key, at = minute, inc = {}, order = {}, minute = {}, morder = {} }
 end
 
@@ -315,14 +356,13 @@ local function flush_stats(st)
     redis.call('HINCRBY', st.key, f, st.inc[f])
   end
   if #st.morder > 0 and st.at then
-    local minute_key = st.key .. ':' .. st.at
     local fresh = false
     for _, f in ipairs(st.morder) do
       -- the field's first write this minute is the one whose total is its own increment: the
       -- key's TTL is set then, not on every call (a command a call at low rates)
-      if redis.call('HINCRBY', minute_key, f, st.minute[f]) == st.minute[f] then fresh = true end
+      if redis.call('HINCRBY', st.at, f, st.minute[f]) == st.minute[f] then fresh = true end
     end
-    if fresh then redis.call('EXPIRE', minute_key, 7200) end
+    if fresh then redis.call('EXPIRE', st.at, 7200) end
   end
   for _, h in ipairs(st.hists or {}) do
     for b, n in pairs(h) do
@@ -425,14 +465,14 @@ end
 -- fetch, and a worker that names only the registered streams (hero_fetch's ARGV[9]) learns from
 -- the signal's last id that its list is out of date: every change of the registry announces.
 local function announce(registry, stream)
-  redis.call('XADD', registry .. ':new', 'MAXLEN', '~', '100', '*', 's', stream)
+  redis.call('XADD', queue_signal_key(registry), 'MAXLEN', '~', '100', '*', 's', stream)
 end
 
 -- Whether a paused name covers `stream`. Asked only when a stream joins the registry (a new
 -- stream, or one of a paused queue that a submit appended to), never on the hot path.
 local function paused_by(registry, stream)
-  if redis.call('SISMEMBER', registry .. ':paused', stream) == 1 then return true end
-  local names = redis.call('SMEMBERS', registry .. ':paused:names')
+  if redis.call('SISMEMBER', paused_key(registry), stream) == 1 then return true end
+  local names = redis.call('SMEMBERS', paused_names_key(registry))
   if #names == 0 then return false end
   local p = stream_parts(stream)
   for _, name in ipairs(names) do
@@ -462,7 +502,7 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
       -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause);
       -- any other new stream is announced to the workers waiting without watching it
       if paused_by(registry, stream) then
-        redis.call('SMOVE', registry, registry .. ':paused', stream)
+        redis.call('SMOVE', registry, paused_key(registry), stream)
       else
         announce(registry, stream)
       end
@@ -634,7 +674,7 @@ end
 -- costs its call nothing per job. Prerequisites must exist when their dependent is submitted,
 -- and a record's list never changes, so no cycle can form.
 local function deps_key(job_key, job_id)
-  return string.sub(job_key, 1, #job_key - #job_id - 4) .. 'deps:' .. job_id
+  return ns_of(job_key, job_id) .. 'deps:' .. job_id
 end
 
 -- The count of jobs that have a dependents hash is the config hash's field `deps` (read with
@@ -748,7 +788,7 @@ end
 -- (the job's `unique_ttl` ms, or the broker's retention time), and nil. A holder that ended or
 -- is gone releases the key to the next submit: nothing on the job path has to clear it.
 local function claim_unique(keys, job_key, job_id, u)
-  local ukey = string.sub(job_key, 1, #job_key - #job_id - 4) .. 'unique:' .. u[1]
+  local ukey = unique_key(ns_of(job_key, job_id), u[1])
   local holder = redis.call('GET', ukey)
   if holder and holder ~= job_id then
     local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
@@ -765,9 +805,9 @@ end
 -- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays;
 -- hero_expire takes it out with the job.
 local function index_tags(job_key, job_id, tags)
-  local base = string.sub(job_key, 1, #job_key - #job_id - 4) .. 'tag:'
+  local ns = ns_of(job_key, job_id)
   for _, t in ipairs(cjson.decode(tags)) do
-    redis.call('SADD', base .. t, job_id)
+    redis.call('SADD', tag_key(ns, t), job_id)
   end
 end
 
@@ -1087,7 +1127,7 @@ local function hero_fetch(keys, args)
   local since, signal = args[9] or '', nil
   if since ~= '' then
     signal = '0-0'
-    local last = redis.call('XREVRANGE', keys[1] .. ':new', '+', '-', 'COUNT', 1)
+    local last = redis.call('XREVRANGE', queue_signal_key(keys[1]), '+', '-', 'COUNT', 1)
     if last[1] then signal = last[1][1] end
   end
   if since ~= '' and since ~= '*' then
@@ -1304,7 +1344,7 @@ local function hero_fetch(keys, args)
       cursors[n + 1] = signal
     else
       cursors[n + 1] = '0-0'
-      cursor_of(cursors, n + 1, keys[1] .. ':new')
+      cursor_of(cursors, n + 1, queue_signal_key(keys[1]))
     end
   end
   if not whole and not signal then return { jobs, dropped, cursors, limited } end
@@ -1649,7 +1689,7 @@ local function hero_recover(keys, args)
     if cursor ~= '0-0' then from = cursor end
     local listed = redis.call('XPENDING', stream, group, 'IDLE', min_idle, from, '+', count)
     for _, p in ipairs(listed) do
-      if string.sub(p[2], 1, 7) ~= 'bridge:' then
+      if not is_bridge_consumer(p[2]) then
         local claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, p[1], 'JUSTID')
         if claimed[1] then
           ids[#ids + 1] = p[1]
@@ -2041,7 +2081,7 @@ end
 -- Errors: none of its own.
 local function hero_expire(keys, args)
   local stream, prefix = keys[1], args[1]
-  local tag_base = string.sub(prefix, 1, #prefix - 4) .. 'tag:' -- `<ns>:job:` -> `<ns>:tag:`
+  local ns = ns_of(prefix, '')
   local retention_ms, count = tonumber(args[2]), tonumber(args[3])
   local now = redis.call('TIME')
   local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
@@ -2070,7 +2110,7 @@ local function hero_expire(keys, args)
             local ok, tags = pcall(cjson.decode, r[3])
             if ok and type(tags) == 'table' then
               for _, tag in ipairs(tags) do
-                if type(tag) == 'string' then redis.call('SREM', tag_base .. tag, job_id) end
+                if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
               end
             end
           end

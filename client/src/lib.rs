@@ -19,6 +19,7 @@
 //! - [`trace`]: W3C trace context carried from the submit into the worker's span.
 //! - [`stats`]: the stats kept on write (counters, histograms, per-minute rates): their field
 //!   names and their reading.
+//! - [`event`]: the kinds of event the functions log ([`EventKind`]).
 //! - [`inspect`]: the read side ([`Inspector`]): listings, the event log, queue stats and
 //!   history, workers live and gone, dead letters, the audit.
 //! - [`recovery`]: the cursor loop that takes deliveries back (broker recovery, worker hand-back).
@@ -34,6 +35,7 @@ mod coalesce;
 pub mod conn;
 pub mod cron;
 pub mod error;
+pub mod event;
 pub mod flow;
 pub mod function;
 pub mod inspect;
@@ -46,6 +48,7 @@ pub mod queue;
 pub mod recovery;
 pub mod repair;
 pub mod reply;
+pub mod stats;
 pub mod trace;
 mod wire;
 
@@ -53,6 +56,7 @@ pub use answer::{JobResult, StopOutcome, Submitted};
 pub use client::{Client, ClientOptions};
 pub use conn::{Capabilities, Redis};
 pub use error::{DecodeError, Error, Result, ServerCode};
+pub use event::EventKind;
 pub use flow::Flow;
 pub use inspect::{Inspector, JobSummary, ListFilter, Page};
 pub use job::{Job, PayloadError, Placement, Status, DEFAULT_TIMEOUT};

@@ -5,25 +5,10 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use hero_client::inspect::{Event, EventFilter};
-use hero_client::{GroupName, InstanceName, Keyspace, ScriptType, Target};
+use hero_client::{EventKind, GroupName, InstanceName, Keyspace, ScriptType, Target};
 
 use super::context::{connect, resolve_url, signal_token};
 use super::{EventsArgs, Global};
-
-/// Every kind of event the functions log.
-pub(super) const EVENTS: [&str; 11] = [
-    "submitted",
-    "dispatched",
-    "started",
-    "finished",
-    "error",
-    "retried",
-    "recovered",
-    "dead",
-    "stopped",
-    "bridged_in",
-    "bridged_out",
-];
 
 /// `<type>[/<group>[/<instance>]]`, the way every command names a queue.
 pub(super) fn parse_queue(spec: &str) -> Result<Target> {
@@ -42,14 +27,6 @@ pub(super) fn parse_queue(spec: &str) -> Result<Target> {
 }
 
 fn filter(args: &EventsArgs) -> Result<EventFilter> {
-    if let Some(e) = &args.event {
-        if !EVENTS.contains(&e.as_str()) {
-            bail!(
-                "--event {e:?} is not an event: use one of {}",
-                EVENTS.join(", ")
-            );
-        }
-    }
     Ok(EventFilter {
         job: args.job.clone(),
         queue: args.queue.as_deref().map(parse_queue).transpose()?,
@@ -58,7 +35,12 @@ fn filter(args: &EventsArgs) -> Result<EventFilter> {
             .as_deref()
             .map(ScriptType::new)
             .transpose()?,
-        event: args.event.clone(),
+        event: args
+            .event
+            .as_deref()
+            .map(str::parse::<EventKind>)
+            .transpose()
+            .context("--event")?,
     })
 }
 

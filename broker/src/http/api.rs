@@ -267,7 +267,9 @@ impl EventsQuery {
             script_type: nonempty(&self.script_type)
                 .map(|t| ScriptType::new(&t))
                 .transpose()?,
-            event: nonempty(&self.event),
+            event: nonempty(&self.event)
+                .map(|e| e.parse::<hero_client::EventKind>())
+                .transpose()?,
         })
     }
 }

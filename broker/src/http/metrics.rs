@@ -17,7 +17,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use hero_client::inspect::{Histogram, QueueStats};
+use hero_client::inspect::QueueStats;
+use hero_client::stats::Histogram;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use super::{ApiError, App};

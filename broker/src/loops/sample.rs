@@ -5,15 +5,12 @@
 
 use std::time::Duration;
 
-use hero_client::inspect::WAITING_SAMPLE;
+use hero_client::stats::{self, MINUTE_TTL_SECS, WAITING_SAMPLE};
 use hero_client::{clock, Client};
 use tokio_util::sync::CancellationToken;
 
 /// Twice a minute, so that every minute holds a sample even when a pass runs late.
 pub const EVERY: Duration = Duration::from_secs(30);
-
-/// The minute hashes expire as the functions make them do: two hours after their first write.
-const MINUTE_TTL_SECS: u64 = 7200;
 
 pub async fn pass(client: &Client) -> hero_client::Result<u64> {
     let queues = client.inspector().queues().await?;
@@ -21,11 +18,11 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
         return Ok(0);
     }
     let now = clock::now_iso();
-    let key = client.keys().stats_minute(&now[..16.min(now.len())]);
+    let key = client.keys().stats_minute(&now);
     let mut hset = redis::cmd("HSET");
     hset.arg(&key);
     for q in &queues {
-        hset.arg(format!("{}|{WAITING_SAMPLE}", q.stream))
+        hset.arg(stats::field(&q.stream, WAITING_SAMPLE))
             .arg(q.waiting);
     }
     let mut pipe = redis::pipe();

@@ -11,7 +11,7 @@
 -- costs its call nothing per job. Prerequisites must exist when their dependent is submitted,
 -- and a record's list never changes, so no cycle can form.
 local function deps_key(job_key, job_id)
-  return string.sub(job_key, 1, #job_key - #job_id - 4) .. 'deps:' .. job_id
+  return ns_of(job_key, job_id) .. 'deps:' .. job_id
 end
 
 -- The count of jobs that have a dependents hash is the config hash's field `deps` (read with

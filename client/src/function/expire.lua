@@ -12,7 +12,7 @@
 -- Errors: none of its own.
 local function hero_expire(keys, args)
   local stream, prefix = keys[1], args[1]
-  local tag_base = string.sub(prefix, 1, #prefix - 4) .. 'tag:' -- `<ns>:job:` -> `<ns>:tag:`
+  local ns = ns_of(prefix, '')
   local retention_ms, count = tonumber(args[2]), tonumber(args[3])
   local now = redis.call('TIME')
   local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
@@ -41,7 +41,7 @@ local function hero_expire(keys, args)
             local ok, tags = pcall(cjson.decode, r[3])
             if ok and type(tags) == 'table' then
               for _, tag in ipairs(tags) do
-                if type(tag) == 'string' then redis.call('SREM', tag_base .. tag, job_id) end
+                if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
               end
             end
           end

@@ -123,7 +123,7 @@ local function hero_fetch(keys, args)
   local since, signal = args[9] or '', nil
   if since ~= '' then
     signal = '0-0'
-    local last = redis.call('XREVRANGE', keys[1] .. ':new', '+', '-', 'COUNT', 1)
+    local last = redis.call('XREVRANGE', queue_signal_key(keys[1]), '+', '-', 'COUNT', 1)
     if last[1] then signal = last[1][1] end
   end
   if since ~= '' and since ~= '*' then
@@ -340,7 +340,7 @@ local function hero_fetch(keys, args)
       cursors[n + 1] = signal
     else
       cursors[n + 1] = '0-0'
-      cursor_of(cursors, n + 1, keys[1] .. ':new')
+      cursor_of(cursors, n + 1, queue_signal_key(keys[1]))
     end
   end
   if not whole and not signal then return { jobs, dropped, cursors, limited } end

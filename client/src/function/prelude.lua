@@ -4,6 +4,47 @@
 -- stream entry; those are built from a prefix in ARGV (built by the client's keys module) and
 -- share the namespace's hash slot. Errors are raised as 'HERO_<CODE> message'.
 
+-- The keys the functions derive rather than take in KEYS, each built here and only here, the
+-- way the client's keys module builds it (`functions::keys` holds the two sides equal): the
+-- namespace part `<ns>:` of a job key `<ns>:job:<id>` (of the job prefix, with id ''), and
+-- the keys beside it.
+local function ns_of(job_key, job_id)
+  return string.sub(job_key, 1, #job_key - #job_id - 4)
+end
+
+local function tag_key(ns, tag)
+  return ns .. 'tag:' .. tag
+end
+
+local function unique_key(ns, key)
+  return ns .. 'unique:' .. key
+end
+
+-- The per-minute stats hash of the minute holding `now_iso` (its first 16 characters,
+-- `2026-11-23T11:40`: `keys::minute_of`).
+local function minute_key(stats_key, now_iso)
+  return stats_key .. ':' .. string.sub(now_iso, 1, 16)
+end
+
+-- The registry's companions (`<registry>` is `<ns>:meta:queues`): its signal stream
+-- (`Keyspace::queue_signal`), the paused streams (`paused_queues`) and names (`paused_names`).
+local function queue_signal_key(registry)
+  return registry .. ':new'
+end
+
+local function paused_key(registry)
+  return registry .. ':paused'
+end
+
+local function paused_names_key(registry)
+  return registry .. ':paused:names'
+end
+
+-- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
+local function is_bridge_consumer(name)
+  return string.sub(name, 1, 7) == 'bridge:'
+end
+
 -- Calls f(from, to) over runs of ids short enough for Lua's stack (unpack of a long list fails).
 local function in_runs(ids, f)
   for from = 1, #ids, 1000 do
@@ -246,7 +287,7 @@ end
 -- hours after its first write. A call gathers its increments and writes each field once.
 local function stats(key, now_iso)
   local minute = nil
-  if now_iso then minute = string.sub(now_iso, 1, 16) end
+  if now_iso then minute = minute_key(key, now_iso) end
   return { key = key, at = minute, inc = {}, order = {}, minute = {}, morder = {} }
 end
 
@@ -313,14 +354,13 @@ local function flush_stats(st)
     redis.call('HINCRBY', st.key, f, st.inc[f])
   end
   if #st.morder > 0 and st.at then
-    local minute_key = st.key .. ':' .. st.at
     local fresh = false
     for _, f in ipairs(st.morder) do
       -- the field's first write this minute is the one whose total is its own increment: the
       -- key's TTL is set then, not on every call (a command a call at low rates)
-      if redis.call('HINCRBY', minute_key, f, st.minute[f]) == st.minute[f] then fresh = true end
+      if redis.call('HINCRBY', st.at, f, st.minute[f]) == st.minute[f] then fresh = true end
     end
-    if fresh then redis.call('EXPIRE', minute_key, 7200) end
+    if fresh then redis.call('EXPIRE', st.at, 7200) end
   end
   for _, h in ipairs(st.hists or {}) do
     for b, n in pairs(h) do
@@ -423,14 +463,14 @@ end
 -- fetch, and a worker that names only the registered streams (hero_fetch's ARGV[9]) learns from
 -- the signal's last id that its list is out of date: every change of the registry announces.
 local function announce(registry, stream)
-  redis.call('XADD', registry .. ':new', 'MAXLEN', '~', '100', '*', 's', stream)
+  redis.call('XADD', queue_signal_key(registry), 'MAXLEN', '~', '100', '*', 's', stream)
 end
 
 -- Whether a paused name covers `stream`. Asked only when a stream joins the registry (a new
 -- stream, or one of a paused queue that a submit appended to), never on the hot path.
 local function paused_by(registry, stream)
-  if redis.call('SISMEMBER', registry .. ':paused', stream) == 1 then return true end
-  local names = redis.call('SMEMBERS', registry .. ':paused:names')
+  if redis.call('SISMEMBER', paused_key(registry), stream) == 1 then return true end
+  local names = redis.call('SMEMBERS', paused_names_key(registry))
   if #names == 0 then return false end
   local p = stream_parts(stream)
   for _, name in ipairs(names) do
@@ -460,7 +500,7 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
       -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause);
       -- any other new stream is announced to the workers waiting without watching it
       if paused_by(registry, stream) then
-        redis.call('SMOVE', registry, registry .. ':paused', stream)
+        redis.call('SMOVE', registry, paused_key(registry), stream)
       else
         announce(registry, stream)
       end

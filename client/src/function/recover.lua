@@ -42,7 +42,7 @@ local function hero_recover(keys, args)
     if cursor ~= '0-0' then from = cursor end
     local listed = redis.call('XPENDING', stream, group, 'IDLE', min_idle, from, '+', count)
     for _, p in ipairs(listed) do
-      if string.sub(p[2], 1, 7) ~= 'bridge:' then
+      if not is_bridge_consumer(p[2]) then
         local claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, p[1], 'JUSTID')
         if claimed[1] then
           ids[#ids + 1] = p[1]

@@ -35,7 +35,7 @@
 -- (the job's `unique_ttl` ms, or the broker's retention time), and nil. A holder that ended or
 -- is gone releases the key to the next submit: nothing on the job path has to clear it.
 local function claim_unique(keys, job_key, job_id, u)
-  local ukey = string.sub(job_key, 1, #job_key - #job_id - 4) .. 'unique:' .. u[1]
+  local ukey = unique_key(ns_of(job_key, job_id), u[1])
   local holder = redis.call('GET', ukey)
   if holder and holder ~= job_id then
     local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
@@ -52,9 +52,9 @@ end
 -- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays;
 -- hero_expire takes it out with the job.
 local function index_tags(job_key, job_id, tags)
-  local base = string.sub(job_key, 1, #job_key - #job_id - 4) .. 'tag:'
+  local ns = ns_of(job_key, job_id)
   for _, t in ipairs(cjson.decode(tags)) do
-    redis.call('SADD', base .. t, job_id)
+    redis.call('SADD', tag_key(ns, t), job_id)
   end
 end
 

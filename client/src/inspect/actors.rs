@@ -120,7 +120,7 @@ impl Inspector {
         actors.extend(holdings.into_iter().map(|(consumer, holdings)| {
             // the legacy bridge reads outbound mappings as `bridge:<legacy>`: alive while the
             // broker is, and not a worker with presence
-            let bridge = consumer.starts_with("bridge:");
+            let bridge = crate::keys::is_bridge_consumer(&consumer);
             Actor {
                 consumer,
                 live: bridge,

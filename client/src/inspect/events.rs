@@ -16,8 +16,8 @@ use crate::reply;
 pub struct Event {
     /// The entry id: `<ms>-<seq>`, the time of the change.
     pub id: String,
-    /// `submitted`, `dispatched`, `started`, `finished`, `error`, `retried`, `recovered`,
-    /// `dead`, `stopped`, `bridged_in`, `bridged_out`.
+    /// The kind's name ([`crate::EventKind`]; see [`Event::kind`]). Kept as written, so a kind
+    /// a newer protocol adds still reads.
     pub event: String,
     pub job_id: String,
     /// The work stream, where there is one.
@@ -101,6 +101,11 @@ impl Event {
         )
     }
 
+    /// The kind, when it is one this version knows.
+    pub fn kind(&self) -> Option<crate::event::EventKind> {
+        self.event.parse().ok()
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "id": self.id,
@@ -124,7 +129,7 @@ pub struct EventFilter {
     pub queue: Option<Target>,
     /// Every queue of a script type.
     pub script_type: Option<ScriptType>,
-    pub event: Option<String>,
+    pub event: Option<crate::event::EventKind>,
 }
 
 impl EventFilter {
@@ -132,7 +137,7 @@ impl EventFilter {
         if self.job.as_ref().is_some_and(|j| *j != e.job_id) {
             return false;
         }
-        if self.event.as_ref().is_some_and(|ev| *ev != e.event) {
+        if self.event.is_some_and(|ev| ev.as_str() != e.event) {
             return false;
         }
         // a stream key and what may follow it: the end, or a deeper level / priority suffix

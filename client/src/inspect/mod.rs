@@ -13,7 +13,7 @@ pub use actors::{Actor, Holding};
 pub use audit::{AuditReport, Class, Finding};
 pub use dead::DeadLetter;
 pub use events::{Event, EventFilter, EventFollower};
-pub use queues::{Histogram, Minute, QueueStats, WAITING_SAMPLE};
+pub use queues::{Minute, QueueStats};
 
 use crate::conn::Redis;
 use crate::error::Result;

@@ -1,8 +1,9 @@
 //! Queue stats: per work stream, the gauges read from the stream itself (waiting, running, the
 //! oldest waiting job's age) and the counters and histograms the functions keep on write (see
-//! `Keyspace::stats`). Reading every queue costs a few commands per queue, never per job.
+//! `crate::stats`, which names them and reads a hash back). Reading every queue costs a few
+//! commands per queue, never per job.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use redis::Value;
 
@@ -11,46 +12,11 @@ use crate::clock;
 use crate::error::Result;
 use crate::keys::CONSUMER_GROUP;
 use crate::reply;
+use crate::stats::{self, StreamStats};
+use crate::stats::Histogram;
 
 /// The minutes the rate is averaged over.
 const RATE_MINUTES: u64 = 5;
-
-/// A histogram of times: bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Histogram {
-    pub buckets: BTreeMap<u32, u64>,
-    /// The samples' total, ms.
-    pub sum_ms: u64,
-}
-
-impl Histogram {
-    pub fn count(&self) -> u64 {
-        self.buckets.values().sum()
-    }
-
-    /// The upper bound (ms) of bucket `b`.
-    pub fn upper_ms(b: u32) -> u64 {
-        (1u64 << (b + 1).min(63)) - 1
-    }
-
-    /// The time below which a share `q` (0..1) of the samples fall: the upper bound of the
-    /// bucket that holds that sample. `None` without samples.
-    pub fn quantile_ms(&self, q: f64) -> Option<u64> {
-        let total = self.count();
-        if total == 0 {
-            return None;
-        }
-        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
-        let mut seen = 0;
-        for (b, n) in &self.buckets {
-            seen += n;
-            if seen >= rank {
-                return Some(Self::upper_ms(*b));
-            }
-        }
-        None
-    }
-}
 
 /// One queue (work stream) as an operator sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -114,21 +80,9 @@ impl QueueStats {
     }
 }
 
-/// The fields of a stats hash, by stream: (name → value), names like `finished` or `wait|3`.
-fn by_stream(v: Value) -> Result<HashMap<String, Vec<(String, i64)>>> {
-    let mut out: HashMap<String, Vec<(String, i64)>> = HashMap::new();
-    for (field, value) in reply::pairs(v)? {
-        let Some((stream, name)) = field.split_once('|') else {
-            continue;
-        };
-        let Ok(n) = value.parse::<i64>() else {
-            continue;
-        };
-        out.entry(stream.to_string())
-            .or_default()
-            .push((name.to_string(), n));
-    }
-    Ok(out)
+/// A stats hash's reply, by stream.
+fn by_stream(v: Value) -> Result<HashMap<String, StreamStats>> {
+    Ok(stats::by_stream(reply::pairs(v)?))
 }
 
 /// One minute of the whole system, for charts: jobs ended in it, and the jobs waiting when the
@@ -151,9 +105,6 @@ impl Minute {
     }
 }
 
-/// The per-minute field the broker's depth sample writes for each stream (`<stream>|waiting`).
-pub const WAITING_SAMPLE: &str = "waiting";
-
 impl Inspector {
     /// The last `minutes` whole minutes and the current one, oldest first: one HGETALL a
     /// minute, each holding a few fields a queue.
@@ -163,23 +114,19 @@ impl Inspector {
         let mut out = Vec::new();
         for m in (0..=minutes).rev() {
             let at = clock::iso(now.saturating_sub(m * 60_000));
-            let at = at[..16.min(at.len())].to_string();
             pipe.cmd("HGETALL").arg(self.keys.stats_minute(&at));
+            let at = crate::keys::minute_of(&at).to_string();
             out.push(Minute {
                 at,
                 ..Minute::default()
             });
         }
         for (minute, fields) in out.iter_mut().zip(self.redis.pipeline(&pipe).await?) {
-            for (_, fields) in by_stream(fields?)? {
-                for (name, n) in fields {
-                    let n = n.max(0) as u64;
-                    match name.as_str() {
-                        "finished" => minute.finished += n,
-                        "failed" => minute.failed += n,
-                        WAITING_SAMPLE => *minute.waiting.get_or_insert(0) += n,
-                        _ => {}
-                    }
+            for s in by_stream(fields?)?.values() {
+                minute.finished += s.finished;
+                minute.failed += s.failed;
+                if let Some(w) = s.waiting {
+                    *minute.waiting.get_or_insert(0) += w;
                 }
             }
         }
@@ -221,10 +168,9 @@ impl Inspector {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(self.keys.stats());
         for m in 1..=RATE_MINUTES {
-            // the minutes as the functions name them: the first 16 characters of the time
             let at = clock::iso(now.saturating_sub(m * 60_000));
             pipe.cmd("HGETALL")
-                .arg(self.keys.stats_minute(&at[..16.min(at.len())]));
+                .arg(self.keys.stats_minute(&at));
         }
         for s in &streams {
             pipe.cmd("XLEN").arg(s);
@@ -234,15 +180,10 @@ impl Inspector {
         let mut replies = self.redis.pipeline(&pipe).await?.into_iter();
         let mut next = || replies.next().unwrap_or(Ok(Value::Nil));
         let totals = by_stream(next()?)?;
-        let mut rates: HashMap<String, i64> = HashMap::new();
+        let mut rates: HashMap<String, u64> = HashMap::new();
         for _ in 1..=RATE_MINUTES {
-            for (stream, fields) in by_stream(next()?)? {
-                let done: i64 = fields
-                    .iter()
-                    .filter(|(n, _)| n == "finished" || n == "failed")
-                    .map(|(_, v)| v)
-                    .sum();
-                *rates.entry(stream).or_default() += done;
+            for (stream, s) in by_stream(next()?)? {
+                *rates.entry(stream).or_default() += s.done();
             }
         }
         let mut queues = Vec::with_capacity(streams.len());
@@ -295,29 +236,15 @@ impl Inspector {
                 paused: paused.contains(stream),
                 ..QueueStats::default()
             };
-            for (name, n) in totals.get(stream).map(Vec::as_slice).unwrap_or(&[]) {
-                let n = *n;
-                let count = n.max(0) as u64;
-                match name.as_str() {
-                    "finished" => q.finished = count,
-                    "failed" => q.failed = count,
-                    "retried" => q.retried = count,
-                    "recovered" => q.recovered = count,
-                    "dead" => q.dead = count,
-                    "delayed" => q.delayed = n,
-                    other => {
-                        let (hist, b) = match other.split_once('|') {
-                            Some(("wait", b)) => (&mut q.wait, b),
-                            Some(("run", b)) => (&mut q.run, b),
-                            _ => continue,
-                        };
-                        if b == "sum" {
-                            hist.sum_ms = count;
-                        } else if let Ok(b) = b.parse() {
-                            *hist.buckets.entry(b).or_default() += count;
-                        }
-                    }
-                }
+            if let Some(t) = totals.get(stream) {
+                q.finished = t.finished;
+                q.failed = t.failed;
+                q.retried = t.retried;
+                q.recovered = t.recovered;
+                q.dead = t.dead;
+                q.delayed = t.delayed;
+                q.wait = t.wait.clone();
+                q.run = t.run.clone();
             }
             queues.push(q);
             last_delivered.push(last);
@@ -352,23 +279,5 @@ impl Inspector {
         }
         queues.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(queues)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Histogram;
-
-    #[test]
-    fn quantiles_are_the_upper_bound_of_the_bucket_holding_the_rank() {
-        let mut h = Histogram::default();
-        assert_eq!(h.quantile_ms(0.5), None);
-        h.buckets.insert(0, 50); // < 1 ms
-        h.buckets.insert(3, 49); // 7..15 ms
-        h.buckets.insert(10, 1); // 1023..2047 ms
-        assert_eq!(h.count(), 100);
-        assert_eq!(h.quantile_ms(0.5), Some(1));
-        assert_eq!(h.quantile_ms(0.99), Some(15));
-        assert_eq!(h.quantile_ms(1.0), Some(2047));
     }
 }

@@ -6,6 +6,13 @@
 
 use crate::name::{GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target};
 
+/// The minute of an RFC 3339 UTC time (`2026-11-23T11:40:07.123Z` → `2026-11-23T11:40`): the
+/// name of a per-minute stats hash. The functions take the same first 16 characters
+/// (`minute_key` in `prelude.lua`); `functions::keys` holds the two equal.
+pub fn minute_of(at: &str) -> &str {
+    at.get(..16).unwrap_or(at)
+}
+
 /// The consumer group every work stream carries; workers are its consumers.
 pub const CONSUMER_GROUP: &str = "workers";
 
@@ -292,11 +299,12 @@ impl Keyspace {
         format!("{}:meta:stats", self.prefix)
     }
 
-    /// Hash: the counters of one minute (`minute` = the first 16 characters of an RFC 3339
-    /// UTC time, `2026-11-23T11:40`), fields as in [`Keyspace::stats`]; written by the
-    /// functions (`<stats>:<minute>`), expires 2 h after its first write.
-    pub fn stats_minute(&self, minute: &str) -> String {
-        format!("{}:meta:stats:{minute}", self.prefix)
+    /// Hash: the counters of the minute that holds `at` (an RFC 3339 UTC time, as
+    /// `clock::iso` writes it), fields as in [`Keyspace::stats`]; written by the functions
+    /// (`<stats>:<minute>`, the minute as [`minute_of`] names it), expires 2 h after its first
+    /// write.
+    pub fn stats_minute(&self, at: &str) -> String {
+        format!("{}:meta:stats:{}", self.prefix, minute_of(at))
     }
 
     /// Hash: the broker's settings (`retention_ms`, `reply_ttl_ms`, `lease_ms`, `events_max`,
@@ -443,8 +451,15 @@ impl LegacyQueue {
     }
 }
 
-/// Consumers whose names start with this belong to the legacy bridge.
+/// Consumers whose names start with this belong to the legacy bridge (`hero_recover` skips
+/// them by the same prefix: `is_bridge_consumer` in `prelude.lua`).
 pub const BRIDGE_CONSUMER_PREFIX: &str = "bridge:";
+
+/// Whether a consumer of a work stream's group is the legacy bridge's (see
+/// [`LegacyQueue::consumer`]), not a worker's.
+pub fn is_bridge_consumer(consumer: &str) -> bool {
+    consumer.starts_with(BRIDGE_CONSUMER_PREFIX)
+}
 
 #[cfg(test)]
 mod tests;

@@ -76,7 +76,7 @@ fn every_key_matches_its_golden_name() {
         (k.events(), "hero:meta:events"),
         (k.stats(), "hero:meta:stats"),
         (
-            k.stats_minute("2026-11-23T11:40"),
+            k.stats_minute("2026-11-23T11:40:07.123Z"),
             "hero:meta:stats:2026-11-23T11:40",
         ),
         (k.config(), "hero:meta:config"),

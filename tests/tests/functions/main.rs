@@ -16,6 +16,7 @@ use redis::AsyncCommands;
 mod complete;
 mod expire;
 mod fetch;
+mod keys;
 mod library;
 mod promote;
 mod recover;

@@ -13,7 +13,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hero_client::clock;
-use hero_client::inspect::{Histogram, Minute};
+use hero_client::inspect::Minute;
+use hero_client::stats::Histogram;
 use maud::{html, Markup, DOCTYPE};
 
 use super::{ApiError, App};

@@ -142,7 +142,7 @@ pub(super) async fn events(State(app): State<App>) -> Page {
                             @for e in latest.iter().rev() {
                                 tr {
                                     td { (when(e.at_ms())) }
-                                    td { (e.event) }
+                                    td { span class=(format!("pill {}", e.kind().map_or("wait", |k| k.tone()))) { (e.event) } }
                                     td { (job_link(&e.job_id)) }
                                     td { (e.queue.as_deref().map(|q| app.client.keys().queue_name(q)).unwrap_or_default()) }
                                     td.mono { (e.worker.clone().unwrap_or_default()) }

@@ -104,7 +104,7 @@ impl Inspector {
                                     Class::Missing
                                 }
                                 (Some("started"), Some(lease)) if lease == *id => {
-                                    if consumer.starts_with("bridge:") {
+                                    if crate::keys::is_bridge_consumer(consumer) {
                                         Class::Bridge
                                     } else if live.contains(consumer) {
                                         Class::Running
@@ -122,7 +122,7 @@ impl Inspector {
                                     }
                                 }
                                 (Some(status), _)
-                                    if consumer.starts_with("bridge:")
+                                    if crate::keys::is_bridge_consumer(consumer)
                                         && status != "finished"
                                         && status != "error" =>
                                 {
@@ -172,7 +172,7 @@ impl Inspector {
             if held == "0"
                 && !live.contains(&name)
                 && !deadlines.contains_key(&name)
-                && !name.starts_with("bridge:")
+                && !crate::keys::is_bridge_consumer(&name)
             {
                 let mut f = Finding::new(Class::IdleConsumer, stream);
                 f.consumer = Some(name);
