@@ -14,11 +14,20 @@ pub enum CronCommand {
     /// Every recurring job with its next tick and how often it fired.
     List,
     /// Remove a recurring job (the jobs it fired stay).
-    Remove { name: String },
+    Remove {
+        /// The recurring job's name, as `hero cron list` shows it.
+        name: String,
+    },
     /// Stop firing a recurring job until `hero cron resume`.
-    Pause { name: String },
+    Pause {
+        /// The recurring job's name, as `hero cron list` shows it.
+        name: String,
+    },
     /// Fire a paused recurring job again, from its next tick.
-    Resume { name: String },
+    Resume {
+        /// The recurring job's name, as `hero cron list` shows it.
+        name: String,
+    },
 }
 
 #[derive(clap::Args, Debug, Clone)]

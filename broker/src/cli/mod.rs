@@ -13,6 +13,7 @@ mod context;
 mod cron;
 mod dead;
 mod events;
+mod examples;
 pub mod file;
 mod jobs;
 mod queue;
@@ -42,7 +43,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The flags every command takes: where Redis is and how to reach it, the namespace, output.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Redis URL: redis://[user:pass@]host:port[/db] (rediss:// for TLS), the master a set of
     /// Sentinels names (redis+sentinel://host:port,host:port/<master name>[/db]), or a cluster's
@@ -77,6 +80,15 @@ pub struct Global {
         requires = "tls_key"
     )]
     pub tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(
+        long,
+        global = true,
+        env = "HERO_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Replicated acknowledgements: a call that writes (a submit, a completion, a broker's move)
     /// succeeds only once this many replicas hold it (WAIT), else it fails loudly. 0: off.
     #[arg(long, global = true, env = "HERO_MIN_REPLICAS", default_value_t = 0)]
@@ -96,15 +108,6 @@ pub struct Global {
     /// (WAITAOF, Redis 7.2+), not only in their memory.
     #[arg(long, global = true, env = "HERO_REPLICA_FSYNC")]
     pub replica_fsync: bool,
-    /// The client certificate's key (PEM).
-    #[arg(
-        long,
-        global = true,
-        env = "HERO_TLS_KEY",
-        value_name = "PEM",
-        requires = "tls_cert"
-    )]
-    pub tls_key: Option<std::path::PathBuf>,
     /// Export trace spans over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off
     /// when unset.
     #[arg(
@@ -120,22 +123,33 @@ pub struct Global {
 pub enum Command {
     /// Start everything: Redis (a local one when none is configured), the broker and demo
     /// Rhai workers; stops them all on ctrl-c.
+    #[command(after_long_help = examples::UP)]
     Up(UpArgs),
     /// Run the broker daemon: recovery, promotion, retention.
+    #[command(after_long_help = examples::BROKER)]
     Broker(BrokerArgs),
     /// Run the built-in Rhai worker.
+    #[command(after_long_help = examples::WORKER)]
     Worker(WorkerArgs),
     /// Submit a job and print its id.
+    #[command(after_long_help = examples::SUBMIT)]
     Submit(SubmitArgs),
     /// Submit a job, wait for it, print its output (exit 1 when it ends in error).
+    #[command(after_long_help = examples::RUN)]
     Run(RunArgs),
     /// Print a job's status (with --json, its whole record; with --history, its events).
+    #[command(after_long_help = examples::STATUS)]
     Status(StatusArgs),
     /// Stop a job: a queued one never starts, a running one is interrupted.
-    Stop { id: String },
+    Stop {
+        /// The job's id.
+        id: String,
+    },
     /// List jobs by status or by queue, a page at a time.
+    #[command(after_long_help = examples::JOBS)]
     Jobs(JobsArgs),
     /// Print the latest events of the event log, or follow it live.
+    #[command(after_long_help = examples::EVENTS)]
     Events(EventsArgs),
     /// Every queue: waiting, delayed, running, failed, dead, done per minute, wait and run
     /// times, the oldest waiting job's age.
@@ -147,6 +161,7 @@ pub enum Command {
     Requeue(RequeueArgs),
     /// Mark a job tracked (see them all with `hero jobs --tracked`); --off unmarks it.
     Track {
+        /// The job's id.
         id: String,
         /// Stop tracking it.
         #[arg(long)]
@@ -160,10 +175,10 @@ pub enum Command {
         fix: bool,
     },
     /// Dead letters: list, show, retry (atomically back into their queue), purge.
-    #[command(subcommand)]
+    #[command(subcommand, after_long_help = examples::DEAD)]
     Dead(DeadCommand),
     /// Recurring jobs: add (cron expression or `every 30s`), list, remove, pause, resume.
-    #[command(subcommand)]
+    #[command(subcommand, after_long_help = examples::CRON)]
     Cron(cron::CronCommand),
     /// The merged configuration (flags, HERO_* variables, --config file, defaults) of every
     /// command, secrets masked.
@@ -177,7 +192,7 @@ pub enum Command {
     },
     /// A queue's policy: default timeout, retry budget, back-off, lease, retention, and a
     /// concurrency limit across all workers.
-    #[command(subcommand)]
+    #[command(subcommand, after_long_help = examples::QUEUE)]
     Queue(queue::QueueCommand),
     /// Resume a paused queue; its workers wake at once.
     Resume {
@@ -239,6 +254,8 @@ pub struct WorkerArgs {
     /// Script types served (comma-separated), most preferred first.
     #[arg(long, value_delimiter = ',', default_value = "rhai")]
     pub types: Vec<String>,
+    /// The worker's group: it takes its group's queue (jobs pinned with --group) before its
+    /// types'.
     #[arg(long, default_value = "default")]
     pub group: String,
     /// Instance name, unique in the group (default: <hostname>-<pid>).
@@ -286,8 +303,11 @@ pub struct TargetArgs {
     /// Script type to dispatch to.
     #[arg(long = "type", default_value = "rhai")]
     pub script_type: String,
+    /// Pin the job to this group of workers (its group's queue): only workers of the group
+    /// take it.
     #[arg(long)]
     pub group: Option<String>,
+    /// Pin the job to one worker instance of --group (its instance's queue).
     #[arg(long)]
     pub instance: Option<String>,
     /// 0 (highest) to 9 (lowest).
@@ -382,10 +402,13 @@ pub struct JobsArgs {
     /// List one queue instead: its script type.
     #[arg(long = "queue-type")]
     pub queue_type: Option<String>,
+    /// With --queue-type: the queue of this group.
     #[arg(long = "queue-group")]
     pub queue_group: Option<String>,
+    /// With --queue-group: the queue of this instance.
     #[arg(long = "queue-instance")]
     pub queue_instance: Option<String>,
+    /// With --queue-type: the queue at this priority level, 0 (highest) to 9 (default 5).
     #[arg(long = "queue-priority")]
     pub queue_priority: Option<u8>,
     /// Only jobs carrying this tag (a page may come back short: follow the cursor).
@@ -404,12 +427,15 @@ pub struct JobsArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct RequeueArgs {
+    /// The job's id.
     pub id: String,
     /// Move it to this script type's queue (with --group / --instance as given).
     #[arg(long = "type")]
     pub script_type: Option<String>,
+    /// With --type: the queue of this group.
     #[arg(long, requires = "script_type")]
     pub group: Option<String>,
+    /// With --group: the queue of this instance.
     #[arg(long, requires = "group")]
     pub instance: Option<String>,
     /// 0 (highest) to 9 (lowest).
@@ -421,6 +447,7 @@ pub struct RequeueArgs {
 pub enum DeadCommand {
     /// The dead letters, oldest first, a page at a time.
     List {
+        /// Dead letters per page.
         #[arg(long, default_value_t = 100)]
         limit: usize,
         /// Continue after this entry (the last one a page printed).
@@ -428,17 +455,24 @@ pub enum DeadCommand {
         cursor: Option<String>,
     },
     /// One job's dead letter, with its record.
-    Show { id: String },
+    Show {
+        /// The job's id.
+        id: String,
+    },
     /// Queue these jobs again (or every dead letter with --all), each leaving the dead-letter
     /// stream in the same call, with a fresh attempt budget.
     Retry {
+        /// The jobs' ids.
         ids: Vec<String>,
+        /// Every dead letter.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
     },
     /// Delete these dead letters (or all) and their jobs.
     Purge {
+        /// The jobs' ids.
         ids: Vec<String>,
+        /// Every dead letter.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
     },
@@ -446,6 +480,7 @@ pub enum DeadCommand {
 
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
+    /// The job's id.
     pub id: String,
     /// Also print the job's events, from the event log (while they are in it).
     #[arg(long)]
@@ -499,5 +534,65 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Cron(cmd) => cron::cron(g, cmd).await,
         Command::Config(ConfigCommand::Show) => config_show::show(g),
         Command::Resume { queue: q } => queue::pause(g, q, false).await,
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `(command path, flag)` for every argument of every command without a help line.
+    fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!("{path} {id}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.get_about().is_none() {
+                out.push(format!("{path} {} (the command itself)", sub.get_name()));
+            }
+            undocumented(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_flag_and_argument_of_every_command_has_a_help_line() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        undocumented(&cmd, "hero", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
+    }
+
+    #[test]
+    fn the_global_flags_stand_under_their_own_heading() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let submit = cmd.find_subcommand_mut("submit").expect("submit");
+        let help = submit.render_long_help().to_string();
+        let (own, global) = help
+            .split_once("Global options")
+            .expect("a Global options heading in `hero submit --help`");
+        assert!(own.contains("--priority") && !own.contains("--redis-url"), "{help}");
+        assert!(global.contains("--redis-url") && global.contains("--tls-ca"), "{help}");
+        assert!(help.contains("Examples:"), "the long help shows examples: {help}");
+    }
+
+    #[test]
+    fn the_event_filter_names_every_kind() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let events = cmd.find_subcommand_mut("events").expect("events");
+        let help = events.render_long_help().to_string();
+        for k in hero_client::EventKind::ALL {
+            assert!(help.contains(k.as_str()), "--event's help lacks {k}: {help}");
+        }
     }
 }

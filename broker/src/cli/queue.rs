@@ -46,7 +46,10 @@ pub enum QueueCommand {
         queue: Option<String>,
     },
     /// Remove a queue's policy: its jobs get the defaults again.
-    Clear { queue: String },
+    Clear {
+        /// <type> or <type>/<group>, as it was set.
+        queue: String,
+    },
 }
 
 #[derive(clap::Args, Debug)]
