@@ -198,3 +198,27 @@ async fn every_planted_inconsistency_is_reported_in_its_class_and_fix_leaves_the
     let (code, after) = audit(&url, false);
     assert_eq!(code, 0, "{after:#}");
 }
+
+/// An error reading Redis fails the audit loudly; it never reads as a clean audit. A
+/// registered queue whose key holds a string answers XPENDING with WRONGTYPE: before, the audit
+/// took that for "nothing pending" and called the system consistent.
+#[tokio::test]
+async fn an_error_reading_redis_fails_the_audit_instead_of_passing_it() {
+    let server = RedisServer::start();
+    let mut raw = server.conn().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let stream = work_key("audited");
+    let _: () = raw.sadd(keys().queues(), &stream).await.unwrap();
+    let _: () = raw.set(&stream, "not a stream").await.unwrap();
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.inspector().audit(&|_: &str| {}),
+    )
+    .await
+    .expect("the audit answers")
+    .expect_err("an audit that could not read a queue is not clean");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    let (code, _, stderr) = hero_testkit::hero_cli(&server.url(), &["audit"]);
+    assert_ne!(code, 0, "hero audit exits non-zero");
+    assert!(stderr.contains("WRONGTYPE"), "and says why: {stderr}");
+}

@@ -212,14 +212,17 @@ impl Inspector {
                     .arg("WITHSCORES"),
             )
             .await?;
-        let deadlines: BTreeMap<String, u64> = deadlines
-            .into_iter()
-            .map(|(c, s)| (c, s.max(0.0) as u64))
-            .collect();
+        let who = pending::Liveness {
+            live,
+            deadlines: deadlines
+                .into_iter()
+                .map(|(c, s)| (c, s.max(0.0) as u64))
+                .collect(),
+            lease_ms,
+            now_ms: now,
+        };
         let streams = self.queue_streams().await?;
-        // every job id some stream entry names, and every pending entry id, per stream
-        let mut queued: HashSet<String> = HashSet::new();
-        let mut pending: HashSet<(String, String)> = HashSet::new();
+        let mut seen = pending::Seen::default();
         for (n, stream) in streams.iter().enumerate() {
             progress(&format!(
                 "queue {}/{}: {}",
@@ -227,35 +230,26 @@ impl Inspector {
                 streams.len(),
                 self.keys.queue_name(stream)
             ));
-            self.audit_stream(
-                stream,
-                &live,
-                &deadlines,
-                lease_ms,
-                now,
-                &mut queued,
-                &mut pending,
-                &mut report,
-            )
-            .await?;
+            self.audit_stream(stream, &who, &mut seen, &mut report)
+                .await?;
         }
         progress("job records");
-        self.audit_jobs(&queued, &pending, &mut report).await?;
+        self.audit_jobs(&seen.queued, &seen.pending, &mut report)
+            .await?;
         progress("delayed set, reply lists, dead letters");
         self.audit_rest(&mut report).await?;
         Ok(report)
     }
 }
 
-/// The job id a stream entry names (`j`), if any.
 impl Inspector {
-    /// The jobs a stream's entries name, read a page at a time; a key that is not a stream (or
-    /// is gone) names none.
-    pub(super) async fn stream_jobs(&self, stream: &str) -> HashSet<String> {
+    /// The jobs a stream's entries name, read a page at a time; a key that is gone names none,
+    /// and one that is not a stream (Redis answers WRONGTYPE) none either.
+    pub(super) async fn stream_jobs(&self, stream: &str) -> Result<HashSet<String>> {
         let mut jobs = HashSet::new();
         let mut start = "-".to_string();
         loop {
-            let page: Value = self
+            let page: Value = match self
                 .redis
                 .query(
                     redis::cmd("XRANGE")
@@ -266,8 +260,12 @@ impl Inspector {
                         .arg(PAGE),
                 )
                 .await
-                .unwrap_or(Value::Nil);
-            let entries = reply::array(&page).unwrap_or(&[]);
+            {
+                Ok(page) => page,
+                Err(crate::Error::Redis(e)) if e.code() == Some("WRONGTYPE") => return Ok(jobs),
+                Err(e) => return Err(e),
+            };
+            let entries = reply::array(&page)?;
             jobs.extend(entries.iter().filter_map(entry_job));
             let last = entries.last().and_then(|e| {
                 reply::array(e)
@@ -277,12 +275,19 @@ impl Inspector {
             });
             match last {
                 Some(last) if entries.len() == PAGE => start = format!("({last}"),
-                _ => return jobs,
+                _ => return Ok(jobs),
             }
         }
     }
 }
 
+/// Whether Redis answered that a stream has no consumer group (or is gone): a fact about the
+/// data, which the audit reads as nothing pending, not an error.
+pub(super) fn no_group(e: &crate::Error) -> bool {
+    matches!(e, crate::Error::Redis(r) if r.code() == Some("NOGROUP"))
+}
+
+/// The job id a stream entry names (`j`), if any.
 pub(super) fn entry_job(entry: &Value) -> Option<String> {
     let [_, fields] = reply::array(entry).ok()? else {
         return None;

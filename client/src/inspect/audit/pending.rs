@@ -1,159 +1,250 @@
 //! The audit's first half: the entries of one work stream (which jobs are queued there) and its
 //! pending entries, each joined with its job record and its owner's liveness and classified;
-//! and the consumers that hold nothing and belong to no live worker.
+//! and the consumers that hold nothing and belong to no live worker. Reading (`read_pending`,
+//! `consumers`) is apart from judging (`classify`, `idle_consumer`, pure and unit-tested), and
+//! an error reading Redis fails the audit: only the answers that describe the data (a stream
+//! without the group, a key of another type) are read as what they say.
 
 use std::collections::{BTreeMap, HashSet};
 
 use redis::Value;
 
-use super::{entry_job, AuditReport, Class, Finding, PAGE};
-use crate::error::Result;
+use super::{entry_job, no_group, AuditReport, Class, Finding, PAGE};
+use crate::error::{Error, Result};
 use crate::inspect::Inspector;
-use crate::keys::CONSUMER_GROUP;
+use crate::keys::{is_bridge_consumer, CONSUMER_GROUP};
 use crate::reply;
 
+/// Who is alive, as the audit saw it when it started.
+pub(super) struct Liveness {
+    /// Consumers whose worker's presence key is live.
+    pub live: HashSet<String>,
+    /// The liveness set: consumer → the deadline (ms) past which presence recovery takes its
+    /// jobs.
+    pub deadlines: BTreeMap<String, u64>,
+    /// The broker's lease (ms): idle recovery takes a delivery idle this long.
+    pub lease_ms: u64,
+    pub now_ms: u64,
+}
+
+/// What the audit gathers across streams for the cross-checks of the records.
+#[derive(Default)]
+pub(super) struct Seen {
+    /// Every job id some stream entry names.
+    pub queued: HashSet<String>,
+    /// Every (stream, pending entry id).
+    pub pending: HashSet<(String, String)>,
+}
+
+/// A job record as the audit reads it for a pending entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Record {
+    /// The entry names no job.
+    NoJob,
+    /// The job key holds another type: Redis's answer.
+    NotAHash(String),
+    /// `status` and `lease` (absent when the record is gone).
+    Fields {
+        status: Option<String>,
+        lease: Option<String>,
+    },
+}
+
+/// One pending entry with what the audit read about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct PendingRow {
+    pub id: String,
+    pub consumer: String,
+    pub idle_ms: u64,
+    pub deliveries: u64,
+    pub job: Option<String>,
+    pub record: Record,
+}
+
+/// What one pending entry is.
+pub(super) fn classify(stream: &str, row: &PendingRow, who: &Liveness) -> Finding {
+    let mut f = Finding::new(Class::Running, stream);
+    f.entry = Some(row.id.clone());
+    f.consumer = Some(row.consumer.clone());
+    f.idle_ms = Some(row.idle_ms);
+    f.deliveries = Some(row.deliveries);
+    f.job.clone_from(&row.job);
+    let consumer = row.consumer.as_str();
+    let (class, detail) = match &row.record {
+        Record::NoJob => (Class::Foreign, "the entry names no job".to_string()),
+        Record::NotAHash(e) => (Class::Foreign, format!("the job key is not a hash: {e}")),
+        Record::Fields { status: None, .. } => (Class::Missing, "no job record".to_string()),
+        Record::Fields {
+            status: Some(status),
+            lease,
+        } if status == "started" && lease.as_deref() == Some(row.id.as_str()) => {
+            if is_bridge_consumer(consumer) {
+                (Class::Bridge, String::new())
+            } else if who.live.contains(consumer) {
+                (Class::Running, String::new())
+            } else {
+                let detail = match who.deadlines.get(consumer) {
+                    Some(d) if *d <= who.now_ms => {
+                        "its worker's liveness lapsed: the next presence pass recovers it".into()
+                    }
+                    _ => format!(
+                        "idle recovery takes it in {} ms",
+                        who.lease_ms.saturating_sub(row.idle_ms)
+                    ),
+                };
+                (Class::Orphaned, detail)
+            }
+        }
+        Record::Fields {
+            status: Some(status),
+            ..
+        } if is_bridge_consumer(consumer) && status != "finished" && status != "error" => {
+            (Class::Bridge, String::new())
+        }
+        Record::Fields {
+            status: Some(status),
+            ..
+        } => (
+            Class::Stale,
+            format!("the job is {status}, and this is not its delivery"),
+        ),
+    };
+    f.class = class;
+    f.detail = detail;
+    f
+}
+
+/// A consumer that holds nothing and that no loop will delete: one still in the liveness set
+/// goes with the presence pass after its deadline (a worker killed holding nothing, a moment
+/// ago), which is in-flight state, not an inconsistency (the chaos soak's audit, run a second
+/// after its last kill, saw these).
+pub(super) fn idle_consumer(stream: &str, name: &str, held: u64, who: &Liveness) -> Option<Finding> {
+    if held != 0
+        || who.live.contains(name)
+        || who.deadlines.contains_key(name)
+        || is_bridge_consumer(name)
+    {
+        return None;
+    }
+    let mut f = Finding::new(Class::IdleConsumer, stream);
+    f.consumer = Some(name.to_string());
+    f.detail = "holds nothing and belongs to no live worker".into();
+    Some(f)
+}
+
 impl Inspector {
-    #[allow(clippy::too_many_arguments)]
+    /// Audits one work stream into `report`, noting what it saw in `seen`.
     pub(super) async fn audit_stream(
         &self,
         stream: &str,
-        live: &HashSet<String>,
-        deadlines: &BTreeMap<String, u64>,
-        lease_ms: u64,
-        now: u64,
-        queued: &mut HashSet<String>,
-        pending: &mut HashSet<(String, String)>,
+        who: &Liveness,
+        seen: &mut Seen,
         report: &mut AuditReport,
     ) -> Result<()> {
-        // the entries: which jobs are queued here
-        queued.extend(self.stream_jobs(stream).await);
-        // the pending entries, a page at a time
+        seen.queued.extend(self.stream_jobs(stream).await?);
         let mut from = "-".to_string();
         loop {
-            let v: Value = self
-                .redis
-                .query(
-                    redis::cmd("XPENDING")
-                        .arg(stream)
-                        .arg(CONSUMER_GROUP)
-                        .arg(&from)
-                        .arg("+")
-                        .arg(PAGE),
-                )
-                .await
-                .unwrap_or(Value::Nil);
-            let rows = reply::array(&v).unwrap_or(&[]).to_vec();
-            if rows.is_empty() {
-                break;
+            let rows = self.read_pending(stream, &from).await?;
+            for row in &rows {
+                seen.pending.insert((stream.to_string(), row.id.clone()));
+                report.findings.push(classify(stream, row, who));
             }
-            let mut pipe = redis::pipe();
-            let mut parsed = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let [id, consumer, idle, deliveries] = reply::array(r).unwrap_or(&[]) else {
-                    continue;
-                };
-                let id = reply::text(id)?;
-                pipe.cmd("XRANGE").arg(stream).arg(&id).arg(&id);
-                parsed.push((
-                    id,
-                    reply::text(consumer)?,
-                    reply::int(idle)?.max(0) as u64,
-                    reply::int(deliveries)?.max(0) as u64,
-                ));
+            match rows.last() {
+                Some(last) if rows.len() == PAGE => from = format!("({}", last.id),
+                _ => break,
             }
-            let entries = self.redis.pipeline(&pipe).await?;
-            let mut read = redis::pipe();
-            let mut jobs = Vec::with_capacity(parsed.len());
-            for r in entries {
-                let job = r
-                    .ok()
-                    .and_then(|v| reply::array(&v).ok()?.first().and_then(entry_job));
-                if let Some(j) = &job {
-                    read.cmd("HMGET")
-                        .arg(self.keys.job_unchecked(j))
-                        .arg(&["status", "lease"]);
-                }
-                jobs.push(job);
-            }
-            let mut records = self.redis.pipeline(&read).await?.into_iter();
-            for ((id, consumer, idle, deliveries), job) in parsed.iter().zip(jobs) {
-                pending.insert((stream.to_string(), id.clone()));
-                let mut f = Finding::new(Class::Running, stream);
-                f.entry = Some(id.clone());
-                f.consumer = Some(consumer.clone());
-                f.idle_ms = Some(*idle);
-                f.deliveries = Some(*deliveries);
-                f.job.clone_from(&job);
-                f.class = match job {
-                    None => {
-                        f.detail = "the entry names no job".into();
-                        Class::Foreign
-                    }
-                    Some(_) => match records.next() {
-                        Some(Err(e)) => {
-                            f.detail = format!("the job key is not a hash: {e}");
-                            Class::Foreign
-                        }
-                        Some(Ok(v)) => {
-                            let vals: Vec<Option<String>> =
-                                redis::from_redis_value(v).unwrap_or_default();
-                            let get = |i: usize| vals.get(i).cloned().flatten();
-                            match (get(0).as_deref(), get(1)) {
-                                (None, _) => {
-                                    f.detail = "no job record".into();
-                                    Class::Missing
-                                }
-                                (Some("started"), Some(lease)) if lease == *id => {
-                                    if crate::keys::is_bridge_consumer(consumer) {
-                                        Class::Bridge
-                                    } else if live.contains(consumer) {
-                                        Class::Running
-                                    } else {
-                                        f.detail = match deadlines.get(consumer) {
-                                            Some(d) if *d <= now => {
-                                                "its worker's liveness lapsed: the next presence pass recovers it".into()
-                                            }
-                                            _ => format!(
-                                                "idle recovery takes it in {} ms",
-                                                lease_ms.saturating_sub(*idle)
-                                            ),
-                                        };
-                                        Class::Orphaned
-                                    }
-                                }
-                                (Some(status), _)
-                                    if crate::keys::is_bridge_consumer(consumer)
-                                        && status != "finished"
-                                        && status != "error" =>
-                                {
-                                    Class::Bridge
-                                }
-                                (Some(status), _) => {
-                                    f.detail = format!(
-                                        "the job is {status}, and this is not its delivery"
-                                    );
-                                    Class::Stale
-                                }
-                            }
-                        }
-                        None => Class::Missing,
-                    },
-                };
-                report.findings.push(f);
-            }
-            if rows.len() < PAGE {
-                break;
-            }
-            from = format!(
-                "({}",
-                parsed.last().map(|p| p.0.clone()).unwrap_or_default()
-            );
         }
-        // consumers that hold nothing and belong to no live worker, and that no loop will
-        // delete: one still in the liveness set goes with the presence pass after its deadline
-        // (a worker killed holding nothing, a moment ago), which is in-flight state, not an
-        // inconsistency (the chaos soak's audit, run a second after its last kill, saw these)
-        let consumers: Value = self
+        for (name, held) in self.consumers(stream).await? {
+            report
+                .findings
+                .extend(idle_consumer(stream, &name, held, who));
+        }
+        Ok(())
+    }
+
+    /// One page of a stream's pending entries from `from`, each with the job its entry names
+    /// and that job's `status` and `lease`: three pipelined round trips a page.
+    async fn read_pending(&self, stream: &str, from: &str) -> Result<Vec<PendingRow>> {
+        let v: Value = match self
+            .redis
+            .query(
+                redis::cmd("XPENDING")
+                    .arg(stream)
+                    .arg(CONSUMER_GROUP)
+                    .arg(from)
+                    .arg("+")
+                    .arg(PAGE),
+            )
+            .await
+        {
+            Ok(v) => v,
+            Err(e) if no_group(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut rows = Vec::new();
+        let mut pipe = redis::pipe();
+        for r in reply::array(&v)? {
+            let [id, consumer, idle, deliveries] = reply::array(r)? else {
+                return Err(Error::Protocol(format!(
+                    "XPENDING of {stream} answered a row of another shape: {r:?}"
+                )));
+            };
+            let id = reply::text(id)?;
+            pipe.cmd("XRANGE").arg(stream).arg(&id).arg(&id);
+            rows.push(PendingRow {
+                id,
+                consumer: reply::text(consumer)?,
+                idle_ms: reply::int(idle)?.max(0) as u64,
+                deliveries: reply::int(deliveries)?.max(0) as u64,
+                job: None,
+                record: Record::NoJob,
+            });
+        }
+        if rows.is_empty() {
+            return Ok(rows);
+        }
+        let mut read = redis::pipe();
+        for (row, entry) in rows.iter_mut().zip(self.redis.pipeline(&pipe).await?) {
+            row.job = reply::array(&entry?)?.first().and_then(entry_job);
+            if let Some(j) = &row.job {
+                read.cmd("HMGET")
+                    .arg(self.keys.job_unchecked(j))
+                    .arg(&["status", "lease"]);
+            }
+        }
+        let mut records = self.redis.pipeline(&read).await?.into_iter();
+        for row in rows.iter_mut().filter(|r| r.job.is_some()) {
+            row.record = match records.next() {
+                Some(Ok(v)) => {
+                    let vals = reply::array(&v)?;
+                    let field = |i: usize| {
+                        vals.get(i)
+                            .filter(|v| !matches!(v, Value::Nil))
+                            .map(reply::text)
+                            .transpose()
+                    };
+                    Record::Fields {
+                        status: field(0)?,
+                        lease: field(1)?,
+                    }
+                }
+                Some(Err(Error::Redis(e))) if e.code() == Some("WRONGTYPE") => {
+                    Record::NotAHash(e.to_string())
+                }
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(Error::Protocol(
+                        "a pipeline of HMGETs answered fewer replies than it was sent".into(),
+                    ))
+                }
+            };
+        }
+        Ok(rows)
+    }
+
+    /// The consumers of a stream's group and how many entries each holds.
+    async fn consumers(&self, stream: &str) -> Result<Vec<(String, u64)>> {
+        let v: Value = match self
             .redis
             .query(
                 redis::cmd("XINFO")
@@ -162,24 +253,108 @@ impl Inspector {
                     .arg(CONSUMER_GROUP),
             )
             .await
-            .unwrap_or(Value::Nil);
-        for c in reply::array(&consumers).unwrap_or(&[]) {
-            let fields = reply::pairs(c.clone()).unwrap_or_default();
+        {
+            Ok(v) => v,
+            Err(e) if no_group(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for c in reply::array(&v)? {
+            let fields = reply::pairs(c.clone())?;
             let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            let (Some(name), Some(held)) = (get("name"), get("pending")) else {
-                continue;
-            };
-            if held == "0"
-                && !live.contains(&name)
-                && !deadlines.contains_key(&name)
-                && !crate::keys::is_bridge_consumer(&name)
-            {
-                let mut f = Finding::new(Class::IdleConsumer, stream);
-                f.consumer = Some(name);
-                f.detail = "holds nothing and belongs to no live worker".into();
-                report.findings.push(f);
+            if let (Some(name), Some(held)) = (get("name"), get("pending")) {
+                out.push((name, held.parse().unwrap_or(0)));
             }
         }
-        Ok(())
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who() -> Liveness {
+        Liveness {
+            live: ["w:live:1".to_string()].into(),
+            deadlines: [
+                ("w:lapsed:1".to_string(), 1_000),
+                ("w:live:1".to_string(), 99_000),
+                ("w:killed:1".to_string(), 50_000),
+            ]
+            .into(),
+            lease_ms: 30_000,
+            now_ms: 10_000,
+        }
+    }
+
+    fn row(consumer: &str, record: Record) -> PendingRow {
+        PendingRow {
+            id: "5-0".into(),
+            consumer: consumer.into(),
+            idle_ms: 4_000,
+            deliveries: 1,
+            job: Some("j1".into()),
+            record,
+        }
+    }
+
+    fn fields(status: Option<&str>, lease: Option<&str>) -> Record {
+        Record::Fields {
+            status: status.map(String::from),
+            lease: lease.map(String::from),
+        }
+    }
+
+    fn class(consumer: &str, record: Record) -> (Class, String) {
+        let f = classify("s", &row(consumer, record), &who());
+        (f.class, f.detail)
+    }
+
+    #[test]
+    fn a_started_job_of_its_delivery_runs_with_a_live_owner_or_is_orphaned() {
+        let started = || fields(Some("started"), Some("5-0"));
+        assert_eq!(class("w:live:1", started()).0, Class::Running);
+        let (c, d) = class("w:lapsed:1", started());
+        assert_eq!(c, Class::Orphaned);
+        assert!(d.contains("presence pass"), "{d}");
+        let (c, d) = class("w:gone:1", started());
+        assert_eq!(c, Class::Orphaned);
+        assert_eq!(d, "idle recovery takes it in 26000 ms");
+    }
+
+    #[test]
+    fn the_bridge_holds_what_its_legacy_actors_run() {
+        assert_eq!(class("bridge:actor_queue:osis", fields(Some("started"), Some("5-0"))).0, Class::Bridge);
+        assert_eq!(class("bridge:actor_queue:osis", fields(Some("dispatched"), None)).0, Class::Bridge);
+        assert_eq!(class("bridge:actor_queue:osis", fields(Some("finished"), None)).0, Class::Stale);
+    }
+
+    #[test]
+    fn an_entry_that_is_not_the_jobs_delivery_is_stale() {
+        let (c, d) = class("w:live:1", fields(Some("started"), Some("9-0")));
+        assert_eq!(c, Class::Stale);
+        assert_eq!(d, "the job is started, and this is not its delivery");
+        assert_eq!(class("w:live:1", fields(Some("finished"), Some("5-0"))).0, Class::Stale);
+    }
+
+    #[test]
+    fn an_entry_without_a_job_or_a_record_is_foreign_or_missing() {
+        assert_eq!(class("w:live:1", Record::NoJob).0, Class::Foreign);
+        let (c, d) = class("w:live:1", Record::NotAHash("WRONGTYPE".into()));
+        assert_eq!(c, Class::Foreign);
+        assert!(d.contains("not a hash"), "{d}");
+        assert_eq!(class("w:live:1", fields(None, None)).0, Class::Missing);
+    }
+
+    #[test]
+    fn a_consumer_holding_nothing_is_idle_only_when_nothing_will_delete_it() {
+        let who = who();
+        let idle = |name: &str, held: u64| idle_consumer("s", name, held, &who).map(|f| f.class);
+        assert_eq!(idle("w:gone:1", 0), Some(Class::IdleConsumer));
+        assert_eq!(idle("w:gone:1", 2), None, "it holds entries");
+        assert_eq!(idle("w:live:1", 0), None, "its worker is live");
+        assert_eq!(idle("w:killed:1", 0), None, "the presence pass deletes it");
+        assert_eq!(idle("bridge:actor_queue:osis", 0), None, "the bridge's");
     }
 }

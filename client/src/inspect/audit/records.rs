@@ -107,7 +107,7 @@ impl Inspector {
                     return Ok(false);
                 }
                 // a look at the whole stream again: an entry added since the first read
-                Ok(!self.stream_jobs(&f.key).await.contains(&job))
+                Ok(!self.stream_jobs(&f.key).await?.contains(&job))
             }
             Class::Unleased => {
                 let f2: Vec<Option<String>> = self
@@ -122,7 +122,7 @@ impl Inspector {
                 if f2.first().cloned().flatten().as_deref() != Some("started") || lease.is_empty() {
                     return Ok(false);
                 }
-                let p: Value = self
+                let p: Value = match self
                     .redis
                     .query(
                         redis::cmd("XPENDING")
@@ -133,8 +133,12 @@ impl Inspector {
                             .arg(1),
                     )
                     .await
-                    .unwrap_or(Value::Nil);
-                Ok(reply::array(&p).map(<[Value]>::is_empty).unwrap_or(true))
+                {
+                    Ok(p) => p,
+                    Err(e) if super::no_group(&e) => return Ok(true),
+                    Err(e) => return Err(e),
+                };
+                Ok(reply::array(&p)?.is_empty())
             }
             _ => Ok(true),
         }
