@@ -20,32 +20,32 @@ impl Job {
     /// optional fields as empty. The status is the function's to write.
     pub fn to_submit_fields(&self) -> Vec<(&'static str, String)> {
         let mut f: Vec<(&'static str, String)> = Vec::with_capacity(12);
-        f.push(("script", self.script.clone()));
+        f.push((F::Script.name(), self.script.clone()));
         if let Some(t) = &self.script_type {
-            f.push(("script_type", t.to_string()));
+            f.push((F::ScriptType.name(), t.to_string()));
         }
         if let Some(g) = &self.group {
-            f.push(("group", g.to_string()));
+            f.push((F::Group.name(), g.to_string()));
         }
         if let Some(i) = &self.instance {
-            f.push(("instance", i.to_string()));
+            f.push((F::Instance.name(), i.to_string()));
         }
         if self.priority != Priority::DEFAULT {
-            f.push(("priority", self.priority.to_string()));
+            f.push((F::Priority.name(), self.priority.to_string()));
         }
         if self.timeout != DEFAULT_TIMEOUT {
-            f.push(("timeout", self.timeout.as_secs().to_string()));
+            f.push((F::Timeout.name(), self.timeout.as_secs().to_string()));
         }
         if self.retries != 0 {
-            f.push(("retries", self.retries.to_string()));
+            f.push((F::Retries.name(), self.retries.to_string()));
         }
-        f.push(("created_at", self.created_at.clone()));
+        f.push((F::CreatedAt.name(), self.created_at.clone()));
         if self.updated_at != self.created_at {
-            f.push(("updated_at", self.updated_at.clone()));
+            f.push((F::UpdatedAt.name(), self.updated_at.clone()));
         }
         let optional = [
-            ("caller_id", &self.caller_id),
-            ("context_id", &self.context_id),
+            (F::CallerId.name(), &self.caller_id),
+            (F::ContextId.name(), &self.context_id),
         ];
         for (name, value) in optional {
             if !value.is_empty() {
@@ -53,34 +53,34 @@ impl Job {
             }
         }
         if self.concurrent {
-            f.push(("concurrent", "true".into()));
+            f.push((F::Concurrent.name(), "true".into()));
         }
         if let Some(p) = &self.log_path {
-            f.push(("log_path", p.clone()));
+            f.push((F::LogPath.name(), p.clone()));
         }
         if let Some(t) = &self.traceparent {
-            f.push(("traceparent", t.clone()));
+            f.push((F::TraceParent.name(), t.clone()));
         }
         if let Some(u) = &self.unique {
-            f.push(("unique", u.clone()));
+            f.push((F::Unique.name(), u.clone()));
         }
         if let Some(ttl) = self.unique_ttl {
-            f.push(("unique_ttl", ttl.as_millis().max(1).to_string()));
+            f.push((F::UniqueTtl.name(), ttl.as_millis().max(1).to_string()));
         }
         if !self.env_vars.is_empty() {
-            f.push(("env_vars", json(&self.env_vars)));
+            f.push((F::EnvVars.name(), json(&self.env_vars)));
         }
         for (name, list) in [
-            ("prerequisites", &self.prerequisites),
-            ("dependents", &self.dependents),
-            ("tags", &self.tags),
+            (F::Prerequisites.name(), &self.prerequisites),
+            (F::Dependents.name(), &self.dependents),
+            (F::Tags.name(), &self.tags),
         ] {
             if !list.is_empty() {
                 f.push((name, json(list)));
             }
         }
         if self.reply {
-            f.push(("reply", "1".into()));
+            f.push((F::Reply.name(), "1".into()));
         }
         f
     }
@@ -107,21 +107,14 @@ impl Job {
         K: AsRef<str>,
         V: Into<String>,
     {
-        let err = |field: &str, reason: String| DecodeError {
-            key: key.to_string(),
-            field: field.to_string(),
-            reason,
-        };
-        // One slot per known field rather than a map of every name: a worker decodes a record
-        // per job, and the map's allocations were a tenth of its CPU in the worker benchmark.
-        let mut slots: [Option<String>; FIELD_NAMES.len()] = std::array::from_fn(|_| None);
+        let mut r = Slots::new(key);
         let mut any = false;
         let mut unknown: Option<String> = None;
         for (k, v) in fields {
             any = true;
             let k = k.as_ref();
-            match field_slot(k) {
-                Some(i) => slots[i] = Some(v.into()),
+            match F::of(k) {
+                Some(f) => r.values[f as usize] = Some(v.into()),
                 // the bridge's bookkeeping, and extensions (`x_...`, `x-...`) a producer added
                 None if IGNORED_FIELDS.contains(&k)
                     || k.starts_with("x_")
@@ -132,100 +125,58 @@ impl Job {
             }
         }
         if !any {
-            return Err(err(
-                "id",
-                "is missing: the hash is empty or does not exist".into(),
-            ));
+            return Err(r.err(F::Id, "is missing: the hash is empty or does not exist"));
         }
-        let mut take = |f: F| slots[f as usize].take();
-        let required =
-            |name: &str, v: Option<String>| v.ok_or_else(|| err(name, "is missing".to_string()));
         let key_id = key.rsplit(':').next().unwrap_or(key);
-        let id = match take(F::Id) {
+        let id = match r.take(F::Id) {
             None => JobId::new(key_id).map_err(|e| {
-                err(
-                    "id",
-                    format!("is missing, and the key's own id is not valid: {e}"),
-                )
+                r.err(F::Id, format!("is missing, and the key's own id is not valid: {e}"))
             })?,
             Some(id_raw) => {
-                let id = JobId::new(&id_raw).map_err(|e| err("id", e.to_string()))?;
+                let id = JobId::new(&id_raw).map_err(|e| r.err(F::Id, e))?;
                 if id_raw != key_id {
-                    return Err(err(
-                        "id",
-                        format!("is {id_raw:?}, which is not this key's job id"),
-                    ));
+                    return Err(r.err(F::Id, format!("is {id_raw:?}, which is not this key's job id")));
                 }
                 id
             }
         };
-        let status_raw = required("status", take(F::Status))?;
+        let status_raw = r.required(F::Status)?;
         let status = Status::parse(&status_raw).ok_or_else(|| {
-            err("status", format!("is {status_raw:?}; expected one of waiting, dispatched, started, finished, error"))
+            r.err(F::Status, format!("is {status_raw:?}; expected one of waiting, dispatched, started, finished, error"))
         })?;
-        let script = required("script", take(F::Script))?;
-        fn nonempty(v: Option<String>) -> Option<String> {
-            v.filter(|s| !s.is_empty())
-        }
-        let script_type = nonempty(take(F::ScriptType))
-            .map(|s| ScriptType::new(s).map_err(|e| err("script_type", e.to_string())))
-            .transpose()?;
-        let group = nonempty(take(F::Group))
-            .map(|s| GroupName::new(s).map_err(|e| err("group", e.to_string())))
-            .transpose()?;
-        let instance = nonempty(take(F::Instance))
-            .map(|s| InstanceName::new(s).map_err(|e| err("instance", e.to_string())))
-            .transpose()?;
-        let priority = match take(F::Priority).filter(|s| !s.is_empty()) {
+        let script = r.required(F::Script)?;
+        let script_type = r.parsed(F::ScriptType, ScriptType::new)?;
+        let group = r.parsed(F::Group, GroupName::new)?;
+        let instance = r.parsed(F::Instance, InstanceName::new)?;
+        let priority = match r.nonempty(F::Priority) {
             None => Priority::DEFAULT,
             Some(s) => s
                 .parse::<u8>()
                 .ok()
                 .and_then(|n| Priority::new(n).ok())
-                .ok_or_else(|| err("priority", format!("is {s:?}; expected 0 to 9")))?,
+                .ok_or_else(|| r.err(F::Priority, format!("is {s:?}; expected 0 to 9")))?,
         };
-        let number = |name: &str, v: Option<String>| -> Result<Option<u64>, DecodeError> {
-            match v.filter(|s| !s.is_empty()) {
-                None => Ok(None),
-                Some(s) => s
-                    .parse::<u64>()
-                    .map(Some)
-                    .map_err(|_| err(name, format!("is {s:?}; expected a whole number"))),
-            }
-        };
-        let timeout = number("timeout", take(F::Timeout))?
+        let timeout = r
+            .number(F::Timeout)?
             .map(Duration::from_secs)
             .unwrap_or(DEFAULT_TIMEOUT);
-        let retries = number("retries", take(F::Retries))?.unwrap_or(0) as u32;
-        let written_attempts = number("attempts", take(F::Attempts))?;
-        let run_at_ms = number("run_at", take(F::RunAt))?;
-        let prerequisites_left = number("deps_left", take(F::DepsLeft))?.unwrap_or(0) as u32;
-        let unique_ttl = number("unique_ttl", take(F::UniqueTtl))?.map(Duration::from_millis);
-        let concurrent = match take(F::Concurrent).as_deref() {
+        let retries = r.number(F::Retries)?.unwrap_or(0) as u32;
+        let written_attempts = r.number(F::Attempts)?;
+        let run_at_ms = r.number(F::RunAt)?;
+        let prerequisites_left = r.number(F::DepsLeft)?.unwrap_or(0) as u32;
+        let unique_ttl = r.number(F::UniqueTtl)?.map(Duration::from_millis);
+        let concurrent = match r.take(F::Concurrent).as_deref() {
             None | Some("" | "false" | "0") => false,
             Some("true" | "1") => true,
             Some(other) => {
-                return Err(err(
-                    "concurrent",
-                    format!("is {other:?}; expected true or false"),
-                ))
+                return Err(r.err(F::Concurrent, format!("is {other:?}; expected true or false")))
             }
         };
-        let reply = matches!(take(F::Reply).as_deref(), Some("1"));
-        let timestamp = |name: &str, v: Option<String>| -> Result<Option<String>, DecodeError> {
-            match v.filter(|s| !s.is_empty()) {
-                None => Ok(None),
-                Some(s) if clock::is_iso(&s) => Ok(Some(s)),
-                Some(s) => Err(err(
-                    name,
-                    format!("is {s:?}; expected an ISO 8601 timestamp"),
-                )),
-            }
-        };
-        let created_at = timestamp("created_at", take(F::CreatedAt))?.unwrap_or_default();
-        let written_update = timestamp("updated_at", take(F::UpdatedAt))?;
-        let started_at = timestamp("started_at", take(F::StartedAt))?;
-        let finished_at = timestamp("finished_at", take(F::FinishedAt))?;
+        let reply = matches!(r.take(F::Reply).as_deref(), Some("1"));
+        let created_at = r.timestamp(F::CreatedAt)?.unwrap_or_default();
+        let written_update = r.timestamp(F::UpdatedAt)?;
+        let started_at = r.timestamp(F::StartedAt)?;
+        let finished_at = r.timestamp(F::FinishedAt)?;
         // a first delivery writes no count (docs/protocol.md): a record that started, or ended
         // after it started, without one made one attempt; one handed back before it finished is
         // queued again with none counted
@@ -247,43 +198,37 @@ impl Job {
                     latest
                 }
             });
-        let env_vars = match take(F::EnvVars).filter(|s| !s.is_empty()) {
+        let env_vars = match r.nonempty(F::EnvVars) {
             None => BTreeMap::new(),
             Some(s) => serde_json::from_str::<BTreeMap<String, String>>(&s)
-                .map_err(|e| err("env_vars", format!("is not a JSON object of strings: {e}")))?,
+                .map_err(|e| r.err(F::EnvVars, format!("is not a JSON object of strings: {e}")))?,
         };
-        let mut list = |f: F| -> Result<Vec<String>, DecodeError> {
-            let name = FIELD_NAMES[f as usize];
-            match take(f).filter(|s| !s.is_empty()) {
-                None => Ok(Vec::new()),
-                Some(s) => serde_json::from_str::<Vec<String>>(&s)
-                    .map_err(|e| err(name, format!("is not a JSON array of strings: {e}"))),
-            }
-        };
-        let mut prerequisites = list(F::Prerequisites)?;
+        let mut prerequisites = r.list(F::Prerequisites)?;
         // seed 001 documents `dependencies` as well: the same meaning as prerequisites
-        for extra in list(F::Dependencies)? {
+        for extra in r.list(F::Dependencies)? {
             if !prerequisites.contains(&extra) {
                 prerequisites.push(extra);
             }
         }
-        let dependents = list(F::Dependents)?;
-        let tags = list(F::Tags)?;
-        let mut text = |f: F| take(f).unwrap_or_default();
-        let caller_id = text(F::CallerId);
-        let context_id = text(F::ContextId);
-        let worker_id = text(F::WorkerId);
-        let opt = |s: String| if s.is_empty() { None } else { Some(s) };
-        let log_path = opt(text(F::LogPath));
-        let traceparent = opt(text(F::TraceParent));
-        let unique = opt(text(F::Unique));
-        let output = opt(text(F::Output));
-        let error = opt(text(F::Error));
-        let lease = opt(text(F::Lease));
-        let entry = opt(text(F::Entry));
-        let payload = take(F::Payload).map(String::into_bytes);
+        let dependents = r.list(F::Dependents)?;
+        let tags = r.list(F::Tags)?;
+        let caller_id = r.take(F::CallerId).unwrap_or_default();
+        let context_id = r.take(F::ContextId).unwrap_or_default();
+        let worker_id = r.take(F::WorkerId).unwrap_or_default();
+        let log_path = r.nonempty(F::LogPath);
+        let traceparent = r.nonempty(F::TraceParent);
+        let unique = r.nonempty(F::Unique);
+        let output = r.nonempty(F::Output);
+        let error = r.nonempty(F::Error);
+        let lease = r.nonempty(F::Lease);
+        let entry = r.nonempty(F::Entry);
+        let payload = r.take(F::Payload).map(String::into_bytes);
         if let Some(field) = unknown {
-            return Err(err(&field, "is not a field of the job record".to_string()));
+            return Err(DecodeError {
+                key: key.to_string(),
+                field,
+                reason: "is not a field of the job record".to_string(),
+            });
         }
         Ok(Job {
             id,
@@ -324,91 +269,158 @@ impl Job {
     }
 }
 
-/// Every field the decoder reads; its discriminant is its slot, and its name is at that index
-/// of [`FIELD_NAMES`].
-#[derive(Clone, Copy)]
-enum F {
-    Id,
-    Status,
-    Script,
-    ScriptType,
-    Group,
-    Instance,
-    Priority,
-    Timeout,
-    Retries,
-    Attempts,
-    RunAt,
-    Concurrent,
-    Reply,
-    CreatedAt,
-    UpdatedAt,
-    StartedAt,
-    FinishedAt,
-    EnvVars,
-    Prerequisites,
-    Dependencies,
-    Dependents,
-    Tags,
-    CallerId,
-    ContextId,
-    WorkerId,
-    LogPath,
-    TraceParent,
-    Unique,
-    UniqueTtl,
-    Output,
-    Error,
-    Lease,
-    Entry,
-    Payload,
-    DepsLeft,
+/// The one table of the record's fields: the enum the decoder reads them by (its discriminant
+/// is the field's slot) and each one's name in the hash, written once each.
+macro_rules! record_fields {
+    ($($variant:ident => $name:literal,)*) => {
+        /// Every field the decoder reads.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        enum F {
+            $($variant,)*
+        }
+
+        impl F {
+            /// How many fields the record has.
+            const COUNT: usize = [$($name,)*].len();
+
+            /// Every field, in slot order.
+            #[cfg(test)]
+            const ALL: [F; F::COUNT] = [$(F::$variant,)*];
+
+            /// The field's name in the hash.
+            fn name(self) -> &'static str {
+                match self {
+                    $(F::$variant => $name,)*
+                }
+            }
+
+            /// The field a name is, if it is one of the record's.
+            fn of(name: &str) -> Option<F> {
+                match name {
+                    $($name => Some(F::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-const FIELD_NAMES: [&str; 35] = [
-    "id",
-    "status",
-    "script",
-    "script_type",
-    "group",
-    "instance",
-    "priority",
-    "timeout",
-    "retries",
-    "attempts",
-    "run_at",
-    "concurrent",
-    "reply",
-    "created_at",
-    "updated_at",
-    "started_at",
-    "finished_at",
-    "env_vars",
-    "prerequisites",
-    "dependencies",
-    "dependents",
-    "tags",
-    "caller_id",
-    "context_id",
-    "worker_id",
-    "log_path",
-    "traceparent",
-    "unique",
-    "unique_ttl",
-    "output",
-    "error",
-    "lease",
-    "entry",
-    "payload",
-    "deps_left",
-];
+record_fields! {
+    Id => "id",
+    Status => "status",
+    Script => "script",
+    ScriptType => "script_type",
+    Group => "group",
+    Instance => "instance",
+    Priority => "priority",
+    Timeout => "timeout",
+    Retries => "retries",
+    Attempts => "attempts",
+    RunAt => "run_at",
+    Concurrent => "concurrent",
+    Reply => "reply",
+    CreatedAt => "created_at",
+    UpdatedAt => "updated_at",
+    StartedAt => "started_at",
+    FinishedAt => "finished_at",
+    EnvVars => "env_vars",
+    Prerequisites => "prerequisites",
+    Dependencies => "dependencies",
+    Dependents => "dependents",
+    Tags => "tags",
+    CallerId => "caller_id",
+    ContextId => "context_id",
+    WorkerId => "worker_id",
+    LogPath => "log_path",
+    TraceParent => "traceparent",
+    Unique => "unique",
+    UniqueTtl => "unique_ttl",
+    Output => "output",
+    Error => "error",
+    Lease => "lease",
+    Entry => "entry",
+    Payload => "payload",
+    DepsLeft => "deps_left",
+}
 
 /// The legacy bridge's bookkeeping (docs/protocol.md): part of the record, of no use to a
 /// handler.
 const IGNORED_FIELDS: [&str; 3] = ["bridge", "bridge_stop", "bridge_taken"];
 
-fn field_slot(name: &str) -> Option<usize> {
-    FIELD_NAMES.iter().position(|f| *f == name)
+/// The values of one record by field, each taken once, and the decoding of each form with an
+/// error naming the key and the field. One slot per known field rather than a map of every
+/// name: a worker decodes a record per job, and the map's allocations were a tenth of its CPU
+/// in the worker benchmark.
+struct Slots<'k> {
+    key: &'k str,
+    values: [Option<String>; F::COUNT],
+}
+
+impl<'k> Slots<'k> {
+    fn new(key: &'k str) -> Slots<'k> {
+        Slots {
+            key,
+            values: std::array::from_fn(|_| None),
+        }
+    }
+
+    fn err(&self, f: F, reason: impl ToString) -> DecodeError {
+        DecodeError {
+            key: self.key.to_string(),
+            field: f.name().to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn take(&mut self, f: F) -> Option<String> {
+        self.values[f as usize].take()
+    }
+
+    /// The value, when present and not empty (an empty optional field reads as absent).
+    fn nonempty(&mut self, f: F) -> Option<String> {
+        self.take(f).filter(|s| !s.is_empty())
+    }
+
+    fn required(&mut self, f: F) -> Result<String, DecodeError> {
+        self.take(f).ok_or_else(|| self.err(f, "is missing"))
+    }
+
+    /// A checked name (script type, group, instance).
+    fn parsed<T, E: ToString>(
+        &mut self,
+        f: F,
+        parse: impl FnOnce(String) -> Result<T, E>,
+    ) -> Result<Option<T>, DecodeError> {
+        self.nonempty(f)
+            .map(|s| parse(s).map_err(|e| self.err(f, e)))
+            .transpose()
+    }
+
+    fn number(&mut self, f: F) -> Result<Option<u64>, DecodeError> {
+        match self.nonempty(f) {
+            None => Ok(None),
+            Some(s) => s
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| self.err(f, format!("is {s:?}; expected a whole number"))),
+        }
+    }
+
+    fn timestamp(&mut self, f: F) -> Result<Option<String>, DecodeError> {
+        match self.nonempty(f) {
+            None => Ok(None),
+            Some(s) if clock::is_iso(&s) => Ok(Some(s)),
+            Some(s) => Err(self.err(f, format!("is {s:?}; expected an ISO 8601 timestamp"))),
+        }
+    }
+
+    fn list(&mut self, f: F) -> Result<Vec<String>, DecodeError> {
+        match self.nonempty(f) {
+            None => Ok(Vec::new()),
+            Some(s) => serde_json::from_str::<Vec<String>>(&s)
+                .map_err(|e| self.err(f, format!("is not a JSON array of strings: {e}"))),
+        }
+    }
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {
@@ -449,6 +461,16 @@ mod tests {
             .collect();
         fields.push(("status".into(), "dispatched".into()));
         Job::from_fields(&key(j.id.as_str()), fields).unwrap()
+    }
+
+    #[test]
+    fn the_field_table_reads_each_name_back_to_its_field() {
+        for f in F::ALL {
+            assert_eq!(F::of(f.name()), Some(f));
+        }
+        assert_eq!(F::of("bridge"), None);
+        let names: std::collections::HashSet<&str> = F::ALL.iter().map(|f| f.name()).collect();
+        assert_eq!(names.len(), F::COUNT, "no name twice");
     }
 
     #[test]
