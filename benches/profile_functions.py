@@ -38,10 +38,20 @@ def library():
     return open(LIBRARY).read()
 
 
+def version():
+    return re.search(r"^local VERSION = '([^']+)'", library(), re.M).group(1)
+
+
 def fn(name):
     """The registered name of a function of the shipped library's version."""
-    version = re.search(r"^local VERSION = '([^']+)'", library(), re.M).group(1)
-    return f"hero_v{version}_{name}"
+    return f"hero_v{version()}_{name}"
+
+
+def complete_head(ids):
+    """hero_complete's arguments before the per-job ones: since protocol 26 the sixth is the
+    queue policies' retention per job ('' here: no policy)."""
+    head = ["workers", ISO, 0, ids, "g:a:1"]
+    return head + [""] if int(version()) >= 26 else head
 
 
 def free_port():
@@ -87,7 +97,7 @@ def cycle(r, streams, view):
     record = dict(zip(records[0][::2], records[0][1::2]))
     answers = r.fcall(fn("complete"), 9, "hero:meta:delayed", "hero:meta:config", "hero:meta:retention",
                       "hero:meta:events", "hero:meta:stats", "hero:meta:queues", "hero:job:" + job, STREAM,
-                      "hero:q:reply:" + job, "workers", ISO, 0, job, "g:a:1", jobs[1], "done", "", 0, job,
+                      "hero:q:reply:" + job, *complete_head(job), jobs[1], "done", "", 0, job,
                       record.get("reply", ""), 1)
     assert answers == ["completed"], answers
     yield "complete", answers
@@ -224,7 +234,7 @@ def main():
         for b in range(0, len(fetched), complete_batch):
             keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events",
                     "hero:meta:stats", "hero:meta:queues"]
-            argv = ["workers", ISO, 0, " ".join(job for _, _, job in fetched[b:b + complete_batch]), "g:a:1"]
+            argv = complete_head(" ".join(job for _, _, job in fetched[b:b + complete_batch]))
             for _, entry, job in fetched[b:b + complete_batch]:
                 keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job]
                 argv += [entry, "done", "", 0, job, records[job].get("reply", ""), 1]

@@ -1,5 +1,5 @@
-#!lua name=hero_v25
-local VERSION = '25'
+#!lua name=hero_v26
+local VERSION = '26'
 -- hero function library: shared helpers used by the functions that follow.
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
@@ -1374,10 +1374,13 @@ end
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
 -- ARGV[5] consumer name (for the event log)
---   then per job i: ARGV[6+7i] lease (the delivery's entry id)  ARGV[7+7i] outcome
---   ARGV[8+7i] output or error text  ARGV[9+7i] retry-at ms  ARGV[10+7i] job id
---   ARGV[11+7i] the job's `reply` field as read with the record ('' when it has none)
---   ARGV[12+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
+-- ARGV[6] retention per job: `<i> <ms>` pairs joined by spaces ('' when no job has one), the
+--   TTL (PEXPIRE) a job of index i (from 0) gets in this call when it ends here: its queue
+--   policy keeps ended jobs shorter than the broker's retention
+--   then per job i: ARGV[7+7i] lease (the delivery's entry id)  ARGV[8+7i] outcome
+--   ARGV[9+7i] output or error text  ARGV[10+7i] retry-at ms  ARGV[11+7i] job id
+--   ARGV[12+7i] the job's `reply` field as read with the record ('' when it has none)
+--   ARGV[13+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried), 'again' (retried at retry-at whatever the record's
@@ -1413,14 +1416,14 @@ local function hero_complete(keys, args)
   local consumer = args[5]
   local st = stats(keys[5], now_iso)
   local n = (#keys - 6) / 3
-  if n ~= math.floor(n) or #args ~= 5 + 7 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 5 arguments, then 3 keys and 7 arguments per job')
+  if n ~= math.floor(n) or #args ~= 6 + 7 * n then
+    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job')
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
   local streams, batches = {}, {}
   for i = 0, n - 1 do
-    local outcome = args[7 + 7 * i]
+    local outcome = args[8 + 7 * i]
     if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' and outcome ~= 'again' then
       return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
     end
@@ -1432,7 +1435,13 @@ local function hero_complete(keys, args)
       streams[#streams + 1] = stream
     end
     local k = #b.ids + 1
-    b.ids[k], b.jobs[k] = args[6 + 7 * i], i
+    b.ids[k], b.jobs[k] = args[7 + 7 * i], i
+  end
+  -- the queue policies' retention, by job index: parsed only when a job of the batch has one
+  local keep = nil
+  if args[6] ~= '' then
+    keep = {}
+    for i, ms in string.gmatch(args[6], '(%d+) (%d+)') do keep[tonumber(i)] = ms end
   end
   local answers = {}
   -- the jobs this call ends (key, id, finished), collected only while some job has dependents
@@ -1447,10 +1456,10 @@ local function hero_complete(keys, args)
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
       local a = 7 * i
-      local job_key, outcome, text = keys[7 + 3 * i], args[7 + a], args[8 + a]
+      local job_key, outcome, text = keys[7 + 3 * i], args[8 + a], args[9 + a]
       local answer
       if not all_held then
-        local lease = args[6 + a]
+        local lease = args[7 + a]
         -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
         -- the whole batch of other workers' jobs with it
         local f = redis.pcall('HMGET', job_key, 'status', 'lease')
@@ -1477,14 +1486,14 @@ local function hero_complete(keys, args)
           end
         end
         if retried then
-          local retry_at, job_id = args[9 + a], args[10 + a]
+          local retry_at, job_id = args[10 + a], args[11 + a]
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
           redis.call('ZADD', delayed, retry_at, job_id)
           answer = 'retrying'
           retries = retries + 1
           log_event(log, 'retried', job_id, stream, consumer, nil, text, retry_at)
-        elseif not answer and outcome == 'done' and args[11 + a] == '' then
+        elseif not answer and outcome == 'done' and args[12 + a] == '' then
           -- a success no one waits on, the common case, is written here: through finish it costs
           -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
           local w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
@@ -1492,26 +1501,26 @@ local function hero_complete(keys, args)
             answer = 'lease_lost'
           else
             answer = 'completed'
-            finished[#finished + 1] = args[10 + a]
+            finished[#finished + 1] = args[11 + a]
             if ek then
               local e = #ek + 1
-              ek[e], ei[e], eo[e] = job_key, args[10 + a], true
+              ek[e], ei[e], eo[e] = job_key, args[11 + a], true
             end
           end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
-          if finish(job_key, args[10 + a], keys[9 + 3 * i], cfg, status, text, args[11 + a], now_iso) then
+          if finish(job_key, args[11 + a], keys[9 + 3 * i], cfg, status, text, args[12 + a], now_iso) then
             answer = 'completed'
             if ek then
               local e = #ek + 1
-              ek[e], ei[e], eo[e] = job_key, args[10 + a], status == 'finished'
+              ek[e], ei[e], eo[e] = job_key, args[11 + a], status == 'finished'
             end
             if status == 'finished' then
-              finished[#finished + 1] = args[10 + a]
+              finished[#finished + 1] = args[11 + a]
             else
               failed = failed + 1
-              log_event(log, 'error', args[10 + a], stream, consumer, nil, text)
+              log_event(log, 'error', args[11 + a], stream, consumer, nil, text)
             end
           else
             answer = 'lease_lost'
@@ -1519,7 +1528,8 @@ local function hero_complete(keys, args)
         end
       end
       answers[i + 1] = answer
-      local ran = tonumber(args[12 + a])
+      if keep and keep[i] and answer == 'completed' then redis.call('PEXPIRE', job_key, keep[i]) end
+      local ran = tonumber(args[13 + a])
       if ran and (answer == 'completed' or answer == 'retrying') then
         -- sampled inline: a Lua call per job costs more than the sample
         runs = runs or histogram(st, stream, 'run')
@@ -2442,20 +2452,20 @@ local function hero_cron(keys, args)
   return { 'claimed', after }
 end
 
-redis.register_function{function_name='hero_v25_version', callback=hero_version, flags={'no-writes'}}
-redis.register_function('hero_v25_submit', hero_submit)
-redis.register_function('hero_v25_fetch', hero_fetch)
-redis.register_function('hero_v25_complete', hero_complete)
-redis.register_function('hero_v25_renew', hero_renew)
-redis.register_function('hero_v25_stop', hero_stop)
-redis.register_function('hero_v25_recover', hero_recover)
-redis.register_function('hero_v25_promote', hero_promote)
-redis.register_function('hero_v25_bridge_in', hero_bridge_in)
-redis.register_function('hero_v25_bridge_out', hero_bridge_out)
-redis.register_function('hero_v25_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v25_expire', hero_expire)
-redis.register_function('hero_v25_dead', hero_dead)
-redis.register_function('hero_v25_requeue', hero_requeue)
-redis.register_function('hero_v25_fix', hero_fix)
-redis.register_function('hero_v25_pause', hero_pause)
-redis.register_function('hero_v25_cron', hero_cron)
+redis.register_function{function_name='hero_v26_version', callback=hero_version, flags={'no-writes'}}
+redis.register_function('hero_v26_submit', hero_submit)
+redis.register_function('hero_v26_fetch', hero_fetch)
+redis.register_function('hero_v26_complete', hero_complete)
+redis.register_function('hero_v26_renew', hero_renew)
+redis.register_function('hero_v26_stop', hero_stop)
+redis.register_function('hero_v26_recover', hero_recover)
+redis.register_function('hero_v26_promote', hero_promote)
+redis.register_function('hero_v26_bridge_in', hero_bridge_in)
+redis.register_function('hero_v26_bridge_out', hero_bridge_out)
+redis.register_function('hero_v26_bridge_watch', hero_bridge_watch)
+redis.register_function('hero_v26_expire', hero_expire)
+redis.register_function('hero_v26_dead', hero_dead)
+redis.register_function('hero_v26_requeue', hero_requeue)
+redis.register_function('hero_v26_fix', hero_fix)
+redis.register_function('hero_v26_pause', hero_pause)
+redis.register_function('hero_v26_cron', hero_cron)

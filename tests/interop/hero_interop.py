@@ -23,7 +23,7 @@ import redis
 
 NS = "hero"
 GROUP = "workers"  # the consumer group of every work stream
-VERSION = "25"  # the protocol version this peer speaks: its functions are hero_v25_<name>
+VERSION = "26"  # the protocol version this peer speaks: its functions are hero_v26_<name>
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "hero-library.lua")
 
 
@@ -139,7 +139,7 @@ def worker(r, args):
             ran_ms = int((time.time() - began) * 1000)
             keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:meta:retention", f"{NS}:meta:events",
                     f"{NS}:meta:stats", f"{NS}:meta:queues", f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
-            argv = [GROUP, iso(), 0, job_id, consumer, entry, "done", output, 0, job_id, record.get("reply", ""),
+            argv = [GROUP, iso(), 0, job_id, consumer, "", entry, "done", output, 0, job_id, record.get("reply", ""),
                     ran_ms]
             answer = r.fcall(fn("complete"), len(keys), *keys, *argv)[0]
             say(f"completion {job_id} {answer}")

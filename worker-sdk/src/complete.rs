@@ -81,28 +81,6 @@ pub(crate) async fn run(
     while calls.join_next().await.is_some() {}
 }
 
-/// Gives the jobs this batch ended in queues with a retention policy their TTL (one pipeline for
-/// the batch, only when some job has one): a queue may keep its ended jobs shorter than the
-/// broker's retention, which deletes the rest.
-async fn expire_by_policy(s: &Shared, sent: &[Finished], answers: &[Completion]) {
-    let mut pipe = redis::pipe();
-    let mut any = false;
-    for (f, c) in sent.iter().zip(answers) {
-        if let (Some(ms), Completion::Completed) = (f.retention_ms, c) {
-            pipe.cmd("PEXPIRE")
-                .arg(s.keys.job(&f.job_id))
-                .arg(ms)
-                .ignore();
-            any = true;
-        }
-    }
-    if any {
-        if let Err(e) = s.redis.pipeline(&pipe).await {
-            tracing::warn!(error = %e, "queue retention not applied; the broker's retention deletes these jobs");
-        }
-    }
-}
-
 /// A fetch sent with a completion: its answer, the streams it named, where its jobs report.
 type Fused = (
     hero_client::Result<redis::Value>,
@@ -172,6 +150,9 @@ async fn record(
             reply: &f.reply,
         };
         outcomes.push(held, ending, text, retry_at, Some(f.ran));
+        if let Some(ms) = f.retention_ms {
+            outcomes.expire_after(ms);
+        }
         sent.push(f);
     }
     if sent.is_empty() {
@@ -217,7 +198,6 @@ async fn record(
             Vec::new()
         }
     };
-    expire_by_policy(&s, &sent, &answers).await;
     for (f, completion) in sent.into_iter().zip(answers) {
         s.inflight.remove(&f.job_id);
         metrics::counter!("hero_worker_completions_total", "result" => completion.as_str())

@@ -70,6 +70,8 @@ pub struct CompleteBatch<'a> {
     ids: String,
     /// The worker's consumer name, for the event log.
     consumer: String,
+    /// `<job index> <ms>` pairs: the TTL each such job gets when this call ends it.
+    retention: String,
 }
 
 impl<'a> CompleteBatch<'a> {
@@ -84,6 +86,7 @@ impl<'a> CompleteBatch<'a> {
             job_keys: Vec::new(),
             job_args: Vec::new(),
             ids: String::new(),
+            retention: String::new(),
         }
     }
 
@@ -117,6 +120,17 @@ impl<'a> CompleteBatch<'a> {
         self.ids.push_str(d.id.as_str());
     }
 
+    /// The job pushed last expires `ms` after this call ends it (its queue policy's retention,
+    /// shorter than the broker's), in the same call: nothing is left to a second command.
+    pub fn expire_after(&mut self, ms: u64) {
+        if let Some(last) = self.len().checked_sub(1) {
+            if !self.retention.is_empty() {
+                self.retention.push(' ');
+            }
+            self.retention.push_str(&format!("{last} {ms}"));
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.job_keys.len() / JOB_KEYS.len()
     }
@@ -141,7 +155,8 @@ impl<'a> CompleteBatch<'a> {
             .arg("now ISO 8601", &self.now_iso)
             .arg("'1' when the server has XACKDEL", &self.xackdel)
             .arg("the batch's job ids joined", &self.ids)
-            .arg("consumer name", &self.consumer);
+            .arg("consumer name", &self.consumer)
+            .arg("retention per job", &self.retention);
         for (i, a) in self.job_args.iter().enumerate() {
             c.arg(JOB_ARGS[i % JOB_ARGS.len()], a);
         }

@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "25"
+        "26"
     };
 }
 

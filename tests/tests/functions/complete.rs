@@ -86,6 +86,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
         .arg("0")
         .arg("bc")
         .arg("g:a:1")
+        .arg("")
         .arg(&lost)
         .arg("explode")
         .arg("x")
@@ -298,4 +299,51 @@ async fn failed_job_is_parked_for_retry_while_budget_lasts() {
     assert!(score.is_some());
     let status: String = raw.hget(job_key("r"), "status").await.unwrap();
     assert_eq!(status, "waiting");
+}
+
+/// A queue policy's retention is applied by the completion itself (protocol 26): a job the
+/// call ends gets its TTL in that call; a job retried, a job without one, or a delivery whose
+/// lease was lost gets none. Before, the worker sent a second, non-atomic PEXPIRE after the
+/// call, which a worker killed between the two never sent.
+#[tokio::test]
+async fn the_call_that_ends_a_job_gives_it_its_queue_retention() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (stream, kept) = submit_and_fetch(&c, "ka").await;
+    let (_, plain) = submit_and_fetch(&c, "kb").await;
+    let (_, retried) = submit_and_fetch(&c, "kc").await;
+    let mut raw = server.conn().await;
+    // kc may run again: a budget of one retry
+    let _: () = raw.hset(job_key("kc"), "retries", "1").await.unwrap();
+    let now = clock::now_iso();
+    let mut outcomes = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag(), "g:a:1");
+    let ids = ["ka", "kb", "kc", "kd"].map(|s| JobId::new(s).unwrap());
+    let retry_at = clock::now_ms() + 60_000;
+    let held = |i: usize, lease: &'static str| Leased { id: &ids[i], stream: &stream, lease, reply: "" };
+    let kept: &'static str = Box::leak(kept.into_boxed_str());
+    let plain: &'static str = Box::leak(plain.into_boxed_str());
+    let retried: &'static str = Box::leak(retried.into_boxed_str());
+    outcomes.push(held(0, kept), Ending::Done, "out", 0, None);
+    outcomes.expire_after(60_000);
+    outcomes.push(held(1, plain), Ending::Done, "out", 0, None);
+    outcomes.push(held(2, retried), Ending::Fail, "boom", retry_at, None);
+    outcomes.expire_after(60_000);
+    outcomes.push(held(3, "0-9"), Ending::Done, "never", 0, None);
+    outcomes.expire_after(60_000);
+    let v: redis::Value = c.redis().query(&outcomes.call()).await.expect("complete");
+    let answers = Completion::decode_many(&v, 4).expect("decode complete");
+    assert_eq!(
+        answers,
+        [Completion::Completed, Completion::Completed, Completion::Retrying, Completion::LeaseLost]
+    );
+    let ttl = |raw: &mut redis::aio::MultiplexedConnection, id: &str| {
+        let key = job_key(id);
+        let mut raw = raw.clone();
+        async move { redis::cmd("PTTL").arg(key).query_async::<i64>(&mut raw).await.unwrap() }
+    };
+    let t = ttl(&mut raw, "ka").await;
+    assert!((50_000..=60_000).contains(&t), "the ended job expires after its queue's retention: {t}");
+    assert_eq!(ttl(&mut raw, "kb").await, -1, "a job of a queue without one keeps no TTL");
+    assert_eq!(ttl(&mut raw, "kc").await, -1, "a retried job is not ended");
+    assert_eq!(ttl(&mut raw, "kd").await, -2, "nothing is made for a lost delivery");
 }
