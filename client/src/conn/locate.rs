@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, Value};
 
+use super::node::{client_for, redacted};
+use super::tls::Tls;
 use crate::error::{Error, Result};
 
 /// How long a Sentinel or a cluster seed may take to answer one question.
@@ -52,7 +54,7 @@ impl Endpoint {
         let bad = |why: &str| {
             Error::InvalidInput(format!(
                 "{}: {why}. Write redis://host:port, redis+sentinel://host:port,host:port/<master name>, or redis+cluster://host:port,host:port",
-                super::redacted(url)
+                redacted(url)
             ))
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
@@ -113,7 +115,8 @@ impl Endpoint {
 
     /// The URL of the master now: asked of the Sentinels or the cluster (`key` is any key of
     /// the namespace: its slot decides the node), or the URL itself.
-    pub(crate) async fn master(&self, key: &str, client_for: &ClientFor<'_>) -> Result<String> {
+    pub(crate) async fn master(&self, key: &str, tls: &Tls) -> Result<String> {
+        let client_for = |u: &str| client_for(u, tls);
         match self {
             Endpoint::Direct(url) => Ok(url.clone()),
             Endpoint::Sentinel {
@@ -146,12 +149,10 @@ impl Endpoint {
     }
 }
 
-/// Builds the redis-rs client for a node's URL (with the TLS certificates, if any).
-pub(crate) type ClientFor<'a> = dyn Fn(&str) -> Result<redis::Client> + Send + Sync + 'a;
 
 fn no_master(node: &NodeUrl, asked: &[String], why: Vec<String>) -> Error {
     Error::Unreachable {
-        url: super::redacted(&node.at(&asked.join(","))),
+        url: redacted(&node.at(&asked.join(","))),
         reason: format!("no master found ({})", why.join("; ")),
     }
 }

@@ -1,28 +1,39 @@
-//! Connections to Redis: one shared multiplexed connection (redis-rs's `ConnectionManager`,
-//! which pipelines concurrent calls on one socket and reconnects after a failure) for ordinary
-//! commands, a pool (deadpool-redis) of connections for blocking ones (BLPOP, XREAD BLOCK) so
-//! they never stall others,
-//! what the server can do (asked of it, not guessed from its version), and calls that reload the
-//! function library when a restarted Redis lost it. Behind a Sentinel or in a cluster the
-//! handle follows the namespace's master (`locate`): a call that finds its node gone, turned
-//! replica or redirected asks where the master is now and is sent there.
+//! Connections to Redis: the `Redis` handle every call goes through. From a URL to a live
+//! connection, top to bottom (`Redis::open`):
+//!
+//! 1. `locate::Endpoint::parse`: what the URL names: one server, a set of Sentinels and the
+//!    master they watch, or a cluster's seeds.
+//! 2. `Endpoint::master`: which node is the namespace's master now (asked of the Sentinels or
+//!    the cluster; the URL's own server otherwise).
+//! 3. `node::Node::connect`: the connections to that node: the lane (`crate::wire`) for calls
+//!    and pipelines over plain TCP, a multiplexed redis-rs `ConnectionManager` for TLS and
+//!    transactions, and a deadpool pool for blocking commands (BLPOP, XREAD BLOCK), so a block
+//!    never stalls the others.
+//! 4. `Redis::probe`: what the server can do (asked of it, not guessed from its version), and
+//!    the function library loaded when it is missing.
+//!
+//! Afterwards a call that finds its node gone, turned replica or redirected relocates (steps
+//! 2 and 3 again) and is sent again; one that finds the library gone (a restarted Redis)
+//! reloads it first.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncConnectionConfig, FromRedisValue, RetryMethod, Value};
+use redis::aio::ConnectionManager;
+use redis::{FromRedisValue, RetryMethod, Value};
 
 use crate::error::{Error, Result};
 use crate::function;
-use crate::wire::Lane;
 
 mod blocking;
 mod locate;
+mod node;
 mod tls;
 
 pub use blocking::Blocking;
 use locate::Endpoint;
+use node::{Node, MAX_BLOCK, POOL_WAIT};
+pub use node::redacted;
 pub use tls::Tls;
 
 /// What the server supports beyond Redis 7.0, detected with COMMAND INFO, and how it persists.
@@ -73,17 +84,6 @@ struct Place {
     relocating: tokio::sync::Mutex<()>,
 }
 
-/// The connections to one server.
-struct Node {
-    url: String,
-    shared: ConnectionManager,
-    /// Connections for blocking commands, each lent to one waiter at a time.
-    blocking: deadpool_redis::Pool,
-    /// Where `query` and `pipeline` go when the server is reached over plain TCP (see
-    /// [`crate::wire`]); None: through `shared`.
-    lane: Option<Arc<Lane>>,
-}
-
 /// Replicated acknowledgements: with `wanted` above 0 every call that writes (an FCALL, not an
 /// FCALL_RO) is followed in the same round trip by `WAIT wanted timeout` (with `fsync`,
 /// `WAITAOF 1 wanted timeout`: on disk here and on that many replicas, Redis 7.2+), and
@@ -95,17 +95,8 @@ pub struct Replicas {
     pub fsync: bool,
 }
 
-/// How long one command may take before the connection is considered broken. Generous:
-/// a pipelined batch of thousands of calls on a loaded server is still a few ms.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// The longest block a pooled connection serves (its response timeout is this plus
-/// [`RESPONSE_TIMEOUT`]).
-const MAX_BLOCK: Duration = Duration::from_secs(10);
 /// Connections for blocking commands per handle, unless configured.
 pub const DEFAULT_POOL_SIZE: usize = 16;
-/// How long a blocking waiter waits for a pooled connection before it fails.
-const POOL_WAIT: Duration = Duration::from_secs(5);
 /// How long connecting waits for a server that is loading its data.
 const LOADING_WAIT: Duration = Duration::from_secs(60);
 /// Sends of one call: the first, and again after a reconnect, a relocation, a redirect or a
@@ -147,9 +138,7 @@ impl Redis {
                 redacted(url)
             )));
         }
-        let master = endpoint
-            .master(slot_key, &|u: &str| client_for(u, tls))
-            .await?;
+        let master = endpoint.master(slot_key, tls).await?;
         let node = Node::connect(&master, tls, pool_size).await?;
         let place = Place {
             endpoint,
@@ -298,10 +287,7 @@ impl Redis {
         let master = match (to, &place.endpoint) {
             (Some(addr), Endpoint::Cluster { node, .. }) => node.at(addr),
             _ => {
-                place
-                    .endpoint
-                    .master(&place.slot_key, &|u: &str| client_for(u, &place.tls))
-                    .await?
+                place.endpoint.master(&place.slot_key, &place.tls).await?
             }
         };
         if master == failed.url {
@@ -447,107 +433,6 @@ impl Redis {
     }
 }
 
-impl Node {
-    async fn connect(url: &str, tls: &Tls, pool_size: usize) -> Result<Node> {
-        let client = client_for(url, tls)?;
-        // the pool's connections are made from the same connection info (TLS included); each
-        // lent connection is checked with a PING, which a blocking wait of seconds can afford
-        let manager = deadpool_redis::Manager::new_with_config(
-            client.get_connection_info().clone(),
-            AsyncConnectionConfig::new()
-                .set_response_timeout(Some(MAX_BLOCK + RESPONSE_TIMEOUT))
-                .set_connection_timeout(Some(CONNECT_TIMEOUT)),
-        )
-        .map_err(|e| unreachable(url, e.to_string()))?;
-        let blocking = deadpool_redis::Pool::builder(manager)
-            .max_size(pool_size)
-            .wait_timeout(Some(POOL_WAIT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .recycle_timeout(Some(CONNECT_TIMEOUT))
-            .runtime(deadpool_redis::Runtime::Tokio1)
-            .build()
-            .map_err(|e| unreachable(url, e.to_string()))?;
-        // No pool: a pool would check every connection it hands out with a PING round trip,
-        // doubling the latency of each call, while one multiplexed socket already carries any
-        // number of concurrent calls.
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(2));
-        let shared = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(|e| unreachable(url, e.to_string()))?;
-        let lane = Lane::for_server(
-            client.get_connection_info(),
-            CONNECT_TIMEOUT,
-            RESPONSE_TIMEOUT,
-        );
-        Ok(Node {
-            url: url.to_string(),
-            shared,
-            blocking,
-            lane: lane.map(Arc::new),
-        })
-    }
-
-    async fn send<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        match &self.lane {
-            Some(lane) => {
-                let mut replies = lane.request(cmd.get_packed_command(), 1).await?;
-                let reply = replies.pop().unwrap_or(Value::Nil);
-                Ok(redis::from_redis_value(reply.extract_error()?)?)
-            }
-            None => cmd.query_async(&mut self.shared.clone()).await,
-        }
-    }
-
-    async fn send_pipeline(
-        &self,
-        pipe: &redis::Pipeline,
-    ) -> redis::RedisResult<Vec<redis::RedisResult<Value>>> {
-        match &self.lane {
-            // a transaction answers in a shape of its own: redis-rs unpacks it
-            Some(lane) if !pipe.is_transaction() => Ok(lane
-                .request(pipe.get_packed_pipeline(), pipe.len())
-                .await?
-                .into_iter()
-                .map(Value::extract_error)
-                .collect()),
-            _ => {
-                let mut pipe = pipe.clone();
-                pipe.ignore_errors();
-                pipe.query_async(&mut self.shared.clone()).await
-            }
-        }
-    }
-}
-
-/// The redis-rs client for one server's URL, with the certificates for `rediss://`.
-fn client_for(url: &str, tls: &Tls) -> Result<redis::Client> {
-    if tls.is_empty() {
-        redis::Client::open(url)
-    } else {
-        redis::Client::build_with_tls(url, tls.certificates()?)
-    }
-    .map_err(|e| unreachable(url, e.to_string()))
-}
-
-fn unreachable(url: &str, reason: String) -> Error {
-    // a refused certificate is not an unreachable server: say what to fix
-    if reason.contains("certificate") || reason.contains("UnknownIssuer") {
-        Error::Tls {
-            url: redacted(url),
-            reason,
-        }
-    } else {
-        Error::Unreachable {
-            url: redacted(url),
-            reason,
-        }
-    }
-}
-
 fn log_relocation(r: Result<()>) {
     if let Err(e) = r {
         tracing::warn!(error = %e, "could not find the namespace's master yet");
@@ -579,24 +464,14 @@ fn broken(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal()
 }
 
-/// The URL with its user and password masked, for messages and `hero config show`.
-pub fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn url_password_is_redacted_in_messages() {
         assert_eq!(
-            super::redacted("redis://u:secret@h:1/0"),
+            super::node::redacted("redis://u:secret@h:1/0"),
             "redis://***@h:1/0"
         );
-        assert_eq!(super::redacted("redis://h:1"), "redis://h:1");
+        assert_eq!(super::node::redacted("redis://h:1"), "redis://h:1");
     }
 }
