@@ -1,6 +1,7 @@
-//! The broker's repairs: several brokers at once do no double work; XAUTOCLAIM recovers a
-//! delivery idle past the lease even while its worker's presence lives; delayed jobs are
-//! promoted when due.
+//! The broker's repairs: several brokers at once do no double work; the idle pass (XPENDING
+//! IDLE, then XCLAIM of each entry not the bridge's: see ARCHITECTURE.md, Broker loops, for
+//! why not XAUTOCLAIM) recovers a delivery idle past the lease even while its worker's
+//! presence lives; delayed jobs are promoted when due.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
