@@ -14,7 +14,7 @@ use crate::job::{Job, Placement, Status, PLACEMENT_FIELDS};
 use crate::keys::Keyspace;
 use crate::name::{ConsumerName, JobId, Namespace};
 use crate::new_job::NewJob;
-use crate::reply::SubmitReply;
+use crate::function::SubmitReply;
 
 /// Connection options.
 #[derive(Clone, Debug)]

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::function;
 use crate::keys::Keyspace;
 use crate::new_job::NewJob;
-use crate::reply::SubmitReply;
+use crate::function::SubmitReply;
 
 /// Jobs per shared call: the size producers' own batches use.
 pub const MAX_BATCH: usize = 50;

@@ -8,7 +8,7 @@ use crate::conn::Redis;
 use crate::error::Result;
 use crate::function::{self, Recovery};
 use crate::keys::Keyspace;
-use crate::reply::Recovered;
+use crate::function::Recovered;
 
 /// Entries one call looks at: enough to make the call worth its cost, few enough to keep it
 /// short (Redis runs nothing else meanwhile).

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
-use hero_client::reply::FetchReply;
+use hero_client::function::FetchReply;
 use hero_client::{Client, Job, NewJob, Status};
 use hero_testkit::keys;
 use hero_testkit::{binary, wait_for, InProcBroker, InProcWorker, Proc, RedisServer};

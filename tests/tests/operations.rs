@@ -200,7 +200,7 @@ async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
         .await;
     assert_eq!(
         ran,
-        ("d1".to_string(), hero_client::reply::Completion::Completed)
+        ("d1".to_string(), hero_client::function::Completion::Completed)
     );
     w.stop().await;
     let job = client.get(&JobId::new("d1").unwrap()).await.unwrap();
@@ -267,7 +267,7 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
         "0",
     );
     let v: redis::Value = client.redis().query(&fetch).await.unwrap();
-    let leased = hero_client::reply::FetchReply::decode(&v).unwrap();
+    let leased = hero_client::function::FetchReply::decode(&v).unwrap();
     let lease = leased.jobs[0].entry.clone();
     let moved = json(&url, &["requeue", "r1", "--type", "rb"]);
     assert_eq!(
@@ -295,8 +295,8 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
     );
     let v: redis::Value = client.redis().query(&late.call()).await.unwrap();
     assert_eq!(
-        hero_client::reply::Completion::decode_many(&v, 1).unwrap(),
-        [hero_client::reply::Completion::LeaseLost],
+        hero_client::function::Completion::decode_many(&v, 1).unwrap(),
+        [hero_client::function::Completion::LeaseLost],
         "the revoked delivery records nothing"
     );
     assert_eq!(

@@ -270,7 +270,7 @@ async fn group_commit_on_a_durable_redis_keeps_precedence_the_concurrency_bound_
             .await;
         assert_eq!(
             completion,
-            hero_client::reply::Completion::Completed,
+            hero_client::function::Completion::Completed,
             "{id}"
         );
         assert!(recorded.insert(id.clone()), "{id} recorded twice");

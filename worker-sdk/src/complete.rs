@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hero_client::function::{CompleteBatch, Ending, Leased};
-use hero_client::reply::Completion;
+use hero_client::function::Completion;
 use hero_client::clock;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;

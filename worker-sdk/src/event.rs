@@ -1,7 +1,7 @@
 //! What a worker reports to the program embedding it: [`WorkerEvent`], for logs, tests and
 //! dashboards of its own.
 
-use hero_client::reply::Completion;
+use hero_client::function::Completion;
 use hero_client::JobId;
 
 use crate::inflight::CancelReason;
@@ -28,7 +28,7 @@ pub enum WorkerEvent {
         reason: CancelReason,
     },
     /// A stream entry was not run: `missing` (names no job hash), `foreign` (its job key is not
-    /// a hash), `stale`, `legacy`, or `invalid_id` (see [`hero_client::reply::Dropped`]). The
+    /// a hash), `stale`, `legacy`, or `invalid_id` (see [`hero_client::function::Dropped`]). The
     /// id is what the entry named, which need not be a valid [`JobId`].
     Dropped {
         job_id: String,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hero_client::function;
-use hero_client::reply::FetchReply;
+use hero_client::function::FetchReply;
 use redis::Value;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;

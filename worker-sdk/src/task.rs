@@ -5,7 +5,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use hero_client::reply::Delivery;
+use hero_client::function::Delivery;
 use hero_client::{Job, JobId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tracing::Instrument;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use hero_client::function;
-use hero_client::reply::Expired;
+use hero_client::function::Expired;
 use hero_client::Client;
 use redis::Value;
 use tokio_util::sync::CancellationToken;

@@ -4,6 +4,9 @@
 use super::{Call, Function};
 use crate::keys::{Keyspace, CONSUMER_GROUP};
 use crate::name::JobId;
+use redis::Value;
+use crate::error::{Error, Result};
+use crate::reply::{array, text};
 
 /// How a delivery ended, as `hero_complete` takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +60,7 @@ const JOB_ARGS: [&str; 7] = [
 ];
 
 /// One `hero_complete` call recording a batch of outcomes (decode its reply with
-/// [`crate::reply::Completion::decode_many`], one answer per [`CompleteBatch::push`]).
+/// [`crate::function::Completion::decode_many`], one answer per [`CompleteBatch::push`]).
 pub struct CompleteBatch<'a> {
     keys: &'a Keyspace,
     now_iso: String,
@@ -161,5 +164,56 @@ impl<'a> CompleteBatch<'a> {
             c.arg(JOB_ARGS[i % JOB_ARGS.len()], a);
         }
         c
+    }
+}
+
+// The reply: decoded here, beside the call that asks for it, and nowhere else.
+/// What `hero_complete` did with one delivery's outcome (SPEC §4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// This delivery's result is the recorded one.
+    Completed,
+    /// The job goes back to the delayed set for another attempt.
+    Retrying,
+    /// The job had already ended (for example it was stopped).
+    AlreadyCompleted,
+    /// Another delivery owns the job now; this result was not recorded.
+    LeaseLost,
+}
+
+impl Completion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Completion::Completed => "completed",
+            Completion::Retrying => "retrying",
+            Completion::AlreadyCompleted => "already_completed",
+            Completion::LeaseLost => "lease_lost",
+        }
+    }
+
+    pub fn decode(v: &Value) -> Result<Self> {
+        let s = text(v)?;
+        [
+            Completion::Completed,
+            Completion::Retrying,
+            Completion::AlreadyCompleted,
+            Completion::LeaseLost,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+        .ok_or_else(|| Error::protocol(format!("hero_complete answered {s:?}")))
+    }
+
+    /// The answers of a batched `hero_complete`, one per job; `expected` is how many it
+    /// recorded.
+    pub fn decode_many(v: &Value, expected: usize) -> Result<Vec<Self>> {
+        let items = array(v)?;
+        if items.len() != expected {
+            return Err(Error::protocol(format!(
+                "hero_complete answered {} results for {expected} jobs",
+                items.len()
+            )));
+        }
+        items.iter().map(Completion::decode).collect()
     }
 }

@@ -4,9 +4,12 @@ use std::time::Duration;
 
 use super::{Call, Function};
 use crate::keys::Keyspace;
+use redis::Value;
+use crate::error::{Error, Result};
+use crate::reply::{array, int};
 
 /// Deletes the jobs of at most `entries` retention entries older than `retention`; decode the
-/// reply with [`crate::reply::Expired::decode`].
+/// reply with [`crate::function::Expired::decode`].
 pub fn expire(keys: &Keyspace, retention: Duration, entries: usize) -> Call {
     let mut c = Call::new(Function::Expire, 1);
     c.key("retention stream", keys.retention());
@@ -17,4 +20,31 @@ pub fn expire(keys: &Keyspace, retention: Duration, entries: usize) -> Call {
         )
         .arg("most entries", entries);
     c
+}
+
+// The reply: decoded here, beside the call that asks for it, and nowhere else.
+/// What `hero_expire` did in one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Retention entries taken (and deleted).
+    pub entries: u64,
+    /// Jobs deleted.
+    pub jobs: u64,
+    /// More entries were due than the call took.
+    pub more: bool,
+}
+
+impl Expired {
+    pub fn decode(v: &Value) -> Result<Self> {
+        match array(v)? {
+            [e, j, m] => Ok(Expired {
+                entries: int(e)? as u64,
+                jobs: int(j)? as u64,
+                more: int(m)? != 0,
+            }),
+            _ => Err(Error::protocol(
+                "hero_expire reply is not {entries, jobs, more}",
+            )),
+        }
+    }
 }

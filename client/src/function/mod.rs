@@ -32,19 +32,19 @@ mod header_check;
 pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
-pub use complete::{CompleteBatch, Ending, Leased};
+pub use complete::{Completion, CompleteBatch, Ending, Leased};
 pub use cron::cron;
 pub use dead::{dead, DeadAction};
-pub use expire::expire;
-pub use fetch::{fetch, fetch_limited, fetch_with, RegistryCursor};
+pub use expire::{expire, Expired};
+pub use fetch::{fetch, fetch_limited, fetch_with, Delivery, Dropped, FetchReply, RegistryCursor, RegistryView};
 pub use fix::{fix, Repair};
 pub use pause::pause;
 pub use promote::promote;
-pub use recover::{recover, Recovery};
-pub use renew::renew;
+pub use recover::{recover, Recovered, Recovery};
+pub use renew::{renew, Renewal};
 pub use requeue::requeue;
 pub use stop::stop;
-pub use submit::submit;
+pub use submit::{submit, SubmitReply};
 
 use redis::aio::ConnectionLike;
 

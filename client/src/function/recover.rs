@@ -3,6 +3,9 @@
 use super::{Call, Function};
 use crate::clock;
 use crate::keys::{Keyspace, CONSUMER_GROUP};
+use redis::Value;
+use crate::error::{Error, Result};
+use crate::reply::{array, int, text};
 
 /// Which deliveries of a stream one `hero_recover` call takes back.
 #[derive(Clone, Copy, Debug)]
@@ -18,7 +21,7 @@ pub enum Recovery<'a> {
 }
 
 /// One call over `stream` from `cursor` ('0-0' to start), at most `count` entries; decode the
-/// reply with [`crate::reply::Recovered::decode`]. `xackdel` is
+/// reply with [`crate::function::Recovered::decode`]. `xackdel` is
 /// [`crate::Capabilities::xackdel_flag`]. The `recovery` module runs the cursor to its end.
 pub fn recover(
     keys: &Keyspace,
@@ -55,4 +58,31 @@ pub fn recover(
         .arg("now ISO 8601", clock::now_iso())
         .arg("'1' when XACKDEL", xackdel);
     c
+}
+
+// The reply: decoded here, beside the call that asks for it, and nowhere else.
+/// What `hero_recover` did in one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub requeued: u64,
+    pub dead: u64,
+    pub dropped: u64,
+    /// `0-0` when the pass is done.
+    pub cursor: String,
+}
+
+impl Recovered {
+    pub fn decode(v: &Value) -> Result<Self> {
+        match array(v)? {
+            [r, d, x, c] => Ok(Recovered {
+                requeued: int(r)? as u64,
+                dead: int(d)? as u64,
+                dropped: int(x)? as u64,
+                cursor: text(c)?,
+            }),
+            _ => Err(Error::protocol(
+                "hero_recover reply is not {requeued, dead, dropped, cursor}",
+            )),
+        }
+    }
 }

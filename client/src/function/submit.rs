@@ -3,9 +3,12 @@
 use super::{Call, Function};
 use crate::keys::{Keyspace, CONSUMER_GROUP};
 use crate::new_job::NewJob;
+use redis::Value;
+use crate::error::{Error, Result};
+use crate::reply::{array, text};
 
 /// One call for all of `jobs`; `reply` asks for a run-and-wait reply. Decode the answer with
-/// [`crate::reply::SubmitReply::decode_many`].
+/// [`crate::function::SubmitReply::decode_many`].
 pub fn submit(keys: &Keyspace, jobs: &[NewJob], reply: bool) -> Call {
     let mut c = Call::new(Function::Submit, key_count(jobs));
     for (label, k) in submit_keys(keys, jobs) {
@@ -60,5 +63,41 @@ pub(super) fn push_jobs(c: &mut Call, jobs: &[NewJob], reply: bool) {
         if let Some(bytes) = payload {
             c.rest("payload").rest(bytes);
         }
+    }
+}
+
+// The reply: decoded here, beside the call that asks for it, and nowhere else.
+/// `hero_submit`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubmitReply {
+    /// False when the id existed already, or the submit was a duplicate (nothing was written).
+    pub created: bool,
+    /// The job's status now (the holder's, for a duplicate).
+    pub status: String,
+    /// The job holding the submit's uniqueness key, when it was a duplicate.
+    pub duplicate_of: Option<String>,
+}
+
+impl SubmitReply {
+    /// The answers of a batched `hero_submit`, one per job (kind, status pairs in one list).
+    pub fn decode_many(v: &Value, expected: usize) -> Result<Vec<Self>> {
+        let items = array(v)?;
+        if items.len() != 2 * expected {
+            return Err(Error::protocol(format!(
+                "hero_submit answered {} values for {expected} jobs; expected a kind and a status each",
+                items.len()
+            )));
+        }
+        items
+            .chunks(2)
+            .map(|c| {
+                let kind = text(&c[0])?;
+                Ok(SubmitReply {
+                    created: kind == "created",
+                    status: text(&c[1])?,
+                    duplicate_of: kind.strip_prefix("duplicate:").map(str::to_string),
+                })
+            })
+            .collect()
     }
 }
