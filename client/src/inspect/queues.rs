@@ -155,7 +155,8 @@ impl Inspector {
         Ok(names)
     }
 
-    /// Every registered queue, sorted by name.
+    /// Every registered queue, sorted by name: one round trip for the stats hashes and each
+    /// stream's gauges, one for the oldest waiting entries.
     pub async fn queues(&self) -> Result<Vec<QueueStats>> {
         let streams = self.queue_streams().await?;
         let paused: std::collections::HashSet<String> = self
@@ -168,90 +169,65 @@ impl Inspector {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(self.keys.stats());
         for m in 1..=RATE_MINUTES {
-            let at = clock::iso(now.saturating_sub(m * 60_000));
             pipe.cmd("HGETALL")
-                .arg(self.keys.stats_minute(&at));
+                .arg(self.keys.stats_minute(&clock::iso(now.saturating_sub(m * 60_000))));
         }
         for s in &streams {
-            pipe.cmd("XLEN").arg(s);
-            pipe.cmd("XPENDING").arg(s).arg(CONSUMER_GROUP);
-            pipe.cmd("XINFO").arg("GROUPS").arg(s);
+            Gauges::ask(&mut pipe, s);
         }
         let mut replies = self.redis.pipeline(&pipe).await?.into_iter();
-        let mut next = || replies.next().unwrap_or(Ok(Value::Nil));
+        let mut next = || {
+            replies.next().unwrap_or_else(|| {
+                Err(crate::Error::protocol(
+                    "a pipeline answered fewer replies than it was sent",
+                ))
+            })
+        };
         let totals = by_stream(next()?)?;
-        let mut rates: HashMap<String, u64> = HashMap::new();
+        let mut done: HashMap<String, u64> = HashMap::new();
         for _ in 1..=RATE_MINUTES {
             for (stream, s) in by_stream(next()?)? {
-                *rates.entry(stream).or_default() += s.done();
+                *done.entry(stream).or_default() += s.done();
             }
         }
         let mut queues = Vec::with_capacity(streams.len());
         let mut last_delivered = Vec::with_capacity(streams.len());
         for stream in &streams {
-            // a stream deleted or broken by hand answers errors: it reads as empty
-            let len = next()
-                .ok()
-                .and_then(|v| reply::int(&v).ok())
-                .unwrap_or(0)
-                .max(0) as u64;
-            let running = next()
-                .ok()
-                .and_then(|v| {
-                    reply::array(&v)
-                        .ok()?
-                        .first()
-                        .and_then(|n| reply::int(n).ok())
-                })
-                .unwrap_or(0)
-                .max(0) as u64;
-            let groups = next().unwrap_or(Value::Nil);
-            let mut lag: Option<u64> = None;
-            let mut last = None;
-            for g in reply::array(&groups).unwrap_or(&[]) {
-                let fields = reply::array(g).unwrap_or(&[]);
-                let get = |k: &str| {
-                    fields
-                        .chunks(2)
-                        .find(|kv| {
-                            kv.first().and_then(|f| reply::text(f).ok()).as_deref() == Some(k)
-                        })
-                        .and_then(|kv| kv.get(1))
-                };
-                if get("name").and_then(|v| reply::text(v).ok()).as_deref() != Some(CONSUMER_GROUP)
-                {
-                    continue;
-                }
-                lag = get("lag")
-                    .and_then(|v| reply::int(v).ok())
-                    .map(|n| n.max(0) as u64);
-                last = get("last-delivered-id").and_then(|v| reply::text(v).ok());
-            }
+            let g = Gauges::decode(next(), next(), next());
             let mut q = QueueStats {
                 name: self.keys.queue_name(stream),
                 stream: stream.clone(),
-                waiting: lag.unwrap_or_else(|| len.saturating_sub(running)),
-                running,
-                done_per_minute: *rates.get(stream).unwrap_or(&0) as f64 / RATE_MINUTES as f64,
+                waiting: g.lag.unwrap_or_else(|| g.len.saturating_sub(g.running)),
+                running: g.running,
+                done_per_minute: *done.get(stream).unwrap_or(&0) as f64 / RATE_MINUTES as f64,
                 paused: paused.contains(stream),
                 ..QueueStats::default()
             };
             if let Some(t) = totals.get(stream) {
-                q.finished = t.finished;
-                q.failed = t.failed;
-                q.retried = t.retried;
-                q.recovered = t.recovered;
-                q.dead = t.dead;
-                q.delayed = t.delayed;
-                q.wait = t.wait.clone();
-                q.run = t.run.clone();
+                q.add_totals(t);
             }
             queues.push(q);
-            last_delivered.push(last);
+            last_delivered.push(g.last_delivered);
         }
-        // the oldest waiting job: the first entry after the group's last delivered one
+        self.oldest_waiting(&mut queues, &last_delivered, now)
+            .await?;
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(queues)
+    }
+
+    /// Each queue's oldest waiting job's age: the first entry after its group's last delivered
+    /// one (one XRANGE each, in one round trip).
+    async fn oldest_waiting(
+        &self,
+        queues: &mut [QueueStats],
+        last_delivered: &[Option<String>],
+        now: u64,
+    ) -> Result<()> {
+        if queues.is_empty() {
+            return Ok(());
+        }
         let mut pipe = redis::pipe();
-        for (q, last) in queues.iter().zip(&last_delivered) {
+        for (q, last) in queues.iter().zip(last_delivered) {
             let from = match last {
                 Some(id) if id != "0-0" => format!("({id}"),
                 _ => "-".to_string(),
@@ -263,21 +239,129 @@ impl Inspector {
                 .arg("COUNT")
                 .arg(1);
         }
-        if !queues.is_empty() {
-            for (q, r) in queues.iter_mut().zip(self.redis.pipeline(&pipe).await?) {
-                let first = r
-                    .ok()
-                    .and_then(|v| {
-                        let entry = reply::array(&v).ok()?.first()?.clone();
-                        reply::text(reply::array(&entry).ok()?.first()?).ok()
-                    })
-                    .and_then(|id| id.split('-').next()?.parse::<u64>().ok());
-                if q.waiting > 0 {
-                    q.oldest_waiting_ms = first.map(|ms| now.saturating_sub(ms));
-                }
+        for (q, r) in queues.iter_mut().zip(self.redis.pipeline(&pipe).await?) {
+            // a stream deleted or broken by hand answers an error: nothing waits in it
+            let first = r.ok().and_then(|v| first_entry_ms(&v));
+            if q.waiting > 0 {
+                q.oldest_waiting_ms = first.map(|ms| now.saturating_sub(ms));
             }
         }
-        queues.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(queues)
+        Ok(())
+    }
+}
+
+impl QueueStats {
+    /// The counters and histograms the functions keep for this queue's stream.
+    fn add_totals(&mut self, t: &StreamStats) {
+        self.finished = t.finished;
+        self.failed = t.failed;
+        self.retried = t.retried;
+        self.recovered = t.recovered;
+        self.dead = t.dead;
+        self.delayed = t.delayed;
+        self.wait = t.wait.clone();
+        self.run = t.run.clone();
+    }
+}
+
+/// What a work stream itself says of its queue.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Gauges {
+    /// Entries in the stream.
+    len: u64,
+    /// Delivered and not acknowledged: running.
+    running: u64,
+    /// The group's lag: entries not yet delivered (absent when Redis cannot tell).
+    lag: Option<u64>,
+    last_delivered: Option<String>,
+}
+
+impl Gauges {
+    /// Adds the three reads [`Gauges::decode`] takes, in its order.
+    fn ask(pipe: &mut redis::Pipeline, stream: &str) {
+        pipe.cmd("XLEN").arg(stream);
+        pipe.cmd("XPENDING").arg(stream).arg(CONSUMER_GROUP);
+        pipe.cmd("XINFO").arg("GROUPS").arg(stream);
+    }
+
+    /// XLEN, the XPENDING summary (`[count, lowest, highest, consumers]`) and XINFO GROUPS
+    /// (a map per group, read by field name). A stream deleted or broken by hand answers
+    /// errors: it reads as empty.
+    fn decode(len: Result<Value>, pending: Result<Value>, groups: Result<Value>) -> Gauges {
+        let count = |v: &Value| reply::int(v).ok().map(|n| n.max(0) as u64);
+        let mut g = Gauges {
+            len: len.ok().as_ref().and_then(count).unwrap_or(0),
+            running: pending
+                .ok()
+                .and_then(|v| reply::array(&v).ok()?.first().and_then(count))
+                .unwrap_or(0),
+            ..Gauges::default()
+        };
+        let groups = groups.unwrap_or(Value::Nil);
+        for group in reply::array(&groups).unwrap_or(&[]) {
+            let Ok(fields) = reply::array(group) else {
+                continue;
+            };
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|kv| kv.first().and_then(|f| reply::text(f).ok()).as_deref() == Some(name))
+                    .and_then(|kv| kv.get(1))
+            };
+            if field("name").and_then(|v| reply::text(v).ok()).as_deref() != Some(CONSUMER_GROUP) {
+                continue;
+            }
+            g.lag = field("lag").and_then(count);
+            g.last_delivered = field("last-delivered-id").and_then(|v| reply::text(v).ok());
+        }
+        g
+    }
+}
+
+/// The time (ms) of the first entry of an XRANGE reply, from its id.
+fn first_entry_ms(v: &Value) -> Option<u64> {
+    let entry = reply::array(v).ok()?.first()?;
+    let id = reply::text(reply::array(entry).ok()?.first()?).ok()?;
+    id.split('-').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_streams_gauges_are_read_by_name_and_errors_read_as_empty() {
+        let groups = Value::Array(vec![
+            Value::Array(vec![bulk("name"), bulk("other"), bulk("lag"), Value::Int(99)]),
+            Value::Array(vec![
+                bulk("name"),
+                bulk(CONSUMER_GROUP),
+                bulk("consumers"),
+                Value::Int(2),
+                bulk("last-delivered-id"),
+                bulk("7-0"),
+                bulk("lag"),
+                Value::Int(3),
+            ]),
+        ]);
+        let pending = Value::Array(vec![Value::Int(4), bulk("5-0"), bulk("7-0"), Value::Nil]);
+        let g = Gauges::decode(Ok(Value::Int(9)), Ok(pending), Ok(groups));
+        assert_eq!(
+            g,
+            Gauges { len: 9, running: 4, lag: Some(3), last_delivered: Some("7-0".into()) }
+        );
+        let gone = || Err(crate::Error::protocol("NOGROUP"));
+        assert_eq!(Gauges::decode(gone(), gone(), gone()), Gauges::default());
+    }
+
+    #[test]
+    fn the_first_entry_gives_its_time() {
+        let v = Value::Array(vec![Value::Array(vec![bulk("1700-3"), Value::Array(vec![])])]);
+        assert_eq!(first_entry_ms(&v), Some(1700));
+        assert_eq!(first_entry_ms(&Value::Array(vec![])), None);
     }
 }
