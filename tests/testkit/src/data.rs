@@ -1,0 +1,100 @@
+//! The keys of the namespace `hero` the tests use (from the keys module, like every key), and
+//! the states tests plant: jobs run to the end, jobs queued that no worker takes, dead letters,
+//! the pending count of a stream.
+
+use std::time::Duration;
+
+/// How many entries of `stream` are pending (delivered, not acknowledged) in the workers' group.
+pub async fn pending(raw: &mut redis::aio::MultiplexedConnection, stream: impl AsRef<str>) -> i64 {
+    let summary: Vec<redis::Value> = redis::cmd("XPENDING")
+        .arg(stream.as_ref())
+        .arg(hero_client::keys::CONSUMER_GROUP)
+        .query_async(raw)
+        .await
+        .expect("XPENDING");
+    match summary.first() {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("unexpected XPENDING summary {other:?}"),
+    }
+}
+
+/// The keys of the default namespace `hero`, which the tests use.
+pub fn keys() -> hero_client::Keyspace {
+    hero_client::Keyspace::new(&hero_client::Namespace::new("hero").expect("namespace"))
+}
+
+/// The key of job `id` in namespace `hero` (any string: tests plant foreign ids too).
+pub fn job_key(id: impl std::fmt::Display) -> String {
+    keys().job_unchecked(&id.to_string())
+}
+
+/// The work stream of a script type at the default priority, in namespace `hero`.
+pub fn work_key(script_type: &str) -> String {
+    let t = hero_client::ScriptType::new(script_type).expect("script type");
+    keys().work(
+        &hero_client::Target::of_type(t),
+        hero_client::Priority::DEFAULT,
+    )
+}
+
+/// The tracking zset of the legacy list `legacy` (a full key), in namespace `hero`.
+pub fn bridge_track_key(legacy: &str) -> String {
+    let keys = keys();
+    let queue = keys.parse_legacy_queue(legacy).expect("a legacy queue key");
+    keys.bridge_track(&queue)
+}
+
+/// Leases `id` (a job of type `script_type`) to a consumer that then dies, and has recovery
+/// give up on it at once: a dead letter, made in a few calls.
+pub async fn dead_letter(client: &hero_client::Client, script_type: &str, id: &str) {
+    use hero_client::function::Recovery;
+    let job = hero_client::NewJob::builder(script_type, "x")
+        .id(id)
+        .build()
+        .expect("a valid job");
+    client.submit(&job).await.expect("submit");
+    let stream = work_key(script_type);
+    let fetch = hero_client::function::fetch(
+        client.keys(),
+        std::slice::from_ref(&stream),
+        "g:gone:1",
+        1,
+        "0",
+    );
+    let _: redis::Value = client.redis().query(&fetch).await.expect("fetch");
+    let taken = hero_client::recovery::recover_stream(
+        client.redis(),
+        client.keys(),
+        &stream,
+        Recovery::Consumer("g:gone:1"),
+        1,
+    )
+    .await
+    .expect("recover");
+    assert_eq!(taken.dead, 1, "{id} dead-lettered");
+}
+
+/// Submits `jobs` and waits (bounded) until each has finished.
+pub async fn run_to_finish(client: &hero_client::Client, jobs: &[hero_client::NewJob]) {
+    for job in jobs {
+        client.submit(job).await.expect("submit");
+    }
+    for job in jobs {
+        let r = client
+            .wait(job.id(), Duration::from_secs(20))
+            .await
+            .expect("the job ends");
+        assert_eq!(r.status, hero_client::Status::Finished, "{}", job.id());
+    }
+}
+
+/// Submits `n` jobs of `script_type` named `<prefix>-0`, `<prefix>-1`, ... that no worker takes.
+pub async fn queue_idle(client: &hero_client::Client, script_type: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let job = hero_client::NewJob::builder(script_type, "x")
+            .id(format!("{prefix}-{i}"))
+            .build()
+            .expect("a valid job");
+        client.submit(&job).await.expect("submit");
+    }
+}

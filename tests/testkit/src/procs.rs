@@ -1,0 +1,186 @@
+//! Child processes of the workspace's binaries (`hero`, `hero-test-worker`): found next to the
+//! test executable, started with their stdout collected line by line and killed when dropped;
+//! the CLI run as a command; and what the test binaries use to talk back (`say`, `flags`).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::wait_for;
+
+/// The directory cargo puts the workspace's binaries in (next to the test executable's `deps`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().expect("deps dir");
+    if dir.ends_with("deps") {
+        dir.parent().expect("target profile dir").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// The path of a workspace binary; tells how to build it when it is missing.
+pub fn binary(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A child process whose stdout lines are collected as they arrive. Killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    lines: Arc<Mutex<VecDeque<String>>>,
+    all: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    pub fn spawn(program: &Path, args: &[&str], envs: &[(&str, &str)], cwd: Option<&Path>) -> Proc {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .stdin(Stdio::null());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+        let stdout = child.stdout.take().expect("stdout");
+        let lines = Arc::new(Mutex::new(VecDeque::new()));
+        let all = Arc::new(Mutex::new(Vec::new()));
+        let (l, a) = (lines.clone(), all.clone());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                a.lock().expect("lines").push(line.clone());
+                l.lock().expect("lines").push_back(line);
+            }
+        });
+        Proc { child, lines, all }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits (bounded) for a stdout line containing `needle` and returns it.
+    pub async fn expect_line(&self, needle: &str, limit: Duration) -> String {
+        let lines = self.lines.clone();
+        wait_for(&format!("a line containing {needle:?}"), limit, || {
+            let lines = lines.clone();
+            async move {
+                let mut q = lines.lock().expect("lines");
+                let pos = q.iter().position(|l| l.contains(needle))?;
+                let line = q.remove(pos);
+                q.drain(..pos);
+                line
+            }
+        })
+        .await
+    }
+
+    /// Every stdout line so far.
+    pub fn output(&self) -> Vec<String> {
+        self.all.lock().expect("lines").clone()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status();
+        assert!(
+            status.map(|s| s.success()).unwrap_or(false),
+            "kill -{sig} {}",
+            self.pid()
+        );
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+
+    /// Waits (bounded) for the process to exit and returns its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> i32 {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process {} did not exit within {limit:?}",
+                self.pid()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// For the test binaries: one stdout line, flushed at once so a test following the process sees it.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// For the test binaries: `--name value` pairs of the command line.
+pub fn flags() -> std::collections::HashMap<String, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    args.chunks(2)
+        .filter_map(|c| Some((c[0].trim_start_matches("--").to_string(), c.get(1)?.clone())))
+        .collect()
+}
+
+/// A `hero-test-worker` process serving `types`, its answers labelled `label`, with `extra`
+/// flags (`--concurrency 2`, `--sleep-ms 5`, ...).
+pub fn test_worker(url: &str, types: &str, label: &str, extra: &[&str]) -> Proc {
+    let mut args = vec!["--url", url, "--types", types, "--label", label];
+    args.extend_from_slice(extra);
+    Proc::spawn(&binary("hero-test-worker"), &args, &[], None)
+}
+
+/// A `hero worker` process (the built-in Rhai worker) against `url`, with `extra` flags
+/// (`--concurrency 1`, ...).
+pub fn hero_worker(url: &str, extra: &[&str]) -> Proc {
+    let mut args = vec!["--redis-url", url, "worker"];
+    args.extend_from_slice(extra);
+    Proc::spawn(&binary("hero"), &args, &[], None)
+}
+
+/// `hero <args>` against `url`: (exit code, stdout, stderr).
+pub fn hero_cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(binary("hero"))
+        .args(args)
+        .env("HERO_REDIS_URL", url)
+        .output()
+        .expect("run hero");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
