@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hero_broker::bridge::{BridgeMapping, Direction};
 use hero_broker::config::BrokerConfig;
-use hero_client::{clock, Client, Job, JobId, NewJob, ScriptType, Status, StopOutcome, Target};
+use hero_client::{clock, Client, Job, NewJob, ScriptType, Status, StopOutcome, Target};
 use hero_testkit::{
     all_finished, binary, pending, wait_for, InProcBroker, InProcWorker, Proc, RedisServer,
 };
@@ -117,9 +117,6 @@ fn new_worker(client: &Client, script_type: &str, label: &'static str, runs: Run
     InProcWorker::spawn(builder)
 }
 
-async fn record(client: &Client, id: &str) -> Job {
-    client.get(&JobId::new(id).unwrap()).await.unwrap()
-}
 
 /// A throwaway Redis, a broker in this process serving one mapping, and a client.
 async fn one_mapping(m: BridgeMapping) -> (RedisServer, InProcBroker, Client) {
@@ -190,7 +187,7 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
     // legacy producer -> new worker
     legacy_submit(&mut raw, &keys().legacy_work_queue("in_a"), "lp-new", "x").await;
     assert_eq!(legacy_reply(&url, "lp-new").await, "new");
-    let job = record(&client, "lp-new").await;
+    let job = hero_testkit::record(&client, "lp-new").await;
     assert_eq!(
         (job.status, job.output.as_deref()),
         (Status::Finished, Some("new"))
@@ -245,7 +242,7 @@ async fn legacy_and_new_producers_and_actors_interoperate_in_all_four_combinatio
         let n: i64 = raw.llen(&list).await.unwrap();
         assert_eq!(n, 0, "{list} is empty");
     }
-    let done = record(&client, to_legacy.id().as_str()).await;
+    let done = hero_testkit::record(&client, to_legacy.id().as_str()).await;
     assert!(
         done.finished_at.is_some(),
         "the bridge stamped the legacy actor's finish"
@@ -337,7 +334,7 @@ async fn a_stop_for_a_job_held_by_a_legacy_actor_reaches_its_stop_queue() {
         vec![job.id().to_string()],
         "the seed's format: the bare job id"
     );
-    let rec = record(&client, job.id().as_str()).await;
+    let rec = hero_testkit::record(&client, job.id().as_str()).await;
     assert_eq!(
         (rec.status, rec.error.as_deref()),
         (Status::Error, Some("stopped"))
@@ -447,7 +444,7 @@ async fn a_legacy_actor_killed_mid_job_has_the_job_handed_out_again_after_its_ti
     let r = client.wait(job.id(), LONG).await.unwrap();
     assert_eq!((r.status, r.output.as_str()), (Status::Finished, "B"));
     b.expect_line(&format!("ran {}", job.id()), LONG).await;
-    let rec = record(&client, job.id().as_str()).await;
+    let rec = hero_testkit::record(&client, job.id().as_str()).await;
     assert_eq!(rec.attempts, 2, "handed out twice");
     bridge_settled(
         &server,
@@ -509,7 +506,7 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
     // the legacy actor prints `ran` just after it records the result: wait for its lines
     let mut by_legacy = Vec::new();
     for id in &ids {
-        if record(&client, id).await.output.as_deref() == Some("legacy") {
+        if hero_testkit::record(&client, id).await.output.as_deref() == Some("legacy") {
             by_legacy.push(format!("ran {id}"));
         }
     }

@@ -2,7 +2,6 @@
 //! bad input and an unreachable Redis give a clear message and a non-zero exit.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use hero_testkit::{binary, free_port, Proc, RedisServer};
@@ -15,17 +14,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn hero(args: &[&str], cwd: &std::path::Path) -> (i32, String, String) {
-    let out = Command::new(binary("hero"))
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("HERO_REDIS_URL")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    hero_testkit::run_to_end(hero_testkit::hero_command().args(args).current_dir(cwd))
 }
 
 #[tokio::test]

@@ -3,25 +3,14 @@
 //! config show` prints the merged settings with secrets masked; a broker started from the file
 //! alone runs with its settings.
 
-use std::process::Command;
 use std::time::Duration;
 
 use hero_testkit::{binary, free_port, wait_for, Proc, RedisServer};
 
 fn hero(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut c = Command::new(binary("hero"));
-    c.args(args)
-        .env_remove("HERO_REDIS_URL")
-        .env_remove("HERO_LEASE_MS");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut c = hero_testkit::hero_command();
+    c.args(args).envs(env.iter().copied());
+    hero_testkit::run_to_end(&mut c)
 }
 
 fn file(name: &str, text: &str) -> String {

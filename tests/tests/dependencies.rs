@@ -38,9 +38,6 @@ fn recording_worker(client: &Client, ran: Arc<Mutex<Vec<String>>>) -> InProcWork
     )
 }
 
-async fn record(client: &Client, id: &str) -> Job {
-    client.get(&JobId::new(id).unwrap()).await.unwrap()
-}
 
 #[tokio::test]
 async fn a_diamond_runs_in_order_and_a_failed_root_fails_every_dependent_with_the_reason() {
@@ -57,7 +54,7 @@ async fn a_diamond_runs_in_order_and_a_failed_root_fails_every_dependent_with_th
     client.submit(&a).await.unwrap();
     let root = client.submit_flow(&d).await.unwrap();
     assert_eq!(root.status, "waiting", "d waits on b and c");
-    let dj = record(&client, "d").await;
+    let dj = hero_testkit::record(&client, "d").await;
     assert_eq!(dj.prerequisites, vec!["b".to_string(), "c".to_string()]);
     assert_eq!(dj.prerequisites_left, 2);
 
@@ -71,7 +68,7 @@ async fn a_diamond_runs_in_order_and_a_failed_root_fails_every_dependent_with_th
     assert!(at("a") < at("b") && at("a") < at("c"), "{order:?}");
     assert!(at("b") < at("d") && at("c") < at("d"), "{order:?}");
     for (before, after) in [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")] {
-        let (x, y) = (record(&client, before).await, record(&client, after).await);
+        let (x, y) = (hero_testkit::record(&client, before).await, hero_testkit::record(&client, after).await);
         assert!(
             x.finished_at.unwrap() <= y.started_at.unwrap(),
             "{after} started after {before} finished"
@@ -91,7 +88,7 @@ async fn a_diamond_runs_in_order_and_a_failed_root_fails_every_dependent_with_th
         .unwrap();
     assert_eq!(r.status, Status::Error);
     for (id, because) in [("fb", "fa"), ("fc", "fa"), ("fd", "fb")] {
-        let j = record(&client, id).await;
+        let j = hero_testkit::record(&client, id).await;
         assert_eq!(j.status, Status::Error, "{id}");
         assert_eq!(
             j.error.as_deref(),
@@ -112,7 +109,7 @@ async fn a_diamond_runs_in_order_and_a_failed_root_fails_every_dependent_with_th
         .unwrap();
     assert_eq!(late.status, "error");
     assert_eq!(
-        record(&client, "late").await.error.as_deref(),
+        hero_testkit::record(&client, "late").await.error.as_deref(),
         Some("dependency failed: fa")
     );
     let after_done = client
@@ -167,7 +164,7 @@ async fn a_fan_in_of_5000_releases_its_dependent_once_and_a_chain_of_1000_fails_
     assert_eq!(r.status, Status::Finished);
     let fan_runs = ran.lock().unwrap().iter().filter(|x| *x == "fan").count();
     assert_eq!(fan_runs, 1, "released and run exactly once");
-    assert_eq!(record(&client, "fan").await.attempts, 1);
+    assert_eq!(hero_testkit::record(&client, "fan").await.attempts, 1);
     let mut raw = server.conn().await;
     let left: Vec<String> = redis::cmd("KEYS")
         .arg("hero:deps:*")
@@ -200,7 +197,7 @@ async fn a_fan_in_of_5000_releases_its_dependent_once_and_a_chain_of_1000_fails_
         .unwrap();
     assert_eq!(r.status, Status::Error);
     assert_eq!(
-        record(&client, "c999").await.error.as_deref(),
+        hero_testkit::record(&client, "c999").await.error.as_deref(),
         Some("dependency failed: c998")
     );
 }
@@ -251,6 +248,6 @@ async fn a_worker_killed_while_running_the_last_prerequisite_still_leads_to_one_
         .filter(|l| l.starts_with("started after-kill "))
         .count();
     assert_eq!(starts, 1, "the dependent ran once");
-    assert_eq!(record(&client, "after-kill").await.attempts, 1);
-    assert_eq!(record(&client, "slow").await.attempts, 2);
+    assert_eq!(hero_testkit::record(&client, "after-kill").await.attempts, 1);
+    assert_eq!(hero_testkit::record(&client, "slow").await.attempts, 2);
 }

@@ -14,9 +14,7 @@ use hero_worker::{Outcome, Worker};
 const LIMIT: Duration = Duration::from_secs(30);
 
 fn deploy(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy")
-        .join(path)
+    hero_testkit::workspace_root().join("deploy").join(path)
 }
 
 fn url_of(server: &RedisServer, user: &str) -> String {

@@ -7,10 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits in the workspace")
-        .to_path_buf()
+    hero_testkit::workspace_root()
 }
 
 /// Every file under `dir`, as paths relative to the workspace root with `/` separators, leaving

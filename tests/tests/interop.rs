@@ -14,18 +14,11 @@ use hero_worker::{Outcome, Worker};
 
 const LONG: Duration = Duration::from_secs(30);
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
 fn python() -> PathBuf {
     if let Ok(p) = std::env::var("HERO_INTEROP_PYTHON") {
         return PathBuf::from(p);
     }
-    let p = workspace().join("target/interop-venv/bin/python");
+    let p = hero_testkit::workspace_root().join("target/interop-venv/bin/python");
     assert!(
         p.exists(),
         "{} is missing: run scripts/interop-setup (scripts/test does) to make the Python environment",
@@ -35,7 +28,7 @@ fn python() -> PathBuf {
 }
 
 fn py(args: &[&str]) -> Proc {
-    let script = workspace().join("tests/interop/hero_interop.py");
+    let script = hero_testkit::workspace_root().join("tests/interop/hero_interop.py");
     let mut all = vec![script.to_str().expect("utf-8 path")];
     all.extend_from_slice(args);
     Proc::spawn(&python(), &all, &[], None)

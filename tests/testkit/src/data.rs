@@ -98,3 +98,11 @@ pub async fn queue_idle(client: &hero_client::Client, script_type: &str, prefix:
         client.submit(&job).await.expect("submit");
     }
 }
+
+/// The record of job `id`, which must exist.
+pub async fn record(client: &hero_client::Client, id: &str) -> hero_client::Job {
+    client
+        .get(&hero_client::JobId::new(id).expect("a valid id"))
+        .await
+        .unwrap_or_else(|e| panic!("reading job {id}: {e}"))
+}

@@ -173,14 +173,38 @@ pub fn hero_worker(url: &str, extra: &[&str]) -> Proc {
 
 /// `hero <args>` against `url`: (exit code, stdout, stderr).
 pub fn hero_cli(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(binary("hero"))
-        .args(args)
-        .env("HERO_REDIS_URL", url)
-        .output()
-        .expect("run hero");
+    let mut c = hero_command();
+    c.args(args).env("HERO_REDIS_URL", url);
+    run_to_end(&mut c)
+}
+
+/// A `hero` command with none of the `HERO_*` settings of the environment the tests run in
+/// (a developer's shell may set some), for a test to add its own.
+pub fn hero_command() -> Command {
+    let mut c = Command::new(binary("hero"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("HERO_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// Runs `c` to its end: (exit code, stdout, stderr).
+pub fn run_to_end(c: &mut Command) -> (i32, String, String) {
+    let out = c.output().expect("run the command");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The workspace's root folder (the test kit sits in `tests/testkit`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the test kit sits two folders below the workspace root")
+        .to_path_buf()
 }
