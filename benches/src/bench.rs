@@ -6,7 +6,6 @@
 //! Every figure is measured the same way on both sides: a timed section, Redis CPU time from
 //! `INFO cpu` before and after it, latencies from a submit timestamp carried in the job.
 
-
 use anyhow::{bail, Context, Result};
 
 use hero_broker::local_redis::{self, on_path, LocalRedis};

@@ -17,10 +17,10 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::probe::Probe;
-use crate::scenario::BenchArgs;
 use crate::ours::CpuMark;
+use crate::probe::Probe;
 use crate::report::Figures;
+use crate::scenario::BenchArgs;
 use crate::tally::{now_us, offer_at_rate, Tally};
 
 const STREAM: &str = "ceiling:q";

@@ -22,8 +22,8 @@ use hero_broker::daemon;
 use hero_broker::loops::retention;
 
 use crate::probe::Probe;
-use crate::scenario::{BenchArgs, Scenario};
 use crate::report::Figures;
+use crate::scenario::{BenchArgs, Scenario};
 use crate::tally::{now_us, offer_at_rate, Tally};
 
 const TYPE: &str = "bench";

@@ -10,11 +10,11 @@ use crate::answer::{JobResult, StopOutcome, Submitted};
 use crate::conn::Redis;
 use crate::error::{DecodeError, Error, Result, ServerCode};
 use crate::function;
+use crate::function::SubmitReply;
 use crate::job::{Job, Placement, Status, PLACEMENT_FIELDS};
 use crate::keys::Keyspace;
 use crate::name::{ConsumerName, JobId, Namespace};
 use crate::new_job::NewJob;
-use crate::function::SubmitReply;
 
 /// Connection options.
 #[derive(Clone, Debug)]

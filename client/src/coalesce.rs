@@ -21,9 +21,9 @@ use crate::answer::Submitted;
 use crate::conn::Redis;
 use crate::error::{Error, Result};
 use crate::function;
+use crate::function::SubmitReply;
 use crate::keys::Keyspace;
 use crate::new_job::NewJob;
-use crate::function::SubmitReply;
 
 /// Jobs per shared call: the size producers' own batches use.
 pub const MAX_BATCH: usize = 50;

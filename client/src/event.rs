@@ -135,7 +135,10 @@ mod tests {
     #[test]
     fn every_kind_the_functions_log_is_a_kind_and_back() {
         let logged = logged_kinds();
-        assert!(logged.len() >= 5, "the scan found the log calls: {logged:?}");
+        assert!(
+            logged.len() >= 5,
+            "the scan found the log calls: {logged:?}"
+        );
         for name in &logged {
             assert!(
                 name.parse::<EventKind>().is_ok(),
@@ -150,6 +153,9 @@ mod tests {
             );
         }
         let err = "finish".parse::<EventKind>().unwrap_err().to_string();
-        assert!(err.contains("\"finish\" is not an event") && err.contains("bridged_out"), "{err}");
+        assert!(
+            err.contains("\"finish\" is not an event") && err.contains("bridged_out"),
+            "{err}"
+        );
     }
 }

@@ -6,9 +6,9 @@ use redis::Value;
 
 use crate::conn::Redis;
 use crate::error::Result;
+use crate::function::Recovered;
 use crate::function::{self, Recovery};
 use crate::keys::Keyspace;
-use crate::function::Recovered;
 
 /// Entries one call looks at: enough to make the call worth its cost, few enough to keep it
 /// short (Redis runs nothing else meanwhile).

@@ -91,4 +91,3 @@ fn owned_text(v: Value) -> Result<String> {
         other => text(&other),
     }
 }
-

@@ -127,7 +127,9 @@ impl StreamStats {
 
 /// A stats hash (its HGETALL as field/value pairs) by stream. Fields that are not
 /// `<stream>|<stat>` or whose value is not a number (written by hand) are skipped.
-pub fn by_stream(pairs: impl IntoIterator<Item = (String, String)>) -> HashMap<String, StreamStats> {
+pub fn by_stream(
+    pairs: impl IntoIterator<Item = (String, String)>,
+) -> HashMap<String, StreamStats> {
     let mut out: HashMap<String, StreamStats> = HashMap::new();
     for (field, value) in pairs {
         let Some((stream, name)) = field.split_once(SEPARATOR) else {
@@ -176,7 +178,10 @@ mod tests {
         .map(|(f, v)| (f.to_string(), v.to_string()));
         let by = by_stream(pairs);
         let s1 = &by["s1"];
-        assert_eq!((s1.finished, s1.failed, s1.done(), s1.delayed), (7, 2, 9, -1));
+        assert_eq!(
+            (s1.finished, s1.failed, s1.done(), s1.delayed),
+            (7, 2, 9, -1)
+        );
         assert_eq!(s1.wait.buckets.get(&3), Some(&4));
         assert_eq!(s1.wait.sum_ms, 40);
         assert_eq!(s1.run.count(), 9);
@@ -191,8 +196,13 @@ mod tests {
     #[test]
     fn every_stat_name_is_one_the_functions_write() {
         let src = crate::function::library_source();
-        for name in [FINISHED, FAILED, RETRIED, RECOVERED, DEAD, DELAYED, WAIT, RUN] {
-            assert!(src.contains(&format!("'{name}'")), "no function writes the stat {name:?}");
+        for name in [
+            FINISHED, FAILED, RETRIED, RECOVERED, DEAD, DELAYED, WAIT, RUN,
+        ] {
+            assert!(
+                src.contains(&format!("'{name}'")),
+                "no function writes the stat {name:?}"
+            );
         }
     }
 }

@@ -117,7 +117,6 @@ fn new_worker(client: &Client, script_type: &str, label: &'static str, runs: Run
     InProcWorker::spawn(builder)
 }
 
-
 /// A throwaway Redis, a broker in this process serving one mapping, and a client.
 async fn one_mapping(m: BridgeMapping) -> (RedisServer, InProcBroker, Client) {
     let server = RedisServer::start();

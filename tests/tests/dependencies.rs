@@ -38,7 +38,6 @@ fn recording_worker(client: &Client, ran: Arc<Mutex<Vec<String>>>) -> InProcWork
     )
 }
 
-
 #[tokio::test]
 async fn a_diamond_runs_in_order_and_a_failed_root_fails_every_dependent_with_the_reason() {
     let server = RedisServer::start();
@@ -68,7 +67,10 @@ async fn a_diamond_runs_in_order_and_a_failed_root_fails_every_dependent_with_th
     assert!(at("a") < at("b") && at("a") < at("c"), "{order:?}");
     assert!(at("b") < at("d") && at("c") < at("d"), "{order:?}");
     for (before, after) in [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")] {
-        let (x, y) = (hero_testkit::record(&client, before).await, hero_testkit::record(&client, after).await);
+        let (x, y) = (
+            hero_testkit::record(&client, before).await,
+            hero_testkit::record(&client, after).await,
+        );
         assert!(
             x.finished_at.unwrap() <= y.started_at.unwrap(),
             "{after} started after {before} finished"
@@ -248,6 +250,9 @@ async fn a_worker_killed_while_running_the_last_prerequisite_still_leads_to_one_
         .filter(|l| l.starts_with("started after-kill "))
         .count();
     assert_eq!(starts, 1, "the dependent ran once");
-    assert_eq!(hero_testkit::record(&client, "after-kill").await.attempts, 1);
+    assert_eq!(
+        hero_testkit::record(&client, "after-kill").await.attempts,
+        1
+    );
     assert_eq!(hero_testkit::record(&client, "slow").await.attempts, 2);
 }

@@ -103,11 +103,14 @@ fn every_dependency_a_crate_declares_is_used_by_its_code() {
         // a member's code is its own files, not those of a member nested inside it
         let code: String = files
             .iter()
-            .filter(|f| f.starts_with(&format!("{member}/")) && f.ends_with(".rs"))
             .filter(|f| {
-                !members
-                    .iter()
-                    .any(|m| m != member && m.starts_with(member.as_str()) && f.starts_with(&format!("{m}/")))
+                f.starts_with(&format!("{member}/"))
+                    && Path::new(f).extension().is_some_and(|e| e == "rs")
+            })
+            .filter(|f| {
+                !members.iter().any(|m| {
+                    m != member && m.starts_with(member.as_str()) && f.starts_with(&format!("{m}/"))
+                })
             })
             .map(|f| std::fs::read_to_string(root().join(f)).unwrap_or_default())
             .collect();
@@ -126,7 +129,8 @@ fn every_dependency_a_crate_declares_is_used_by_its_code() {
 
 #[test]
 fn every_workspace_dependency_is_declared_by_a_member() {
-    let root_manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("root Cargo.toml");
+    let root_manifest =
+        std::fs::read_to_string(root().join("Cargo.toml")).expect("root Cargo.toml");
     let mut table = String::new();
     let mut offered = Vec::new();
     for line in root_manifest.lines().map(str::trim) {
@@ -147,8 +151,8 @@ fn every_workspace_dependency_is_declared_by_a_member() {
     let taken: BTreeSet<String> = members()
         .iter()
         .flat_map(|m| {
-            let manifest = std::fs::read_to_string(root().join(m).join("Cargo.toml"))
-                .unwrap_or_default();
+            let manifest =
+                std::fs::read_to_string(root().join(m).join("Cargo.toml")).unwrap_or_default();
             declared(&manifest).0
         })
         .collect();
@@ -166,7 +170,16 @@ fn named_paths(doc: &str) -> Vec<String> {
         ".rs", ".lua", ".md", ".toml", ".py", ".mjs", ".sh", ".json", ".yml", ".service", ".js",
     ];
     const TOP: [&str; 10] = [
-        "client", "worker-sdk", "broker", "benches", "tests", "deploy", "docs", "scripts", "python", ".ci",
+        "client",
+        "worker-sdk",
+        "broker",
+        "benches",
+        "tests",
+        "deploy",
+        "docs",
+        "scripts",
+        "python",
+        ".ci",
     ];
     doc.split('`')
         .skip(1)
@@ -179,7 +192,8 @@ fn named_paths(doc: &str) -> Vec<String> {
             let top = t.split('/').next().unwrap_or_default();
             let folder = t.contains('/')
                 && TOP.contains(&top)
-                && t.chars().all(|c| c.is_ascii_alphanumeric() || "/_-.".contains(c));
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "/_-.".contains(c));
             (file || folder) && !t.contains("://")
         })
         .map(|t| t.trim_end_matches('/').to_string())
@@ -200,10 +214,20 @@ fn exists(files: &[String], named: &str) -> bool {
 fn every_path_the_architecture_map_and_readme_name_exists() {
     let files = workspace_files();
     let mut missing = Vec::new();
-    for doc in ["docs/ARCHITECTURE.md", "README.md", "docs/protocol.md", "docs/configuration.md", "docs/http.md"] {
-        let text = std::fs::read_to_string(root().join(doc)).unwrap_or_else(|e| panic!("reading {doc}: {e}"));
+    for doc in [
+        "docs/ARCHITECTURE.md",
+        "README.md",
+        "docs/protocol.md",
+        "docs/configuration.md",
+        "docs/http.md",
+    ] {
+        let text = std::fs::read_to_string(root().join(doc))
+            .unwrap_or_else(|e| panic!("reading {doc}: {e}"));
         let paths = named_paths(&text);
-        assert!(!paths.is_empty() || doc != "docs/ARCHITECTURE.md", "the map names no path at all: the check reads nothing");
+        assert!(
+            !paths.is_empty() || doc != "docs/ARCHITECTURE.md",
+            "the map names no path at all: the check reads nothing"
+        );
         for p in paths {
             if !exists(&files, &p) {
                 missing.push(format!("{doc}: `{p}`"));
@@ -222,6 +246,12 @@ fn the_path_check_finds_a_path_that_is_gone() {
     assert!(exists(&files, "client/src/keys/mod.rs"));
     assert!(exists(&files, "functions/submit.rs"));
     assert!(exists(&files, "broker/src/loops"));
-    assert!(!exists(&files, "client/src/keys.rs"), "a file that moved into a folder");
-    assert!(named_paths("see `client/src/inspect.rs` and `<name>.lua`") == vec!["client/src/inspect.rs"]);
+    assert!(
+        !exists(&files, "client/src/keys.rs"),
+        "a file that moved into a folder"
+    );
+    assert!(
+        named_paths("see `client/src/inspect.rs` and `<name>.lua`")
+            == vec!["client/src/inspect.rs"]
+    );
 }

@@ -200,7 +200,10 @@ async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
         .await;
     assert_eq!(
         ran,
-        ("d1".to_string(), hero_client::function::Completion::Completed)
+        (
+            "d1".to_string(),
+            hero_client::function::Completion::Completed
+        )
     );
     w.stop().await;
     let job = client.get(&JobId::new("d1").unwrap()).await.unwrap();

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::stats::Histogram;
 use hero_client::job::{Placement, PLACEMENT_FIELDS};
+use hero_client::stats::Histogram;
 use hero_client::{Client, JobId, NewJob, StopOutcome};
 use hero_testkit::{wait_for, work_key, InProcBroker, Proc, RedisServer};
 

@@ -4,9 +4,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use hero_client::function::{CompleteBatch, Ending, Leased};
-use hero_client::function::Completion;
 use hero_client::clock;
+use hero_client::function::Completion;
+use hero_client::function::{CompleteBatch, Ending, Leased};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 

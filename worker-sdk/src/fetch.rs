@@ -14,8 +14,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::finished::Finished;
 use crate::event::WorkerEvent;
+use crate::finished::Finished;
 use crate::shared::{Registered, Shared};
 use crate::task::start_jobs;
 use crate::turns::Turns;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use hero_client::function;
 use hero_client::function::Recovery;
-use hero_client::recovery::recover_stream;
 use hero_client::function::Renewal;
+use hero_client::recovery::recover_stream;
 use tokio_util::sync::CancellationToken;
 
 use crate::inflight::CancelReason;

@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::finished::Finished;
 use crate::event::WorkerEvent;
+use crate::finished::Finished;
 use crate::inflight::{CancelReason, Running};
 use crate::outcome::{JobContext, Outcome};
 use crate::shared::Shared;

@@ -10,10 +10,10 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::complete;
-use crate::finished::Finished;
 use crate::error::{Error, Result};
 use crate::event::WorkerEvent;
 use crate::fetch::fetch_loop;
+use crate::finished::Finished;
 use crate::inflight::{CancelReason, InFlight};
 use crate::outcome::Handler;
 use crate::shared::{EventHook, Shared};

@@ -580,9 +580,18 @@ mod help_tests {
         let (own, global) = help
             .split_once("Global options")
             .expect("a Global options heading in `hero submit --help`");
-        assert!(own.contains("--priority") && !own.contains("--redis-url"), "{help}");
-        assert!(global.contains("--redis-url") && global.contains("--tls-ca"), "{help}");
-        assert!(help.contains("Examples:"), "the long help shows examples: {help}");
+        assert!(
+            own.contains("--priority") && !own.contains("--redis-url"),
+            "{help}"
+        );
+        assert!(
+            global.contains("--redis-url") && global.contains("--tls-ca"),
+            "{help}"
+        );
+        assert!(
+            help.contains("Examples:"),
+            "the long help shows examples: {help}"
+        );
     }
 
     #[test]
@@ -592,7 +601,10 @@ mod help_tests {
         let events = cmd.find_subcommand_mut("events").expect("events");
         let help = events.render_long_help().to_string();
         for k in hero_client::EventKind::ALL {
-            assert!(help.contains(k.as_str()), "--event's help lacks {k}: {help}");
+            assert!(
+                help.contains(k.as_str()),
+                "--event's help lacks {k}: {help}"
+            );
         }
     }
 }

@@ -20,11 +20,11 @@ pub(super) async fn queues(g: &Global) -> Result<i32> {
         );
         return Ok(0);
     }
-    let times =
-        |h: &hero_client::stats::Histogram| match (h.quantile_ms(0.5), h.quantile_ms(0.99)) {
-            (Some(p50), Some(p99)) => format!("{}/{}", ms(p50), ms(p99)),
-            _ => "-".to_string(),
-        };
+    let times = |h: &hero_client::stats::Histogram| match (h.quantile_ms(0.5), h.quantile_ms(0.99))
+    {
+        (Some(p50), Some(p99)) => format!("{}/{}", ms(p50), ms(p99)),
+        _ => "-".to_string(),
+    };
     let rows: Vec<Vec<String>> = queues
         .iter()
         .map(|q| {

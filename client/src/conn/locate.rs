@@ -149,7 +149,6 @@ impl Endpoint {
     }
 }
 
-
 fn no_master(node: &NodeUrl, asked: &[String], why: Vec<String>) -> Error {
     Error::Unreachable {
         url: redacted(&node.at(&asked.join(","))),

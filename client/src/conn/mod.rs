@@ -32,8 +32,8 @@ mod tls;
 
 pub use blocking::Blocking;
 use locate::Endpoint;
-use node::{Node, MAX_BLOCK, POOL_WAIT};
 pub use node::redacted;
+use node::{Node, MAX_BLOCK, POOL_WAIT};
 pub use tls::Tls;
 
 /// What the server supports beyond Redis 7.0, detected with COMMAND INFO, and how it persists.
@@ -286,9 +286,7 @@ impl Redis {
         }
         let master = match (to, &place.endpoint) {
             (Some(addr), Endpoint::Cluster { node, .. }) => node.at(addr),
-            _ => {
-                place.endpoint.master(&place.slot_key, &place.tls).await?
-            }
+            _ => place.endpoint.master(&place.slot_key, &place.tls).await?,
         };
         if master == failed.url {
             return Ok(());

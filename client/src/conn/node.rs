@@ -136,7 +136,6 @@ pub(super) fn unreachable(url: &str, reason: String) -> Error {
     }
 }
 
-
 /// The URL with its user and password masked, for messages and `hero config show`.
 pub fn redacted(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -146,4 +145,3 @@ pub fn redacted(url: &str) -> String {
         _ => url.to_string(),
     }
 }
-

@@ -2,11 +2,11 @@
 //! by its lease.
 
 use super::{Call, Function};
+use crate::error::{Error, Result};
 use crate::keys::{Keyspace, CONSUMER_GROUP};
 use crate::name::JobId;
-use redis::Value;
-use crate::error::{Error, Result};
 use crate::reply::{array, text};
+use redis::Value;
 
 /// How a delivery ended, as `hero_complete` takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use super::{Call, Function};
-use crate::keys::Keyspace;
-use redis::Value;
 use crate::error::{Error, Result};
+use crate::keys::Keyspace;
 use crate::reply::{array, int};
+use redis::Value;
 
 /// Deletes the jobs of at most `entries` retention entries older than `retention`; decode the
 /// reply with [`crate::function::Expired::decode`].

@@ -2,11 +2,11 @@
 
 use super::{Call, Function};
 use crate::clock;
-use crate::keys::{Keyspace, CONSUMER_GROUP};
-use redis::Value;
 use crate::error::{Error, Result};
-use crate::reply::{array, int, text};
+use crate::keys::{Keyspace, CONSUMER_GROUP};
 use crate::name::JobId;
+use crate::reply::{array, int, text};
+use redis::Value;
 
 /// Up to `count` jobs for `consumer` from `streams`, taken in the order given (see
 /// [`Keyspace::precedence`]); decode the reply with [`crate::function::FetchReply::decode`].

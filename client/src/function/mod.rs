@@ -32,11 +32,13 @@ mod header_check;
 pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
-pub use complete::{Completion, CompleteBatch, Ending, Leased};
+pub use complete::{CompleteBatch, Completion, Ending, Leased};
 pub use cron::cron;
 pub use dead::{dead, DeadAction};
 pub use expire::{expire, Expired};
-pub use fetch::{fetch, fetch_limited, fetch_with, Delivery, Dropped, FetchReply, RegistryCursor, RegistryView};
+pub use fetch::{
+    fetch, fetch_limited, fetch_with, Delivery, Dropped, FetchReply, RegistryCursor, RegistryView,
+};
 pub use fix::{fix, Repair};
 pub use pause::pause;
 pub use promote::promote;

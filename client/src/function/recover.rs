@@ -2,10 +2,10 @@
 
 use super::{Call, Function};
 use crate::clock;
-use crate::keys::{Keyspace, CONSUMER_GROUP};
-use redis::Value;
 use crate::error::{Error, Result};
+use crate::keys::{Keyspace, CONSUMER_GROUP};
 use crate::reply::{array, int, text};
+use redis::Value;
 
 /// Which deliveries of a stream one `hero_recover` call takes back.
 #[derive(Clone, Copy, Debug)]

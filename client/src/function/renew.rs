@@ -1,11 +1,11 @@
 //! The `hero_renew` call (`renew.lua`): a worker keeps a long job's lease.
 
 use super::{Call, Function};
+use crate::error::{Error, Result};
 use crate::keys::{Keyspace, CONSUMER_GROUP};
 use crate::name::JobId;
-use redis::Value;
-use crate::error::{Error, Result};
 use crate::reply::text;
+use redis::Value;
 
 /// Renews the delivery of `id` from `stream` held with `lease` by `consumer`; decode the reply
 /// with [`crate::function::Renewal::decode`].

@@ -1,11 +1,11 @@
 //! The `hero_submit` call (`submit.lua`): store and queue a batch of new jobs.
 
 use super::{Call, Function};
+use crate::error::{Error, Result};
 use crate::keys::{Keyspace, CONSUMER_GROUP};
 use crate::new_job::NewJob;
-use redis::Value;
-use crate::error::{Error, Result};
 use crate::reply::{array, text};
+use redis::Value;
 
 /// One call for all of `jobs`; `reply` asks for a run-and-wait reply. Decode the answer with
 /// [`crate::function::SubmitReply::decode_many`].

@@ -12,8 +12,8 @@ use crate::clock;
 use crate::error::Result;
 use crate::keys::CONSUMER_GROUP;
 use crate::reply;
-use crate::stats::{self, StreamStats};
 use crate::stats::Histogram;
+use crate::stats::{self, StreamStats};
 
 /// The minutes the rate is averaged over.
 const RATE_MINUTES: u64 = 5;
@@ -169,8 +169,10 @@ impl Inspector {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(self.keys.stats());
         for m in 1..=RATE_MINUTES {
-            pipe.cmd("HGETALL")
-                .arg(self.keys.stats_minute(&clock::iso(now.saturating_sub(m * 60_000))));
+            pipe.cmd("HGETALL").arg(
+                self.keys
+                    .stats_minute(&clock::iso(now.saturating_sub(m * 60_000))),
+            );
         }
         for s in &streams {
             Gauges::ask(&mut pipe, s);
@@ -305,7 +307,9 @@ impl Gauges {
             let field = |name: &str| {
                 fields
                     .chunks(2)
-                    .find(|kv| kv.first().and_then(|f| reply::text(f).ok()).as_deref() == Some(name))
+                    .find(|kv| {
+                        kv.first().and_then(|f| reply::text(f).ok()).as_deref() == Some(name)
+                    })
                     .and_then(|kv| kv.get(1))
             };
             if field("name").and_then(|v| reply::text(v).ok()).as_deref() != Some(CONSUMER_GROUP) {
@@ -336,7 +340,12 @@ mod tests {
     #[test]
     fn a_streams_gauges_are_read_by_name_and_errors_read_as_empty() {
         let groups = Value::Array(vec![
-            Value::Array(vec![bulk("name"), bulk("other"), bulk("lag"), Value::Int(99)]),
+            Value::Array(vec![
+                bulk("name"),
+                bulk("other"),
+                bulk("lag"),
+                Value::Int(99),
+            ]),
             Value::Array(vec![
                 bulk("name"),
                 bulk(CONSUMER_GROUP),
@@ -352,7 +361,12 @@ mod tests {
         let g = Gauges::decode(Ok(Value::Int(9)), Ok(pending), Ok(groups));
         assert_eq!(
             g,
-            Gauges { len: 9, running: 4, lag: Some(3), last_delivered: Some("7-0".into()) }
+            Gauges {
+                len: 9,
+                running: 4,
+                lag: Some(3),
+                last_delivered: Some("7-0".into())
+            }
         );
         let gone = || Err(crate::Error::protocol("NOGROUP"));
         assert_eq!(Gauges::decode(gone(), gone(), gone()), Gauges::default());
@@ -360,7 +374,10 @@ mod tests {
 
     #[test]
     fn the_first_entry_gives_its_time() {
-        let v = Value::Array(vec![Value::Array(vec![bulk("1700-3"), Value::Array(vec![])])]);
+        let v = Value::Array(vec![Value::Array(vec![
+            bulk("1700-3"),
+            Value::Array(vec![]),
+        ])]);
         assert_eq!(first_entry_ms(&v), Some(1700));
         assert_eq!(first_entry_ms(&Value::Array(vec![])), None);
     }

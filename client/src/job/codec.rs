@@ -130,12 +130,18 @@ impl Job {
         let key_id = key.rsplit(':').next().unwrap_or(key);
         let id = match r.take(F::Id) {
             None => JobId::new(key_id).map_err(|e| {
-                r.err(F::Id, format!("is missing, and the key's own id is not valid: {e}"))
+                r.err(
+                    F::Id,
+                    format!("is missing, and the key's own id is not valid: {e}"),
+                )
             })?,
             Some(id_raw) => {
                 let id = JobId::new(&id_raw).map_err(|e| r.err(F::Id, e))?;
                 if id_raw != key_id {
-                    return Err(r.err(F::Id, format!("is {id_raw:?}, which is not this key's job id")));
+                    return Err(r.err(
+                        F::Id,
+                        format!("is {id_raw:?}, which is not this key's job id"),
+                    ));
                 }
                 id
             }
@@ -169,7 +175,10 @@ impl Job {
             None | Some("" | "false" | "0") => false,
             Some("true" | "1") => true,
             Some(other) => {
-                return Err(r.err(F::Concurrent, format!("is {other:?}; expected true or false")))
+                return Err(r.err(
+                    F::Concurrent,
+                    format!("is {other:?}; expected true or false"),
+                ))
             }
         };
         let reply = matches!(r.take(F::Reply).as_deref(), Some("1"));

@@ -319,7 +319,12 @@ async fn the_call_that_ends_a_job_gives_it_its_queue_retention() {
     let mut outcomes = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag(), "g:a:1");
     let ids = ["ka", "kb", "kc", "kd"].map(|s| JobId::new(s).unwrap());
     let retry_at = clock::now_ms() + 60_000;
-    let held = |i: usize, lease: &'static str| Leased { id: &ids[i], stream: &stream, lease, reply: "" };
+    let held = |i: usize, lease: &'static str| Leased {
+        id: &ids[i],
+        stream: &stream,
+        lease,
+        reply: "",
+    };
     let kept: &'static str = Box::leak(kept.into_boxed_str());
     let plain: &'static str = Box::leak(plain.into_boxed_str());
     let retried: &'static str = Box::leak(retried.into_boxed_str());
@@ -334,16 +339,38 @@ async fn the_call_that_ends_a_job_gives_it_its_queue_retention() {
     let answers = Completion::decode_many(&v, 4).expect("decode complete");
     assert_eq!(
         answers,
-        [Completion::Completed, Completion::Completed, Completion::Retrying, Completion::LeaseLost]
+        [
+            Completion::Completed,
+            Completion::Completed,
+            Completion::Retrying,
+            Completion::LeaseLost
+        ]
     );
     let ttl = |raw: &mut redis::aio::MultiplexedConnection, id: &str| {
         let key = job_key(id);
         let mut raw = raw.clone();
-        async move { redis::cmd("PTTL").arg(key).query_async::<i64>(&mut raw).await.unwrap() }
+        async move {
+            redis::cmd("PTTL")
+                .arg(key)
+                .query_async::<i64>(&mut raw)
+                .await
+                .unwrap()
+        }
     };
     let t = ttl(&mut raw, "ka").await;
-    assert!((50_000..=60_000).contains(&t), "the ended job expires after its queue's retention: {t}");
-    assert_eq!(ttl(&mut raw, "kb").await, -1, "a job of a queue without one keeps no TTL");
+    assert!(
+        (50_000..=60_000).contains(&t),
+        "the ended job expires after its queue's retention: {t}"
+    );
+    assert_eq!(
+        ttl(&mut raw, "kb").await,
+        -1,
+        "a job of a queue without one keeps no TTL"
+    );
     assert_eq!(ttl(&mut raw, "kc").await, -1, "a retried job is not ended");
-    assert_eq!(ttl(&mut raw, "kd").await, -2, "nothing is made for a lost delivery");
+    assert_eq!(
+        ttl(&mut raw, "kd").await,
+        -2,
+        "nothing is made for a lost delivery"
+    );
 }

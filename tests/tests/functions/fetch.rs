@@ -280,7 +280,7 @@ async fn a_fetch_naming_only_registered_streams_is_told_when_the_registry_moved(
             .iter()
             .map(|&i| streams[i].clone())
             .collect::<Vec<_>>(),
-        [p5.clone()]
+        std::slice::from_ref(&p5)
     );
     let named = vec![p5.clone()];
     // while the registry stays, the named stream is read, records handed back

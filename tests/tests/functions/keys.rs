@@ -55,14 +55,38 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
         let int = |v: &redis::Value| -> i64 { redis::from_redis_value(v.clone()).unwrap() };
         assert_eq!(text(&got[0]), keys.tag("red"), "{namespace}: tag key");
         assert_eq!(text(&got[1]), keys.unique("u-1"), "{namespace}: unique key");
-        assert_eq!(text(&got[2]), keys.dependents(&id), "{namespace}: dependents key");
-        assert_eq!(text(&got[3]), keys.stats_minute(now), "{namespace}: minute key");
-        assert_eq!(text(&got[4]), keys.queue_signal(), "{namespace}: signal key");
-        assert_eq!(text(&got[5]), keys.paused_queues(), "{namespace}: paused streams key");
-        assert_eq!(text(&got[6]), keys.paused_names(), "{namespace}: paused names key");
+        assert_eq!(
+            text(&got[2]),
+            keys.dependents(&id),
+            "{namespace}: dependents key"
+        );
+        assert_eq!(
+            text(&got[3]),
+            keys.stats_minute(now),
+            "{namespace}: minute key"
+        );
+        assert_eq!(
+            text(&got[4]),
+            keys.queue_signal(),
+            "{namespace}: signal key"
+        );
+        assert_eq!(
+            text(&got[5]),
+            keys.paused_queues(),
+            "{namespace}: paused streams key"
+        );
+        assert_eq!(
+            text(&got[6]),
+            keys.paused_names(),
+            "{namespace}: paused names key"
+        );
         assert_eq!(int(&got[7]), 1, "the bridge's consumer {bridge}");
         assert!(hero_client::keys::is_bridge_consumer(&bridge));
         assert_eq!(int(&got[8]), 0, "a worker's consumer");
-        assert_eq!(text(&got[9]), keys.tag("blue"), "{namespace}: tag key from the job prefix");
+        assert_eq!(
+            text(&got[9]),
+            keys.tag("blue"),
+            "{namespace}: tag key from the job prefix"
+        );
     }
 }

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use hero_client::function::{self, CompleteBatch, Ending, Function, Leased, Recovery};
-use hero_client::keys::CONSUMER_GROUP;
 use hero_client::function::{Completion, Expired, FetchReply, Recovered, Renewal};
+use hero_client::keys::CONSUMER_GROUP;
 use hero_client::{
     clock, Client, GroupName, InstanceName, JobId, NewJob, Priority, ScriptType, Target,
 };

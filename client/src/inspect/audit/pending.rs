@@ -118,7 +118,12 @@ pub(super) fn classify(stream: &str, row: &PendingRow, who: &Liveness) -> Findin
 /// goes with the presence pass after its deadline (a worker killed holding nothing, a moment
 /// ago), which is in-flight state, not an inconsistency (the chaos soak's audit, run a second
 /// after its last kill, saw these).
-pub(super) fn idle_consumer(stream: &str, name: &str, held: u64, who: &Liveness) -> Option<Finding> {
+pub(super) fn idle_consumer(
+    stream: &str,
+    name: &str,
+    held: u64,
+    who: &Liveness,
+) -> Option<Finding> {
     if held != 0
         || who.live.contains(name)
         || who.deadlines.contains_key(name)
@@ -325,9 +330,22 @@ mod tests {
 
     #[test]
     fn the_bridge_holds_what_its_legacy_actors_run() {
-        assert_eq!(class("bridge:actor_queue:osis", fields(Some("started"), Some("5-0"))).0, Class::Bridge);
-        assert_eq!(class("bridge:actor_queue:osis", fields(Some("dispatched"), None)).0, Class::Bridge);
-        assert_eq!(class("bridge:actor_queue:osis", fields(Some("finished"), None)).0, Class::Stale);
+        assert_eq!(
+            class(
+                "bridge:actor_queue:osis",
+                fields(Some("started"), Some("5-0"))
+            )
+            .0,
+            Class::Bridge
+        );
+        assert_eq!(
+            class("bridge:actor_queue:osis", fields(Some("dispatched"), None)).0,
+            Class::Bridge
+        );
+        assert_eq!(
+            class("bridge:actor_queue:osis", fields(Some("finished"), None)).0,
+            Class::Stale
+        );
     }
 
     #[test]
@@ -335,7 +353,10 @@ mod tests {
         let (c, d) = class("w:live:1", fields(Some("started"), Some("9-0")));
         assert_eq!(c, Class::Stale);
         assert_eq!(d, "the job is started, and this is not its delivery");
-        assert_eq!(class("w:live:1", fields(Some("finished"), Some("5-0"))).0, Class::Stale);
+        assert_eq!(
+            class("w:live:1", fields(Some("finished"), Some("5-0"))).0,
+            Class::Stale
+        );
     }
 
     #[test]
