@@ -53,30 +53,42 @@ fn members() -> Vec<String> {
         .collect()
 }
 
+/// The entries of a manifest, with the table each stands in: `(table, line)` for every line
+/// that is not a table header, a comment or blank.
+fn entries(manifest: &str) -> Vec<(String, &str)> {
+    let mut table = String::new();
+    let mut out = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            table = line.trim_matches(|c| c == '[' || c == ']').to_string();
+        } else if !line.is_empty() && !line.starts_with('#') {
+            out.push((table.clone(), line));
+        }
+    }
+    out
+}
+
+/// The name a dependency line declares (`tokio.workspace = true`, `redis = { ... }`).
+fn dependency_name(line: &str) -> String {
+    line.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect()
+}
+
 /// The dependencies a manifest declares (every `*dependencies` table, target-specific ones
 /// included), and the ones its cargo-machete metadata says to skip.
 fn declared(manifest: &str) -> (Vec<String>, BTreeSet<String>) {
     let mut deps = Vec::new();
     let mut ignored = BTreeSet::new();
-    let mut table = String::new();
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            table = line.trim_matches(|c| c == '[' || c == ']').to_string();
-            continue;
-        }
+    for (table, line) in entries(manifest) {
         if table == "package.metadata.cargo-machete" && line.starts_with("ignored") {
             ignored.extend(line.split('"').skip(1).step_by(2).map(str::to_string));
         }
         if table.ends_with("dependencies") && table != "workspace.dependencies" {
-            let name: String = line
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-                .collect();
-            if !name.is_empty() && !line.starts_with('#') {
-                deps.push(name);
-            }
+            deps.push(dependency_name(line));
         }
     }
+    deps.retain(|d| !d.is_empty());
     (deps, ignored)
 }
 
@@ -131,23 +143,12 @@ fn every_dependency_a_crate_declares_is_used_by_its_code() {
 fn every_workspace_dependency_is_declared_by_a_member() {
     let root_manifest =
         std::fs::read_to_string(root().join("Cargo.toml")).expect("root Cargo.toml");
-    let mut table = String::new();
-    let mut offered = Vec::new();
-    for line in root_manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            table = line.trim_matches(|c| c == '[' || c == ']').to_string();
-            continue;
-        }
-        if table == "workspace.dependencies" && !line.starts_with('#') {
-            let name: String = line
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                offered.push(name);
-            }
-        }
-    }
+    let offered: Vec<String> = entries(&root_manifest)
+        .into_iter()
+        .filter(|(table, _)| table == "workspace.dependencies")
+        .map(|(_, line)| dependency_name(line))
+        .filter(|name| !name.is_empty())
+        .collect();
     let taken: BTreeSet<String> = members()
         .iter()
         .flat_map(|m| {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use redis::Value;
 
-use super::{entry_job, no_group, AuditReport, Class, Finding, PAGE};
+use super::{entry_job, AuditReport, Class, Finding, PAGE};
 use crate::error::{Error, Result};
 use crate::inspect::Inspector;
 use crate::keys::{is_bridge_consumer, CONSUMER_GROUP};
@@ -170,9 +170,8 @@ impl Inspector {
     /// One page of a stream's pending entries from `from`, each with the job its entry names
     /// and that job's `status` and `lease`: three pipelined round trips a page.
     async fn read_pending(&self, stream: &str, from: &str) -> Result<Vec<PendingRow>> {
-        let v: Value = match self
-            .redis
-            .query(
+        let Some(v) = self
+            .group_read(
                 redis::cmd("XPENDING")
                     .arg(stream)
                     .arg(CONSUMER_GROUP)
@@ -180,11 +179,9 @@ impl Inspector {
                     .arg("+")
                     .arg(PAGE),
             )
-            .await
-        {
-            Ok(v) => v,
-            Err(e) if no_group(&e) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
+            .await?
+        else {
+            return Ok(Vec::new());
         };
         let mut rows = Vec::new();
         let mut pipe = redis::pipe();
@@ -249,19 +246,16 @@ impl Inspector {
 
     /// The consumers of a stream's group and how many entries each holds.
     async fn consumers(&self, stream: &str) -> Result<Vec<(String, u64)>> {
-        let v: Value = match self
-            .redis
-            .query(
+        let Some(v) = self
+            .group_read(
                 redis::cmd("XINFO")
                     .arg("CONSUMERS")
                     .arg(stream)
                     .arg(CONSUMER_GROUP),
             )
-            .await
-        {
-            Ok(v) => v,
-            Err(e) if no_group(&e) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
+            .await?
+        else {
+            return Ok(Vec::new());
         };
         let mut out = Vec::new();
         for c in reply::array(&v)? {

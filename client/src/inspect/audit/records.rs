@@ -5,8 +5,6 @@
 
 use std::collections::HashSet;
 
-use redis::Value;
-
 use super::{AuditReport, Class, Finding, PAGE};
 use crate::error::Result;
 use crate::inspect::Inspector;
@@ -122,9 +120,8 @@ impl Inspector {
                 if f2.first().cloned().flatten().as_deref() != Some("started") || lease.is_empty() {
                     return Ok(false);
                 }
-                let p: Value = match self
-                    .redis
-                    .query(
+                let Some(p) = self
+                    .group_read(
                         redis::cmd("XPENDING")
                             .arg(&f.key)
                             .arg(CONSUMER_GROUP)
@@ -132,11 +129,9 @@ impl Inspector {
                             .arg(&lease)
                             .arg(1),
                     )
-                    .await
-                {
-                    Ok(p) => p,
-                    Err(e) if super::no_group(&e) => return Ok(true),
-                    Err(e) => return Err(e),
+                    .await?
+                else {
+                    return Ok(true);
                 };
                 Ok(reply::array(&p)?.is_empty())
             }
