@@ -505,7 +505,7 @@ pub struct EventsArgs {
     #[arg(long = "type")]
     pub script_type: Option<String>,
     /// Only events of this kind (submitted, dispatched, started, finished, error, retried,
-    /// recovered, dead, stopped, requeued, purged, bridged_in, bridged_out).
+    /// recovered, dead, stopped, requeued, purged, paused, resumed, bridged_in, bridged_out).
     #[arg(long)]
     pub event: Option<String>,
 }
