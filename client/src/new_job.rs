@@ -228,7 +228,7 @@ impl NewJobBuilder {
                     "timeout must be at least one second".into(),
                 ));
             }
-            job.timeout = t;
+            job.timeout = Some(t);
         }
         job.retries = self.retries;
         for p in &self.prerequisites {

@@ -118,6 +118,25 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
     let (_driver, b, profile) = browser(false).await;
 
+    // without the token a page asks for it; given in the form, it opens the dashboard
+    b.goto(&format!("{base}/")).await.unwrap();
+    text_of(&b, "#sign-in").await;
+    shot(&b, "sign-in").await;
+    b.find(Locator::Css("#sign-in input[name='token']"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    b.find(Locator::Css("#sign-in button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_of(&b, "#queues").await;
+    // the link with the token, as `hero broker` prints it: the browser keeps it as a cookie
+    b.goto(&format!("{base}/?token={TOKEN}")).await.unwrap();
     // the queues page, with the right counts
     b.goto(&format!("{base}/")).await.unwrap();
     assert_eq!(
@@ -255,7 +274,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
 
     // the system's dark scheme gives the dark palette
     let (_driver, b, profile) = browser(true).await;
-    b.goto(&format!("{base}/")).await.unwrap();
+    b.goto(&format!("{base}/?token={TOKEN}")).await.unwrap();
     text_of(&b, "#queues").await;
     let bg = b
         .execute(

@@ -58,7 +58,12 @@ async fn each_role_of_the_acl_file_does_its_whole_job_and_no_more() {
     assert_eq!(&answer, b"-NOAUTH", "the default user is off");
 
     // the broker loads the library and runs its loops (and the HTTP face's reads)
-    let (_broker, base) = http_broker(&broker_url, None, &[]).await;
+    let (_broker, base) = http_broker(
+        &broker_url,
+        Some("deploy-admin-token"),
+        &["--http-read-token", "deploy-read-token"],
+    )
+    .await;
 
     // a producer submits (one delayed, one run-and-wait), a worker runs them
     let producer = Client::connect(&producer_url).await.unwrap();
@@ -133,8 +138,22 @@ async fn each_role_of_the_acl_file_does_its_whole_job_and_no_more() {
         let (code, out, err) = hero_cli(&operator_url, &a);
         assert_eq!(code, 0, "operator: hero {args:?}: {out}{err}");
     }
-    let page = reqwest::get(format!("{base}/api/queues")).await.unwrap();
+    // the operator's read-only token reads the API, and changes nothing through it
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("{base}/api/queues"))
+        .bearer_auth("deploy-read-token")
+        .send()
+        .await
+        .unwrap();
     assert!(page.status().is_success());
+    let stop = http
+        .post(format!("{base}/api/jobs/acl-0/stop"))
+        .bearer_auth("deploy-read-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stop.status().as_u16(), 403);
 
     // ... and writes nothing
     let (code, _, err) = hero_cli(&operator_url, &["submit", "--type", "acl", "x"]);

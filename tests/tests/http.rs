@@ -24,8 +24,18 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
+/// A GET with the admin token.
 async fn get(base: &str, path: &str) -> (u16, Value) {
-    let r = http().get(format!("{base}{path}")).send().await.unwrap();
+    get_as(base, path, Some(TOKEN)).await
+}
+
+/// A GET with `token` (none: no Authorization header).
+async fn get_as(base: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut req = http().get(format!("{base}{path}"));
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let r = req.send().await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
     (
@@ -208,7 +218,12 @@ async fn every_read_endpoint_answers_its_json_on_a_known_state() {
 }
 
 async fn get_text(base: &str, path: &str) -> (u16, String) {
-    let r = http().get(format!("{base}{path}")).send().await.unwrap();
+    let r = http()
+        .get(format!("{base}{path}"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send()
+        .await
+        .unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
@@ -360,15 +375,132 @@ async fn a_non_loopback_bind_without_a_token_is_refused_and_without_one_configur
     let (code, _, err) = hero_cli(&url, &["broker", "--http", "not-an-address"]);
     assert_ne!(code, 0);
     assert!(err.contains("is not an address"), "{err}");
-    // loopback without a token: reads open, changes refused
-    let (_broker, base) = http_broker(&url, None, &[]).await;
-    assert_eq!(get(&base, "/api/queues").await.0, 200);
-    let (code, v) = post(&base, "/api/dead/purge", Some("anything"), "{\"all\":true}").await;
-    assert_eq!(code, 403);
-    assert!(
-        v["error"].as_str().unwrap().contains("no --http-token"),
-        "{v}"
+    let (code, _, err) = hero_cli(
+        &url,
+        &[
+            "broker",
+            "--http",
+            "0.0.0.0:0",
+            "--http-token",
+            "t",
+            "--http-open",
+        ],
     );
+    assert_eq!(code, 2, "--http-open is for a loopback only: {err}");
+    assert!(err.contains("trusted loopback"), "{err}");
+    // loopback without a token: the broker makes one, prints it in its link, and nothing is
+    // read or changed without it
+    let (mut broker, base) = hero_testkit::http_broker(&url, None, &[]).await;
+    assert_eq!(get_as(&base, "/api/queues", None).await.0, 401);
+    assert_eq!(get_as(&base, "/api/queues", Some("anything")).await.0, 403);
+    let (code, v) = post(&base, "/api/dead/purge", Some("anything"), "{\"all\":true}").await;
+    assert_eq!(code, 403, "{v}");
+    let link = broker
+        .output()
+        .into_iter()
+        .find(|l| l.starts_with("http: "))
+        .unwrap();
+    let made = link
+        .split("?token=")
+        .nth(1)
+        .expect("the link carries the token it made")
+        .trim();
+    assert_eq!(made.len(), 32, "{link}");
+    assert_eq!(get_as(&base, "/api/queues", Some(made)).await.0, 200);
+    broker.kill9();
+    // --http-open: reads without a token on loopback, changes still refused
+    let (_open, base) = hero_testkit::http_broker(&url, Some(TOKEN), &["--http-open"]).await;
+    assert_eq!(get_as(&base, "/api/queues", None).await.0, 200);
+    let (code, _) = post(&base, "/api/dead/purge", None, "{\"all\":true}").await;
+    assert_eq!(code, 401);
+}
+
+/// Nobody reads a job's secrets without the admin token asking for them: without a token a
+/// read is refused, the read-only token sees `env_vars` values as `***` and may not run the
+/// audit or change anything, the admin token sees them only with `?reveal=1`; a browser that
+/// opens the printed link gets a cookie and the page without the token in its address.
+#[tokio::test]
+async fn reads_need_a_token_and_env_values_stay_redacted_unless_the_admin_asks() {
+    const READ: &str = "read-only-token";
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let job = hero_client::NewJob::builder("sec", "x")
+        .id("secret-1")
+        .env("DB_PASSWORD", "hunter2")
+        .build()
+        .unwrap();
+    client.submit(&job).await.unwrap();
+    let (_broker, base) =
+        hero_testkit::http_broker(&url, Some(TOKEN), &["--http-read-token", READ]).await;
+    let path = "/api/jobs/secret-1";
+    let (code, v) = get_as(&base, path, None).await;
+    assert_eq!(code, 401, "{v}");
+    assert!(!v.to_string().contains("hunter2"), "{v}");
+    let (code, v) = get_as(&base, path, Some(READ)).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["env_vars"]["DB_PASSWORD"], "***", "{v}");
+    assert!(!v.to_string().contains("hunter2"), "{v}");
+    assert_eq!(
+        get_as(&base, &format!("{path}?reveal=1"), Some(READ))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(get_as(&base, "/api/audit", Some(READ)).await.0, 403);
+    assert_eq!(get_as(&base, "/api/audit", None).await.0, 401);
+    let (code, _) = post(&base, "/api/jobs/secret-1/stop", Some(READ), "").await;
+    assert_eq!(code, 403);
+    let (_, v) = get_as(&base, path, Some(TOKEN)).await;
+    assert_eq!(
+        v["env_vars"]["DB_PASSWORD"], "***",
+        "the admin sees it only on request: {v}"
+    );
+    let (_, v) = get_as(&base, &format!("{path}?reveal=1"), Some(TOKEN)).await;
+    assert_eq!(v["env_vars"]["DB_PASSWORD"], "hunter2", "{v}");
+    let (code, v) = get_as(&base, "/api/audit", Some(TOKEN)).await;
+    assert_eq!((code, v["truncated"].as_bool()), (200, Some(false)), "{v}");
+    // a page without a token answers a page that asks for one; the link sets a cookie
+    let (code, page) = {
+        let r = http()
+            .get(format!("{base}/jobs/secret-1"))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(code, 401);
+    assert!(
+        page.contains("sign-in") && !page.contains("hunter2"),
+        "{page}"
+    );
+    let no_redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = no_redirect
+        .get(format!("{base}/jobs/secret-1?token={READ}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(r.headers()["location"], "/jobs/secret-1");
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.starts_with("hero_token=") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
+    let r = http()
+        .get(format!("{base}/jobs/secret-1"))
+        .header("cookie", cookie.split(';').next().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(!r.text().await.unwrap().contains("hunter2"));
+    // health checks stay open for probes
+    let r = http().get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
 }
 
 /// The value of the sample `name` whose labels include `label` = `value`.
@@ -454,6 +586,7 @@ async fn the_event_stream_sends_a_new_jobs_events_as_they_happen() {
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
     let mut r = http()
         .get(format!("{base}/api/events/stream?job=live-1"))
+        .header("authorization", format!("Bearer {TOKEN}"))
         .send()
         .await
         .unwrap();

@@ -72,12 +72,9 @@ impl PolicyCache {
 
 /// The time limit of `job`: its own, or its queue's (`policy`) when it named none.
 pub fn timeout(job: &Job, policy: Option<&Policy>) -> Duration {
-    if job.timeout != DEFAULT_TIMEOUT {
-        return job.timeout;
-    }
-    policy
-        .and_then(|p| p.timeout_ms)
-        .map_or(job.timeout, Duration::from_millis)
+    job.timeout
+        .or_else(|| policy.and_then(|p| p.timeout_ms).map(Duration::from_millis))
+        .unwrap_or(DEFAULT_TIMEOUT)
 }
 
 /// A failure as the queue's policy shapes it: retried after the policy's back-off, and while
@@ -103,5 +100,35 @@ pub fn shape(
         // the policy's budget retries what the job's own would not: the call is told to
         let again = budget > retries && attempt <= budget;
         (Some(delay), again)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(timeout: Option<Duration>) -> Job {
+        let target = hero_client::Target::of_type(hero_client::ScriptType::new("osis").unwrap());
+        let mut j = Job::new(hero_client::JobId::new("j1").unwrap(), &target, "noop");
+        j.timeout = timeout;
+        j
+    }
+
+    #[test]
+    fn a_job_naming_a_time_limit_keeps_it_even_when_it_is_the_default() {
+        let policy = Policy {
+            timeout_ms: Some(5_000),
+            ..Policy::default()
+        };
+        assert_eq!(
+            timeout(&job(Some(DEFAULT_TIMEOUT)), Some(&policy)),
+            DEFAULT_TIMEOUT
+        );
+        assert_eq!(timeout(&job(None), Some(&policy)), Duration::from_secs(5));
+        assert_eq!(timeout(&job(None), None), DEFAULT_TIMEOUT);
+        assert_eq!(
+            timeout(&job(Some(Duration::from_secs(7))), Some(&policy)),
+            Duration::from_secs(7)
+        );
     }
 }

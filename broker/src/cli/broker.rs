@@ -16,7 +16,7 @@ pub(super) async fn broker(g: &Global, args: &BrokerArgs) -> Result<i32> {
     let served = crate::http::serve(client.clone(), &http, stop.clone()).await?;
     if let Some((addr, _)) = &served {
         // on stdout, so a supervisor (or a test) learns the port when --http asked for port 0
-        println!("http: http://{addr}/");
+        println!("http: {}", http.link(*addr));
     }
     crate::daemon::run(client, cfg, stop).await?;
     if let Some((_, task)) = served {
@@ -39,6 +39,8 @@ impl BrokerArgs {
             &self.http,
             self.http_token.clone(),
             self.http_token_file.as_deref(),
+            self.http_read_token.clone(),
+            self.http_open,
         )?)
     }
 

@@ -47,6 +47,8 @@ pub(super) fn show(g: &Global) -> Result<i32> {
             "http": b.http,
             "http_token": mask(&b.http_token),
             "http_token_file": path(&b.http_token_file),
+            "http_read_token": mask(&b.http_read_token),
+            "http_open": b.http_open,
             "bridges": cfg.bridges.iter().map(|m| format!("{m:?}")).collect::<Vec<_>>(),
             "legacy_replies": cfg.legacy_replies(),
         });

@@ -240,13 +240,22 @@ pub struct BrokerArgs {
     /// non-loopback address needs a token.
     #[arg(long, env = "HERO_HTTP", default_value = crate::http::DEFAULT_ADDR, value_name = "ADDR|off")]
     pub http: String,
-    /// The bearer token the API's mutating endpoints require (stop, requeue, dead retry/purge,
-    /// audit fix).
+    /// The admin token: every read (env values on request), the audit, and every change (stop,
+    /// requeue, dead retry/purge, audit fix). Default on loopback: one made at start, printed
+    /// in the dashboard's address (…/?token=…).
     #[arg(long, env = "HERO_HTTP_TOKEN", hide_env_values = true)]
     pub http_token: Option<String>,
-    /// Read the token from this file instead.
+    /// Read the admin token from this file instead.
     #[arg(long, env = "HERO_HTTP_TOKEN_FILE", value_name = "FILE")]
     pub http_token_file: Option<std::path::PathBuf>,
+    /// A read-only token: every page and read of the API but the audit, env values redacted,
+    /// no change.
+    #[arg(long, env = "HERO_HTTP_READ_TOKEN", hide_env_values = true)]
+    pub http_read_token: Option<String>,
+    /// Serve reads without a token (a trusted loopback only; changes still need the admin
+    /// token). Never the default.
+    #[arg(long, env = "HERO_HTTP_OPEN")]
+    pub http_open: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -51,7 +51,8 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
     println!("  broker:    running");
     match &served {
         Some((addr, _)) => {
-            println!("  dashboard: http://{addr}/   (API: /api/queues, metrics: /metrics)");
+            println!("  dashboard: {}", http.link(*addr));
+            println!("             (API: /api/queues, metrics: /metrics, with that token as Authorization: Bearer)");
         }
         None => println!("  dashboard: off (--http off)"),
     }

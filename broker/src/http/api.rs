@@ -1,7 +1,8 @@
 //! The admin JSON API (`/api/...`): the read side of `hero_client::inspect` and the repairs of
-//! `hero_client::repair`, one handler per endpoint. Read-only endpoints are open (on loopback,
-//! or to whoever the operator let reach the port); every mutating one checks the bearer token
-//! first. Bad input is answered 4xx before anything is read or changed.
+//! `hero_client::repair`, one handler per endpoint. Every request carries a token (the guard in
+//! `http` checks it first); reads show `env_vars` values as `***` unless the admin token asks
+//! with `?reveal=1`; the audit and every change need the admin token. Bad input is answered
+//! 4xx before anything is read or changed.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -19,6 +20,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{ApiError, App};
+
+/// What a redacted value reads as.
+pub const REDACTED: &str = "***";
+
+/// The audit's bounds over HTTP: it is the one O(jobs) read, so a page of findings and a time
+/// limit keep one request from loading Redis for long.
+const AUDIT_LIMIT: usize = 1000;
+const AUDIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 type ApiResult = Result<Json<Value>, ApiError>;
 
@@ -148,8 +157,9 @@ async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> ApiResult {
     })))
 }
 
-/// A job's record and its history from the event log; 404 when there is no record.
-pub async fn job_with_history(app: &App, id: &JobId) -> Result<Value, ApiError> {
+/// A job's record and its history from the event log; 404 when there is no record. The
+/// values of `env_vars` (passwords, keys) read `***` unless `reveal`.
+pub async fn job_with_history(app: &App, id: &JobId, reveal: bool) -> Result<Value, ApiError> {
     let job = app.client.get(id).await?;
     let only = EventFilter {
         job: Some(id.to_string()),
@@ -157,14 +167,36 @@ pub async fn job_with_history(app: &App, id: &JobId) -> Result<Value, ApiError> 
     };
     let history = app.client.inspector().events(&only, 1000).await?;
     let mut v = job.to_json();
+    if !reveal {
+        if let Some(env) = v.get_mut("env_vars").and_then(Value::as_object_mut) {
+            for value in env.values_mut() {
+                *value = REDACTED.into();
+            }
+        }
+    }
     v["script"] = job.script.clone().into();
     v["history"] = history.iter().map(|e| e.to_json()).collect();
     Ok(v)
 }
 
-async fn job(State(app): State<App>, Path(id): Path<String>) -> ApiResult {
+#[derive(Deserialize, Default)]
+struct JobQuery {
+    /// `1`: show the `env_vars` values (the admin token only).
+    reveal: Option<String>,
+}
+
+async fn job(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(q): Query<JobQuery>,
+    Path(id): Path<String>,
+) -> ApiResult {
     let id = job_id(&id)?;
-    Ok(Json(job_with_history(&app, &id).await?))
+    let reveal = matches!(q.reveal.as_deref(), Some("1" | "true"));
+    if reveal {
+        app.authorize(&headers)?;
+    }
+    Ok(Json(job_with_history(&app, &id, reveal).await?))
 }
 
 async fn stop(State(app): State<App>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
@@ -361,9 +393,40 @@ async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> ApiRe
     })))
 }
 
-async fn audit(State(app): State<App>) -> ApiResult {
-    let (report, fixed) = app.client.audit(false, &|_| {}).await?;
-    Ok(Json(report.to_json(&fixed)))
+#[derive(Deserialize, Default)]
+struct AuditQuery {
+    /// Findings answered at most (default and cap 1,000); `counts` cover them all.
+    limit: Option<usize>,
+}
+
+/// The audit: the admin token only, at most [`AUDIT_TIMEOUT`], a page of findings.
+async fn audit(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(q): Query<AuditQuery>,
+) -> ApiResult {
+    app.authorize(&headers)?;
+    bounded_audit(&app, false, q.limit).await
+}
+
+/// Runs the audit (and its fixes) within [`AUDIT_TIMEOUT`], answering at most `limit` findings.
+async fn bounded_audit(app: &App, fix: bool, limit: Option<usize>) -> ApiResult {
+    let limit = limit.unwrap_or(AUDIT_LIMIT).clamp(1, AUDIT_LIMIT);
+    let ran = tokio::time::timeout(AUDIT_TIMEOUT, app.client.audit(fix, &|_| {})).await;
+    let Ok(done) = ran else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the audit did not finish within {AUDIT_TIMEOUT:?}: run `hero audit` from a shell for a namespace this large"),
+        ));
+    };
+    let (mut report, fixed) = done?;
+    let mut v = report.to_json(&fixed);
+    let total = report.findings.len();
+    report.findings.truncate(limit);
+    v["findings"] = report.findings.iter().map(|f| f.to_json()).collect();
+    v["findings_total"] = total.into();
+    v["truncated"] = (total > limit).into();
+    Ok(Json(v))
 }
 
 #[derive(Deserialize, Default)]
@@ -377,8 +440,7 @@ struct AuditBody {
 async fn audit_fix(State(app): State<App>, headers: HeaderMap, raw: Bytes) -> ApiResult {
     app.authorize(&headers)?;
     let b: AuditBody = body(&raw)?;
-    let (report, fixed) = app.client.audit(b.fix, &|_| {}).await?;
-    Ok(Json(report.to_json(&fixed)))
+    bounded_audit(&app, b.fix, None).await
 }
 
 #[derive(Deserialize, Default)]

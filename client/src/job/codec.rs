@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Job, Status, DEFAULT_TIMEOUT};
+use super::{Job, Status};
 use crate::clock;
 use crate::error::DecodeError;
 use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType};
@@ -16,7 +16,8 @@ impl Job {
     /// The fields `hero_submit` writes for a new job. Fields at their default are left out to
     /// keep the hash small (a waiting tiny job costs Redis about a third less memory): the
     /// decoder reads an absent `id` as the key's, `updated_at` as the latest of `created_at`,
-    /// `started_at` and `finished_at`, `priority`, `timeout` and `retries` as their defaults, and
+    /// `started_at` and `finished_at`, `priority` and `retries` as their defaults, an absent `timeout`
+    /// as naming none (a job that names the default writes it), and
     /// optional fields as empty. The status is the function's to write.
     pub fn to_submit_fields(&self) -> Vec<(&'static str, String)> {
         let mut f: Vec<(&'static str, String)> = Vec::with_capacity(12);
@@ -33,8 +34,8 @@ impl Job {
         if self.priority != Priority::DEFAULT {
             f.push((F::Priority.name(), self.priority.to_string()));
         }
-        if self.timeout != DEFAULT_TIMEOUT {
-            f.push((F::Timeout.name(), self.timeout.as_secs().to_string()));
+        if let Some(t) = self.timeout {
+            f.push((F::Timeout.name(), t.as_secs().to_string()));
         }
         if self.retries != 0 {
             f.push((F::Retries.name(), self.retries.to_string()));
@@ -162,10 +163,7 @@ impl Job {
                 .and_then(|n| Priority::new(n).ok())
                 .ok_or_else(|| r.err(F::Priority, format!("is {s:?}; expected 0 to 9")))?,
         };
-        let timeout = r
-            .number(F::Timeout)?
-            .map(Duration::from_secs)
-            .unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = r.number(F::Timeout)?.map(Duration::from_secs);
         let retries = r.number(F::Retries)?.unwrap_or(0) as u32;
         let written_attempts = r.number(F::Attempts)?;
         let run_at_ms = r.number(F::RunAt)?;
@@ -480,6 +478,22 @@ mod tests {
         assert_eq!(F::of("bridge"), None);
         let names: std::collections::HashSet<&str> = F::ALL.iter().map(|f| f.name()).collect();
         assert_eq!(names.len(), F::COUNT, "no name twice");
+    }
+
+    #[test]
+    fn a_job_naming_the_default_timeout_still_names_it() {
+        let target = Target::new(ScriptType::new("osis").unwrap(), None, None);
+        let mut j = Job::new(JobId::new("j1").unwrap(), &target, "noop");
+        assert_eq!(j.timeout, None);
+        j.timeout = Some(crate::DEFAULT_TIMEOUT);
+        let fields = j.to_submit_fields();
+        assert!(
+            fields.iter().any(|(k, v)| *k == "timeout" && v == "300"),
+            "{fields:?}"
+        );
+        let back = submitted_and_read_back(&j);
+        assert_eq!(back.timeout, Some(crate::DEFAULT_TIMEOUT));
+        assert_eq!(back.time_limit(), crate::DEFAULT_TIMEOUT);
     }
 
     #[test]

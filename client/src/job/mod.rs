@@ -112,7 +112,10 @@ pub struct Job {
     pub context_id: String,
     /// The consumer that runs (or last ran) it.
     pub worker_id: String,
-    pub timeout: Duration,
+    /// The handler's time limit the job names; `None`: it names none, and its queue's policy
+    /// or [`DEFAULT_TIMEOUT`] applies ([`Job::time_limit`]). A job naming exactly the default
+    /// still names it: its queue's policy does not replace it.
+    pub timeout: Option<Duration>,
     /// How many more attempts after the first a failing handler gets.
     pub retries: u32,
     pub concurrent: bool,
@@ -157,6 +160,12 @@ pub struct Job {
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl Job {
+    /// The time limit the job names, or the default when it names none (a worker that knows
+    /// the queue's policy uses the policy's first: `hero_worker`'s `policy::timeout`).
+    pub fn time_limit(&self) -> Duration {
+        self.timeout.unwrap_or(DEFAULT_TIMEOUT)
+    }
+
     /// The record as the CLI's and the HTTP API's JSON show it.
     pub fn to_json(&self) -> serde_json::Value {
         let job = self;
@@ -169,7 +178,7 @@ impl Job {
             "priority": job.priority.level(),
             "attempts": job.attempts,
             "retries": job.retries,
-            "timeout": job.timeout.as_secs(),
+            "timeout": job.time_limit().as_secs(),
             "worker_id": job.worker_id,
             "created_at": job.created_at,
             "started_at": job.started_at,
@@ -200,7 +209,7 @@ impl Job {
             caller_id: String::new(),
             context_id: String::new(),
             worker_id: String::new(),
-            timeout: DEFAULT_TIMEOUT,
+            timeout: None,
             retries: 0,
             concurrent: false,
             log_path: None,

@@ -112,7 +112,7 @@ pub(super) async fn go(Query(g): Query<Go>) -> Response {
 
 pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page {
     let jid = JobId::new(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let v = super::super::api::job_with_history(&app, &jid).await?;
+    let v = super::super::api::job_with_history(&app, &jid, false).await?;
     let dead = app.client.inspector().dead_letter(jid.as_str()).await?;
     let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
     let status = s("status");

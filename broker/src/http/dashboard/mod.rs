@@ -91,6 +91,27 @@ impl IntoResponse for PageError {
 
 type Page = Result<Html<String>, PageError>;
 
+/// What a browser gets for a page without a valid token: why, and a field to give one (it
+/// comes back as `?token=`, which sets the cookie).
+pub(crate) fn sign_in(e: ApiError) -> Response {
+    let body = layout(
+        "Token needed",
+        "",
+        html! {
+            div.empty {
+                h2 { (e.status.as_u16()) " " (e.status.canonical_reason().unwrap_or("")) }
+                p { (e.message) }
+                form method="get" action="/" #sign-in {
+                    input type="password" name="token" placeholder="token" autocomplete="off";
+                    " "
+                    button.primary type="submit" { "Open the dashboard" }
+                }
+            }
+        },
+    );
+    (e.status, Html(body.into_string())).into_response()
+}
+
 const NAV: [(&str, &str); 6] = [
     ("/", "Queues"),
     ("/actors", "Actors"),

@@ -60,8 +60,14 @@ pub(super) struct AuditQuery {
     run: Option<String>,
 }
 
-pub(super) async fn audit(State(app): State<App>, Query(q): Query<AuditQuery>) -> Page {
+pub(super) async fn audit(
+    State(app): State<App>,
+    headers: axum::http::HeaderMap,
+    Query(q): Query<AuditQuery>,
+) -> Page {
     let report = if q.run.is_some() {
+        // the one O(jobs) read: the admin token only
+        app.authorize(&headers)?;
         Some(app.client.audit(false, &|_| {}).await?.0)
     } else {
         None
