@@ -42,6 +42,19 @@ local function paused_names_key(registry)
   return registry .. ':paused:names'
 end
 
+-- The reply lists' prefix `<ns>:q:reply:` (`Keyspace::reply`), for a job named by an entry or
+-- a dependents hash rather than in KEYS.
+local function reply_prefix_of(ns)
+  return ns .. 'q:reply:'
+end
+
+-- The dual-push registry `<ns>:meta:bridge` (`Keyspace::bridge_registry`), beside the queue
+-- registry `<ns>:meta:queues`: a call that queues a job it was not given in KEYS (a released
+-- dependent) finds there whether its stream is dual-pushed.
+local function bridge_registry_of(registry)
+  return string.sub(registry, 1, #registry - 6) .. 'bridge'
+end
+
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
 local function is_bridge_consumer(name)
   return string.sub(name, 1, 7) == 'bridge:'
@@ -661,6 +674,29 @@ local function entry_fields(f)
   return job_id, attempts, dual, wake
 end
 
+-- The dual-push mapping of `stream` (its JSON from the registry `bridges`, decoded), or false;
+-- asked only while the broker published any (`bridged` in the config hash), and once per
+-- stream per call (`memo`, a table the call keeps, remembers it in `memo.dual`).
+local function dual_push_mapping(cfg, bridges, stream, memo)
+  memo.dual = memo.dual or {}
+  local m = memo.dual[stream]
+  if m == nil then
+    local raw = setting(cfg, 'bridged', 0) > 0 and redis.call('HGET', bridges, stream)
+    m = raw and cjson.decode(raw) or false
+    memo.dual[stream] = m
+  end
+  return m
+end
+
+-- Hands a dual-pushed job, queued as `entry`, to its mapping's legacy list as well: the record
+-- names the list, its stop queue and the legacy worker, and the bridge tracks it until
+-- `pickup_ms` from `now_ms` (docs/protocol.md §7).
+local function hand_to_legacy(job_key, job_id, m, entry, now_ms)
+  redis.call('HSET', job_key, 'id', job_id, 'entry', entry, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
+  redis.call('LPUSH', m.list, job_id)
+  redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
+end
+
 -- hero function library, shared helpers continued: dependencies (prerequisites and their
 -- dependents), used by hero_submit, hero_complete, hero_stop and hero_recover.
 
@@ -702,7 +738,7 @@ local function release_dependents(ctx, ended)
       redis.call('DEL', dk)
       redis.call('HINCRBY', ctx.cfg.key, DEPS_FIELD, -1)
       local prefix = string.sub(jk, 1, #jk - #jid)
-      local reply_prefix = string.sub(prefix, 1, #prefix - 4) .. 'q:reply:' -- `<ns>:job:` -> `<ns>:q:reply:`
+      local reply_prefix = reply_prefix_of(ns_of(jk, jid))
       for m = 1, #deps, 2 do
         local d, stream = deps[m], deps[m + 1]
         local dkey = prefix .. d
@@ -710,9 +746,13 @@ local function release_dependents(ctx, ended)
         if not f.err and f[1] == 'waiting' then
           if ok then
             if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
-              append(stream, ctx.group, ctx.registry, d)
+              -- queued as a submit would queue it: also handed to the legacy list of a
+              -- dual-push mapping of its stream (see hero_submit)
+              local m = dual_push_mapping(ctx.cfg, bridge_registry_of(ctx.registry), stream, ctx)
+              local entry = append(stream, ctx.group, ctx.registry, d, nil, nil, m and true)
               redis.call('HSET', dkey, 'status', 'dispatched', 'updated_at', ctx.now_iso)
               redis.call('HDEL', dkey, 'deps_left')
+              if m then hand_to_legacy(dkey, d, m, entry, server_ms()) end
               log_event(ctx.log, 'dispatched', d, stream, nil, nil, 'prerequisites finished')
             end
           else
@@ -772,7 +812,8 @@ end
 -- come earlier in the batch, else HERO_INVALID_JOB. A job whose prerequisites all finished is
 -- queued as any other; one with some unfinished waits for them (status waiting, see
 -- release_dependents); one with a prerequisite that ended error ends error at once,
--- `dependency failed: <id>`. Such a job cannot also be delayed.
+-- `dependency failed: <id>`. Such a job cannot also be delayed. Each prerequisite's record
+-- names the new job in its `dependents` field (a JSON array, in submit order).
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
@@ -799,6 +840,23 @@ local function claim_unique(keys, job_key, job_id, u)
   local ttl = u[2] or setting_arg(settings(keys[4]), 'retention_ms', 86400000)
   redis.call('SET', ukey, job_id, 'PX', ttl)
   return nil
+end
+
+-- Names a new job in the `dependents` field of each of its prerequisites (docs/protocol.md §3),
+-- a JSON array grown in place as text: no decode of the list, so a prerequisite with many
+-- dependents costs each submit a string copy, not a parse. A field that is not an array (edited
+-- by hand) is left as it is; a key of another type is skipped (pcall).
+local function note_dependent(prefix, deps, job_id)
+  local quoted = cjson.encode(job_id)
+  for _, d in ipairs(deps) do
+    local k = prefix .. d
+    local cur = redis.pcall('HGET', k, 'dependents')
+    if cur == false or cur == '[]' then
+      redis.call('HSET', k, 'dependents', '[' .. quoted .. ']')
+    elseif type(cur) == 'string' and string.sub(cur, 1, 1) == '[' and string.sub(cur, -1) == ']' then
+      redis.call('HSET', k, 'dependents', string.sub(cur, 1, -2) .. ',' .. quoted .. ']')
+    end
+  end
 end
 
 -- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set beside
@@ -966,21 +1024,12 @@ local function hero_submit(keys, args)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     else
-      if dual[stream] == nil then
-        local m = setting(cfg, 'bridged', 0) > 0 and redis.call('HGET', bridges, stream)
-        dual[stream] = m and cjson.decode(m) or false
-      end
-      local m = dual[stream]
+      local m = dual_push_mapping(cfg, bridges, stream, dual)
       local entry = append(stream, group, registry, job_id, known, nil, m and true)
       if m then
-        if not now_ms then
-          local t = redis.call('TIME')
-          now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
-        redis.call('HSET', job_key, 'id', job_id, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
-        redis.call('LPUSH', m.list, job_id)
-        redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
+        now_ms = now_ms or server_ms()
+        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
+        hand_to_legacy(job_key, job_id, m, entry, now_ms)
       else
         redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       end
@@ -995,6 +1044,14 @@ local function hero_submit(keys, args)
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+    end
+  end
+  if deps then
+    for i = 1, n do
+      if deps[i] and answers[2 * i - 1] == 'created' then
+        local job_key, job_id = keys[5 + 2 * i], args[at[i]]
+        note_dependent(string.sub(job_key, 1, #job_key - #job_id), deps[i], job_id)
+      end
     end
   end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end

@@ -163,7 +163,13 @@ impl Client {
                 stream: &f.key,
                 consumer: f.consumer.as_deref().unwrap_or_default(),
             },
-            Class::Running | Class::Orphaned | Class::Bridge | Class::Dead => return Ok(None),
+            // a stuck dependent is the operator's call: queue it (`hero requeue`) or end it
+            // (`hero stop`), as its finding says
+            Class::Running
+            | Class::Orphaned
+            | Class::Bridge
+            | Class::Dead
+            | Class::StuckDependent => return Ok(None),
         };
         let answer: String = self
             .redis()

@@ -222,3 +222,62 @@ async fn an_error_reading_redis_fails_the_audit_instead_of_passing_it() {
     assert_ne!(code, 0, "hero audit exits non-zero");
     assert!(stderr.contains("WRONGTYPE"), "and says why: {stderr}");
 }
+
+/// A dependent still waiting on prerequisites that have all ended is flagged: nothing would
+/// ever release it. One whose prerequisite is still queued is not.
+#[tokio::test]
+async fn a_dependent_waiting_on_prerequisites_that_all_ended_is_flagged() {
+    let server = RedisServer::start();
+    let mut raw = server.conn().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    client
+        .submit(&NewJob::builder("pre", "x").id("p-open").build().unwrap())
+        .await
+        .unwrap();
+    client
+        .submit(
+            &NewJob::builder("dep", "x")
+                .id("d-fine")
+                .after("p-open")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    // planted: a dependent whose only prerequisite finished without releasing it
+    let _: () = redis::cmd("HSET")
+        .arg(job_key("p-done"))
+        .arg(&["status", "finished", "script", "x", "script_type", "pre"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(job_key("d-stuck"))
+        .arg(&[
+            ("status", "waiting"),
+            ("script", "x"),
+            ("script_type", "dep"),
+            ("deps_left", "1"),
+            ("prerequisites", "[\"p-done\"]"),
+        ])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (code, v) = audit(&server.url(), false);
+    assert_eq!(code, 1, "{v}");
+    let stuck: Vec<&serde_json::Value> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["class"] == "stuck_dependent")
+        .collect();
+    assert_eq!(stuck.len(), 1, "{v}");
+    assert_eq!(stuck[0]["job"], "d-stuck");
+    assert!(
+        stuck[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("p-done finished"),
+        "{v}"
+    );
+}

@@ -530,3 +530,56 @@ async fn dual_push_on_then_off_with_jobs_flowing_runs_every_job_once() {
     let left: i64 = raw.llen(keys().legacy_work_queue("dp")).await.unwrap();
     assert_eq!(left, 0);
 }
+
+/// A dependent released into a dual-pushed stream goes to the legacy list too, as a submit
+/// into that stream would: the call that finishes its prerequisite queues it in both places.
+#[tokio::test]
+async fn a_dependent_released_into_a_dual_pushed_stream_is_pushed_to_the_legacy_list() {
+    let legacy = keys().legacy_work_queue("dd");
+    let (server, _broker, client) =
+        one_mapping(mapping(&legacy, "dd", Direction::Outbound, true)).await;
+    let mut raw = server.conn().await;
+    // the broker publishes the mapping before the first submit counts on it
+    wait_for("the dual-push registry", LONG, || {
+        let mut raw = raw.clone();
+        async move {
+            let n: i64 = raw.hlen(keys().bridge_registry()).await.ok()?;
+            (n > 0).then_some(())
+        }
+    })
+    .await;
+    let first = NewJob::builder("pre", "x").id("dd-first").build().unwrap();
+    let then = NewJob::builder("dd", "y")
+        .id("dd-then")
+        .after("dd-first")
+        .build()
+        .unwrap();
+    client.submit(&first).await.unwrap();
+    client.submit(&then).await.unwrap();
+    let listed: Vec<String> = raw.lrange(&legacy, 0, -1).await.unwrap();
+    assert!(
+        listed.is_empty(),
+        "a waiting dependent is nowhere yet: {listed:?}"
+    );
+    let _w = new_worker(&client, "pre", "new", Runs::default());
+    wait_for("the dependent on the legacy list", LONG, || {
+        let mut raw = raw.clone();
+        let legacy = legacy.clone();
+        async move {
+            let listed: Vec<String> = raw.lrange(&legacy, 0, -1).await.ok()?;
+            listed.contains(&"dd-then".to_string()).then_some(())
+        }
+    })
+    .await;
+    let (status, bridge): (String, String) = redis::cmd("HMGET")
+        .arg(job_key("dd-then"))
+        .arg("status")
+        .arg("bridge")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), bridge.as_str()),
+        ("dispatched", legacy.as_str())
+    );
+}

@@ -256,3 +256,26 @@ async fn a_worker_killed_while_running_the_last_prerequisite_still_leads_to_one_
     );
     assert_eq!(hero_testkit::record(&client, "slow").await.attempts, 2);
 }
+
+/// A prerequisite's record names its dependents (docs/protocol.md §3), in submit order,
+/// whether they wait on it or it had finished already.
+#[tokio::test]
+async fn a_prerequisites_record_names_its_dependents() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    client
+        .submit(&job("root", "x").build().unwrap())
+        .await
+        .unwrap();
+    for d in ["d1", "d2"] {
+        client
+            .submit(&job(d, "x").after("root").build().unwrap())
+            .await
+            .unwrap();
+    }
+    let root = hero_testkit::record(&client, "root").await;
+    assert_eq!(root.dependents, ["d1", "d2"]);
+    let d1 = hero_testkit::record(&client, "d1").await;
+    assert!(d1.dependents.is_empty());
+    assert_eq!(d1.prerequisites, ["root"]);
+}

@@ -39,7 +39,7 @@ local function release_dependents(ctx, ended)
       redis.call('DEL', dk)
       redis.call('HINCRBY', ctx.cfg.key, DEPS_FIELD, -1)
       local prefix = string.sub(jk, 1, #jk - #jid)
-      local reply_prefix = string.sub(prefix, 1, #prefix - 4) .. 'q:reply:' -- `<ns>:job:` -> `<ns>:q:reply:`
+      local reply_prefix = reply_prefix_of(ns_of(jk, jid))
       for m = 1, #deps, 2 do
         local d, stream = deps[m], deps[m + 1]
         local dkey = prefix .. d
@@ -47,9 +47,13 @@ local function release_dependents(ctx, ended)
         if not f.err and f[1] == 'waiting' then
           if ok then
             if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
-              append(stream, ctx.group, ctx.registry, d)
+              -- queued as a submit would queue it: also handed to the legacy list of a
+              -- dual-push mapping of its stream (see hero_submit)
+              local m = dual_push_mapping(ctx.cfg, bridge_registry_of(ctx.registry), stream, ctx)
+              local entry = append(stream, ctx.group, ctx.registry, d, nil, nil, m and true)
               redis.call('HSET', dkey, 'status', 'dispatched', 'updated_at', ctx.now_iso)
               redis.call('HDEL', dkey, 'deps_left')
+              if m then hand_to_legacy(dkey, d, m, entry, server_ms()) end
               log_event(ctx.log, 'dispatched', d, stream, nil, nil, 'prerequisites finished')
             end
           else

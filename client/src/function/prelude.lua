@@ -40,6 +40,19 @@ local function paused_names_key(registry)
   return registry .. ':paused:names'
 end
 
+-- The reply lists' prefix `<ns>:q:reply:` (`Keyspace::reply`), for a job named by an entry or
+-- a dependents hash rather than in KEYS.
+local function reply_prefix_of(ns)
+  return ns .. 'q:reply:'
+end
+
+-- The dual-push registry `<ns>:meta:bridge` (`Keyspace::bridge_registry`), beside the queue
+-- registry `<ns>:meta:queues`: a call that queues a job it was not given in KEYS (a released
+-- dependent) finds there whether its stream is dual-pushed.
+local function bridge_registry_of(registry)
+  return string.sub(registry, 1, #registry - 6) .. 'bridge'
+end
+
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
 local function is_bridge_consumer(name)
   return string.sub(name, 1, 7) == 'bridge:'
@@ -657,4 +670,27 @@ local function entry_fields(f)
     elseif name == 'w' then wake = true end
   end
   return job_id, attempts, dual, wake
+end
+
+-- The dual-push mapping of `stream` (its JSON from the registry `bridges`, decoded), or false;
+-- asked only while the broker published any (`bridged` in the config hash), and once per
+-- stream per call (`memo`, a table the call keeps, remembers it in `memo.dual`).
+local function dual_push_mapping(cfg, bridges, stream, memo)
+  memo.dual = memo.dual or {}
+  local m = memo.dual[stream]
+  if m == nil then
+    local raw = setting(cfg, 'bridged', 0) > 0 and redis.call('HGET', bridges, stream)
+    m = raw and cjson.decode(raw) or false
+    memo.dual[stream] = m
+  end
+  return m
+end
+
+-- Hands a dual-pushed job, queued as `entry`, to its mapping's legacy list as well: the record
+-- names the list, its stop queue and the legacy worker, and the bridge tracks it until
+-- `pickup_ms` from `now_ms` (docs/protocol.md §7).
+local function hand_to_legacy(job_key, job_id, m, entry, now_ms)
+  redis.call('HSET', job_key, 'id', job_id, 'entry', entry, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
+  redis.call('LPUSH', m.list, job_id)
+  redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
 end

@@ -19,7 +19,8 @@
 -- come earlier in the batch, else HERO_INVALID_JOB. A job whose prerequisites all finished is
 -- queued as any other; one with some unfinished waits for them (status waiting, see
 -- release_dependents); one with a prerequisite that ended error ends error at once,
--- `dependency failed: <id>`. Such a job cannot also be delayed.
+-- `dependency failed: <id>`. Such a job cannot also be delayed. Each prerequisite's record
+-- names the new job in its `dependents` field (a JSON array, in submit order).
 -- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
 -- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
@@ -46,6 +47,23 @@ local function claim_unique(keys, job_key, job_id, u)
   local ttl = u[2] or setting_arg(settings(keys[4]), 'retention_ms', 86400000)
   redis.call('SET', ukey, job_id, 'PX', ttl)
   return nil
+end
+
+-- Names a new job in the `dependents` field of each of its prerequisites (docs/protocol.md §3),
+-- a JSON array grown in place as text: no decode of the list, so a prerequisite with many
+-- dependents costs each submit a string copy, not a parse. A field that is not an array (edited
+-- by hand) is left as it is; a key of another type is skipped (pcall).
+local function note_dependent(prefix, deps, job_id)
+  local quoted = cjson.encode(job_id)
+  for _, d in ipairs(deps) do
+    local k = prefix .. d
+    local cur = redis.pcall('HGET', k, 'dependents')
+    if cur == false or cur == '[]' then
+      redis.call('HSET', k, 'dependents', '[' .. quoted .. ']')
+    elseif type(cur) == 'string' and string.sub(cur, 1, 1) == '[' and string.sub(cur, -1) == ']' then
+      redis.call('HSET', k, 'dependents', string.sub(cur, 1, -2) .. ',' .. quoted .. ']')
+    end
+  end
 end
 
 -- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set beside
@@ -213,21 +231,12 @@ local function hero_submit(keys, args)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
     else
-      if dual[stream] == nil then
-        local m = setting(cfg, 'bridged', 0) > 0 and redis.call('HGET', bridges, stream)
-        dual[stream] = m and cjson.decode(m) or false
-      end
-      local m = dual[stream]
+      local m = dual_push_mapping(cfg, bridges, stream, dual)
       local entry = append(stream, group, registry, job_id, known, nil, m and true)
       if m then
-        if not now_ms then
-          local t = redis.call('TIME')
-          now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        redis.call('HSET', job_key, 'status', 'dispatched', 'entry', entry, unpack(args, p + 3, p + 2 + count))
-        redis.call('HSET', job_key, 'id', job_id, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
-        redis.call('LPUSH', m.list, job_id)
-        redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
+        now_ms = now_ms or server_ms()
+        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
+        hand_to_legacy(job_key, job_id, m, entry, now_ms)
       else
         redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       end
@@ -242,6 +251,14 @@ local function hero_submit(keys, args)
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+    end
+  end
+  if deps then
+    for i = 1, n do
+      if deps[i] and answers[2 * i - 1] == 'created' then
+        local job_key, job_id = keys[5 + 2 * i], args[at[i]]
+        note_dependent(string.sub(job_key, 1, #job_key - #job_id), deps[i], job_id)
+      end
     end
   end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end

@@ -1,5 +1,6 @@
 //! The keys the functions derive rather than take in KEYS (a job's tag, uniqueness and
-//! dependents keys, a minute's stats hash, the registry's companions, the bridge's consumers)
+//! dependents keys, a reply list, a minute's stats hash, the registry's companions, the
+//! dual-push registry, the bridge's consumers)
 //! are built in `prelude.lua` by the same rules as the client's keys module: this runs the
 //! library's own helpers in the server and compares what they build with `Keyspace`.
 
@@ -34,7 +35,8 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
              return { tag_key(ns, 'red'), unique_key(ns, 'u-1'), deps_key(KEYS[1], ARGV[1]),\n\
                minute_key(KEYS[2], ARGV[2]), queue_signal_key(KEYS[3]), paused_key(KEYS[3]),\n\
                paused_names_key(KEYS[3]), is_bridge_consumer(ARGV[3]) and 1 or 0,\n\
-               is_bridge_consumer(ARGV[4]) and 1 or 0, tag_key(prefix_ns, 'blue') }",
+               is_bridge_consumer(ARGV[4]) and 1 or 0, tag_key(prefix_ns, 'blue'),\n\
+               reply_prefix_of(ns) .. ARGV[1], bridge_registry_of(KEYS[3]) }",
         );
         let bridge = hero_client::LegacyQueue::ActorQueue("osis".into()).consumer();
         let got: Vec<redis::Value> = redis::cmd("EVAL")

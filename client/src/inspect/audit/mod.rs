@@ -45,10 +45,13 @@ pub enum Class {
     ReplyWithoutTtl,
     /// A consumer that holds nothing and belongs to no live worker.
     IdleConsumer,
+    /// A job still waiting on prerequisites that have all ended (or are gone): no call will
+    /// release it.
+    StuckDependent,
 }
 
 impl Class {
-    pub const ALL: [Class; 12] = [
+    pub const ALL: [Class; 13] = [
         Class::Running,
         Class::Orphaned,
         Class::Bridge,
@@ -61,6 +64,7 @@ impl Class {
         Class::StaleDelay,
         Class::ReplyWithoutTtl,
         Class::IdleConsumer,
+        Class::StuckDependent,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -77,6 +81,7 @@ impl Class {
             Class::StaleDelay => "stale_delay",
             Class::ReplyWithoutTtl => "reply_without_ttl",
             Class::IdleConsumer => "idle_consumer",
+            Class::StuckDependent => "stuck_dependent",
         }
     }
 

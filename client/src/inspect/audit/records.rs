@@ -25,6 +25,9 @@ impl Inspector {
         let mut cursor = "0".to_string();
         let mut fields = vec!["status", "lease", "bridge"];
         fields.extend(PLACEMENT_FIELDS);
+        // a waiting job's prerequisites, read only to find one no call will release
+        let deps_at = fields.len();
+        fields.extend(["deps_left", "prerequisites", "dependencies"]);
         loop {
             let (next, keys) = self
                 .scan_page(&cursor, &self.keys.job_pattern(), PAGE, Some("hash"))
@@ -39,6 +42,7 @@ impl Inspector {
                 self.redis.pipeline(&pipe).await?
             };
             let mut candidates = Vec::new();
+            let mut waiting_on = Vec::new();
             for (key, row) in keys.iter().zip(rows) {
                 let Some(id) = key.strip_prefix(&prefix) else {
                     continue;
@@ -71,9 +75,25 @@ impl Inspector {
                                 .into();
                         candidates.push(f);
                     }
+                    (Some("waiting"), _, stream)
+                        if get(deps_at).is_some_and(|n| n != "0" && !n.is_empty()) =>
+                    {
+                        let mut prerequisites: Vec<String> = Vec::new();
+                        for raw in [get(deps_at + 1), get(deps_at + 2)].into_iter().flatten() {
+                            for p in serde_json::from_str::<Vec<String>>(&raw).unwrap_or_default() {
+                                if !prerequisites.contains(&p) {
+                                    prerequisites.push(p);
+                                }
+                            }
+                        }
+                        waiting_on.push((id.to_string(), stream, prerequisites));
+                    }
                     _ => {}
                 }
             }
+            report
+                .findings
+                .extend(self.stuck_dependents(waiting_on).await?);
             // The streams were read before the records: a job queued or fetched since looks lost
             // or unleased. Read again what could have changed, and report only what still is.
             for f in candidates {
@@ -86,6 +106,61 @@ impl Inspector {
             }
             cursor = next;
         }
+    }
+
+    /// The jobs of `waiting_on` (id, stream, prerequisites) none of whose prerequisites is still
+    /// waiting, queued or running: nothing will release them. One pipeline of status reads.
+    async fn stuck_dependents(
+        &self,
+        waiting_on: Vec<(String, Option<String>, Vec<String>)>,
+    ) -> Result<Vec<Finding>> {
+        if waiting_on.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (id, _, prerequisites) in &waiting_on {
+            for p in prerequisites {
+                pipe.cmd("HGET")
+                    .arg(self.keys.job_unchecked(p))
+                    .arg("status");
+            }
+            // read after its prerequisites: one that ended since released it in the same call,
+            // so a release that happened shows here
+            pipe.cmd("HGET")
+                .arg(self.keys.job_unchecked(id))
+                .arg("status");
+        }
+        let mut statuses = self.redis.pipeline(&pipe).await?.into_iter();
+        let mut out = Vec::new();
+        for (id, stream, prerequisites) in waiting_on {
+            let mut open = false;
+            let mut ended = Vec::new();
+            for p in &prerequisites {
+                let status = statuses
+                    .next()
+                    .and_then(|r| r.ok())
+                    .and_then(|v| reply::text(&v).ok());
+                match status.as_deref() {
+                    Some("waiting" | "dispatched" | "started") => open = true,
+                    other => ended.push(format!("{p} {}", other.unwrap_or("gone"))),
+                }
+            }
+            let still_waiting = statuses
+                .next()
+                .and_then(|r| r.ok())
+                .and_then(|v| reply::text(&v).ok())
+                .is_some_and(|s| s == "waiting");
+            if !open && still_waiting {
+                let mut f = Finding::new(Class::StuckDependent, stream.as_deref().unwrap_or(""));
+                f.job = Some(id.clone());
+                f.detail = format!(
+                    "waiting on prerequisites that all ended ({}): nothing will release it; `hero requeue {id}` queues it, `hero stop {id}` ends it",
+                    ended.join(", ")
+                );
+                out.push(f);
+            }
+        }
+        Ok(out)
     }
 
     /// Whether a `Lost` or `Unleased` finding still holds now.
