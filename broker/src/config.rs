@@ -41,6 +41,8 @@ pub struct BrokerConfig {
     pub legacy_replies: Option<bool>,
     /// How often the bridge hands out jobs and looks at the ones legacy actors hold.
     pub bridge_poll: Duration,
+    /// How often running jobs are checked against their time limits (`loops::timeouts`).
+    pub timeout_poll: Duration,
 }
 
 impl BrokerConfig {
@@ -65,6 +67,7 @@ impl Default for BrokerConfig {
             bridges: Vec::new(),
             legacy_replies: None,
             bridge_poll: Duration::from_millis(100),
+            timeout_poll: Duration::from_secs(1),
         }
     }
 }

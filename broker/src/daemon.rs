@@ -6,7 +6,7 @@ use hero_client::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::loops::{promote, recover, retention, sample};
+use crate::loops::{promote, recover, retention, sample, timeouts};
 
 /// Writes retention, reply TTL, the lease and the event log's cap into the namespace's config
 /// hash (`lease_ms` is what a worker in another language renews within: docs/protocol.md).
@@ -43,6 +43,7 @@ pub async fn run(
         tokio::spawn(retention::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(sample::run(client.clone(), stop.clone())),
+        tokio::spawn(timeouts::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(crate::loops::cron::run(
             client.clone(),
             cfg.clone(),

@@ -235,44 +235,12 @@ impl Client {
     /// Stops a job: a queued or delayed one never starts; a running one ends `error`/`stopped`
     /// at once and its worker is told to interrupt the handler.
     pub async fn stop(&self, id: &JobId) -> Result<StopOutcome> {
-        let key = self.keys.job(id);
-        let mut fields = PLACEMENT_FIELDS.to_vec();
-        fields.push("worker_id");
         for _ in 0..5 {
-            let f: Vec<Option<String>> = self
-                .redis
-                .query(redis::cmd("HMGET").arg(&key).arg(&fields))
-                .await?;
-            let placement = Placement::read(&f);
-            let worker = f
-                .get(PLACEMENT_FIELDS.len())
-                .cloned()
-                .flatten()
-                .unwrap_or_default();
-            // A job without a valid target was never queued by us: its stream key is unused.
-            let stream = match &placement {
-                Some(p) => self.keys.work(&p.target, p.priority),
-                None => key.clone(),
-            };
-            let ctl = placement
-                .as_ref()
-                .and_then(|p| self.control_list(p, &worker));
-            let seen = ctl.as_deref().map(|ctl| (ctl, worker.as_str()));
-            let cmd = function::stop(
-                &self.keys,
-                id,
-                &stream,
-                seen,
-                self.redis.caps().xackdel_flag(),
-            );
-            let answer: String = match self.redis.query(&cmd).await {
-                Err(Error::Server {
-                    code: ServerCode::JobNotFound,
-                    ..
-                }) => return Err(Error::JobNotFound(id.to_string())),
-                other => other?,
-            };
-            match answer.as_str() {
+            match self
+                .stop_as(id, function::StopWhy::Operator, None)
+                .await?
+                .as_str()
+            {
                 "cancelled" => return Ok(StopOutcome::Cancelled),
                 "interrupted" => return Ok(StopOutcome::Interrupted),
                 "already_completed" => return Ok(StopOutcome::AlreadyCompleted),
@@ -283,6 +251,64 @@ impl Client {
         Err(Error::InvalidInput(format!(
             "job {id} kept changing hands while it was being stopped, or its worker_id does not name a worker; try again"
         )))
+    }
+
+    /// Ends a running job past its time limit `error`/`timeout` (the broker's time-limit pass):
+    /// only while `worker` still runs it; its worker is told to interrupt the handler, and its
+    /// late completion is fenced. True when this call ended it.
+    pub async fn end_overdue(&self, id: &JobId, worker: &str) -> Result<bool> {
+        Ok(self
+            .stop_as(id, function::StopWhy::Timeout, Some(worker))
+            .await?
+            == "timeout")
+    }
+
+    /// One `hero_stop` call for `id`, for the worker its record names (or `expected`, when the
+    /// record names another: the call then answers `changed`).
+    async fn stop_as(
+        &self,
+        id: &JobId,
+        why: function::StopWhy,
+        expected: Option<&str>,
+    ) -> Result<String> {
+        let key = self.keys.job(id);
+        let mut fields = PLACEMENT_FIELDS.to_vec();
+        fields.push("worker_id");
+        let f: Vec<Option<String>> = self
+            .redis
+            .query(redis::cmd("HMGET").arg(&key).arg(&fields))
+            .await?;
+        let placement = Placement::read(&f);
+        let worker = f
+            .get(PLACEMENT_FIELDS.len())
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        let worker = expected.unwrap_or(&worker);
+        // A job without a valid target was never queued by us: its stream key is unused.
+        let stream = match &placement {
+            Some(p) => self.keys.work(&p.target, p.priority),
+            None => key.clone(),
+        };
+        let ctl = placement
+            .as_ref()
+            .and_then(|p| self.control_list(p, worker));
+        let seen = ctl.as_deref().map(|ctl| (ctl, worker));
+        let cmd = function::stop(
+            &self.keys,
+            id,
+            &stream,
+            seen,
+            self.redis.caps().xackdel_flag(),
+            why,
+        );
+        match self.redis.query(&cmd).await {
+            Err(Error::Server {
+                code: ServerCode::JobNotFound,
+                ..
+            }) => Err(Error::JobNotFound(id.to_string())),
+            other => other,
+        }
     }
 }
 

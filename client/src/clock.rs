@@ -21,6 +21,13 @@ pub fn now_iso() -> String {
     iso(now_ms())
 }
 
+/// The time an RFC 3339 timestamp of a record names, in ms since the epoch (None when `s` is
+/// not one).
+pub fn parse_iso_ms(s: &str) -> Option<u64> {
+    let t = humantime::parse_rfc3339_weak(s).ok()?;
+    u64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()
+}
+
 /// True when `s` is an RFC 3339 timestamp as the record stores them.
 pub fn is_iso(s: &str) -> bool {
     humantime::parse_rfc3339_weak(s).is_ok()

@@ -9,6 +9,9 @@
       serves type T until it has completed N jobs, answering "<label>:<script>"; prints
       "ready <consumer>", "completion <id> <answer>" and, for each job, the answer to the same
       completion sent again, "resend <id> <answer>" (the lease fences it: already_completed)
+      With --hold-ms M it holds each job M ms before completing it, renewing its lease every
+      second whatever the answer (a worker that ignores time limits), and prints
+      "renew <id> <answer>" for each renewal.
 """
 import argparse
 import json
@@ -136,6 +139,11 @@ def worker(r, args):
             stream = streams[int(index) - 1]
             began = time.time()
             output = f"{args.label}:{record.get('script', '')}"
+            held_until = time.time() + args.hold_ms / 1000
+            while time.time() < held_until:
+                time.sleep(min(1.0, max(0.0, held_until - time.time())))
+                renewed = r.fcall(fn("renew"), 2, f"{NS}:job:{job_id}", stream, entry, GROUP, consumer)
+                say(f"renew {job_id} {renewed}")
             ran_ms = int((time.time() - began) * 1000)
             keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:meta:retention", f"{NS}:meta:events",
                     f"{NS}:meta:stats", f"{NS}:meta:queues", f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
@@ -164,6 +172,7 @@ def main():
     ap.add_argument("--wait", type=int)
     ap.add_argument("--label", default="python")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--hold-ms", type=int, default=0)
     args = ap.parse_args()
     r = redis.Redis.from_url(args.url, decode_responses=True)
     ensure_library(r)

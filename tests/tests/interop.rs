@@ -97,3 +97,68 @@ async fn rust_submits_with_run_and_wait_and_the_python_worker_runs_it_with_fence
     let mut raw = server.conn().await;
     assert_eq!(hero_testkit::pending(&mut raw, work_key("pyw")).await, 0);
 }
+
+/// The time limit holds whatever the worker does (issue 27): a Python worker that ignores it
+/// and keeps renewing its lease has its job ended `error`/`timeout` by the broker shortly after
+/// the limit; its renewals from then on answer `stopped`, and its late completion is fenced
+/// (nothing it sends changes the record). Without the broker's time-limit pass the job ran
+/// as long as the worker pleased.
+#[tokio::test]
+async fn a_worker_that_ignores_the_time_limit_and_keeps_renewing_has_its_job_ended_timeout() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let cfg = BrokerConfig {
+        timeout_poll: Duration::from_millis(200),
+        ..BrokerConfig::default()
+    };
+    let _broker = InProcBroker::spawn(&url, cfg).await;
+    let client = Client::connect(&url).await.unwrap();
+    let job = NewJob::builder("pylong", "forever")
+        .id("too-long")
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    client.submit(&job).await.unwrap();
+    let started = std::time::Instant::now();
+    let w = py(&[
+        "worker",
+        "--url",
+        &url,
+        "--type",
+        "pylong",
+        "--label",
+        "py",
+        "--hold-ms",
+        "6000",
+    ]);
+    w.expect_line("ready", LONG).await;
+    let id = JobId::new("too-long").unwrap();
+    let ended = hero_testkit::wait_for("the job ended by its time limit", LONG, || {
+        let client = client.clone();
+        let id = id.clone();
+        async move {
+            let j = client.get(&id).await.ok()?;
+            (j.status == Status::Error).then_some(j)
+        }
+    })
+    .await;
+    let took = started.elapsed();
+    assert_eq!(ended.error.as_deref(), Some("timeout"), "{ended:?}");
+    assert!(
+        took < Duration::from_millis(5500),
+        "ended at the limit (1 s) plus the grace, not when the worker let go: {took:?}"
+    );
+    // the worker keeps renewing: refused from now on; then its completion is fenced
+    w.expect_line("renew too-long stopped", LONG).await;
+    let answer = w.expect_line("completion too-long", LONG).await;
+    assert!(
+        answer.contains("already_completed") || answer.contains("lease_lost"),
+        "{answer}"
+    );
+    let after = client.get(&id).await.unwrap();
+    assert_eq!(
+        (after.status, after.error.as_deref()),
+        (Status::Error, Some("timeout"))
+    );
+    assert_eq!(after.output, None, "the late output is not recorded");
+}

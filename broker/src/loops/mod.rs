@@ -1,7 +1,8 @@
 //! The broker's periodic loops, each a pass over Redis repeated until the broker stops:
 //! [`recover`] (jobs of dead workers, idle deliveries), [`promote`] (due delayed jobs and
 //! retries), [`retention`] (ended jobs past their retention time), [`sample`] (queue depth per
-//! minute), [`cron`] (the ticks of recurring jobs). Every pass moves jobs only through server functions, so brokers never double a
+//! minute), [`cron`] (the ticks of recurring jobs), [`timeouts`] (running jobs past their time
+//! limit). Every pass moves jobs only through server functions, so brokers never double a
 //! move and a crash between two calls leaves each job in one place.
 
 pub mod cron;
@@ -9,6 +10,7 @@ pub mod promote;
 pub mod recover;
 pub mod retention;
 pub mod sample;
+pub mod timeouts;
 
 use tokio_util::sync::CancellationToken;
 

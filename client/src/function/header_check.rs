@@ -179,7 +179,14 @@ fn every_builder_follows_its_lua_header() {
         (Function::Renew, renew(&keys, &id, &stream, "1-0", "c")),
         (
             Function::Stop,
-            stop(&keys, &id, &stream, Some(("ctl", "w")), "0"),
+            stop(
+                &keys,
+                &id,
+                &stream,
+                Some(("ctl", "w")),
+                "0",
+                StopWhy::Timeout,
+            ),
         ),
         (
             Function::Recover,

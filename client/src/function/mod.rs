@@ -45,7 +45,7 @@ pub use promote::promote;
 pub use recover::{recover, Recovered, Recovery};
 pub use renew::{renew, Renewal};
 pub use requeue::requeue;
-pub use stop::stop;
+pub use stop::{stop, StopWhy};
 pub use submit::{submit, SubmitReply};
 
 use redis::aio::ConnectionLike;

@@ -4,32 +4,41 @@
 -- when it saw none)  KEYS[7] retention stream  KEYS[8] event log  KEYS[9] stats hash
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
+-- ARGV[6] why: 'stopped' (an operator's stop) or 'timeout' (the broker's time limit: only a
+--   running job is ended, with the error `timeout`; a job found anywhere else is 'changed')
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
 -- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
 -- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
 -- other stays until a worker reads it, finds the job stopped and drops it.
 -- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job.
--- Events: `stopped` (q, w the worker when it was running, r 'cancelled' or 'interrupted').
+-- Events: `stopped` (q, w the worker when it was running, r 'cancelled', 'interrupted' or
+-- 'timeout').
 -- Dependents of the stopped job end error, `dependency failed: <id>` (see release_dependents).
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
--- running: it ends error/stopped now and its worker is told), 'already_completed', or 'changed'
--- (it started on another worker since the caller looked: look again and retry).
+-- running: it ends error/stopped now and its worker is told), 'timeout' (why 'timeout': it ends
+-- error/timeout now and its worker is told), 'already_completed', or 'changed' (it started on
+-- another worker since the caller looked, or is not running for a time limit: look again).
 -- Errors: HERO_JOB_NOT_FOUND when there is no such job.
 local function hero_stop(keys, args)
   local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
+  local why = args[6]
+  if why ~= 'stopped' and why ~= 'timeout' then
+    return redis.error_reply('HERO_BAD_ARG why is ' .. tostring(why) .. ', not stopped or timeout')
+  end
   local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
   local was_delayed = false -- a waiting job in the delayed set (else it waits on prerequisites)
   local done = retained(keys[7], now_iso)
   local log = event_log(keys[8], cfg)
   -- the one job this call can end; `how` is what the caller is answered
   local function stopped(how)
-    finish(job_key, job_id, reply_key, cfg, 'error', 'stopped', f[5], now_iso, done)
+    finish(job_key, job_id, reply_key, cfg, 'error', why, f[5], now_iso, done)
     local worker = nil
     if how == 'interrupted' then worker = f[4] end
     local queue = stream
     if stream == job_key then queue = nil end
+    if why == 'timeout' then how = 'timeout' end
     log_event(log, 'stopped', job_id, queue, worker, nil, how)
     local st = stats(keys[9], now_iso)
     if queue then
@@ -47,6 +56,10 @@ local function hero_stop(keys, args)
     return redis.error_reply('HERO_JOB_NOT_FOUND no job hash at ' .. job_key)
   end
   if status == 'finished' or status == 'error' then return 'already_completed' end
+  -- the time limit ends a running job only, the one delivery the caller saw
+  if why == 'timeout' and (status ~= 'started' or (f[4] or '') ~= seen_worker or ctl == '') then
+    return 'changed'
+  end
   if (f[6] or '') ~= '' and (status == 'dispatched' or status == 'started') then
     local answer = 'cancelled'
     if redis.call('LREM', f[6], 0, job_id) == 0 then
@@ -70,7 +83,9 @@ local function hero_stop(keys, args)
     ack_del(stream, group, f[3], xackdel)
     redis.call('LPUSH', ctl, job_id)
     redis.call('PEXPIRE', ctl, 3600000)
-    return stopped('interrupted')
+    local answer = stopped('interrupted')
+    if why == 'timeout' then return 'timeout' end
+    return answer
   end
   return stopped('cancelled')
 end
