@@ -20,6 +20,14 @@ end
 -- hand), which costs the look, never a release.
 local DEPS_FIELD = 'deps'
 
+-- The set of the prerequisites that have a dependents hash, `<ns>:meta:waiting_on`
+-- (`Keyspace::waiting_on`), beside the config hash: kept with the count above, on the
+-- dependency paths only, so listing the jobs waiting on prerequisites reads it rather than
+-- scanning every key.
+local function waiting_on_key(config_key)
+  return string.sub(config_key, 1, #config_key - 6) .. 'waiting_on'
+end
+
 local function waiting_dependents(cfg)
   return setting(cfg, DEPS_FIELD, 0) > 0
 end
@@ -38,6 +46,7 @@ local function release_dependents(ctx, ended)
     if not deps.err and #deps > 0 then
       redis.call('DEL', dk)
       redis.call('HINCRBY', ctx.cfg.key, DEPS_FIELD, -1)
+      redis.call('SREM', waiting_on_key(ctx.cfg.key), jid)
       local prefix = string.sub(jk, 1, #jk - #jid)
       local reply_prefix = reply_prefix_of(ns_of(jk, jid))
       for m = 1, #deps, 2 do

@@ -215,7 +215,10 @@ local function hero_submit(keys, args)
         local s = redis.call('HGET', prefix .. d, 'status')
         if s ~= 'finished' then
           local dk = deps_key(prefix .. d, d)
-          if redis.call('EXISTS', dk) == 0 then redis.call('HINCRBY', keys[4], DEPS_FIELD, 1) end
+          if redis.call('EXISTS', dk) == 0 then
+            redis.call('HINCRBY', keys[4], DEPS_FIELD, 1)
+            redis.call('SADD', waiting_on_key(keys[4]), d)
+          end
           redis.call('HSET', dk, job_id, stream)
         end
       end

@@ -1,10 +1,12 @@
 //! The read side (after asynq's Inspector): questions an operator asks of the whole system
-//! rather than of one job, answered from Redis without changing it. Listing lives here, the
-//! event log in `events`, queue stats in `queues`, the workers in `actors`; the audit is the
-//! next reader to join. Each costs Redis O(queues + workers), never O(jobs), except listing.
+//! rather than of one job, answered from Redis without changing it. Listing lives here (by
+//! status in `by_status`), the event log in `events`, queue stats in `queues`, the workers in
+//! `actors`, dead letters in `dead`, the audit in `audit`. Each costs Redis O(queues + workers
+//! + page), never O(jobs), except listing every job and the audit.
 
 mod actors;
 mod audit;
+mod by_status;
 mod dead;
 mod events;
 mod queues;
@@ -25,9 +27,11 @@ use crate::reply;
 /// Which jobs [`Inspector::list`] returns.
 #[derive(Clone, Debug)]
 pub enum ListFilter {
-    /// Every job hash with this status (a SCAN over job keys, never KEYS).
+    /// The jobs with this status, found through the streams, the pending lists, the delayed
+    /// set, the dependents hashes or the retention stream (`by_status`): O(page), never a scan
+    /// of every job.
     Status(Status),
-    /// Every job hash.
+    /// Every job hash (a SCAN over job keys, never KEYS: the one listing that is O(jobs)).
     All,
     /// The entries of one work stream, oldest first.
     Queue(Target, Priority),
@@ -247,7 +251,8 @@ impl Inspector {
                 ids.sort();
                 (ids, if next == "0" { None } else { Some(next) })
             }
-            ListFilter::Status(_) | ListFilter::All => {
+            ListFilter::Status(status) => self.by_status(*status, cursor, limit).await?,
+            ListFilter::All => {
                 let prefix = self.keys.job_prefix();
                 let (next, keys) = self
                     .scan_page(
@@ -264,6 +269,9 @@ impl Inspector {
                 (ids, if next == "0" { None } else { Some(next) })
             }
         };
+        // a job may be named twice (waiting on two prerequisites, ended twice): once a page
+        let mut seen = std::collections::HashSet::new();
+        let ids: Vec<String> = ids.into_iter().filter(|i| seen.insert(i.clone())).collect();
         let mut pipe = redis::pipe();
         for id in &ids {
             pipe.cmd("HMGET")

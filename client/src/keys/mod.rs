@@ -246,6 +246,14 @@ impl Keyspace {
         format!("{}:deps:{id}", self.prefix)
     }
 
+    /// Set: the ids of the prerequisites that have a dependents hash
+    /// ([`Keyspace::dependents`]), kept by the functions with it (derived from the config
+    /// hash's key: `waiting_on_key` in `dependencies.lua`): the jobs waiting on prerequisites
+    /// are listed through it, never through every key.
+    pub fn waiting_on(&self) -> String {
+        format!("{}:meta:waiting_on", self.prefix)
+    }
+
     /// Hash: queue name (`<type>` or `<type>/<group>`) → its policy as JSON
     /// (`hero_client::queue::Policy`).
     pub fn policy(&self) -> String {

@@ -80,6 +80,7 @@ fn every_key_matches_its_golden_name() {
             "hero:meta:stats:2026-11-23T11:40",
         ),
         (k.config(), "hero:meta:config"),
+        (k.waiting_on(), "hero:meta:waiting_on"),
         (k.legacy_work_queue("w1"), "hero:work_queue:w1"),
         (k.legacy_actor_queue("osis"), "hero:job:actor_queue:osis"),
         (k.legacy_actor("actor7"), "hero:job:actor7"),

@@ -36,7 +36,8 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
                minute_key(KEYS[2], ARGV[2]), queue_signal_key(KEYS[3]), paused_key(KEYS[3]),\n\
                paused_names_key(KEYS[3]), is_bridge_consumer(ARGV[3]) and 1 or 0,\n\
                is_bridge_consumer(ARGV[4]) and 1 or 0, tag_key(prefix_ns, 'blue'),\n\
-               reply_prefix_of(ns) .. ARGV[1], bridge_registry_of(KEYS[3]) }",
+               reply_prefix_of(ns) .. ARGV[1], bridge_registry_of(KEYS[3]),\n\
+               waiting_on_key(ARGV[6]) }",
         );
         let bridge = hero_client::LegacyQueue::ActorQueue("osis".into()).consumer();
         let got: Vec<redis::Value> = redis::cmd("EVAL")
@@ -50,6 +51,7 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
             .arg(&bridge)
             .arg("w1:osis:abc")
             .arg(keys.job_prefix())
+            .arg(keys.config())
             .query_async(&mut conn)
             .await
             .expect("the library's helpers run as a script");
@@ -89,6 +91,17 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
             text(&got[9]),
             keys.tag("blue"),
             "{namespace}: tag key from the job prefix"
+        );
+        assert_eq!(text(&got[10]), keys.reply(&id), "{namespace}: reply list");
+        assert_eq!(
+            text(&got[11]),
+            keys.bridge_registry(),
+            "{namespace}: dual-push registry"
+        );
+        assert_eq!(
+            text(&got[12]),
+            keys.waiting_on(),
+            "{namespace}: prerequisites index"
         );
     }
 }
