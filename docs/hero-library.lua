@@ -55,6 +55,16 @@ local function bridge_registry_of(registry)
   return string.sub(registry, 1, #registry - 6) .. 'bridge'
 end
 
+-- The queue policies hash `<ns>:meta:policy` (`Keyspace::policy`) and a queue's running set
+-- `<ns>:meta:limit:<queue>` (`Keyspace::limit`), beside the config hash `<ns>:meta:config`.
+local function policy_key_of(config_key)
+  return string.sub(config_key, 1, #config_key - 6) .. 'policy'
+end
+
+local function limit_key_of(config_key, queue)
+  return string.sub(config_key, 1, #config_key - 6) .. 'limit:' .. queue
+end
+
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
 local function is_bridge_consumer(name)
   return string.sub(name, 1, 7) == 'bridge:'
@@ -719,6 +729,14 @@ end
 -- hand), which costs the look, never a release.
 local DEPS_FIELD = 'deps'
 
+-- The set of the prerequisites that have a dependents hash, `<ns>:meta:waiting_on`
+-- (`Keyspace::waiting_on`), beside the config hash: kept with the count above, on the
+-- dependency paths only, so listing the jobs waiting on prerequisites reads it rather than
+-- scanning every key.
+local function waiting_on_key(config_key)
+  return string.sub(config_key, 1, #config_key - 6) .. 'waiting_on'
+end
+
 local function waiting_dependents(cfg)
   return setting(cfg, DEPS_FIELD, 0) > 0
 end
@@ -737,6 +755,7 @@ local function release_dependents(ctx, ended)
     if not deps.err and #deps > 0 then
       redis.call('DEL', dk)
       redis.call('HINCRBY', ctx.cfg.key, DEPS_FIELD, -1)
+      redis.call('SREM', waiting_on_key(ctx.cfg.key), jid)
       local prefix = string.sub(jk, 1, #jk - #jid)
       local reply_prefix = reply_prefix_of(ns_of(jk, jid))
       for m = 1, #deps, 2 do
@@ -1008,7 +1027,10 @@ local function hero_submit(keys, args)
         local s = redis.call('HGET', prefix .. d, 'status')
         if s ~= 'finished' then
           local dk = deps_key(prefix .. d, d)
-          if redis.call('EXISTS', dk) == 0 then redis.call('HINCRBY', keys[4], DEPS_FIELD, 1) end
+          if redis.call('EXISTS', dk) == 0 then
+            redis.call('HINCRBY', keys[4], DEPS_FIELD, 1)
+            redis.call('SADD', waiting_on_key(keys[4]), d)
+          end
           redis.call('HSET', dk, job_id, stream)
         end
       end
@@ -1069,7 +1091,9 @@ end
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
 -- ARGV[7] concurrency limits: '' for none, else `<stream index> <max> <limit key>` triples
 --   joined by spaces, for the streams of queues whose policy limits how many of their jobs run
---   at once across all workers. A limit key (a sorted set, job id -> ms leased) is shared by
+--   at once across all workers (a worker that passes '' while some queue has a limit, the config
+--   hash's `limited` above 0, gets the limits the policies set: see limits_from_policies). A
+--   limit key (a sorted set, job id -> ms leased) is shared by
 --   every stream the limit covers; the fetch takes from such a stream no more than the limit
 --   leaves, adds what it leases, and when the set is full drops the members no longer started
 --   (ended, stopped or recovered since) before it counts: O(limit), only at the limit.
@@ -1154,6 +1178,46 @@ local function limit_running(lim, prefix)
   return n
 end
 
+-- The limits of `streams` (KEYS from 5 on) as the queue policies set them, for a fetch that
+-- passed none (a worker of another language, or older than protocol 23): each stream's queue
+-- is read from its key (`<ns>:q:work:type:<t>[:group:<g>...]`), and its group's policy, else its
+-- type's, gives the limit. Only while some queue has one (`limited` in the config hash).
+local function limits_from_policies(keys, cfg)
+  local limits, by_queue, policies = nil, {}, policy_key_of(keys[2])
+  local function policy_of(queue)
+    local p = by_queue[queue]
+    if p == nil then
+      local raw = redis.call('HGET', policies, queue)
+      local ok, decoded = pcall(cjson.decode, raw or 'null')
+      p = (ok and type(decoded) == 'table' and tonumber(decoded.concurrency)) or false
+      by_queue[queue] = p
+    end
+    return p
+  end
+  local by_key = {}
+  for i = 5, #keys do
+    local t = string.match(keys[i], ':q:work:type:([^:]+)')
+    local g = string.match(keys[i], ':group:([^:]+)')
+    local queue, max = nil, nil
+    if t and g and policy_of(t .. '/' .. g) then
+      queue, max = t .. '/' .. g, policy_of(t .. '/' .. g)
+    elseif t and policy_of(t) then
+      queue, max = t, policy_of(t)
+    end
+    if queue then
+      local key = limit_key_of(keys[2], queue)
+      local lim = by_key[key]
+      if not lim then
+        lim = { key = key, max = max }
+        by_key[key] = lim
+      end
+      limits = limits or {}
+      limits[i - 4] = lim
+    end
+  end
+  return limits
+end
+
 local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
   local now_iso, xackdel = args[5], args[6]
@@ -1177,7 +1241,9 @@ local function hero_fetch(keys, args)
   local n = #keys - 4
   local st = stats(keys[4])
   local now_ms = nil -- Redis's clock, read once the first job is leased
-  local log = event_log(keys[3], settings(keys[2]))
+  local cfg = settings(keys[2], { 'events_max', 'limited' })
+  local log = event_log(keys[3], cfg)
+  if not limits and setting(cfg, 'limited', 0) > 0 then limits = limits_from_policies(keys, cfg) end
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}

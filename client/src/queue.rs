@@ -8,6 +8,10 @@ use crate::error::{Error, Result};
 use crate::function;
 use crate::name::Target;
 
+/// The config hash's field counting the queues with a concurrency limit (see
+/// `Client::set_policy`).
+pub const LIMITED_FIELD: &str = "limited";
+
 impl Client {
     /// Pauses a queue: within one fetch no worker takes a new job from it (running ones
     /// finish); submits still queue. Lasts until [`Client::resume`], across restarts of every
@@ -249,7 +253,29 @@ impl Client {
                     .arg(json),
             )
             .await?;
+        self.publish_limited().await?;
         Ok(merged)
+    }
+
+    /// Counts the queues with a concurrency limit into the config hash's `limited`: while it is
+    /// above 0, a fetch that passes no limits (a worker of another language or an older one)
+    /// reads them from the policies itself (`limits_from_policies` in `fetch.lua`), so a limit
+    /// holds whatever the worker.
+    async fn publish_limited(&self) -> Result<()> {
+        let n = self
+            .policies()
+            .await?
+            .iter()
+            .filter(|(_, p)| p.concurrency.is_some())
+            .count();
+        self.redis()
+            .query::<()>(
+                redis::cmd("HSET")
+                    .arg(self.keys().config())
+                    .arg(LIMITED_FIELD)
+                    .arg(n),
+            )
+            .await
     }
 
     /// Removes `queue`'s policy: its jobs get the defaults again.
@@ -259,6 +285,7 @@ impl Client {
             .redis()
             .query(redis::cmd("HDEL").arg(self.keys().policy()).arg(&name))
             .await?;
+        self.publish_limited().await?;
         Ok(n > 0)
     }
 

@@ -162,3 +162,68 @@ async fn a_worker_that_ignores_the_time_limit_and_keeps_renewing_has_its_job_end
     );
     assert_eq!(after.output, None, "the late output is not recorded");
 }
+
+/// A concurrency limit holds for workers that pass none (issue 27): Python workers written from
+/// protocol.md call `hero_fetch` without the limits argument, and with a limit of 1 on their
+/// queue three of them never run two of its jobs at once; every job still runs. Without the
+/// fetch reading the policies itself they ran three at once.
+#[tokio::test]
+async fn a_concurrency_limit_holds_for_workers_that_pass_no_limits() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
+    let client = Client::connect(&url).await.unwrap();
+    let limit = hero_client::queue::Policy {
+        concurrency: Some(1),
+        ..hero_client::queue::Policy::default()
+    };
+    client.set_policy("pyc", &limit).await.unwrap();
+    let ids: Vec<String> = (0..4).map(|i| format!("lim-{i}")).collect();
+    for id in &ids {
+        let job = NewJob::builder("pyc", "x").id(id.as_str()).build().unwrap();
+        client.submit(&job).await.unwrap();
+    }
+    let workers: Vec<Proc> = (0..3)
+        .map(|_| {
+            py(&[
+                "worker",
+                "--url",
+                &url,
+                "--type",
+                "pyc",
+                "--label",
+                "p",
+                "--jobs",
+                "4",
+                "--hold-ms",
+                "600",
+            ])
+        })
+        .collect();
+    for w in &workers {
+        w.expect_line("ready", LONG).await;
+    }
+    let mut raw = server.conn().await;
+    let keys: Vec<String> = ids.iter().map(|i| hero_testkit::job_key(i)).collect();
+    // the statuses of all four read at one instant
+    let count = redis::Script::new(
+        "local s, f = 0, 0 for _, k in ipairs(KEYS) do local x = redis.call('HGET', k, 'status') \
+         if x == 'started' then s = s + 1 elseif x == 'finished' then f = f + 1 end end return {s, f}",
+    );
+    let deadline = std::time::Instant::now() + LONG;
+    let mut most = 0;
+    loop {
+        let (started, finished): (u32, u32) =
+            count.key(&keys).invoke_async(&mut raw).await.unwrap();
+        most = most.max(started);
+        if finished == 4 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "4 jobs finish; {finished} did"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(most, 1, "at most one of the queue's jobs ran at once");
+}

@@ -8,7 +8,9 @@
 -- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
 -- ARGV[7] concurrency limits: '' for none, else `<stream index> <max> <limit key>` triples
 --   joined by spaces, for the streams of queues whose policy limits how many of their jobs run
---   at once across all workers. A limit key (a sorted set, job id -> ms leased) is shared by
+--   at once across all workers (a worker that passes '' while some queue has a limit, the config
+--   hash's `limited` above 0, gets the limits the policies set: see limits_from_policies). A
+--   limit key (a sorted set, job id -> ms leased) is shared by
 --   every stream the limit covers; the fetch takes from such a stream no more than the limit
 --   leaves, adds what it leases, and when the set is full drops the members no longer started
 --   (ended, stopped or recovered since) before it counts: O(limit), only at the limit.
@@ -93,6 +95,46 @@ local function limit_running(lim, prefix)
   return n
 end
 
+-- The limits of `streams` (KEYS from 5 on) as the queue policies set them, for a fetch that
+-- passed none (a worker of another language, or older than protocol 23): each stream's queue
+-- is read from its key (`<ns>:q:work:type:<t>[:group:<g>...]`), and its group's policy, else its
+-- type's, gives the limit. Only while some queue has one (`limited` in the config hash).
+local function limits_from_policies(keys, cfg)
+  local limits, by_queue, policies = nil, {}, policy_key_of(keys[2])
+  local function policy_of(queue)
+    local p = by_queue[queue]
+    if p == nil then
+      local raw = redis.call('HGET', policies, queue)
+      local ok, decoded = pcall(cjson.decode, raw or 'null')
+      p = (ok and type(decoded) == 'table' and tonumber(decoded.concurrency)) or false
+      by_queue[queue] = p
+    end
+    return p
+  end
+  local by_key = {}
+  for i = 5, #keys do
+    local t = string.match(keys[i], ':q:work:type:([^:]+)')
+    local g = string.match(keys[i], ':group:([^:]+)')
+    local queue, max = nil, nil
+    if t and g and policy_of(t .. '/' .. g) then
+      queue, max = t .. '/' .. g, policy_of(t .. '/' .. g)
+    elseif t and policy_of(t) then
+      queue, max = t, policy_of(t)
+    end
+    if queue then
+      local key = limit_key_of(keys[2], queue)
+      local lim = by_key[key]
+      if not lim then
+        lim = { key = key, max = max }
+        by_key[key] = lim
+      end
+      limits = limits or {}
+      limits[i - 4] = lim
+    end
+  end
+  return limits
+end
+
 local function hero_fetch(keys, args)
   local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
   local now_iso, xackdel = args[5], args[6]
@@ -116,7 +158,9 @@ local function hero_fetch(keys, args)
   local n = #keys - 4
   local st = stats(keys[4])
   local now_ms = nil -- Redis's clock, read once the first job is leased
-  local log = event_log(keys[3], settings(keys[2]))
+  local cfg = settings(keys[2], { 'events_max', 'limited' })
+  local log = event_log(keys[3], cfg)
+  if not limits and setting(cfg, 'limited', 0) > 0 then limits = limits_from_policies(keys, cfg) end
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}

@@ -53,6 +53,16 @@ local function bridge_registry_of(registry)
   return string.sub(registry, 1, #registry - 6) .. 'bridge'
 end
 
+-- The queue policies hash `<ns>:meta:policy` (`Keyspace::policy`) and a queue's running set
+-- `<ns>:meta:limit:<queue>` (`Keyspace::limit`), beside the config hash `<ns>:meta:config`.
+local function policy_key_of(config_key)
+  return string.sub(config_key, 1, #config_key - 6) .. 'policy'
+end
+
+local function limit_key_of(config_key, queue)
+  return string.sub(config_key, 1, #config_key - 6) .. 'limit:' .. queue
+end
+
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
 local function is_bridge_consumer(name)
   return string.sub(name, 1, 7) == 'bridge:'

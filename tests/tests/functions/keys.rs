@@ -37,7 +37,8 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
                paused_names_key(KEYS[3]), is_bridge_consumer(ARGV[3]) and 1 or 0,\n\
                is_bridge_consumer(ARGV[4]) and 1 or 0, tag_key(prefix_ns, 'blue'),\n\
                reply_prefix_of(ns) .. ARGV[1], bridge_registry_of(KEYS[3]),\n\
-               waiting_on_key(ARGV[6]) }",
+               waiting_on_key(ARGV[6]), policy_key_of(ARGV[6]),\n\
+               limit_key_of(ARGV[6], 'osis/io') }",
         );
         let bridge = hero_client::LegacyQueue::ActorQueue("osis".into()).consumer();
         let got: Vec<redis::Value> = redis::cmd("EVAL")
@@ -102,6 +103,12 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
             text(&got[12]),
             keys.waiting_on(),
             "{namespace}: prerequisites index"
+        );
+        assert_eq!(text(&got[13]), keys.policy(), "{namespace}: policies");
+        assert_eq!(
+            text(&got[14]),
+            keys.limit("osis/io"),
+            "{namespace}: a limit's set"
         );
     }
 }
