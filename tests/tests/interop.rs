@@ -204,7 +204,7 @@ async fn a_concurrency_limit_holds_for_workers_that_pass_no_limits() {
         w.expect_line("ready", LONG).await;
     }
     let mut raw = server.conn().await;
-    let keys: Vec<String> = ids.iter().map(|i| hero_testkit::job_key(i)).collect();
+    let keys: Vec<String> = ids.iter().map(hero_testkit::job_key).collect();
     // the statuses of all four read at one instant
     let count = redis::Script::new(
         "local s, f = 0, 0 for _, k in ipairs(KEYS) do local x = redis.call('HGET', k, 'status') \
