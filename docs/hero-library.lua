@@ -65,6 +65,11 @@ local function limit_key_of(config_key, queue)
   return string.sub(config_key, 1, #config_key - 6) .. 'limit:' .. queue
 end
 
+-- A queue's rate log `<ns>:meta:rate:<queue>` (`Keyspace::rate`): the jobs it started, by ms.
+local function rate_key_of(config_key, queue)
+  return string.sub(config_key, 1, #config_key - 6) .. 'rate:' .. queue
+end
+
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
 local function is_bridge_consumer(name)
   return string.sub(name, 1, 7) == 'bridge:'
@@ -1182,40 +1187,76 @@ end
 -- passed none (a worker of another language, or older than protocol 23): each stream's queue
 -- is read from its key (`<ns>:q:work:type:<t>[:group:<g>...]`), and its group's policy, else its
 -- type's, gives the limit. Only while some queue has one (`limited` in the config hash).
-local function limits_from_policies(keys, cfg)
-  local limits, by_queue, policies = nil, {}, policy_key_of(keys[2])
+--
+-- Rates, the same way: a queue whose policy sets `rate` ({max, per_ms}) starts at most `max` of
+-- its jobs in any `per_ms` (a sliding window: the sorted set `<ns>:meta:rate:<queue>` of the
+-- jobs started, by ms), whatever the worker; read while some queue has one (`rated`).
+-- Returns the limits (when `want_limits`) and the rates, each by stream index, or nil.
+local function queue_policies(keys, want_limits, want_rates)
+  local limits, rates, by_queue, policies = nil, nil, {}, policy_key_of(keys[2])
   local function policy_of(queue)
     local p = by_queue[queue]
     if p == nil then
       local raw = redis.call('HGET', policies, queue)
       local ok, decoded = pcall(cjson.decode, raw or 'null')
-      p = (ok and type(decoded) == 'table' and tonumber(decoded.concurrency)) or false
+      p = (ok and type(decoded) == 'table' and decoded) or false
       by_queue[queue] = p
     end
     return p
   end
+  -- the policy that sets `field` for a stream: its group's, else its type's
+  local function covering(t, g, field)
+    if t and g then
+      local p = policy_of(t .. '/' .. g)
+      if p and p[field] then return t .. '/' .. g, p[field] end
+    end
+    if t then
+      local p = policy_of(t)
+      if p and p[field] then return t, p[field] end
+    end
+    return nil
+  end
   local by_key = {}
+  local function shared(key, make)
+    local x = by_key[key]
+    if not x then
+      x = make()
+      by_key[key] = x
+    end
+    return x
+  end
   for i = 5, #keys do
     local t = string.match(keys[i], ':q:work:type:([^:]+)')
     local g = string.match(keys[i], ':group:([^:]+)')
-    local queue, max = nil, nil
-    if t and g and policy_of(t .. '/' .. g) then
-      queue, max = t .. '/' .. g, policy_of(t .. '/' .. g)
-    elseif t and policy_of(t) then
-      queue, max = t, policy_of(t)
-    end
-    if queue then
-      local key = limit_key_of(keys[2], queue)
-      local lim = by_key[key]
-      if not lim then
-        lim = { key = key, max = max }
-        by_key[key] = lim
+    if want_limits then
+      local queue, max = covering(t, g, 'concurrency')
+      if queue and tonumber(max) then
+        limits = limits or {}
+        limits[i - 4] = shared(limit_key_of(keys[2], queue), function()
+          return { key = limit_key_of(keys[2], queue), max = tonumber(max) }
+        end)
       end
-      limits = limits or {}
-      limits[i - 4] = lim
+    end
+    if want_rates then
+      local queue, rate = covering(t, g, 'rate')
+      if queue and type(rate) == 'table' and tonumber(rate.max) and tonumber(rate.per_ms) then
+        rates = rates or {}
+        rates[i - 4] = shared(rate_key_of(keys[2], queue), function()
+          return { key = rate_key_of(keys[2], queue), max = tonumber(rate.max), per = tonumber(rate.per_ms) }
+        end)
+      end
     end
   end
-  return limits
+  return limits, rates
+end
+
+-- How many more jobs rate `r` lets start now (its log trimmed to the window first).
+local function rate_room(r, now)
+  if not r.used then
+    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - r.per)
+    r.used = redis.call('ZCARD', r.key)
+  end
+  return r.max - r.used
 end
 
 local function hero_fetch(keys, args)
@@ -1241,9 +1282,15 @@ local function hero_fetch(keys, args)
   local n = #keys - 4
   local st = stats(keys[4])
   local now_ms = nil -- Redis's clock, read once the first job is leased
-  local cfg = settings(keys[2], { 'events_max', 'limited' })
+  local cfg = settings(keys[2], { 'events_max', 'limited', 'rated' })
   local log = event_log(keys[3], cfg)
-  if not limits and setting(cfg, 'limited', 0) > 0 then limits = limits_from_policies(keys, cfg) end
+  local rates = nil
+  local want_limits = not limits and setting(cfg, 'limited', 0) > 0
+  if want_limits or setting(cfg, 'rated', 0) > 0 then
+    local l
+    l, rates = queue_policies(keys, want_limits, setting(cfg, 'rated', 0) > 0)
+    limits = limits or l
+  end
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
@@ -1270,10 +1317,19 @@ local function hero_fetch(keys, args)
     if present[i] == 1 then
       local lim = limits and limits[i]
       if lim and not lim.running then lim.running = limit_running(lim, prefix) end
+      local rate = rates and rates[i]
       while want > 0 do
         local asked = want
         if lim then
           asked = math.min(want, lim.max - lim.running)
+          if asked <= 0 then
+            limited = 1
+            break
+          end
+        end
+        if rate then
+          now_ms = now_ms or server_ms()
+          asked = math.min(asked, rate_room(rate, now_ms))
           if asked <= 0 then
             limited = 1
             break
@@ -1387,6 +1443,11 @@ local function hero_fetch(keys, args)
                 now_ms = now_ms or server_ms()
                 redis.call('ZADD', lim.key, now_ms, job_id)
                 lim.running = lim.running + 1
+              end
+              if rate then
+                redis.call('ZADD', rate.key, now_ms, job_id)
+                redis.call('PEXPIRE', rate.key, rate.per)
+                rate.used = rate.used + 1
               end
             end
           end

@@ -12,6 +12,10 @@ use crate::name::Target;
 /// `Client::set_policy`).
 pub const LIMITED_FIELD: &str = "limited";
 
+/// The config hash's field counting the queues with a rate: while it is above 0 every fetch
+/// reads the rates of its streams' queues.
+pub const RATED_FIELD: &str = "rated";
+
 impl Client {
     /// Pauses a queue: within one fetch no worker takes a new job from it (running ones
     /// finish); submits still queue. Lasts until [`Client::resume`], across restarts of every
@@ -44,6 +48,48 @@ pub fn queue_name(queue: &str) -> Result<String> {
         )));
     }
     Ok(target.name())
+}
+
+/// At most `max` of a queue's jobs start in any window of `per_ms` ms, across every worker,
+/// checked by the fetch itself (a sliding window: `Keyspace::rate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Rate {
+    pub max: u32,
+    pub per_ms: u64,
+}
+
+impl Rate {
+    /// `<max>/<window>`: `100/s`, `10/1m`, `5/500ms`, `30/10s` (a bare unit is one of it).
+    pub fn parse(s: &str) -> Result<Rate> {
+        let bad = |why: &str| {
+            Error::InvalidInput(format!(
+                "rate {s:?}: {why}; write <max>/<window>, e.g. 100/s, 10/1m or 5/500ms"
+            ))
+        };
+        let (max, per) = s.trim().split_once('/').ok_or_else(|| bad("no /"))?;
+        let max: u32 = max
+            .trim()
+            .parse()
+            .map_err(|_| bad("the max is not a whole number"))?;
+        if max == 0 {
+            return Err(bad(
+                "a rate of 0 would start nothing (pause the queue instead)",
+            ));
+        }
+        let per = per.trim();
+        let per = if per.starts_with(|c: char| c.is_ascii_digit()) {
+            per.to_string()
+        } else {
+            format!("1{per}")
+        };
+        let window =
+            humantime::parse_duration(&per).map_err(|_| bad("the window is not a duration"))?;
+        let per_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        if per_ms == 0 {
+            return Err(bad("the window is shorter than a millisecond"));
+        }
+        Ok(Rate { max, per_ms })
+    }
 }
 
 /// How a failed attempt's retry is delayed.
@@ -160,6 +206,9 @@ pub struct Policy {
     /// At most this many of the queue's jobs run at once, across every worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// At most this many of the queue's jobs start in a window, across every worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
 }
 
 impl Policy {
@@ -178,7 +227,8 @@ impl Policy {
             backoff,
             lease_ms,
             retention_ms,
-            concurrency
+            concurrency,
+            rate
         );
         self
     }
@@ -262,18 +312,16 @@ impl Client {
     /// reads them from the policies itself (`limits_from_policies` in `fetch.lua`), so a limit
     /// holds whatever the worker.
     async fn publish_limited(&self) -> Result<()> {
-        let n = self
-            .policies()
-            .await?
-            .iter()
-            .filter(|(_, p)| p.concurrency.is_some())
-            .count();
+        let policies = self.policies().await?;
+        let count = |f: fn(&Policy) -> bool| policies.iter().filter(|(_, p)| f(p)).count();
         self.redis()
             .query::<()>(
                 redis::cmd("HSET")
                     .arg(self.keys().config())
                     .arg(LIMITED_FIELD)
-                    .arg(n),
+                    .arg(count(|p| p.concurrency.is_some()))
+                    .arg(RATED_FIELD)
+                    .arg(count(|p| p.rate.is_some())),
             )
             .await
     }
@@ -341,6 +389,19 @@ fn decode_policy(queue: &str, raw: &str) -> Result<Policy> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_reads_as_operators_write_it() {
+        let r = |s: &str| Rate::parse(s).map(|r| (r.max, r.per_ms));
+        assert_eq!(r("100/s").unwrap(), (100, 1000));
+        assert_eq!(r("10/1m").unwrap(), (10, 60_000));
+        assert_eq!(r("5/500ms").unwrap(), (5, 500));
+        assert_eq!(r(" 30 / 10s ").unwrap(), (30, 10_000));
+        for bad in ["0/s", "x/s", "5", "5/soon", "5/0s"] {
+            let e = Rate::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("100/s"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn backoff_parses_and_follows_its_kind_within_jitter() {

@@ -229,3 +229,68 @@ async fn a_back_off_is_checked_when_it_is_set() {
         .unwrap_err();
     assert!(inst.to_string().contains("not per instance"), "{inst}");
 }
+
+/// A rate of 5 a second on a queue, across 3 worker processes: in no window of a second do more
+/// than 5 of its jobs start (their `started` events, stamped by Redis in the fetch that started
+/// them), the rest waits, and none is lost. The CLI sets it as `--rate 5/s`.
+#[tokio::test]
+async fn a_rate_of_5_a_second_across_3_worker_processes_never_starts_6_in_a_second() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let (code, _, err) = hero_cli(&url, &["queue", "set", "rt", "--rate", "5/s"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = hero_cli(&url, &["queue", "set", "rt", "--rate", "0/s"]);
+    assert_eq!(code, 2, "a rate of 0 is refused: {err}");
+    assert!(client.policy("rt").await.unwrap().rate.is_some());
+    let mut workers = Vec::new();
+    for label in ["A", "B", "C"] {
+        let w = test_worker(&url, "rt", label, &["--concurrency", "4"]);
+        w.expect_line("ready", LIMIT).await;
+        workers.push(w);
+    }
+    let jobs: Vec<NewJob> = (0..20)
+        .map(|i| {
+            NewJob::builder("rt", "x")
+                .id(format!("rt-{i}"))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    for r in client.submit_many(&jobs).await.unwrap() {
+        r.unwrap();
+    }
+    for j in &jobs {
+        let r = client.wait(j.id(), LIMIT).await.unwrap();
+        assert_eq!(r.status, Status::Finished, "{}", j.id());
+    }
+    let took = t0.elapsed();
+    // every start, by Redis's clock (the event's id)
+    let only = EventFilter {
+        event: Some(hero_client::EventKind::Started),
+        ..EventFilter::default()
+    };
+    let mut starts: Vec<u64> = client
+        .inspector()
+        .events(&only, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.job_id.starts_with("rt-"))
+        .map(|e| e.at_ms())
+        .collect();
+    starts.sort_unstable();
+    assert_eq!(starts.len(), 20, "each job started once");
+    for (k, t) in starts.iter().enumerate() {
+        let in_window = starts[k..].iter().take_while(|s| **s < t + 1000).count();
+        assert!(
+            in_window <= 5,
+            "{in_window} starts within a second of {t}: {starts:?}"
+        );
+    }
+    assert!(
+        took >= Duration::from_secs(3),
+        "20 jobs at 5 a second take at least 3 s: {took:?}"
+    );
+}

@@ -75,6 +75,14 @@ pub struct SetArgs {
     /// At most this many of the queue's jobs run at once, across every worker.
     #[arg(long)]
     pub concurrency: Option<u32>,
+    /// At most this many of the queue's jobs start in a window, across every worker:
+    /// <max>/<window>, e.g. 100/s, 10/1m, 5/500ms.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<hero_client::queue::Rate>,
+}
+
+fn parse_rate(s: &str) -> std::result::Result<hero_client::queue::Rate, String> {
+    hero_client::queue::Rate::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_backoff(s: &str) -> std::result::Result<hero_client::queue::Backoff, String> {
@@ -93,9 +101,10 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
                 lease_ms: ms(a.lease),
                 retention_ms: ms(a.retention),
                 concurrency: a.concurrency,
+                rate: a.rate,
             };
             if set.is_empty() {
-                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency");
+                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate");
             }
             let name = hero_client::queue::queue_name(&a.queue)?;
             let now = client.set_policy(&name, &set).await?;

@@ -63,6 +63,11 @@ local function limit_key_of(config_key, queue)
   return string.sub(config_key, 1, #config_key - 6) .. 'limit:' .. queue
 end
 
+-- A queue's rate log `<ns>:meta:rate:<queue>` (`Keyspace::rate`): the jobs it started, by ms.
+local function rate_key_of(config_key, queue)
+  return string.sub(config_key, 1, #config_key - 6) .. 'rate:' .. queue
+end
+
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
 local function is_bridge_consumer(name)
   return string.sub(name, 1, 7) == 'bridge:'

@@ -266,6 +266,13 @@ impl Keyspace {
         format!("{}:meta:limit:{queue}", self.prefix)
     }
 
+    /// Sorted set: the jobs of a queue with a rate policy started in its last window (job id →
+    /// ms started); written by the fetch (derived from the config hash's key: `rate_key_of` in
+    /// `prelude.lua`), trimmed to the window as it reads it, expires after one.
+    pub fn rate(&self, queue: &str) -> String {
+        format!("{}:meta:rate:{queue}", self.prefix)
+    }
+
     /// Hash: recurring jobs by name → their spec as JSON (`hero_client::cron::CronJob`).
     pub fn cron(&self) -> String {
         format!("{}:meta:cron", self.prefix)

@@ -38,7 +38,7 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
                is_bridge_consumer(ARGV[4]) and 1 or 0, tag_key(prefix_ns, 'blue'),\n\
                reply_prefix_of(ns) .. ARGV[1], bridge_registry_of(KEYS[3]),\n\
                waiting_on_key(ARGV[6]), policy_key_of(ARGV[6]),\n\
-               limit_key_of(ARGV[6], 'osis/io') }",
+               limit_key_of(ARGV[6], 'osis/io'), rate_key_of(ARGV[6], 'osis') }",
         );
         let bridge = hero_client::LegacyQueue::ActorQueue("osis".into()).consumer();
         let got: Vec<redis::Value> = redis::cmd("EVAL")
@@ -109,6 +109,11 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
             text(&got[14]),
             keys.limit("osis/io"),
             "{namespace}: a limit's set"
+        );
+        assert_eq!(
+            text(&got[15]),
+            keys.rate("osis"),
+            "{namespace}: a rate's log"
         );
     }
 }
