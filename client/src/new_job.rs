@@ -79,6 +79,7 @@ pub struct NewJobBuilder {
     log_path: Option<String>,
     traceparent: Option<String>,
     unique: Option<(String, Option<Duration>)>,
+    limit_key: Option<String>,
     delay: Option<Duration>,
     run_at: Option<SystemTime>,
     prerequisites: Vec<String>,
@@ -152,6 +153,13 @@ impl NewJobBuilder {
         self.unique = Some((key.into(), ttl));
         self
     }
+    /// The key its queue's `key_rate` counts it under (a customer, an account): at most so
+    /// many jobs sharing it start in a window, whatever worker takes them. 1 to 200 bytes.
+    pub fn limit_key(mut self, key: impl Into<String>) -> Self {
+        self.limit_key = Some(key.into());
+        self
+    }
+
     /// How long the uniqueness key is held at most (default: the broker's retention time).
     pub fn unique_ttl(mut self, ttl: Duration) -> Self {
         let key = self.unique.take().map(|(k, _)| k).unwrap_or_default();
@@ -278,6 +286,14 @@ impl NewJobBuilder {
             }
             job.unique = Some(key);
             job.unique_ttl = ttl;
+        }
+        if let Some(key) = self.limit_key {
+            if key.is_empty() || key.len() > 200 {
+                return Err(Error::InvalidInput(format!(
+                    "limit key {key:?} must be 1 to 200 bytes"
+                )));
+            }
+            job.limit_key = Some(key);
         }
         // the span the job is built in, when it belongs to a trace: the worker's handler span
         // joins it

@@ -209,6 +209,10 @@ pub struct Policy {
     /// At most this many of the queue's jobs start in a window, across every worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// At most this many of the queue's jobs sharing a limit key (`NewJobBuilder::limit_key`)
+    /// start in a window; the others wait in the delayed set until their key has room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_rate: Option<Rate>,
 }
 
 impl Policy {
@@ -228,7 +232,8 @@ impl Policy {
             lease_ms,
             retention_ms,
             concurrency,
-            rate
+            rate,
+            key_rate
         );
         self
     }
@@ -321,7 +326,7 @@ impl Client {
                     .arg(LIMITED_FIELD)
                     .arg(count(|p| p.concurrency.is_some()))
                     .arg(RATED_FIELD)
-                    .arg(count(|p| p.rate.is_some())),
+                    .arg(count(|p| p.rate.is_some() || p.key_rate.is_some())),
             )
             .await
     }

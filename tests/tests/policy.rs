@@ -294,3 +294,78 @@ async fn a_rate_of_5_a_second_across_3_worker_processes_never_starts_6_in_a_seco
         "20 jobs at 5 a second take at least 3 s: {took:?}"
     );
 }
+
+/// A key rate of 2 a second: of the jobs sharing a limit key (one customer), no more than 2
+/// start in any second across 2 worker processes; the others wait in the delayed set until
+/// their key has room and then run, none lost; another key's jobs are not held back by it.
+#[tokio::test]
+async fn a_key_rate_holds_each_limit_key_to_its_rate_across_worker_processes() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
+    let client = Client::connect(&url).await.unwrap();
+    let (code, _, err) = hero_cli(&url, &["queue", "set", "kr", "--key-rate", "2/s"]);
+    assert_eq!(code, 0, "{err}");
+    let mut workers = Vec::new();
+    for label in ["A", "B"] {
+        let w = test_worker(&url, "kr", label, &["--concurrency", "4"]);
+        w.expect_line("ready", LIMIT).await;
+        workers.push(w);
+    }
+    let mut jobs: Vec<NewJob> = (0..6)
+        .map(|i| {
+            NewJob::builder("kr", "x")
+                .id(format!("kr-a-{i}"))
+                .limit_key("cust-a")
+                .build()
+                .unwrap()
+        })
+        .collect();
+    jobs.extend((0..2).map(|i| {
+        NewJob::builder("kr", "x")
+            .id(format!("kr-b-{i}"))
+            .limit_key("cust-b")
+            .build()
+            .unwrap()
+    }));
+    for r in client.submit_many(&jobs).await.unwrap() {
+        r.unwrap();
+    }
+    for j in &jobs {
+        let r = client.wait(j.id(), LIMIT).await.unwrap();
+        assert_eq!(r.status, Status::Finished, "{}", j.id());
+    }
+    let only = EventFilter {
+        event: Some(hero_client::EventKind::Started),
+        ..EventFilter::default()
+    };
+    let events = client.inspector().events(&only, 1000).await.unwrap();
+    let starts = |prefix: &str| {
+        let mut t: Vec<u64> = events
+            .iter()
+            .filter(|e| e.job_id.starts_with(prefix))
+            .map(|e| e.at_ms())
+            .collect();
+        t.sort_unstable();
+        t
+    };
+    let a = starts("kr-a-");
+    assert_eq!(a.len(), 6, "each of cust-a's jobs started once: {a:?}");
+    for (k, t) in a.iter().enumerate() {
+        let in_window = a[k..].iter().take_while(|s| **s < t + 1000).count();
+        assert!(
+            in_window <= 2,
+            "{in_window} of cust-a's jobs started within a second: {a:?}"
+        );
+    }
+    assert!(
+        a[5] - a[0] >= 2000,
+        "six at two a second span two windows: {a:?}"
+    );
+    let b = starts("kr-b-");
+    assert_eq!(b.len(), 2);
+    assert!(
+        b[1] < a[0] + 1000,
+        "cust-b is not held back by cust-a: {b:?} {a:?}"
+    );
+}

@@ -376,6 +376,9 @@ pub struct JobArgs {
     /// that job's id.
     #[arg(long, value_name = "KEY")]
     pub unique: Option<String>,
+    /// The key its queue's --key-rate counts it under (a customer, an account).
+    #[arg(long, value_name = "KEY")]
+    pub limit_key: Option<String>,
     /// Hold the uniqueness key at most this many seconds (default: the broker's retention).
     #[arg(long, value_name = "SECS", requires = "unique")]
     pub unique_ttl: Option<u64>,

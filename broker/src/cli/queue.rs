@@ -79,6 +79,10 @@ pub struct SetArgs {
     /// <max>/<window>, e.g. 100/s, 10/1m, 5/500ms.
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<hero_client::queue::Rate>,
+    /// At most this many jobs sharing a --limit-key (one customer, one account) start in a
+    /// window; the rest wait: <max>/<window>, e.g. 10/s.
+    #[arg(long, value_parser = parse_rate)]
+    pub key_rate: Option<hero_client::queue::Rate>,
 }
 
 fn parse_rate(s: &str) -> std::result::Result<hero_client::queue::Rate, String> {
@@ -102,9 +106,10 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
                 retention_ms: ms(a.retention),
                 concurrency: a.concurrency,
                 rate: a.rate,
+                key_rate: a.key_rate,
             };
             if set.is_empty() {
-                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate");
+                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate, --key-rate");
             }
             let name = hero_client::queue::queue_name(&a.queue)?;
             let now = client.set_policy(&name, &set).await?;

@@ -79,6 +79,9 @@ impl JobArgs {
         if let Some(t) = self.unique_ttl {
             b = b.unique_ttl(Duration::from_secs(t));
         }
+        if let Some(k) = &self.limit_key {
+            b = b.limit_key(k);
+        }
         Ok(b.build()?)
     }
 }

@@ -103,9 +103,12 @@ end
 -- Rates, the same way: a queue whose policy sets `rate` ({max, per_ms}) starts at most `max` of
 -- its jobs in any `per_ms` (a sliding window: the sorted set `<ns>:meta:rate:<queue>` of the
 -- jobs started, by ms), whatever the worker; read while some queue has one (`rated`).
--- Returns the limits (when `want_limits`) and the rates, each by stream index, or nil.
+-- A queue's `key_rate` does the same per limit key (a job's `limit_key`): a job whose key has no
+-- room is not started but parked in the delayed set until the window has room, its entry
+-- acknowledged; the broker's promote queues it again then.
+-- Returns the limits (when `want_limits`), the rates and the key rates, by stream index, or nil.
 local function queue_policies(keys, want_limits, want_rates)
-  local limits, rates, by_queue, policies = nil, nil, {}, policy_key_of(keys[2])
+  local limits, rates, keyrates, by_queue, policies = nil, nil, nil, {}, policy_key_of(keys[2])
   local function policy_of(queue)
     local p = by_queue[queue]
     if p == nil then
@@ -157,10 +160,19 @@ local function queue_policies(keys, want_limits, want_rates)
           return { key = rate_key_of(keys[2], queue), max = tonumber(rate.max), per = tonumber(rate.per_ms) }
         end)
       end
+      local kqueue, krate = covering(t, g, 'key_rate')
+      if kqueue and type(krate) == 'table' and tonumber(krate.max) and tonumber(krate.per_ms) then
+        keyrates = keyrates or {}
+        keyrates[i - 4] = shared(rate_key_of(keys[2], kqueue) .. '|', function()
+          return { prefix = rate_key_of(keys[2], kqueue) .. '|', max = tonumber(krate.max),
+            per = tonumber(krate.per_ms), by_key = {} }
+        end)
+      end
     end
   end
-  return limits, rates
+  return limits, rates, keyrates
 end
+
 
 -- How many more jobs rate `r` lets start now (its log trimmed to the window first).
 local function rate_room(r, now)
@@ -169,6 +181,17 @@ local function rate_room(r, now)
     r.used = redis.call('ZCARD', r.key)
   end
   return r.max - r.used
+end
+
+-- Whether limit key `lk` of key rate `kr` has room now; the rate log of each key is trimmed and
+-- counted once per call.
+local function key_room(kr, lk, now)
+  local r = kr.by_key[lk]
+  if not r then
+    r = { key = kr.prefix .. lk, max = kr.max, per = kr.per }
+    kr.by_key[lk] = r
+  end
+  return rate_room(r, now) > 0, r
 end
 
 local function hero_fetch(keys, args)
@@ -196,13 +219,15 @@ local function hero_fetch(keys, args)
   local now_ms = nil -- Redis's clock, read once the first job is leased
   local cfg = settings(keys[2], { 'events_max', 'limited', 'rated' })
   local log = event_log(keys[3], cfg)
-  local rates = nil
+  local rates, keyrates = nil, nil
   local want_limits = not limits and setting(cfg, 'limited', 0) > 0
   if want_limits or setting(cfg, 'rated', 0) > 0 then
     local l
-    l, rates = queue_policies(keys, want_limits, setting(cfg, 'rated', 0) > 0)
+    l, rates, keyrates = queue_policies(keys, want_limits, setting(cfg, 'rated', 0) > 0)
     limits = limits or l
   end
+  local parked = false -- a key rate sent a job back to the delayed set (its gauge to flush)
+
   -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
   -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
   local present = {}
@@ -230,6 +255,7 @@ local function hero_fetch(keys, args)
       local lim = limits and limits[i]
       if lim and not lim.running then lim.running = limit_running(lim, prefix) end
       local rate = rates and rates[i]
+      local keyrate = keyrates and keyrates[i]
       while want > 0 do
         local asked = want
         if lim then
@@ -294,9 +320,25 @@ local function hero_fetch(keys, args)
                   if rec[k] == 'status' then status = rec[k + 1] end
                 end
               end
+            elseif keyrate then
+              local r = redis.pcall('HMGET', job_key, 'status', 'limit_key')
+              err, status = r.err, r[1]
+              rec = nil
+              keyrate.lk = r[2]
             else
               local r = redis.pcall('HGET', job_key, 'status')
               if type(r) == 'table' then err = r.err else status = r end
+            end
+            if keyrate and rec and not rec.err then
+              keyrate.lk = nil
+              for k = 1, #rec, 2 do
+                if rec[k] == 'limit_key' then keyrate.lk = rec[k + 1] end
+              end
+            end
+            local room, keylog = true, nil
+            if keyrate and keyrate.lk and not err and status == 'dispatched' and not dual then
+              now_ms = now_ms or server_ms()
+              room, keylog = key_room(keyrate, keyrate.lk, now_ms)
             end
             if err then
               -- the key holds something other than a hash: foreign data, never a job of ours, and
@@ -309,6 +351,21 @@ local function hero_fetch(keys, args)
             elseif status ~= 'dispatched' then
               ack_del(stream, group, id, xackdel)
               dropped[#dropped + 1] = { i, id, job_id, 'stale' }
+            elseif not room then
+              -- its limit key has no room in this window: parked until the oldest start in it
+              -- leaves, as a delayed job (the broker's promote queues it again), not started
+              ack_del(stream, group, id, xackdel)
+              local oldest = redis.call('ZRANGE', keylog.key, 0, 0, 'WITHSCORES')
+              local run_at = (tonumber(oldest[2]) or now_ms) + keylog.per
+              if before and tonumber(before) then
+                redis.call('HSET', job_key, 'status', 'waiting', 'run_at', tostring(run_at), 'attempts', before)
+              else
+                redis.call('HSET', job_key, 'status', 'waiting', 'run_at', tostring(run_at))
+              end
+              redis.call('ZADD', delayed_key_of(keys[2]), run_at, job_id)
+              tally(st, stream, 'delayed', 1)
+              parked = true
+
             elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
               -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
               ack_del(stream, group, id, xackdel)
@@ -361,6 +418,11 @@ local function hero_fetch(keys, args)
                 redis.call('PEXPIRE', rate.key, rate.per)
                 rate.used = rate.used + 1
               end
+              if keylog then
+                redis.call('ZADD', keylog.key, now_ms, job_id)
+                redis.call('PEXPIRE', keylog.key, keylog.per)
+                keylog.used = keylog.used + 1
+              end
             end
           end
         end
@@ -402,6 +464,8 @@ local function hero_fetch(keys, args)
       end
       waits[b] = (waits[b] or 0) + 1
     end
+    flush_stats(st)
+  elseif parked then
     flush_stats(st)
   end
   local cursors = {}

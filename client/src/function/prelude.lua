@@ -63,9 +63,15 @@ local function limit_key_of(config_key, queue)
   return string.sub(config_key, 1, #config_key - 6) .. 'limit:' .. queue
 end
 
--- A queue's rate log `<ns>:meta:rate:<queue>` (`Keyspace::rate`): the jobs it started, by ms.
+-- A queue's rate log `<ns>:meta:rate:<queue>` (`Keyspace::rate`): the jobs it started, by ms;
+-- a limit key's within a queue is `<ns>:meta:rate:<queue>|<limit key>`.
 local function rate_key_of(config_key, queue)
   return string.sub(config_key, 1, #config_key - 6) .. 'rate:' .. queue
+end
+
+-- The delayed set `<ns>:meta:delayed` (`Keyspace::delayed`), beside the config hash.
+local function delayed_key_of(config_key)
+  return string.sub(config_key, 1, #config_key - 6) .. 'delayed'
 end
 
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
@@ -409,7 +415,7 @@ local SUBMIT_FIELDS = {
   created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
   context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
-  unique_ttl = 'count', payload = 'text',
+  unique_ttl = 'count', payload = 'text', limit_key = 'text',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).

@@ -68,6 +68,9 @@ impl Job {
         if let Some(ttl) = self.unique_ttl {
             f.push((F::UniqueTtl.name(), ttl.as_millis().max(1).to_string()));
         }
+        if let Some(k) = &self.limit_key {
+            f.push((F::LimitKey.name(), k.clone()));
+        }
         if !self.env_vars.is_empty() {
             f.push((F::EnvVars.name(), json(&self.env_vars)));
         }
@@ -225,6 +228,7 @@ impl Job {
         let log_path = r.nonempty(F::LogPath);
         let traceparent = r.nonempty(F::TraceParent);
         let unique = r.nonempty(F::Unique);
+        let limit_key = r.nonempty(F::LimitKey);
         let output = r.nonempty(F::Output);
         let error = r.nonempty(F::Error);
         let lease = r.nonempty(F::Lease);
@@ -254,6 +258,7 @@ impl Job {
             traceparent,
             unique,
             unique_ttl,
+            limit_key,
             created_at,
             updated_at,
             started_at,
@@ -342,6 +347,7 @@ record_fields! {
     TraceParent => "traceparent",
     Unique => "unique",
     UniqueTtl => "unique_ttl",
+    LimitKey => "limit_key",
     Output => "output",
     Error => "error",
     Lease => "lease",

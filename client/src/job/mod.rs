@@ -128,6 +128,9 @@ pub struct Job {
     pub unique: Option<String>,
     /// How long the key is held at most (default: the broker's retention time).
     pub unique_ttl: Option<Duration>,
+    /// The key a queue's `key_rate` counts the job under (one customer, one account): at most
+    /// so many jobs sharing it start in a window.
+    pub limit_key: Option<String>,
     pub created_at: String,
     pub updated_at: String,
     pub started_at: Option<String>,
@@ -193,6 +196,7 @@ impl Job {
             "run_at_ms": job.run_at_ms,
             "traceparent": job.traceparent,
         "unique": job.unique,
+        "limit_key": job.limit_key,
         })
     }
 
@@ -216,6 +220,7 @@ impl Job {
             traceparent: None,
             unique: None,
             unique_ttl: None,
+            limit_key: None,
             created_at: now.clone(),
             updated_at: now,
             started_at: None,
