@@ -16,6 +16,10 @@ pub const LIMITED_FIELD: &str = "limited";
 /// reads the rates of its streams' queues.
 pub const RATED_FIELD: &str = "rated";
 
+/// The config hash's field counting the queues whose retries, back-off or retention the
+/// completion and recovery functions apply themselves.
+pub const POLICED_FIELD: &str = "policed";
+
 impl Client {
     /// Pauses a queue: within one fetch no worker takes a new job from it (running ones
     /// finish); submits still queue. Lasts until [`Client::resume`], across restarts of every
@@ -326,7 +330,11 @@ impl Client {
                     .arg(LIMITED_FIELD)
                     .arg(count(|p| p.concurrency.is_some()))
                     .arg(RATED_FIELD)
-                    .arg(count(|p| p.rate.is_some() || p.key_rate.is_some())),
+                    .arg(count(|p| p.rate.is_some() || p.key_rate.is_some()))
+                    .arg(POLICED_FIELD)
+                    .arg(count(|p| {
+                        p.retries.is_some() || p.backoff.is_some() || p.retention_ms.is_some()
+                    })),
             )
             .await
     }

@@ -11,7 +11,8 @@
       completion sent again, "resend <id> <answer>" (the lease fences it: already_completed)
       With --hold-ms M it holds each job M ms before completing it, renewing its lease every
       second whatever the answer (a worker that ignores time limits), and prints
-      "renew <id> <answer>" for each renewal.
+      "renew <id> <answer>" for each renewal. With --fail every attempt fails (retry-at 0: the
+      queue's policy decides when it runs again).
 """
 import argparse
 import json
@@ -147,7 +148,8 @@ def worker(r, args):
             ran_ms = int((time.time() - began) * 1000)
             keys = [f"{NS}:meta:delayed", f"{NS}:meta:config", f"{NS}:meta:retention", f"{NS}:meta:events",
                     f"{NS}:meta:stats", f"{NS}:meta:queues", f"{NS}:job:{job_id}", stream, f"{NS}:q:reply:{job_id}"]
-            argv = [GROUP, iso(), 0, job_id, consumer, "", entry, "done", output, 0, job_id, record.get("reply", ""),
+            outcome = "fail" if args.fail else "done"
+            argv = [GROUP, iso(), 0, job_id, consumer, "", entry, outcome, output, 0, job_id, record.get("reply", ""),
                     ran_ms]
             answer = r.fcall(fn("complete"), len(keys), *keys, *argv)[0]
             say(f"completion {job_id} {answer}")
@@ -173,6 +175,7 @@ def main():
     ap.add_argument("--label", default="python")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--hold-ms", type=int, default=0)
+    ap.add_argument("--fail", action="store_true", help="answer every job with the outcome fail")
     args = ap.parse_args()
     r = redis.Redis.from_url(args.url, decode_responses=True)
     ensure_library(r)

@@ -227,3 +227,51 @@ async fn a_concurrency_limit_holds_for_workers_that_pass_no_limits() {
     }
     assert_eq!(most, 1, "at most one of the queue's jobs ran at once");
 }
+
+/// A queue's policy is applied by the server for a worker of any language (issue 27): a
+/// Python worker that fails every attempt, and knows nothing of policies (it asks for a retry
+/// at once), has its job retried on the policy's back-off (fixed 400 ms) within the policy's
+/// budget (2 retries, where the record has none), then ended `error`.
+#[tokio::test]
+async fn a_python_workers_failing_job_retries_on_the_policys_back_off_and_ends_after_its_budget() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
+    let client = Client::connect(&url).await.unwrap();
+    let policy = hero_client::queue::Policy {
+        retries: Some(2),
+        backoff: Some(hero_client::queue::Backoff::parse("fixed:400ms,jitter=0").unwrap()),
+        ..hero_client::queue::Policy::default()
+    };
+    client.set_policy("pyf", &policy).await.unwrap();
+    let job = NewJob::builder("pyf", "x").id("py-fails").build().unwrap();
+    client.submit(&job).await.unwrap();
+    let w = py(&[
+        "worker", "--url", &url, "--type", "pyf", "--label", "p", "--jobs", "3", "--fail",
+    ]);
+    w.expect_line("ready", LONG).await;
+    let id = JobId::new("py-fails").unwrap();
+    let r = client.wait(&id, LONG).await.unwrap();
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    let rec = client.get(&id).await.unwrap();
+    assert_eq!(
+        rec.attempts, 3,
+        "the first attempt and the policy's two retries"
+    );
+    // each retry was due 400 ms after the failure that asked for it (Redis's clock: the event id)
+    let only = hero_client::inspect::EventFilter {
+        job: Some("py-fails".into()),
+        event: Some(hero_client::EventKind::Retried),
+        ..Default::default()
+    };
+    let retried = client.inspector().events(&only, 100).await.unwrap();
+    assert_eq!(retried.len(), 2, "{retried:?}");
+    for e in &retried {
+        let due = e.due_ms.expect("a retry's due time");
+        let after = due.saturating_sub(e.at_ms());
+        assert!(
+            (380..=450).contains(&after),
+            "due {after} ms after the failure: {e:?}"
+        );
+    }
+}

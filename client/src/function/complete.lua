@@ -24,6 +24,10 @@
 -- entry in the same call. So one XACK per stream acknowledges the batch and proves every lease
 -- in it at once; only when it acknowledged fewer entries than it was given are the records
 -- read, to tell the deliveries that still hold their job from the ones that lost it.
+-- Policies: while some queue has one the functions apply (`policed` in the config hash), a
+-- failure's budget is the larger of the record's `retries` and its queue policy's, its retry
+-- time the policy's back-off when it sets one, and a job this call ends expires after the
+-- policy's `retention_ms`: every worker, of any language, gets them.
 -- Retention: the batch is named in one entry of the retention stream as the caller joined it
 -- (ARGV[4] as given; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
 -- does not end is named too, and harmlessly: hero_expire deletes only a job whose record
@@ -44,7 +48,11 @@
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
-  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD })
+  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed' })
+  -- the queue policies the completion applies itself (retries, back-off, retention), for a
+  -- worker of any language: read only while some queue has one
+  local policed = setting(cfg, 'policed', 0) > 0
+  local memo = {}
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
@@ -108,19 +116,31 @@ local function hero_complete(keys, args)
         -- after this one would stay started with no pending entry for recovery to find. A job
         -- key holding another type is foreign data, lost for this delivery (pcall, finish).
         local retried = false
+        local policy_retry_at = nil
         if outcome == 'fail' or outcome == 'retry' or outcome == 'again' then
           -- only a failure needs the budget: a success is recorded without reading the record
           local f = redis.pcall('HMGET', job_key, 'attempts', 'retries')
           if f.err then
             answer = 'lease_lost'
           else
-            retried = outcome == 'again' or (tonumber(f[1]) or 1) <= (tonumber(f[2]) or 0)
+            local budget = tonumber(f[2]) or 0
+            local policy = policed and stream_policy(keys[2], stream, memo)
+            if policy and tonumber(policy.retries) and tonumber(policy.retries) > budget then
+              budget = tonumber(policy.retries)
+            end
+            retried = outcome == 'again' or (tonumber(f[1]) or 1) <= budget
+            if retried and outcome == 'fail' and policy and type(policy.backoff) == 'table' then
+              -- the policy's back-off, whatever the worker computed
+              local t = redis.call('TIME')
+              local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+              policy_retry_at = tostring(now + backoff_ms(policy.backoff, tonumber(f[1]) or 1))
+            end
             -- a first delivery left no count (see hero_fetch): the next one must count from it
             if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
           end
         end
         if retried then
-          local retry_at, job_id = args[10 + a], args[11 + a]
+          local retry_at, job_id = policy_retry_at or args[10 + a], args[11 + a]
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
           redis.call('ZADD', delayed, retry_at, job_id)
@@ -162,7 +182,12 @@ local function hero_complete(keys, args)
         end
       end
       answers[i + 1] = answer
-      if keep and keep[i] and answer == 'completed' then redis.call('PEXPIRE', job_key, keep[i]) end
+      local ttl = keep and keep[i]
+      if policed and answer == 'completed' then
+        local policy = stream_policy(keys[2], stream, memo)
+        if policy and tonumber(policy.retention_ms) then ttl = policy.retention_ms end
+      end
+      if ttl and answer == 'completed' then redis.call('PEXPIRE', job_key, ttl) end
       local ran = tonumber(args[13 + a])
       if ran and (answer == 'completed' or answer == 'retrying') then
         -- sampled inline: a Lua call per job costs more than the sample

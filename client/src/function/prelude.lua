@@ -715,3 +715,49 @@ local function hand_to_legacy(job_key, job_id, m, entry, now_ms)
   redis.call('LPUSH', m.list, job_id)
   redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
 end
+
+-- The queue policy of a work stream as the workers read it (`Policies::of`): its type's, with
+-- its group's fields over it; nil without one. `memo` (a table the call keeps) caches it per
+-- stream. Read only while some queue has a policy the functions apply (`policed` in the config
+-- hash), so a namespace without policies pays nothing.
+local function stream_policy(config_key, stream, memo)
+  memo.policies = memo.policies or {}
+  local p = memo.policies[stream]
+  if p ~= nil then return p or nil end
+  local t = string.match(stream, ':q:work:type:([^:]+)')
+  local g = string.match(stream, ':group:([^:]+)')
+  p = false
+  if t then
+    local key = policy_key_of(config_key)
+    local function read(q)
+      local raw = redis.call('HGET', key, q)
+      local ok, d = pcall(cjson.decode, raw or 'null')
+      if ok and type(d) == 'table' then return d end
+      return nil
+    end
+    local merged = read(t)
+    if g then
+      local over = read(t .. '/' .. g)
+      if over then
+        merged = merged or {}
+        for k, v in pairs(over) do merged[k] = v end
+      end
+    end
+    p = merged or false
+  end
+  memo.policies[stream] = p
+  return p or nil
+end
+
+-- The delay (ms) of the retry of failed attempt `attempt` (1 for the first) under back-off `b`
+-- (`Backoff::delay`: fixed or doubling, capped, ± jitter), the jitter's draw from Redis's
+-- clock (the functions have no other entropy).
+local function backoff_ms(b, attempt)
+  local base = tonumber(b.base_ms) or 1000
+  if b.kind == 'exponential' then base = base * 2 ^ math.min(math.max(attempt - 1, 0), 40) end
+  base = math.min(base, tonumber(b.cap_ms) or base)
+  local j = math.min(math.max(tonumber(b.jitter) or 0, 0), 1)
+  local t = redis.call('TIME')
+  local r = (tonumber(t[2]) % 1000) / 1000
+  return math.floor(math.max(base * (1 - j + 2 * j * r), 0))
+end

@@ -28,6 +28,7 @@ local function hero_recover(keys, args)
   local how = 'presence'
   if mode == 'idle' then how = 'idle' elseif handback == '1' then how = 'handback' end
   local owners = {} -- entry id -> the consumer that held it
+  local memo = {} -- the stream's queue policy, read once
   local st = stats(keys[6], now_iso)
   if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
   local ids, next_cursor = {}, '0-0'
@@ -77,7 +78,15 @@ local function hero_recover(keys, args)
         -- the abandoned first delivery counts: the next fetch adds one to this
         redis.call('HSET', job_key, 'attempts', '1')
       end
-      local limit = math.max(max_attempts, (tonumber(j[4]) or 0) + 1)
+      -- the budget is the record's retries or its queue policy's, whichever is larger
+      local retries = tonumber(j[4]) or 0
+      if setting(cfg, 'policed', 0) > 0 then
+        local policy = stream_policy(keys[3], stream, memo)
+        if policy and tonumber(policy.retries) and tonumber(policy.retries) > retries then
+          retries = tonumber(policy.retries)
+        end
+      end
+      local limit = math.max(max_attempts, retries + 1)
       if handback ~= '1' and attempts >= limit then
         local reason = 'abandoned after ' .. attempts .. ' attempts'
         redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
