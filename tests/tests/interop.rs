@@ -275,3 +275,56 @@ async fn a_python_workers_failing_job_retries_on_the_policys_back_off_and_ends_a
         );
     }
 }
+
+/// A timeout is a failed attempt: a job with one retry whose worker ignores the limit twice is
+/// retried once by the server (a `retried` event, reason `timeout`) and ended `timeout` the
+/// second time, with 2 attempts.
+#[tokio::test]
+async fn a_job_past_its_time_limit_is_retried_within_its_budget_then_ended_timeout() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let cfg = BrokerConfig {
+        timeout_poll: Duration::from_millis(200),
+        ..BrokerConfig::default()
+    };
+    let _broker = InProcBroker::spawn(&url, cfg).await;
+    let client = Client::connect(&url).await.unwrap();
+    let job = NewJob::builder("pyslow", "forever")
+        .id("slow-twice")
+        .timeout(Duration::from_secs(1))
+        .retries(1)
+        .build()
+        .unwrap();
+    client.submit(&job).await.unwrap();
+    let w = py(&[
+        "worker",
+        "--url",
+        &url,
+        "--type",
+        "pyslow",
+        "--label",
+        "py",
+        "--jobs",
+        "2",
+        "--hold-ms",
+        "5000",
+    ]);
+    w.expect_line("ready", LONG).await;
+    let id = JobId::new("slow-twice").unwrap();
+    let r = client.wait(&id, Duration::from_secs(40)).await.unwrap();
+    assert_eq!(
+        (r.status, r.error.as_str()),
+        (Status::Error, "timeout"),
+        "{r:?}"
+    );
+    let rec = client.get(&id).await.unwrap();
+    assert_eq!(rec.attempts, 2, "{rec:?}");
+    let only = hero_client::inspect::EventFilter {
+        job: Some("slow-twice".into()),
+        event: Some(hero_client::EventKind::Retried),
+        ..Default::default()
+    };
+    let retried = client.inspector().events(&only, 100).await.unwrap();
+    assert_eq!(retried.len(), 1, "{retried:?}");
+    assert_eq!(retried[0].reason.as_deref(), Some("timeout"));
+}

@@ -5,7 +5,9 @@
 -- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- ARGV[6] why: 'stopped' (an operator's stop) or 'timeout' (the broker's time limit: only a
---   running job is ended, with the error `timeout`; a job found anywhere else is 'changed')
+--   running job is taken, as a failed attempt: retried within its budget (the record's
+--   `retries`, or its queue policy's when larger) on the policy's back-off or 1 s doubling,
+--   else ended with the error `timeout`; a job found anywhere else is 'changed')
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
 -- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
@@ -83,9 +85,35 @@ local function hero_stop(keys, args)
     ack_del(stream, group, f[3], xackdel)
     redis.call('LPUSH', ctl, job_id)
     redis.call('PEXPIRE', ctl, 3600000)
-    local answer = stopped('interrupted')
-    if why == 'timeout' then return 'timeout' end
-    return answer
+    if why == 'timeout' then
+      -- a timeout is a failed attempt: retried within the budget (the record's retries or its
+      -- queue policy's, on the policy's back-off or 1 s doubling), ended when it is spent
+      local a = redis.call('HMGET', job_key, 'attempts', 'retries')
+      local attempts = tonumber(a[1]) or 1
+      local budget = tonumber(a[2]) or 0
+      local policy = setting(cfg, 'policed', 0) > 0 and stream_policy(keys[5], stream, {})
+      if policy and tonumber(policy.retries) and tonumber(policy.retries) > budget then
+        budget = tonumber(policy.retries)
+      end
+      if attempts <= budget then
+        local b = (policy and type(policy.backoff) == 'table' and policy.backoff)
+          or { kind = 'exponential', base_ms = 1000, cap_ms = 3600000, jitter = 0.2 }
+        local retry_at = server_ms() + backoff_ms(b, attempts)
+        redis.call('HSET', job_key, 'status', 'waiting', 'error', 'timeout', 'run_at', tostring(retry_at),
+          'attempts', tostring(attempts), 'updated_at', now_iso)
+        redis.call('HDEL', job_key, 'lease', 'entry')
+        redis.call('ZADD', delayed, retry_at, job_id)
+        log_event(log, 'retried', job_id, stream, f[4], nil, 'timeout', retry_at)
+        local st = stats(keys[9], now_iso)
+        tally(st, stream, 'retried', 1, true)
+        tally(st, stream, 'delayed', 1)
+        flush_stats(st)
+        return 'timeout'
+      end
+      stopped('interrupted')
+      return 'timeout'
+    end
+    return stopped('interrupted')
   end
   return stopped('cancelled')
 end
