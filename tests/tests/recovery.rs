@@ -310,3 +310,55 @@ async fn no_job_is_lost_when_the_broker_and_a_worker_are_killed_together() {
     assert_each_recorded_once(&client, &ids, &[&a, &b], Some("A")).await;
     hero_testkit::audit_consistent(&url, Duration::from_secs(10)).await;
 }
+
+/// A job whose worker went silent past the job's time limit (SIGSTOP: its own timer cannot
+/// fire, its presence still counts it alive) is taken by the server's time limit as a failed
+/// attempt: with no retry left it ends `error`/`timeout`, and when the worker wakes its
+/// completion is fenced.
+#[tokio::test]
+async fn a_job_whose_worker_went_silent_past_its_time_limit_ends_timeout() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let cfg = BrokerConfig {
+        timeout_poll: Duration::from_millis(200),
+        ..broker_config(Duration::from_secs(30))
+    };
+    let _broker = InProcBroker::spawn(&url, cfg).await;
+    // presence 60 s: the silence is the time limit's to notice, not presence recovery's
+    let a = test_worker(
+        &url,
+        "A",
+        &["--presence-ms", "60000", "--lease-ms", "30000"],
+    );
+    a.expect_line("ready", Duration::from_secs(10)).await;
+    let client = Client::connect(&url).await.unwrap();
+    let job = NewJob::builder("t", "sleep 4000")
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    client.submit(&job).await.unwrap();
+    a.expect_line(&format!("started {}", job.id()), Duration::from_secs(10))
+        .await;
+    a.signal("STOP");
+    let t0 = Instant::now();
+    let r = client
+        .wait(job.id(), Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, r.error.as_str()),
+        (Status::Error, "timeout"),
+        "{r:?}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(6),
+        "at the limit plus the grace: {:?}",
+        t0.elapsed()
+    );
+    a.signal("CONT");
+    let record = client.get(job.id()).await.unwrap();
+    assert_eq!(
+        (record.status, record.error.as_deref()),
+        (Status::Error, Some("timeout"))
+    );
+}
