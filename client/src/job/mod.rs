@@ -1,5 +1,5 @@
 //! The job record (SPEC §3): its fields, its statuses, and where it is queued. The codec to and
-//! from the Redis hash is `codec`.
+//! from the Redis hash is `codec`, over the one table of the record's fields in `fields`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::clock;
 
 mod codec;
+mod fields;
 use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
 
 /// A job's typed payload is missing or is not of the type asked for.
