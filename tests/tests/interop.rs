@@ -27,6 +27,18 @@ fn python() -> PathBuf {
     p
 }
 
+/// A throwaway Redis, a broker whose time-limit pass runs every 200 ms, and a client.
+async fn with_time_limits() -> (RedisServer, InProcBroker, Client) {
+    let server = RedisServer::start();
+    let cfg = BrokerConfig {
+        timeout_poll: Duration::from_millis(200),
+        ..BrokerConfig::default()
+    };
+    let broker = InProcBroker::spawn(&server.url(), cfg).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    (server, broker, client)
+}
+
 fn py(args: &[&str]) -> Proc {
     let script = hero_testkit::workspace_root().join("tests/interop/hero_interop.py");
     let mut all = vec![script.to_str().expect("utf-8 path")];
@@ -105,14 +117,8 @@ async fn rust_submits_with_run_and_wait_and_the_python_worker_runs_it_with_fence
 /// as long as the worker pleased.
 #[tokio::test]
 async fn a_worker_that_ignores_the_time_limit_and_keeps_renewing_has_its_job_ended_timeout() {
-    let server = RedisServer::start();
+    let (server, _broker, client) = with_time_limits().await;
     let url = server.url();
-    let cfg = BrokerConfig {
-        timeout_poll: Duration::from_millis(200),
-        ..BrokerConfig::default()
-    };
-    let _broker = InProcBroker::spawn(&url, cfg).await;
-    let client = Client::connect(&url).await.unwrap();
     let job = NewJob::builder("pylong", "forever")
         .id("too-long")
         .timeout(Duration::from_secs(1))
@@ -281,14 +287,8 @@ async fn a_python_workers_failing_job_retries_on_the_policys_back_off_and_ends_a
 /// second time, with 2 attempts.
 #[tokio::test]
 async fn a_job_past_its_time_limit_is_retried_within_its_budget_then_ended_timeout() {
-    let server = RedisServer::start();
+    let (server, _broker, client) = with_time_limits().await;
     let url = server.url();
-    let cfg = BrokerConfig {
-        timeout_poll: Duration::from_millis(200),
-        ..BrokerConfig::default()
-    };
-    let _broker = InProcBroker::spawn(&url, cfg).await;
-    let client = Client::connect(&url).await.unwrap();
     let job = NewJob::builder("pyslow", "forever")
         .id("slow-twice")
         .timeout(Duration::from_secs(1))

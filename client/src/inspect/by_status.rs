@@ -15,7 +15,7 @@ use redis::Value;
 use super::Inspector;
 use crate::error::{Error, Result};
 use crate::job::Status;
-use crate::keys::{CONSUMER_GROUP, ENTRY_JOB_FIELD};
+use crate::keys::ENTRY_JOB_FIELD;
 use crate::reply;
 
 /// Candidate ids for one page, and the cursor of the next (None at the end).
@@ -98,17 +98,7 @@ impl Inspector {
         from: &str,
         count: usize,
     ) -> Result<Vec<(String, Option<String>)>> {
-        let Some(rows) = self
-            .group_read(
-                redis::cmd("XPENDING")
-                    .arg(stream)
-                    .arg(CONSUMER_GROUP)
-                    .arg(from)
-                    .arg("+")
-                    .arg(count),
-            )
-            .await?
-        else {
+        let Some(rows) = self.pending_page(stream, from, count).await? else {
             return Ok(Vec::new());
         };
         let mut ids = Vec::new();

@@ -168,6 +168,36 @@ impl Inspector {
         self.redis.query(&cmd).await
     }
 
+    /// A read of a stream's consumer group; `None` when Redis answered that the stream has no
+    /// such group (or is gone): a fact about the data, which a reader takes for nothing
+    /// pending, not an error. Any other error is one.
+    pub(crate) async fn group_read(&self, cmd: &redis::Cmd) -> Result<Option<redis::Value>> {
+        match self.redis.query(cmd).await {
+            Ok(v) => Ok(Some(v)),
+            Err(crate::Error::Redis(r)) if r.code() == Some("NOGROUP") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Up to `count` pending entries of `stream` from `from` (XPENDING's extended form:
+    /// `[id, consumer, idle ms, deliveries]` each); `None` for a stream without the group.
+    pub(crate) async fn pending_page(
+        &self,
+        stream: &str,
+        from: &str,
+        count: usize,
+    ) -> Result<Option<redis::Value>> {
+        self.group_read(
+            redis::cmd("XPENDING")
+                .arg(stream)
+                .arg(crate::keys::CONSUMER_GROUP)
+                .arg(from)
+                .arg("+")
+                .arg(count),
+        )
+        .await
+    }
+
     /// One page of jobs; start with `cursor` `None`, continue with the page's `next`.
     pub async fn list(
         &self,

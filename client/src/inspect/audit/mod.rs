@@ -286,19 +286,6 @@ impl Inspector {
     }
 }
 
-impl Inspector {
-    /// A read of a stream's consumer group; `None` when Redis answered that the stream has no
-    /// such group (or is gone): a fact about the data, which the audit reads as nothing
-    /// pending, not an error. Any other error is one.
-    pub(super) async fn group_read(&self, cmd: &redis::Cmd) -> Result<Option<Value>> {
-        match self.redis.query(cmd).await {
-            Ok(v) => Ok(Some(v)),
-            Err(crate::Error::Redis(r)) if r.code() == Some("NOGROUP") => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-}
-
 /// The job id a stream entry names (`j`), if any.
 pub(super) fn entry_job(entry: &Value) -> Option<String> {
     let [_, fields] = reply::array(entry).ok()? else {

@@ -170,17 +170,7 @@ impl Inspector {
     /// One page of a stream's pending entries from `from`, each with the job its entry names
     /// and that job's `status` and `lease`: three pipelined round trips a page.
     async fn read_pending(&self, stream: &str, from: &str) -> Result<Vec<PendingRow>> {
-        let Some(v) = self
-            .group_read(
-                redis::cmd("XPENDING")
-                    .arg(stream)
-                    .arg(CONSUMER_GROUP)
-                    .arg(from)
-                    .arg("+")
-                    .arg(PAGE),
-            )
-            .await?
-        else {
+        let Some(v) = self.pending_page(stream, from, PAGE).await? else {
             return Ok(Vec::new());
         };
         let mut rows = Vec::new();
