@@ -202,11 +202,18 @@ impl Client {
 
     /// The job's status.
     pub async fn status(&self, id: &JobId) -> Result<Status> {
-        let status: Option<String> = self
+        let status: Option<Vec<u8>> = self
             .redis
             .query(redis::cmd("HGET").arg(self.keys.job(id)).arg("status"))
             .await?;
         let status = status.ok_or_else(|| Error::JobNotFound(id.to_string()))?;
+        let status = String::from_utf8(status).map_err(|e| {
+            Error::InvalidJob(DecodeError {
+                key: self.keys.job(id),
+                field: "status".into(),
+                reason: format!("is not UTF-8 text ({} bytes)", e.as_bytes().len()),
+            })
+        })?;
         Status::parse(&status).ok_or_else(|| {
             Error::InvalidJob(DecodeError {
                 key: self.keys.job(id),

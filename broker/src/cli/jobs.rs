@@ -59,8 +59,8 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
                     j.id.clone(),
                     j.status.clone(),
                     j.queue.clone(),
-                    j.priority.clone(),
-                    j.attempts.clone(),
+                    j.priority.to_string(),
+                    j.attempts.to_string(),
                     j.updated_at.clone(),
                     if j.worker.is_empty() {
                         "-".into()

@@ -62,10 +62,26 @@ async fn undecodable(
     bad: &hero_client::DecodeError,
     json: bool,
 ) -> Result<i32> {
-    let fields: Vec<(String, String)> = client
+    // bytes, not text: a field edited by hand may not be UTF-8, and is shown marked
+    let raw: Vec<(Vec<u8>, Vec<u8>)> = client
         .redis()
         .query(redis::cmd("HGETALL").arg(client.keys().job(id)))
         .await?;
+    let mut unreadable = Vec::new();
+    let fields: Vec<(String, String)> = raw
+        .into_iter()
+        .map(|(k, v)| {
+            let k = String::from_utf8_lossy(&k).into_owned();
+            let v = match String::from_utf8(v) {
+                Ok(v) => v,
+                Err(e) => {
+                    unreadable.push(k.clone());
+                    format!("<unreadable: {} bytes, not UTF-8>", e.as_bytes().len())
+                }
+            };
+            (k, v)
+        })
+        .collect();
     if json {
         let record: serde_json::Map<String, serde_json::Value> = fields
             .into_iter()
@@ -76,6 +92,7 @@ async fn undecodable(
             serde_json::json!({
                 "id": id.as_str(),
                 "invalid": {"field": bad.field, "reason": bad.reason},
+                "unreadable": unreadable,
                 "fields": record,
             })
         );
@@ -85,7 +102,13 @@ async fn undecodable(
             bad.field, bad.reason
         );
         for (k, v) in fields {
-            let mark = if k == bad.field { "   <-- invalid" } else { "" };
+            let mark = if unreadable.contains(&k) {
+                "   <-- unreadable (not UTF-8)"
+            } else if k == bad.field {
+                "   <-- invalid"
+            } else {
+                ""
+            };
             println!("  {k} = {v:?}{mark}");
         }
     }

@@ -63,7 +63,12 @@ impl Endpoint {
             "redis" | "rediss" => (scheme == "rediss", "cluster"),
             "redis+sentinel" | "rediss+sentinel" => (scheme.starts_with("rediss"), "sentinel"),
             "redis+cluster" | "rediss+cluster" => (scheme.starts_with("rediss"), "cluster"),
-            _ => return Ok(Endpoint::Direct(url.to_string())),
+            "unix" | "redis+unix" => return Ok(Endpoint::Direct(url.to_string())),
+            other => {
+                return Err(bad(&format!(
+                    "`{other}://` is not a Redis URL scheme; the accepted ones are redis, rediss, redis+sentinel, rediss+sentinel, redis+cluster, rediss+cluster and unix"
+                )))
+            }
         };
         let (auth, rest) = match rest.rfind('@') {
             Some(at) => (rest[..=at].to_string(), &rest[at + 1..]),
@@ -261,8 +266,11 @@ mod tests {
             "redis+sentinel://a/main",
             "redis+cluster:///",
             "redis+cluster://a:1/4",
+            "http://nope",
+            "nope",
         ] {
-            assert!(Endpoint::parse(bad, false).is_err(), "{bad} was taken");
+            let err = Endpoint::parse(bad, false).expect_err(bad).to_string();
+            assert!(err.contains("redis+sentinel://"), "{bad}: says what is accepted: {err}");
         }
     }
 }

@@ -118,7 +118,14 @@ pub(super) fn client_for(url: &str, tls: &Tls) -> Result<redis::Client> {
     } else {
         redis::Client::build_with_tls(url, tls.certificates()?)
     }
-    .map_err(|e| unreachable(url, e.to_string()))
+    .map_err(|e| match e.kind() {
+        // a URL that does not parse is not a server that cannot be reached
+        redis::ErrorKind::InvalidClientConfig => Error::InvalidInput(format!(
+            "{} is not a valid Redis URL ({e}). Write redis://host:port[/db], rediss://… for TLS, redis+sentinel://host:port,host:port/<master name> or redis+cluster://host:port,host:port",
+            redacted(url)
+        )),
+        _ => unreachable(url, e.to_string()),
+    })
 }
 
 pub(super) fn unreachable(url: &str, reason: String) -> Error {

@@ -48,8 +48,11 @@ pub struct JobSummary {
     pub script_type: String,
     /// `<type>[/<group>[/<instance>]]`.
     pub queue: String,
-    pub priority: String,
-    pub attempts: String,
+    /// Numbers, as `Job::to_json` gives them: one JSON shape per record everywhere. A value
+    /// edited by hand into something else reads as its default (a listing shows what it can;
+    /// `hero status` names the bad field).
+    pub priority: u8,
+    pub attempts: u32,
     /// The latest of created_at, updated_at, started_at and finished_at.
     pub updated_at: String,
     pub worker: String,
@@ -90,19 +93,18 @@ impl JobSummary {
         }
         // a first delivery writes no count: started or ended with a start means one
         let attempts = match get(5) {
-            a if !a.is_empty() => a,
-            _ if !get(8).is_empty() => "1".into(),
-            _ => "0".into(),
+            a if !a.is_empty() => a.parse().unwrap_or(0),
+            _ if !get(8).is_empty() => 1,
+            _ => 0,
         };
         // RFC 3339 timestamps of one form compare as text
         let updated_at = [get(6), get(7), get(8), get(9)]
             .into_iter()
             .max()
             .unwrap_or_default();
-        let priority = match get(4) {
-            p if p.is_empty() => crate::Priority::DEFAULT.to_string(),
-            p => p,
-        };
+        let priority = get(4)
+            .parse()
+            .unwrap_or_else(|_| crate::Priority::DEFAULT.level());
         Some(JobSummary {
             id,
             status,
