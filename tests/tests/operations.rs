@@ -105,9 +105,15 @@ async fn queues_actors_events_and_jobs_report_a_known_state() {
     let rows = jobs["jobs"].as_array().unwrap();
     assert_eq!(rows.len(), 3);
     for r in rows {
+        // numbers, as `hero status --json` gives them: one JSON shape per record
         assert_eq!(
             (&r["queue"], &r["attempts"], &r["priority"]),
-            (&"q1".into(), &"1".into(), &"5".into())
+            (&"q1".into(), &1.into(), &5.into())
+        );
+        let one = json(&url, &["status", r["id"].as_str().unwrap()]);
+        assert_eq!(
+            (&one["attempts"], &one["priority"]),
+            (&r["attempts"], &r["priority"])
         );
         assert!(
             !r["updated_at"].as_str().unwrap().is_empty(),

@@ -9,8 +9,15 @@
 //! was seen: the bench's latency scenario, run after another scenario's worker stopped, started
 //! its first jobs 165 ms late, behind a stopped worker's 1 s control BLPOP.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+/// How much longer than its block a blocking command may take before its connection is given
+/// up: a half-open connection (a peer gone without a FIN) answers never, and the pool's own
+/// response timeout is sized for the longest block of any caller.
+const BLOCK_SLACK: Duration = Duration::from_secs(3);
 
 /// A connection of the blocking pool. Returned to the pool when dropped, unless a command sent
 /// on it has not been answered; then it is closed.
@@ -18,13 +25,17 @@ pub struct Blocking {
     conn: Option<deadpool_redis::Connection>,
     /// A command was sent and its answer not yet read.
     unanswered: bool,
+    /// The longest a command may wait for its answer.
+    limit: Duration,
 }
 
 impl Blocking {
-    pub(crate) fn new(conn: deadpool_redis::Connection) -> Blocking {
+    /// For commands that block at most `block`.
+    pub(crate) fn new(conn: deadpool_redis::Connection, block: Duration) -> Blocking {
         Blocking {
             conn: Some(conn),
             unanswered: false,
+            limit: block + BLOCK_SLACK,
         }
     }
 
@@ -52,9 +63,10 @@ impl ConnectionLike for Blocking {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             self.unanswered = true;
-            let r = self.conn().req_packed_command(cmd).await;
+            let limit = self.limit;
+            let r = within(limit, self.conn().req_packed_command(cmd)).await?;
             self.unanswered = false;
-            r
+            Ok(r)
         })
     }
 
@@ -66,13 +78,29 @@ impl ConnectionLike for Blocking {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             self.unanswered = true;
-            let r = self.conn().req_packed_commands(cmd, offset, count).await;
+            let limit = self.limit;
+            let r = within(limit, self.conn().req_packed_commands(cmd, offset, count)).await?;
             self.unanswered = false;
-            r
+            Ok(r)
         })
     }
 
     fn get_db(&self) -> i64 {
         self.conn.as_ref().map_or(0, ConnectionLike::get_db)
+    }
+}
+
+/// `f`'s answer, or a timed-out I/O error after `limit` (the connection, left unanswered, is
+/// then closed on drop rather than returned to the pool).
+async fn within<T>(
+    limit: Duration,
+    f: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(r) => r,
+        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {limit:?}: the connection is given up (half-open?)"),
+        ))),
     }
 }

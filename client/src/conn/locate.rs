@@ -270,7 +270,10 @@ mod tests {
             "nope",
         ] {
             let err = Endpoint::parse(bad, false).expect_err(bad).to_string();
-            assert!(err.contains("redis+sentinel://"), "{bad}: says what is accepted: {err}");
+            assert!(
+                err.contains("redis+sentinel://"),
+                "{bad}: says what is accepted: {err}"
+            );
         }
     }
 }

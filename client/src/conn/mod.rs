@@ -252,7 +252,7 @@ impl Redis {
         );
         let node = self.node();
         match node.blocking.get().await {
-            Ok(c) => Ok(Blocking::new(c)),
+            Ok(c) => Ok(Blocking::new(c, block)),
             Err(deadpool_redis::PoolError::Timeout(_)) => Err(Error::Unreachable {
                 url: self.url(),
                 reason: format!(

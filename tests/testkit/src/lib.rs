@@ -6,7 +6,7 @@
 //!
 //! One module a concern: `server` and `topology` (redis-servers, clusters, Sentinels), `ports`,
 //! `procs` (child processes and the CLI), `inproc` (workers and brokers in the test process),
-//! `http` (a broker with its HTTP face), `data` (keys and planted states), `wait` (bounded
+//! `http` (a broker with its HTTP face), `proxy` (a TCP proxy that throws network faults), `data` (keys and planted states), `wait` (bounded
 //! waits). Everything is re-exported here, so a test imports from the crate's root.
 
 mod data;
@@ -14,6 +14,7 @@ mod http;
 mod inproc;
 mod ports;
 mod procs;
+mod proxy;
 mod server;
 mod topology;
 mod wait;
@@ -23,6 +24,7 @@ pub use http::*;
 pub use inproc::*;
 pub use ports::*;
 pub use procs::*;
+pub use proxy::FaultProxy;
 pub use server::RedisServer;
 pub use topology::{RedisCluster, SentinelSet};
 pub use wait::*;
