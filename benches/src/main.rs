@@ -86,7 +86,10 @@ fn main() {
     let result = runtime.block_on(async {
         match cli.child {
             Some(Child::Worker { redis_url, args }) => {
-                let client = hero_client::Client::connect(&redis_url).await?;
+                let mut opts = hero_client::ClientOptions::new(redis_url);
+                opts.replicas.wanted = args.min_replicas;
+                opts.replicas.timeout = std::time::Duration::from_millis(args.replica_timeout_ms);
+                let client = hero_client::Client::with_options(opts).await?;
                 ours::bench_worker(client, &args).await
             }
             Some(Child::Chaos(args)) => chaos::run(&args).await,

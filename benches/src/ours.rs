@@ -442,6 +442,15 @@ pub struct BenchWorkerArgs {
     /// Finish each job after this long (ms); unset: never finish one.
     #[arg(long)]
     pub run_ms: Option<u64>,
+    /// The chaos soak's independent ledger: each run and each accepted completion appended
+    /// to this file (see `chaos::ledger`); a run's output is its ledger token.
+    #[arg(long)]
+    pub ledger: Option<std::path::PathBuf>,
+    /// Replicated acknowledgements (WAIT) for every write, as `hero --min-replicas`.
+    #[arg(long, default_value_t = 0)]
+    pub min_replicas: u32,
+    #[arg(long, default_value_t = 1000)]
+    pub replica_timeout_ms: u64,
 }
 
 /// The worker process the recovery scenario and the chaos soak kill: prints `ready`, then
@@ -450,21 +459,30 @@ pub struct BenchWorkerArgs {
 pub async fn bench_worker(client: Client, args: &BenchWorkerArgs) -> Result<i32> {
     use std::io::Write;
     let run = args.run_ms.map(Duration::from_millis);
+    let ledger = match &args.ledger {
+        Some(path) => Some(Arc::new(crate::chaos::Ledger::open(path)?)),
+        None => None,
+    };
+    let accepted = ledger.clone();
     let worker = Worker::builder(client)
         .types([TYPE])
         .concurrency(args.concurrency)
         .presence_ttl(Duration::from_millis(args.presence_ms))
         .lease(Duration::from_millis(args.lease_ms))
-        .handler(move |_job: Job, _ctx| async move {
-            match run {
-                Some(d) => {
-                    tokio::time::sleep(d).await;
-                    Outcome::Done(String::new())
+        .handler(move |job: Job, _ctx| {
+            let ledger = ledger.clone();
+            async move {
+                match run {
+                    Some(d) => {
+                        tokio::time::sleep(d).await;
+                        let token = ledger.map(|l| l.ran(job.id.as_str())).unwrap_or_default();
+                        Outcome::Done(token)
+                    }
+                    None => std::future::pending::<Outcome>().await,
                 }
-                None => std::future::pending::<Outcome>().await,
             }
         })
-        .on_event(|e| {
+        .on_event(move |e| {
             let line = match e {
                 WorkerEvent::Ready { .. } => "ready".to_string(),
                 WorkerEvent::Started { job_id, .. } => {
@@ -473,6 +491,9 @@ pub async fn bench_worker(client: Client, args: &BenchWorkerArgs) -> Result<i32>
                 WorkerEvent::Completed { job_id, completion }
                     if completion.as_str() == "completed" =>
                 {
+                    if let Some(l) = &accepted {
+                        l.accepted(job_id.as_str());
+                    }
                     format!("done {job_id}")
                 }
                 _ => return,

@@ -26,5 +26,5 @@ pub use ports::*;
 pub use procs::*;
 pub use proxy::FaultProxy;
 pub use server::RedisServer;
-pub use topology::{RedisCluster, SentinelSet};
+pub use topology::{RedisCluster, SentinelSet, MASTER_NAME};
 pub use wait::*;
