@@ -2831,17 +2831,17 @@ end
 
 redis.register_function{function_name='hero_v26_version', callback=hero_version, flags={'no-writes'}}
 redis.register_function('hero_v26_submit', hero_submit)
-redis.register_function('hero_v26_fetch', hero_fetch)
-redis.register_function('hero_v26_complete', hero_complete)
-redis.register_function('hero_v26_renew', hero_renew)
-redis.register_function('hero_v26_stop', hero_stop)
-redis.register_function('hero_v26_recover', hero_recover)
-redis.register_function('hero_v26_promote', hero_promote)
+redis.register_function{function_name='hero_v26_fetch', callback=hero_fetch, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v26_complete', callback=hero_complete, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v26_renew', callback=hero_renew, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v26_stop', callback=hero_stop, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v26_recover', callback=hero_recover, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v26_promote', callback=hero_promote, flags={'allow-oom'}}
 redis.register_function('hero_v26_bridge_in', hero_bridge_in)
 redis.register_function('hero_v26_bridge_out', hero_bridge_out)
 redis.register_function('hero_v26_bridge_watch', hero_bridge_watch)
-redis.register_function('hero_v26_expire', hero_expire)
-redis.register_function('hero_v26_dead', hero_dead)
+redis.register_function{function_name='hero_v26_expire', callback=hero_expire, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v26_dead', callback=hero_dead, flags={'allow-oom'}}
 redis.register_function('hero_v26_requeue', hero_requeue)
 redis.register_function('hero_v26_fix', hero_fix)
 redis.register_function('hero_v26_pause', hero_pause)

@@ -35,7 +35,15 @@ pub async fn run(
     cfg: BrokerConfig,
     stop: CancellationToken,
 ) -> hero_client::Result<()> {
-    publish_config(&client, &cfg).await?;
+    warn_on_eviction(&client).await;
+    match publish_config(&client, &cfg).await {
+        // a full Redis is no reason to stop: the loops that drain it still run (their
+        // functions are allow-oom), and `republish` writes the settings once there is room
+        Err(e @ hero_client::Error::OutOfMemory { .. }) => {
+            tracing::error!(error = %e, "Redis is full; the broker runs on and retries its settings")
+        }
+        other => other?,
+    }
     tracing::info!(redis = %client.redis().url(), "broker running");
     let tasks = [
         tokio::spawn(recover::run(client.clone(), cfg.clone(), stop.clone())),
@@ -55,6 +63,30 @@ pub async fn run(
         let _ = t.await;
     }
     bridge
+}
+
+/// Says loudly when Redis may evict keys: a queue whose records and stream entries Redis may
+/// delete to make room loses jobs without a trace. Only `noeviction` keeps them (a full Redis
+/// then refuses new submits with a clear error instead). Skipped quietly where CONFIG GET is
+/// not allowed (a least-privilege ACL user).
+pub async fn warn_on_eviction(client: &Client) {
+    let got: Result<Vec<String>, _> = client
+        .redis()
+        .query(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
+        .await;
+    let policy = match got {
+        Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read maxmemory-policy");
+            return;
+        }
+    };
+    if !policy.is_empty() && policy != "noeviction" {
+        tracing::warn!(
+            policy = %policy,
+            "Redis maxmemory-policy is {policy}, not noeviction: once Redis reaches its maxmemory it may evict job records and queue entries, and those jobs are lost without a trace. Set it to noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf): a full Redis then refuses new submits with a clear error and loses nothing"
+        );
+    }
 }
 
 /// A Redis restarted without persistence forgets the settings: write them again now and then.

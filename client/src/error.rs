@@ -44,6 +44,9 @@ pub enum Error {
         timeout: Duration,
     },
 
+    #[error("Redis is full: it reached its maxmemory and refuses writes that add data (policy noeviction), so nothing was written and the job was not accepted ({detail}). Free memory (a shorter --retention-secs, fewer waiting jobs, `hero dead purge`) or raise maxmemory, then send it again")]
+    OutOfMemory { detail: String },
+
     #[error("TLS with Redis at {url} failed: {reason}. Give the CA that signed the server's certificate with --tls-ca (HERO_TLS_CA), and a client certificate with --tls-cert and --tls-key when the server asks for one")]
     Tls { url: String, reason: String },
 
@@ -86,6 +89,11 @@ impl Error {
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         let code = e.code().unwrap_or_default().to_string();
+        if code == "OOM" {
+            return Error::OutOfMemory {
+                detail: format!("OOM {}", e.detail().unwrap_or_default()),
+            };
+        }
         match ServerCode::parse(&code) {
             Some(code) => Error::Server {
                 code,

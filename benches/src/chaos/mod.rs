@@ -33,8 +33,8 @@ mod ledger;
 
 use deploy::{Deployment, Topology};
 use faults::Kind;
-use ledger::{Book, Judgement};
 pub use ledger::Ledger;
+use ledger::{Book, Judgement};
 
 const TYPE: &str = "bench";
 const WORKERS: usize = 4;
@@ -52,7 +52,12 @@ pub struct ChaosArgs {
     #[arg(long)]
     pub short: bool,
     /// The phases to run, in order.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "single,sentinel,cluster")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "single,sentinel,cluster"
+    )]
     pub topology: Vec<Topology>,
     /// Faults thrown in the single-server phase (process and network faults).
     #[arg(long, default_value_t = 10_000)]
@@ -647,7 +652,8 @@ async fn phase(
     };
     let clean = bad.is_empty()
         && bad_probes.is_empty()
-        && audit_clean && memory_after <= baseline + MEMORY_SLACK;
+        && audit_clean
+        && memory_after <= baseline + MEMORY_SLACK;
     Ok((p, kinds, clean))
 }
 

@@ -128,6 +128,25 @@ impl Function {
         matches!(self, Function::Version)
     }
 
+    /// Runs when Redis is at its maxmemory (`allow-oom`): the calls that move a job already
+    /// accepted towards its end, or free memory (retention), so a full Redis drains instead of
+    /// locking up: its workers finish what was acknowledged and retention makes room. What adds
+    /// jobs (submit, the bridge's intake, cron, requeue) is refused with OOM, as is any plain
+    /// command that adds data.
+    pub fn allow_oom(self) -> bool {
+        matches!(
+            self,
+            Function::Fetch
+                | Function::Complete
+                | Function::Renew
+                | Function::Stop
+                | Function::Recover
+                | Function::Promote
+                | Function::Expire
+                | Function::Dead
+        )
+    }
+
     /// The name without library and version, as the Lua source defines it (`hero_<short>`).
     pub fn short(self) -> &'static str {
         match self {
@@ -307,6 +326,11 @@ pub fn library_source_of(version: &str) -> String {
         if f.read_only() {
             src.push_str(&format!(
                 "redis.register_function{{function_name='hero_v{version}_{0}', callback=hero_{0}, flags={{'no-writes'}}}}\n",
+                f.short()
+            ));
+        } else if f.allow_oom() {
+            src.push_str(&format!(
+                "redis.register_function{{function_name='hero_v{version}_{0}', callback=hero_{0}, flags={{'allow-oom'}}}}\n",
                 f.short()
             ));
         } else {

@@ -1,0 +1,168 @@
+//! Redis full (issue 28, point 4): at `maxmemory` with `noeviction`, a submit gets a clear
+//! error and is not acknowledged (nothing of it written); the worker and broker processes that
+//! were running keep running and finish every job that was acknowledged (the functions that drain are allow-oom);
+//! once there is room, submits are taken again. And a broker warns loudly at start when
+//! `maxmemory-policy` lets Redis evict keys.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use hero_client::{Client, Error, NewJob};
+use hero_testkit::{all_finished, binary, hero_cli, hero_command, job_key, test_worker, Proc};
+use hero_testkit::{audit_consistent, RedisServer};
+
+async fn exists(server: &RedisServer, key: &str) -> bool {
+    let mut raw = server.conn().await;
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<i64>(&mut raw)
+        .await
+        .unwrap()
+        == 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_refuses_submits_loudly_and_drains_what_it_acknowledged() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+    let client = Client::connect(&server.url()).await.unwrap();
+
+    let mut broker = Proc::spawn(
+        &binary("hero"),
+        &["--redis-url", &server.url(), "broker", "--http", "off"],
+        &[],
+        None,
+    );
+    let mut worker = test_worker(&server.url(), "full", "w", &["--concurrency", "32"]);
+    worker.expect_line("ready", Duration::from_secs(20)).await;
+
+    // fill it, faster than the worker drains: batches of jobs of 30 ms with a 2 KiB script,
+    // until Redis refuses one
+    let script = format!("sleep 30 {}", "x".repeat(2048));
+    let mut acked: Vec<String> = Vec::new();
+    let mut refused: Option<(String, Error)> = None;
+    for batch in 0..2000 {
+        let jobs: Vec<NewJob> = (0..20)
+            .map(|i| {
+                NewJob::builder("full", script.clone())
+                    .id(format!("b{batch}-{i}"))
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let results = match client.submit_many(&jobs).await {
+            Ok(rs) => rs,
+            Err(e) => {
+                refused = Some((jobs[0].id().to_string(), e));
+                break;
+            }
+        };
+        for (job, r) in jobs.iter().zip(results) {
+            match r {
+                Ok(_) => acked.push(job.id().to_string()),
+                Err(e) => {
+                    refused.get_or_insert((job.id().to_string(), e));
+                }
+            }
+        }
+        if refused.is_some() {
+            break;
+        }
+    }
+    let (refused_id, err) = refused.expect("Redis reached its maxmemory");
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("maxmemory")
+            && msg.contains("not accepted")
+            && msg.contains("raise maxmemory"),
+        "says what happened and what to do: {msg}"
+    );
+    assert!(
+        !exists(&server, &job_key(&refused_id)).await,
+        "nothing of a refused submit is written"
+    );
+    assert!(
+        acked.len() > 100,
+        "it took jobs until it was full ({})",
+        acked.len()
+    );
+
+    // the CLI says the same, and exits non-zero
+    let (code, _, stderr) = hero_cli(
+        &server.url(),
+        &["submit", "--type", "full", "--id", "cli-1", "x"],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("Redis is full"), "{stderr}");
+    assert!(!exists(&server, &job_key("cli-1")).await);
+
+    // the broker and worker that ran all along drain it
+    all_finished(&server, &acked, Duration::from_secs(120)).await;
+    assert!(
+        matches!(worker.child.try_wait(), Ok(None)),
+        "the worker kept running"
+    );
+    assert!(
+        matches!(broker.child.try_wait(), Ok(None)),
+        "the broker kept running"
+    );
+
+    // room again: submits are taken and run
+    let mut raw = server.conn().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let after = NewJob::builder("full", "sleep 1")
+        .id("after")
+        .build()
+        .unwrap();
+    client.submit(&after).await.unwrap();
+    all_finished(&server, &["after".to_string()], Duration::from_secs(30)).await;
+    audit_consistent(&server.url(), Duration::from_secs(30)).await;
+    worker.kill9();
+    broker.kill9();
+}
+
+#[test]
+fn a_broker_warns_loudly_when_redis_may_evict_jobs() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let mut child = hero_command()
+        .args(["--redis-url", &server.url(), "broker", "--http", "off"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    let warned = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("maxmemory-policy is allkeys-lru") => break Some(line),
+            Ok(line) => seen.push(line),
+            Err(_) => break None,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = warned
+        .unwrap_or_else(|| panic!("no eviction warning; the broker said:\n{}", seen.join("\n")));
+    assert!(
+        line.contains("WARN") && line.contains("noeviction"),
+        "{line}"
+    );
+}
