@@ -81,26 +81,18 @@ fn a_short_bench_run_reports_every_scenario() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A short chaos soak (`benches/chaos` runs the full one): workers killed, a broker and Redis
-/// restarted, a worker stalled past its lease; every job ends once, the audit is clean and
-/// memory comes back. The binary exits 1 when a check fails; the JSON names the figures.
+/// The short chaos soak (`benches/chaos --short`; `benches/chaos` runs the full one): one fault
+/// of every kind in each phase (single server behind the fault proxy, Sentinel, cluster), every
+/// acknowledged job judged against the workers' own ledger; the audit clean and memory back.
+/// The binary exits 1 when a check fails; the JSON names the figures.
 #[test]
-fn a_short_chaos_soak_loses_nothing_and_records_nothing_twice() {
+fn a_short_chaos_soak_of_every_fault_kind_loses_nothing_and_records_nothing_twice() {
     let dir = std::env::temp_dir().join(format!("hero-chaos-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let out_file = dir.join("chaos.json");
     let out = Command::new(binary("hero-bench"))
-        .args(["chaos", "--worker-kills", "30", "--broker-every", "10"])
-        .args([
-            "--redis-every",
-            "15",
-            "--stall-every",
-            "10",
-            "--interval",
-            "100ms",
-        ])
-        .args(["--rate", "300"])
+        .args(["chaos", "--short", "--rate", "300"])
         .arg("--out")
         .arg(&out_file)
         .output()
@@ -111,19 +103,55 @@ fn a_short_chaos_soak_loses_nothing_and_records_nothing_twice() {
         out.status.success(),
         "the chaos soak failed:\n{table}\n{stderr}"
     );
+    assert!(
+        table.trim_end().ends_with("lost 0, recorded twice 0"),
+        "{table}"
+    );
     let fig: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
-    assert_eq!(fig["worker_kills"], 30, "{fig}");
-    assert_eq!(fig["broker_restarts"], 3, "{fig}");
-    assert_eq!(fig["redis_restarts"], 2, "{fig}");
-    assert!(fig["stalls"].as_u64() >= Some(1), "{fig}");
-    assert!(fig["jobs"].as_u64() > Some(500), "{fig}");
+    let kinds: Vec<(String, String)> = fig["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["faults"].as_u64() >= Some(1))
+        .map(|k| {
+            (
+                k["topology"].as_str().unwrap().into(),
+                k["kind"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    for (phase, kind) in [
+        ("single", "worker SIGKILL"),
+        ("single", "worker SIGSTOP past its lease"),
+        ("single", "broker SIGKILL and restart"),
+        ("single", "Redis SIGKILL and restart"),
+        ("single", "connections cut"),
+        ("single", "connections half-open"),
+        ("single", "latency 50-500 ms"),
+        ("single", "bandwidth 8-64 KiB/s"),
+        ("sentinel", "SENTINEL FAILOVER"),
+        ("sentinel", "primary SIGKILL (failover)"),
+        ("cluster", "primary SIGKILL (failover)"),
+    ] {
+        assert!(
+            kinds.contains(&(phase.to_string(), kind.to_string())),
+            "{phase}: {kind} was thrown: {fig}"
+        );
+    }
+    for p in fig["phases"].as_array().unwrap() {
+        assert!(p["jobs"].as_u64() > Some(100), "{p}");
+        assert!(
+            p["handler_runs"].as_u64() >= p["jobs"].as_u64(),
+            "the ledger saw every run: {p}"
+        );
+        assert_eq!(p["audit_clean"], true, "{p}");
+    }
     assert_eq!(
-        (&fig["lost"], &fig["double_completions"]),
+        (&fig["lost"], &fig["recorded_twice"]),
         (&0.into(), &0.into()),
         "{fig}"
     );
-    assert_eq!(fig["audit_clean"], true, "{fig}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -349,6 +349,12 @@ pub fn router(app: App) -> Router {
                 "no such page or endpoint: see / for the dashboard and /api/queues for the API",
             )
         })
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("{method} is not allowed here: reads are GET, actions (stop, requeue, retry, purge, audit fix) are POST"),
+            )
+        })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)

@@ -9,6 +9,8 @@ use crate::clock;
 
 mod codec;
 mod fields;
+#[cfg(test)]
+mod fuzz;
 use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
 
 /// A job's typed payload is missing or is not of the type asked for.

@@ -236,3 +236,129 @@ mod tests {
         assert!(Decoder::default().next(b":-\r\n", &mut at).is_err());
     }
 }
+
+/// Fuzzed input (issue 28): the decoder reads bytes off the network, so any bytes, split
+/// anywhere, end in a value, a typed error or a wait for more; never a panic or a loop.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use redis::Value;
+
+    use super::Decoder;
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            any::<i64>().prop_map(Value::Int),
+            proptest::collection::vec(any::<u8>(), 0..64).prop_map(Value::BulkString),
+            Just(Value::Nil),
+            "[a-zA-Z0-9 ]{0,20}"
+                .prop_filter("OK decodes as Okay", |s| s != "OK")
+                .prop_map(Value::SimpleString),
+            Just(Value::Okay),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            proptest::collection::vec(inner, 0..8).prop_map(Value::Array)
+        })
+    }
+
+    fn encode(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::Int(i) => out.extend_from_slice(format!(":{i}\r\n").as_bytes()),
+            Value::BulkString(b) => {
+                out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Value::Nil => out.extend_from_slice(b"$-1\r\n"),
+            Value::SimpleString(s) => out.extend_from_slice(format!("+{s}\r\n").as_bytes()),
+            Value::Okay => out.extend_from_slice(b"+OK\r\n"),
+            Value::Array(items) => {
+                out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                for i in items {
+                    encode(i, out);
+                }
+            }
+            other => panic!("not generated: {other:?}"),
+        }
+    }
+
+    /// Decodes `bytes` given in two reads split at `cut`: the values, and an error if one came.
+    fn decode_split(bytes: &[u8], cut: usize) -> (Vec<Value>, Option<String>, usize) {
+        let mut d = Decoder::default();
+        let mut at = 0;
+        let mut out = Vec::new();
+        let mut buf = bytes[..cut].to_vec();
+        for round in 0..2 {
+            if round == 1 {
+                buf.extend_from_slice(&bytes[cut..]);
+            }
+            // each value takes at least one byte: more rounds than bytes is a loop
+            for _ in 0..=buf.len() {
+                match d.next(&buf, &mut at) {
+                    Ok(Some(v)) => out.push(v),
+                    Ok(None) => break,
+                    Err(e) => return (out, Some(e), at),
+                }
+            }
+        }
+        (out, None, at)
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_split_anywhere_never_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            let cut = cut.index(bytes.len() + 1);
+            let (_, err, at) = decode_split(&bytes, cut);
+            prop_assert!(at <= bytes.len());
+            if let Some(e) = err {
+                prop_assert!(!e.is_empty());
+            }
+        }
+
+        #[test]
+        fn any_reply_split_anywhere_decodes_whole(
+            values in proptest::collection::vec(value(), 1..4),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            let mut bytes = Vec::new();
+            for v in &values {
+                encode(v, &mut bytes);
+            }
+            let cut = cut.index(bytes.len() + 1);
+            let (got, err, at) = decode_split(&bytes, cut);
+            prop_assert_eq!(err, None);
+            prop_assert_eq!(at, bytes.len());
+            prop_assert_eq!(got, values);
+        }
+
+        #[test]
+        fn a_truncated_reply_waits_for_the_rest(
+            v in value(),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            let mut bytes = Vec::new();
+            encode(&v, &mut bytes);
+            let cut = cut.index(bytes.len());
+            let mut at = 0;
+            prop_assert_eq!(Decoder::default().next(&bytes[..cut], &mut at), Ok(None));
+        }
+
+        #[test]
+        fn a_corrupted_reply_is_a_value_or_an_error(
+            v in value(),
+            at in any::<proptest::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            let mut bytes = Vec::new();
+            encode(&v, &mut bytes);
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+            let n = bytes.len();
+            let (_, _, used) = decode_split(&bytes, n);
+            prop_assert!(used <= n);
+        }
+    }
+}
