@@ -55,37 +55,39 @@ impl Kind {
     }
 }
 
-/// The mix of each phase, per 100 faults (the full run cycles through it).
+/// The mix of each phase, per 1,000 faults (the full run cycles through it): a Redis restart
+/// replays a growing AOF and a half-open stall freezes every connection for a command timeout
+/// (10 s), so those are rare.
 fn mix(t: Topology) -> &'static [(Kind, u32)] {
     match t {
         Topology::Single => &[
-            (Kind::ConnectionCut, 40),
-            (Kind::WorkerKill, 30),
-            (Kind::Latency, 10),
-            (Kind::Bandwidth, 8),
-            (Kind::WorkerStall, 6),
-            (Kind::BrokerRestart, 4),
-            (Kind::RedisRestart, 1),
-            (Kind::HalfOpen, 1),
+            (Kind::ConnectionCut, 405),
+            (Kind::WorkerKill, 300),
+            (Kind::Latency, 100),
+            (Kind::Bandwidth, 90),
+            (Kind::WorkerStall, 60),
+            (Kind::BrokerRestart, 40),
+            (Kind::RedisRestart, 3),
+            (Kind::HalfOpen, 2),
         ],
         Topology::Sentinel => &[
-            (Kind::WorkerKill, 50),
-            (Kind::WorkerStall, 10),
-            (Kind::BrokerRestart, 20),
-            (Kind::SentinelFailover, 10),
-            (Kind::PrimaryKill, 10),
+            (Kind::WorkerKill, 500),
+            (Kind::WorkerStall, 100),
+            (Kind::BrokerRestart, 200),
+            (Kind::SentinelFailover, 100),
+            (Kind::PrimaryKill, 100),
         ],
         Topology::Cluster => &[
-            (Kind::WorkerKill, 60),
-            (Kind::WorkerStall, 10),
-            (Kind::BrokerRestart, 20),
-            (Kind::PrimaryKill, 10),
+            (Kind::WorkerKill, 600),
+            (Kind::WorkerStall, 100),
+            (Kind::BrokerRestart, 200),
+            (Kind::PrimaryKill, 100),
         ],
     }
 }
 
 /// `n` faults of phase `t`, spread evenly: each kind at its weight, interleaved (a kind of
-/// weight w comes every 100/w faults), so no stretch of the run sees only one kind. `short`:
+/// weight w comes every 1000/w faults), so no stretch of the run sees only one kind. `short`:
 /// each kind once.
 pub fn plan(t: Topology, n: u64, short: bool) -> Vec<Kind> {
     let mix = mix(t);
@@ -117,12 +119,12 @@ mod tests {
 
     #[test]
     fn the_plan_holds_each_kind_at_its_weight() {
-        let p = plan(Topology::Single, 1000, false);
+        let p = plan(Topology::Single, 10_000, false);
         let count = |k| p.iter().filter(|&&x| x == k).count();
-        assert_eq!(count(Kind::ConnectionCut), 400);
-        assert_eq!(count(Kind::HalfOpen), 10);
-        assert_eq!(count(Kind::RedisRestart), 10);
-        assert!(p[..100].contains(&Kind::HalfOpen));
+        assert_eq!(count(Kind::ConnectionCut), 4050);
+        assert_eq!(count(Kind::HalfOpen), 20);
+        assert_eq!(count(Kind::RedisRestart), 30);
+        assert!(p[..1000].contains(&Kind::HalfOpen));
         assert_eq!(plan(Topology::Cluster, 0, true).len(), 4);
     }
 }

@@ -72,7 +72,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub failover_interval: Duration,
     /// Jobs submitted per second while the faults run.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 300)]
     pub rate: u64,
     /// How long each job runs (ms).
     #[arg(long, default_value_t = 20)]
