@@ -40,7 +40,7 @@ pub async fn run(
         // a full Redis is no reason to stop: the loops that drain it still run (their
         // functions are allow-oom), and `republish` writes the settings once there is room
         Err(e @ hero_client::Error::OutOfMemory { .. }) => {
-            tracing::error!(error = %e, "Redis is full; the broker runs on and retries its settings")
+            tracing::error!(error = %e, "Redis is full; the broker runs on and retries its settings");
         }
         other => other?,
     }

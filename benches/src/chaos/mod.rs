@@ -16,7 +16,6 @@
 //! Prints one table row per phase and fault kind, writes the figures as JSON, and ends with
 //! `lost N, recorded twice M`; exits 1 when a check fails.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,16 +24,22 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hero_client::{Client, ClientOptions, NewJob};
-use hero_testkit::{binary, Proc};
+use hero_testkit::Proc;
 
+mod checks;
 mod deploy;
 mod faults;
+mod figures;
 mod ledger;
+mod procs;
 
+use checks::{probe, read_records, used_memory, wait_ended};
 use deploy::{Deployment, Topology};
 use faults::Kind;
+use figures::{per_kind, print_table, Figures, KindFigures, PhaseFigures, Recovery, Thrown};
 pub use ledger::Ledger;
 use ledger::{Book, Judgement};
+use procs::{held, Procs};
 
 const TYPE: &str = "bench";
 const WORKERS: usize = 4;
@@ -82,43 +87,6 @@ pub struct ChaosArgs {
     pub out: PathBuf,
 }
 
-/// One row: a kind of fault in one phase.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-struct KindFigures {
-    topology: String,
-    kind: String,
-    faults: u64,
-    lost: u64,
-    recorded_twice: u64,
-    worst_recovery_ms: u64,
-}
-
-#[derive(Debug, Default, serde::Serialize)]
-struct PhaseFigures {
-    topology: String,
-    jobs: u64,
-    faults: u64,
-    lost: u64,
-    recorded_twice: u64,
-    /// Finished with an output no run in the ledger produced.
-    unproven: u64,
-    handler_runs: u64,
-    audit_clean: bool,
-    memory_baseline_bytes: u64,
-    memory_after_bytes: u64,
-    seconds: f64,
-}
-
-#[derive(Debug, Default, serde::Serialize)]
-struct Figures {
-    faults: u64,
-    jobs: u64,
-    lost: u64,
-    recorded_twice: u64,
-    phases: Vec<PhaseFigures>,
-    kinds: Vec<KindFigures>,
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -153,194 +121,6 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     println!("lost {}, recorded twice {}", fig.lost, fig.recorded_twice);
     Ok(i32::from(!ok))
-}
-
-fn print_table(fig: &Figures) {
-    println!("| phase | fault | how many | lost | recorded twice | worst recovery |");
-    println!("| --- | --- | ---: | ---: | ---: | ---: |");
-    for k in &fig.kinds {
-        println!(
-            "| {} | {} | {} | {} | {} | {:.1} s |",
-            k.topology,
-            k.kind,
-            k.faults,
-            k.lost,
-            k.recorded_twice,
-            k.worst_recovery_ms as f64 / 1000.0
-        );
-    }
-    for p in &fig.phases {
-        println!(
-            "| {} | all: {} jobs, {} handler runs, {:.0} s | {} | {} | {} | audit {}, memory {:.1} → {:.1} MiB |",
-            p.topology,
-            p.jobs,
-            p.handler_runs,
-            p.seconds,
-            p.faults,
-            p.lost,
-            p.recorded_twice,
-            if p.audit_clean { "clean" } else { "NOT clean" },
-            p.memory_baseline_bytes as f64 / 1048576.0,
-            p.memory_after_bytes as f64 / 1048576.0
-        );
-    }
-}
-
-/// The processes of one phase.
-struct Procs {
-    url: String,
-    replicas: u32,
-    dir: PathBuf,
-    run_ms: u64,
-    brokers: Vec<Proc>,
-    workers: Vec<Proc>,
-    /// Every worker process ever started (a killed one's lines are still read at the end).
-    retired: Vec<Proc>,
-    started: u64,
-}
-
-impl Procs {
-    fn replica_flags(&self) -> Vec<String> {
-        if self.replicas == 0 {
-            return Vec::new();
-        }
-        vec![
-            "--min-replicas".into(),
-            self.replicas.to_string(),
-            "--replica-timeout-ms".into(),
-            "2000".into(),
-        ]
-    }
-
-    /// A broker; the soak's keep the ended jobs until they are checked, then one with a
-    /// retention of 1 s deletes them, for the memory check.
-    fn broker(&self, retention_secs: u64) -> Proc {
-        let mut args: Vec<String> = vec!["--redis-url".into(), self.url.clone()];
-        args.extend(self.replica_flags());
-        args.extend(
-            [
-                "broker",
-                "--http",
-                "off",
-                "--lease-ms",
-                &LEASE_MS.to_string(),
-                "--retention-secs",
-                &retention_secs.to_string(),
-                "--events-max",
-                "1000",
-            ]
-            .map(String::from),
-        );
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Proc::spawn(&binary("hero"), &args, &[("RUST_LOG", "error")], None)
-    }
-
-    fn worker(&mut self) -> Proc {
-        self.started += 1;
-        let ledger = self.dir.join(format!("w{}.ledger", self.started));
-        let mut args: Vec<String> = [
-            "worker",
-            "--redis-url",
-            &self.url,
-            "--concurrency",
-            "16",
-            "--presence-ms",
-            "1000",
-            "--lease-ms",
-            &LEASE_MS.to_string(),
-            "--run-ms",
-            &self.run_ms.to_string(),
-        ]
-        .map(String::from)
-        .to_vec();
-        args.push("--ledger".into());
-        args.push(ledger.display().to_string());
-        args.extend(self.replica_flags());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Proc::spawn(&binary("hero-bench"), &args, &[("RUST_LOG", "error")], None)
-    }
-
-    /// Replaces worker `i` with a new process and gives back the old one.
-    fn swap_worker(&mut self, i: usize) -> Proc {
-        let fresh = self.worker();
-        std::mem::replace(&mut self.workers[i], fresh)
-    }
-
-    /// A process started while Redis was down may have given up at once: replace it.
-    fn replace_exited(&mut self) {
-        for i in 0..self.workers.len() {
-            if matches!(self.workers[i].child.try_wait(), Ok(Some(_))) {
-                let gone = self.swap_worker(i);
-                self.retired.push(gone);
-            }
-        }
-        for i in 0..self.brokers.len() {
-            if matches!(self.brokers[i].child.try_wait(), Ok(Some(_))) {
-                self.brokers[i] = self.broker(KEEP_SECS);
-            }
-        }
-    }
-}
-
-/// The jobs a worker process started and has not finished, from its lines.
-fn held(p: &Proc) -> Vec<String> {
-    let mut running: HashSet<String> = HashSet::new();
-    for line in p.output() {
-        let mut w = line.split_whitespace();
-        match (w.next(), w.next()) {
-            (Some("started"), Some(id)) => {
-                running.insert(id.to_string());
-            }
-            (Some("done"), Some(id)) => {
-                running.remove(id);
-            }
-            _ => {}
-        }
-    }
-    running.into_iter().collect()
-}
-
-/// How a fault's recovery is measured.
-enum Recovery {
-    /// The jobs a killed or stalled worker held: until each started elsewhere.
-    Held(Vec<String>),
-    /// A probe job submitted after the fault: until it finished (unix ms), None if never.
-    Probe(String, tokio::task::JoinHandle<Option<u64>>),
-    /// A probe's time, once awaited (None: it never finished).
-    Measured(Option<u64>),
-}
-
-struct Thrown {
-    kind: Kind,
-    at_ms: u64,
-    recovery: Recovery,
-}
-
-/// Submits a probe job (again until acknowledged) and waits for it to finish.
-fn probe(client: Client, id: String) -> tokio::task::JoinHandle<Option<u64>> {
-    tokio::spawn(async move {
-        let job = NewJob::builder(TYPE, "x").id(id.clone()).build().ok()?;
-        let deadline = Instant::now() + Duration::from_secs(180);
-        while client.submit(&job).await.is_err() {
-            if Instant::now() > deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let key = client.keys().job_unchecked(&id);
-        while Instant::now() < deadline {
-            let status: Option<String> = client
-                .redis()
-                .query(redis::cmd("HGET").arg(&key).arg("status"))
-                .await
-                .unwrap_or(None);
-            if status.as_deref() == Some("finished") {
-                return Some(now_ms());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        None
-    })
 }
 
 async fn connect(url: &str, replicas: u32) -> Result<Client> {
@@ -510,19 +290,27 @@ async fn phase(
                     }
                     Kind::RedisRestart => dep.restart_redis()?,
                     Kind::ConnectionCut => {
-                        dep.proxy().map(|p| p.cut());
+                        if let Some(p) = dep.proxy() {
+                            p.cut();
+                        }
                     }
                     Kind::HalfOpen => {
-                        dep.proxy().map(|p| p.half_open());
+                        if let Some(p) = dep.proxy() {
+                            p.half_open();
+                        }
                     }
                     Kind::Latency => {
                         let d = Duration::from_millis(50 + next() % 451);
-                        dep.proxy().map(|p| p.set_latency(d));
+                        if let Some(p) = dep.proxy() {
+                            p.set_latency(d);
+                        }
                         latency = Some(Instant::now() + window);
                     }
                     Kind::Bandwidth => {
                         let bps = (8 + next() % 57) * 1024;
-                        dep.proxy().map(|p| p.set_bandwidth(Some(bps)));
+                        if let Some(p) = dep.proxy() {
+                            p.set_bandwidth(Some(bps));
+                        }
                         bandwidth = Some(Instant::now() + window);
                     }
                     Kind::SentinelFailover => {
@@ -663,142 +451,4 @@ async fn wait_failover(dep: &Deployment, port: u16, slot_key: &str) {
     while !dep.failed_over(port, slot_key).await && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// The figures per kind: how many, the worst recovery, and the bad jobs counted against the
-/// last fault before their acknowledgement.
-fn per_kind(
-    t: Topology,
-    thrown: &[Thrown],
-    procs: &Procs,
-    bad: &[(u64, Judgement)],
-    bad_probes: &[(usize, Judgement)],
-    acks: &Mutex<Vec<(u64, u64)>>,
-) -> Vec<KindFigures> {
-    // each job's start times, from every worker's lines
-    let mut starts: HashMap<String, Vec<u64>> = HashMap::new();
-    for p in procs.retired.iter().chain(&procs.workers) {
-        for line in p.output() {
-            let mut w = line.split_whitespace();
-            if let (Some("started"), Some(id), Some(ms)) = (w.next(), w.next(), w.next()) {
-                if let Ok(ms) = ms.parse::<u64>() {
-                    starts.entry(id.to_string()).or_default().push(ms);
-                }
-            }
-        }
-    }
-    let mut rows: BTreeMap<Kind, KindFigures> = BTreeMap::new();
-    fn row(rows: &mut BTreeMap<Kind, KindFigures>, t: Topology, k: Kind) -> &mut KindFigures {
-        rows.entry(k).or_insert_with(|| KindFigures {
-            topology: t.name().into(),
-            kind: k.name().into(),
-            ..KindFigures::default()
-        })
-    }
-    let mut worst: Vec<(Kind, u64)> = Vec::new();
-    for f in thrown {
-        let ms = match &f.recovery {
-            Recovery::Held(ids) => ids
-                .iter()
-                .filter_map(|id| {
-                    starts
-                        .get(id)
-                        .and_then(|s| s.iter().copied().filter(|&ms| ms >= f.at_ms).min())
-                })
-                .map(|again| again - f.at_ms)
-                .max()
-                .unwrap_or(0),
-            // a probe that never finished is a lost job, counted below
-            Recovery::Measured(ms) => ms.unwrap_or(0),
-            Recovery::Probe(..) => 0,
-        };
-        worst.push((f.kind, ms));
-    }
-    for (k, ms) in worst {
-        let r = row(&mut rows, t, k);
-        r.faults += 1;
-        r.worst_recovery_ms = r.worst_recovery_ms.max(ms);
-    }
-    for (i, j) in bad_probes {
-        let r = row(&mut rows, t, thrown[*i].kind);
-        match j {
-            Judgement::Twice => r.recorded_twice += 1,
-            _ => r.lost += 1,
-        }
-    }
-    let acks = acks.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    for (i, j) in bad {
-        // the batch that acknowledged job i, then the last fault before it
-        let at = acks
-            .iter()
-            .find(|(end, _)| *end > *i)
-            .map_or(u64::MAX, |(_, at)| *at);
-        let kind = thrown
-            .iter()
-            .rev()
-            .find(|f| f.at_ms <= at)
-            .or(thrown.first())
-            .map(|f| f.kind);
-        if let Some(k) = kind {
-            match j {
-                Judgement::Twice => row(&mut rows, t, k).recorded_twice += 1,
-                _ => row(&mut rows, t, k).lost += 1,
-            }
-        }
-    }
-    rows.into_values().collect()
-}
-
-async fn wait_ended(client: &Client, ids: &[String], limit: Duration) -> Result<()> {
-    let deadline = Instant::now() + limit;
-    let mut unfinished: Vec<String> = ids.to_vec();
-    while !unfinished.is_empty() && Instant::now() < deadline {
-        let records = read_records(client, &unfinished).await?;
-        unfinished = unfinished
-            .into_iter()
-            .zip(records)
-            .filter(|(_, (s, _))| s.as_deref() != Some("finished"))
-            .map(|(id, _)| id)
-            .collect();
-        if !unfinished.is_empty() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-    Ok(())
-}
-
-/// Each job's status and output, pipelined.
-async fn read_records(
-    client: &Client,
-    ids: &[String],
-) -> Result<Vec<(Option<String>, Option<String>)>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(1000) {
-        let mut pipe = redis::pipe();
-        for id in chunk {
-            pipe.cmd("HMGET")
-                .arg(client.keys().job_unchecked(id))
-                .arg("status")
-                .arg("output");
-        }
-        for r in client.redis().pipeline(&pipe).await? {
-            let pair: (Option<String>, Option<String>) = r
-                .ok()
-                .and_then(|v| redis::from_redis_value(v).ok())
-                .unwrap_or((None, None));
-            out.push(pair);
-        }
-    }
-    Ok(out)
-}
-
-async fn used_memory(client: &Client) -> Result<u64> {
-    let info: String = client
-        .redis()
-        .query(redis::cmd("INFO").arg("memory"))
-        .await?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .context("no used_memory in INFO memory")
 }

@@ -146,12 +146,10 @@ impl FaultProxy {
     /// Stalls every open connection half-open: nothing forwarded, nothing closed. Returns how
     /// many.
     pub fn half_open(&self) -> usize {
-        let links = self
-            .links()
+        self.links()
             .into_iter()
             .filter(|l| !l.frozen.swap(true, Ordering::Relaxed))
-            .count();
-        links
+            .count()
     }
 
     /// Delays every chunk by `d` from now on (zero: none).

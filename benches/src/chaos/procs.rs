@@ -1,0 +1,123 @@
+//! The processes of one phase: two brokers and four workers (each with its ledger file), every
+//! worker ever started kept for its lines, and a killed or exited one replaced.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use hero_testkit::{binary, Proc};
+
+use super::{KEEP_SECS, LEASE_MS};
+
+/// The processes of one phase.
+pub(super) struct Procs {
+    pub(super) url: String,
+    pub(super) replicas: u32,
+    pub(super) dir: PathBuf,
+    pub(super) run_ms: u64,
+    pub(super) brokers: Vec<Proc>,
+    pub(super) workers: Vec<Proc>,
+    /// Every worker process ever started (a killed one's lines are still read at the end).
+    pub(super) retired: Vec<Proc>,
+    pub(super) started: u64,
+}
+
+impl Procs {
+    pub(super) fn replica_flags(&self) -> Vec<String> {
+        if self.replicas == 0 {
+            return Vec::new();
+        }
+        vec![
+            "--min-replicas".into(),
+            self.replicas.to_string(),
+            "--replica-timeout-ms".into(),
+            "2000".into(),
+        ]
+    }
+
+    /// A broker; the soak's keep the ended jobs until they are checked, then one with a
+    /// retention of 1 s deletes them, for the memory check.
+    pub(super) fn broker(&self, retention_secs: u64) -> Proc {
+        let mut args: Vec<String> = vec!["--redis-url".into(), self.url.clone()];
+        args.extend(self.replica_flags());
+        args.extend(
+            [
+                "broker",
+                "--http",
+                "off",
+                "--lease-ms",
+                &LEASE_MS.to_string(),
+                "--retention-secs",
+                &retention_secs.to_string(),
+                "--events-max",
+                "1000",
+            ]
+            .map(String::from),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Proc::spawn(&binary("hero"), &args, &[("RUST_LOG", "error")], None)
+    }
+
+    pub(super) fn worker(&mut self) -> Proc {
+        self.started += 1;
+        let ledger = self.dir.join(format!("w{}.ledger", self.started));
+        let mut args: Vec<String> = [
+            "worker",
+            "--redis-url",
+            &self.url,
+            "--concurrency",
+            "16",
+            "--presence-ms",
+            "1000",
+            "--lease-ms",
+            &LEASE_MS.to_string(),
+            "--run-ms",
+            &self.run_ms.to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push("--ledger".into());
+        args.push(ledger.display().to_string());
+        args.extend(self.replica_flags());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Proc::spawn(&binary("hero-bench"), &args, &[("RUST_LOG", "error")], None)
+    }
+
+    /// Replaces worker `i` with a new process and gives back the old one.
+    pub(super) fn swap_worker(&mut self, i: usize) -> Proc {
+        let fresh = self.worker();
+        std::mem::replace(&mut self.workers[i], fresh)
+    }
+
+    /// A process started while Redis was down may have given up at once: replace it.
+    pub(super) fn replace_exited(&mut self) {
+        for i in 0..self.workers.len() {
+            if matches!(self.workers[i].child.try_wait(), Ok(Some(_))) {
+                let gone = self.swap_worker(i);
+                self.retired.push(gone);
+            }
+        }
+        for i in 0..self.brokers.len() {
+            if matches!(self.brokers[i].child.try_wait(), Ok(Some(_))) {
+                self.brokers[i] = self.broker(KEEP_SECS);
+            }
+        }
+    }
+}
+
+/// The jobs a worker process started and has not finished, from its lines.
+pub(super) fn held(p: &Proc) -> Vec<String> {
+    let mut running: HashSet<String> = HashSet::new();
+    for line in p.output() {
+        let mut w = line.split_whitespace();
+        match (w.next(), w.next()) {
+            (Some("started"), Some(id)) => {
+                running.insert(id.to_string());
+            }
+            (Some("done"), Some(id)) => {
+                running.remove(id);
+            }
+            _ => {}
+        }
+    }
+    running.into_iter().collect()
+}
