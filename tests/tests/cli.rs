@@ -82,9 +82,15 @@ async fn hero_exits_non_zero_with_a_clear_message_when_input_is_bad() {
         err.contains("cannot reach Redis") && err.contains("HERO_REDIS_URL"),
         "{err}"
     );
+    // a URL of another scheme is not a server that cannot be reached: say which are accepted
     let (code, _, err) = hero(&["--redis-url", "http://nope", "status", "x"], &dir);
     assert_eq!(code, 2);
-    assert!(err.contains("cannot reach Redis"), "{err}");
+    assert!(
+        err.contains("not a Redis URL scheme")
+            && err.contains("rediss")
+            && !err.contains("cannot reach"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

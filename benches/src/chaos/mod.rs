@@ -222,7 +222,14 @@ async fn phase(
     let mut resumed: Vec<Proc> = Vec::new();
     let (mut latency, mut bandwidth): (Window, Window) = (None, None);
     let mut dead_primary: Option<u16> = None;
-    for (n, &kind) in plan.iter().enumerate() {
+    for (n, &planned) in plan.iter().enumerate() {
+        // one stall at a time: a stall planned while one lasts is a kill instead, so the run
+        // throws as many faults as planned
+        let kind = if planned == Kind::WorkerStall && stalled.is_some() {
+            Kind::WorkerKill
+        } else {
+            planned
+        };
         tokio::time::sleep(interval).await;
         if let Some(proxy) = dep.proxy() {
             if latency.is_some_and(|u| Instant::now() > u) {
@@ -271,10 +278,6 @@ async fn phase(
                 Recovery::Held(h)
             }
             Kind::WorkerStall => {
-                if stalled.is_some() {
-                    // one stall at a time: this one waits for the next turn
-                    continue;
-                }
                 let p = procs.swap_worker(worker_index);
                 p.signal("STOP");
                 let h = held(&p);

@@ -429,7 +429,11 @@ mod tests {
         }
         let v = LIBRARY_VERSION;
         assert!(library_source().contains(&format!(
-            "redis.register_function('hero_v{v}_recover', hero_recover)"
+            "redis.register_function('hero_v{v}_submit', hero_submit)"
+        )));
+        // a function that drains a full Redis carries allow-oom; submit does not
+        assert!(library_source().contains(&format!(
+            "redis.register_function{{function_name='hero_v{v}_recover', callback=hero_recover, flags={{'allow-oom'}}}}"
         )));
         assert_eq!(Function::Recover.name(), format!("hero_v{v}_recover"));
         assert_eq!(LIBRARY_NAME, format!("hero_v{v}"));
