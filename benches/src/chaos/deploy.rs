@@ -185,13 +185,33 @@ impl Deployment {
         if let Some(server) = server {
             server.restart();
         }
-        if let Deployment::Cluster(c) = self {
-            c.wait_ok().await;
+        match self {
+            Deployment::Cluster(c) => c.wait_ok().await,
+            Deployment::Sentinel(s) => {
+                // it starts with the role its flags gave it (master, or a replica of whoever
+                // was master when the set started): make it a replica of today's master at
+                // once, as its Sentinels would in time. A replica of a replica is no replica of
+                // the master's: `WAIT 2` would wait for it forever.
+                if let Some(master) = s.master_port().await {
+                    if let Some(server) = std::iter::once(&s.master)
+                        .chain(s.replicas.iter())
+                        .find(|r| r.port == port)
+                    {
+                        let mut conn = server.conn().await;
+                        let _: redis::RedisResult<()> = redis::cmd("REPLICAOF")
+                            .arg("127.0.0.1")
+                            .arg(master)
+                            .query_async(&mut conn)
+                            .await;
+                    }
+                }
+            }
+            Deployment::Single { .. } => {}
         }
     }
 
-    /// Waits (bounded) until the primary has a replica in sync again, so the next failover
-    /// has somewhere safe to go.
+    /// Waits (bounded) until the primary has every replica in sync again, so writes are taken
+    /// and the next failover has somewhere safe to go.
     pub async fn settle(&self, slot_key: &str) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while tokio::time::Instant::now() < deadline {
@@ -236,6 +256,11 @@ impl Deployment {
             .query_async(&mut conn)
             .await
             .unwrap_or_default();
-        info.contains("role:master") && info.contains("state=online")
+        // every replica, not one: each write waits for all of them
+        let wanted = match self {
+            Deployment::Sentinel(s) => s.replicas.len(),
+            _ => 1,
+        };
+        info.contains("role:master") && info.matches("state=online").count() >= wanted
     }
 }

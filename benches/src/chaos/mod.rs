@@ -266,7 +266,7 @@ async fn phase(
             dep.settle(&slot_key).await;
         }
         let worker_index = (next() % procs.workers.len() as u64) as usize;
-        let window = Duration::from_millis(1000 + next() % 1000);
+        let window = Duration::from_millis(500 + next() % 500);
         let at_ms = now_ms();
         let probe_id = format!("p-{}-{n}", t.name());
         let recovery = match kind {
@@ -357,6 +357,7 @@ async fn phase(
         wait_failover(&dep, port, &slot_key).await;
         dep.revive(port).await;
     }
+    dep.settle(&slot_key).await;
     stop.store(true, Ordering::Relaxed);
     producer.await.context("the producer task")?;
     let jobs = submitted.load(Ordering::Relaxed);
@@ -402,7 +403,18 @@ async fn phase(
         eprintln!("audit: {:?}", report.inconsistencies().collect::<Vec<_>>());
     }
     for (i, j) in bad.iter().take(10) {
-        eprintln!("chaos: c-{i} {j:?}");
+        // what the record says, to tell a job never stored from one stuck on its way
+        let record: Vec<(String, String)> = client
+            .redis()
+            .query(redis::cmd("HGETALL").arg(client.keys().job_unchecked(&format!("c-{i}"))))
+            .await
+            .unwrap_or_default();
+        let brief: Vec<String> = record
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "script" | "script_type" | "id"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        eprintln!("chaos: c-{i} {j:?}: {}", brief.join(" "));
     }
 
     for (i, j) in &bad_probes {
