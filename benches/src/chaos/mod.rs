@@ -424,6 +424,18 @@ async fn phase(
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         eprintln!("chaos: c-{i} {j:?}: {}", brief.join(" "));
+        let only = hero_client::inspect::EventFilter {
+            job: Some(format!("c-{i}")),
+            ..Default::default()
+        };
+        for e in client
+            .inspector()
+            .events(&only, 50)
+            .await
+            .unwrap_or_default()
+        {
+            eprintln!("chaos:   {e:?}");
+        }
     }
 
     for (i, j) in &bad_probes {
@@ -441,6 +453,16 @@ async fn phase(
             w.signal("TERM");
         }
     }
+    // the event log is kept long for the diagnosis above; memory is about the jobs
+    let _: hero_client::Result<i64> = client
+        .redis()
+        .query(
+            redis::cmd("XTRIM")
+                .arg(client.keys().events())
+                .arg("MAXLEN")
+                .arg(0),
+        )
+        .await;
     let memory_deadline = Instant::now() + Duration::from_secs(60);
     let mut memory_after = used_memory(&client).await?;
     while memory_after > baseline + MEMORY_SLACK && Instant::now() < memory_deadline {

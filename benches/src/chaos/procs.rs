@@ -48,8 +48,16 @@ impl Procs {
                 &LEASE_MS.to_string(),
                 "--retention-secs",
                 &retention_secs.to_string(),
-                "--events-max",
+                // a SIGKILL every ~250 ms among four workers: each lives about a second, and a
+                // job whose five holders in a row were killed is what the poison-job guard (5
+                // deliveries) dead-letters as "abandoned"; the soak counts loss, so its budget
+                // is out of reach (the first full run dead-lettered 32 jobs, each after five
+                // different workers died holding it, every recovery by presence)
+                "--max-attempts",
                 "1000",
+                "--events-max",
+                // enough to read a lost job's history back (trimmed before the memory check)
+                "100000",
             ]
             .map(String::from),
         );
