@@ -1,6 +1,7 @@
 //! The built-in worker of `hero worker` and `hero up`: runs a job's `script` as Rhai, with the
 //! job's env vars as the map `env`, on a blocking thread that stops when the job is cancelled
-//! (timeout, stop, shutdown). The output is the script's value as text.
+//! (timeout, stop, shutdown). The output is the script's value as text. A script reports on
+//! itself with `progress(percent, message)` and `log(line)`.
 
 use hero_client::Job;
 use hero_worker::{JobContext, Outcome};
@@ -8,8 +9,10 @@ use hero_worker::{JobContext, Outcome};
 /// Runs one job's script to its outcome.
 pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
     let cancel = ctx.cancel.clone();
+    let ctx = ctx.clone();
     let run = tokio::task::spawn_blocking(move || {
         let mut engine = rhai::Engine::new();
+        register_reports(&mut engine, &ctx);
         engine.on_progress(move |_| {
             if cancel.is_cancelled() {
                 Some(rhai::Dynamic::UNIT)
@@ -34,4 +37,21 @@ pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
         },
         Err(e) => Outcome::Fail(format!("script runner failed: {e}")),
     }
+}
+
+/// `progress(percent, message)` (percent an integer or a float), `progress(percent)` and
+/// `log(line)` for scripts, reporting through the job's context.
+fn register_reports(engine: &mut rhai::Engine, ctx: &JobContext) {
+    let c = ctx.clone();
+    engine.register_fn("progress", move |p: rhai::INT, m: &str| {
+        c.progress(p as f64, m)
+    });
+    let c = ctx.clone();
+    engine.register_fn("progress", move |p: rhai::FLOAT, m: &str| c.progress(p, m));
+    let c = ctx.clone();
+    engine.register_fn("progress", move |p: rhai::INT| c.progress(p as f64, ""));
+    let c = ctx.clone();
+    engine.register_fn("progress", move |p: rhai::FLOAT| c.progress(p, ""));
+    let c = ctx.clone();
+    engine.register_fn("log", move |line: &str| c.log(line));
 }

@@ -30,11 +30,18 @@ pub enum EventKind {
     Resumed,
     BridgedIn,
     BridgedOut,
+    /// A running job's handler reported its progress (`r` the progress JSON).
+    Progress,
+    /// A running job's handler logged lines (`r` the lines, joined by newlines).
+    Log,
+    /// A batch's callback job was submitted: every member ended (`j` the callback job, `r`
+    /// the batch and which callback).
+    BatchDone,
 }
 
 impl EventKind {
     /// Every kind, in the order a job usually meets them.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 18] = [
         EventKind::Submitted,
         EventKind::Dispatched,
         EventKind::Started,
@@ -50,6 +57,9 @@ impl EventKind {
         EventKind::Resumed,
         EventKind::BridgedIn,
         EventKind::BridgedOut,
+        EventKind::Progress,
+        EventKind::Log,
+        EventKind::BatchDone,
     ];
 
     /// The name the functions write.
@@ -70,6 +80,9 @@ impl EventKind {
             EventKind::Resumed => "resumed",
             EventKind::BridgedIn => "bridged_in",
             EventKind::BridgedOut => "bridged_out",
+            EventKind::Progress => "progress",
+            EventKind::Log => "log",
+            EventKind::BatchDone => "batch_done",
         }
     }
 
@@ -88,7 +101,7 @@ impl EventKind {
         match self {
             EventKind::Finished => "ok",
             EventKind::Error | EventKind::Dead | EventKind::Stopped | EventKind::Purged => "bad",
-            EventKind::Started => "run",
+            EventKind::Started | EventKind::Progress | EventKind::Log => "run",
             _ => "wait",
         }
     }

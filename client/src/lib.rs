@@ -59,7 +59,10 @@ pub use error::{DecodeError, Error, Result, ServerCode};
 pub use event::EventKind;
 pub use flow::Flow;
 pub use inspect::{Inspector, JobSummary, ListFilter, Page};
-pub use job::{Job, PayloadError, Placement, Status, DEFAULT_TIMEOUT};
+pub use job::{
+    clip, Job, PayloadError, Placement, Progress, Status, DEFAULT_TIMEOUT, LOG_LINES,
+    LOG_LINE_BYTES, PROGRESS_MESSAGE_BYTES,
+};
 pub use keys::{Keyspace, LegacyQueue};
 pub use name::{
     ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,

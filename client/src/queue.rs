@@ -20,6 +20,10 @@ pub const RATED_FIELD: &str = "rated";
 /// completion and recovery functions apply themselves.
 pub const POLICED_FIELD: &str = "policed";
 
+/// The config hash's field counting the queues with priority aging: while it is above 0 every
+/// fetch asks how long the head of each aging stream has waited (`aging_order` in `fetch.lua`).
+pub const AGED_FIELD: &str = "aged";
+
 impl Client {
     /// Pauses a queue: within one fetch no worker takes a new job from it (running ones
     /// finish); submits still queue. Lasts until [`Client::resume`], across restarts of every
@@ -217,6 +221,11 @@ pub struct Policy {
     /// start in a window; the others wait in the delayed set until their key has room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_rate: Option<Rate>,
+    /// Priority aging (ms): a job of the queue that has waited this long is served as if one
+    /// priority level higher, and one more for each further period, so a steady stream of
+    /// higher-priority work cannot starve a level forever. Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aging_ms: Option<u64>,
 }
 
 impl Policy {
@@ -237,7 +246,8 @@ impl Policy {
             retention_ms,
             concurrency,
             rate,
-            key_rate
+            key_rate,
+            aging_ms
         );
         self
     }
@@ -297,6 +307,12 @@ impl Client {
                 "queue {queue:?}: a policy is per type or type/group, not per instance"
             )));
         }
+        if policy.aging_ms == Some(0) {
+            return Err(Error::InvalidInput(
+                "aging of 0 would serve every job at the highest level: give a period, e.g. 30s"
+                    .into(),
+            ));
+        }
         if policy.concurrency == Some(0) {
             return Err(Error::InvalidInput(
                 "concurrency 0 would run nothing: pause the queue instead (hero pause)".into(),
@@ -334,7 +350,9 @@ impl Client {
                     .arg(POLICED_FIELD)
                     .arg(count(|p| {
                         p.retries.is_some() || p.backoff.is_some() || p.retention_ms.is_some()
-                    })),
+                    }))
+                    .arg(AGED_FIELD)
+                    .arg(count(|p| p.aging_ms.is_some())),
             )
             .await
     }

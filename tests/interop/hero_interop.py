@@ -27,7 +27,7 @@ import redis
 
 NS = "hero"
 GROUP = "workers"  # the consumer group of every work stream
-VERSION = "26"  # the protocol version this peer speaks: its functions are hero_v26_<name>
+VERSION = "27"  # the protocol version this peer speaks: its functions are hero_v27_<name>
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "hero-library.lua")
 
 

@@ -115,6 +115,26 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     run_to_finish(&client, &jobs).await;
     queue_idle(&client, "idle", "idle", 2).await;
     client.pause("idle").await.unwrap();
+    // a long job that reports its progress step by step, each step when the test says so
+    let (step_tx, step_rx) = tokio::sync::watch::channel(0u32);
+    let _long = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["long"])
+            .instance("dash-long")
+            .handler(move |_j: hero_client::Job, ctx: hero_worker::JobContext| {
+                let mut step = step_rx.clone();
+                async move {
+                    ctx.progress(10.0, "copying files");
+                    ctx.log("began copying");
+                    let _ = step.wait_for(|s| *s >= 1).await;
+                    ctx.progress(60.0, "indexing");
+                    ctx.log("copied 3 files");
+                    ctx.log("indexing began");
+                    let _ = step.wait_for(|s| *s >= 2).await;
+                    Outcome::Done("indexed".into())
+                }
+            }),
+    );
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
     let (_driver, b, profile) = browser(false).await;
 
@@ -217,6 +237,86 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     .await;
     assert_eq!(text_of(&b, "#output").await, "ran x");
     shot(&b, "retried-job").await;
+
+    // a running job's page follows its progress and log without a reload
+    client
+        .submit(
+            &NewJob::builder("long", "work")
+                .id("long-1")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the long job's first report",
+        Duration::from_secs(10),
+        || {
+            let client = client.clone();
+            async move {
+                let j = client.get(&JobId::new("long-1").unwrap()).await.ok()?;
+                (j.progress?.percent == 10.0).then_some(())
+            }
+        },
+    )
+    .await;
+    b.goto(&format!("{base}/jobs/long-1")).await.unwrap();
+    assert_eq!(text_of(&b, "#progress-text").await, "10% copying files");
+    assert_eq!(text_of(&b, "#job-log").await, "began copying");
+    // a mark on this document: a reload would lose it
+    b.execute("window.heroMark = 1", vec![]).await.unwrap();
+    step_tx.send(1).unwrap();
+    wait_for(
+        "the job's page to show the next step",
+        Duration::from_secs(10),
+        || {
+            let b = b.clone();
+            async move {
+                let t = b
+                    .find(Locator::Css("#progress-text"))
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                (t == "60% indexing").then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        text_of(&b, "#job-log").await,
+        "began copying\ncopied 3 files\nindexing began"
+    );
+    let bar = b
+        .execute(
+            "return document.getElementById('progress-bar').value",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(bar, serde_json::json!(60));
+    assert_eq!(
+        b.execute("return window.heroMark", vec![]).await.unwrap(),
+        serde_json::json!(1),
+        "the page was not reloaded"
+    );
+    shot(&b, "job-progress").await;
+    step_tx.send(2).unwrap();
+    // once it ends the page shows the output
+    wait_for(
+        "the job's page to show it finished",
+        Duration::from_secs(10),
+        || {
+            let b = b.clone();
+            async move {
+                let el = b.find(Locator::Css("#job")).await.ok()?;
+                (el.attr("data-status").await.ok()?? == "finished").then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(text_of(&b, "#output").await, "indexed");
 
     // a new job appears in the live feed without a reload
     b.goto(&format!("{base}/")).await.unwrap();

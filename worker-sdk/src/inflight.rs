@@ -2,10 +2,13 @@
 //! and why a job was cancelled, so its task knows whether to record a result.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use hero_client::JobId;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+use crate::report::Pending;
 
 /// Why a running job's handler was interrupted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +29,17 @@ pub struct Running {
     pub entry: String,
     pub cancel: CancellationToken,
     reason: std::sync::Arc<Mutex<Option<CancelReason>>>,
+    /// What its handler reported and Redis has not been told yet.
+    pub(crate) pending: Arc<Pending>,
+}
+
+/// A running job as the lease loop and the report flusher see it.
+pub(crate) struct Held {
+    pub job_id: JobId,
+    /// Index of the job's stream in the worker's precedence list.
+    pub stream: usize,
+    pub lease: String,
+    pub pending: Arc<Pending>,
 }
 
 impl Running {
@@ -37,6 +51,8 @@ impl Running {
 #[derive(Default)]
 pub struct InFlight {
     jobs: Mutex<HashMap<JobId, Running>>,
+    /// Wakes the report flusher when any running handler reported (`report::flush`).
+    pub(crate) report_wake: Arc<Notify>,
 }
 
 impl InFlight {
@@ -50,6 +66,7 @@ impl InFlight {
             entry: entry.to_string(),
             cancel: CancellationToken::new(),
             reason: std::sync::Arc::default(),
+            pending: Arc::new(Pending::new(self.report_wake.clone())),
         };
         self.lock().insert(job_id.clone(), running.clone());
         running
@@ -83,11 +100,16 @@ impl InFlight {
         }
     }
 
-    /// (job id, stream index, lease) of every running job.
-    pub fn snapshot(&self) -> Vec<(JobId, usize, String)> {
+    /// Every running job: its id, stream, lease and pending reports.
+    pub(crate) fn snapshot(&self) -> Vec<Held> {
         self.lock()
             .iter()
-            .map(|(id, r)| (id.clone(), r.stream, r.entry.clone()))
+            .map(|(id, r)| Held {
+                job_id: id.clone(),
+                stream: r.stream,
+                lease: r.entry.clone(),
+                pending: r.pending.clone(),
+            })
             .collect()
     }
 

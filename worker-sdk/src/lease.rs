@@ -1,16 +1,16 @@
 //! Leases of running jobs: renewed every third of the lease in one pipeline (a stopped job or
-//! a lost lease interrupts the handler), and handed back without counting an attempt at
-//! shutdown.
+//! a lost lease interrupts the handler), carrying what the handlers reported since the last
+//! call (`report`), and handed back without counting an attempt at shutdown.
 
 use std::sync::Arc;
 
 use hero_client::function;
 use hero_client::function::Recovery;
-use hero_client::function::Renewal;
+use hero_client::function::{Renewal, Report};
 use hero_client::recovery::recover_stream;
 use tokio_util::sync::CancellationToken;
 
-use crate::inflight::CancelReason;
+use crate::inflight::{CancelReason, Held};
 use crate::shared::Shared;
 
 /// Renews every running delivery each third of the lease, in one pipeline, and interrupts the
@@ -24,39 +24,63 @@ pub(crate) async fn renew(s: Arc<Shared>, stop: CancellationToken) {
             .map_or(s.lease, |l| l.min(s.lease));
         let every = lease / 3;
         tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(every) => {} }
-        let running = s.inflight.snapshot();
+        let running: Vec<_> = s
+            .inflight
+            .snapshot()
+            .into_iter()
+            .map(|h| {
+                // what a handler reported since the last flush rides on this renewal
+                let report = h.pending.take();
+                (h, report)
+            })
+            .collect();
         if running.is_empty() {
             continue;
         }
-        let mut pipe = redis::pipe();
-        for (job_id, stream, lease) in &running {
-            pipe.add_command(
-                function::renew(
-                    &s.keys,
-                    job_id,
-                    &s.streams[*stream],
-                    lease,
-                    &s.consumer_name,
-                )
-                .into_cmd(),
-            );
-        }
-        match s.redis.pipeline(&pipe).await {
-            Err(e) => tracing::warn!(error = %e, "lease renewal failed; retrying next round"),
-            Ok(results) => {
-                for ((job_id, _, lease), r) in running.into_iter().zip(results) {
-                    let reason = match r.and_then(|v| Renewal::decode(&v)) {
-                        Ok(Renewal::Ok) => continue,
-                        Ok(Renewal::Stopped) => CancelReason::Stopped,
-                        Ok(Renewal::Lost) => CancelReason::LeaseLost,
-                        Err(e) => {
-                            tracing::warn!(job = %job_id, error = %e, "renewal failed");
-                            continue;
-                        }
-                    };
-                    tracing::info!(job = %job_id, ?reason, "interrupting the handler");
-                    s.inflight.cancel(&job_id, Some(&lease), reason);
+        renew_each(&s, running).await;
+    }
+}
+
+/// Renews each delivery in one pipeline, recording the report given with it, and interrupts
+/// the handlers of jobs that were stopped or whose lease went to another delivery. A report
+/// that could not be sent goes back to its job, to be sent with the next call.
+pub(crate) async fn renew_each(s: &Shared, running: Vec<(Held, Option<Report>)>) {
+    let mut pipe = redis::pipe();
+    for (h, report) in &running {
+        pipe.add_command(
+            function::renew(
+                &s.keys,
+                &h.job_id,
+                &s.streams[h.stream],
+                &h.lease,
+                &s.consumer_name,
+                report.as_ref(),
+            )
+            .into_cmd(),
+        );
+    }
+    match s.redis.pipeline(&pipe).await {
+        Err(e) => {
+            tracing::warn!(error = %e, "lease renewal failed; retrying next round");
+            for (h, report) in running {
+                if let Some(r) = report {
+                    h.pending.restore(r);
                 }
+            }
+        }
+        Ok(results) => {
+            for ((h, _), r) in running.into_iter().zip(results) {
+                let reason = match r.and_then(|v| Renewal::decode(&v)) {
+                    Ok(Renewal::Ok) => continue,
+                    Ok(Renewal::Stopped) => CancelReason::Stopped,
+                    Ok(Renewal::Lost) => CancelReason::LeaseLost,
+                    Err(e) => {
+                        tracing::warn!(job = %h.job_id, error = %e, "renewal failed");
+                        continue;
+                    }
+                };
+                tracing::info!(job = %h.job_id, ?reason, "interrupting the handler");
+                s.inflight.cancel(&h.job_id, Some(&h.lease), reason);
             }
         }
     }

@@ -28,7 +28,8 @@
 //! - `complete`: batched, fenced recording of outcomes; `finished`: one outcome on its way
 //!   there.
 //! - `presence`: heartbeat and liveness; `lease`: renewal and hand-back; `control`: stop
-//!   requests.
+//!   requests; `report`: what handlers report of themselves (progress, log lines), coalesced
+//!   and sent with renewals.
 //! - [`event`]: what a worker reports ([`WorkerEvent`]).
 //! - [`outcome`]: the handler contract ([`Handler`], [`JobContext`], [`Outcome`]).
 //! - [`inflight`]: the running jobs and why one was interrupted.
@@ -48,6 +49,7 @@ pub mod outcome;
 mod policy;
 mod presence;
 mod refresh;
+mod report;
 mod shared;
 mod task;
 mod turns;

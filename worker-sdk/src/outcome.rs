@@ -29,11 +29,27 @@ pub struct JobContext {
     pub cancel: CancellationToken,
     /// Which delivery this is (1 for the first).
     pub attempt: u32,
+    /// What the handler reports, until it is handed to Redis.
+    pub(crate) pending: std::sync::Arc<crate::report::Pending>,
 }
 
 impl JobContext {
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+
+    /// Reports how far the job is: `percent` from 0 to 100 and a short `message` (cut at
+    /// 200 bytes). Cheap to call in a tight loop: the latest report is sent within half a
+    /// second with every other job's (coalesced), and shown by `hero status`, the HTTP API
+    /// and the dashboard.
+    pub fn progress(&self, percent: f64, message: impl AsRef<str>) {
+        self.pending.progress(percent, message.as_ref());
+    }
+
+    /// Appends a line to the job's log (the job keeps its last 100 lines, each cut at 1,000
+    /// bytes). Lines are sent in batches, like progress.
+    pub fn log(&self, line: impl AsRef<str>) {
+        self.pending.log(line.as_ref());
     }
 }
 

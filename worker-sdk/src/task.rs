@@ -180,6 +180,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
             let ctx = JobContext {
                 cancel: running.cancel.clone(),
                 attempt: job.attempts,
+                pending: running.pending.clone(),
             };
             // A panic is caught and becomes the outcome, not a lost slot. Caught here rather
             // than by running the handler in a task of its own: spawning and joining a second
@@ -214,6 +215,17 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
     match outcome {
         Some(outcome) => {
             metrics::histogram!("hero_worker_job_seconds").record(began.elapsed().as_secs_f64());
+            // what the handler reported last is recorded before its outcome; a handler that
+            // reported nothing makes no call here
+            if let Some(report) = running.pending.take() {
+                let held = crate::inflight::Held {
+                    job_id: job_id.clone(),
+                    stream: running.stream,
+                    lease: running.entry.clone(),
+                    pending: running.pending.clone(),
+                };
+                crate::lease::renew_each(&s, vec![(held, Some(report))]).await;
+            }
             let (retry_in, again) =
                 crate::policy::shape(policy.as_ref(), attempt, retries, &outcome);
             let finished = Finished {

@@ -497,6 +497,10 @@ pub struct StatusArgs {
     /// Also print the job's events, from the event log (while they are in it).
     #[arg(long)]
     pub history: bool,
+    /// Keep printing the job's status, progress and new log lines as they change, until it
+    /// ends (exit 0 finished, 1 error); with --json, the record as one JSON line per change.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -83,6 +83,10 @@ pub struct SetArgs {
     /// window; the rest wait: <max>/<window>, e.g. 10/s.
     #[arg(long, value_parser = parse_rate)]
     pub key_rate: Option<hero_client::queue::Rate>,
+    /// Priority aging: a job that has waited this long is served as if one priority level
+    /// higher, one more level per further period (e.g. 30s), so no level starves.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub aging: Option<std::time::Duration>,
 }
 
 fn parse_rate(s: &str) -> std::result::Result<hero_client::queue::Rate, String> {
@@ -107,9 +111,10 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
                 concurrency: a.concurrency,
                 rate: a.rate,
                 key_rate: a.key_rate,
+                aging_ms: ms(a.aging),
             };
             if set.is_empty() {
-                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate, --key-rate");
+                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate, --key-rate, --aging");
             }
             let name = hero_client::queue::queue_name(&a.queue)?;
             let now = client.set_policy(&name, &set).await?;
@@ -179,13 +184,14 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
             },
         );
         println!(
-            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}",
+            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}, aging {}",
             d(p.timeout_ms),
             p.retries.map_or_else(|| "-".to_string(), |r| r.to_string()),
             d(p.lease_ms),
             d(p.retention_ms),
             p.concurrency
                 .map_or_else(|| "-".to_string(), |c| c.to_string()),
+            d(p.aging_ms),
         );
     }
     Ok(0)

@@ -1,5 +1,6 @@
-//! `hero status`: a job's status, or with --json its whole record; with --history, its events
-//! from the event log as well.
+//! `hero status`: a job's status with its progress and log lines, or with --json its whole
+//! record; with --history, its events from the event log as well; with --follow, the changes
+//! as they come until the job ends.
 
 use anyhow::Result;
 use hero_client::inspect::EventFilter;
@@ -12,6 +13,9 @@ use super::{Global, StatusArgs};
 pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
     let id = JobId::new(&args.id)?;
     let client = connect(g, &resolve_url(g)).await?;
+    if args.follow {
+        return follow(g, &client, &id).await;
+    }
     let history = if args.history {
         let only = EventFilter {
             job: Some(id.to_string()),
@@ -42,8 +46,22 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
             Err(e) => return Err(e.into()),
         };
         println!("{status}");
-        if let Err(hero_client::Error::InvalidJob(bad)) = client.get(&id).await {
-            return undecodable(&client, &id, &bad, false).await;
+        match client.get(&id).await {
+            Err(hero_client::Error::InvalidJob(bad)) => {
+                return undecodable(&client, &id, &bad, false).await
+            }
+            Ok(job) => {
+                if let Some(p) = &job.progress {
+                    println!("progress {p}");
+                }
+                if !job.log.is_empty() {
+                    println!("log (last {}):", job.log.len());
+                    for line in &job.log {
+                        println!("  {line}");
+                    }
+                }
+            }
+            Err(_) => {}
         }
         if let Some(h) = &history {
             let mut out = std::io::stdout().lock();
@@ -113,4 +131,93 @@ async fn undecodable(
         }
     }
     Ok(1)
+}
+
+/// How often `--follow` reads the record: a change shows within this.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `hero status --follow`: prints what changed (status, progress, new log lines) until the job
+/// ends; exit 0 when it finished, 1 when it ended error.
+async fn follow(g: &Global, client: &hero_client::Client, id: &JobId) -> Result<i32> {
+    let mut last_status = None;
+    let mut last_progress = None;
+    let mut shown: Vec<String> = Vec::new();
+    let mut last_json = None;
+    loop {
+        let job = match client.get(id).await {
+            Err(hero_client::Error::InvalidJob(bad)) => {
+                return undecodable(client, id, &bad, g.json).await
+            }
+            other => other?,
+        };
+        if g.json {
+            let v = job.to_json();
+            if last_json.as_ref() != Some(&v) {
+                println!("{v}");
+                last_json = Some(v);
+            }
+        } else {
+            if last_status != Some(job.status) {
+                println!("{}", job.status);
+                last_status = Some(job.status);
+            }
+            if job.progress.is_some() && last_progress != job.progress {
+                if let Some(p) = &job.progress {
+                    println!("progress {p}");
+                }
+                last_progress.clone_from(&job.progress);
+            }
+            for line in new_lines(&shown, &job.log) {
+                println!("  {line}");
+            }
+            shown.clone_from(&job.log);
+        }
+        if job.status.is_terminal() {
+            if !g.json {
+                match job.status {
+                    hero_client::Status::Finished => {
+                        println!("output: {}", job.output.as_deref().unwrap_or_default());
+                    }
+                    _ => println!("error: {}", job.error.as_deref().unwrap_or_default()),
+                }
+            }
+            return Ok(i32::from(job.status != hero_client::Status::Finished));
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
+/// The lines of `now` (a job's last log lines) that follow what `before` showed: the longest
+/// tail of `before` that begins `now` was shown already.
+fn new_lines<'a>(before: &[String], now: &'a [String]) -> &'a [String] {
+    for start in 0..before.len() {
+        let tail = &before[start..];
+        if now.len() >= tail.len() && now[..tail.len()] == *tail {
+            return &now[tail.len()..];
+        }
+    }
+    now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_lines;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn follow_prints_only_the_lines_it_has_not_shown() {
+        assert_eq!(new_lines(&[], &v(&["a", "b"])), v(&["a", "b"]));
+        assert_eq!(new_lines(&v(&["a", "b"]), &v(&["a", "b", "c"])), v(&["c"]));
+        // the job keeps its last lines only: the oldest fell off
+        assert_eq!(
+            new_lines(&v(&["a", "b", "c"]), &v(&["b", "c", "d", "e"])),
+            v(&["d", "e"])
+        );
+        assert!(new_lines(&v(&["a", "b"]), &v(&["a", "b"])).is_empty());
+        // nothing in common (more lines came than the job keeps): all are new
+        assert_eq!(new_lines(&v(&["a"]), &v(&["x", "y"])), v(&["x", "y"]));
+    }
 }

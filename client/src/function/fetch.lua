@@ -26,6 +26,11 @@
 --   ('*'). A worker naming 300 streams of which one holds work so passes one key, not 300 (each
 --   FCALL key costs Redis ~3 k instructions, the registry question and the wake-up cursors of
 --   the others more).
+-- Priority aging: while some queue's policy sets `aging_ms` (the config hash's `aged` above 0),
+--   a stream of such a queue whose oldest undelivered entry has waited k periods is walked as
+--   if k levels higher (not above 0) within its tier (instance, group, type): before the first
+--   stream of its tier at that level, so a steady flow of higher-priority work starves no level
+--   (see aging_order).
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
@@ -106,9 +111,11 @@ end
 -- A queue's `key_rate` does the same per limit key (a job's `limit_key`): a job whose key has no
 -- room is not started but parked in the delayed set until the window has room, its entry
 -- acknowledged; the broker's promote queues it again then.
--- Returns the limits (when `want_limits`), the rates and the key rates, by stream index, or nil.
-local function queue_policies(keys, want_limits, want_rates)
-  local limits, rates, keyrates, by_queue, policies = nil, nil, nil, {}, policy_key_of(keys[2])
+-- And the aging periods (ms, when `want_aging`: see aging_order).
+-- Returns the limits (when `want_limits`), the rates, the key rates and the aging periods, by
+-- stream index, or nil.
+local function queue_policies(keys, want_limits, want_rates, want_aging)
+  local limits, rates, keyrates, agings, by_queue, policies = nil, nil, nil, nil, {}, policy_key_of(keys[2])
   local function policy_of(queue)
     local p = by_queue[queue]
     if p == nil then
@@ -169,8 +176,70 @@ local function queue_policies(keys, want_limits, want_rates)
         end)
       end
     end
+    if want_aging then
+      local _, period = covering(t, g, 'aging_ms')
+      if tonumber(period) and tonumber(period) > 0 then
+        agings = agings or {}
+        agings[i - 4] = tonumber(period)
+      end
+    end
   end
-  return limits, rates, keyrates
+  return limits, rates, keyrates, agings
+end
+
+-- The order to walk the streams in when some have aged (nil: as given). A stream of level p > 0
+-- with an aging period whose oldest undelivered entry (the one after its group's last
+-- delivered) has waited k whole periods ranks as level max(0, p - k), ahead of the streams of
+-- its tier really at that level; the rest keep their order. Costs two commands per registered
+-- stream with a period, and only while some queue has one.
+local function aging_order(keys, n, present, agings, group)
+  local rank, moved, now = {}, false, nil
+  for i = 1, n do
+    local key = keys[i + 4]
+    local tier = 3
+    if string.find(key, ':inst:', 1, true) then tier = 1
+    elseif string.find(key, ':group:', 1, true) then tier = 2 end
+    local level = tonumber(string.match(key, ':prio:(%d)$')) or 5
+    local at, aged = level, 1
+    local period = agings[i]
+    if period and present[i] == 1 and level > 0 then
+      local last = nil
+      local groups = redis.pcall('XINFO', 'GROUPS', key)
+      if type(groups) == 'table' and not groups.err then
+        for _, gi in ipairs(groups) do
+          local name, delivered = nil, nil
+          for k = 1, #gi, 2 do
+            if gi[k] == 'name' then name = gi[k + 1]
+            elseif gi[k] == 'last-delivered-id' then delivered = gi[k + 1] end
+          end
+          if name == group then last = delivered end
+        end
+      end
+      if last then
+        local head = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
+        if head[1] then
+          now = now or server_ms()
+          local born = tonumber(string.match(head[1][1], '^(%d+)')) or now
+          local k = math.floor((now - born) / period)
+          if k > 0 then
+            at, aged, moved = math.max(0, level - k), 0, true
+          end
+        end
+      end
+    end
+    rank[i] = { tier, at, aged, i }
+  end
+  if not moved then return nil end
+  local order = {}
+  for i = 1, n do order[i] = i end
+  table.sort(order, function(a, b)
+    local x, y = rank[a], rank[b]
+    for k = 1, 4 do
+      if x[k] ~= y[k] then return x[k] < y[k] end
+    end
+    return false
+  end)
+  return order
 end
 
 
@@ -217,13 +286,14 @@ local function hero_fetch(keys, args)
   local n = #keys - 4
   local st = stats(keys[4])
   local now_ms = nil -- Redis's clock, read once the first job is leased
-  local cfg = settings(keys[2], { 'events_max', 'limited', 'rated' })
+  local cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged' })
   local log = event_log(keys[3], cfg)
-  local rates, keyrates = nil, nil
+  local rates, keyrates, agings = nil, nil, nil
   local want_limits = not limits and setting(cfg, 'limited', 0) > 0
-  if want_limits or setting(cfg, 'rated', 0) > 0 then
+  local want_aging = setting(cfg, 'aged', 0) > 0
+  if want_limits or want_aging or setting(cfg, 'rated', 0) > 0 then
     local l
-    l, rates, keyrates = queue_policies(keys, want_limits, setting(cfg, 'rated', 0) > 0)
+    l, rates, keyrates, agings = queue_policies(keys, want_limits, setting(cfg, 'rated', 0) > 0, want_aging)
     limits = limits or l
   end
   local parked = false -- a key rate sent a job back to the delayed set (its gauge to flush)
@@ -248,8 +318,11 @@ local function hero_fetch(keys, args)
   end
   local whole = args[8] == '1' -- read a short stream's records whole (see records)
   local recs = {} -- per job leased (by its place in jobs), its record as handed back
-  for i = 1, n do
+  local order = agings and aging_order(keys, n, present, agings, group)
+  for oi = 1, n do
     if want <= 0 then break end
+    local i = oi
+    if order then i = order[oi] end
     local stream = keys[i + 4]
     if present[i] == 1 then
       local lim = limits and limits[i]

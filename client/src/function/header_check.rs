@@ -176,7 +176,23 @@ fn every_builder_follows_its_lua_header() {
             ),
         ),
         (Function::Complete, batch.call()),
-        (Function::Renew, renew(&keys, &id, &stream, "1-0", "c")),
+        (
+            Function::Renew,
+            renew(
+                &keys,
+                &id,
+                &stream,
+                "1-0",
+                "c",
+                Some(&Report {
+                    progress: Some(crate::Progress {
+                        percent: 50.0,
+                        message: "half".into(),
+                    }),
+                    lines: vec!["a line".into()],
+                }),
+            ),
+        ),
         (
             Function::Stop,
             stop(

@@ -43,7 +43,7 @@ pub use fix::{fix, Repair};
 pub use pause::pause;
 pub use promote::promote;
 pub use recover::{recover, Recovered, Recovery};
-pub use renew::{renew, Renewal};
+pub use renew::{renew, Renewal, Report};
 pub use requeue::requeue;
 pub use stop::{stop, StopWhy};
 pub use submit::{submit, SubmitReply};
@@ -56,7 +56,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "26"
+        "27"
     };
 }
 

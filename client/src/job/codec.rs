@@ -71,6 +71,9 @@ impl Job {
         if let Some(k) = &self.limit_key {
             f.push((F::LimitKey.name(), k.clone()));
         }
+        if let Some(b) = &self.batch {
+            f.push((F::Batch.name(), b.clone()));
+        }
         if !self.env_vars.is_empty() {
             f.push((F::EnvVars.name(), json(&self.env_vars)));
         }
@@ -234,6 +237,17 @@ impl Job {
         let lease = r.nonempty(F::Lease);
         let entry = r.nonempty(F::Entry);
         let payload = r.take(F::Payload).map(String::into_bytes);
+        let batch = r.nonempty(F::Batch);
+        let progress = match r.nonempty(F::Progress) {
+            None => None,
+            Some(s) => Some(serde_json::from_str::<super::Progress>(&s).map_err(|e| {
+                r.err(
+                    F::Progress,
+                    format!("is not a JSON object with a number `percent` and a `message`: {e}"),
+                )
+            })?),
+        };
+        let log = r.list(F::Log)?;
         if let Some(field) = unknown {
             return Err(DecodeError {
                 key: key.to_string(),
@@ -277,6 +291,9 @@ impl Job {
             reply,
             payload,
             prerequisites_left,
+            batch,
+            progress,
+            log,
         })
     }
 }

@@ -79,6 +79,9 @@ record_fields! {
     Entry => "entry",
     Payload => "payload",
     DepsLeft => "deps_left",
+    Batch => "batch",
+    Progress => "progress",
+    Log => "log",
 }
 
 /// The legacy bridge's bookkeeping (docs/protocol.md): part of the record, of no use to a

@@ -160,6 +160,56 @@ pub struct Job {
     pub payload: Option<Vec<u8>>,
     /// While it waits on prerequisites: how many have not finished yet.
     pub prerequisites_left: u32,
+    /// The batch it is a member of (`Client::batch`): its end counts there.
+    pub batch: Option<String>,
+    /// What its handler last reported of its progress, while it runs and after.
+    pub progress: Option<Progress>,
+    /// The last lines its handler logged ([`LOG_LINES`] at most, each at most
+    /// [`LOG_LINE_BYTES`]).
+    pub log: Vec<String>,
+}
+
+/// How far a running job is, as its handler reported it (`JobContext::progress`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Progress {
+    /// 0 to 100.
+    pub percent: f64,
+    /// A short word on what it is doing now ([`PROGRESS_MESSAGE_BYTES`] at most).
+    #[serde(default)]
+    pub message: String,
+}
+
+impl fmt::Display for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.percent.fract() == 0.0 {
+            write!(f, "{:.0}%", self.percent)?;
+        } else {
+            write!(f, "{:.1}%", self.percent)?;
+        }
+        if !self.message.is_empty() {
+            write!(f, " {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// A job keeps its last this many log lines: the older ones are dropped as new ones come.
+pub const LOG_LINES: usize = 100;
+/// A log line longer than this is cut (at a character boundary) when it is reported.
+pub const LOG_LINE_BYTES: usize = 1_000;
+/// A progress message longer than this is cut when it is reported.
+pub const PROGRESS_MESSAGE_BYTES: usize = 200;
+
+/// `text` cut to at most `max` bytes at a character boundary.
+pub fn clip(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The default handler time limit when a job names none.
@@ -198,8 +248,11 @@ impl Job {
             "updated_at": job.updated_at,
             "run_at_ms": job.run_at_ms,
             "traceparent": job.traceparent,
-        "unique": job.unique,
-        "limit_key": job.limit_key,
+            "unique": job.unique,
+            "limit_key": job.limit_key,
+            "batch": job.batch,
+            "progress": job.progress,
+            "log": job.log,
         })
     }
 
@@ -242,6 +295,9 @@ impl Job {
             reply: false,
             payload: None,
             prerequisites_left: 0,
+            batch: None,
+            progress: None,
+            log: Vec::new(),
         }
     }
 

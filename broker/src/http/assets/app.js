@@ -127,9 +127,48 @@ function setupQueueRefresh() {
   }, 5000);
 }
 
+// A running job's page follows it: status, progress and log every second until it ends.
+function setupJobRefresh() {
+  const card = document.getElementById("job");
+  if (!card || card.dataset.live !== "1") return;
+  const timer = setInterval(async () => {
+    if (document.hidden) return;
+    try {
+      const res = await fetch("/api/jobs/" + encodeURIComponent(card.dataset.job));
+      if (!res.ok) return;
+      const job = await res.json();
+      const p = job.progress;
+      if (p) {
+        document.getElementById("progress").hidden = false;
+        document.getElementById("progress-bar").value = p.percent;
+        document.getElementById("progress-text").textContent =
+          Math.round(p.percent) + "% " + (p.message || "");
+      }
+      if (job.log && job.log.length) {
+        document.getElementById("job-log-box").hidden = false;
+        document.getElementById("job-log").textContent = job.log.join("\n");
+      }
+      if (job.status !== card.dataset.status) {
+        card.dataset.status = job.status;
+        const pill = card.querySelector("h2 .pill");
+        if (pill) {
+          pill.textContent = job.status;
+          pill.className = "pill " + ({ finished: "ok", error: "bad", started: "run" }[job.status] || "wait");
+        }
+      }
+      if (job.status === "finished" || job.status === "error") {
+        clearInterval(timer);
+        // the output or error and the final history: the page as the server draws it
+        location.reload();
+      }
+    } catch (_) { /* the next tick tries again */ }
+  }, 1000);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   setupToken();
   setupButtons();
   setupFeed();
   setupQueueRefresh();
+  setupJobRefresh();
 });

@@ -1,5 +1,5 @@
 //! Jobs: the listing (by status, queue, tag or tracked; search by id) and a job's page (record,
-//! output, error, history, actions).
+//! progress and log, live while it runs; output, error, history, actions).
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -126,7 +126,7 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
         &format!("Job {id}"),
         "/jobs",
         html! {
-            section.card #job data-status=(status) {
+            section.card #job data-status=(status) data-job=(id) data-live=(if ended { "" } else { "1" }) {
                 h2 { "Job " span.mono { (id) } " " (status_pill(&status)) }
                 div.actions {
                     @if !ended {
@@ -153,6 +153,19 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                         dt { "tags" }
                         dd { (tags.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(", ")) }
                     }
+                }
+                @let percent = v["progress"]["percent"].as_f64();
+                @let message = v["progress"]["message"].as_str().unwrap_or("");
+                div #progress hidden[percent.is_none()] {
+                    h3 { "Progress" }
+                    progress #progress-bar max="100" value=(percent.unwrap_or(0.0)) {}
+                    " "
+                    span #progress-text { (percent.map(|p| format!("{p:.0}%")).unwrap_or_default()) " " (message) }
+                }
+                @let log: Vec<&str> = v["log"].as_array().map(|a| a.iter().filter_map(|l| l.as_str()).collect()).unwrap_or_default();
+                div #job-log-box hidden[log.is_empty()] {
+                    h3 { "Log" }
+                    pre #job-log { (log.join("\n")) }
                 }
                 h3 { "Script" }
                 pre { (s("script")) }
