@@ -417,7 +417,7 @@ local SUBMIT_FIELDS = {
   created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
   context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
-  unique_ttl = 'count', payload = 'text', limit_key = 'text',
+  unique_ttl = 'count', payload = 'text', limit_key = 'text', batch = 'name',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).
@@ -553,12 +553,12 @@ end
 
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
--- key and TTL, its tags and its prerequisites (JSON text) when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
+-- key and TTL, its tags, its prerequisites (JSON text) and its batch when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags, prereqs = nil, nil, nil, nil
+  local uniq, uttl, tags, prereqs, batch = nil, nil, nil, nil, nil
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -583,6 +583,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
         uniq = v
       elseif name == 'unique_ttl' then uttl = v
       elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
+      elseif name == 'batch' then batch = v
       elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
         if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
         prereqs = v
@@ -605,7 +606,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags, prereqs
+  return nil, uniq, uttl, tags, prereqs, batch
 end
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
@@ -764,8 +765,161 @@ local function backoff_ms(b, attempt)
   return math.floor(math.max(base * (1 - j + 2 * j * r), 0))
 end
 
+-- hero function library, shared helpers continued: batches (a set of jobs that calls back once
+-- every member ended), used by hero_submit, hero_batch, and every call that ends or revives a
+-- job (through release_if_any, hero_dead, hero_requeue).
+
+-- A batch is the hash `<ns>:batch:<name>` (`Keyspace::batch`): `total`, `pending`, `finished`,
+-- `failed` (members so far, and how many of them have not ended, finished, ended error),
+-- `created_at`, then once closed `closed` ('1') and the callback specs `on_complete` /
+-- `on_success`, and once done `done_at` and the callback job ids `complete_id` / `success_id`.
+-- A member's record names it (`batch`). The submit that creates a member counts it; the call
+-- that ends a member counts its end, and the call in which a closed batch has no member pending
+-- submits its callbacks, in the same call: each batch calls back exactly once, however many
+-- brokers and workers run. A member ended and queued again (a dead letter retried, a requeue)
+-- is pending again while its batch is not done.
+-- A callback spec is JSON the client built with its keys module: `id`, `key` (its job hash),
+-- `stream`, `registry`, `group`, `fields` (field, value, ... of its record): nothing is derived
+-- here. Its job gets env vars BATCH (its name), BATCH_TOTAL, BATCH_FINISHED and
+-- BATCH_FAILED beside its own.
+-- The count of batches not done is the config hash's `batches`: while it is 0 no call that ends
+-- jobs asks their records for a batch.
+local BATCHES_FIELD = 'batches'
+
+local function batch_key(ns, name)
+  return ns .. 'batch:' .. name
+end
+
+-- The index of batches `<ns>:meta:batches` (`Keyspace::batches`), a zset name -> created ms,
+-- beside the config hash.
+local function batches_key_of(config_key)
+  return string.sub(config_key, 1, #config_key - 6) .. 'batches'
+end
+
+local function open_batches(cfg)
+  return setting(cfg, BATCHES_FIELD, 0) > 0
+end
+
+-- Whether batch `bkey` is done (its callbacks submitted): no member may join it then.
+local function batch_done(bkey)
+  return redis.call('HEXISTS', bkey, 'done_at') == 1
+end
+
+-- Counts a new member into batch `name` (created with its first member); `ended` when it
+-- ended error in the call that created it (a failed prerequisite).
+local function join_batch(config_key, bkey, name, ended, now_iso)
+  if redis.call('HSETNX', bkey, 'created_at', now_iso) == 1 then
+    redis.call('ZADD', batches_key_of(config_key), server_ms(), name)
+    redis.call('HINCRBY', config_key, BATCHES_FIELD, 1)
+  end
+  redis.call('HINCRBY', bkey, 'total', 1)
+  if ended then
+    redis.call('HINCRBY', bkey, 'failed', 1)
+  else
+    redis.call('HINCRBY', bkey, 'pending', 1)
+  end
+end
+
+-- Submits one callback job of batch `name` (counts `b`) from its spec; returns its id, or nil
+-- for a spec that does not decode (written by hand).
+local function submit_callback(ctx, spec_json, name, b, which)
+  local ok, spec = pcall(cjson.decode, spec_json)
+  if not ok or type(spec) ~= 'table' or type(spec.fields) ~= 'table' or not spec.key then return nil end
+  local env = {}
+  local fields = { 'status', 'dispatched' }
+  local f = spec.fields
+  for k = 1, #f, 2 do
+    if f[k] == 'env_vars' then
+      local ok2, e = pcall(cjson.decode, f[k + 1])
+      if ok2 and type(e) == 'table' then env = e end
+    else
+      fields[#fields + 1] = f[k]
+      fields[#fields + 1] = f[k + 1]
+    end
+  end
+  env.BATCH = name
+  env.BATCH_TOTAL = tostring(b.total)
+  env.BATCH_FINISHED = tostring(b.finished)
+  env.BATCH_FAILED = tostring(b.failed)
+  fields[#fields + 1] = 'env_vars'
+  fields[#fields + 1] = cjson.encode(env)
+  fields[#fields + 1] = 'created_at'
+  fields[#fields + 1] = ctx.now_iso
+  redis.call('HSET', spec.key, unpack(fields))
+  append(spec.stream, spec.group, spec.registry, spec.id)
+  log_event(ctx.log, 'batch_done', spec.id, spec.stream, nil, nil,
+    'batch ' .. name .. ' ' .. which .. ': ' .. b.finished .. ' finished, ' .. b.failed .. ' failed')
+  return spec.id
+end
+
+-- Submits the callbacks of batch `name` when it is closed and no member is pending: on_complete
+-- always, on_success only when no member failed. The batch is done then, and expires after the
+-- retention time. Returns true when it called back here.
+local function settle_batch(ctx, bkey, name)
+  local r = redis.call('HMGET', bkey, 'closed', 'pending', 'finished', 'failed', 'total',
+    'on_complete', 'on_success', 'done_at')
+  if r[1] ~= '1' or (tonumber(r[2]) or 0) > 0 or r[8] then return false end
+  local b = { finished = tonumber(r[3]) or 0, failed = tonumber(r[4]) or 0, total = tonumber(r[5]) or 0 }
+  local done = { 'done_at', ctx.now_iso }
+  if r[6] then
+    local id = submit_callback(ctx, r[6], name, b, 'on_complete')
+    if id then done[#done + 1] = 'complete_id'; done[#done + 1] = id end
+  end
+  if r[7] and b.failed == 0 then
+    local id = submit_callback(ctx, r[7], name, b, 'on_success')
+    if id then done[#done + 1] = 'success_id'; done[#done + 1] = id end
+  end
+  redis.call('HSET', bkey, unpack(done))
+  redis.call('HINCRBY', ctx.cfg.key, BATCHES_FIELD, -1)
+  redis.call('PEXPIRE', bkey, setting_arg(ctx.cfg, 'retention_ms', 86400000))
+  return true
+end
+
+-- Counts the ends of the jobs in `ended` ({job key, job id, ok}) into their batches, then
+-- settles each batch touched. Called only while some batch is not done; one HGET per job.
+local function count_batch_ends(ctx, ended)
+  local touched, order = {}, {}
+  for k = 1, #ended do
+    local jk, jid, ok = ended[k][1], ended[k][2], ended[k][3]
+    local name = redis.pcall('HGET', jk, 'batch')
+    if type(name) == 'string' and name ~= '' then
+      local bkey = batch_key(ns_of(jk, jid), name)
+      if redis.call('EXISTS', bkey) == 1 and not batch_done(bkey) then
+        redis.call('HINCRBY', bkey, 'pending', -1)
+        if ok then
+          redis.call('HINCRBY', bkey, 'finished', 1)
+        else
+          redis.call('HINCRBY', bkey, 'failed', 1)
+        end
+        if not touched[bkey] then
+          touched[bkey] = true
+          order[#order + 1] = { bkey, name }
+        end
+      end
+    end
+  end
+  for _, t in ipairs(order) do settle_batch(ctx, t[1], t[2]) end
+end
+
+-- A member that had ended (`was`: 'finished' or 'error') is queued again: pending again in its
+-- batch while the batch is not done.
+local function revive_member(cfg, job_key, job_id, was)
+  if not open_batches(cfg) then return end
+  local name = redis.pcall('HGET', job_key, 'batch')
+  if type(name) ~= 'string' or name == '' then return end
+  local bkey = batch_key(ns_of(job_key, job_id), name)
+  if redis.call('EXISTS', bkey) == 0 or batch_done(bkey) then return end
+  if was == 'finished' then
+    redis.call('HINCRBY', bkey, 'finished', -1)
+  else
+    redis.call('HINCRBY', bkey, 'failed', -1)
+  end
+  redis.call('HINCRBY', bkey, 'pending', 1)
+end
+
 -- hero function library, shared helpers continued: dependencies (prerequisites and their
--- dependents), used by hero_submit, hero_complete, hero_stop and hero_recover.
+-- dependents), used by hero_submit, hero_complete, hero_stop and hero_recover; the end of a
+-- batch's member is counted through the same hook (release_if_any, see batches.lua).
 
 -- Dependencies. A job submitted with prerequisites that have not all finished waits (status
 -- waiting, `deps_left` the number still unfinished) and is named in the dependents hash of
@@ -845,19 +999,37 @@ local function release_dependents(ctx, ended)
   end
 end
 
--- Releases the dependents of the jobs a call ended, when any has some: `jk`, `ji` their keys
--- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
--- not a table per job: a hot call ends many).
+-- Releases the dependents of the jobs a call ended, when any has some, and counts the ends
+-- into their batches, when any batch is open: `jk`, `ji` their keys and ids, `ok` per job true
+-- when it finished. One EXISTS asks for all their dependents (parallel lists, not a table per
+-- job: a hot call ends many). A dependent failed in the release is counted into its batch too.
 local function release_if_any(ctx, jk, ji, ok)
-  if #jk == 0 or not waiting_dependents(ctx.cfg) then return end
-  local ks = {}
-  for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
-  local n = 0
-  in_runs(ks, function(from, to) n = n + redis.call('EXISTS', unpack(ks, from, to)) end)
-  if n == 0 then return end
-  local ended = {}
-  for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
-  release_dependents(ctx, ended)
+  if #jk == 0 then return end
+  local ended = nil
+  if waiting_dependents(ctx.cfg) then
+    local ks = {}
+    for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
+    local n = 0
+    in_runs(ks, function(from, to) n = n + redis.call('EXISTS', unpack(ks, from, to)) end)
+    if n > 0 then
+      ended = {}
+      for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+      release_dependents(ctx, ended)
+    end
+  end
+  if open_batches(ctx.cfg) then
+    if not ended then
+      ended = {}
+      for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+    end
+    count_batch_ends(ctx, ended)
+  end
+end
+
+-- Whether a call that ends jobs must collect them for release_if_any: some job has dependents,
+-- or some batch is open.
+local function collect_ended(cfg)
+  return waiting_dependents(cfg) or open_batches(cfg)
 end
 
 -- hero_version: the version of this library, so a client can tell a stale one from its own.
@@ -884,6 +1056,9 @@ end
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
+-- Batches: a job whose record names a `batch` is counted into it (`<ns>:batch:<name>`, made
+-- with its first member and named in `<ns>:meta:batches`); a batch that is done (its callbacks
+-- submitted) takes no member: HERO_INVALID_JOB (see batches.lua).
 -- Prerequisites (`prerequisites` or `dependencies`, a JSON array of job ids): each must exist or
 -- come earlier in the batch, else HERO_INVALID_JOB. A job whose prerequisites all finished is
 -- queued as any other; one with some unfinished waits for them (status waiting, see
@@ -974,15 +1149,25 @@ local function hero_submit(keys, args)
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once
   local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
+  local members = nil -- per job that names a batch: { batch key, batch name }
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl, tags, prereqs = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags, prereqs, bname = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+    end
+    if bname then
+      local bkey = batch_key(ns_of(keys[5 + 2 * i], args[pos]), bname)
+      if batch_done(bkey) then
+        return redis.error_reply('HERO_INVALID_JOB job ' .. args[pos] .. ': batch ' .. bname ..
+          ' is done (its callbacks were submitted): a new member needs a new batch')
+      end
+      members = members or {}
+      members[i] = { bkey, bname }
     end
     if prereqs then
       -- each must exist already, or come earlier in this batch (a flow: children first): a
@@ -1123,6 +1308,22 @@ local function hero_submit(keys, args)
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+    end
+  end
+  if members then
+    -- each new member counts in its batch; one that ended at once (a failed prerequisite)
+    -- counts as failed, and may be what its closed batch waited for
+    local ctx = nil
+    for i = 1, n do
+      local m = members[i]
+      if m and answers[2 * i - 1] == 'created' then
+        local now_iso = iso_now()
+        join_batch(keys[4], m[1], m[2], answers[2 * i] == 'error', now_iso)
+        if answers[2 * i] == 'error' then
+          ctx = ctx or { cfg = settings(keys[4]), log = log, now_iso = now_iso }
+          settle_batch(ctx, m[1], m[2])
+        end
+      end
     end
   end
   if deps then
@@ -1776,9 +1977,11 @@ end
 -- a foreign caller is split, and that job is simply never deleted.
 -- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
 -- gauge for a retry, and a `run` sample per job recorded.
--- Dependents: the jobs waiting on those this call ends are released in it (release_if_any in
--- dependencies.lua); while no job anywhere has dependents (the config hash's `deps`, read with
--- the settings), the call asks nothing more.
+-- Dependents and batches: the jobs waiting on those this call ends are released in it, and the
+-- ends are counted into their batches, whose callbacks are submitted when the last member ends
+-- (release_if_any in dependencies.lua); while no job anywhere has dependents and no batch is
+-- open (the config hash's `deps` and `batches`, read with the settings), the call asks nothing
+-- more.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -1787,7 +1990,7 @@ end
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
-  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed' })
+  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD })
   -- the queue policies the completion applies itself (retries, back-off, retention), for a
   -- worker of any language: read only while some queue has one
   local policed = setting(cfg, 'policed', 0) > 0
@@ -1826,9 +2029,9 @@ local function hero_complete(keys, args)
   end
   local answers = {}
   -- the jobs this call ends (key, id, finished), collected only while some job has dependents
-  -- (one GET for the call: a plain batch pays nothing per job)
+  -- or some batch is open (read with the settings: a plain batch pays nothing per job)
   local ek = nil
-  if waiting_dependents(cfg) then ek = {} end
+  if collect_ended(cfg) then ek = {} end
   local ei, eo = {}, {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]
@@ -1969,7 +2172,7 @@ end
 -- ARGV[5] progress: '' for none, else a JSON object {"percent": 0-100, "message": "..."}
 -- ARGV[6..] log lines, oldest first: appended to the record's `log` (a JSON array of strings),
 --   which keeps its last LOG_LINES
--- Events: with a report, `progress` (r the progress JSON) and `log` (r the lines joined by
+-- Events: with a report, `progress` (r the progress JSON) and `logged` (r the lines joined by
 --   newlines); w the consumer.
 -- Returns: 'ok' (idle time reset, the report recorded), 'stopped' (the job ended while running,
 -- e.g. stopped: the handler should be interrupted), 'lost' (another delivery owns the job, or it
@@ -2017,7 +2220,7 @@ local function hero_renew(keys, args)
       lines = tail
     end
     redis.call('HSET', job_key, 'log', cjson.encode(lines))
-    log_event(log, 'log', job_id, stream, consumer, nil, table.concat(new, '\n'))
+    log_event(log, 'logged', job_id, stream, consumer, nil, table.concat(new, '\n'))
   end
   return 'ok'
 end
@@ -2644,7 +2847,8 @@ end
 --   the entry is gone, or names another job: 'missing' (nothing written);
 --   retry, a record that ended error: the entry is deleted; the record loses its run (attempts,
 --     lease, worker_id, entry, output, error, started_at, finished_at) and is dispatched to its
---     work stream as a new entry: 'requeued';
+--     work stream as a new entry, pending again in its batch while the batch is not done:
+--     'requeued';
 --   retry, a record that is not error (it ran again since, or was changed by hand): 'not_dead'
 --     (nothing written);
 --   retry, no record: the entry is deleted: 'gone';
@@ -2689,6 +2893,7 @@ local function hero_dead(keys, args)
         answer = 'not_dead'
       else
         redis.call('XDEL', dead, entry_id)
+        revive_member(cfg, job_key, job_id, 'error')
         redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'error',
           'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken')
         append(stream, group, registry, job_id)
@@ -2721,7 +2926,7 @@ end
 --     completion answers lease_lost and its renewal lost), its worker is told through its control
 --     list, and it is queued anew, attempts kept;
 --   finished or error: queued anew with a fresh attempt budget (attempts, output, error,
---     started_at, finished_at cleared).
+--     started_at, finished_at cleared); pending again in its batch while the batch is not done.
 -- The record takes the new target (script_type, group, instance, priority), status dispatched.
 -- Stats: the current stream's `delayed` gauge down for a waiting job.
 -- Events: `requeued` (q the new stream, r where it was taken from).
@@ -2768,6 +2973,8 @@ local function hero_requeue(keys, args)
     end
     from = 'revoked from ' .. seen_worker
   else
+    -- an ended member of a batch that is not done is pending in it again
+    revive_member(cfg, job_key, job_id, status)
     redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at')
     from = status
   end
@@ -2948,6 +3155,50 @@ local function hero_cron(keys, args)
   return { 'claimed', after }
 end
 
+-- hero_batch: close a batch, naming the callback jobs to submit once every member ended. A batch
+-- closed with no member pending (every one ended already, or none was added) calls back in this
+-- very call; else the call that ends its last pending member does (see batches.lua). Members
+-- may still be added while it is not done, and closing again replaces the callbacks.
+-- KEYS[1] batch hash  KEYS[2] config hash  KEYS[3] batch index (zset)  KEYS[4] event log
+-- ARGV[1] batch name  ARGV[2] now ISO 8601
+-- ARGV[3] on_complete: the callback spec to submit once every member ended ('' for none)
+-- ARGV[4] on_success: the callback spec to submit once every member ended and none failed
+--   ('' for none); a spec is JSON: id, key, stream, registry, group, fields (see batches.lua)
+-- Events: `batch_done` per callback job submitted (j its id, q its stream, r the batch and
+--   its counts).
+-- Returns: {state, total, pending, finished, failed, complete_id, success_id}: state 'open'
+-- (members are pending), 'done' (called back in this call) or 'already_done' (it had called
+-- back before: nothing written); an id is '' where no such callback was submitted.
+-- Errors: HERO_BAD_ARG when neither callback is given.
+local function hero_batch(keys, args)
+  local bkey, config, index, name, now_iso = keys[1], keys[2], keys[3], args[1], args[2]
+  local on_complete, on_success = args[3], args[4]
+  if on_complete == '' and on_success == '' then
+    return redis.error_reply('HERO_BAD_ARG a batch closes with an on_complete or an on_success callback')
+  end
+  local cfg = settings(config)
+  local state = 'open'
+  if batch_done(bkey) then
+    state = 'already_done'
+  else
+    if redis.call('HSETNX', bkey, 'created_at', now_iso) == 1 then
+      redis.call('ZADD', index, server_ms(), name)
+      redis.call('HINCRBY', config, BATCHES_FIELD, 1)
+    end
+    local w = { 'closed', '1' }
+    if on_complete ~= '' then w[#w + 1] = 'on_complete'; w[#w + 1] = on_complete end
+    if on_success ~= '' then w[#w + 1] = 'on_success'; w[#w + 1] = on_success end
+    redis.call('HSET', bkey, unpack(w))
+    if on_complete == '' then redis.call('HDEL', bkey, 'on_complete') end
+    if on_success == '' then redis.call('HDEL', bkey, 'on_success') end
+    local ctx = { cfg = cfg, log = event_log(keys[4], cfg), now_iso = now_iso }
+    if settle_batch(ctx, bkey, name) then state = 'done' end
+  end
+  local r = redis.call('HMGET', bkey, 'total', 'pending', 'finished', 'failed', 'complete_id', 'success_id')
+  return { state, tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0,
+    r[5] or '', r[6] or '' }
+end
+
 redis.register_function{function_name='hero_v27_version', callback=hero_version, flags={'no-writes'}}
 redis.register_function('hero_v27_submit', hero_submit)
 redis.register_function{function_name='hero_v27_fetch', callback=hero_fetch, flags={'allow-oom'}}
@@ -2965,3 +3216,4 @@ redis.register_function('hero_v27_requeue', hero_requeue)
 redis.register_function('hero_v27_fix', hero_fix)
 redis.register_function('hero_v27_pause', hero_pause)
 redis.register_function('hero_v27_cron', hero_cron)
+redis.register_function('hero_v27_batch', hero_batch)

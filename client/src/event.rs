@@ -33,7 +33,7 @@ pub enum EventKind {
     /// A running job's handler reported its progress (`r` the progress JSON).
     Progress,
     /// A running job's handler logged lines (`r` the lines, joined by newlines).
-    Log,
+    Logged,
     /// A batch's callback job was submitted: every member ended (`j` the callback job, `r`
     /// the batch and which callback).
     BatchDone,
@@ -58,7 +58,7 @@ impl EventKind {
         EventKind::BridgedIn,
         EventKind::BridgedOut,
         EventKind::Progress,
-        EventKind::Log,
+        EventKind::Logged,
         EventKind::BatchDone,
     ];
 
@@ -81,7 +81,7 @@ impl EventKind {
             EventKind::BridgedIn => "bridged_in",
             EventKind::BridgedOut => "bridged_out",
             EventKind::Progress => "progress",
-            EventKind::Log => "log",
+            EventKind::Logged => "logged",
             EventKind::BatchDone => "batch_done",
         }
     }
@@ -101,7 +101,7 @@ impl EventKind {
         match self {
             EventKind::Finished => "ok",
             EventKind::Error | EventKind::Dead | EventKind::Stopped | EventKind::Purged => "bad",
-            EventKind::Started | EventKind::Progress | EventKind::Log => "run",
+            EventKind::Started | EventKind::Progress | EventKind::Logged => "run",
             _ => "wait",
         }
     }

@@ -29,6 +29,7 @@
 //! - [`error`]: the crate's error type; it depends on no other module.
 
 pub mod answer;
+pub mod batch;
 pub mod client;
 pub mod clock;
 mod coalesce;
@@ -65,6 +66,7 @@ pub use job::{
 };
 pub use keys::{Keyspace, LegacyQueue};
 pub use name::{
-    ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,
+    BatchName, ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType,
+    Target,
 };
 pub use new_job::{NewJob, NewJobBuilder, MAX_SCRIPT_BYTES};

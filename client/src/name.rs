@@ -99,6 +99,11 @@ name_type!(
     JobId, "job id", JOB_ID_MAX, &['.']
 );
 
+name_type!(
+    /// A batch's name (`Client::batch`): the jobs submitted under it call back once all ended.
+    BatchName, "batch name", NAME_MAX, &[]
+);
+
 impl JobId {
     /// A fresh random (v4 UUID) id.
     pub fn random() -> Self {

@@ -59,6 +59,12 @@ impl NewJob {
     pub fn run_at_ms(&self) -> Option<u64> {
         self.run_at_ms
     }
+
+    /// The same job as a member of batch `name`.
+    pub(crate) fn in_batch(mut self, name: &crate::name::BatchName) -> NewJob {
+        self.job.batch = Some(name.to_string());
+        self
+    }
 }
 
 /// Builder of [`NewJob`]. Setters take plain values; [`NewJobBuilder::build`] checks them all.
@@ -80,6 +86,7 @@ pub struct NewJobBuilder {
     traceparent: Option<String>,
     unique: Option<(String, Option<Duration>)>,
     limit_key: Option<String>,
+    batch: Option<String>,
     delay: Option<Duration>,
     run_at: Option<SystemTime>,
     prerequisites: Vec<String>,
@@ -157,6 +164,13 @@ impl NewJobBuilder {
     /// many jobs sharing it start in a window, whatever worker takes them. 1 to 200 bytes.
     pub fn limit_key(mut self, key: impl Into<String>) -> Self {
         self.limit_key = Some(key.into());
+        self
+    }
+
+    /// Makes it a member of batch `name` (`Client::batch`): its end is counted there, and the
+    /// batch's callbacks run once every member ended.
+    pub fn batch(mut self, name: impl Into<String>) -> Self {
+        self.batch = Some(name.into());
         self
     }
 
@@ -286,6 +300,9 @@ impl NewJobBuilder {
             }
             job.unique = Some(key);
             job.unique_ttl = ttl;
+        }
+        if let Some(name) = self.batch {
+            job.batch = Some(crate::name::BatchName::new(name)?.to_string());
         }
         if let Some(key) = self.limit_key {
             if key.is_empty() || key.len() > 200 {

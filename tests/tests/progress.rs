@@ -95,7 +95,7 @@ async fn hero_status_follow_prints_each_step_as_it_happens_and_exits_when_the_jo
     );
 }
 
-/// How many reports reached the job's events, by kind (`progress`, `log`): one of each per call
+/// How many reports reached the job's events, by kind (`progress`, `logged`): one of each per call
 /// that carried one.
 async fn reports(client: &Client, kind: &str) -> usize {
     client
@@ -137,7 +137,7 @@ async fn a_handler_reporting_in_a_tight_loop_is_coalesced_and_a_silent_one_repor
         .collect();
     run_to_finish(&client, &silent).await;
     assert_eq!(
-        reports(&client, "progress").await + reports(&client, "log").await,
+        reports(&client, "progress").await + reports(&client, "logged").await,
         0,
         "a handler that reports nothing sends no report"
     );

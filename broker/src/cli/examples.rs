@@ -66,6 +66,14 @@ Examples:
   hero queue show
   hero queue clear osis";
 
+pub const BATCH: &str = "\
+Examples:
+  hero submit --type osis --batch import-42 'load(1)'
+  hero submit --type osis --batch import-42 'load(2)'
+  hero batch close import-42 --on-complete 'report()' --type osis
+  hero batch show import-42 --json
+  hero batch list";
+
 pub const CRON: &str = "\
 Examples:
   hero cron add nightly '0 3 * * *' --type osis 'cleanup()'

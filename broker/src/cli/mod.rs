@@ -7,6 +7,7 @@
 
 mod actors;
 mod audit;
+mod batch;
 mod broker;
 mod config_show;
 mod context;
@@ -199,6 +200,10 @@ pub enum Command {
         /// <type>[/<group>[/<instance>]], as it was paused.
         queue: String,
     },
+    /// Batches: close one with its callback jobs (run once every member ended), show one,
+    /// list them. Members join with `hero submit --batch NAME`.
+    #[command(subcommand, after_long_help = examples::BATCH)]
+    Batch(batch::BatchCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -379,6 +384,9 @@ pub struct JobArgs {
     /// The key its queue's --key-rate counts it under (a customer, an account).
     #[arg(long, value_name = "KEY")]
     pub limit_key: Option<String>,
+    /// Make it a member of this batch (see `hero batch`).
+    #[arg(long, value_name = "NAME")]
+    pub batch: Option<String>,
     /// Hold the uniqueness key at most this many seconds (default: the broker's retention).
     #[arg(long, value_name = "SECS", requires = "unique")]
     pub unique_ttl: Option<u64>,
@@ -521,7 +529,8 @@ pub struct EventsArgs {
     #[arg(long = "type")]
     pub script_type: Option<String>,
     /// Only events of this kind (submitted, dispatched, started, finished, error, retried,
-    /// recovered, dead, stopped, requeued, purged, paused, resumed, bridged_in, bridged_out).
+    /// recovered, dead, stopped, requeued, purged, paused, resumed, bridged_in, bridged_out,
+    /// progress, logged, batch_done).
     #[arg(long)]
     pub event: Option<String>,
 }
@@ -550,6 +559,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Cron(cmd) => cron::cron(g, cmd).await,
         Command::Config(ConfigCommand::Show) => config_show::show(g),
         Command::Resume { queue: q } => queue::pause(g, q, false).await,
+        Command::Batch(cmd) => batch::batch(g, cmd).await,
     }
 }
 

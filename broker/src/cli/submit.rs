@@ -82,6 +82,9 @@ impl JobArgs {
         if let Some(k) = &self.limit_key {
             b = b.limit_key(k);
         }
+        if let Some(n) = &self.batch {
+            b = b.batch(n);
+        }
         Ok(b.build()?)
     }
 }

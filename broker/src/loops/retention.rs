@@ -60,6 +60,7 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
             let jobs = pass(&client, cfg.retention).await?;
             trim_dead(&client, cfg.dead_retention).await?;
             client.prune_tracked().await?;
+            client.prune_batches().await?;
             Ok(jobs)
         },
     )

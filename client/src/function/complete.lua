@@ -37,9 +37,11 @@
 -- a foreign caller is split, and that job is simply never deleted.
 -- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
 -- gauge for a retry, and a `run` sample per job recorded.
--- Dependents: the jobs waiting on those this call ends are released in it (release_if_any in
--- dependencies.lua); while no job anywhere has dependents (the config hash's `deps`, read with
--- the settings), the call asks nothing more.
+-- Dependents and batches: the jobs waiting on those this call ends are released in it, and the
+-- ends are counted into their batches, whose callbacks are submitted when the last member ends
+-- (release_if_any in dependencies.lua); while no job anywhere has dependents and no batch is
+-- open (the config hash's `deps` and `batches`, read with the settings), the call asks nothing
+-- more.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
 -- error, d the retry time); q its stream, w the consumer.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
@@ -48,7 +50,7 @@
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
-  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed' })
+  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD })
   -- the queue policies the completion applies itself (retries, back-off, retention), for a
   -- worker of any language: read only while some queue has one
   local policed = setting(cfg, 'policed', 0) > 0
@@ -87,9 +89,9 @@ local function hero_complete(keys, args)
   end
   local answers = {}
   -- the jobs this call ends (key, id, finished), collected only while some job has dependents
-  -- (one GET for the call: a plain batch pays nothing per job)
+  -- or some batch is open (read with the settings: a plain batch pays nothing per job)
   local ek = nil
-  if waiting_dependents(cfg) then ek = {} end
+  if collect_ended(cfg) then ek = {} end
   local ei, eo = {}, {}
   for _, stream in ipairs(streams) do
     local b = batches[stream]

@@ -1,5 +1,6 @@
 -- hero function library, shared helpers continued: dependencies (prerequisites and their
--- dependents), used by hero_submit, hero_complete, hero_stop and hero_recover.
+-- dependents), used by hero_submit, hero_complete, hero_stop and hero_recover; the end of a
+-- batch's member is counted through the same hook (release_if_any, see batches.lua).
 
 -- Dependencies. A job submitted with prerequisites that have not all finished waits (status
 -- waiting, `deps_left` the number still unfinished) and is named in the dependents hash of
@@ -79,17 +80,35 @@ local function release_dependents(ctx, ended)
   end
 end
 
--- Releases the dependents of the jobs a call ended, when any has some: `jk`, `ji` their keys
--- and ids, `ok` per job true when it finished. One EXISTS asks for all of them (parallel lists,
--- not a table per job: a hot call ends many).
+-- Releases the dependents of the jobs a call ended, when any has some, and counts the ends
+-- into their batches, when any batch is open: `jk`, `ji` their keys and ids, `ok` per job true
+-- when it finished. One EXISTS asks for all their dependents (parallel lists, not a table per
+-- job: a hot call ends many). A dependent failed in the release is counted into its batch too.
 local function release_if_any(ctx, jk, ji, ok)
-  if #jk == 0 or not waiting_dependents(ctx.cfg) then return end
-  local ks = {}
-  for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
-  local n = 0
-  in_runs(ks, function(from, to) n = n + redis.call('EXISTS', unpack(ks, from, to)) end)
-  if n == 0 then return end
-  local ended = {}
-  for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
-  release_dependents(ctx, ended)
+  if #jk == 0 then return end
+  local ended = nil
+  if waiting_dependents(ctx.cfg) then
+    local ks = {}
+    for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
+    local n = 0
+    in_runs(ks, function(from, to) n = n + redis.call('EXISTS', unpack(ks, from, to)) end)
+    if n > 0 then
+      ended = {}
+      for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+      release_dependents(ctx, ended)
+    end
+  end
+  if open_batches(ctx.cfg) then
+    if not ended then
+      ended = {}
+      for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+    end
+    count_batch_ends(ctx, ended)
+  end
+end
+
+-- Whether a call that ends jobs must collect them for release_if_any: some job has dependents,
+-- or some batch is open.
+local function collect_ended(cfg)
+  return waiting_dependents(cfg) or open_batches(cfg)
 end

@@ -264,6 +264,15 @@ fn every_builder_follows_its_lua_header() {
             Function::Expire,
             expire(&keys, std::time::Duration::from_secs(1), 3),
         ),
+        (Function::Batch, {
+            let spec = CallbackSpec::new(&keys, &job).expect("a plain job makes a callback");
+            close_batch(
+                &keys,
+                &crate::name::BatchName::new("b1").unwrap(),
+                Some(&spec),
+                Some(&spec),
+            )
+        }),
     ];
     let mut wrong = Vec::new();
     for f in Function::ALL {
@@ -278,11 +287,16 @@ fn every_builder_follows_its_lua_header() {
 
 #[test]
 fn the_header_check_catches_a_swapped_argument() {
-    let mut call = Call::new(Function::Renew, 2);
-    call.key("job hash", "k").key("work stream", "s");
+    let mut call = Call::new(Function::Renew, 4);
+    call.key("job hash", "k")
+        .key("work stream", "s")
+        .key("event log", "e")
+        .key("config hash", "c");
     call.arg("consumer group", "g")
         .arg("lease", "1-0")
-        .arg("consumer name", "c");
+        .arg("consumer name", "c")
+        .arg("job id", "j")
+        .arg("progress", "");
     assert_eq!(
         mismatches(Function::Renew, &call).len(),
         2,

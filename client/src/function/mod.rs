@@ -9,6 +9,7 @@
 //! calling the old library while new processes load and call theirs; neither reloads the other.
 //! `docs/protocol.md` (Upgrades) says how an upgrade proceeds and when the old library goes.
 
+mod batch;
 mod bridge_in;
 mod bridge_out;
 mod bridge_watch;
@@ -29,6 +30,7 @@ mod submit;
 #[cfg(test)]
 mod header_check;
 
+pub use batch::{close_batch, BatchClosed, CallbackSpec};
 pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
@@ -72,9 +74,12 @@ pub const LIBRARY_VERSION: &str = version!();
 /// The library's name for FUNCTION LOAD / DELETE / LIST.
 pub const LIBRARY_NAME: &str = concat!("hero_v", version!());
 
-/// The shared helpers every function may use: `prelude.lua`, then `dependencies.lua`.
+/// The shared helpers every function may use: `prelude.lua`, then `batches.lua` and
+/// `dependencies.lua` (whose hook for ended jobs counts them into their batches).
 const PRELUDE: &str = concat!(
     include_str!("prelude.lua"),
+    "\n",
+    include_str!("batches.lua"),
     "\n",
     include_str!("dependencies.lua")
 );
@@ -99,10 +104,11 @@ pub enum Function {
     Fix,
     Pause,
     Cron,
+    Batch,
 }
 
 impl Function {
-    pub const ALL: [Function; 17] = [
+    pub const ALL: [Function; 18] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -120,6 +126,7 @@ impl Function {
         Function::Fix,
         Function::Pause,
         Function::Cron,
+        Function::Batch,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
@@ -167,6 +174,7 @@ impl Function {
             Function::Fix => "fix",
             Function::Pause => "pause",
             Function::Cron => "cron",
+            Function::Batch => "batch",
         }
     }
 
@@ -190,6 +198,7 @@ impl Function {
             Function::Fix => versioned!("fix"),
             Function::Pause => versioned!("pause"),
             Function::Cron => versioned!("cron"),
+            Function::Batch => versioned!("batch"),
         }
     }
 
@@ -212,6 +221,7 @@ impl Function {
             Function::Fix => include_str!("fix.lua"),
             Function::Pause => include_str!("pause.lua"),
             Function::Cron => include_str!("cron.lua"),
+            Function::Batch => include_str!("batch.lua"),
         }
     }
 

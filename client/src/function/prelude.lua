@@ -415,7 +415,7 @@ local SUBMIT_FIELDS = {
   created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
   context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
-  unique_ttl = 'count', payload = 'text', limit_key = 'text',
+  unique_ttl = 'count', payload = 'text', limit_key = 'text', batch = 'name',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).
@@ -551,12 +551,12 @@ end
 
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
--- key and TTL, its tags and its prerequisites (JSON text) when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
+-- key and TTL, its tags, its prerequisites (JSON text) and its batch when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags, prereqs = nil, nil, nil, nil
+  local uniq, uttl, tags, prereqs, batch = nil, nil, nil, nil, nil
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -581,6 +581,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
         uniq = v
       elseif name == 'unique_ttl' then uttl = v
       elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
+      elseif name == 'batch' then batch = v
       elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
         if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
         prereqs = v
@@ -603,7 +604,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags, prereqs
+  return nil, uniq, uttl, tags, prereqs, batch
 end
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode

@@ -8,7 +8,7 @@
 -- ARGV[5] progress: '' for none, else a JSON object {"percent": 0-100, "message": "..."}
 -- ARGV[6..] log lines, oldest first: appended to the record's `log` (a JSON array of strings),
 --   which keeps its last LOG_LINES
--- Events: with a report, `progress` (r the progress JSON) and `log` (r the lines joined by
+-- Events: with a report, `progress` (r the progress JSON) and `logged` (r the lines joined by
 --   newlines); w the consumer.
 -- Returns: 'ok' (idle time reset, the report recorded), 'stopped' (the job ended while running,
 -- e.g. stopped: the handler should be interrupted), 'lost' (another delivery owns the job, or it
@@ -56,7 +56,7 @@ local function hero_renew(keys, args)
       lines = tail
     end
     redis.call('HSET', job_key, 'log', cjson.encode(lines))
-    log_event(log, 'log', job_id, stream, consumer, nil, table.concat(new, '\n'))
+    log_event(log, 'logged', job_id, stream, consumer, nil, table.concat(new, '\n'))
   end
   return 'ok'
 end

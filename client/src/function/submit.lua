@@ -15,6 +15,9 @@
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
+-- Batches: a job whose record names a `batch` is counted into it (`<ns>:batch:<name>`, made
+-- with its first member and named in `<ns>:meta:batches`); a batch that is done (its callbacks
+-- submitted) takes no member: HERO_INVALID_JOB (see batches.lua).
 -- Prerequisites (`prerequisites` or `dependencies`, a JSON array of job ids): each must exist or
 -- come earlier in the batch, else HERO_INVALID_JOB. A job whose prerequisites all finished is
 -- queued as any other; one with some unfinished waits for them (status waiting, see
@@ -105,15 +108,25 @@ local function hero_submit(keys, args)
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once
   local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
+  local members = nil -- per job that names a batch: { batch key, batch name }
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl, tags, prereqs = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags, prereqs, bname = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+    end
+    if bname then
+      local bkey = batch_key(ns_of(keys[5 + 2 * i], args[pos]), bname)
+      if batch_done(bkey) then
+        return redis.error_reply('HERO_INVALID_JOB job ' .. args[pos] .. ': batch ' .. bname ..
+          ' is done (its callbacks were submitted): a new member needs a new batch')
+      end
+      members = members or {}
+      members[i] = { bkey, bname }
     end
     if prereqs then
       -- each must exist already, or come earlier in this batch (a flow: children first): a
@@ -254,6 +267,22 @@ local function hero_submit(keys, args)
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+    end
+  end
+  if members then
+    -- each new member counts in its batch; one that ended at once (a failed prerequisite)
+    -- counts as failed, and may be what its closed batch waited for
+    local ctx = nil
+    for i = 1, n do
+      local m = members[i]
+      if m and answers[2 * i - 1] == 'created' then
+        local now_iso = iso_now()
+        join_batch(keys[4], m[1], m[2], answers[2 * i] == 'error', now_iso)
+        if answers[2 * i] == 'error' then
+          ctx = ctx or { cfg = settings(keys[4]), log = log, now_iso = now_iso }
+          settle_batch(ctx, m[1], m[2])
+        end
+      end
     end
   end
   if deps then

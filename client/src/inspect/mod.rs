@@ -1,11 +1,12 @@
 //! The read side (after asynq's Inspector): questions an operator asks of the whole system
 //! rather than of one job, answered from Redis without changing it. Listing lives here (by
 //! status in `by_status`), the event log in `events`, queue stats in `queues`, the workers in
-//! `actors`, dead letters in `dead`, the audit in `audit`. Each costs Redis O(queues + workers
+//! `actors`, dead letters in `dead`, batches in `batches`, the audit in `audit`. Each costs Redis O(queues + workers
 //! + page), never O(jobs), except listing every job and the audit.
 
 mod actors;
 mod audit;
+mod batches;
 mod by_status;
 mod dead;
 mod events;

@@ -4,7 +4,9 @@
 //! braces and becomes the hash tag (`{hero}:job:<id>`), so every key of a namespace lives in one
 //! slot and every server-side function touches one slot. Each builder names its Redis type.
 
-use crate::name::{GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target};
+use crate::name::{
+    BatchName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType, Target,
+};
 
 /// The minute of an RFC 3339 UTC time (`2026-11-23T11:40:07.123Z` → `2026-11-23T11:40`): the
 /// name of a per-minute stats hash. The functions take the same first 16 characters
@@ -71,6 +73,21 @@ impl Keyspace {
     /// job by `hero_expire` (`<ns>:job:<id>` → `<ns>:tag:<tag>`, derived in the functions).
     pub fn tag(&self, tag: &str) -> String {
         format!("{}:tag:{tag}", self.prefix)
+    }
+
+    /// Hash: batch `name`'s counts (`total`, `pending`, `finished`, `failed`), its callbacks once
+    /// closed and their job ids once done (`batches.lua`); derived in the functions from a
+    /// member's job key (`<ns>:job:<id>` → `<ns>:batch:<name>`). Expires after the retention
+    /// time once done.
+    pub fn batch(&self, name: &BatchName) -> String {
+        format!("{}:batch:{name}", self.prefix)
+    }
+
+    /// Sorted set: every batch's name → when it was made (ms), for listing them; derived in the
+    /// functions from the config hash's key (`batches_key_of`). A name whose batch expired is
+    /// skipped by readers and pruned by the broker's retention pass.
+    pub fn batches(&self) -> String {
+        format!("{}:meta:batches", self.prefix)
     }
 
     /// String: the id of the job holding uniqueness key `key` (with a TTL); `hero_submit`

@@ -1,5 +1,5 @@
 //! The keys the functions derive rather than take in KEYS (a job's tag, uniqueness and
-//! dependents keys, a reply list, a minute's stats hash, the registry's companions, the
+//! dependents keys, a batch and the batch index, a reply list, a minute's stats hash, the registry's companions, the
 //! dual-push registry, the bridge's consumers)
 //! are built in `prelude.lua` by the same rules as the client's keys module: this runs the
 //! library's own helpers in the server and compares what they build with `Keyspace`.
@@ -38,7 +38,8 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
                is_bridge_consumer(ARGV[4]) and 1 or 0, tag_key(prefix_ns, 'blue'),\n\
                reply_prefix_of(ns) .. ARGV[1], bridge_registry_of(KEYS[3]),\n\
                waiting_on_key(ARGV[6]), policy_key_of(ARGV[6]),\n\
-               limit_key_of(ARGV[6], 'osis/io'), rate_key_of(ARGV[6], 'osis') }",
+               limit_key_of(ARGV[6], 'osis/io'), rate_key_of(ARGV[6], 'osis'),\n\
+               batch_key(ns, 'nightly-run'), batches_key_of(ARGV[6]) }",
         );
         let bridge = hero_client::LegacyQueue::ActorQueue("osis".into()).consumer();
         let got: Vec<redis::Value> = redis::cmd("EVAL")
@@ -114,6 +115,16 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
             text(&got[15]),
             keys.rate("osis"),
             "{namespace}: a rate's log"
+        );
+        assert_eq!(
+            text(&got[16]),
+            keys.batch(&hero_client::BatchName::new("nightly-run").unwrap()),
+            "{namespace}: a batch"
+        );
+        assert_eq!(
+            text(&got[17]),
+            keys.batches(),
+            "{namespace}: the batch index"
         );
     }
 }

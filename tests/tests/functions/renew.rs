@@ -71,7 +71,11 @@ async fn renew_records_a_report_and_keeps_the_last_lines_when_the_lease_holds() 
         2,
         "{kinds:?}"
     );
-    assert_eq!(kinds.iter().filter(|k| *k == "log").count(), 2, "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "logged").count(),
+        2,
+        "{kinds:?}"
+    );
 
     // fenced: a delivery that lost its lease records nothing
     let r = recover_consumer(&c, &stream, "g:a:1", 5).await;
