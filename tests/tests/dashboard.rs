@@ -345,6 +345,41 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     assert_eq!(url_now.path(), "/", "no navigation happened");
     shot(&b, "live-feed").await;
 
+    // a batch on its page: counts and its callback job
+    let batch = client.batch("dash-batch").unwrap();
+    let members: Vec<NewJob> = (0..2)
+        .map(|n| {
+            NewJob::builder("web", "member")
+                .id(format!("dash-m-{n}"))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    batch.add(&members).await.unwrap();
+    let cb = NewJob::builder("cbq", "report()")
+        .id("dash-batch-cb")
+        .build()
+        .unwrap();
+    batch.close(Some(&cb), None).await.unwrap();
+    wait_for("the batch to be done", Duration::from_secs(20), || {
+        let batch = batch.clone();
+        async move { batch.show().await.ok().flatten()?.done_at.map(|_| ()) }
+    })
+    .await;
+    b.goto(&format!("{base}/batches")).await.unwrap();
+    assert_eq!(
+        text_of(
+            &b,
+            "#batches tr[data-batch='dash-batch'] td[data-f='finished']"
+        )
+        .await,
+        "2"
+    );
+    assert!(text_of(&b, "#batches tr[data-batch='dash-batch']")
+        .await
+        .contains("dash-batch-cb"));
+    shot(&b, "batches").await;
+
     for (path, name) in [
         ("/actors", "actors"),
         ("/dead", "dead"),

@@ -215,6 +215,36 @@ async fn every_read_endpoint_answers_its_json_on_a_known_state() {
     let (code, v) = get(&base, "/readyz").await;
     assert_eq!((code, v["ready"].as_bool()), (200, Some(true)));
     assert_eq!(v["functions"], hero_client::function::LIBRARY_NAME);
+
+    // a batch: its counts and callback job, and the member names it
+    let batch = client.batch("api-batch").unwrap();
+    let member = NewJob::builder("q1", "x").id("q1-member").build().unwrap();
+    batch.add(std::slice::from_ref(&member)).await.unwrap();
+    let cb = NewJob::builder("cbq", "y")
+        .id("api-batch-cb")
+        .build()
+        .unwrap();
+    batch.close(Some(&cb), None).await.unwrap();
+    wait_for("the batch to be done", Duration::from_secs(20), || {
+        let batch = batch.clone();
+        async move { batch.show().await.ok().flatten()?.done_at.map(|_| ()) }
+    })
+    .await;
+    let (code, v) = get(&base, "/api/batches/api-batch").await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["state"], "done");
+    assert_eq!(
+        (v["total"].as_u64(), v["finished"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(v["complete_id"], "api-batch-cb");
+    let (code, v) = get(&base, "/api/batches").await;
+    assert_eq!(code, 200);
+    assert_eq!(v["batches"][0]["name"], "api-batch");
+    let (code, _) = get(&base, "/api/batches/none-such").await;
+    assert_eq!(code, 404);
+    let (code, v) = get(&base, "/api/jobs/q1-member").await;
+    assert_eq!((code, v["batch"].as_str()), (200, Some("api-batch")));
 }
 
 async fn get_text(base: &str, path: &str) -> (u16, String) {

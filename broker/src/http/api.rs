@@ -44,6 +44,8 @@ pub fn routes() -> Router<App> {
         .route("/api/events/stream", get(event_stream))
         .route("/api/history", get(history))
         .route("/api/audit", get(audit).post(audit_fix))
+        .route("/api/batches", get(batches))
+        .route("/api/batches/{name}", get(batch_one))
         .route("/api/dead", get(dead))
         .route("/api/dead/{id}", get(dead_one))
         .route("/api/dead/retry", post(dead_retry))
@@ -463,6 +465,31 @@ async fn dead(State(app): State<App>, Query(q): Query<DeadQuery>) -> ApiResult {
         "dead": page.iter().map(DeadLetter::to_json).collect::<Vec<_>>(),
         "next": next,
     })))
+}
+
+#[derive(Deserialize)]
+struct BatchesQuery {
+    limit: Option<usize>,
+}
+
+async fn batches(State(app): State<App>, Query(q): Query<BatchesQuery>) -> ApiResult {
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000);
+    let all = app.client.inspector().batches(limit).await?;
+    Ok(Json(json!({
+        "batches": all.iter().map(hero_client::batch::BatchInfo::to_json).collect::<Vec<_>>(),
+    })))
+}
+
+async fn batch_one(State(app): State<App>, Path(name): Path<String>) -> ApiResult {
+    let name =
+        hero_client::BatchName::new(&name).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    match app.client.inspector().batch(&name).await? {
+        Some(b) => Ok(Json(b.to_json())),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no batch {name} (a done batch is kept for the broker's retention time)"),
+        )),
+    }
 }
 
 async fn dead_one(State(app): State<App>, Path(id): Path<String>) -> ApiResult {

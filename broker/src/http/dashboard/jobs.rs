@@ -149,6 +149,10 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                             dd.mono { (val.as_str().map_or_else(|| val.to_string(), str::to_string)) }
                         }
                     }
+                    @if let Some(b) = v["batch"].as_str() {
+                        dt { "batch" }
+                        dd.mono { a href="/batches" { (b) } }
+                    }
                     @if let Some(tags) = v["tags"].as_array().filter(|t| !t.is_empty()) {
                         dt { "tags" }
                         dd { (tags.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(", ")) }

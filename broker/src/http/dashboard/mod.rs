@@ -5,7 +5,8 @@
 //! browser's local storage, never in a cookie the page could leak).
 //!
 //! One file per noun: `queues` (the overview with its cards, charts and queues table; the
-//! actors), `jobs` (listings and a job's page), `ops` (dead letters, the audit, the event log).
+//! actors), `jobs` (listings and a job's page), `batches`, `ops` (dead letters, the audit, the
+//! event log).
 //! This module holds the routes, the layout and the pieces every page uses.
 
 use axum::http::header;
@@ -19,6 +20,7 @@ use maud::{html, Markup, DOCTYPE};
 
 use super::{ApiError, App};
 
+mod batches;
 mod jobs;
 mod ops;
 mod queues;
@@ -33,6 +35,7 @@ pub fn routes() -> Router<App> {
         .route("/jobs", get(jobs::jobs))
         .route("/jobs/{id}", get(jobs::job))
         .route("/find", get(jobs::go))
+        .route("/batches", get(batches::batches))
         .route("/dead", get(ops::dead))
         .route("/audit", get(ops::audit))
         .route("/events", get(ops::events))
@@ -112,10 +115,11 @@ pub(crate) fn sign_in(e: ApiError) -> Response {
     (e.status, Html(body.into_string())).into_response()
 }
 
-const NAV: [(&str, &str); 6] = [
+const NAV: [(&str, &str); 7] = [
     ("/", "Queues"),
     ("/actors", "Actors"),
     ("/jobs", "Jobs"),
+    ("/batches", "Batches"),
     ("/dead", "Dead letters"),
     ("/audit", "Audit"),
     ("/events", "Events"),
