@@ -1,7 +1,8 @@
 //! A second language speaks the protocol (SPEC §7, issue 4): the Python producer and worker of
-//! `tests/interop/hero_interop.py`, written only from `docs/protocol.md` with the `redis`
-//! package from PyPI, against the real broker and the Rust client and worker, both ways, with
-//! run-and-wait and fenced completion. `scripts/interop-setup` makes the Python environment.
+//! `tests/interop/hero_interop.py`, on the repository's `hero` Python package (python/, its
+//! producer and its protocol calls), against the real broker and the Rust client and worker,
+//! both ways, with run-and-wait and fenced completion. `scripts/interop-setup` makes the Python
+//! environment and installs the package into it.
 
 use std::path::PathBuf;
 use std::time::Duration;

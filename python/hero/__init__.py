@@ -1,0 +1,28 @@
+"""hero-py: a producer and a worker for hero-broker, the job broker on Redis Streams.
+
+    import hero
+    client = hero.Client()                      # HERO_REDIS_URL, or the Redis of `hero up`
+    print(client.run("40 + 2", type="rhai").output)
+
+    def handler(job, ctx):
+        ctx.progress(50, "halfway")
+        return job.script.upper()
+    hero.Worker(handler, types=["py"]).run()    # until SIGTERM
+
+Layout: `keys` (every key), `protocol` (every server function call, the library of this
+protocol version and its loading), `job` (the record and answers as dataclasses), `client`
+(the producer), `worker` (the worker), `errors`.
+"""
+from .client import Client, connect
+from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound
+from .job import BatchInfo, Job, Progress, Result, Submitted
+from .keys import Keys
+from .protocol import VERSION as PROTOCOL_VERSION
+from .worker import Abort, JobContext, Retry, Worker
+
+__all__ = [
+    "Abort", "BatchInfo", "Client", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
+    "JobNotFound", "Keys", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Worker",
+    "connect",
+]
+__version__ = "0.27.0"

@@ -1,0 +1,229 @@
+"""The producer: submit jobs with every option the CLI has, run one and wait, read a job's
+status and record, stop it, and batches."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Sequence
+
+import redis
+
+from .errors import HeroError, InvalidInput, JobNotFound
+from .job import BatchInfo, Job, Result, Submitted
+from .keys import Keys
+from .protocol import Protocol, iso, now_ms
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+MAX_SCRIPT_BYTES = 1 << 20
+
+
+def _name(what: str, v: str) -> str:
+    if not _NAME.match(v or ""):
+        raise InvalidInput(f"{what} {v!r}: use 1-64 characters of A-Z a-z 0-9 _ -")
+    return v
+
+
+def connect(url: str | None = None) -> redis.Redis:
+    """A connection to `url`, else HERO_REDIS_URL, else the local Redis of `hero up` (its URL
+    in ./.hero/redis.url), else redis://127.0.0.1:6379."""
+    if url is None:
+        url = os.environ.get("HERO_REDIS_URL")
+    if url is None and os.path.exists(os.path.join(".hero", "redis.url")):
+        with open(os.path.join(".hero", "redis.url"), encoding="utf-8") as f:
+            url = f.read().strip()
+    return redis.Redis.from_url(url or "redis://127.0.0.1:6379", decode_responses=False)
+
+
+class Client:
+    """A producer of one namespace. `url` as for `connect`; `namespace` the key prefix."""
+
+    def __init__(self, url: str | None = None, namespace: str = "hero", *, r: redis.Redis | None = None,
+                 cluster: bool = False):
+        self.r = r if r is not None else connect(url)
+        self.keys = Keys.cluster(namespace) if cluster else Keys(_name("namespace", namespace))
+        self.proto = Protocol(self.r, self.keys)
+        self.proto.ensure_library()
+
+    # -- submit -----------------------------------------------------------------------------
+    def job(self, script: str, type: str = "rhai", *, id: str | None = None, group: str | None = None,
+            instance: str | None = None, priority: int = 5, timeout: int | None = None, retries: int = 0,
+            delay: float | None = None, at: datetime | None = None, after: Iterable[str] = (),
+            unique: str | None = None, unique_ttl: float | None = None, tags: Iterable[str] = (),
+            limit_key: str | None = None, env: Mapping[str, str] | None = None, batch: str | None = None,
+            caller_id: str = "", context_id: str = "", payload: bytes | None = None,
+            wait: bool = False) -> tuple[str, str, int, dict[str, Any]]:
+        """The submit of one job, checked: (id, work stream, run-at ms, record fields). Every
+        option of `hero submit`; `delay` in seconds, `at` an aware datetime, `after` the ids of
+        prerequisites, `unique_ttl` in seconds."""
+        job_id = id or str(uuid.uuid4())
+        if not _JOB_ID.match(job_id):
+            raise InvalidInput(f"job id {job_id!r}: use 1-128 characters of A-Z a-z 0-9 _ - .")
+        _name("script type", type)
+        if instance and not group:
+            raise InvalidInput("an instance needs a group: give group= as well")
+        if group:
+            _name("group", group)
+        if instance:
+            _name("instance", instance)
+        if not 0 <= priority <= 9:
+            raise InvalidInput(f"priority {priority} is out of range: use 0 (highest) to 9 (lowest)")
+        if len(script.encode()) > MAX_SCRIPT_BYTES:
+            raise InvalidInput(f"the script is {len(script.encode())} bytes; the limit is {MAX_SCRIPT_BYTES}")
+        now = iso()
+        fields: dict[str, Any] = {"script": script, "script_type": type, "created_at": now}
+        if group:
+            fields["group"] = group
+        if instance:
+            fields["instance"] = instance
+        if priority != 5:
+            fields["priority"] = str(priority)
+        if timeout is not None:
+            fields["timeout"] = str(int(timeout))
+        if retries:
+            fields["retries"] = str(int(retries))
+        if caller_id:
+            fields["caller_id"] = caller_id
+        if context_id:
+            fields["context_id"] = context_id
+        if env:
+            fields["env_vars"] = json.dumps({str(k): str(v) for k, v in env.items()})
+        after = list(after)
+        if after:
+            fields["prerequisites"] = json.dumps(after)
+        tags = list(tags)
+        if tags:
+            fields["tags"] = json.dumps(tags)
+        if unique is not None:
+            if not 1 <= len(unique.encode()) <= 200:
+                raise InvalidInput("a uniqueness key is 1 to 200 bytes")
+            fields["unique"] = unique
+            if unique_ttl is not None:
+                fields["unique_ttl"] = str(max(1, int(unique_ttl * 1000)))
+        elif unique_ttl is not None:
+            raise InvalidInput("unique_ttl needs a unique key")
+        if limit_key is not None:
+            fields["limit_key"] = limit_key
+        if batch is not None:
+            fields["batch"] = _name("batch name", batch)
+        if payload is not None:
+            fields["payload"] = payload
+        if wait:
+            fields["reply"] = "1"
+        run_at = 0
+        if at is not None:
+            run_at = int(at.timestamp() * 1000)
+        elif delay is not None:
+            run_at = now_ms() + int(delay * 1000)
+        return job_id, self.keys.work(type, group, instance, priority), run_at, fields
+
+    def submit(self, script: str, type: str = "rhai", **options: Any) -> Submitted:
+        """Submits one job (see `job` for the options) and answers its id and status. An id that
+        exists already changes nothing (`created` False); a held uniqueness key answers the
+        holder (`duplicate_of`)."""
+        return self.submit_many([self.job(script, type, **options)])[0]
+
+    def submit_many(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
+        """Submits jobs built with `job`, in one call."""
+        try:
+            answers = self.proto.submit(jobs)
+        except redis.ResponseError as e:
+            raise HeroError.from_server(e) from None
+        out = []
+        for (job_id, _, _, _), (kind, status) in zip(jobs, answers):
+            if kind.startswith("duplicate:"):
+                out.append(Submitted(kind.split(":", 1)[1], False, status, duplicate_of=kind.split(":", 1)[1]))
+            else:
+                out.append(Submitted(job_id, kind == "created", status))
+        return out
+
+    def run(self, script: str, type: str = "rhai", wait: float = 30.0, **options: Any) -> Result:
+        """Submits a job and waits up to `wait` seconds for it to end."""
+        s = self.submit(script, type, wait=True, **options)
+        return self.wait(s.id, wait)
+
+    def wait(self, job_id: str, wait: float = 30.0) -> Result:
+        """Waits up to `wait` seconds for a job to end: its reply list, else its record."""
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            got = self.r.blpop([self.keys.reply(job_id)], timeout=max(0.1, min(left, 1.0)))
+            if got is not None:
+                v = json.loads(got[1])
+                return Result(job_id, v.get("status", ""), v.get("output", ""), v.get("error", ""))
+            job = self.get(job_id)
+            if job.ended:
+                return Result(job_id, job.status, job.output or "", job.error or "")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} did not end within {wait} s (it is {job.status})")
+
+    # -- read -------------------------------------------------------------------------------
+    def get(self, job_id: str) -> Job:
+        rec = self.r.hgetall(self.keys.job(job_id))
+        if not rec:
+            raise JobNotFound(job_id)
+        return Job.from_record(job_id, rec)
+
+    def status(self, job_id: str) -> str:
+        s = self.r.hget(self.keys.job(job_id), "status")
+        if s is None:
+            raise JobNotFound(job_id)
+        return s.decode()
+
+    # -- stop -------------------------------------------------------------------------------
+    def stop(self, job_id: str) -> str:
+        """Stops a job wherever it is: 'cancelled' (it never starts), 'interrupted' (its worker
+        is told), 'already_completed'."""
+        for _ in range(5):
+            rec = self.r.hmget(self.keys.job(job_id), ["script_type", "group", "instance", "priority",
+                                                     "worker_id"])
+            t, g, i, p, worker = (x.decode() if x else "" for x in rec)
+            stream = self.keys.work(t, g or None, i or None, int(p) if p.isdigit() else 5) if t else \
+                self.keys.job(job_id)
+            ctl = None
+            parts = worker.split(":")
+            if t and len(parts) == 3:
+                ctl = self.keys.ctl_instance(t, parts[0], parts[1])
+            try:
+                answer = self.proto.stop(job_id, stream, ctl, worker)
+            except redis.ResponseError as e:
+                raise HeroError.from_server(e) from None
+            if answer != "changed":
+                return answer
+        raise HeroError(f"job {job_id} kept changing hands while it was being stopped; try again")
+
+    # -- batches ----------------------------------------------------------------------------
+    def close_batch(self, name: str, on_complete: tuple[str, str] | None = None,
+                    on_success: tuple[str, str] | None = None, **options: Any) -> BatchInfo:
+        """Closes batch `name`: the callback job on_complete = (script, type) is submitted once
+        every member ended, on_success once every member finished. Members join with
+        submit(..., batch=name)."""
+        if on_complete is None and on_success is None:
+            raise InvalidInput("close a batch with on_complete or on_success")
+
+        def spec(cb: tuple[str, str] | None, which: str) -> dict | None:
+            if cb is None:
+                return None
+            job_id, stream, _, fields = self.job(cb[0], cb[1], id=f"batch-{name}-{which}", **options)
+            flat = [str(x) for kv in fields.items() if kv[0] != "created_at" for x in kv]
+            return {"id": job_id, "key": self.keys.job(job_id), "stream": stream,
+                    "registry": self.keys.queues(), "group": "workers", "fields": flat}
+
+        r = self.proto.close_batch(_name("batch name", name), spec(on_complete, "complete"),
+                                   spec(on_success, "success"))
+        state = {"done": "done", "already_done": "done"}.get(r[0], "closed")
+        return BatchInfo(name, r[1], r[2], r[3], r[4], state, r[5] or None, r[6] or None)
+
+    def batch(self, name: str) -> BatchInfo | None:
+        """Batch `name` as it stands (None when there is none, or it expired)."""
+        h = {k.decode(): v.decode() for k, v in self.r.hgetall(self.keys.batch(_name("batch name", name))).items()}
+        if not h:
+            return None
+        n = lambda k: max(0, int(h.get(k, "0") or 0))  # noqa: E731
+        state = "done" if "done_at" in h else "closed" if h.get("closed") == "1" else "open"
+        return BatchInfo(name, n("total"), n("pending"), n("finished"), n("failed"), state,
+                         h.get("complete_id"), h.get("success_id"))

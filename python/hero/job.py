@@ -1,0 +1,160 @@
+"""The job record (docs/protocol.md §3) as Python sees it, and what calls answer."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Progress:
+    percent: float
+    message: str = ""
+
+
+@dataclass
+class Job:
+    """A job record, read as the protocol describes it (absent fields at their defaults)."""
+
+    id: str
+    status: str
+    script: str
+    script_type: str | None = None
+    group: str | None = None
+    instance: str | None = None
+    priority: int = 5
+    timeout: int | None = None
+    retries: int = 0
+    attempts: int = 0
+    env_vars: dict[str, str] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    prerequisites: list[str] = field(default_factory=list)
+    output: str | None = None
+    error: str | None = None
+    worker_id: str = ""
+    lease: str | None = None
+    created_at: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None
+    batch: str | None = None
+    unique: str | None = None
+    limit_key: str | None = None
+    progress: Progress | None = None
+    log: list[str] = field(default_factory=list)
+    payload: bytes | None = None
+    reply: str = ""
+    raw: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def time_limit(self) -> int:
+        return self.timeout if self.timeout is not None else DEFAULT_TIMEOUT_S
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ("finished", "error")
+
+    @classmethod
+    def from_record(cls, job_id: str, rec: dict[Any, Any]) -> "Job":
+        """A record as HGETALL gives it (bytes or text); the payload stays bytes."""
+        text: dict[str, str] = {}
+        payload = None
+        for k, v in rec.items():
+            k = k.decode() if isinstance(k, bytes) else k
+            if k == "payload":
+                payload = v if isinstance(v, bytes) else str(v).encode()
+                continue
+            text[k] = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+        def num(name: str, default: int | None) -> int | None:
+            v = text.get(name, "")
+            return int(v) if v.isdigit() else default
+
+        def lst(name: str) -> list[str]:
+            v = text.get(name, "")
+            try:
+                out = json.loads(v) if v else []
+            except ValueError:
+                return []
+            return [str(x) for x in out] if isinstance(out, list) else []
+
+        progress = None
+        if text.get("progress"):
+            try:
+                p = json.loads(text["progress"])
+                progress = Progress(float(p.get("percent", 0)), str(p.get("message", "")))
+            except (ValueError, AttributeError):
+                progress = None
+        try:
+            env = json.loads(text["env_vars"]) if text.get("env_vars") else {}
+        except ValueError:
+            env = {}
+        status = text.get("status", "")
+        attempts = num("attempts", None)
+        if attempts is None:
+            attempts = 1 if status in ("started", "finished", "error") and text.get("started_at") else 0
+        return cls(
+            id=text.get("id") or job_id,
+            status=status,
+            script=text.get("script", ""),
+            script_type=text.get("script_type"),
+            group=text.get("group") or None,
+            instance=text.get("instance") or None,
+            priority=num("priority", 5) or 0,
+            timeout=num("timeout", None),
+            retries=num("retries", 0) or 0,
+            attempts=attempts,
+            env_vars=env if isinstance(env, dict) else {},
+            tags=lst("tags"),
+            prerequisites=lst("prerequisites") or lst("dependencies"),
+            output=text.get("output"),
+            error=text.get("error"),
+            worker_id=text.get("worker_id", ""),
+            lease=text.get("lease") or None,
+            created_at=text.get("created_at", ""),
+            started_at=text.get("started_at"),
+            finished_at=text.get("finished_at"),
+            batch=text.get("batch") or None,
+            unique=text.get("unique") or None,
+            limit_key=text.get("limit_key") or None,
+            progress=progress,
+            log=lst("log"),
+            payload=payload,
+            reply=text.get("reply", ""),
+            raw=text,
+        )
+
+
+@dataclass(frozen=True)
+class Submitted:
+    id: str
+    created: bool
+    status: str
+    duplicate_of: str | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a job ended: `status` is 'finished' or 'error'."""
+
+    id: str
+    status: str
+    output: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "finished"
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    name: str
+    total: int
+    pending: int
+    finished: int
+    failed: int
+    state: str
+    complete_id: str | None = None
+    success_id: str | None = None

@@ -1,0 +1,97 @@
+"""Every key of the protocol (docs/protocol.md §2), built here and only here, the way the Rust
+client's keys module builds them: a namespace `hero` by default, `{ns}` (a hash tag) in a
+Redis Cluster."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "workers"  # the consumer group of every work stream
+DEFAULT_PRIORITY = 5
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "hero"
+
+    @classmethod
+    def cluster(cls, namespace: str = "hero") -> "Keys":
+        return cls("{" + namespace + "}")
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def job_prefix(self) -> str:
+        return f"{self.prefix}:job:"
+
+    def work(self, script_type: str, group: str | None = None, instance: str | None = None,
+             priority: int = DEFAULT_PRIORITY) -> str:
+        key = f"{self.prefix}:q:work:type:{script_type}"
+        if group:
+            key += f":group:{group}"
+            if instance:
+                key += f":inst:{instance}"
+        if priority != DEFAULT_PRIORITY:
+            key += f":prio:{priority}"
+        return key
+
+    def precedence(self, types: list[str], group: str, instance: str,
+                   priorities: range | list[int] = range(10)) -> list[str]:
+        """The streams a worker reads, in order: instance -> group -> type, priority 0 first
+        within each, types varying fastest."""
+        out = []
+        for g, i in ((group, instance), (group, None), (None, None)):
+            for p in priorities:
+                for t in types:
+                    out.append(self.work(t, g, i, p))
+        return out
+
+    def reply(self, job_id: str) -> str:
+        return f"{self.prefix}:q:reply:{job_id}"
+
+    def reply_prefix(self) -> str:
+        return f"{self.prefix}:q:reply:"
+
+    def ctl_instance(self, script_type: str, group: str, instance: str) -> str:
+        return f"{self.prefix}:q:ctl:type:{script_type}:group:{group}:inst:{instance}"
+
+    def presence(self, script_type: str, group: str, instance: str) -> str:
+        return f"{self.prefix}:meta:actor:inst:{script_type}:{group}:{instance}"
+
+    def consumers(self) -> str:
+        return f"{self.prefix}:meta:consumers"
+
+    def queues(self) -> str:
+        return f"{self.prefix}:meta:queues"
+
+    def queue_signal(self) -> str:
+        return f"{self.prefix}:meta:queues:new"
+
+    def bridge_registry(self) -> str:
+        return f"{self.prefix}:meta:bridge"
+
+    def policy(self) -> str:
+        return f"{self.prefix}:meta:policy"
+
+    def delayed(self) -> str:
+        return f"{self.prefix}:meta:delayed"
+
+    def dead_letter(self) -> str:
+        return f"{self.prefix}:meta:dead"
+
+    def retention(self) -> str:
+        return f"{self.prefix}:meta:retention"
+
+    def events(self) -> str:
+        return f"{self.prefix}:meta:events"
+
+    def stats(self) -> str:
+        return f"{self.prefix}:meta:stats"
+
+    def config(self) -> str:
+        return f"{self.prefix}:meta:config"
+
+    def batch(self, name: str) -> str:
+        return f"{self.prefix}:batch:{name}"
+
+    def batches(self) -> str:
+        return f"{self.prefix}:meta:batches"

@@ -1,0 +1,174 @@
+"""The protocol's server functions (docs/protocol.md §4), one builder each, all in this file:
+what every other module calls. The package carries the Lua library of its protocol version
+(`hero-library.lua`, equal to the repository's docs/hero-library.lua) and loads it when the
+server lacks it, so a worker of this version runs whatever version the brokers run (§8)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+import redis
+
+from .keys import GROUP, Keys
+
+VERSION = "27"
+LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hero-library.lua")
+
+
+class Protocol:
+    """The calls of one protocol version on one connection: `version` names the functions
+    (`hero_v<version>_<name>`), `library` is the Lua source loaded when they are missing."""
+
+    def __init__(self, r: redis.Redis, keys: Keys, version: str = VERSION, library: str = LIBRARY):
+        self.r = r
+        self.keys = keys
+        self.version = version
+        self.library = library
+        self._xackdel: str | None = None
+
+    def fn(self, name: str) -> str:
+        return f"hero_v{self.version}_{name}"
+
+    def ensure_library(self) -> None:
+        """Loads this version's library unless the server has it (never replaces another)."""
+        try:
+            if _text(self.r.fcall(self.fn("version"), 0)) == self.version:
+                return
+        except redis.ResponseError as e:
+            if "Function not found" not in str(e):
+                raise
+        with open(self.library, encoding="utf-8") as f:
+            self.r.function_load(f.read(), replace=True)
+
+    def xackdel(self) -> str:
+        """'1' when the server has XACKDEL (asked once), else '0'."""
+        if self._xackdel is None:
+            # a command the server lacks is "unknown"; one it has refuses the missing arguments
+            try:
+                self.r.execute_command("XACKDEL")
+                self._xackdel = "1"
+            except redis.ResponseError as e:
+                self._xackdel = "0" if "unknown command" in str(e).lower() else "1"
+        return self._xackdel
+
+    # -- producer ---------------------------------------------------------------------------
+    def submit(self, jobs: Sequence[tuple[str, str, int, dict[str, str]]]) -> list[tuple[str, str]]:
+        """hero_submit of (job id, work stream, run-at ms or 0, record fields) each; answers
+        (kind, status) per job: kind 'created', 'exists' or 'duplicate:<id>'."""
+        k = self.keys
+        keys = [k.delayed(), k.queues(), k.bridge_registry(), k.config(), k.events(), k.stats()]
+        argv: list[Any] = [GROUP]
+        for job_id, stream, run_at, fields in jobs:
+            keys += [k.job(job_id), stream]
+            pairs = [x for kv in fields.items() for x in kv]
+            argv += [job_id, run_at, len(pairs), *pairs]
+        answer = self.r.fcall(self.fn("submit"), len(keys), *keys, *argv)
+        out = [_text(x) for x in answer]
+        return [(out[i], out[i + 1]) for i in range(0, len(out), 2)]
+
+    def stop(self, job_id: str, stream: str, ctl: str | None, worker: str, why: str = "stopped") -> str:
+        k = self.keys
+        keys = [k.job(job_id), stream, k.delayed(), k.reply(job_id), k.config(), ctl or k.config(),
+                k.retention(), k.events(), k.stats()]
+        argv = [GROUP, worker if ctl else "", iso(), self.xackdel(), job_id, why]
+        return _text(self.r.fcall(self.fn("stop"), len(keys), *keys, *argv))
+
+    def close_batch(self, name: str, on_complete: dict | None, on_success: dict | None) -> list[Any]:
+        k = self.keys
+        keys = [k.batch(name), k.config(), k.batches(), k.events()]
+        argv = [name, iso(), json.dumps(on_complete) if on_complete else "",
+                json.dumps(on_success) if on_success else ""]
+        return [_text(x) if isinstance(x, bytes) else x
+                for x in self.r.fcall(self.fn("batch"), len(keys), *keys, *argv)]
+
+    # -- worker -----------------------------------------------------------------------------
+    def fetch(self, streams: Sequence[str], consumer: str, count: int) -> tuple[list, list, list, dict]:
+        """hero_fetch over `streams` in precedence order, asking for the records of a short
+        fetch; answers (jobs as (stream index from 0, entry, job id), dropped, cursors,
+        records by job id)."""
+        k = self.keys
+        keys = [k.queues(), k.config(), k.events(), k.stats(), *streams]
+        reply = self.r.fcall(self.fn("fetch"), len(keys), *keys, GROUP, consumer, count, k.job_prefix(),
+                             iso(), self.xackdel(), "", "1")
+        flat = reply[0]
+        jobs = [(int(flat[i]) - 1, _text(flat[i + 1]), _text(flat[i + 2])) for i in range(0, len(flat), 3)]
+        cursors = [_text(c) for c in reply[2]]
+        records: dict[str, dict] = {}
+        if len(reply) > 4:
+            for (_, _, job_id), rec in zip(jobs, reply[4]):
+                records[job_id] = {rec[i]: rec[i + 1] for i in range(0, len(rec), 2)}
+        return jobs, reply[1], cursors, records
+
+    def renew(self, job_id: str, stream: str, lease: str, consumer: str,
+              progress: tuple[float, str] | None = None, lines: Iterable[str] = ()) -> str:
+        """hero_renew: 'ok', 'stopped' or 'lost'; with a report, records it in the same call."""
+        k = self.keys
+        lines = list(lines)
+        if progress is None and not lines:
+            return _text(self.r.fcall(self.fn("renew"), 2, k.job(job_id), stream, lease, GROUP, consumer))
+        p = ""
+        if progress is not None:
+            percent = 0.0 if progress[0] != progress[0] else max(0.0, min(100.0, float(progress[0])))
+            p = json.dumps({"percent": percent, "message": _clip(progress[1], 200)})
+        return _text(self.r.fcall(self.fn("renew"), 4, k.job(job_id), stream, k.events(), k.config(),
+                                  lease, GROUP, consumer, job_id, p, *[_clip(x, 1000) for x in lines]))
+
+    def complete(self, consumer: str, done: Sequence[dict[str, Any]]) -> list[str]:
+        """hero_complete of a batch of outcomes, each a dict: id, stream, lease, outcome ('done',
+        'fail', 'retry', 'abort'), text, retry_at (ms), reply (the record's field), ran_ms.
+        Answers per job: completed, retrying, already_completed or lease_lost."""
+        k = self.keys
+        keys = [k.delayed(), k.config(), k.retention(), k.events(), k.stats(), k.queues()]
+        argv: list[Any] = [GROUP, iso(), self.xackdel(), " ".join(d["id"] for d in done), consumer, ""]
+        for d in done:
+            keys += [k.job(d["id"]), d["stream"], k.reply(d["id"])]
+            argv += [d["lease"], d["outcome"], d["text"], d.get("retry_at", 0), d["id"], d.get("reply", ""),
+                     d.get("ran_ms", "")]
+        return [_text(x) for x in self.r.fcall(self.fn("complete"), len(keys), *keys, *argv)]
+
+    def hand_back(self, stream: str, consumer: str) -> int:
+        """Puts every delivery `consumer` holds on `stream` back, without counting an attempt
+        (hero_recover's hand-back); answers how many went back."""
+        k = self.keys
+        keys = [stream, k.dead_letter(), k.config(), k.retention(), k.events(), k.stats()]
+        total, cursor = 0, "0-0"
+        while True:
+            r = self.r.fcall(self.fn("recover"), len(keys), *keys, GROUP, "consumer", consumer, 0, 1000,
+                             k.job_prefix(), k.reply_prefix(), 1_000_000, cursor, "1", iso(), self.xackdel())
+            total += int(r[0])
+            cursor = _text(r[3])
+            if cursor == "0-0":
+                return total
+
+
+def retry_at_ms(attempt: int) -> int:
+    """1 s x 2^(attempt-1), +-20 %, capped at an hour: the SDKs' back-off (§6)."""
+    delay = min(3_600_000, 1000 * 2 ** max(0, attempt - 1))
+    return now_ms() + int(delay * random.uniform(0.8, 1.2))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def iso(ms: int | None = None) -> str:
+    ms = now_ms() if ms is None else ms
+    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return "" if v is None else str(v)
+
+
+def _clip(s: str, limit: int) -> str:
+    b = s.encode("utf-8")
+    if len(b) <= limit:
+        return s
+    return b[:limit].decode("utf-8", "ignore")

@@ -1,0 +1,266 @@
+"""hero-py against a real redis-server and a real `hero broker`: the README's example as
+written, the producer's options, the worker's precedence, concurrency, fencing, stop, time
+limit, progress and logs, retries, batches, SIGTERM, and a worker of the previous protocol."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+
+import pytest
+import redis
+
+import hero
+from conftest import ROOT, hero as hero_cli, python_proc, wait_until
+
+
+def start(worker: hero.Worker) -> threading.Thread:
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    t.start()
+    return t
+
+
+def stop(worker: hero.Worker, t: threading.Thread) -> None:
+    worker.stop()
+    t.join(timeout=20)
+    assert not t.is_alive(), "the worker stopped"
+
+
+def test_the_readme_example_runs_as_written(broker):
+    readme = open(os.path.join(ROOT, "python", "README.md"), encoding="utf-8").read()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    p = python_proc(code, broker)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert out.strip() == "finished HELLO FROM PYTHON", out + err
+
+
+def test_submit_writes_every_option_and_refuses_bad_input(redis_url):
+    c = hero.Client(redis_url)
+    first = c.submit("x", "py", id="pre")
+    s = c.submit("work", "py", id="full", group="io", instance="i1", priority=2, timeout=30, retries=3,
+                 unique="u-1", tags=["nightly", "red"], limit_key="cust-7", env={"A": "1"},
+                 batch="b1", caller_id="me", after=[first.id])
+    assert s.created and s.status == "waiting"
+    j = c.get("full")
+    assert (j.script_type, j.group, j.instance, j.priority, j.timeout, j.retries) == ("py", "io", "i1", 2, 30, 3)
+    assert (j.unique, j.tags, j.limit_key, j.env_vars, j.batch) == ("u-1", ["nightly", "red"], "cust-7", {"A": "1"}, "b1")
+    assert j.prerequisites == ["pre"]
+    # the uniqueness key is held: a second submit answers the holder
+    dup = c.submit("again", "py", unique="u-1")
+    assert dup.duplicate_of == "full" and not dup.created
+    # delayed
+    d = c.submit("later", "py", delay=60)
+    assert d.status == "waiting" and c.get(d.id).raw["run_at"]
+    # bad input is said clearly and nothing is written
+    with pytest.raises(hero.InvalidInput, match="priority 12"):
+        c.submit("x", "py", priority=12)
+    with pytest.raises(hero.InvalidInput, match="script type"):
+        c.submit("x", "no spaces")
+    with pytest.raises(hero.InvalidInput, match="needs a group"):
+        c.submit("x", "py", instance="i1")
+    with pytest.raises(hero.InvalidJob, match="prerequisite nope does not exist"):
+        c.submit("x", "py", id="orphan", after=["nope"])
+    with pytest.raises(hero.JobNotFound):
+        c.get("orphan")
+
+
+def test_the_worker_takes_instance_then_group_then_type_priority_0_first(redis_url):
+    c = hero.Client(redis_url)
+    backlog = [("type-p5", None, None, 5), ("group-p1", "g", None, 1), ("inst-p5", "g", "i1", 5),
+               ("type-p0", None, None, 0), ("group-p0", "g", None, 0), ("inst-p0", "g", "i1", 0)]
+    c.submit_many([c.job("x", "py", id=i, group=g, instance=n, priority=p) for i, g, n, p in backlog])
+    order = []
+    w = hero.Worker(lambda job, ctx: order.append(job.id), ["py"], redis_url, group="g", instance="i1",
+                    concurrency=1)
+    t = start(w)
+    wait_until("six jobs", lambda: w.completed == 6)
+    stop(w, t)
+    assert order == ["inst-p0", "inst-p5", "group-p0", "group-p1", "type-p0", "type-p5"]
+
+
+def test_handlers_run_concurrently_up_to_the_limit_sync_and_async(redis_url):
+    c = hero.Client(redis_url)
+    lock, now, most = threading.Lock(), [0], [0]
+
+    async def handler(job, ctx):
+        import asyncio
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        await asyncio.sleep(0.2)
+        with lock:
+            now[0] -= 1
+        return "async " + job.id
+
+    c.submit_many([c.job("x", "py", id=f"j{n}") for n in range(12)])
+    w = hero.Worker(handler, ["py"], redis_url, concurrency=4)
+    t = start(w)
+    wait_until("twelve jobs", lambda: w.completed == 12)
+    stop(w, t)
+    assert most[0] == 4
+    assert c.get("j3").output == "async j3"
+
+
+def test_a_stopped_job_interrupts_its_handler_and_its_result_is_fenced(redis_url):
+    c = hero.Client(redis_url)
+    seen = threading.Event()
+
+    def handler(job, ctx):
+        seen.set()
+        ctx.wait(20)
+        return "too late"
+
+    events = []
+    w = hero.Worker(handler, ["py"], redis_url, on_event=lambda k, j, d: events.append((k, j, d)))
+    t = start(w)
+    c.submit("x", "py", id="long")
+    assert seen.wait(10)
+    assert c.stop("long") == "interrupted"
+    wait_until("the handler to be interrupted", lambda: ("interrupted", "long", "stopped") in events)
+    stop(w, t)
+    j = c.get("long")
+    assert (j.status, j.error, j.output) == ("error", "stopped", None)
+
+
+def test_a_job_past_its_time_limit_fails_with_timeout(redis_url):
+    c = hero.Client(redis_url)
+    w = hero.Worker(lambda job, ctx: ctx.wait(30) and "cancelled", ["py"], redis_url)
+    t = start(w)
+    r = c.run("x", "py", timeout=1, wait=20)
+    stop(w, t)
+    assert (r.status, r.error) == ("error", "timeout")
+
+
+def test_a_failing_handler_is_retried_within_its_budget_then_ends_error(redis_url):
+    c = hero.Client(redis_url)
+    # the broker promotes retries from the delayed set
+    calls = []
+
+    def handler(job, ctx):
+        calls.append(ctx.attempt)
+        raise ValueError("boom")
+
+    w = hero.Worker(handler, ["py"], redis_url)
+    t = start(w)
+    c.submit("x", "py", id="flaky", retries=1)
+    wait_until("the first attempt to fail", lambda: c.status("flaky") == "waiting")
+    stop(w, t)
+    assert c.get("flaky").error == "ValueError: boom"
+    assert calls == [1]
+
+
+def test_retries_run_through_the_broker_and_abort_ends_at_once(broker):
+    c = hero.Client(broker)
+
+    def handler(job, ctx):
+        if job.script == "abort":
+            raise hero.Abort("no use")
+        if ctx.attempt < 2:
+            raise hero.Retry("again", delay=0.1)
+        return f"attempt {ctx.attempt}"
+
+    w = hero.Worker(handler, ["py"], broker)
+    t = start(w)
+    assert c.run("retry", "py", retries=2, wait=20).output == "attempt 2"
+    r = c.run("abort", "py", retries=5, wait=20)
+    stop(w, t)
+    assert (r.status, r.error) == ("error", "no use")
+
+
+def test_progress_and_log_lines_are_kept_and_hero_status_shows_them(redis_url):
+    c = hero.Client(redis_url)
+    step = threading.Event()
+
+    def handler(job, ctx):
+        for n in range(2000):  # a tight loop: coalesced into a few calls
+            ctx.progress(n / 20, f"item {n}")
+            ctx.log(f"item {n}")
+        step.wait(10)
+        return "ok"
+
+    w = hero.Worker(handler, ["py"], redis_url)
+    t = start(w)
+    c.submit("x", "py", id="p")
+    wait_until("the progress to arrive", lambda: (c.get("p").progress or hero.Progress(0)).percent == 99.95)
+    out = json.loads(hero_cli("--json", "status", "p", url=redis_url).stdout)
+    assert out["status"] == "started"
+    assert out["progress"] == {"percent": 99.95, "message": "item 1999"}
+    assert len(out["log"]) == 100 and out["log"][-1] == "item 1999"
+    step.set()
+    wait_until("the job to finish", lambda: c.status("p") == "finished")
+    stop(w, t)
+    r = redis.Redis.from_url(redis_url)
+    progress_events = sum(1 for _, f in r.xrange("hero:meta:events") if f[b"e"] == b"progress")
+    assert 1 <= progress_events <= 10, progress_events
+
+
+def test_a_batch_calls_back_once_when_its_members_ended(redis_url):
+    c = hero.Client(redis_url)
+    for n in range(20):
+        c.submit("ok" if n != 3 else "fail", "py", id=f"m{n}", batch="nightly")
+    info = c.close_batch("nightly", on_complete=("report()", "cb"), on_success=("party()", "cb"))
+    assert (info.state, info.total, info.pending) == ("closed", 20, 20)
+
+    def handler(job, ctx):
+        if job.script == "fail":
+            raise hero.Abort("bad member")
+        return "ok"
+
+    w = hero.Worker(handler, ["py"], redis_url)
+    t = start(w)
+    done = wait_until("the batch to be done", lambda: (c.batch("nightly") or None) and
+                      c.batch("nightly").state == "done" and c.batch("nightly"))
+    stop(w, t)
+    assert (done.finished, done.failed, done.complete_id, done.success_id) == (19, 1, "batch-nightly-complete", None)
+    cb = c.get("batch-nightly-complete")
+    assert cb.env_vars["BATCH_FAILED"] == "1" and cb.status == "dispatched"
+    with pytest.raises(hero.InvalidJob, match="batch nightly is done"):
+        c.submit("x", "py", batch="nightly")
+
+
+def test_sigterm_finishes_the_running_job_and_hands_the_rest_back(redis_url):
+    c = hero.Client(redis_url)
+    c.submit_many([c.job("x", "py", id=f"s{n}") for n in range(3)])
+    code = (
+        "import hero, time\n"
+        "def h(job, ctx):\n"
+        "    print('running', job.id, flush=True); time.sleep(1.0); return 'done'\n"
+        "hero.Worker(h, ['py'], concurrency=1, shutdown_s=10,\n"
+        "            on_event=lambda k, j, d: print(k, j, d, flush=True)).run()\n"
+        "print('exited', flush=True)\n"
+    )
+    p = python_proc(code, redis_url)
+    line = p.stdout.readline()
+    while not line.startswith("running"):
+        line = p.stdout.readline()
+    first = line.split()[1]
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert "exited" in out
+    assert c.get(first).status == "finished", "the running job finished before the exit"
+    left = [c.get(f"s{n}") for n in range(3) if f"s{n}" != first]
+    assert all(j.status in ("dispatched", "finished") for j in left), [j.status for j in left]
+    r = redis.Redis.from_url(redis_url)
+    assert r.zcard("hero:meta:consumers") == 0, "its consumer left"
+
+
+def test_a_worker_of_the_previous_protocol_serves_beside_brokers_of_this_one(broker):
+    """Protocol 26's library (as it shipped) and this package's calls at version 26: jobs that
+    `hero submit` (27) queued run and finish through hero_v26_*, beside hero_v27."""
+    v26 = os.path.join(ROOT, "python", "tests", "fixtures", "hero-library-v26.lua")
+    for n in range(5):
+        assert hero_cli("submit", "--type", "py", "--id", f"old-{n}", f"job {n}", url=broker).returncode == 0
+    w = hero.Worker(lambda job, ctx: "v26 ran " + job.script, ["py"], broker, protocol="26", library=v26)
+    t = start(w)
+    c = hero.Client(broker)
+    wait_until("five jobs", lambda: all(c.status(f"old-{n}") == "finished" for n in range(5)))
+    stop(w, t)
+    assert c.get("old-3").output == "v26 ran job 3"
+    r = redis.Redis.from_url(broker)
+    libs = {dict(zip(lib[::2], lib[1::2]))[b"library_name"].decode() for lib in r.function_list()}
+    assert {"hero_v26", f"hero_v{hero.PROTOCOL_VERSION}"} <= libs
