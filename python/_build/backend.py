@@ -1,6 +1,6 @@
 """A PEP 517 build backend of the standard library only, so that `pip install ./python` works
-offline from a clone: it packs the `hero` package (its modules, `py.typed` and the Lua library)
-into a wheel with the metadata of pyproject.toml. It builds wheels and sdists; editable
+offline from a clone: it packs the `hero` package (its modules, `py.typed`, and the Lua library
+from the repository's docs/) into a wheel with the metadata of pyproject.toml. It builds wheels and sdists; editable
 installs point a .pth file at this folder."""
 import base64
 import hashlib
@@ -68,13 +68,24 @@ def _metadata(p):
     return "\n".join(lines) + "\n\n" + body
 
 
+# The protocol's Lua library has one home, the repository's docs/hero-library.lua (a Rust test
+# keeps it equal to the library the client loads); the wheel carries it inside the package.
+LIBRARY = (os.path.join(os.path.dirname(ROOT), "docs", "hero-library.lua"), f"{PACKAGE}/hero-library.lua")
+
+
 def _files():
+    if os.path.exists(LIBRARY[0]):
+        yield LIBRARY
+    else:  # building from an sdist, which carries it in the package
+        packed = os.path.join(ROOT, LIBRARY[1])
+        if os.path.exists(packed):
+            yield packed, LIBRARY[1]
     base = os.path.join(ROOT, PACKAGE)
     for dirpath, _dirs, names in os.walk(base):
         if "__pycache__" in dirpath:
             continue
         for n in sorted(names):
-            if n.endswith((".py", ".lua", ".typed")):
+            if n.endswith((".py", ".typed")):
                 full = os.path.join(dirpath, n)
                 yield full, os.path.relpath(full, ROOT).replace(os.sep, "/")
 

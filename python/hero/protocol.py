@@ -1,6 +1,6 @@
 """The protocol's server functions (docs/protocol.md §4), one builder each, all in this file:
 what every other module calls. The package carries the Lua library of its protocol version
-(`hero-library.lua`, equal to the repository's docs/hero-library.lua) and loads it when the
+(`hero-library.lua`, packed from the repository's docs/hero-library.lua) and loads it when the
 server lacks it, so a worker of this version runs whatever version the brokers run (§8)."""
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ import redis
 from .keys import GROUP, Keys
 
 VERSION = "27"
-LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hero-library.lua")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# an installed package carries the library; a checkout used in place reads the repository's
+LIBRARY = next((p for p in (os.path.join(_HERE, "hero-library.lua"),
+                            os.path.join(_HERE, "..", "..", "docs", "hero-library.lua")) if os.path.exists(p)),
+               os.path.join(_HERE, "hero-library.lua"))
 
 
 class Protocol:
