@@ -175,3 +175,103 @@ async fn delayed_job_runs_once_its_time_has_come() {
     );
     w.stop().await;
 }
+
+/// The names of the consumers of `stream`'s group.
+async fn consumers(client: &Client, stream: &str) -> Vec<String> {
+    let v: redis::Value = client
+        .redis()
+        .query(
+            redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(stream)
+                .arg("workers"),
+        )
+        .await
+        .unwrap();
+    let redis::Value::Array(items) = v else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|c| {
+            let pairs: Vec<redis::Value> = redis::from_redis_value(c).ok()?;
+            let name_at = pairs.iter().position(|p| {
+                redis::from_redis_value::<String>(p.clone()).ok().as_deref() == Some("name")
+            })?;
+            redis::from_redis_value(pairs.get(name_at + 1)?.clone()).ok()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_consumer_of_a_gone_worker_that_holds_nothing_is_deleted_after_a_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let job = NewJob::builder("t", "x").id("j").build().unwrap();
+    client.submit(&job).await.unwrap();
+    let stream = client
+        .keys()
+        .work(job.target(), hero_client::Priority::DEFAULT);
+    let mut conn = server.conn().await;
+    // what a worker killed with a read in flight leaves: its read reached Redis after the
+    // presence pass had removed its consumer, so the consumer is back, in no liveness entry;
+    // what it claimed was reclaimed since, so it holds nothing
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("workers")
+        .arg("default:ghost:1")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg(&stream)
+        .arg("workers")
+        .arg("default:live:1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // a live worker's consumer holding nothing: its liveness entry names it
+    let _: () = conn
+        .zadd(client.keys().consumers(), "default:live:1", u64::MAX / 2)
+        .await
+        .unwrap();
+    let _b = InProcBroker::spawn(
+        &url,
+        BrokerConfig {
+            lease: Duration::from_millis(400),
+            presence_poll: Duration::from_millis(100),
+            ..BrokerConfig::default()
+        },
+    )
+    .await;
+    // the ghost held the job: recovery takes it back after the lease, then the sweep the ghost
+    wait_for("the ghost consumer to go", Duration::from_secs(10), || {
+        let client = client.clone();
+        let stream = stream.clone();
+        async move {
+            (!consumers(&client, &stream)
+                .await
+                .contains(&"default:ghost:1".to_string()))
+            .then_some(())
+        }
+    })
+    .await;
+    assert!(consumers(&client, &stream)
+        .await
+        .contains(&"default:live:1".to_string()));
+    let report = client.inspector().audit(&|_| {}).await.unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .all(|f| f.consumer.as_deref() != Some("default:ghost:1")),
+        "{report:?}"
+    );
+}

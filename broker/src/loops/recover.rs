@@ -1,11 +1,12 @@
 //! Recovery of jobs whose worker died (SPEC §4.5): presence-driven (a consumer whose liveness
 //! deadline passed) and idle-driven (XPENDING IDLE + XCLAIM past the lease, never a `bridge:` consumer's entries), both through `hero_recover`,
-//! which re-checks owner and lease inside Redis so several brokers never double a move.
+//! which re-checks owner and lease inside Redis so several brokers never double a move; the
+//! idle pass also deletes consumers of gone workers that hold nothing (`sweep_consumers`).
 
 use std::time::Duration;
 
 use hero_client::function::Recovery;
-use hero_client::recovery::{recover_stream, Taken};
+use hero_client::recovery::{recover_stream, sweep_consumers, Taken};
 use hero_client::{clock, Client};
 use tokio_util::sync::CancellationToken;
 
@@ -89,7 +90,8 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Resu
             })
             .and_then(|p| p.lease_ms)
             .map_or(cfg.lease, Duration::from_millis);
-        let which = Recovery::Idle(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        let which = Recovery::Idle(lease_ms);
         let p = recover_stream(
             client.redis(),
             client.keys(),
@@ -107,6 +109,16 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Resu
             );
         }
         total.add(p);
+        // consumers holding nothing that no worker's liveness entry names: left by a worker
+        // killed with a read in flight, and deleted by no other pass
+        let swept = sweep_consumers(client.redis(), client.keys(), &stream, lease_ms).await?;
+        if swept > 0 {
+            tracing::info!(
+                stream,
+                swept,
+                "deleted consumers of gone workers that held nothing"
+            );
+        }
     }
     record(total, "idle");
     Ok(total)
