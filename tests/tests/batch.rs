@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::batch::BatchInfo;
-use hero_client::function::Recovery;
 use hero_client::{Client, JobId, NewJob, Status};
-use hero_testkit::{test_worker, wait_for, work_key, InProcBroker, Proc, RedisServer};
+use hero_testkit::{
+    batch_done, dead_letter_queued, test_worker, work_key, InProcBroker, Proc, RedisServer,
+};
 use redis::AsyncCommands;
 
 fn broker_config() -> BrokerConfig {
@@ -36,21 +36,6 @@ fn worker(url: &str, label: &str) -> Proc {
             "1",
         ],
     )
-}
-
-async fn done(client: &Client, name: &str, limit: Duration) -> BatchInfo {
-    let b = client.batch(name).unwrap();
-    wait_for(&format!("batch {name} to be done"), limit, || {
-        let b = b.clone();
-        async move {
-            b.show()
-                .await
-                .ok()
-                .flatten()
-                .filter(|i| i.done_at.is_some())
-        }
-    })
-    .await
 }
 
 /// How many `batch_done` events the log holds for job `id`.
@@ -121,7 +106,7 @@ async fn a_batch_of_10000_calls_back_once_when_its_last_member_ends_across_worke
         workers[at] = worker(&url, &format!("R{k}"));
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    let info = done(&client, "big", Duration::from_secs(120)).await;
+    let info = batch_done(&client, "big", Duration::from_secs(120)).await;
     // the kills took jobs from their workers: recovery handed them out again
     let recovered: u64 = client
         .inspector()
@@ -192,25 +177,7 @@ async fn on_success_waits_for_a_retried_dead_letter_and_runs_once_every_member_f
         .collect();
     batch.add(&members).await.unwrap();
     // s-1's worker vanished and recovery dead-lettered it: a failed member
-    let stream = work_key("t");
-    let fetch = hero_client::function::fetch(
-        client.keys(),
-        std::slice::from_ref(&stream),
-        "g:gone:1",
-        1,
-        "0",
-    );
-    let _: redis::Value = client.redis().query(&fetch).await.unwrap();
-    let taken = hero_client::recovery::recover_stream(
-        client.redis(),
-        client.keys(),
-        &stream,
-        Recovery::Consumer("g:gone:1"),
-        1,
-    )
-    .await
-    .unwrap();
-    assert_eq!(taken.dead, 1);
+    dead_letter_queued(&client, "t", "s-1").await;
     let info = batch.show().await.unwrap().unwrap();
     assert_eq!((info.pending, info.failed), (1, 1));
     let success = NewJob::builder("cb", "celebrate()")
@@ -230,7 +197,7 @@ async fn on_success_waits_for_a_retried_dead_letter_and_runs_once_every_member_f
     let extra = NewJob::builder("t", "ok").id("s-3").build().unwrap();
     batch.add(std::slice::from_ref(&extra)).await.unwrap();
     let mut w = worker(&url, "A");
-    let info = done(&client, "small", Duration::from_secs(30)).await;
+    let info = batch_done(&client, "small", Duration::from_secs(30)).await;
     assert_eq!((info.total, info.finished, info.failed), (3, 3, 0));
     assert_eq!(info.success_id.as_deref(), Some("small-success"));
     assert_eq!(info.complete_id, None);
@@ -274,7 +241,7 @@ async fn hero_batch_close_and_show_give_the_counts_and_the_callback_id() {
     assert!(out.contains("3 of 3 members pending"), "{out}");
     let mut w = worker(&url, "A");
     let client = Client::connect(&url).await.unwrap();
-    done(&client, "cli", Duration::from_secs(30)).await;
+    batch_done(&client, "cli", Duration::from_secs(30)).await;
     let (code, out, err) = hero_testkit::hero_cli(&url, &["--json", "batch", "show", "cli"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();

@@ -10,8 +10,8 @@ use std::time::Duration;
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use hero_client::{Client, JobId, NewJob, Status};
 use hero_testkit::{
-    dead_letter, free_port, http_broker, queue_idle, run_to_finish, wait_for, InProcWorker, Proc,
-    RedisServer,
+    batch_done, dead_letter, free_port, http_broker, queue_idle, run_to_finish, wait_for,
+    InProcWorker, Proc, RedisServer,
 };
 use hero_worker::{Outcome, Worker};
 
@@ -88,6 +88,22 @@ async fn text_of(b: &Browser, css: &str) -> String {
         .await
         .unwrap_or_else(|e| panic!("no element {css}: {e}"));
     el.text().await.expect("element text")
+}
+
+/// Waits until a job's page says the job finished (the page follows it, then reloads).
+async fn page_shows_finished(b: &Browser) {
+    wait_for(
+        "the job's page to show it finished",
+        Duration::from_secs(10),
+        || {
+            let b = b.clone();
+            async move {
+                let el = b.find(Locator::Css("#job")).await.ok()?;
+                (el.attr("data-status").await.ok()?? == "finished").then_some(())
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -223,18 +239,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     })
     .await;
     // the page reloads itself after the retry and shows the job finished
-    wait_for(
-        "the job's page to show it finished",
-        Duration::from_secs(10),
-        || {
-            let b = b.clone();
-            async move {
-                let el = b.find(Locator::Css("#job")).await.ok()?;
-                (el.attr("data-status").await.ok()?? == "finished").then_some(())
-            }
-        },
-    )
-    .await;
+    page_shows_finished(&b).await;
     assert_eq!(text_of(&b, "#output").await, "ran x");
     shot(&b, "retried-job").await;
 
@@ -304,18 +309,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     shot(&b, "job-progress").await;
     step_tx.send(2).unwrap();
     // once it ends the page shows the output
-    wait_for(
-        "the job's page to show it finished",
-        Duration::from_secs(10),
-        || {
-            let b = b.clone();
-            async move {
-                let el = b.find(Locator::Css("#job")).await.ok()?;
-                (el.attr("data-status").await.ok()?? == "finished").then_some(())
-            }
-        },
-    )
-    .await;
+    page_shows_finished(&b).await;
     assert_eq!(text_of(&b, "#output").await, "indexed");
 
     // a new job appears in the live feed without a reload
@@ -361,11 +355,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         .build()
         .unwrap();
     batch.close(Some(&cb), None).await.unwrap();
-    wait_for("the batch to be done", Duration::from_secs(20), || {
-        let batch = batch.clone();
-        async move { batch.show().await.ok().flatten()?.done_at.map(|_| ()) }
-    })
-    .await;
+    batch_done(&client, "dash-batch", Duration::from_secs(20)).await;
     b.goto(&format!("{base}/batches")).await.unwrap();
     assert_eq!(
         text_of(

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use hero_client::{Client, JobId, NewJob, Status};
 use hero_testkit::{
-    dead_letter, hero_cli, http_broker, queue_idle, run_to_finish, wait_for, InProcWorker,
-    RedisServer,
+    batch_done, dead_letter, hero_cli, http_broker, queue_idle, run_to_finish, wait_for,
+    InProcWorker, RedisServer,
 };
 use hero_worker::{Outcome, Worker};
 use serde_json::{json, Value};
@@ -225,11 +225,7 @@ async fn every_read_endpoint_answers_its_json_on_a_known_state() {
         .build()
         .unwrap();
     batch.close(Some(&cb), None).await.unwrap();
-    wait_for("the batch to be done", Duration::from_secs(20), || {
-        let batch = batch.clone();
-        async move { batch.show().await.ok().flatten()?.done_at.map(|_| ()) }
-    })
-    .await;
+    batch_done(&client, "api-batch", Duration::from_secs(20)).await;
     let (code, v) = get(&base, "/api/batches/api-batch").await;
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["state"], "done");

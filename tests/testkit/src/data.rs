@@ -47,12 +47,17 @@ pub fn bridge_track_key(legacy: &str) -> String {
 /// Leases `id` (a job of type `script_type`) to a consumer that then dies, and has recovery
 /// give up on it at once: a dead letter, made in a few calls.
 pub async fn dead_letter(client: &hero_client::Client, script_type: &str, id: &str) {
-    use hero_client::function::Recovery;
     let job = hero_client::NewJob::builder(script_type, "x")
         .id(id)
         .build()
         .expect("a valid job");
     client.submit(&job).await.expect("submit");
+    dead_letter_queued(client, script_type, id).await;
+}
+
+/// [`dead_letter`] of the job `id` already queued first in `script_type`'s stream.
+pub async fn dead_letter_queued(client: &hero_client::Client, script_type: &str, id: &str) {
+    use hero_client::function::Recovery;
     let stream = work_key(script_type);
     let fetch = hero_client::function::fetch(
         client.keys(),

@@ -68,3 +68,24 @@ pub async fn audit_consistent(url: &str, limit: Duration) -> hero_client::inspec
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Waits until batch `name` is done (its callbacks submitted) and answers it as it stands then.
+pub async fn batch_done(
+    client: &hero_client::Client,
+    name: &str,
+    limit: Duration,
+) -> hero_client::batch::BatchInfo {
+    let batch = client.batch(name).expect("a valid batch name");
+    wait_for(&format!("batch {name} to be done"), limit, || {
+        let batch = batch.clone();
+        async move {
+            batch
+                .show()
+                .await
+                .ok()
+                .flatten()
+                .filter(|b| b.done_at.is_some())
+        }
+    })
+    .await
+}
