@@ -82,6 +82,7 @@ def run_hero(url, r, n, concurrency):
 
 def run_rq(url, r, n, simple, tmp):
     import rq
+    os.environ["BENCH_URL"] = url  # the task module's connection, in this process too
     sys.path.insert(0, tmp)
     import bench_tasks
     q = rq.Queue("bench", connection=redis.Redis.from_url(url))
@@ -140,7 +141,7 @@ def main():
     ]:
         p, d, url, r = start_redis()
         try:
-            took = run(url, r, a.jobs) if name.startswith("hero") else run(url, r)
+            took = run(url, r)
         finally:
             p.kill()
             p.wait()
