@@ -44,7 +44,7 @@ pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
 fn register_reports(engine: &mut rhai::Engine, ctx: &JobContext) {
     let c = ctx.clone();
     engine.register_fn("progress", move |p: rhai::INT, m: &str| {
-        c.progress(p as f64, m)
+        c.progress(p as f64, m);
     });
     let c = ctx.clone();
     engine.register_fn("progress", move |p: rhai::FLOAT, m: &str| c.progress(p, m));

@@ -116,7 +116,10 @@ impl Client {
 
 impl std::fmt::Debug for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batch").field("name", &self.name).finish()
+        // the client is a connection handle, of no use in a debug line
+        f.debug_struct("Batch")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 

@@ -260,7 +260,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
             let client = client.clone();
             async move {
                 let j = client.get(&JobId::new("long-1").unwrap()).await.ok()?;
-                (j.progress?.percent == 10.0).then_some(())
+                (j.progress?.message == "copying files").then_some(())
             }
         },
     )
