@@ -9,7 +9,11 @@ use super::fields::F;
 use super::Job;
 use crate::reply;
 
-const KEY: &str = "hero:job:fuzz-1";
+/// The job key the fuzzed records are read from, built by the keys module like every key.
+fn key() -> String {
+    crate::keys::Keyspace::new(&crate::name::Namespace::new("hero").expect("a valid namespace"))
+        .job(&crate::name::JobId::new("fuzz-1").expect("a valid id"))
+}
 
 fn field_name() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -37,10 +41,10 @@ proptest! {
     fn any_record_decodes_or_names_its_bad_field(
         fields in proptest::collection::vec((field_name(), field_value()), 0..24),
     ) {
-        match Job::from_fields(KEY, fields) {
+        match Job::from_fields(&key(), fields) {
             Ok(job) => prop_assert!(!job.id.as_str().is_empty()),
             Err(e) => {
-                prop_assert_eq!(e.key.as_str(), KEY);
+                prop_assert_eq!(e.key, key());
                 prop_assert!(!e.field.is_empty() && !e.reason.is_empty(), "{:?}", e);
             }
         }
@@ -58,7 +62,7 @@ proptest! {
         ),
     ) {
         if let Ok(record) = reply::record(redis::Value::Array(items)) {
-            let _ = Job::from_record(KEY, record);
+            let _ = Job::from_record(&key(), record);
         }
     }
 }
