@@ -44,7 +44,7 @@ proptest! {
         match Job::from_fields(&key(), fields) {
             Ok(job) => prop_assert!(!job.id.as_str().is_empty()),
             Err(e) => {
-                prop_assert_eq!(e.key, key());
+                prop_assert_eq!(&e.key, &key());
                 prop_assert!(!e.field.is_empty() && !e.reason.is_empty(), "{:?}", e);
             }
         }
