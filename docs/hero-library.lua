@@ -884,7 +884,9 @@ local function count_batch_ends(ctx, ended)
     local name = redis.pcall('HGET', jk, 'batch')
     if type(name) == 'string' and name ~= '' then
       local bkey = batch_key(ns_of(jk, jid), name)
-      if redis.call('EXISTS', bkey) == 1 and not batch_done(bkey) then
+      -- one read: the batch exists (it has a total) and is not done
+      local b = redis.call('HMGET', bkey, 'total', 'done_at')
+      if b[1] and not b[2] then
         redis.call('HINCRBY', bkey, 'pending', -1)
         if ok then
           redis.call('HINCRBY', bkey, 'finished', 1)
@@ -908,7 +910,8 @@ local function revive_member(cfg, job_key, job_id, was)
   local name = redis.pcall('HGET', job_key, 'batch')
   if type(name) ~= 'string' or name == '' then return end
   local bkey = batch_key(ns_of(job_key, job_id), name)
-  if redis.call('EXISTS', bkey) == 0 or batch_done(bkey) then return end
+  local b = redis.call('HMGET', bkey, 'total', 'done_at')
+  if not b[1] or b[2] then return end
   if was == 'finished' then
     redis.call('HINCRBY', bkey, 'finished', -1)
   else

@@ -141,6 +141,17 @@ async fn a_handler_reporting_in_a_tight_loop_is_coalesced_and_a_silent_one_repor
         0,
         "a handler that reports nothing sends no report"
     );
+    // nor any renewal: hero_renew is the only call on the job path that XCLAIMs (no broker
+    // runs here to reclaim idle deliveries), and Redis counts the commands a function runs
+    let stats: String = client
+        .redis()
+        .query(redis::cmd("INFO").arg("commandstats"))
+        .await
+        .unwrap();
+    assert!(
+        !stats.contains("cmdstat_xclaim"),
+        "a silent handler's job made a renewal call: {stats}"
+    );
     let chatty = NewJob::builder("t", "chatty").id("chatty").build().unwrap();
     run_to_finish(&client, std::slice::from_ref(&chatty)).await;
     let job = client.get(&JobId::new("chatty").unwrap()).await.unwrap();
@@ -150,6 +161,13 @@ async fn a_handler_reporting_in_a_tight_loop_is_coalesced_and_a_silent_one_repor
     assert_eq!(p.message, "item 19999");
     assert_eq!(job.log.len(), hero_client::LOG_LINES);
     assert_eq!(job.log.last().map(String::as_str), Some("item 19999"));
+    // the probe above sees renewals: the chatty job's reports rode on them
+    let stats: String = client
+        .redis()
+        .query(redis::cmd("INFO").arg("commandstats"))
+        .await
+        .unwrap();
+    assert!(stats.contains("cmdstat_xclaim"), "{stats}");
     let calls = reports(&client, "progress").await;
     // one flush per half second (and the last one before the outcome): a handful, not 20,000
     assert!(
