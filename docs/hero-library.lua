@@ -55,25 +55,32 @@ local function bridge_registry_of(registry)
   return string.sub(registry, 1, #registry - 6) .. 'bridge'
 end
 
+-- The key `<ns>:meta:<name>` beside the config hash `<ns>:meta:config`: every `meta` key a
+-- function derives goes through here (the named helpers below and in batches.lua and
+-- dependencies.lua).
+local function meta_key(config_key, name)
+  return string.sub(config_key, 1, #config_key - 6) .. name
+end
+
 -- The queue policies hash `<ns>:meta:policy` (`Keyspace::policy`) and a queue's running set
 -- `<ns>:meta:limit:<queue>` (`Keyspace::limit`), beside the config hash `<ns>:meta:config`.
 local function policy_key_of(config_key)
-  return string.sub(config_key, 1, #config_key - 6) .. 'policy'
+  return meta_key(config_key, 'policy')
 end
 
 local function limit_key_of(config_key, queue)
-  return string.sub(config_key, 1, #config_key - 6) .. 'limit:' .. queue
+  return meta_key(config_key, 'limit:' .. queue)
 end
 
 -- A queue's rate log `<ns>:meta:rate:<queue>` (`Keyspace::rate`): the jobs it started, by ms;
 -- a limit key's within a queue is `<ns>:meta:rate:<queue>|<limit key>`.
 local function rate_key_of(config_key, queue)
-  return string.sub(config_key, 1, #config_key - 6) .. 'rate:' .. queue
+  return meta_key(config_key, 'rate:' .. queue)
 end
 
 -- The delayed set `<ns>:meta:delayed` (`Keyspace::delayed`), beside the config hash.
 local function delayed_key_of(config_key)
-  return string.sub(config_key, 1, #config_key - 6) .. 'delayed'
+  return meta_key(config_key, 'delayed')
 end
 
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
@@ -793,7 +800,7 @@ end
 -- The index of batches `<ns>:meta:batches` (`Keyspace::batches`), a zset name -> created ms,
 -- beside the config hash.
 local function batches_key_of(config_key)
-  return string.sub(config_key, 1, #config_key - 6) .. 'batches'
+  return meta_key(config_key, 'batches')
 end
 
 local function open_batches(cfg)
@@ -948,7 +955,7 @@ local DEPS_FIELD = 'deps'
 -- dependency paths only, so listing the jobs waiting on prerequisites reads it rather than
 -- scanning every key.
 local function waiting_on_key(config_key)
-  return string.sub(config_key, 1, #config_key - 6) .. 'waiting_on'
+  return meta_key(config_key, 'waiting_on')
 end
 
 local function waiting_dependents(cfg)

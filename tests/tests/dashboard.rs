@@ -10,8 +10,8 @@ use std::time::Duration;
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use hero_client::{Client, JobId, NewJob, Status};
 use hero_testkit::{
-    batch_done, dead_letter, free_port, http_broker, queue_idle, run_to_finish, wait_for,
-    InProcWorker, Proc, RedisServer,
+    batch_done, dead_letter, free_port, http_broker, queue_idle, run_to_finish, stepped_reporter,
+    wait_for, InProcWorker, Proc, RedisServer,
 };
 use hero_worker::{Outcome, Worker};
 
@@ -132,25 +132,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
     queue_idle(&client, "idle", "idle", 2).await;
     client.pause("idle").await.unwrap();
     // a long job that reports its progress step by step, each step when the test says so
-    let (step_tx, step_rx) = tokio::sync::watch::channel(0u32);
-    let _long = InProcWorker::spawn(
-        Worker::builder(client.clone())
-            .types(["long"])
-            .instance("dash-long")
-            .handler(move |_j: hero_client::Job, ctx: hero_worker::JobContext| {
-                let mut step = step_rx.clone();
-                async move {
-                    ctx.progress(10.0, "copying files");
-                    ctx.log("began copying");
-                    let _ = step.wait_for(|s| *s >= 1).await;
-                    ctx.progress(60.0, "indexing");
-                    ctx.log("copied 3 files");
-                    ctx.log("indexing began");
-                    let _ = step.wait_for(|s| *s >= 2).await;
-                    Outcome::Done("indexed".into())
-                }
-            }),
-    );
+    let (_long, step_tx) = stepped_reporter(&client);
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
     let (_driver, b, profile) = browser(false).await;
 

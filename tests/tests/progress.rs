@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use hero_client::{Client, JobId, NewJob, Status};
-use hero_testkit::{binary, hero_cli, hero_worker, run_to_finish, InProcWorker, Proc, RedisServer};
+use hero_testkit::{
+    binary, hero_cli, hero_worker, run_to_finish, stepped_reporter, InProcWorker, Proc, RedisServer,
+};
 use hero_worker::{JobContext, Outcome, Worker};
 
 #[tokio::test]
@@ -48,21 +50,7 @@ async fn hero_status_follow_prints_each_step_as_it_happens_and_exits_when_the_jo
     let server = RedisServer::start();
     let url = server.url();
     let client = Client::connect(&url).await.unwrap();
-    let (step_tx, step_rx) = tokio::sync::watch::channel(0u32);
-    let _w = InProcWorker::spawn(Worker::builder(client.clone()).types(["long"]).handler(
-        move |_j: hero_client::Job, ctx: JobContext| {
-            let mut step = step_rx.clone();
-            async move {
-                ctx.progress(10.0, "copying");
-                ctx.log("began");
-                let _ = step.wait_for(|s| *s >= 1).await;
-                ctx.progress(60.0, "indexing");
-                ctx.log("copied");
-                let _ = step.wait_for(|s| *s >= 2).await;
-                Outcome::Done("done".into())
-            }
-        },
-    ));
+    let (_w, step_tx) = stepped_reporter(&client);
     client
         .submit(&NewJob::builder("long", "x").id("long-1").build().unwrap())
         .await
@@ -74,22 +62,26 @@ async fn hero_status_follow_prints_each_step_as_it_happens_and_exits_when_the_jo
         None,
     );
     follow
-        .expect_line("progress 10% copying", Duration::from_secs(10))
+        .expect_line("progress 10% copying files", Duration::from_secs(10))
         .await;
-    follow.expect_line("  began", Duration::from_secs(5)).await;
+    follow
+        .expect_line("  began copying", Duration::from_secs(5))
+        .await;
     step_tx.send(1).unwrap();
     follow
         .expect_line("progress 60% indexing", Duration::from_secs(10))
         .await;
-    follow.expect_line("  copied", Duration::from_secs(5)).await;
+    follow
+        .expect_line("  indexing began", Duration::from_secs(5))
+        .await;
     step_tx.send(2).unwrap();
     follow
-        .expect_line("output: done", Duration::from_secs(10))
+        .expect_line("output: indexed", Duration::from_secs(10))
         .await;
     assert_eq!(follow.wait_exit(Duration::from_secs(10)).await, 0);
     let out = follow.output();
     assert_eq!(
-        out.iter().filter(|l| l.trim() == "began").count(),
+        out.iter().filter(|l| l.trim() == "began copying").count(),
         1,
         "each log line is printed once: {out:?}"
     );

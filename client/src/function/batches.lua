@@ -26,7 +26,7 @@ end
 -- The index of batches `<ns>:meta:batches` (`Keyspace::batches`), a zset name -> created ms,
 -- beside the config hash.
 local function batches_key_of(config_key)
-  return string.sub(config_key, 1, #config_key - 6) .. 'batches'
+  return meta_key(config_key, 'batches')
 end
 
 local function open_batches(cfg)

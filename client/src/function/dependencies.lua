@@ -26,7 +26,7 @@ local DEPS_FIELD = 'deps'
 -- dependency paths only, so listing the jobs waiting on prerequisites reads it rather than
 -- scanning every key.
 local function waiting_on_key(config_key)
-  return string.sub(config_key, 1, #config_key - 6) .. 'waiting_on'
+  return meta_key(config_key, 'waiting_on')
 end
 
 local function waiting_dependents(cfg)

@@ -97,3 +97,31 @@ impl Drop for InProcBroker {
         self.stop.cancel();
     }
 }
+
+/// A worker of type `long` whose handler reports in two steps, each when the test moves the
+/// returned sender on: at once `10% copying files` and the line `began copying`; at step 1
+/// `60% indexing` and the lines `copied 3 files`, `indexing began`; at step 2 it finishes with
+/// the output `indexed`. What the progress tests follow through the CLI and the dashboard.
+pub fn stepped_reporter(
+    client: &hero_client::Client,
+) -> (InProcWorker, tokio::sync::watch::Sender<u32>) {
+    let (step_tx, step_rx) = tokio::sync::watch::channel(0u32);
+    let worker = InProcWorker::spawn(
+        hero_worker::Worker::builder(client.clone())
+            .types(["long"])
+            .handler(move |_j: hero_client::Job, ctx: hero_worker::JobContext| {
+                let mut step = step_rx.clone();
+                async move {
+                    ctx.progress(10.0, "copying files");
+                    ctx.log("began copying");
+                    let _ = step.wait_for(|s| *s >= 1).await;
+                    ctx.progress(60.0, "indexing");
+                    ctx.log("copied 3 files");
+                    ctx.log("indexing began");
+                    let _ = step.wait_for(|s| *s >= 2).await;
+                    hero_worker::Outcome::Done("indexed".into())
+                }
+            }),
+    );
+    (worker, step_tx)
+}
