@@ -64,7 +64,7 @@ impl Ceiling {
             .arg("script_type")
             .arg("bench")
             .arg("created_at")
-            .arg(hero_client::clock::now_iso())
+            .arg(hero_protocol::clock::now_iso())
             .arg("status")
             .arg("dispatched")
             .ignore();
@@ -180,7 +180,7 @@ async fn read_loop(
     tally: Arc<Tally>,
     stop: CancellationToken,
 ) -> Result<()> {
-    let now = hero_client::clock::now_iso();
+    let now = hero_protocol::clock::now_iso();
     loop {
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")

@@ -61,9 +61,9 @@ enum Child {
 }
 
 fn main() {
-    // as the hero binary does (see hero_client::process); the recovery and chaos workers and
+    // as the hero binary does (see hero_protocol::process); the recovery and chaos workers and
     // the Redis it starts inherit it (Redis turns THP off for itself anyway)
-    hero_client::process::disable_transparent_huge_pages();
+    hero_protocol::process::disable_transparent_huge_pages();
     let cli = Cli::parse();
     // the benchmark prints its own progress; every worker start and stop would drown it
     tracing_subscriber::fmt()

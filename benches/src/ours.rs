@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use hero_client::{Client, Job, NewJob, Priority};
+use hero_client::Client;
+use hero_protocol::{Job, NewJob, Priority};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;

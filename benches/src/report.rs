@@ -159,7 +159,7 @@ pub struct Report {
 impl Report {
     pub fn new(args: &BenchArgs, version: &str, pin: Option<Pinning>, with_peer: bool) -> Self {
         let settings = serde_json::json!({
-            "date": hero_client::clock::now_iso(),
+            "date": hero_protocol::clock::now_iso(),
             "redis_version": version,
             "persistence": args.aof.map(|a| format!("{a:?}").to_lowercase()).unwrap_or_else(|| "none".into()),
             "pinned": pin.map(|p| serde_json::json!({"redis_core": p.redis, "load_core": p.load})),

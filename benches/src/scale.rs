@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use hero_client::{Client, ClientOptions, Job, NewJob};
+use hero_client::{Client, ClientOptions};
+use hero_protocol::{Job, NewJob};
 use hero_testkit::RedisCluster;
 use hero_worker::{Outcome, Worker};
 use tokio::sync::Notify;

@@ -10,7 +10,7 @@ use crate::loops::{promote, recover, retention, sample, timeouts};
 
 /// Writes retention, reply TTL, the lease and the event log's cap into the namespace's config
 /// hash (`lease_ms` is what a worker in another language renews within: docs/protocol.md).
-pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<()> {
+pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_protocol::Result<()> {
     let _: () = client
         .redis()
         .query(
@@ -34,12 +34,12 @@ pub async fn run(
     client: Client,
     cfg: BrokerConfig,
     stop: CancellationToken,
-) -> hero_client::Result<()> {
+) -> hero_protocol::Result<()> {
     warn_on_eviction(&client).await;
     match publish_config(&client, &cfg).await {
         // a full Redis is no reason to stop: the loops that drain it still run (their
         // functions are allow-oom), and `republish` writes the settings once there is room
-        Err(e @ hero_client::Error::OutOfMemory { .. }) => {
+        Err(e @ hero_protocol::Error::OutOfMemory { .. }) => {
             tracing::error!(error = %e, "Redis is full; the broker runs on and retries its settings");
         }
         other => other?,

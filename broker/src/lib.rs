@@ -15,7 +15,7 @@
 //!   the runtime and calls [`cli::run`].
 //!
 //! - [`http`]: the HTTP face (axum): [`http::api`] (the admin JSON API over
-//!   `hero_client::inspect` and `hero_client::repair`), [`http::metrics`] (`/metrics`,
+//!   `hero_admin::inspect` and `hero_admin::repair`), [`http::metrics`] (`/metrics`,
 //!   `/healthz`, `/readyz`) and [`http::dashboard`] (server-rendered pages and their assets);
 //!   `hero broker` and `hero up` start it beside the daemon.
 //!

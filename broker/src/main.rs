@@ -5,8 +5,8 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    // before the runtime's first allocations: see hero_client::process
-    hero_client::process::disable_transparent_huge_pages();
+    // before the runtime's first allocations: see hero_protocol::process
+    hero_protocol::process::disable_transparent_huge_pages();
     let cli = match hero_broker::cli::file::parse(std::env::args_os().collect()) {
         Ok(c) => c,
         Err(e) => e.exit(),

@@ -3,7 +3,7 @@
 //! (timeout, stop, shutdown). The output is the script's value as text. A script reports on
 //! itself with `progress(percent, message)` and `log(line)`.
 
-use hero_client::Job;
+use hero_protocol::Job;
 use hero_worker::{JobContext, Outcome};
 
 /// Runs one job's script to its outcome.

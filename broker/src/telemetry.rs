@@ -1,7 +1,7 @@
 //! The `hero` binary's logging and tracing: log lines to stderr (`RUST_LOG`), and, when an OTLP
 //! endpoint is configured (`--otlp`, `OTEL_EXPORTER_OTLP_ENDPOINT`), every span exported over
 //! OTLP/HTTP (protobuf) by a batch processor on a thread of its own. Job spans cross processes
-//! through the record's `traceparent` (`hero_client::trace`), so a producer, the handler it
+//! through the record's `traceparent` (`hero_protocol::trace`), so a producer, the handler it
 //! caused and the broker's work on it land in one trace.
 
 use opentelemetry::trace::TracerProvider as _;

@@ -1,7 +1,7 @@
 //! What the producer's calls answer: a submit, a job's end, a stop.
 
-use crate::job::Status;
-use crate::name::JobId;
+use hero_protocol::job::Status;
+use hero_protocol::name::JobId;
 
 /// What a submit did.
 #[derive(Clone, Debug, PartialEq, Eq)]

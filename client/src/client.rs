@@ -7,45 +7,15 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::answer::{JobResult, StopOutcome, Submitted};
-use crate::conn::Redis;
-use crate::error::{DecodeError, Error, Result, ServerCode};
-use crate::function;
-use crate::function::SubmitReply;
-use crate::job::{Job, Placement, Status, PLACEMENT_FIELDS};
-use crate::keys::Keyspace;
-use crate::name::{ConsumerName, JobId, Namespace};
-use crate::new_job::NewJob;
-
-/// Connection options.
-#[derive(Clone, Debug)]
-pub struct ClientOptions {
-    pub url: String,
-    pub namespace: String,
-    /// Redis Cluster: the URL's hosts are seeds, the namespace is wrapped in a hash tag and the
-    /// calls go to the node that owns its slot (implied by a `redis+cluster://` URL).
-    pub cluster: bool,
-    /// Certificates for a `rediss://` URL (else the system's roots, and no client certificate).
-    pub tls: crate::conn::Tls,
-    /// Replicated acknowledgements: a call that writes returns Ok only once this many replicas
-    /// hold it (`WAIT`), else [`crate::Error::NotReplicated`] (0: off).
-    pub replicas: crate::conn::Replicas,
-    /// Connections for blocking waits (a worker holds two per namespace; each `Client::wait`
-    /// and event follower one while it waits).
-    pub pool_size: usize,
-}
-
-impl ClientOptions {
-    pub fn new(url: impl Into<String>) -> Self {
-        Self {
-            url: url.into(),
-            namespace: "hero".into(),
-            cluster: false,
-            tls: crate::conn::Tls::default(),
-            replicas: crate::conn::Replicas::default(),
-            pool_size: crate::conn::DEFAULT_POOL_SIZE,
-        }
-    }
-}
+use hero_protocol::conn::Redis;
+use hero_protocol::error::{DecodeError, Error, Result};
+use hero_protocol::function;
+use hero_protocol::function::SubmitReply;
+use hero_protocol::job::{Job, Status};
+use hero_protocol::keys::Keyspace;
+use hero_protocol::name::JobId;
+use hero_protocol::new_job::NewJob;
+use hero_protocol::ConnectOptions as ClientOptions;
 
 /// The producer handle. Cheap to clone; clones share one connection (the lane, or one
 /// multiplexed redis-rs connection) and open dedicated ones only for blocking waits.
@@ -64,16 +34,7 @@ impl Client {
     }
 
     pub async fn with_options(opts: ClientOptions) -> Result<Client> {
-        let ns = Namespace::new(opts.namespace)?;
-        let cluster = opts.cluster || crate::conn::names_cluster(&opts.url);
-        let keys = if cluster {
-            Keyspace::cluster(&ns)
-        } else {
-            Keyspace::new(&ns)
-        };
-        let mut redis =
-            Redis::open(&opts.url, &opts.tls, cluster, keys.prefix(), opts.pool_size).await?;
-        redis.set_replicas(opts.replicas)?;
+        let (redis, keys) = opts.open().await?;
         Ok(Client {
             redis,
             keys,
@@ -89,21 +50,6 @@ impl Client {
         &self.keys
     }
 
-    /// The control list of the worker whose `worker_id` is `worker`, for a job queued at `at`;
-    /// `None` when `worker` names no worker of ours (a legacy one, or none).
-    pub(crate) fn control_list(&self, at: &Placement, worker: &str) -> Option<String> {
-        let c = ConsumerName::parse(worker).ok()?;
-        Some(
-            self.keys
-                .ctl_instance(&at.target.script_type, &c.group, &c.instance),
-        )
-    }
-
-    /// The read side of the same namespace: listings (and, later, stats and the audit).
-    pub fn inspector(&self) -> crate::inspect::Inspector {
-        crate::inspect::Inspector::new(self.redis.clone(), self.keys.clone())
-    }
-
     /// Submits one job. An id that exists already is not changed (`created` is false).
     /// Submits made at the same moment from several tasks share one server call (group commit,
     /// see `coalesce`): a lone submit is sent at once.
@@ -115,8 +61,11 @@ impl Client {
             return answer;
         }
         let mut one = self.submit_many(std::slice::from_ref(job)).await?;
-        one.pop()
-            .unwrap_or_else(|| Err(Error::protocol("hero_submit answered no job")))
+        one.pop().unwrap_or_else(|| {
+            Err(hero_protocol::reply::unexpected(
+                "hero_submit answered no job",
+            ))
+        })
     }
 
     /// Submits many jobs in one call (one round trip, one function call); one result per job,
@@ -228,31 +177,27 @@ impl Client {
     /// The whole job record.
     pub async fn get(&self, id: &JobId) -> Result<Job> {
         let key = self.keys.job(id);
-        let record = crate::reply::record(
-            self.redis
-                .query::<redis::Value>(redis::cmd("HGETALL").arg(&key))
-                .await?,
-        )?;
-        if record.0.is_empty() && record.1.is_none() {
-            return Err(Error::JobNotFound(id.to_string()));
-        }
-        Ok(Job::from_record(&key, record)?)
+        let reply = self
+            .redis
+            .query::<redis::Value>(redis::cmd("HGETALL").arg(&key))
+            .await?;
+        Job::from_reply(&key, reply)?.ok_or_else(|| Error::JobNotFound(id.to_string()))
     }
 
     /// Stops a job: a queued or delayed one never starts; a running one ends `error`/`stopped`
     /// at once and its worker is told to interrupt the handler.
     pub async fn stop(&self, id: &JobId) -> Result<StopOutcome> {
         for _ in 0..5 {
-            match self
-                .stop_as(id, function::StopWhy::Operator, None)
-                .await?
-                .as_str()
-            {
+            match self.stop_as(id).await?.as_str() {
                 "cancelled" => return Ok(StopOutcome::Cancelled),
                 "interrupted" => return Ok(StopOutcome::Interrupted),
                 "already_completed" => return Ok(StopOutcome::AlreadyCompleted),
                 "changed" => continue,
-                other => return Err(Error::protocol(format!("hero_stop answered {other:?}"))),
+                other => {
+                    return Err(hero_protocol::reply::unexpected(format!(
+                        "hero_stop answered {other:?}"
+                    )))
+                }
             }
         }
         Err(Error::InvalidInput(format!(
@@ -260,62 +205,16 @@ impl Client {
         )))
     }
 
-    /// Ends a running job past its time limit `error`/`timeout` (the broker's time-limit pass):
-    /// only while `worker` still runs it; its worker is told to interrupt the handler, and its
-    /// late completion is fenced. True when this call ended it.
-    pub async fn end_overdue(&self, id: &JobId, worker: &str) -> Result<bool> {
-        Ok(self
-            .stop_as(id, function::StopWhy::Timeout, Some(worker))
-            .await?
-            == "timeout")
-    }
-
-    /// One `hero_stop` call for `id`, for the worker its record names (or `expected`, when the
-    /// record names another: the call then answers `changed`).
-    async fn stop_as(
-        &self,
-        id: &JobId,
-        why: function::StopWhy,
-        expected: Option<&str>,
-    ) -> Result<String> {
-        let key = self.keys.job(id);
-        let mut fields = PLACEMENT_FIELDS.to_vec();
-        fields.push("worker_id");
-        let f: Vec<Option<String>> = self
-            .redis
-            .query(redis::cmd("HMGET").arg(&key).arg(&fields))
-            .await?;
-        let placement = Placement::read(&f);
-        let worker = f
-            .get(PLACEMENT_FIELDS.len())
-            .cloned()
-            .flatten()
-            .unwrap_or_default();
-        let worker = expected.unwrap_or(&worker);
-        // A job without a valid target was never queued by us: its stream key is unused.
-        let stream = match &placement {
-            Some(p) => self.keys.work(&p.target, p.priority),
-            None => key.clone(),
-        };
-        let ctl = placement
-            .as_ref()
-            .and_then(|p| self.control_list(p, worker));
-        let seen = ctl.as_deref().map(|ctl| (ctl, worker));
-        let cmd = function::stop(
+    /// One `hero_stop` call for `id`, for the worker its record names.
+    async fn stop_as(&self, id: &JobId) -> Result<String> {
+        function::stop_job(
+            &self.redis,
             &self.keys,
             id,
-            &stream,
-            seen,
-            self.redis.caps().xackdel_flag(),
-            why,
-        );
-        match self.redis.query(&cmd).await {
-            Err(Error::Server {
-                code: ServerCode::JobNotFound,
-                ..
-            }) => Err(Error::JobNotFound(id.to_string())),
-            other => other,
-        }
+            function::StopWhy::Operator,
+            None,
+        )
+        .await
     }
 }
 
@@ -328,10 +227,12 @@ fn parse_reply(id: &JobId, payload: &str) -> Result<JobResult> {
         #[serde(default)]
         error: String,
     }
-    let r: Reply = serde_json::from_str(payload)
-        .map_err(|e| Error::protocol(format!("reply of job {id} is not the expected JSON: {e}")))?;
-    let status = Status::parse(&r.status)
-        .ok_or_else(|| Error::protocol(format!("reply of job {id} has status {:?}", r.status)))?;
+    let r: Reply = serde_json::from_str(payload).map_err(|e| {
+        hero_protocol::reply::unexpected(format!("reply of job {id} is not the expected JSON: {e}"))
+    })?;
+    let status = Status::parse(&r.status).ok_or_else(|| {
+        hero_protocol::reply::unexpected(format!("reply of job {id} has status {:?}", r.status))
+    })?;
     Ok(JobResult {
         id: id.clone(),
         status,

@@ -18,12 +18,12 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::answer::Submitted;
-use crate::conn::Redis;
-use crate::error::{Error, Result};
-use crate::function;
-use crate::function::SubmitReply;
-use crate::keys::Keyspace;
-use crate::new_job::NewJob;
+use hero_protocol::conn::Redis;
+use hero_protocol::error::Result;
+use hero_protocol::function;
+use hero_protocol::function::SubmitReply;
+use hero_protocol::keys::Keyspace;
+use hero_protocol::new_job::NewJob;
 
 /// Jobs per shared call: the size producers' own batches use.
 pub const MAX_BATCH: usize = 50;
@@ -96,9 +96,11 @@ async fn send(redis: &Redis, keys: &Keyspace, batch: Vec<Request>) {
         Err(_) => {
             for (job, answer) in jobs.iter().zip(answers) {
                 let r = match submit_many(redis, keys, std::slice::from_ref(job)).await {
-                    Ok(mut one) => one
-                        .pop()
-                        .unwrap_or_else(|| Err(Error::protocol("hero_submit answered no job"))),
+                    Ok(mut one) => one.pop().unwrap_or_else(|| {
+                        Err(hero_protocol::reply::unexpected(
+                            "hero_submit answered no job",
+                        ))
+                    }),
                     Err(e) => Err(e),
                 };
                 let _ = answer.send(r);
@@ -123,7 +125,7 @@ pub(crate) async fn submit_many(
         .zip(replies)
         .map(|(job, r)| {
             let id = match &r.duplicate_of {
-                Some(holder) => crate::JobId::new(holder)?,
+                Some(holder) => hero_protocol::JobId::new(holder)?,
                 None => job.id().clone(),
             };
             Ok(Submitted {

@@ -5,8 +5,8 @@
 
 use crate::answer::Submitted;
 use crate::client::Client;
-use crate::error::{Error, Result};
-use crate::new_job::NewJob;
+use hero_protocol::error::Result;
+use hero_protocol::new_job::NewJob;
 
 /// A job and the jobs it waits on.
 #[derive(Clone, Debug)]
@@ -63,7 +63,7 @@ impl Client {
         let mut answers = self.submit_many(&jobs).await?;
         let root = answers
             .pop()
-            .ok_or_else(|| Error::protocol("hero_submit answered no job"))?;
+            .ok_or_else(|| hero_protocol::reply::unexpected("hero_submit answered no job"))?;
         for a in answers {
             a?;
         }

@@ -1,72 +1,55 @@
-//! hero-client: the protocol of hero-broker and its producer API.
+//! hero-client: the producer API of hero-broker. Connect, submit jobs (alone, many in one round
+//! trip, as a flow, or as a batch), run one and wait for its result, ask a job's status, read
+//! its record, stop it, add a recurring job. The protocol under it is `hero-protocol`; the
+//! operator's side (inspect, audit, repair, pause, policies) is `hero-admin`.
+//!
+//! ```no_run
+//! # async fn demo() -> hero_client::Result<()> {
+//! use hero_client::{Client, NewJob};
+//! let client = Client::connect("redis://127.0.0.1:6379").await?;
+//! let job = NewJob::builder("rhai", "40 + 2").build()?;
+//! let result = client.run(&job, std::time::Duration::from_secs(10)).await?;
+//! println!("{}", result.output);
+//! # Ok(()) }
+//! ```
 //!
 //! # Layout
-//! - [`name`]: checked identifiers (script type, group, instance, job id, priority, consumer).
-//! - [`keys`]: every key string; nothing else in the workspace formats one.
-//! - [`job`]: the job record, its statuses, where it is queued, and the hash codec.
-//! - [`function`]: the Redis Functions library (`function/*.lua`), how it is loaded, and one
-//!   call builder per function; no FCALL is assembled anywhere else.
-//! - [`reply`]: typed forms of the functions' replies.
-//! - [`conn`]: connections (the lane, a multiplexed redis-rs one, dedicated ones for blocking
-//!   calls) and server capabilities; `wire` is the lane's socket and RESP2 decoder.
-//! - [`new_job`]: a job to submit and its checked builder.
-//! - [`client`]: the producer API ([`Client`]); [`answer`]: what its calls answer.
+//! - [`client`]: the producer handle ([`Client`]); [`answer`]: what its calls answer.
 //! - `coalesce`: group commit of single submits (calls made at once share one `hero_submit`).
 //! - [`flow`]: a job and the jobs it waits on, flattened into one submit batch.
-//! - [`queue`]: an operator's controls of a queue as a whole: pause/resume and the per-queue
-//!   policy (time limit, retries, back-off, lease, retention, concurrency limit).
-//! - [`cron`]: recurring jobs: the spec, the list, and the broker's pass over due ticks.
-//! - [`trace`]: W3C trace context carried from the submit into the worker's span.
-//! - [`stats`]: the stats kept on write (counters, histograms, per-minute rates): their field
-//!   names and their reading.
-//! - [`event`]: the kinds of event the functions log ([`EventKind`]).
-//! - [`inspect`]: the read side ([`Inspector`]): listings, the event log, queue stats and
-//!   history, workers live and gone, dead letters, the audit.
-//! - [`recovery`]: the cursor loop that takes deliveries back (broker recovery, worker hand-back).
-//! - [`repair`]: the operator's repairs (dead letters retried or purged), one function call each.
-//! - [`clock`]: the time the functions are given.
-//! - [`process`]: what a latency-sensitive process sets on itself at start (huge pages off).
-//! - [`error`]: the crate's error type; it depends on no other module.
+//! - [`batch`]: a batch's members and its callback jobs.
+//! - [`cron`]: adding a recurring job.
+//!
+//! # Moved in 0.2
+//! The protocol's modules moved to `hero-protocol`; they are re-exported here under their old
+//! paths for one release (`hero_client::keys`, `hero_client::job`, ...), so `use` lines of 0.1
+//! keep compiling. The operator's side moved to `hero-admin` (see CHANGELOG.md).
 
 pub mod answer;
 pub mod batch;
 pub mod client;
-pub mod clock;
 mod coalesce;
-pub mod conn;
 pub mod cron;
-pub mod error;
-pub mod event;
 pub mod flow;
-pub mod function;
-pub mod inspect;
-pub mod job;
-pub mod keys;
-pub mod name;
-pub mod new_job;
-pub mod process;
-pub mod queue;
-pub mod recovery;
-pub mod repair;
-pub mod reply;
-pub mod stats;
-pub mod trace;
-mod wire;
 
 pub use answer::{JobResult, StopOutcome, Submitted};
-pub use client::{Client, ClientOptions};
-pub use conn::{Capabilities, Redis};
-pub use error::{DecodeError, Error, Result, ServerCode};
-pub use event::EventKind;
+pub use batch::Batch;
+pub use client::Client;
 pub use flow::Flow;
-pub use inspect::{Inspector, JobSummary, ListFilter, Page};
-pub use job::{
-    clip, Job, PayloadError, Placement, Progress, Status, DEFAULT_TIMEOUT, LOG_LINES,
-    LOG_LINE_BYTES, PROGRESS_MESSAGE_BYTES,
+/// The options [`Client::with_options`] takes (`hero_protocol::ConnectOptions`).
+pub use hero_protocol::ConnectOptions as ClientOptions;
+
+// What a producer names with every call, from the protocol crate.
+pub use hero_protocol::{
+    clip, BatchName, Capabilities, ConsumerName, DecodeError, Error, EventKind, GroupName,
+    InstanceName, Job, JobId, Keyspace, LegacyQueue, Namespace, NewJob, NewJobBuilder,
+    PayloadError, Placement, Priority, Progress, Redis, Result, ScriptType, ServerCode, Status,
+    Target, DEFAULT_TIMEOUT, LOG_LINES, LOG_LINE_BYTES, MAX_SCRIPT_BYTES, PROGRESS_MESSAGE_BYTES,
 };
-pub use keys::{Keyspace, LegacyQueue};
-pub use name::{
-    BatchName, ConsumerName, GroupName, InstanceName, JobId, Namespace, Priority, ScriptType,
-    Target,
+
+// The protocol's modules under their 0.1 paths, for one release (deprecated: use hero_protocol).
+#[doc(hidden)]
+pub use hero_protocol::{
+    clock, conn, error, event, function, job, keys, name, new_job, process, recovery, reply, stats,
+    trace,
 };
-pub use new_job::{NewJob, NewJobBuilder, MAX_SCRIPT_BYTES};

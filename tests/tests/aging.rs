@@ -5,8 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hero_client::queue::Policy;
-use hero_client::{Client, Job, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::policy::Policy;
+use hero_protocol::{Job, JobId, NewJob, Status};
 use hero_testkit::{wait_for, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 
@@ -86,7 +87,7 @@ async fn serve_under_a_steady_flow(
 async fn a_low_priority_job_rises_a_level_per_aging_period_when_higher_work_never_stops() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    client
+    hero_admin::Admin::from(&client)
         .set_policy(
             "osis",
             &Policy {
@@ -108,8 +109,8 @@ async fn a_low_priority_job_rises_a_level_per_aging_period_when_higher_work_neve
     // Redis's own clock (the record's timestamps)
     let job = client.get(&JobId::new("p7").unwrap()).await.unwrap();
     assert!(matches!(job.status, Status::Started | Status::Finished));
-    let created = hero_client::clock::parse_iso_ms(&job.created_at).unwrap();
-    let started = hero_client::clock::parse_iso_ms(job.started_at.as_deref().unwrap()).unwrap();
+    let created = hero_protocol::clock::parse_iso_ms(&job.created_at).unwrap();
+    let started = hero_protocol::clock::parse_iso_ms(job.started_at.as_deref().unwrap()).unwrap();
     assert!(
         started.saturating_sub(created) + 50 >= 2 * PERIOD_MS,
         "served after {} ms, before two aging periods ({} ms) had passed",

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::{Client, NewJob};
+use hero_client::Client;
+use hero_protocol::NewJob;
 use hero_testkit::{job_key, keys, work_key, InProcBroker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 use redis::AsyncCommands;
@@ -24,7 +25,7 @@ fn audit(url: &str, fix: bool) -> (i32, serde_json::Value) {
 async fn lease(raw: &mut redis::aio::MultiplexedConnection, stream: &str, consumer: &str) {
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
-        .arg(hero_client::keys::CONSUMER_GROUP)
+        .arg(hero_protocol::keys::CONSUMER_GROUP)
         .arg(consumer)
         .arg("COUNT")
         .arg(1)
@@ -54,7 +55,7 @@ async fn every_planted_inconsistency_is_reported_in_its_class_and_fix_leaves_the
         .unwrap();
     // orphaned: a delivery whose worker is gone (recovery's, not an inconsistency)
     client.submit(&submit("orphan")).await.unwrap();
-    let fetch = hero_client::function::fetch(
+    let fetch = hero_protocol::function::fetch(
         client.keys(),
         std::slice::from_ref(&stream),
         "g:gone:1",
@@ -107,7 +108,7 @@ async fn every_planted_inconsistency_is_reported_in_its_class_and_fix_leaves_the
         let _: i64 = redis::cmd("XGROUP")
             .arg("CREATECONSUMER")
             .arg(&stream)
-            .arg(hero_client::keys::CONSUMER_GROUP)
+            .arg(hero_protocol::keys::CONSUMER_GROUP)
             .arg(consumer)
             .query_async(&mut raw)
             .await
@@ -171,7 +172,7 @@ async fn every_planted_inconsistency_is_reported_in_its_class_and_fix_leaves_the
     let mut w = InProcWorker::spawn(
         Worker::builder(client.clone())
             .types(["au"])
-            .handler(|_j: hero_client::Job, _| async { Outcome::Done("ok".into()) }),
+            .handler(|_j: hero_protocol::Job, _| async { Outcome::Done("ok".into()) }),
     );
     let mut runs: HashMap<String, usize> = HashMap::new();
     while runs.len() < 3 {
@@ -212,7 +213,7 @@ async fn an_error_reading_redis_fails_the_audit_instead_of_passing_it() {
     let _: () = raw.set(&stream, "not a stream").await.unwrap();
     let err = tokio::time::timeout(
         Duration::from_secs(10),
-        client.inspector().audit(&|_: &str| {}),
+        hero_admin::Inspector::from(&client).audit(&|_: &str| {}),
     )
     .await
     .expect("the audit answers")

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use hero_client::{Client, Error, Job, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{Error, Job, JobId, NewJob, Status};
 use hero_testkit::{job_key, work_key};
 use hero_testkit::{InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
@@ -25,7 +26,7 @@ async fn submit_is_rejected_before_anything_is_written_when_input_is_invalid() {
         NewJob::builder("osis", "x").instance("").build(),
         NewJob::builder("osis", "x").id("has space").build(),
         NewJob::builder("osis", "x").priority(10).build(),
-        NewJob::builder("osis", "x".repeat(hero_client::MAX_SCRIPT_BYTES + 1)).build(),
+        NewJob::builder("osis", "x".repeat(hero_protocol::MAX_SCRIPT_BYTES + 1)).build(),
         NewJob::builder("osis", "x")
             .log_path("../../etc/passwd")
             .build(),

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{
     batch_done, dead_letter_queued, test_worker, work_key, InProcBroker, Proc, RedisServer,
 };
@@ -40,10 +41,9 @@ fn worker(url: &str, label: &str) -> Proc {
 
 /// How many `batch_done` events the log holds for job `id`.
 async fn called_back(client: &Client, id: &str) -> usize {
-    client
-        .inspector()
+    hero_admin::Inspector::from(client)
         .events(
-            &hero_client::inspect::EventFilter {
+            &hero_admin::inspect::EventFilter {
                 job: Some(id.into()),
                 ..Default::default()
             },
@@ -108,8 +108,7 @@ async fn a_batch_of_10000_calls_back_once_when_its_last_member_ends_across_worke
     }
     let info = batch_done(&client, "big", Duration::from_secs(120)).await;
     // the kills took jobs from their workers: recovery handed them out again
-    let recovered: u64 = client
-        .inspector()
+    let recovered: u64 = hero_admin::Inspector::from(&client)
         .queues()
         .await
         .unwrap()
@@ -187,9 +186,15 @@ async fn on_success_waits_for_a_retried_dead_letter_and_runs_once_every_member_f
     let closed = batch.close(None, Some(&success)).await.unwrap();
     assert_eq!(closed.state, "open");
     // the dead letter retried: pending again, no longer failed
-    let dead = client.inspector().dead_letters(None, 10).await.unwrap();
+    let dead = hero_admin::Inspector::from(&client)
+        .dead_letters(None, 10)
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
-    let retried = client.retry_dead(&dead).await.unwrap();
+    let retried = hero_admin::Admin::from(&client)
+        .retry_dead(&dead)
+        .await
+        .unwrap();
     assert_eq!(retried.len(), 1);
     let info = batch.show().await.unwrap().unwrap();
     assert_eq!((info.pending, info.failed), (2, 0));

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use hero_broker::bridge::{BridgeMapping, Direction};
 use hero_broker::config::BrokerConfig;
-use hero_client::{clock, Client, Job, NewJob, ScriptType, Status, StopOutcome, Target};
+use hero_client::{Client, StopOutcome};
+use hero_protocol::{clock, Job, NewJob, ScriptType, Status, Target};
 use hero_testkit::{
     all_finished, binary, pending, wait_for, InProcBroker, InProcWorker, Proc, RedisServer,
 };

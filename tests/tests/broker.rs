@@ -7,8 +7,9 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
-use hero_client::function::FetchReply;
-use hero_client::{Client, Job, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::function::FetchReply;
+use hero_protocol::{Job, NewJob, Status};
 use hero_testkit::keys;
 use hero_testkit::{binary, wait_for, InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker};
@@ -27,8 +28,8 @@ async fn several_brokers_requeue_each_job_of_a_dead_consumer_exactly_once() {
     // its liveness deadline in the past
     let stream = client
         .keys()
-        .work(jobs[0].target(), hero_client::Priority::DEFAULT);
-    let cmd = hero_client::function::fetch(
+        .work(jobs[0].target(), hero_protocol::Priority::DEFAULT);
+    let cmd = hero_protocol::function::fetch(
         client.keys(),
         std::slice::from_ref(&stream),
         "g:dead:1",
@@ -212,7 +213,7 @@ async fn a_consumer_of_a_gone_worker_that_holds_nothing_is_deleted_after_a_lease
     client.submit(&job).await.unwrap();
     let stream = client
         .keys()
-        .work(job.target(), hero_client::Priority::DEFAULT);
+        .work(job.target(), hero_protocol::Priority::DEFAULT);
     let mut conn = server.conn().await;
     // what a worker killed with a read in flight leaves: its read reached Redis after the
     // presence pass had removed its consumer, so the consumer is back, in no liveness entry;
@@ -266,7 +267,10 @@ async fn a_consumer_of_a_gone_worker_that_holds_nothing_is_deleted_after_a_lease
     assert!(consumers(&client, &stream)
         .await
         .contains(&"default:live:1".to_string()));
-    let report = client.inspector().audit(&|_| {}).await.unwrap();
+    let report = hero_admin::Inspector::from(&client)
+        .audit(&|_| {})
+        .await
+        .unwrap();
     assert!(
         report
             .findings

@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hero_client::{Client, ClientOptions, Error, JobId, NewJob, Priority};
+use hero_client::{Client, ClientOptions};
+use hero_protocol::{Error, JobId, NewJob, Priority};
 use hero_testkit::{all_finished, hero_cli, http_broker, job_key, test_worker, RedisServer};
 
 /// Every key and its DUMP, except what a running broker keeps on its own (its presence, the
@@ -321,7 +322,7 @@ async fn every_bad_input_ends_in_a_clear_error_and_changes_nothing() {
         ),
         (
             "API: script too big",
-            NewJob::builder("osis", "x".repeat(hero_client::MAX_SCRIPT_BYTES + 1)).build(),
+            NewJob::builder("osis", "x".repeat(hero_protocol::MAX_SCRIPT_BYTES + 1)).build(),
             "script",
         ),
         (

@@ -142,11 +142,11 @@ async fn hero_runs_with_transparent_huge_pages_off() {
     let worker = hero_testkit::hero_worker(&url, &["--concurrency", "1"]);
     // a job it ran says main has run its set-up
     let client = hero_client::Client::connect(&url).await.unwrap();
-    let job = hero_client::NewJob::builder("rhai", "40 + 2")
+    let job = hero_protocol::NewJob::builder("rhai", "40 + 2")
         .build()
         .unwrap();
     let done = client.run(&job, Duration::from_secs(30)).await.unwrap();
-    assert_eq!(done.status, hero_client::Status::Finished);
+    assert_eq!(done.status, hero_protocol::Status::Finished);
     let status = std::fs::read_to_string(format!("/proc/{}/status", worker.pid())).unwrap();
     let thp = status
         .lines()

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use std::sync::{Arc, Mutex};
 
-use hero_client::{Client, ClientOptions, Keyspace, NewJob, Status};
+use hero_client::{Client, ClientOptions};
+use hero_protocol::{Keyspace, NewJob, Status};
 use hero_testkit::{
     binary, hero_cli, http_broker, run_to_finish, say, test_worker, wait_for, InProcWorker, Proc,
     RedisCluster,
@@ -194,7 +195,10 @@ async fn core_scenarios(cluster: &RedisCluster, url: &str, ns: &str) {
     wait_for("a clean audit", LIMIT, || {
         let c = c.clone();
         async move {
-            let (report, _) = c.audit(false, &|_| {}).await.ok()?;
+            let (report, _) = hero_admin::Admin::from(&c)
+                .audit(false, &|_| {})
+                .await
+                .ok()?;
             report.is_consistent().then_some(())
         }
     })
@@ -333,7 +337,7 @@ async fn two_namespaces_on_two_shards_pass_the_core_scenarios_and_survive_a_fail
             .also(client(&url, &b).await)
             .types(["m"])
             .concurrency(1)
-            .handler(move |j: hero_client::Job, _| {
+            .handler(move |j: hero_protocol::Job, _| {
                 seen.lock().unwrap().push(j.id.to_string());
                 async move { Outcome::Done("both".into()) }
             }),

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use hero_client::cron::{CronEntry, CronJob, JobTemplate, Missed};
 use hero_client::Client;
+use hero_protocol::cron::{CronEntry, CronJob, JobTemplate, Missed};
 use hero_testkit::{hero_cli, http_broker, wait_for, RedisServer};
 
 const LIMIT: Duration = Duration::from_secs(40);
@@ -32,7 +32,7 @@ fn every_second(name: &str, missed: Missed) -> CronJob {
 }
 
 async fn entry(client: &Client, name: &str) -> CronEntry {
-    client
+    hero_admin::Admin::from(client)
         .cron_list()
         .await
         .unwrap()
@@ -83,7 +83,10 @@ async fn three_brokers_fire_each_tick_once_and_a_killed_one_changes_nothing() {
     fires_reach(&client, "tick", 4).await;
     brokers[0].kill9();
     fires_reach(&client, "tick", 10).await;
-    client.cron_pause("tick", true).await.unwrap();
+    hero_admin::Admin::from(&client)
+        .cron_pause("tick", true)
+        .await
+        .unwrap();
     let fires = entry(&client, "tick").await.fires;
     let t = ticks(&server, "tick").await;
     assert_eq!(
@@ -139,7 +142,7 @@ async fn a_tick_missed_while_every_broker_was_down_fires_once_under_catch_up_and
     let last_sk = entry(&client, "sk").await.last_ms.unwrap();
     // every broker down across several ticks
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    let back = hero_client::clock::now_ms();
+    let back = hero_protocol::clock::now_ms();
     let (_broker, _) = http_broker(&url, None, &[]).await;
     fires_reach(&client, "cu", entry(&client, "cu").await.fires + 2).await;
     fires_reach(&client, "sk", entry(&client, "sk").await.fires + 2).await;
@@ -163,15 +166,16 @@ async fn passes_racing_for_one_due_tick_fire_it_once() {
         .await
         .unwrap();
     // the first pass only claims the first tick; the race is for that tick, once due
-    let now = hero_client::clock::now_ms();
-    client.cron_pass(now, Duration::from_secs(1)).await.unwrap();
+    let now = hero_protocol::clock::now_ms();
+    hero_broker::loops::cron::pass(&client, now, Duration::from_secs(1))
+        .await
+        .unwrap();
     let due = entry(&client, "race").await.next_ms.unwrap();
     let mut racers = tokio::task::JoinSet::new();
     for _ in 0..20 {
         let client = client.clone();
         racers.spawn(async move {
-            client
-                .cron_pass(due + 10, Duration::from_secs(1))
+            hero_broker::loops::cron::pass(&client, due + 10, Duration::from_secs(1))
                 .await
                 .unwrap()
                 .fired

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{
     batch_done, dead_letter, free_port, http_broker, queue_idle, run_to_finish, stepped_reporter,
     wait_for, InProcWorker, Proc, RedisServer,
@@ -116,9 +117,9 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         Worker::builder(client.clone())
             .types(["web", "dl"])
             .instance("dash")
-            .handler(
-                |j: hero_client::Job, _| async move { Outcome::Done(format!("ran {}", j.script)) },
-            ),
+            .handler(|j: hero_protocol::Job, _| async move {
+                Outcome::Done(format!("ran {}", j.script))
+            }),
     );
     let jobs: Vec<NewJob> = (0..3)
         .map(|n| {
@@ -130,7 +131,10 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         .collect();
     run_to_finish(&client, &jobs).await;
     queue_idle(&client, "idle", "idle", 2).await;
-    client.pause("idle").await.unwrap();
+    hero_admin::Admin::from(&client)
+        .pause("idle")
+        .await
+        .unwrap();
     // a long job that reports its progress step by step, each step when the test says so
     let (_long, step_tx) = stepped_reporter(&client);
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;

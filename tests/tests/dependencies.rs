@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::{Client, Flow, Job, JobId, NewJob, Status};
+use hero_client::{Client, Flow};
+use hero_protocol::{Job, JobId, NewJob, Status};
 use hero_testkit::{test_worker, InProcBroker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-fn job(id: &str, script: &str) -> hero_client::NewJobBuilder {
+fn job(id: &str, script: &str) -> hero_protocol::NewJobBuilder {
     NewJob::builder("dep", script).id(id)
 }
 

@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hero_client::{Client, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{NewJob, Status};
 use hero_testkit::{hero_cli, http_broker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 
@@ -90,7 +91,7 @@ async fn each_role_of_the_acl_file_does_its_whole_job_and_no_more() {
         Worker::builder(worker_client)
             .types(["acl"])
             .concurrency(4)
-            .handler(|j: hero_client::Job, _| async move {
+            .handler(|j: hero_protocol::Job, _| async move {
                 if j.script == "fail" {
                     Outcome::Fail("no".into())
                 } else {

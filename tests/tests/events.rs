@@ -3,9 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use hero_admin::inspect::EventFilter;
 use hero_broker::config::BrokerConfig;
-use hero_client::inspect::EventFilter;
-use hero_client::{Client, NewJob};
+use hero_client::Client;
+use hero_protocol::NewJob;
 use hero_testkit::{all_finished, binary, keys, InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
@@ -49,7 +50,10 @@ async fn a_job_recovered_from_a_killed_worker_has_exactly_its_events_in_order() 
         job: Some("ev1".into()),
         ..EventFilter::default()
     };
-    let events = client.inspector().events(&only, 100).await.unwrap();
+    let events = hero_admin::Inspector::from(&client)
+        .events(&only, 100)
+        .await
+        .unwrap();
     // (event, worker, attempt, reason) of each entry
     type Seen<'a> = (&'a str, Option<&'a str>, Option<u32>, Option<&'a str>);
     let seen: Vec<Seen> = events
@@ -145,7 +149,7 @@ async fn the_event_log_stays_within_its_cap_after_200000_jobs_and_is_off_at_zero
         Worker::builder(client.clone())
             .types(["c"])
             .concurrency(200)
-            .handler(|_j: hero_client::Job, _| async { Outcome::Done(String::new()) }),
+            .handler(|_j: hero_protocol::Job, _| async { Outcome::Done(String::new()) }),
     );
     let mut raw = server.conn().await;
     let total = 200_000;

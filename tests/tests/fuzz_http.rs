@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use hero_client::{Client, NewJob};
+use hero_client::Client;
+use hero_protocol::NewJob;
 use hero_testkit::{http_broker, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

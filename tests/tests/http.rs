@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{
     batch_done, dead_letter, hero_cli, http_broker, queue_idle, run_to_finish, wait_for,
     InProcWorker, RedisServer,
@@ -67,7 +68,7 @@ async fn known_state(client: &Client) -> InProcWorker {
         Worker::builder(client.clone())
             .types(["q1"])
             .instance("api")
-            .handler(|_j: hero_client::Job, _| async { Outcome::Done("ok".into()) }),
+            .handler(|_j: hero_protocol::Job, _| async { Outcome::Done("ok".into()) }),
     );
     let jobs: Vec<NewJob> = (0..3)
         .map(|n| {
@@ -214,7 +215,7 @@ async fn every_read_endpoint_answers_its_json_on_a_known_state() {
     assert_eq!((code, text.trim()), (200, "ok"));
     let (code, v) = get(&base, "/readyz").await;
     assert_eq!((code, v["ready"].as_bool()), (200, Some(true)));
-    assert_eq!(v["functions"], hero_client::function::LIBRARY_NAME);
+    assert_eq!(v["functions"], hero_protocol::function::LIBRARY_NAME);
 
     // a batch: its counts and callback job, and the member names it
     let batch = client.batch("api-batch").unwrap();
@@ -451,7 +452,7 @@ async fn reads_need_a_token_and_env_values_stay_redacted_unless_the_admin_asks()
     let server = RedisServer::start();
     let url = server.url();
     let client = Client::connect(&url).await.unwrap();
-    let job = hero_client::NewJob::builder("sec", "x")
+    let job = hero_protocol::NewJob::builder("sec", "x")
         .id("secret-1")
         .env("DB_PASSWORD", "hunter2")
         .build()
@@ -556,7 +557,7 @@ async fn metrics_parse_as_prometheus_text_and_equal_the_stats() {
     assert_eq!(code, 200);
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
         .expect("the text format parses");
-    let stats = client.inspector().queues().await.unwrap();
+    let stats = hero_admin::Inspector::from(&client).queues().await.unwrap();
     for q in &stats {
         let l = ("queue", q.name.as_str());
         let pairs = [

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::{Client, Job, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{Job, JobId, NewJob, Status};
 use hero_testkit::work_key;
 use hero_testkit::{InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker};
@@ -180,11 +181,14 @@ async fn a_concurrency_limit_holds_for_workers_that_pass_no_limits() {
     let url = server.url();
     let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
     let client = Client::connect(&url).await.unwrap();
-    let limit = hero_client::queue::Policy {
+    let limit = hero_protocol::policy::Policy {
         concurrency: Some(1),
-        ..hero_client::queue::Policy::default()
+        ..hero_protocol::policy::Policy::default()
     };
-    client.set_policy("pyc", &limit).await.unwrap();
+    hero_admin::Admin::from(&client)
+        .set_policy("pyc", &limit)
+        .await
+        .unwrap();
     let ids: Vec<String> = (0..4).map(|i| format!("lim-{i}")).collect();
     for id in &ids {
         let job = NewJob::builder("pyc", "x").id(id.as_str()).build().unwrap();
@@ -245,12 +249,15 @@ async fn a_python_workers_failing_job_retries_on_the_policys_back_off_and_ends_a
     let url = server.url();
     let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
     let client = Client::connect(&url).await.unwrap();
-    let policy = hero_client::queue::Policy {
+    let policy = hero_protocol::policy::Policy {
         retries: Some(2),
-        backoff: Some(hero_client::queue::Backoff::parse("fixed:400ms,jitter=0").unwrap()),
-        ..hero_client::queue::Policy::default()
+        backoff: Some(hero_protocol::policy::Backoff::parse("fixed:400ms,jitter=0").unwrap()),
+        ..hero_protocol::policy::Policy::default()
     };
-    client.set_policy("pyf", &policy).await.unwrap();
+    hero_admin::Admin::from(&client)
+        .set_policy("pyf", &policy)
+        .await
+        .unwrap();
     let job = NewJob::builder("pyf", "x").id("py-fails").build().unwrap();
     client.submit(&job).await.unwrap();
     let w = py(&[
@@ -266,12 +273,15 @@ async fn a_python_workers_failing_job_retries_on_the_policys_back_off_and_ends_a
         "the first attempt and the policy's two retries"
     );
     // each retry was due 400 ms after the failure that asked for it (Redis's clock: the event id)
-    let only = hero_client::inspect::EventFilter {
+    let only = hero_admin::inspect::EventFilter {
         job: Some("py-fails".into()),
-        event: Some(hero_client::EventKind::Retried),
+        event: Some(hero_protocol::EventKind::Retried),
         ..Default::default()
     };
-    let retried = client.inspector().events(&only, 100).await.unwrap();
+    let retried = hero_admin::Inspector::from(&client)
+        .events(&only, 100)
+        .await
+        .unwrap();
     assert_eq!(retried.len(), 2, "{retried:?}");
     for e in &retried {
         let due = e.due_ms.expect("a retry's due time");
@@ -320,12 +330,15 @@ async fn a_job_past_its_time_limit_is_retried_within_its_budget_then_ended_timeo
     );
     let rec = client.get(&id).await.unwrap();
     assert_eq!(rec.attempts, 2, "{rec:?}");
-    let only = hero_client::inspect::EventFilter {
+    let only = hero_admin::inspect::EventFilter {
         job: Some("slow-twice".into()),
-        event: Some(hero_client::EventKind::Retried),
+        event: Some(hero_protocol::EventKind::Retried),
         ..Default::default()
     };
-    let retried = client.inspector().events(&only, 100).await.unwrap();
+    let retried = hero_admin::Inspector::from(&client)
+        .events(&only, 100)
+        .await
+        .unwrap();
     assert_eq!(retried.len(), 1, "{retried:?}");
     assert_eq!(retried[0].reason.as_deref(), Some("timeout"));
 }

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::{Client, Job, NewJob, Status, StopOutcome};
+use hero_client::{Client, StopOutcome};
+use hero_protocol::{Job, NewJob, Status};
 use hero_testkit::keys;
 use hero_testkit::{binary, InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};

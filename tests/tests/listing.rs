@@ -6,8 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use hero_client::inspect::ListFilter;
-use hero_client::{Client, NewJob, Status};
+use hero_admin::inspect::ListFilter;
+use hero_client::Client;
+use hero_protocol::{NewJob, Status};
 use hero_testkit::{run_to_finish, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 
@@ -59,7 +60,7 @@ async fn a_page_by_status_among_100000_jobs_reads_o_of_the_page() {
     }
     // 30 finished, 5 failed
     let w = InProcWorker::spawn(Worker::builder(client.clone()).types(["fin"]).handler(
-        |job: hero_client::Job, _| async move {
+        |job: hero_protocol::Job, _| async move {
             if job.script == "fail" {
                 Outcome::Abort("no".into())
             } else {
@@ -85,7 +86,7 @@ async fn a_page_by_status_among_100000_jobs_reads_o_of_the_page() {
             let mut n = 0;
             for i in 0..35 {
                 let j = client
-                    .get(&hero_client::JobId::new(format!("e-{i}")).ok()?)
+                    .get(&hero_protocol::JobId::new(format!("e-{i}")).ok()?)
                     .await
                     .ok()?;
                 if matches!(j.status, Status::Finished | Status::Error) {
@@ -116,10 +117,10 @@ async fn a_page_by_status_among_100000_jobs_reads_o_of_the_page() {
     let held = NewJob::builder("run", "x").id("r-0").build().unwrap();
     client.submit(&held).await.unwrap();
     let stream = hero_testkit::work_key("run");
-    let fetch = hero_client::function::fetch(client.keys(), &[stream], "g:hold:1", 1, "0");
+    let fetch = hero_protocol::function::fetch(client.keys(), &[stream], "g:hold:1", 1, "0");
     let _: redis::Value = client.redis().query(&fetch).await.unwrap();
 
-    let inspector = client.inspector();
+    let inspector = hero_admin::Inspector::from(&client);
     for (status, expected) in [
         (Status::Finished, 30),
         (Status::Error, 5),

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
-use hero_client::{Client, Job, NewJob};
+use hero_client::Client;
+use hero_protocol::{Job, NewJob};
 use hero_testkit::work_key;
 use hero_testkit::{wait_for, InProcBroker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};

@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use hero_client::{Client, NewJob};
+use hero_client::Client;
+use hero_protocol::NewJob;
 use hero_testkit::RedisServer;
 use hero_testkit::{all_finished, audit_consistent, binary, test_worker, FaultProxy, Proc};
 
@@ -42,8 +43,7 @@ async fn submit(client: &Client, prefix: &str, n: usize) -> Vec<String> {
 }
 
 async fn finished_count(client: &Client) -> u64 {
-    client
-        .inspector()
+    hero_admin::Inspector::from(client)
         .queues()
         .await
         .unwrap()

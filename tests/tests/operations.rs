@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{keys, work_key, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 
@@ -31,7 +32,7 @@ async fn queues_actors_events_and_jobs_report_a_known_state() {
         Worker::builder(client.clone())
             .types(["q1"])
             .instance("ops")
-            .handler(|_j: hero_client::Job, _| async { Outcome::Done("ok".into()) }),
+            .handler(|_j: hero_protocol::Job, _| async { Outcome::Done("ok".into()) }),
     );
     for n in 0..3 {
         let job = NewJob::builder("q1", "x")
@@ -194,7 +195,7 @@ async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
     let mut w = InProcWorker::spawn(
         Worker::builder(client.clone())
             .types(["dl"])
-            .handler(|_j: hero_client::Job, _| async { Outcome::Done("again".into()) }),
+            .handler(|_j: hero_protocol::Job, _| async { Outcome::Done("again".into()) }),
     );
     let ran = w
         .next(Duration::from_secs(10), |e| match e {
@@ -208,7 +209,7 @@ async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
         ran,
         (
             "d1".to_string(),
-            hero_client::function::Completion::Completed
+            hero_protocol::function::Completion::Completed
         )
     );
     w.stop().await;
@@ -217,10 +218,9 @@ async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
         (job.status, job.output.as_deref()),
         (Status::Finished, Some("again"))
     );
-    let history = client
-        .inspector()
+    let history = hero_admin::Inspector::from(&client)
         .events(
-            &hero_client::inspect::EventFilter {
+            &hero_admin::inspect::EventFilter {
                 job: Some("d1".into()),
                 ..Default::default()
             },
@@ -268,7 +268,7 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
     let job = NewJob::builder("ra", "x").id("r1").build().unwrap();
     client.submit(&job).await.unwrap();
     let old = work_key("ra");
-    let fetch = hero_client::function::fetch(
+    let fetch = hero_protocol::function::fetch(
         client.keys(),
         std::slice::from_ref(&old),
         "g:slow:1",
@@ -276,36 +276,36 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
         "0",
     );
     let v: redis::Value = client.redis().query(&fetch).await.unwrap();
-    let leased = hero_client::function::FetchReply::decode(&v).unwrap();
+    let leased = hero_protocol::function::FetchReply::decode(&v).unwrap();
     let lease = leased.jobs[0].entry.clone();
     let moved = json(&url, &["requeue", "r1", "--type", "rb"]);
     assert_eq!(
         (&moved["requeued"], &moved["queue"]),
         (&true.into(), &"rb".into())
     );
-    let mut late = hero_client::function::CompleteBatch::new(
+    let mut late = hero_protocol::function::CompleteBatch::new(
         client.keys(),
-        &hero_client::clock::now_iso(),
+        &hero_protocol::clock::now_iso(),
         "0",
         "g:slow:1",
     );
     let r1 = JobId::new("r1").unwrap();
     late.push(
-        hero_client::function::Leased {
+        hero_protocol::function::Leased {
             id: &r1,
             stream: &old,
             lease: &lease,
             reply: "",
         },
-        hero_client::function::Ending::Done,
+        hero_protocol::function::Ending::Done,
         "too late",
         0,
         None,
     );
     let v: redis::Value = client.redis().query(&late.call()).await.unwrap();
     assert_eq!(
-        hero_client::function::Completion::decode_many(&v, 1).unwrap(),
-        [hero_client::function::Completion::LeaseLost],
+        hero_protocol::function::Completion::decode_many(&v, 1).unwrap(),
+        [hero_protocol::function::Completion::LeaseLost],
         "the revoked delivery records nothing"
     );
     assert_eq!(
@@ -338,7 +338,7 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
     let mut b = InProcWorker::spawn(
         Worker::builder(client.clone())
             .types(["rb"])
-            .handler(|_j: hero_client::Job, _| async { Outcome::Done("moved".into()) }),
+            .handler(|_j: hero_protocol::Job, _| async { Outcome::Done("moved".into()) }),
     );
     let mut done = Vec::new();
     while done.len() < 3 {
@@ -376,7 +376,7 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
     let _: i64 = redis::cmd("XGROUP")
         .arg("DELCONSUMER")
         .arg(&old)
-        .arg(hero_client::keys::CONSUMER_GROUP)
+        .arg(hero_protocol::keys::CONSUMER_GROUP)
         .arg("g:slow:1")
         .query_async(&mut raw)
         .await
@@ -416,7 +416,13 @@ async fn tracked_jobs_are_listed_with_their_state_and_pruned_when_gone() {
     let _: () = redis::AsyncCommands::del(&mut raw, keys().job_unchecked("a"))
         .await
         .unwrap();
-    assert_eq!(client.prune_tracked().await.unwrap(), 1);
+    assert_eq!(
+        hero_admin::Admin::from(&client)
+            .prune_tracked()
+            .await
+            .unwrap(),
+        1
+    );
     let listed = json(&url, &["jobs", "--tracked"]);
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 0, "{listed}");
 }

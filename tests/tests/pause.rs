@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{hero_cli, wait_for, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 
@@ -33,7 +34,7 @@ async fn a_paused_queue_starts_nothing_while_others_flow_and_resume_drains_it_at
         Worker::builder(client.clone())
             .types(["pa", "pb"])
             .concurrency(4)
-            .handler(|j: hero_client::Job, _| async move { Outcome::Done(j.id.to_string()) }),
+            .handler(|j: hero_protocol::Job, _| async move { Outcome::Done(j.id.to_string()) }),
     );
     client.wait(first[0].id(), LIMIT).await.unwrap();
 
@@ -68,7 +69,7 @@ async fn a_paused_queue_starts_nothing_while_others_flow_and_resume_drains_it_at
             j.id()
         );
     }
-    let stats = client.inspector().queues().await.unwrap();
+    let stats = hero_admin::Inspector::from(&client).queues().await.unwrap();
     let pa = stats.iter().find(|q| q.name == "pa").unwrap();
     assert!(pa.paused && pa.waiting == 19, "{pa:?}");
     assert!(stats.iter().find(|q| q.name == "pa/io").unwrap().paused);
@@ -83,7 +84,7 @@ async fn a_paused_queue_starts_nothing_while_others_flow_and_resume_drains_it_at
 
     // resume: the worker, blocked since the pb jobs ended, wakes at once (its wait blocks 2 s)
     let resumed = Instant::now();
-    client.resume("pa").await.unwrap();
+    hero_admin::Admin::from(&client).resume("pa").await.unwrap();
     wait_for("a paused job to start", LIMIT, || {
         let client = client.clone();
         async move {
@@ -99,8 +100,12 @@ async fn a_paused_queue_starts_nothing_while_others_flow_and_resume_drains_it_at
         let r = client.wait(j.id(), LIMIT).await.unwrap();
         assert_eq!(r.status, Status::Finished, "{}", j.id());
     }
-    assert!(client.inspector().paused().await.unwrap().is_empty());
-    let stats = client.inspector().queues().await.unwrap();
+    assert!(hero_admin::Inspector::from(&client)
+        .paused()
+        .await
+        .unwrap()
+        .is_empty());
+    let stats = hero_admin::Inspector::from(&client).queues().await.unwrap();
     assert!(stats.iter().all(|q| !q.paused), "{stats:?}");
 }
 
@@ -108,8 +113,11 @@ async fn a_paused_queue_starts_nothing_while_others_flow_and_resume_drains_it_at
 async fn a_pause_by_type_covers_its_groups_and_a_narrower_pause_outlasts_a_broader_resume() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    client.pause("pc/io").await.unwrap();
-    client.pause("pc").await.unwrap();
+    hero_admin::Admin::from(&client)
+        .pause("pc/io")
+        .await
+        .unwrap();
+    hero_admin::Admin::from(&client).pause("pc").await.unwrap();
     for (id, group) in [("c-type", None), ("c-io", Some("io")), ("c-db", Some("db"))] {
         let mut b = NewJob::builder("pc", "x").id(id);
         if let Some(g) = group {
@@ -117,16 +125,22 @@ async fn a_pause_by_type_covers_its_groups_and_a_narrower_pause_outlasts_a_broad
         }
         client.submit(&b.build().unwrap()).await.unwrap();
     }
-    let q = |stats: &[hero_client::inspect::QueueStats], n: &str| {
+    let q = |stats: &[hero_admin::inspect::QueueStats], n: &str| {
         stats.iter().find(|q| q.name == n).unwrap().paused
     };
-    let stats = client.inspector().queues().await.unwrap();
+    let stats = hero_admin::Inspector::from(&client).queues().await.unwrap();
     assert!(q(&stats, "pc") && q(&stats, "pc/io") && q(&stats, "pc/db"));
-    client.resume("pc").await.unwrap();
-    let stats = client.inspector().queues().await.unwrap();
+    hero_admin::Admin::from(&client).resume("pc").await.unwrap();
+    let stats = hero_admin::Inspector::from(&client).queues().await.unwrap();
     assert!(!q(&stats, "pc") && q(&stats, "pc/io") && !q(&stats, "pc/db"));
-    assert_eq!(client.inspector().paused().await.unwrap(), vec!["pc/io"]);
-    let bad = client.pause("pc prio 1").await.unwrap_err();
+    assert_eq!(
+        hero_admin::Inspector::from(&client).paused().await.unwrap(),
+        vec!["pc/io"]
+    );
+    let bad = hero_admin::Admin::from(&client)
+        .pause("pc prio 1")
+        .await
+        .unwrap_err();
     assert!(bad.to_string().contains("without a priority"), "{bad}");
 }
 
@@ -142,7 +156,7 @@ async fn a_waiting_worker_wakes_at_once_for_a_job_on_a_stream_that_did_not_exist
     let _w = InProcWorker::spawn(
         Worker::builder(client.clone())
             .types(["nw"])
-            .handler(|j: hero_client::Job, _| async move { Outcome::Done(j.id.to_string()) }),
+            .handler(|j: hero_protocol::Job, _| async move { Outcome::Done(j.id.to_string()) }),
     );
     client.wait(first[0].id(), LIMIT).await.unwrap();
     // the worker is blocked now; let it settle into its wait

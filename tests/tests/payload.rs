@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 use serde::{Deserialize, Serialize};
@@ -53,7 +54,7 @@ async fn a_typed_payload_round_trips_and_one_of_the_wrong_shape_ends_the_job_err
     );
 
     let _w = InProcWorker::spawn(Worker::builder(client.clone()).types(["resize"]).handler(
-        |job: hero_client::Job, _| async move {
+        |job: hero_protocol::Job, _| async move {
             let r: Resize = match job.payload() {
                 Ok(r) => r,
                 Err(e) => return Outcome::from(e),

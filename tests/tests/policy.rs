@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
+use hero_admin::inspect::EventFilter;
 use hero_broker::config::BrokerConfig;
-use hero_client::inspect::EventFilter;
-use hero_client::queue::{Backoff, Policy};
-use hero_client::{clock, Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::policy::{Backoff, Policy};
+use hero_protocol::{clock, JobId, NewJob, Status};
 use hero_testkit::{hero_cli, test_worker, InProcBroker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 
@@ -44,7 +45,7 @@ async fn a_failing_jobs_retries_follow_the_queues_back_off_and_budget() {
     assert!(out.contains("retries 3"), "{out}");
     let _broker = InProcBroker::spawn(&url, broker()).await;
     let _w = InProcWorker::spawn(Worker::builder(client.clone()).types(["bo"]).handler(
-        |j: hero_client::Job, _| async move {
+        |j: hero_protocol::Job, _| async move {
             if j.script == "hang" {
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
@@ -57,8 +58,7 @@ async fn a_failing_jobs_retries_follow_the_queues_back_off_and_budget() {
     let r = client.wait(job.id(), LIMIT).await.unwrap();
     assert_eq!(r.status, Status::Error);
     assert_eq!(client.get(job.id()).await.unwrap().attempts, 4);
-    let events = client
-        .inspector()
+    let events = hero_admin::Inspector::from(&client)
         .events(
             &EventFilter {
                 job: Some("bo-1".into()),
@@ -131,7 +131,7 @@ async fn a_concurrency_limit_of_3_across_4_worker_processes_never_has_4_running(
     let server = RedisServer::start();
     let url = server.url();
     let client = Client::connect(&url).await.unwrap();
-    client
+    hero_admin::Admin::from(&client)
         .set_policy(
             "cl",
             &Policy {
@@ -212,7 +212,7 @@ async fn a_back_off_is_checked_when_it_is_set() {
     assert!(Backoff::parse("fixed:0s").is_ok());
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let zero = client
+    let zero = hero_admin::Admin::from(&client)
         .set_policy(
             "z",
             &Policy {
@@ -223,7 +223,7 @@ async fn a_back_off_is_checked_when_it_is_set() {
         .await
         .unwrap_err();
     assert!(zero.to_string().contains("hero pause"), "{zero}");
-    let inst = client
+    let inst = hero_admin::Admin::from(&client)
         .set_policy("z/g/i", &Policy::default())
         .await
         .unwrap_err();
@@ -242,7 +242,12 @@ async fn a_rate_of_5_a_second_across_3_worker_processes_never_starts_6_in_a_seco
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = hero_cli(&url, &["queue", "set", "rt", "--rate", "0/s"]);
     assert_eq!(code, 2, "a rate of 0 is refused: {err}");
-    assert!(client.policy("rt").await.unwrap().rate.is_some());
+    assert!(hero_admin::Admin::from(&client)
+        .policy("rt")
+        .await
+        .unwrap()
+        .rate
+        .is_some());
     let mut workers = Vec::new();
     for label in ["A", "B", "C"] {
         let w = test_worker(&url, "rt", label, &["--concurrency", "4"]);
@@ -268,11 +273,10 @@ async fn a_rate_of_5_a_second_across_3_worker_processes_never_starts_6_in_a_seco
     let took = t0.elapsed();
     // every start, by Redis's clock (the event's id)
     let only = EventFilter {
-        event: Some(hero_client::EventKind::Started),
+        event: Some(hero_protocol::EventKind::Started),
         ..EventFilter::default()
     };
-    let mut starts: Vec<u64> = client
-        .inspector()
+    let mut starts: Vec<u64> = hero_admin::Inspector::from(&client)
         .events(&only, 1000)
         .await
         .unwrap()
@@ -336,10 +340,13 @@ async fn a_key_rate_holds_each_limit_key_to_its_rate_across_worker_processes() {
         assert_eq!(r.status, Status::Finished, "{}", j.id());
     }
     let only = EventFilter {
-        event: Some(hero_client::EventKind::Started),
+        event: Some(hero_protocol::EventKind::Started),
         ..EventFilter::default()
     };
-    let events = client.inspector().events(&only, 1000).await.unwrap();
+    let events = hero_admin::Inspector::from(&client)
+        .events(&only, 1000)
+        .await
+        .unwrap();
     let starts = |prefix: &str| {
         let mut t: Vec<u64> = events
             .iter()

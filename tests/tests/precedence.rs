@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hero_client::{Client, Job, NewJob};
+use hero_client::Client;
+use hero_protocol::{Job, NewJob};
 use hero_testkit::{InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
 
@@ -96,10 +97,10 @@ async fn worker_takes_instance_then_group_then_type_and_priority_0_first_when_ba
     // other instances' and groups' jobs were never this worker's
     for id in ["other-inst", "other-group"] {
         let status = client
-            .status(&hero_client::JobId::new(id).unwrap())
+            .status(&hero_protocol::JobId::new(id).unwrap())
             .await
             .unwrap();
-        assert_eq!(status, hero_client::Status::Dispatched, "{id}");
+        assert_eq!(status, hero_protocol::Status::Dispatched, "{id}");
     }
 }
 
@@ -270,7 +271,7 @@ async fn group_commit_on_a_durable_redis_keeps_precedence_the_concurrency_bound_
             .await;
         assert_eq!(
             completion,
-            hero_client::function::Completion::Completed,
+            hero_protocol::function::Completion::Completed,
             "{id}"
         );
         assert!(recorded.insert(id.clone()), "{id} recorded twice");

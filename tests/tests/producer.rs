@@ -4,9 +4,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hero_client::{
-    Client, GroupName, InstanceName, Job, ListFilter, NewJob, Priority, ScriptType, Status, Target,
-};
+use hero_admin::ListFilter;
+use hero_client::Client;
+use hero_protocol::{GroupName, InstanceName, Job, NewJob, Priority, ScriptType, Status, Target};
 use hero_testkit::keys;
 use hero_testkit::{InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker, WorkerEvent};
@@ -36,8 +36,7 @@ async fn list_pages_through_every_job_by_queue_and_by_status() {
     );
     let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
     loop {
-        let page = client
-            .inspector()
+        let page = hero_admin::Inspector::from(&client)
             .list(&queue, cursor.as_deref(), 10)
             .await
             .unwrap();
@@ -55,8 +54,7 @@ async fn list_pages_through_every_job_by_queue_and_by_status() {
     let mut waiting = HashSet::new();
     let mut cursor = None::<String>;
     for _ in 0..1000 {
-        let page = client
-            .inspector()
+        let page = hero_admin::Inspector::from(&client)
             .list(&ListFilter::Status(Status::Waiting), cursor.as_deref(), 5)
             .await
             .unwrap();
@@ -103,7 +101,7 @@ async fn run_times_out_with_a_clear_error_when_no_worker_takes_the_job() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, hero_client::Error::WaitTimedOut { .. }),
+        matches!(err, hero_protocol::Error::WaitTimedOut { .. }),
         "{err:?}"
     );
     assert!(err.to_string().contains("dispatched"), "{err}");
@@ -165,8 +163,7 @@ async fn presence_shows_a_live_worker_with_a_ttl_and_is_removed_on_exit() {
 async fn list_returns_an_empty_last_page_when_nothing_matches() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let page = client
-        .inspector()
+    let page = hero_admin::Inspector::from(&client)
         .list(&ListFilter::Status(Status::Waiting), None, 10)
         .await
         .unwrap();
@@ -175,7 +172,10 @@ async fn list_returns_an_empty_last_page_when_nothing_matches() {
         Target::of_type(ScriptType::new("none").unwrap()),
         Priority::DEFAULT,
     );
-    let page = client.inspector().list(&queue, None, 10).await.unwrap();
+    let page = hero_admin::Inspector::from(&client)
+        .list(&queue, None, 10)
+        .await
+        .unwrap();
     assert!(page.jobs.is_empty() && page.next.is_none());
 }
 

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{
     binary, hero_cli, hero_worker, run_to_finish, stepped_reporter, InProcWorker, Proc, RedisServer,
 };
@@ -90,9 +91,8 @@ async fn hero_status_follow_prints_each_step_as_it_happens_and_exits_when_the_jo
 /// How many reports reached the job's events, by kind (`progress`, `logged`): one of each per call
 /// that carried one.
 async fn reports(client: &Client, kind: &str) -> usize {
-    client
-        .inspector()
-        .events(&hero_client::inspect::EventFilter::default(), 100_000)
+    hero_admin::Inspector::from(client)
+        .events(&hero_admin::inspect::EventFilter::default(), 100_000)
         .await
         .unwrap()
         .iter()
@@ -105,7 +105,7 @@ async fn a_handler_reporting_in_a_tight_loop_is_coalesced_and_a_silent_one_repor
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let _w = InProcWorker::spawn(Worker::builder(client.clone()).types(["t"]).handler(
-        |j: hero_client::Job, ctx: JobContext| async move {
+        |j: hero_protocol::Job, ctx: JobContext| async move {
             if j.script == "chatty" {
                 // 20,000 reports over about a second
                 for n in 0..20_000u32 {
@@ -151,7 +151,7 @@ async fn a_handler_reporting_in_a_tight_loop_is_coalesced_and_a_silent_one_repor
     // the last report is recorded, whatever was coalesced before it
     let p = job.progress.expect("progress");
     assert_eq!(p.message, "item 19999");
-    assert_eq!(job.log.len(), hero_client::LOG_LINES);
+    assert_eq!(job.log.len(), hero_protocol::LOG_LINES);
     assert_eq!(job.log.last().map(String::as_str), Some("item 19999"));
     // the probe above sees renewals: the chatty job's reports rode on them
     let stats: String = client

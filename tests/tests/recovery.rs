@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use hero_broker::config::BrokerConfig;
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::work_key;
 use hero_testkit::{all_finished, binary, InProcBroker, Proc, RedisServer};
 use redis::AsyncCommands;

@@ -8,7 +8,8 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use hero_client::{Client, Error, NewJob};
+use hero_client::Client;
+use hero_protocol::{Error, NewJob};
 use hero_testkit::{all_finished, binary, hero_cli, hero_command, job_key, test_worker, Proc};
 use hero_testkit::{audit_consistent, RedisServer};
 

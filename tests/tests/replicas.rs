@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use hero_client::conn::Replicas;
-use hero_client::{Client, ClientOptions, NewJob};
+use hero_client::{Client, ClientOptions};
+use hero_protocol::conn::Replicas;
+use hero_protocol::NewJob;
 use hero_testkit::{hero_cli, wait_for, RedisServer};
 
 async fn client(url: &str, wanted: u32) -> Client {
@@ -55,7 +56,7 @@ async fn a_submit_waits_for_its_replicas_and_fails_loudly_without_them() {
     assert!(
         matches!(
             e,
-            hero_client::Error::NotReplicated {
+            hero_protocol::Error::NotReplicated {
                 wanted: 1,
                 got: 0,
                 ..
@@ -131,7 +132,10 @@ async fn acknowledgements_on_disk_are_refused_by_a_server_without_waitaof() {
             assert!(has_waitaof);
             let job = NewJob::builder("rep", "x").build().unwrap();
             let e = c.submit(&job).await.unwrap_err();
-            assert!(matches!(e, hero_client::Error::NotReplicated { .. }), "{e}");
+            assert!(
+                matches!(e, hero_protocol::Error::NotReplicated { .. }),
+                "{e}"
+            );
         }
     }
 }

@@ -7,8 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hero_client::conn::Replicas;
-use hero_client::{Client, ClientOptions, NewJob, Status};
+use hero_client::{Client, ClientOptions};
+use hero_protocol::conn::Replicas;
+use hero_protocol::{NewJob, Status};
 use hero_testkit::{http_broker, say, test_worker, wait_for, SentinelSet};
 use tokio_util::sync::CancellationToken;
 

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;
-use hero_client::job::{Placement, PLACEMENT_FIELDS};
-use hero_client::stats::Histogram;
-use hero_client::{Client, JobId, NewJob, StopOutcome};
+use hero_client::{Client, StopOutcome};
+use hero_protocol::job::{Placement, PLACEMENT_FIELDS};
+use hero_protocol::stats::Histogram;
+use hero_protocol::{JobId, NewJob};
 use hero_testkit::{wait_for, work_key, InProcBroker, Proc, RedisServer};
 
 fn worker(url: &str, label: &str, types: &str, concurrency: &str, sleep_ms: &str) -> Proc {
@@ -90,7 +91,7 @@ async fn counters_equal_the_records_queue_by_queue_after_a_mixed_run() {
         .build()
         .unwrap();
     client.submit(&later).await.unwrap();
-    let before_stop = client.inspector().queues().await.unwrap();
+    let before_stop = hero_admin::Inspector::from(&client).queues().await.unwrap();
     let sa_before = before_stop.iter().find(|q| q.name == "sa").unwrap();
     assert_eq!(
         sa_before.delayed, 1,
@@ -149,7 +150,7 @@ async fn counters_equal_the_records_queue_by_queue_after_a_mixed_run() {
             .entry(client.keys().work(&at.target, at.priority))
             .or_default();
         match job.status {
-            hero_client::Status::Finished => s.finished += 1,
+            hero_protocol::Status::Finished => s.finished += 1,
             _ => s.failed += 1,
         }
         if id.starts_with('b') && job.attempts > 1 {
@@ -165,7 +166,7 @@ async fn counters_equal_the_records_queue_by_queue_after_a_mixed_run() {
             };
         }
     }
-    let queues = client.inspector().queues().await.unwrap();
+    let queues = hero_admin::Inspector::from(&client).queues().await.unwrap();
     for q in &queues {
         let s = seen
             .get(&q.stream)

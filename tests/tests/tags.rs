@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hero_client::{Client, ListFilter, NewJob};
+use hero_admin::ListFilter;
+use hero_client::Client;
+use hero_protocol::NewJob;
 use hero_testkit::{keys, wait_for, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
@@ -39,7 +41,7 @@ async fn listing_by_tag_pages_through_10000_jobs_and_retention_empties_the_index
     client.submit_many(&plain).await.unwrap();
 
     // page through the tag, 1,000 at a time
-    let inspector = client.inspector();
+    let inspector = hero_admin::Inspector::from(&client);
     let mut seen = HashSet::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
@@ -69,12 +71,12 @@ async fn listing_by_tag_pages_through_10000_jobs_and_retention_empties_the_index
         Worker::builder(client.clone())
             .types(["tg"])
             .concurrency(100)
-            .handler(|_j: hero_client::Job, _| async { Outcome::Done(String::new()) }),
+            .handler(|_j: hero_protocol::Job, _| async { Outcome::Done(String::new()) }),
     );
     wait_for("every job to finish", Duration::from_secs(120), || {
         let client = client.clone();
         async move {
-            let q = client.inspector().queues().await.ok()?;
+            let q = hero_admin::Inspector::from(&client).queues().await.ok()?;
             (q.iter().map(|q| q.finished).sum::<u64>() == 10_100).then_some(())
         }
     })

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use hero_client::conn::Tls;
-use hero_client::{Client, ClientOptions, NewJob, Status};
+use hero_client::{Client, ClientOptions};
+use hero_protocol::conn::Tls;
+use hero_protocol::{NewJob, Status};
 use hero_testkit::{free_port, hero_cli, http_broker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 
@@ -119,7 +120,7 @@ fn tls_server(dir: &Path, tls_port: u16, auth_clients: &str) -> RedisServer {
     ])
 }
 
-async fn connect(url: &str, tls: Tls) -> hero_client::Result<Client> {
+async fn connect(url: &str, tls: Tls) -> hero_protocol::Result<Client> {
     let mut opts = ClientOptions::new(url);
     opts.tls = tls;
     Client::with_options(opts).await
@@ -145,7 +146,7 @@ async fn jobs_run_over_tls_and_a_wrong_ca_is_refused_clearly() {
         Worker::builder(connect(&url, with_ca.clone()).await.unwrap())
             .types(["tls"])
             .concurrency(4)
-            .handler(|j: hero_client::Job, _| async move { Outcome::Done(j.id.to_string()) }),
+            .handler(|j: hero_protocol::Job, _| async move { Outcome::Done(j.id.to_string()) }),
     );
     let jobs: Vec<NewJob> = (0..20)
         .map(|i| {
@@ -164,7 +165,10 @@ async fn jobs_run_over_tls_and_a_wrong_ca_is_refused_clearly() {
             Status::Finished
         );
     }
-    let (report, _) = client.audit(false, &|_| {}).await.unwrap();
+    let (report, _) = hero_admin::Admin::from(&client)
+        .audit(false, &|_| {})
+        .await
+        .unwrap();
     assert!(report.is_consistent(), "{:?}", report.findings);
     let (code, out, err) = hero_cli(&url, &["--tls-ca", &ca_arg, "queues", "--json"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -182,7 +186,7 @@ async fn jobs_run_over_tls_and_a_wrong_ca_is_refused_clearly() {
     .err()
     .expect("a wrong CA is refused");
     let text = wrong.to_string();
-    assert!(matches!(wrong, hero_client::Error::Tls { .. }), "{text}");
+    assert!(matches!(wrong, hero_protocol::Error::Tls { .. }), "{text}");
     assert!(
         text.contains("--tls-ca") && text.contains("certificate"),
         "{text}"

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use hero_client::{Client, JobId, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 use opentelemetry::trace::{TraceContextExt, TracerProvider};
@@ -26,7 +27,7 @@ async fn a_job_submitted_inside_a_span_is_handled_inside_a_span_of_the_same_trac
     let client = Client::connect(&server.url()).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let _w = InProcWorker::spawn(Worker::builder(client.clone()).types(["traced"]).handler(
-        move |_j: hero_client::Job, _| {
+        move |_j: hero_protocol::Job, _| {
             let tx = tx.clone();
             async move {
                 let _ = tx.send(trace_id_of(&tracing::Span::current()));

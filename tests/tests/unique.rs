@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hero_client::{Client, NewJob, Status};
+use hero_client::Client;
+use hero_protocol::{NewJob, Status};
 use hero_testkit::{hero_cli, keys, wait_for, work_key, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 use redis::AsyncCommands;
@@ -50,11 +51,11 @@ async fn concurrent_submits_with_one_key_queue_one_job_and_the_next_comes_after_
     let _w = InProcWorker::spawn(
         Worker::builder(client.clone())
             .types(["uq"])
-            .handler(|_j: hero_client::Job, _| async { Outcome::Done("ok".into()) }),
+            .handler(|_j: hero_protocol::Job, _| async { Outcome::Done("ok".into()) }),
     );
     let r = client
         .wait(
-            &hero_client::JobId::new(&holder).unwrap(),
+            &hero_protocol::JobId::new(&holder).unwrap(),
             Duration::from_secs(20),
         )
         .await

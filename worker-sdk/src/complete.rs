@@ -4,9 +4,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use hero_client::clock;
-use hero_client::function::Completion;
-use hero_client::function::{CompleteBatch, Ending, Leased};
+use hero_protocol::clock;
+use hero_protocol::function::Completion;
+use hero_protocol::function::{CompleteBatch, Ending, Leased};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
@@ -83,7 +83,7 @@ pub(crate) async fn run(
 
 /// A fetch sent with a completion: its answer, the streams it named, where its jobs report.
 type Fused = (
-    hero_client::Result<redis::Value>,
+    hero_protocol::Result<redis::Value>,
     Option<crate::shared::Registered>,
     mpsc::UnboundedSender<Finished>,
 );
@@ -95,7 +95,7 @@ async fn with_fetch(
     cmd: &redis::Cmd,
     slots: usize,
     done: mpsc::UnboundedSender<Finished>,
-) -> (Option<hero_client::Result<redis::Value>>, Option<Fused>) {
+) -> (Option<hero_protocol::Result<redis::Value>>, Option<Fused>) {
     let (fetch, named) = crate::fetch::fetch_cmd(s, slots);
     let mut pipe = redis::pipe();
     pipe.add_command(cmd.clone()).add_command((*fetch).clone());

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hero_client::JobId;
+use hero_protocol::JobId;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;

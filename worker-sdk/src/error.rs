@@ -5,7 +5,7 @@ pub enum Error {
     #[error("invalid worker configuration: {0}")]
     Config(String),
     #[error(transparent)]
-    Client(#[from] hero_client::Error),
+    Client(#[from] hero_protocol::Error),
 }
 
 impl Error {

@@ -1,8 +1,8 @@
 //! What a worker reports to the program embedding it: [`WorkerEvent`], for logs, tests and
 //! dashboards of its own.
 
-use hero_client::function::Completion;
-use hero_client::JobId;
+use hero_protocol::function::Completion;
+use hero_protocol::JobId;
 
 use crate::inflight::CancelReason;
 
@@ -28,7 +28,7 @@ pub enum WorkerEvent {
         reason: CancelReason,
     },
     /// A stream entry was not run: `missing` (names no job hash), `foreign` (its job key is not
-    /// a hash), `stale`, `legacy`, or `invalid_id` (see [`hero_client::function::Dropped`]). The
+    /// a hash), `stale`, `legacy`, or `invalid_id` (see [`hero_protocol::function::Dropped`]). The
     /// id is what the entry named, which need not be a valid [`JobId`].
     Dropped {
         job_id: String,

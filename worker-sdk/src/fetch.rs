@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hero_client::function;
-use hero_client::function::FetchReply;
+use hero_protocol::function;
+use hero_protocol::function::FetchReply;
 use redis::Value;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -75,7 +75,7 @@ struct Ended {
     /// A concurrency limit held jobs back: the wait for an entry is short, since the slot it
     /// waits for frees without one.
     limited: bool,
-    failed: Option<hero_client::Error>,
+    failed: Option<hero_protocol::Error>,
 }
 
 impl Ended {
@@ -97,7 +97,7 @@ impl Ended {
     }
 }
 
-type FetchOutcome = hero_client::Result<(Vec<String>, bool)>;
+type FetchOutcome = hero_protocol::Result<(Vec<String>, bool)>;
 
 /// Takes free slots, up to a quarter of them per fetch, and fetches that many jobs in precedence
 /// order, with up to [`FETCHES_IN_FLIGHT`] fetches under way while they come back full. When the queues are drier than
@@ -112,7 +112,7 @@ pub(crate) async fn fetch_loop(
     rank: usize,
 ) {
     let mut backoff = Backoff::new();
-    let mut waker: Option<hero_client::conn::Blocking> = None;
+    let mut waker: Option<hero_protocol::conn::Blocking> = None;
     let fetch_max = (s.concurrency / 4).max(8);
     let mut fetches: JoinSet<FetchOutcome> = JoinSet::new();
     let mut ended = Ended::default();
@@ -237,34 +237,7 @@ pub(crate) fn take_reply(
     }
     if let Some(named) = named {
         // the reply's stream indexes are into the streams named: back to the worker's
-        let to_all = |i: usize| {
-            named.streams.get(i).copied().ok_or_else(|| {
-                hero_client::Error::Protocol(format!(
-                    "hero_fetch named stream {} of the {} given",
-                    i + 1,
-                    named.streams.len()
-                ))
-            })
-        };
-        for d in &mut reply.jobs {
-            d.stream = to_all(d.stream)?;
-        }
-        for d in &mut reply.dropped {
-            d.stream = to_all(d.stream)?;
-        }
-        if !reply.cursors.is_empty() {
-            let mut cursors = vec![String::new(); s.streams.len() + 1];
-            let mut given = std::mem::take(&mut reply.cursors).into_iter();
-            for &i in &named.streams {
-                if let Some(c) = given.next() {
-                    cursors[i] = c;
-                }
-            }
-            if let Some(signal) = given.next() {
-                cursors[s.streams.len()] = signal;
-            }
-            reply.cursors = cursors;
-        }
+        reply.renumber(&named.streams, s.streams.len())?;
     }
     for d in &reply.dropped {
         if d.reason == "missing" {
@@ -288,7 +261,7 @@ pub(crate) fn take_reply(
 /// the worker is stopping.
 async fn wait_for_entry(
     s: &Shared,
-    waker: &mut Option<hero_client::conn::Blocking>,
+    waker: &mut Option<hero_protocol::conn::Blocking>,
     cursors: &[String],
     limited: bool,
     stop: &CancellationToken,

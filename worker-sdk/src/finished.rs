@@ -2,7 +2,7 @@
 //! needs of it, and the slot it frees once recorded. Both the job task and the completer (and
 //! the fetch that hands jobs to tasks) read it; it reads neither.
 
-use hero_client::JobId;
+use hero_protocol::JobId;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::outcome::Outcome;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use hero_client::JobId;
+use hero_protocol::JobId;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use hero_client::function;
-use hero_client::function::Recovery;
-use hero_client::function::{Renewal, Report};
-use hero_client::recovery::recover_stream;
+use hero_protocol::function;
+use hero_protocol::function::Recovery;
+use hero_protocol::function::{Renewal, Report};
+use hero_protocol::recovery::recover_stream;
 use tokio_util::sync::CancellationToken;
 
 use crate::inflight::{CancelReason, Held};

@@ -7,7 +7,7 @@
 //! Worker::builder(client)
 //!     .types(["osis"])
 //!     .concurrency(8)
-//!     .handler(|job: hero_client::Job, _ctx| async move { Outcome::Done(job.script.len().to_string()) })
+//!     .handler(|job: hero_protocol::Job, _ctx| async move { Outcome::Done(job.script.len().to_string()) })
 //!     .build()?
 //!     .run_until_signal()
 //!     .await
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! A process where the time from submit to start matters should call
-//! `hero_client::process::disable_transparent_huge_pages()` first thing in `main`, as the `hero`
+//! `hero_protocol::process::disable_transparent_huge_pages()` first thing in `main`, as the `hero`
 //! binary does: with transparent huge pages `always`, page zeroing stalled a worker 4–5 ms about
 //! every 75 ms.
 //!

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use hero_client::Job;
+use hero_protocol::Job;
 use tokio_util::sync::CancellationToken;
 
 /// How one attempt of a job ended, as the handler says it.
@@ -72,8 +72,8 @@ where
 
 /// A payload that is missing or of the wrong shape ends the job `error` with the reason: no
 /// retry can change its bytes.
-impl From<hero_client::PayloadError> for Outcome {
-    fn from(e: hero_client::PayloadError) -> Self {
+impl From<hero_protocol::PayloadError> for Outcome {
+    fn from(e: hero_protocol::PayloadError) -> Self {
         Outcome::Abort(e.to_string())
     }
 }

@@ -1,4 +1,4 @@
-//! The worker's copy of the queue policies (`hero_client::queue`): read at start and every
+//! The worker's copy of the queue policies (`hero_protocol::queue`): read at start and every
 //! [`REFRESH`] after, so `hero queue set` reaches running workers within seconds without a read
 //! per job. It gives the fetch its concurrency-limit argument, the job task each job's time
 //! limit, retry budget and back-off, and the lease loop its renewal period. The loop that
@@ -7,8 +7,8 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use hero_client::queue::{Backoff, Policies, Policy};
-use hero_client::{Job, DEFAULT_TIMEOUT};
+use hero_protocol::policy::{Backoff, Policies, Policy};
+use hero_protocol::{Job, DEFAULT_TIMEOUT};
 
 use crate::outcome::Outcome;
 
@@ -56,7 +56,7 @@ impl PolicyCache {
     }
 
     /// The shortest lease any policy of `types` sets, if one does.
-    pub fn shortest_lease(&self, types: &[hero_client::ScriptType]) -> Option<Duration> {
+    pub fn shortest_lease(&self, types: &[hero_protocol::ScriptType]) -> Option<Duration> {
         let c = self.current.read().ok()?;
         c.policies
             .iter()
@@ -108,8 +108,9 @@ mod tests {
     use super::*;
 
     fn job(timeout: Option<Duration>) -> Job {
-        let target = hero_client::Target::of_type(hero_client::ScriptType::new("osis").unwrap());
-        let mut j = Job::new(hero_client::JobId::new("j1").unwrap(), &target, "noop");
+        let target =
+            hero_protocol::Target::of_type(hero_protocol::ScriptType::new("osis").unwrap());
+        let mut j = Job::new(hero_protocol::JobId::new("j1").unwrap(), &target, "noop");
         j.timeout = timeout;
         j
     }

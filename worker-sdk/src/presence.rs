@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use hero_client::clock;
+use hero_protocol::clock;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
@@ -26,7 +26,7 @@ fn presence_json(s: &Shared, now_iso: &str, started_at: &str) -> String {
     .to_string()
 }
 
-async fn beat(s: &Shared, started_at: &str) -> hero_client::Result<()> {
+async fn beat(s: &Shared, started_at: &str) -> hero_protocol::Result<()> {
     let now = clock::now_ms();
     let json = presence_json(s, &clock::iso(now), started_at);
     let ttl_ms = s.presence_ttl.as_millis() as u64;

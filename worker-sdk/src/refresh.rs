@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use hero_client::queue::Policies;
+use hero_protocol::policy::Policies;
 use tokio_util::sync::CancellationToken;
 
 use crate::policy::REFRESH;
@@ -12,7 +12,7 @@ use crate::shared::Shared;
 
 /// Reads the policies once; on failure keeps the ones it had.
 pub(crate) async fn refresh_once(s: &Shared) {
-    let client_policies = match hero_client::queue::read_policies(&s.redis, &s.keys).await {
+    let client_policies = match hero_protocol::policy::read_policies(&s.redis, &s.keys).await {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(error = %e, "reading queue policies failed; keeping the last ones");
@@ -38,7 +38,7 @@ fn limits_arg(s: &Shared, policies: &Policies) -> String {
         return out;
     }
     for (i, stream) in s.streams.iter().enumerate() {
-        let Ok((target, _)) = hero_client::Target::parse_queue(&s.keys.queue_name(stream)) else {
+        let Ok((target, _)) = hero_protocol::Target::parse_queue(&s.keys.queue_name(stream)) else {
             continue;
         };
         let group = target.group.as_ref().map(|g| g.as_str());

@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hero_client::function::Report;
-use hero_client::{Progress, LOG_LINES};
+use hero_protocol::function::Report;
+use hero_protocol::{Progress, LOG_LINES};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

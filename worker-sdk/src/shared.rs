@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hero_client::{ConsumerName, Keyspace, Redis, ScriptType};
+use hero_protocol::{ConsumerName, Keyspace, Redis, ScriptType};
 
 use crate::event::WorkerEvent;
 use crate::inflight::InFlight;

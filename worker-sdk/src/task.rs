@@ -5,8 +5,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use hero_client::function::Delivery;
-use hero_client::{Job, JobId};
+use hero_protocol::function::{self, Delivery, Fetched};
+use hero_protocol::{Job, JobId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tracing::Instrument;
 
@@ -64,13 +64,13 @@ pub(crate) async fn start_jobs(
     }
     .into_iter();
     // the records in the order of the deliveries: handed back, or the next of those read
-    let records: Vec<hero_client::Result<redis::Value>> = handed
+    let records: Vec<hero_protocol::Result<redis::Value>> = handed
         .into_iter()
         .map(|h| match h {
             Some(v) => Ok(v),
             None => fresh.next().unwrap_or_else(|| {
-                Err(hero_client::Error::Protocol(
-                    "its record could not be read".into(),
+                Err(hero_protocol::reply::unexpected(
+                    "the pipeline of records answered fewer replies than it was sent",
                 ))
             }),
         })
@@ -82,25 +82,23 @@ pub(crate) async fn start_jobs(
             s.inflight.remove(&d.job_id);
             continue;
         };
-        let fields = record.and_then(hero_client::reply::record);
-        let (fields, payload) = match fields {
-            Ok(f) => f,
+        let fetched = record.and_then(|r| function::read_fetched(&key, r, &d.entry));
+        let (job, reply) = match fetched {
+            Ok(Fetched::Leased { job, reply }) => (job, reply),
+            Ok(Fetched::Stale) => {
+                s.inflight.remove(&d.job_id);
+                s.emit(WorkerEvent::Dropped {
+                    job_id: d.job_id.to_string(),
+                    reason: "stale".into(),
+                });
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(job = %d.job_id, error = %e, "reading a fetched job failed; leaving it to recovery");
                 s.inflight.remove(&d.job_id);
                 continue;
             }
         };
-        let reply = field(&fields, "reply").unwrap_or_default().to_string();
-        if !still_leased(&fields, &d.entry) {
-            s.inflight.remove(&d.job_id);
-            s.emit(WorkerEvent::Dropped {
-                job_id: d.job_id.to_string(),
-                reason: "stale".into(),
-            });
-            continue;
-        }
-        let job = Job::from_record(&key, (fields, payload));
         tokio::spawn(run_job(
             s.clone(),
             Taken {
@@ -113,19 +111,6 @@ pub(crate) async fn start_jobs(
             done.clone(),
         ));
     }
-}
-
-/// One field of a record read as pairs.
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
-/// Whether a record read after the fetch still says the delivery with this entry id runs it.
-fn still_leased(fields: &[(String, String)], entry: &str) -> bool {
-    field(fields, "status") == Some("started") && field(fields, "lease") == Some(entry)
 }
 
 /// What a panic said, when it said it with a string (as `panic!` and `unwrap` do).
@@ -142,7 +127,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
 /// A job this worker holds the lease of, read and ready to run.
 struct Taken {
     job_id: JobId,
-    job: std::result::Result<Job, hero_client::DecodeError>,
+    job: std::result::Result<Job, hero_protocol::DecodeError>,
     /// The record's `reply` field, handed back with the outcome.
     reply: String,
     running: Running,
@@ -192,7 +177,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 if let Some(parent) = job
                     .traceparent
                     .as_deref()
-                    .and_then(hero_client::trace::parent_context)
+                    .and_then(hero_protocol::trace::parent_context)
                 {
                     let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
                 }
@@ -254,32 +239,5 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
             s.emit(WorkerEvent::Interrupted { job_id, reason });
             drop(permit);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::still_leased;
-
-    fn record(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn a_fetched_job_runs_only_while_its_record_carries_this_lease() {
-        let entry = "1763712000000-0";
-        let ours = record(&[("status", "started"), ("lease", entry), ("script", "x")]);
-        assert!(still_leased(&ours, entry));
-        // stopped between the fetch and the read
-        let stopped = record(&[("status", "error"), ("lease", entry), ("error", "stopped")]);
-        assert!(!still_leased(&stopped, entry));
-        // recovered and fetched again by another worker under a new entry
-        let recovered = record(&[("status", "started"), ("lease", "1763712000005-0")]);
-        assert!(!still_leased(&recovered, entry));
-        // gone (retention, or deleted by hand)
-        assert!(!still_leased(&[], entry));
     }
 }

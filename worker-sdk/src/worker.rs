@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hero_client::{Client, ConsumerName, GroupName, InstanceName, Priority, ScriptType};
+use hero_client::Client;
+use hero_protocol::{ConsumerName, GroupName, InstanceName, Priority, ScriptType};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -127,7 +128,7 @@ impl WorkerBuilder {
             .types
             .iter()
             .map(ScriptType::new)
-            .collect::<hero_client::Result<Vec<_>>>()?;
+            .collect::<hero_protocol::Result<Vec<_>>>()?;
         let group = match self.group {
             Some(g) => GroupName::new(g)?,
             None => GroupName::default_group(),

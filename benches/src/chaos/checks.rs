@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use hero_client::{Client, NewJob};
+use hero_client::Client;
+use hero_protocol::NewJob;
 
 use super::{now_ms, TYPE};
 

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use hero_client::{Client, ClientOptions, NewJob};
+use hero_client::{Client, ClientOptions};
+use hero_protocol::NewJob;
 use hero_testkit::Proc;
 
 mod checks;
@@ -401,7 +402,9 @@ async fn phase(
     // the audit is asked again (bounded) until that pass had its turn
     let audit_deadline = Instant::now() + Duration::from_secs(30);
     let report = loop {
-        let (report, _) = client.audit(false, &|_| {}).await?;
+        let (report, _) = hero_admin::Admin::from(&client)
+            .audit(false, &|_| {})
+            .await?;
         if report.is_consistent() || Instant::now() > audit_deadline {
             break report;
         }
@@ -424,12 +427,11 @@ async fn phase(
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         eprintln!("chaos: c-{i} {j:?}: {}", brief.join(" "));
-        let only = hero_client::inspect::EventFilter {
+        let only = hero_admin::inspect::EventFilter {
             job: Some(format!("c-{i}")),
             ..Default::default()
         };
-        for e in client
-            .inspector()
+        for e in hero_admin::Inspector::from(&client)
             .events(&only, 50)
             .await
             .unwrap_or_default()
@@ -454,7 +456,7 @@ async fn phase(
         }
     }
     // the event log is kept long for the diagnosis above; memory is about the jobs
-    let _: hero_client::Result<i64> = client
+    let _: hero_protocol::Result<i64> = client
         .redis()
         .query(
             redis::cmd("XTRIM")

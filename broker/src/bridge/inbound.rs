@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use hero_client::{function, Client};
+use hero_client::Client;
+use hero_protocol::function;
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use hero_client::{GroupName, InstanceName, ScriptType, Target};
+use hero_protocol::{GroupName, InstanceName, ScriptType, Target};
 use serde::Deserialize;
 
 /// A bad mapping in flags or the config file.
@@ -99,7 +99,7 @@ fn target_of(
     group: Option<&str>,
     instance: Option<&str>,
 ) -> Result<Target, BridgeConfigError> {
-    let bad = |e: hero_client::Error| BridgeConfigError::Mapping {
+    let bad = |e: hero_protocol::Error| BridgeConfigError::Mapping {
         spec: spec.to_string(),
         why: e.to_string(),
     };
@@ -242,7 +242,7 @@ pub fn load_file(path: &Path) -> Result<(Vec<BridgeMapping>, Option<bool>), Brid
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hero_client::{Keyspace, Namespace};
+    use hero_protocol::{Keyspace, Namespace};
 
     /// A legacy key of the default namespace, built by the keys module.
     fn work_queue(id: &str) -> String {

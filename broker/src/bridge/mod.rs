@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
 
-fn routes(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Vec<Route>> {
+fn routes(client: &Client, cfg: &BrokerConfig) -> hero_protocol::Result<Vec<Route>> {
     cfg.bridges
         .iter()
         .map(|m| Route::new(client.keys(), m))
@@ -33,7 +33,7 @@ fn routes(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Vec<Route>
 
 /// Writes the dual-push registry `hero_submit` reads and the legacy reply prefix (in
 /// compatibility mode) into Redis; both replace what an earlier broker published.
-pub async fn publish(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<()> {
+pub async fn publish(client: &Client, cfg: &BrokerConfig) -> hero_protocol::Result<()> {
     let keys = client.keys();
     let mut tx = redis::pipe();
     tx.atomic().del(keys.bridge_registry()).ignore();
@@ -72,7 +72,7 @@ pub async fn run(
     client: Client,
     cfg: BrokerConfig,
     stop: CancellationToken,
-) -> hero_client::Result<()> {
+) -> hero_protocol::Result<()> {
     let mut tasks = Vec::new();
     for route in routes(&client, &cfg)? {
         tracing::info!(legacy = %route.list, stream = %route.stream, direction = ?route.m.direction, dual_push = route.m.dual_push, "bridge mapping");

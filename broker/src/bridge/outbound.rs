@@ -1,7 +1,8 @@
 //! Outbound: jobs of the mapped work stream are handed to the legacy list's actors with
 //! `hero_bridge_out`, a batch every bridge poll.
 
-use hero_client::{function, Client};
+use hero_client::Client;
+use hero_protocol::function;
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hero_client::{Keyspace, LegacyQueue, Priority};
+use hero_protocol::{Keyspace, LegacyQueue, Priority};
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -29,7 +29,7 @@ pub(super) struct Route {
 }
 
 impl Route {
-    pub(super) fn new(keys: &Keyspace, m: &BridgeMapping) -> hero_client::Result<Route> {
+    pub(super) fn new(keys: &Keyspace, m: &BridgeMapping) -> hero_protocol::Result<Route> {
         let queue = keys.parse_legacy_queue(&m.legacy)?;
         Ok(Route {
             list: keys.legacy_queue(&queue),

@@ -2,8 +2,8 @@
 //! `hero_bridge_watch` until their record says they ended, and takes back the ones no actor
 //! picked up or finished.
 
-use hero_client::function::{self, Watch};
 use hero_client::Client;
+use hero_protocol::function::{self, Watch};
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +22,7 @@ pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: C
     }
 }
 
-async fn pass(client: &Client, cfg: &BrokerConfig, route: &Route) -> hero_client::Result<()> {
+async fn pass(client: &Client, cfg: &BrokerConfig, route: &Route) -> hero_protocol::Result<()> {
     let watch = Watch {
         queue: &route.queue,
         stream: &route.stream,

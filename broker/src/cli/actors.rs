@@ -8,7 +8,7 @@ use super::Global;
 
 pub(super) async fn actors(g: &Global) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
-    let actors = client.inspector().actors().await?;
+    let actors = hero_admin::Inspector::from(&client).actors().await?;
     if g.json {
         let all: Vec<_> = actors.iter().map(|a| a.to_json()).collect();
         println!("{}", serde_json::json!({ "actors": all }));

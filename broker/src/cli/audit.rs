@@ -1,11 +1,11 @@
-//! `hero audit [--fix]`: the recovery audit of `hero_client::inspect`, its summary per class and
+//! `hero audit [--fix]`: the recovery audit of `hero_admin::inspect`, its summary per class and
 //! every inconsistency; with --fix each is repaired through `hero_fix` and the audit runs again.
 //! Exit 0 when consistent, 1 when an inconsistency is (still) there.
 
 use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
-use hero_client::inspect::{AuditReport, Class};
+use hero_admin::inspect::{AuditReport, Class};
 use hero_client::Client;
 
 use super::context::{connect, resolve_url};
@@ -22,7 +22,9 @@ pub(super) async fn audit(g: &Global, fix: bool) -> Result<i32> {
             let _ = err.flush();
         }
     };
-    let (report, fixed) = client.audit(fix, &progress).await?;
+    let (report, fixed) = hero_admin::Admin::from(&client)
+        .audit(fix, &progress)
+        .await?;
     if show_progress {
         eprint!("\r{:<70}\r", "");
     }
@@ -37,7 +39,7 @@ pub(super) async fn audit(g: &Global, fix: bool) -> Result<i32> {
 fn print_report(
     client: &Client,
     report: &AuditReport,
-    fixed: &[(hero_client::inspect::Finding, bool)],
+    fixed: &[(hero_admin::inspect::Finding, bool)],
 ) {
     let rows: Vec<Vec<String>> = report
         .counts()

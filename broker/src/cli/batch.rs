@@ -47,7 +47,7 @@ pub(super) async fn batch(g: &Global, cmd: &BatchCommand) -> Result<i32> {
     match cmd {
         BatchCommand::Close(a) => {
             let job =
-                |script: &Option<String>, which: &str| -> Result<Option<hero_client::NewJob>> {
+                |script: &Option<String>, which: &str| -> Result<Option<hero_protocol::NewJob>> {
                     script
                         .as_ref()
                         .map(|s| {
@@ -123,7 +123,7 @@ pub(super) async fn batch(g: &Global, cmd: &BatchCommand) -> Result<i32> {
             Ok(0)
         }
         BatchCommand::List { last } => {
-            let all = client.inspector().batches(*last).await?;
+            let all = hero_admin::Inspector::from(&client).batches(*last).await?;
             if g.json {
                 let list: Vec<_> = all.iter().map(|b| b.to_json()).collect();
                 println!("{}", serde_json::json!({ "batches": list }));

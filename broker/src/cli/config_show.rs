@@ -23,7 +23,7 @@ pub(super) fn show(g: &Global) -> Result<i32> {
     let mask = |s: &Option<String>| s.as_ref().map(|_| "***".to_string());
     let mut out = serde_json::json!({
         "config_file": path(&g.config),
-        "redis_url": hero_client::conn::redacted(&resolve_url(g)),
+        "redis_url": hero_protocol::conn::redacted(&resolve_url(g)),
         "namespace": g.namespace,
         "cluster": g.cluster,
         "pool_size": g.pool_size,

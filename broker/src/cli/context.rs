@@ -29,12 +29,12 @@ pub(super) async fn connect(global: &Global, url: &str) -> Result<Client> {
     opts.namespace = global.namespace.clone();
     opts.cluster = global.cluster;
     opts.pool_size = global.pool_size;
-    opts.replicas = hero_client::conn::Replicas {
+    opts.replicas = hero_protocol::conn::Replicas {
         wanted: global.min_replicas,
         timeout: std::time::Duration::from_millis(global.replica_timeout_ms),
         fsync: global.replica_fsync,
     };
-    opts.tls = hero_client::conn::Tls {
+    opts.tls = hero_protocol::conn::Tls {
         ca: global.tls_ca.clone(),
         cert: global.tls_cert.clone(),
         key: global.tls_key.clone(),

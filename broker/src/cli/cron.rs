@@ -1,7 +1,7 @@
-//! `hero cron add|list|remove|pause|resume`: recurring jobs, over `hero_client::cron`.
+//! `hero cron add|list|remove|pause|resume`: recurring jobs, over `hero_protocol::cron`.
 
 use anyhow::Result;
-use hero_client::cron::{CronJob, Missed};
+use hero_protocol::cron::{CronJob, Missed};
 
 use super::context::{connect, resolve_url};
 use super::table::{render, text};
@@ -72,21 +72,25 @@ pub(super) async fn cron(g: &Global, cmd: &CronCommand) -> Result<i32> {
             done("added", &a.name);
         }
         CronCommand::Remove { name } => {
-            if !client.cron_remove(name).await? {
+            if !hero_admin::Admin::from(&client).cron_remove(name).await? {
                 anyhow::bail!("no recurring job named {name:?} (see hero cron list)");
             }
             done("removed", name);
         }
         CronCommand::Pause { name } => {
-            client.cron_pause(name, true).await?;
+            hero_admin::Admin::from(&client)
+                .cron_pause(name, true)
+                .await?;
             done("paused", name);
         }
         CronCommand::Resume { name } => {
-            client.cron_pause(name, false).await?;
+            hero_admin::Admin::from(&client)
+                .cron_pause(name, false)
+                .await?;
             done("resumed", name);
         }
         CronCommand::List => {
-            let all = client.cron_list().await?;
+            let all = hero_admin::Admin::from(&client).cron_list().await?;
             if g.json {
                 let list: Vec<_> = all.iter().map(|e| e.to_json()).collect();
                 println!("{}", serde_json::json!({ "cron": list }));
@@ -96,7 +100,8 @@ pub(super) async fn cron(g: &Global, cmd: &CronCommand) -> Result<i32> {
                 println!("no recurring jobs: add one with hero cron add <name> 'every 1m' --type <type> '<script>'");
                 return Ok(0);
             }
-            let at = |ms: Option<u64>| ms.map_or_else(|| "-".to_string(), hero_client::clock::iso);
+            let at =
+                |ms: Option<u64>| ms.map_or_else(|| "-".to_string(), hero_protocol::clock::iso);
             let rows: Vec<Vec<String>> = all
                 .iter()
                 .map(|e| {

@@ -1,10 +1,11 @@
-//! `hero dead list|show|retry|purge`: dead-letter management over `hero_client::inspect` (what is
-//! there) and `hero_client::repair` (one function call per batch: never in two places or none).
+//! `hero dead list|show|retry|purge`: dead-letter management over `hero_admin::inspect` (what is
+//! there) and `hero_admin::repair` (one function call per batch: never in two places or none).
 
 use anyhow::{bail, Result};
-use hero_client::inspect::DeadLetter;
-use hero_client::repair::DeadOutcome;
-use hero_client::{Client, JobId};
+use hero_admin::inspect::DeadLetter;
+use hero_admin::repair::DeadOutcome;
+use hero_client::Client;
+use hero_protocol::JobId;
 
 use super::context::{connect, resolve_url};
 use super::table::{render, text};
@@ -12,7 +13,7 @@ use super::{DeadCommand, Global};
 
 pub(super) async fn dead(g: &Global, cmd: &DeadCommand) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
-    let inspector = client.inspector();
+    let inspector = hero_admin::Inspector::from(&client);
     match cmd {
         DeadCommand::List { limit, cursor } => {
             let page = inspector.dead_letters(cursor.as_deref(), *limit).await?;
@@ -33,7 +34,7 @@ pub(super) async fn dead(g: &Global, cmd: &DeadCommand) -> Result<i32> {
                 .map(|d| {
                     vec![
                         d.job_id.clone(),
-                        hero_client::clock::iso(d.at_ms()),
+                        hero_protocol::clock::iso(d.at_ms()),
                         client.keys().queue_name(&d.queue),
                         d.reason.clone(),
                     ]
@@ -63,7 +64,7 @@ pub(super) async fn dead(g: &Global, cmd: &DeadCommand) -> Result<i32> {
             let record = match JobId::new(id) {
                 Ok(jid) => match client.get(&jid).await {
                     Ok(job) => Some(job),
-                    Err(hero_client::Error::JobNotFound(_)) => None,
+                    Err(hero_protocol::Error::JobNotFound(_)) => None,
                     // a record that does not decode is shown as such, the bad field named
                     Err(e) => bail!("job {id}: {e}; see it field by field with hero status {id}"),
                 },
@@ -82,7 +83,7 @@ pub(super) async fn dead(g: &Global, cmd: &DeadCommand) -> Result<i32> {
                 println!("{v}");
             } else {
                 println!("job:    {}", d.job_id);
-                println!("since:  {}", hero_client::clock::iso(d.at_ms()));
+                println!("since:  {}", hero_protocol::clock::iso(d.at_ms()));
                 println!("queue:  {}", client.keys().queue_name(&d.queue));
                 println!("reason: {}", d.reason);
                 match record {
@@ -99,12 +100,16 @@ pub(super) async fn dead(g: &Global, cmd: &DeadCommand) -> Result<i32> {
         }
         DeadCommand::Retry { ids, all } => {
             let letters = chosen(&client, ids, *all).await?;
-            let outcomes = client.retry_dead(&letters).await?;
+            let outcomes = hero_admin::Admin::from(&client)
+                .retry_dead(&letters)
+                .await?;
             Ok(report(g, &outcomes, "requeued"))
         }
         DeadCommand::Purge { ids, all } => {
             let letters = chosen(&client, ids, *all).await?;
-            let outcomes = client.purge_dead(&letters).await?;
+            let outcomes = hero_admin::Admin::from(&client)
+                .purge_dead(&letters)
+                .await?;
             Ok(report(g, &outcomes, "purged"))
         }
     }
@@ -112,7 +117,7 @@ pub(super) async fn dead(g: &Global, cmd: &DeadCommand) -> Result<i32> {
 
 /// The letters named by job id, or every one with `all`.
 async fn chosen(client: &Client, ids: &[String], all: bool) -> Result<Vec<DeadLetter>> {
-    let inspector = client.inspector();
+    let inspector = hero_admin::Inspector::from(client);
     if all {
         return Ok(inspector.all_dead_letters().await?);
     }

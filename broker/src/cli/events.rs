@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use anyhow::{bail, Context, Result};
-use hero_client::inspect::{Event, EventFilter};
-use hero_client::{EventKind, GroupName, InstanceName, Keyspace, ScriptType, Target};
+use hero_admin::inspect::{Event, EventFilter};
+use hero_protocol::{EventKind, GroupName, InstanceName, Keyspace, ScriptType, Target};
 
 use super::context::{connect, resolve_url, signal_token};
 use super::{EventsArgs, Global};
@@ -47,7 +47,7 @@ fn filter(args: &EventsArgs) -> Result<EventFilter> {
 pub(super) async fn events(g: &Global, args: &EventsArgs) -> Result<i32> {
     let filter = filter(args)?;
     let client = connect(g, &resolve_url(g)).await?;
-    let inspector = client.inspector();
+    let inspector = hero_admin::Inspector::from(&client);
     let latest = inspector.events(&filter, args.last).await?;
     let mut out = std::io::stdout().lock();
     if !g.json && !args.follow && latest.is_empty() {
@@ -93,7 +93,7 @@ pub(super) fn print_event(
     }
     let mut line = format!(
         "{}  {:<11} {}",
-        hero_client::clock::iso(e.at_ms()),
+        hero_protocol::clock::iso(e.at_ms()),
         e.event,
         e.job_id
     );
@@ -107,7 +107,7 @@ pub(super) fn print_event(
         line.push_str(&format!("  attempt={a}"));
     }
     if let Some(d) = e.due_ms {
-        line.push_str(&format!("  due={}", hero_client::clock::iso(d)));
+        line.push_str(&format!("  due={}", hero_protocol::clock::iso(d)));
     }
     if let Some(r) = &e.reason {
         line.push_str(&format!("  ({r})"));

@@ -63,7 +63,7 @@ fn the_event_filter_names_every_kind() {
     cmd.build();
     let events = cmd.find_subcommand_mut("events").expect("events");
     let help = events.render_long_help().to_string();
-    for k in hero_client::EventKind::ALL {
+    for k in hero_protocol::EventKind::ALL {
         assert!(
             help.contains(k.as_str()),
             "--event's help lacks {k}: {help}"

@@ -1,9 +1,8 @@
 //! `hero jobs`: list jobs by status or by queue, a page at a time.
 
 use anyhow::{Context, Result};
-use hero_client::{
-    GroupName, InstanceName, JobSummary, ListFilter, Priority, ScriptType, Status, Target,
-};
+use hero_admin::{JobSummary, ListFilter};
+use hero_protocol::{GroupName, InstanceName, Priority, ScriptType, Status, Target};
 
 use super::context::{connect, resolve_url};
 use super::table::{num, render, text};
@@ -38,8 +37,7 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         ListFilter::All
     };
     let client = connect(g, &resolve_url(g)).await?;
-    let page = client
-        .inspector()
+    let page = hero_admin::Inspector::from(&client)
         .list_tagged(
             &filter,
             args.tag.as_deref(),
@@ -96,9 +94,9 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
 
 /// `hero track <id> [--off]`.
 pub(super) async fn track(g: &Global, id: &str, on: bool) -> Result<i32> {
-    let id = hero_client::JobId::new(id)?;
+    let id = hero_protocol::JobId::new(id)?;
     let client = connect(g, &resolve_url(g)).await?;
-    client.track(&id, on).await?;
+    hero_admin::Admin::from(&client).track(&id, on).await?;
     if g.json {
         println!("{}", serde_json::json!({"id": id.as_str(), "tracked": on}));
     } else {

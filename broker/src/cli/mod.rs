@@ -103,7 +103,7 @@ pub struct Global {
     )]
     pub replica_timeout_ms: u64,
     /// Connections kept for blocking waits (XREAD BLOCK, BLPOP) per process and namespace.
-    #[arg(long, global = true, env = "HERO_POOL_SIZE", default_value_t = hero_client::conn::DEFAULT_POOL_SIZE)]
+    #[arg(long, global = true, env = "HERO_POOL_SIZE", default_value_t = hero_protocol::conn::DEFAULT_POOL_SIZE)]
     pub pool_size: usize,
     /// With --min-replicas: wait until the write is on disk here and on the replicas
     /// (WAITAOF, Redis 7.2+), not only in their memory.
@@ -340,8 +340,8 @@ pub struct TargetArgs {
 
 impl TargetArgs {
     /// The job of `script` these settings describe, as a recurring job keeps it.
-    pub fn template(&self, script: &str) -> hero_client::cron::JobTemplate {
-        hero_client::cron::JobTemplate {
+    pub fn template(&self, script: &str) -> hero_protocol::cron::JobTemplate {
+        hero_protocol::cron::JobTemplate {
             script_type: self.script_type.clone(),
             script: script.to_string(),
             group: self.group.clone(),

@@ -1,5 +1,5 @@
 //! `hero pause`, `hero resume` and `hero queue set|show`: the operator's controls of a queue
-//! as a whole, over `hero_client::queue`.
+//! as a whole, over `hero_protocol::policy`.
 
 use anyhow::Result;
 
@@ -8,13 +8,13 @@ use super::Global;
 
 pub(super) async fn pause(g: &Global, queue: &str, on: bool) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
-    let name = hero_client::queue::queue_name(queue)?;
+    let name = hero_protocol::policy::queue_name(queue)?;
     let moved = if on {
-        client.pause(&name).await?
+        hero_admin::Admin::from(&client).pause(&name).await?
     } else {
-        client.resume(&name).await?
+        hero_admin::Admin::from(&client).resume(&name).await?
     };
-    let still = client.inspector().paused().await?;
+    let still = hero_admin::Inspector::from(&client).paused().await?;
     if g.json {
         println!(
             "{}",
@@ -65,7 +65,7 @@ pub struct SetArgs {
     /// Back-off of retries: fixed:<delay> or exponential:<base>[:<cap>], optionally
     /// ,jitter=<0..1> (default jitter 0.2), e.g. exponential:1s:10m.
     #[arg(long, value_parser = parse_backoff)]
-    pub backoff: Option<hero_client::queue::Backoff>,
+    pub backoff: Option<hero_protocol::policy::Backoff>,
     /// Lease: how long a delivery may go unrenewed before it is handed out again.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub lease: Option<std::time::Duration>,
@@ -78,23 +78,23 @@ pub struct SetArgs {
     /// At most this many of the queue's jobs start in a window, across every worker:
     /// <max>/<window>, e.g. 100/s, 10/1m, 5/500ms.
     #[arg(long, value_parser = parse_rate)]
-    pub rate: Option<hero_client::queue::Rate>,
+    pub rate: Option<hero_protocol::policy::Rate>,
     /// At most this many jobs sharing a --limit-key (one customer, one account) start in a
     /// window; the rest wait: <max>/<window>, e.g. 10/s.
     #[arg(long, value_parser = parse_rate)]
-    pub key_rate: Option<hero_client::queue::Rate>,
+    pub key_rate: Option<hero_protocol::policy::Rate>,
     /// Priority aging: a job that has waited this long is served as if one priority level
     /// higher, one more level per further period (e.g. 30s), so no level starves.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub aging: Option<std::time::Duration>,
 }
 
-fn parse_rate(s: &str) -> std::result::Result<hero_client::queue::Rate, String> {
-    hero_client::queue::Rate::parse(s).map_err(|e| e.to_string())
+fn parse_rate(s: &str) -> std::result::Result<hero_protocol::policy::Rate, String> {
+    hero_protocol::policy::Rate::parse(s).map_err(|e| e.to_string())
 }
 
-fn parse_backoff(s: &str) -> std::result::Result<hero_client::queue::Backoff, String> {
-    hero_client::queue::Backoff::parse(s).map_err(|e| e.to_string())
+fn parse_backoff(s: &str) -> std::result::Result<hero_protocol::policy::Backoff, String> {
+    hero_protocol::policy::Backoff::parse(s).map_err(|e| e.to_string())
 }
 
 pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
@@ -102,7 +102,7 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
     let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);
     let (name, policy) = match cmd {
         QueueCommand::Set(a) => {
-            let set = hero_client::queue::Policy {
+            let set = hero_protocol::policy::Policy {
                 timeout_ms: ms(a.timeout),
                 retries: a.retries,
                 backoff: a.backoff,
@@ -116,13 +116,15 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
             if set.is_empty() {
                 anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate, --key-rate, --aging");
             }
-            let name = hero_client::queue::queue_name(&a.queue)?;
-            let now = client.set_policy(&name, &set).await?;
+            let name = hero_protocol::policy::queue_name(&a.queue)?;
+            let now = hero_admin::Admin::from(&client)
+                .set_policy(&name, &set)
+                .await?;
             (Some(name), Some(now))
         }
         QueueCommand::Clear { queue } => {
-            let name = hero_client::queue::queue_name(queue)?;
-            let had = client.clear_policy(&name).await?;
+            let name = hero_protocol::policy::queue_name(queue)?;
+            let had = hero_admin::Admin::from(&client).clear_policy(&name).await?;
             if g.json {
                 println!("{}", serde_json::json!({"queue": name, "cleared": had}));
             } else if had {
@@ -133,16 +135,16 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
             return Ok(0);
         }
         QueueCommand::Show { queue: Some(q) } => {
-            let name = hero_client::queue::queue_name(q)?;
-            let p = client.policy(&name).await?;
+            let name = hero_protocol::policy::queue_name(q)?;
+            let p = hero_admin::Admin::from(&client).policy(&name).await?;
             (Some(name), Some(p))
         }
         QueueCommand::Show { queue: None } => (None, None),
     };
-    let shown: Vec<(String, hero_client::queue::Policy)> = match (name, policy) {
+    let shown: Vec<(String, hero_protocol::policy::Policy)> = match (name, policy) {
         (Some(n), Some(p)) => vec![(n, p)],
         _ => {
-            let mut all: Vec<_> = client
+            let mut all: Vec<_> = hero_admin::Admin::from(&client)
                 .policies()
                 .await?
                 .iter()

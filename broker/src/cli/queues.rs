@@ -8,7 +8,7 @@ use super::Global;
 
 pub(super) async fn queues(g: &Global) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
-    let queues = client.inspector().queues().await?;
+    let queues = hero_admin::Inspector::from(&client).queues().await?;
     if g.json {
         let all: Vec<_> = queues.iter().map(|q| q.to_json()).collect();
         println!("{}", serde_json::json!({ "queues": all }));
@@ -20,11 +20,11 @@ pub(super) async fn queues(g: &Global) -> Result<i32> {
         );
         return Ok(0);
     }
-    let times = |h: &hero_client::stats::Histogram| match (h.quantile_ms(0.5), h.quantile_ms(0.99))
-    {
-        (Some(p50), Some(p99)) => format!("{}/{}", ms(p50), ms(p99)),
-        _ => "-".to_string(),
-    };
+    let times =
+        |h: &hero_protocol::stats::Histogram| match (h.quantile_ms(0.5), h.quantile_ms(0.99)) {
+            (Some(p50), Some(p99)) => format!("{}/{}", ms(p50), ms(p99)),
+            _ => "-".to_string(),
+        };
     let rows: Vec<Vec<String>> = queues
         .iter()
         .map(|q| {

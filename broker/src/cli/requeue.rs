@@ -1,7 +1,7 @@
 //! `hero requeue`: move a job to a queue, wherever it is (one server function call).
 
 use anyhow::Result;
-use hero_client::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
+use hero_protocol::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
 
 use super::context::{connect, resolve_url};
 use super::{Global, RequeueArgs};
@@ -21,7 +21,9 @@ pub(super) async fn requeue(g: &Global, args: &RequeueArgs) -> Result<i32> {
         None => None,
     };
     let client = connect(g, &resolve_url(g)).await?;
-    let moved = client.requeue_to(&id, target, priority).await?;
+    let moved = hero_admin::Admin::from(&client)
+        .requeue_to(&id, target, priority)
+        .await?;
     let queue = client.keys().queue_name(&moved.stream);
     if g.json {
         println!(

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use hero_client::Status;
+use hero_protocol::Status;
 
 use super::context::{connect, resolve_url};
 use super::{Global, RunArgs};

@@ -3,8 +3,8 @@
 //! as they come until the job ends.
 
 use anyhow::Result;
-use hero_client::inspect::EventFilter;
-use hero_client::JobId;
+use hero_admin::inspect::EventFilter;
+use hero_protocol::JobId;
 
 use super::context::{connect, resolve_url};
 use super::events::print_event;
@@ -21,13 +21,17 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
             job: Some(id.to_string()),
             ..EventFilter::default()
         };
-        Some(client.inspector().events(&only, usize::MAX).await?)
+        Some(
+            hero_admin::Inspector::from(&client)
+                .events(&only, usize::MAX)
+                .await?,
+        )
     } else {
         None
     };
     if g.json {
         let job = match client.get(&id).await {
-            Err(hero_client::Error::InvalidJob(bad)) => {
+            Err(hero_protocol::Error::InvalidJob(bad)) => {
                 return undecodable(&client, &id, &bad, true).await
             }
             other => other?,
@@ -40,14 +44,14 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
     } else {
         let status = match client.status(&id).await {
             Ok(s) => s,
-            Err(hero_client::Error::InvalidJob(bad)) => {
+            Err(hero_protocol::Error::InvalidJob(bad)) => {
                 return undecodable(&client, &id, &bad, false).await
             }
             Err(e) => return Err(e.into()),
         };
         println!("{status}");
         match client.get(&id).await {
-            Err(hero_client::Error::InvalidJob(bad)) => {
+            Err(hero_protocol::Error::InvalidJob(bad)) => {
                 return undecodable(&client, &id, &bad, false).await
             }
             Ok(job) => {
@@ -77,7 +81,7 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
 async fn undecodable(
     client: &hero_client::Client,
     id: &JobId,
-    bad: &hero_client::DecodeError,
+    bad: &hero_protocol::DecodeError,
     json: bool,
 ) -> Result<i32> {
     // bytes, not text: a field edited by hand may not be UTF-8, and is shown marked
@@ -145,7 +149,7 @@ async fn follow(g: &Global, client: &hero_client::Client, id: &JobId) -> Result<
     let mut last_json = None;
     loop {
         let job = match client.get(id).await {
-            Err(hero_client::Error::InvalidJob(bad)) => {
+            Err(hero_protocol::Error::InvalidJob(bad)) => {
                 return undecodable(client, id, &bad, g.json).await
             }
             other => other?,
@@ -175,13 +179,13 @@ async fn follow(g: &Global, client: &hero_client::Client, id: &JobId) -> Result<
         if job.status.is_terminal() {
             if !g.json {
                 match job.status {
-                    hero_client::Status::Finished => {
+                    hero_protocol::Status::Finished => {
                         println!("output: {}", job.output.as_deref().unwrap_or_default());
                     }
                     _ => println!("error: {}", job.error.as_deref().unwrap_or_default()),
                 }
             }
-            return Ok(i32::from(job.status != hero_client::Status::Finished));
+            return Ok(i32::from(job.status != hero_protocol::Status::Finished));
         }
         tokio::time::sleep(FOLLOW_EVERY).await;
     }

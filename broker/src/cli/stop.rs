@@ -1,7 +1,8 @@
 //! `hero stop`: a queued job never starts, a running one is interrupted.
 
 use anyhow::Result;
-use hero_client::{JobId, StopOutcome};
+use hero_client::StopOutcome;
+use hero_protocol::JobId;
 
 use super::context::{connect, resolve_url};
 use super::Global;

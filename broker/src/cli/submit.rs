@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use hero_client::NewJob;
+use hero_protocol::NewJob;
 
 use super::context::{connect, resolve_url};
 use super::{Global, JobArgs, SubmitArgs};

@@ -1,5 +1,5 @@
-//! The admin JSON API (`/api/...`): the read side of `hero_client::inspect` and the repairs of
-//! `hero_client::repair`, one handler per endpoint. Every request carries a token (the guard in
+//! The admin JSON API (`/api/...`): the read side of `hero_admin::inspect` and the repairs of
+//! `hero_admin::repair`, one handler per endpoint. Every request carries a token (the guard in
 //! `http` checks it first); reads show `env_vars` values as `***` unless the admin token asks
 //! with `?reveal=1`; the audit and every change need the admin token. Bad input is answered
 //! 4xx before anything is read or changed.
@@ -14,8 +14,8 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::Stream;
-use hero_client::inspect::{DeadLetter, EventFilter, ListFilter};
-use hero_client::{JobId, Priority, ScriptType, Status, Target};
+use hero_admin::inspect::{DeadLetter, EventFilter, ListFilter};
+use hero_protocol::{JobId, Priority, ScriptType, Status, Target};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -83,16 +83,16 @@ fn mutation<T: for<'de> Deserialize<'de>>(
 }
 
 async fn queues(State(app): State<App>) -> ApiResult {
-    let queues = app.client.inspector().queues().await?;
+    let queues = hero_admin::Inspector::from(&app.client).queues().await?;
     Ok(Json(json!({
-        "queues": queues.iter().map(hero_client::inspect::QueueStats::to_json).collect::<Vec<_>>()
+        "queues": queues.iter().map(hero_admin::inspect::QueueStats::to_json).collect::<Vec<_>>()
     })))
 }
 
 async fn actors(State(app): State<App>) -> ApiResult {
-    let actors = app.client.inspector().actors().await?;
+    let actors = hero_admin::Inspector::from(&app.client).actors().await?;
     Ok(Json(json!({
-        "actors": actors.iter().map(hero_client::inspect::Actor::to_json).collect::<Vec<_>>()
+        "actors": actors.iter().map(hero_admin::inspect::Actor::to_json).collect::<Vec<_>>()
     })))
 }
 
@@ -136,11 +136,9 @@ pub const DEFAULT_PAGE: usize = 50;
 
 impl JobsQuery {
     /// The page this query asks for.
-    pub async fn page(&self, app: &App) -> Result<hero_client::Page, ApiError> {
+    pub async fn page(&self, app: &App) -> Result<hero_admin::Page, ApiError> {
         let filter = self.filter()?;
-        Ok(app
-            .client
-            .inspector()
+        Ok(hero_admin::Inspector::from(&app.client)
             .list_tagged(
                 &filter,
                 self.tag.as_deref().filter(|t| !t.is_empty()),
@@ -154,7 +152,7 @@ impl JobsQuery {
 async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> ApiResult {
     let page = q.page(&app).await?;
     Ok(Json(json!({
-        "jobs": page.jobs.iter().map(hero_client::JobSummary::to_json).collect::<Vec<_>>(),
+        "jobs": page.jobs.iter().map(hero_admin::JobSummary::to_json).collect::<Vec<_>>(),
         "next": page.next,
     })))
 }
@@ -167,7 +165,9 @@ pub async fn job_with_history(app: &App, id: &JobId, reveal: bool) -> Result<Val
         job: Some(id.to_string()),
         ..EventFilter::default()
     };
-    let history = app.client.inspector().events(&only, 1000).await?;
+    let history = hero_admin::Inspector::from(&app.client)
+        .events(&only, 1000)
+        .await?;
     let mut v = job.to_json();
     if !reveal {
         if let Some(env) = v.get_mut("env_vars").and_then(Value::as_object_mut) {
@@ -231,7 +231,9 @@ async fn track(
     raw: Bytes,
 ) -> ApiResult {
     let (id, b): (JobId, TrackBody) = mutation(&app, &headers, &id, &raw)?;
-    app.client.track(&id, b.on).await?;
+    hero_admin::Admin::from(&app.client)
+        .track(&id, b.on)
+        .await?;
     Ok(Json(json!({ "id": id.as_str(), "tracked": b.on })))
 }
 
@@ -258,11 +260,11 @@ async fn requeue(
             ScriptType::new(t)?,
             b.group
                 .as_deref()
-                .map(hero_client::GroupName::new)
+                .map(hero_protocol::GroupName::new)
                 .transpose()?,
             b.instance
                 .as_deref()
-                .map(hero_client::InstanceName::new)
+                .map(hero_protocol::InstanceName::new)
                 .transpose()?,
         )),
         None if b.group.is_some() || b.instance.is_some() => {
@@ -272,7 +274,9 @@ async fn requeue(
         }
         None => None,
     };
-    let moved = app.client.requeue_to(&id, target, priority).await?;
+    let moved = hero_admin::Admin::from(&app.client)
+        .requeue_to(&id, target, priority)
+        .await?;
     Ok(Json(json!({
         "id": id.as_str(),
         "requeued": true,
@@ -302,7 +306,7 @@ impl EventsQuery {
                 .map(|t| ScriptType::new(&t))
                 .transpose()?,
             event: nonempty(&self.event)
-                .map(|e| e.parse::<hero_client::EventKind>())
+                .map(|e| e.parse::<hero_protocol::EventKind>())
                 .transpose()?,
         })
     }
@@ -310,9 +314,7 @@ impl EventsQuery {
 
 async fn events(State(app): State<App>, Query(q): Query<EventsQuery>) -> ApiResult {
     let filter = q.filter()?;
-    let events = app
-        .client
-        .inspector()
+    let events = hero_admin::Inspector::from(&app.client)
         .events(&filter, q.limit.unwrap_or(100).clamp(1, 10_000))
         .await?;
     Ok(Json(json!({
@@ -334,7 +336,9 @@ async fn event_stream(
     Query(q): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let filter = q.filter()?;
-    let follower = app.client.inspector().follow(filter, "$").await?;
+    let follower = hero_admin::Inspector::from(&app.client)
+        .follow(filter, "$")
+        .await?;
     let stop = app.stop.clone();
     let stream = futures::stream::unfold(
         (
@@ -346,7 +350,7 @@ async fn event_stream(
         |(mut f, mut queued, stop, mut last_read)| async move {
             loop {
                 if let Some(e) = queued.pop_front() {
-                    let ev: hero_client::inspect::Event = e;
+                    let ev: hero_admin::inspect::Event = e;
                     let msg = SseEvent::default()
                         .event("event")
                         .data(ev.to_json().to_string());
@@ -385,13 +389,11 @@ struct HistoryQuery {
 }
 
 async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> ApiResult {
-    let minutes = app
-        .client
-        .inspector()
+    let minutes = hero_admin::Inspector::from(&app.client)
         .history(q.minutes.unwrap_or(60).clamp(1, 120))
         .await?;
     Ok(Json(json!({
-        "minutes": minutes.iter().map(hero_client::inspect::Minute::to_json).collect::<Vec<_>>()
+        "minutes": minutes.iter().map(hero_admin::inspect::Minute::to_json).collect::<Vec<_>>()
     })))
 }
 
@@ -414,7 +416,11 @@ async fn audit(
 /// Runs the audit (and its fixes) within [`AUDIT_TIMEOUT`], answering at most `limit` findings.
 async fn bounded_audit(app: &App, fix: bool, limit: Option<usize>) -> ApiResult {
     let limit = limit.unwrap_or(AUDIT_LIMIT).clamp(1, AUDIT_LIMIT);
-    let ran = tokio::time::timeout(AUDIT_TIMEOUT, app.client.audit(fix, &|_| {})).await;
+    let ran = tokio::time::timeout(
+        AUDIT_TIMEOUT,
+        hero_admin::Admin::from(&app.client).audit(fix, &|_| {}),
+    )
+    .await;
     let Ok(done) = ran else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -453,9 +459,7 @@ struct DeadQuery {
 
 async fn dead(State(app): State<App>, Query(q): Query<DeadQuery>) -> ApiResult {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000);
-    let page = app
-        .client
-        .inspector()
+    let page = hero_admin::Inspector::from(&app.client)
         .dead_letters(q.cursor.as_deref().filter(|c| !c.is_empty()), limit)
         .await?;
     let next = (page.len() == limit)
@@ -474,16 +478,21 @@ struct BatchesQuery {
 
 async fn batches(State(app): State<App>, Query(q): Query<BatchesQuery>) -> ApiResult {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000);
-    let all = app.client.inspector().batches(limit).await?;
+    let all = hero_admin::Inspector::from(&app.client)
+        .batches(limit)
+        .await?;
     Ok(Json(json!({
-        "batches": all.iter().map(hero_client::batch::BatchInfo::to_json).collect::<Vec<_>>(),
+        "batches": all.iter().map(hero_protocol::batch::BatchInfo::to_json).collect::<Vec<_>>(),
     })))
 }
 
 async fn batch_one(State(app): State<App>, Path(name): Path<String>) -> ApiResult {
     let name =
-        hero_client::BatchName::new(&name).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    match app.client.inspector().batch(&name).await? {
+        hero_protocol::BatchName::new(&name).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    match hero_admin::Inspector::from(&app.client)
+        .batch(&name)
+        .await?
+    {
         Some(b) => Ok(Json(b.to_json())),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -494,7 +503,10 @@ async fn batch_one(State(app): State<App>, Path(name): Path<String>) -> ApiResul
 
 async fn dead_one(State(app): State<App>, Path(id): Path<String>) -> ApiResult {
     let id = job_id(&id)?;
-    match app.client.inspector().dead_letter(id.as_str()).await? {
+    match hero_admin::Inspector::from(&app.client)
+        .dead_letter(id.as_str())
+        .await?
+    {
         Some(d) => Ok(Json(d.to_json())),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -515,7 +527,7 @@ struct DeadBody {
 /// The letters a retry or purge body names; 400 for neither or both, 404 for an id with none.
 async fn chosen(app: &App, raw: &Bytes) -> Result<Vec<DeadLetter>, ApiError> {
     let b: DeadBody = body(raw)?;
-    let inspector = app.client.inspector();
+    let inspector = hero_admin::Inspector::from(&app.client);
     match (b.all, b.ids.is_empty()) {
         (true, true) => Ok(inspector.all_dead_letters().await?),
         (false, false) => {
@@ -538,7 +550,7 @@ async fn chosen(app: &App, raw: &Bytes) -> Result<Vec<DeadLetter>, ApiError> {
     }
 }
 
-fn outcomes(outcomes: &[hero_client::repair::DeadOutcome]) -> Json<Value> {
+fn outcomes(outcomes: &[hero_admin::repair::DeadOutcome]) -> Json<Value> {
     Json(json!({
         "results": outcomes.iter().map(|o| json!({"job": o.job_id, "answer": o.answer})).collect::<Vec<_>>()
     }))
@@ -547,11 +559,19 @@ fn outcomes(outcomes: &[hero_client::repair::DeadOutcome]) -> Json<Value> {
 async fn dead_retry(State(app): State<App>, headers: HeaderMap, raw: Bytes) -> ApiResult {
     app.authorize(&headers)?;
     let letters = chosen(&app, &raw).await?;
-    Ok(outcomes(&app.client.retry_dead(&letters).await?))
+    Ok(outcomes(
+        &hero_admin::Admin::from(&app.client)
+            .retry_dead(&letters)
+            .await?,
+    ))
 }
 
 async fn dead_purge(State(app): State<App>, headers: HeaderMap, raw: Bytes) -> ApiResult {
     app.authorize(&headers)?;
     let letters = chosen(&app, &raw).await?;
-    Ok(outcomes(&app.client.purge_dead(&letters).await?))
+    Ok(outcomes(
+        &hero_admin::Admin::from(&app.client)
+            .purge_dead(&letters)
+            .await?,
+    ))
 }

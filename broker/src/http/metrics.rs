@@ -17,8 +17,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use hero_client::inspect::QueueStats;
-use hero_client::stats::Histogram;
+use hero_admin::inspect::QueueStats;
+use hero_protocol::stats::Histogram;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use super::{ApiError, App};
@@ -55,20 +55,20 @@ async fn readyz(State(app): State<App>) -> Response {
     let version: Result<String, _> = app
         .client
         .redis()
-        .query(&hero_client::function::version())
+        .query(&hero_protocol::function::version())
         .await;
     match version {
-        Ok(v) if v == hero_client::function::LIBRARY_VERSION => Json(serde_json::json!({
+        Ok(v) if v == hero_protocol::function::LIBRARY_VERSION => Json(serde_json::json!({
             "ready": true,
             "redis": "ok",
-            "functions": hero_client::function::LIBRARY_NAME,
+            "functions": hero_protocol::function::LIBRARY_NAME,
         }))
         .into_response(),
         Ok(v) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "Redis answers, but its function library is version {v}, not {}: restart the broker to load it",
-                hero_client::function::LIBRARY_VERSION
+                hero_protocol::function::LIBRARY_VERSION
             ),
         )
         .into_response(),
@@ -81,7 +81,7 @@ async fn readyz(State(app): State<App>) -> Response {
 }
 
 async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
-    let inspector = app.client.inspector();
+    let inspector = hero_admin::Inspector::from(&app.client);
     let queues = inspector.queues().await?;
     let actors = inspector.actors().await?;
     let dead: u64 = app
@@ -119,7 +119,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 /// The job metrics of `queues`, the workers and the dead-letter count, in the text format.
 pub fn render(
     queues: &[QueueStats],
-    actors: &[hero_client::inspect::Actor],
+    actors: &[hero_admin::inspect::Actor],
     dead_letters: u64,
 ) -> String {
     let mut out = String::new();

@@ -1,6 +1,6 @@
 //! The broker's HTTP face (axum): the admin JSON API ([`api`]), `/metrics`, `/healthz` and
 //! `/readyz` ([`metrics`]) and the dashboard ([`dashboard`]). Every handler reads Redis through
-//! `hero_client::inspect` and changes it only through `hero_client::repair` and the client's
+//! `hero_admin::inspect` and changes it only through `hero_admin::repair` and the client's
 //! server-function calls, so it holds no state: any number of brokers may serve it at once.
 //! This module owns the server's settings, the bind rules (no non-loopback address without an
 //! admin token), who may do what (`guard`: every request but the health checks and the static
@@ -313,9 +313,9 @@ impl ApiError {
     }
 }
 
-impl From<hero_client::Error> for ApiError {
-    fn from(e: hero_client::Error) -> ApiError {
-        use hero_client::Error as E;
+impl From<hero_protocol::Error> for ApiError {
+    fn from(e: hero_protocol::Error) -> ApiError {
+        use hero_protocol::Error as E;
         let status = match &e {
             E::InvalidName { .. } | E::InvalidInput(_) => StatusCode::BAD_REQUEST,
             E::JobNotFound(_) => StatusCode::NOT_FOUND,

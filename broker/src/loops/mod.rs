@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 /// it fails, an error (`hero_broker_loop_errors_total`), for `/metrics`.
 pub(crate) async fn timed<T>(
     name: &'static str,
-    pass: impl std::future::Future<Output = hero_client::Result<T>>,
-) -> hero_client::Result<T> {
+    pass: impl std::future::Future<Output = hero_protocol::Result<T>>,
+) -> hero_protocol::Result<T> {
     let t0 = std::time::Instant::now();
     let r = pass.await;
     metrics::histogram!("hero_broker_loop_seconds", "loop" => name)
@@ -42,7 +42,7 @@ pub(crate) async fn every<F, Fut>(
     mut pass: F,
 ) where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = hero_client::Result<u64>>,
+    Fut: std::future::Future<Output = hero_protocol::Result<u64>>,
 {
     loop {
         match timed(name, pass()).await {

@@ -1,8 +1,9 @@
 //! Promotion of due delayed jobs and retries from `hero:meta:delayed` into their work streams,
 //! through `hero_promote` (a second broker's call for the same job is a no-op).
 
-use hero_client::job::{Placement, PLACEMENT_FIELDS};
-use hero_client::{clock, function, Client, JobId};
+use hero_client::Client;
+use hero_protocol::job::{Placement, PLACEMENT_FIELDS};
+use hero_protocol::{clock, function, JobId};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
@@ -10,7 +11,7 @@ use crate::config::BrokerConfig;
 const BATCH: usize = 500;
 
 /// Promotes every job due now; returns how many went to a stream.
-pub async fn pass(client: &Client) -> hero_client::Result<u64> {
+pub async fn pass(client: &Client) -> hero_protocol::Result<u64> {
     let keys = client.keys();
     let mut promoted = 0;
     loop {

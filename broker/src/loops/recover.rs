@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use hero_client::function::Recovery;
-use hero_client::recovery::{recover_stream, sweep_consumers, Taken};
-use hero_client::{clock, Client};
+use hero_client::Client;
+use hero_protocol::clock;
+use hero_protocol::function::Recovery;
+use hero_protocol::recovery::{recover_stream, Taken};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
@@ -17,13 +18,13 @@ fn record(taken: Taken, path: &'static str) {
     metrics::counter!("hero_broker_dead_lettered_total", "path" => path).increment(taken.dead);
 }
 
-async fn streams(client: &Client) -> hero_client::Result<Vec<String>> {
-    client.inspector().queue_streams().await
+async fn streams(client: &Client) -> hero_protocol::Result<Vec<String>> {
+    hero_admin::Inspector::from(client).queue_streams().await
 }
 
 /// One presence pass: every consumer whose liveness deadline has passed gets its deliveries
 /// put back, then leaves the liveness set.
-pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Taken> {
+pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_protocol::Result<Taken> {
     let dead: Vec<String> = client
         .redis()
         .query(
@@ -78,12 +79,12 @@ pub async fn presence_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::
 }
 
 /// One idle pass: XPENDING IDLE + XCLAIM on every stream for deliveries idle past the lease.
-pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_client::Result<Taken> {
+pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_protocol::Result<Taken> {
     let mut total = Taken::default();
-    let policies = client.policies().await?;
+    let policies = hero_protocol::policy::read_policies(client.redis(), client.keys()).await?;
     for stream in streams(client).await? {
         // a queue's policy may set its own lease
-        let lease = hero_client::Target::parse_queue(&client.keys().queue_name(&stream))
+        let lease = hero_protocol::Target::parse_queue(&client.keys().queue_name(&stream))
             .ok()
             .and_then(|(t, _)| {
                 policies.of(t.script_type.as_str(), t.group.as_ref().map(|g| g.as_str()))
@@ -129,11 +130,12 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let mut last_idle = tokio::time::Instant::now();
     loop {
         // every half of the shortest lease, a queue policy's included
-        let shortest = match client.policies().await {
-            Ok(p) => p.iter().filter_map(|(_, p)| p.lease_ms).min(),
-            Err(_) => None,
-        }
-        .map_or(cfg.lease, |ms| cfg.lease.min(Duration::from_millis(ms)));
+        let shortest =
+            match hero_protocol::policy::read_policies(client.redis(), client.keys()).await {
+                Ok(p) => p.iter().filter_map(|(_, p)| p.lease_ms).min(),
+                Err(_) => None,
+            }
+            .map_or(cfg.lease, |ms| cfg.lease.min(Duration::from_millis(ms)));
         let idle_every = (shortest / 2).max(Duration::from_millis(100));
         if let Err(e) = super::timed("recover_presence", presence_pass(&client, &cfg)).await {
             tracing::warn!(error = %e, "presence recovery pass failed; retrying");
@@ -146,4 +148,68 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         }
         tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(cfg.presence_poll) => {} }
     }
+}
+
+/// Deletes the consumers of `stream` that hold nothing, have been idle `min_idle_ms` or longer
+/// and are in no worker's liveness entry: what a worker killed with a command still in flight
+/// leaves behind (the command reached Redis after the presence pass had removed the consumer,
+/// made it again, and whatever it claimed was reclaimed since), which no other pass would ever
+/// delete. Each goes through `hero_fix`, which deletes it only while it still holds nothing, so
+/// a consumer that took a job meanwhile stays (and a live worker's is made again by its next
+/// read). The bridge's consumers are its own. Returns how many went.
+async fn sweep_consumers(
+    redis: &hero_protocol::Redis,
+    keys: &hero_protocol::Keyspace,
+    stream: &str,
+    min_idle_ms: u64,
+) -> hero_protocol::Result<u64> {
+    let info: redis::Value = match redis
+        .query(
+            redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(stream)
+                .arg(hero_protocol::keys::CONSUMER_GROUP),
+        )
+        .await
+    {
+        Ok(v) => v,
+        // no such stream or group (deleted by hand, or made again by the next fetch)
+        Err(hero_protocol::Error::Redis(_)) => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut idle = Vec::new();
+    for c in hero_protocol::reply::array(&info)? {
+        let fields = hero_protocol::reply::pairs(c.clone())?;
+        let get = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+        let pending = get("pending").and_then(|v| v.parse::<u64>().ok());
+        let idle_ms = get("idle").and_then(|v| v.parse::<u64>().ok());
+        if let (Some(name), Some(0), Some(ms)) = (get("name"), pending, idle_ms) {
+            let name = name.to_string();
+            if ms >= min_idle_ms && !hero_protocol::keys::is_bridge_consumer(&name) {
+                idle.push(name);
+            }
+        }
+    }
+    if idle.is_empty() {
+        return Ok(0);
+    }
+    let scores: Vec<Option<f64>> = redis
+        .query(redis::cmd("ZMSCORE").arg(keys.consumers()).arg(&idle))
+        .await?;
+    let mut gone = 0;
+    for (name, score) in idle.iter().zip(scores) {
+        if score.is_some() {
+            // a worker's liveness entry: the presence pass deals with it after its deadline
+            continue;
+        }
+        let repair = hero_protocol::function::Repair::IdleConsumer {
+            stream,
+            consumer: name,
+        };
+        let answer: String = redis
+            .query(&hero_protocol::function::fix(keys, repair))
+            .await?;
+        gone += u64::from(answer == "fixed");
+    }
+    Ok(gone)
 }

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use hero_client::function;
-use hero_client::function::Expired;
 use hero_client::Client;
+use hero_protocol::function;
+use hero_protocol::function::Expired;
+use hero_protocol::{BatchName, Result};
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -17,7 +18,7 @@ use crate::config::BrokerConfig;
 const ENTRIES: usize = 20;
 
 /// Deletes every job whose retention has passed; returns how many.
-pub async fn pass(client: &Client, retention: Duration) -> hero_client::Result<u64> {
+pub async fn pass(client: &Client, retention: Duration) -> hero_protocol::Result<u64> {
     let mut jobs = 0;
     loop {
         let cmd = function::expire(client.keys(), retention, ENTRIES);
@@ -32,7 +33,7 @@ pub async fn pass(client: &Client, retention: Duration) -> hero_client::Result<u
 /// Trims dead letters older than `keep` from the dead-letter stream (its own retention: the
 /// jobs they name are ended and expire with the others). XTRIM MINID by Redis's clock is one
 /// atomic command; the stream is not a work stream, so trimming it drops no queued job.
-pub async fn trim_dead(client: &Client, keep: Duration) -> hero_client::Result<u64> {
+pub async fn trim_dead(client: &Client, keep: Duration) -> hero_protocol::Result<u64> {
     let time: (String, String) = client.redis().query(&redis::cmd("TIME")).await?;
     let now_ms =
         time.0.parse::<u64>().unwrap_or(0) * 1000 + time.1.parse::<u64>().unwrap_or(0) / 1000;
@@ -59,10 +60,48 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         || async {
             let jobs = pass(&client, cfg.retention).await?;
             trim_dead(&client, cfg.dead_retention).await?;
-            client.prune_tracked().await?;
-            client.prune_batches().await?;
+            hero_admin::Admin::from(&client).prune_tracked().await?;
+            prune_batches(&client).await?;
             Ok(jobs)
         },
     )
     .await;
+}
+
+/// Drops from the batch index the names whose batch expired (done, past the retention
+/// time). The oldest 500 names a call, where expired
+/// ones gather.
+async fn prune_batches(client: &Client) -> Result<u64> {
+    let index = client.keys().batches();
+    let names: Vec<String> = client
+        .redis()
+        .query(redis::cmd("ZRANGE").arg(&index).arg(0).arg(499))
+        .await?;
+    if names.is_empty() {
+        return Ok(0);
+    }
+    // a name no batch can have (written by hand) is dropped as well
+    let (valid, mut gone): (Vec<_>, Vec<_>) = names
+        .iter()
+        .map(String::as_str)
+        .partition(|n| BatchName::new(*n).is_ok());
+    let mut pipe = redis::pipe();
+    for n in &valid {
+        if let Ok(name) = BatchName::new(*n) {
+            pipe.cmd("EXISTS").arg(client.keys().batch(&name));
+        }
+    }
+    for (n, r) in valid.iter().zip(client.redis().pipeline(&pipe).await?) {
+        if matches!(r?, redis::Value::Int(0)) {
+            gone.push(n);
+        }
+    }
+    if gone.is_empty() {
+        return Ok(0);
+    }
+    let _: i64 = client
+        .redis()
+        .query(redis::cmd("ZREM").arg(&index).arg(&gone))
+        .await?;
+    Ok(gone.len() as u64)
 }

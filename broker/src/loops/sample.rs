@@ -5,15 +5,16 @@
 
 use std::time::Duration;
 
-use hero_client::stats::{self, MINUTE_TTL_SECS, WAITING_SAMPLE};
-use hero_client::{clock, Client};
+use hero_client::Client;
+use hero_protocol::clock;
+use hero_protocol::stats::{self, MINUTE_TTL_SECS, WAITING_SAMPLE};
 use tokio_util::sync::CancellationToken;
 
 /// Twice a minute, so that every minute holds a sample even when a pass runs late.
 pub const EVERY: Duration = Duration::from_secs(30);
 
-pub async fn pass(client: &Client) -> hero_client::Result<u64> {
-    let queues = client.inspector().queues().await?;
+pub async fn pass(client: &Client) -> hero_protocol::Result<u64> {
+    let queues = hero_admin::Inspector::from(client).queues().await?;
     if queues.is_empty() {
         return Ok(0);
     }

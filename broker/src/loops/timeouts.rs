@@ -12,8 +12,9 @@
 
 use std::time::Duration;
 
-use hero_client::keys::{is_bridge_consumer, CONSUMER_GROUP};
-use hero_client::{clock, Client, JobId, DEFAULT_TIMEOUT};
+use hero_client::Client;
+use hero_protocol::keys::{is_bridge_consumer, CONSUMER_GROUP};
+use hero_protocol::{clock, function, JobId, DEFAULT_TIMEOUT};
 use redis::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -34,11 +35,11 @@ struct Running {
 }
 
 /// One pass over every stream; answers how many jobs it ended.
-pub async fn pass(client: &Client) -> hero_client::Result<u64> {
-    let policies = client.policies().await?;
+pub async fn pass(client: &Client) -> hero_protocol::Result<u64> {
+    let policies = hero_protocol::policy::read_policies(client.redis(), client.keys()).await?;
     let now = clock::now_ms();
     let mut ended = 0;
-    for stream in client.inspector().queue_streams().await? {
+    for stream in hero_admin::Inspector::from(client).queue_streams().await? {
         let mut from = "-".to_string();
         loop {
             let rows: Vec<(String, String, u64, u64)> = match client
@@ -55,7 +56,7 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
             {
                 Ok(rows) => rows,
                 // a stream without the group (made by hand) runs nothing
-                Err(hero_client::Error::Redis(e)) if e.code() == Some("NOGROUP") => Vec::new(),
+                Err(hero_protocol::Error::Redis(e)) if e.code() == Some("NOGROUP") => Vec::new(),
                 Err(e) => return Err(e),
             };
             let entries: Vec<&String> = rows
@@ -66,7 +67,16 @@ pub async fn pass(client: &Client) -> hero_client::Result<u64> {
             for r in running(client, &stream, &entries, &policies).await? {
                 if r.deadline_ms + GRACE.as_millis() as u64 <= now {
                     let Ok(id) = JobId::new(&r.job) else { continue };
-                    if client.end_overdue(&id, &r.worker).await? {
+                    if function::stop_job(
+                        client.redis(),
+                        client.keys(),
+                        &id,
+                        function::StopWhy::Timeout,
+                        Some(&r.worker),
+                    )
+                    .await?
+                        == "timeout"
+                    {
                         tracing::warn!(job = %r.job, worker = %r.worker, "ended a job running past its time limit");
                         ended += 1;
                     }
@@ -87,8 +97,8 @@ async fn running(
     client: &Client,
     stream: &str,
     entries: &[&String],
-    policies: &hero_client::queue::Policies,
-) -> hero_client::Result<Vec<Running>> {
+    policies: &hero_protocol::policy::Policies,
+) -> hero_protocol::Result<Vec<Running>> {
     if entries.is_empty() {
         return Ok(Vec::new());
     }

@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
         .lease(ms("lease-ms", 30_000))
         .presence_ttl(ms("presence-ms", 15_000))
         .shutdown_deadline(ms("shutdown-ms", 30_000))
-        .handler(move |job: hero_client::Job, _ctx| {
+        .handler(move |job: hero_protocol::Job, _ctx| {
             let label = handler_label.clone();
             async move {
                 let mut words = job.script.split_whitespace();

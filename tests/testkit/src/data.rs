@@ -8,7 +8,7 @@ use std::time::Duration;
 pub async fn pending(raw: &mut redis::aio::MultiplexedConnection, stream: impl AsRef<str>) -> i64 {
     let summary: Vec<redis::Value> = redis::cmd("XPENDING")
         .arg(stream.as_ref())
-        .arg(hero_client::keys::CONSUMER_GROUP)
+        .arg(hero_protocol::keys::CONSUMER_GROUP)
         .query_async(raw)
         .await
         .expect("XPENDING");
@@ -19,8 +19,8 @@ pub async fn pending(raw: &mut redis::aio::MultiplexedConnection, stream: impl A
 }
 
 /// The keys of the default namespace `hero`, which the tests use.
-pub fn keys() -> hero_client::Keyspace {
-    hero_client::Keyspace::new(&hero_client::Namespace::new("hero").expect("namespace"))
+pub fn keys() -> hero_protocol::Keyspace {
+    hero_protocol::Keyspace::new(&hero_protocol::Namespace::new("hero").expect("namespace"))
 }
 
 /// The key of job `id` in namespace `hero` (any string: tests plant foreign ids too).
@@ -30,10 +30,10 @@ pub fn job_key(id: impl std::fmt::Display) -> String {
 
 /// The work stream of a script type at the default priority, in namespace `hero`.
 pub fn work_key(script_type: &str) -> String {
-    let t = hero_client::ScriptType::new(script_type).expect("script type");
+    let t = hero_protocol::ScriptType::new(script_type).expect("script type");
     keys().work(
-        &hero_client::Target::of_type(t),
-        hero_client::Priority::DEFAULT,
+        &hero_protocol::Target::of_type(t),
+        hero_protocol::Priority::DEFAULT,
     )
 }
 
@@ -47,7 +47,7 @@ pub fn bridge_track_key(legacy: &str) -> String {
 /// Leases `id` (a job of type `script_type`) to a consumer that then dies, and has recovery
 /// give up on it at once: a dead letter, made in a few calls.
 pub async fn dead_letter(client: &hero_client::Client, script_type: &str, id: &str) {
-    let job = hero_client::NewJob::builder(script_type, "x")
+    let job = hero_protocol::NewJob::builder(script_type, "x")
         .id(id)
         .build()
         .expect("a valid job");
@@ -57,9 +57,9 @@ pub async fn dead_letter(client: &hero_client::Client, script_type: &str, id: &s
 
 /// [`dead_letter`] of the job `id` already queued first in `script_type`'s stream.
 pub async fn dead_letter_queued(client: &hero_client::Client, script_type: &str, id: &str) {
-    use hero_client::function::Recovery;
+    use hero_protocol::function::Recovery;
     let stream = work_key(script_type);
-    let fetch = hero_client::function::fetch(
+    let fetch = hero_protocol::function::fetch(
         client.keys(),
         std::slice::from_ref(&stream),
         "g:gone:1",
@@ -67,7 +67,7 @@ pub async fn dead_letter_queued(client: &hero_client::Client, script_type: &str,
         "0",
     );
     let _: redis::Value = client.redis().query(&fetch).await.expect("fetch");
-    let taken = hero_client::recovery::recover_stream(
+    let taken = hero_protocol::recovery::recover_stream(
         client.redis(),
         client.keys(),
         &stream,
@@ -80,7 +80,7 @@ pub async fn dead_letter_queued(client: &hero_client::Client, script_type: &str,
 }
 
 /// Submits `jobs` and waits (bounded) until each has finished.
-pub async fn run_to_finish(client: &hero_client::Client, jobs: &[hero_client::NewJob]) {
+pub async fn run_to_finish(client: &hero_client::Client, jobs: &[hero_protocol::NewJob]) {
     for job in jobs {
         client.submit(job).await.expect("submit");
     }
@@ -89,14 +89,14 @@ pub async fn run_to_finish(client: &hero_client::Client, jobs: &[hero_client::Ne
             .wait(job.id(), Duration::from_secs(20))
             .await
             .expect("the job ends");
-        assert_eq!(r.status, hero_client::Status::Finished, "{}", job.id());
+        assert_eq!(r.status, hero_protocol::Status::Finished, "{}", job.id());
     }
 }
 
 /// Submits `n` jobs of `script_type` named `<prefix>-0`, `<prefix>-1`, ... that no worker takes.
 pub async fn queue_idle(client: &hero_client::Client, script_type: &str, prefix: &str, n: usize) {
     for i in 0..n {
-        let job = hero_client::NewJob::builder(script_type, "x")
+        let job = hero_protocol::NewJob::builder(script_type, "x")
             .id(format!("{prefix}-{i}"))
             .build()
             .expect("a valid job");
@@ -105,9 +105,9 @@ pub async fn queue_idle(client: &hero_client::Client, script_type: &str, prefix:
 }
 
 /// The record of job `id`, which must exist.
-pub async fn record(client: &hero_client::Client, id: &str) -> hero_client::Job {
+pub async fn record(client: &hero_client::Client, id: &str) -> hero_protocol::Job {
     client
-        .get(&hero_client::JobId::new(id).expect("a valid id"))
+        .get(&hero_protocol::JobId::new(id).expect("a valid id"))
         .await
         .unwrap_or_else(|e| panic!("reading job {id}: {e}"))
 }

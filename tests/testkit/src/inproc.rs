@@ -109,19 +109,21 @@ pub fn stepped_reporter(
     let worker = InProcWorker::spawn(
         hero_worker::Worker::builder(client.clone())
             .types(["long"])
-            .handler(move |_j: hero_client::Job, ctx: hero_worker::JobContext| {
-                let mut step = step_rx.clone();
-                async move {
-                    ctx.progress(10.0, "copying files");
-                    ctx.log("began copying");
-                    let _ = step.wait_for(|s| *s >= 1).await;
-                    ctx.progress(60.0, "indexing");
-                    ctx.log("copied 3 files");
-                    ctx.log("indexing began");
-                    let _ = step.wait_for(|s| *s >= 2).await;
-                    hero_worker::Outcome::Done("indexed".into())
-                }
-            }),
+            .handler(
+                move |_j: hero_protocol::Job, ctx: hero_worker::JobContext| {
+                    let mut step = step_rx.clone();
+                    async move {
+                        ctx.progress(10.0, "copying files");
+                        ctx.log("began copying");
+                        let _ = step.wait_for(|s| *s >= 1).await;
+                        ctx.progress(60.0, "indexing");
+                        ctx.log("copied 3 files");
+                        ctx.log("indexing began");
+                        let _ = step.wait_for(|s| *s >= 2).await;
+                        hero_worker::Outcome::Done("indexed".into())
+                    }
+                },
+            ),
     );
     (worker, step_tx)
 }

@@ -51,9 +51,9 @@ pub async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration)
 
 /// Waits (bounded) until the audit finds the namespace `hero` at `url` consistent, as it must
 /// once the broker has had its recovery pass after a crash; panics with what it found else.
-pub async fn audit_consistent(url: &str, limit: Duration) -> hero_client::inspect::AuditReport {
+pub async fn audit_consistent(url: &str, limit: Duration) -> hero_admin::inspect::AuditReport {
     let client = hero_client::Client::connect(url).await.expect("connect");
-    let inspector = client.inspector();
+    let inspector = hero_admin::Inspector::from(&client);
     let deadline = Instant::now() + limit;
     loop {
         let report = inspector.audit(&|_: &str| {}).await.expect("audit");
@@ -74,7 +74,7 @@ pub async fn batch_done(
     client: &hero_client::Client,
     name: &str,
     limit: Duration,
-) -> hero_client::batch::BatchInfo {
+) -> hero_protocol::batch::BatchInfo {
     let batch = client.batch(name).expect("a valid batch name");
     wait_for(&format!("batch {name} to be done"), limit, || {
         let batch = batch.clone();

@@ -269,7 +269,7 @@ async fn a_delivery_taken_away_by_recovery_or_stop_records_nothing() {
     let r = c.get(&stopped).await.unwrap();
     assert_eq!(
         (r.status, r.error.as_deref(), r.output),
-        (hero_client::Status::Error, Some("stopped"), None)
+        (hero_protocol::Status::Error, Some("stopped"), None)
     );
 }
 

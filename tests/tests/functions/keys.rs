@@ -21,11 +21,14 @@ fn helpers(body: &str) -> String {
 async fn the_functions_derive_the_keys_the_keys_module_builds() {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
-    let ns = |n: &str| hero_client::Namespace::new(n).unwrap();
+    let ns = |n: &str| hero_protocol::Namespace::new(n).unwrap();
     for (namespace, keys) in [
-        ("hero", hero_client::Keyspace::new(&ns("hero"))),
-        ("acme-2", hero_client::Keyspace::new(&ns("acme-2"))),
-        ("{tenant7}", hero_client::Keyspace::cluster(&ns("tenant7"))),
+        ("hero", hero_protocol::Keyspace::new(&ns("hero"))),
+        ("acme-2", hero_protocol::Keyspace::new(&ns("acme-2"))),
+        (
+            "{tenant7}",
+            hero_protocol::Keyspace::cluster(&ns("tenant7")),
+        ),
     ] {
         let id = JobId::new("job-42").unwrap();
         let now = "2026-11-23T11:40:07.123Z";
@@ -41,7 +44,7 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
                limit_key_of(ARGV[6], 'osis/io'), rate_key_of(ARGV[6], 'osis'),\n\
                batch_key(ns, 'nightly-run'), batches_key_of(ARGV[6]) }",
         );
-        let bridge = hero_client::LegacyQueue::ActorQueue("osis".into()).consumer();
+        let bridge = hero_protocol::LegacyQueue::ActorQueue("osis".into()).consumer();
         let got: Vec<redis::Value> = redis::cmd("EVAL")
             .arg(&script)
             .arg(3)
@@ -87,7 +90,7 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
             "{namespace}: paused names key"
         );
         assert_eq!(int(&got[7]), 1, "the bridge's consumer {bridge}");
-        assert!(hero_client::keys::is_bridge_consumer(&bridge));
+        assert!(hero_protocol::keys::is_bridge_consumer(&bridge));
         assert_eq!(int(&got[8]), 0, "a worker's consumer");
         assert_eq!(
             text(&got[9]),
@@ -118,7 +121,7 @@ async fn the_functions_derive_the_keys_the_keys_module_builds() {
         );
         assert_eq!(
             text(&got[16]),
-            keys.batch(&hero_client::BatchName::new("nightly-run").unwrap()),
+            keys.batch(&hero_protocol::BatchName::new("nightly-run").unwrap()),
             "{namespace}: a batch"
         );
         assert_eq!(

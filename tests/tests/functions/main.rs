@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use hero_client::function::{self, CompleteBatch, Ending, Function, Leased, Recovery};
-use hero_client::function::{Completion, Expired, FetchReply, Recovered, Renewal};
-use hero_client::keys::CONSUMER_GROUP;
-use hero_client::{
-    clock, Client, GroupName, InstanceName, JobId, NewJob, Priority, ScriptType, Target,
-};
+use hero_client::Client;
+use hero_protocol::function::{self, CompleteBatch, Ending, Function, Leased, Recovery};
+use hero_protocol::function::{Completion, Expired, FetchReply, Recovered, Renewal};
+use hero_protocol::keys::CONSUMER_GROUP;
+use hero_protocol::{clock, GroupName, InstanceName, JobId, NewJob, Priority, ScriptType, Target};
 use hero_testkit::RedisServer;
 use redis::AsyncCommands;
 
@@ -33,7 +32,7 @@ fn t(s: &str) -> ScriptType {
 }
 
 async fn fetch(c: &Client, consumer: &str, streams: &[String], count: usize) -> FetchReply {
-    let cmd = hero_client::function::fetch(
+    let cmd = hero_protocol::function::fetch(
         c.keys(),
         streams,
         consumer,

@@ -24,7 +24,7 @@ async fn renew_records_a_report_and_keeps_the_last_lines_when_the_lease_holds() 
     let (stream, lease) = submit_and_fetch(&c, "p").await;
     let id = JobId::new("p").unwrap();
     let report = |percent: f64, lines: std::ops::Range<usize>| function::Report {
-        progress: Some(hero_client::Progress {
+        progress: Some(hero_protocol::Progress {
             percent,
             message: format!("at {percent}"),
         }),
@@ -47,15 +47,14 @@ async fn renew_records_a_report_and_keeps_the_last_lines_when_the_lease_holds() 
     assert_eq!((p.percent, p.message.as_str()), (70.5, "at 70.5"));
     assert_eq!(
         job.log.len(),
-        hero_client::LOG_LINES,
+        hero_protocol::LOG_LINES,
         "the log keeps its last lines"
     );
     assert_eq!(job.log.first().map(String::as_str), Some("line 30"));
     assert_eq!(job.log.last().map(String::as_str), Some("line 129"));
-    let kinds: Vec<String> = c
-        .inspector()
+    let kinds: Vec<String> = hero_admin::Inspector::from(&c)
         .events(
-            &hero_client::inspect::EventFilter {
+            &hero_admin::inspect::EventFilter {
                 job: Some("p".into()),
                 ..Default::default()
             },

@@ -30,6 +30,6 @@ async fn stop_cancels_a_queued_job_so_no_fetch_gets_it() {
     let r = c.get(job.id()).await.unwrap();
     assert_eq!(
         (r.status, r.error.as_deref()),
-        (hero_client::Status::Error, Some("stopped"))
+        (hero_protocol::Status::Error, Some("stopped"))
     );
 }

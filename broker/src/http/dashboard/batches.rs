@@ -1,13 +1,15 @@
 //! Batches: every recent batch with its counts, state and callback jobs.
 
 use axum::extract::State;
-use hero_client::batch::BatchInfo;
+use hero_protocol::batch::BatchInfo;
 use maud::{html, Markup};
 
 use super::{job_link, page, App, Page};
 
 pub(super) async fn batches(State(app): State<App>) -> Page {
-    let all = app.client.inspector().batches(200).await?;
+    let all = hero_admin::Inspector::from(&app.client)
+        .batches(200)
+        .await?;
     page(
         "Batches",
         "/batches",

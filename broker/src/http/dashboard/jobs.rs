@@ -3,7 +3,8 @@
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use hero_client::{JobId, JobSummary};
+use hero_admin::JobSummary;
+use hero_protocol::JobId;
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -113,7 +114,9 @@ pub(super) async fn go(Query(g): Query<Go>) -> Response {
 pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page {
     let jid = JobId::new(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let v = super::super::api::job_with_history(&app, &jid, false).await?;
-    let dead = app.client.inspector().dead_letter(jid.as_str()).await?;
+    let dead = hero_admin::Inspector::from(&app.client)
+        .dead_letter(jid.as_str())
+        .await?;
     let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
     let status = s("status");
     let ended = status == "finished" || status == "error";

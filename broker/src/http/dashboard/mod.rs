@@ -13,9 +13,9 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use hero_client::clock;
-use hero_client::inspect::Minute;
-use hero_client::stats::Histogram;
+use hero_admin::inspect::Minute;
+use hero_protocol::clock;
+use hero_protocol::stats::Histogram;
 use maud::{html, Markup, DOCTYPE};
 
 use super::{ApiError, App};
@@ -69,8 +69,8 @@ impl From<ApiError> for PageError {
     }
 }
 
-impl From<hero_client::Error> for PageError {
-    fn from(e: hero_client::Error) -> Self {
+impl From<hero_protocol::Error> for PageError {
+    fn from(e: hero_protocol::Error) -> Self {
         PageError(e.into())
     }
 }

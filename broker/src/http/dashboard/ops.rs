@@ -1,14 +1,16 @@
 //! The operator's pages: dead letters (retry, purge), the audit (run, fix), the event log.
 
 use axum::extract::{Query, State};
-use hero_client::inspect::{DeadLetter, Event};
+use hero_admin::inspect::{DeadLetter, Event};
 use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::{feed, job_link, page, when, App, Page};
 
 pub(super) async fn dead(State(app): State<App>) -> Page {
-    let letters = app.client.inspector().dead_letters(None, 200).await?;
+    let letters = hero_admin::Inspector::from(&app.client)
+        .dead_letters(None, 200)
+        .await?;
     page(
         "Dead letters",
         "/dead",
@@ -68,7 +70,12 @@ pub(super) async fn audit(
     let report = if q.run.is_some() {
         // the one O(jobs) read: the admin token only
         app.authorize(&headers)?;
-        Some(app.client.audit(false, &|_| {}).await?.0)
+        Some(
+            hero_admin::Admin::from(&app.client)
+                .audit(false, &|_| {})
+                .await?
+                .0,
+        )
     } else {
         None
     };
@@ -127,10 +134,8 @@ pub(super) async fn audit(
 }
 
 pub(super) async fn events(State(app): State<App>) -> Page {
-    let latest: Vec<Event> = app
-        .client
-        .inspector()
-        .events(&hero_client::inspect::EventFilter::default(), 100)
+    let latest: Vec<Event> = hero_admin::Inspector::from(&app.client)
+        .events(&hero_admin::inspect::EventFilter::default(), 100)
         .await?;
     page(
         "Events",

@@ -2,7 +2,7 @@
 //! actors page.
 
 use axum::extract::State;
-use hero_client::inspect::{Actor, QueueStats};
+use hero_admin::inspect::{Actor, QueueStats};
 use maud::{html, Markup};
 
 use super::{chart, feed, ms_text, page, quantile, urlencode, App, Page};
@@ -45,7 +45,7 @@ fn queues_table(queues: &[QueueStats]) -> Markup {
 }
 
 pub(super) async fn overview(State(app): State<App>) -> Page {
-    let inspector = app.client.inspector();
+    let inspector = hero_admin::Inspector::from(&app.client);
     let queues = inspector.queues().await?;
     let minutes = inspector.history(60).await?;
     let total = |f: fn(&QueueStats) -> u64| queues.iter().map(f).sum::<u64>();
@@ -84,7 +84,7 @@ pub(super) async fn overview(State(app): State<App>) -> Page {
 }
 
 pub(super) async fn actors(State(app): State<App>) -> Page {
-    let actors = app.client.inspector().actors().await?;
+    let actors = hero_admin::Inspector::from(&app.client).actors().await?;
     let field = |a: &Actor, k: &str| {
         a.presence
             .get(k)

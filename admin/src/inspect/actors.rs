@@ -1,0 +1,137 @@
+//! Workers as an operator sees them: the live ones from their presence keys, and the ones whose
+//! presence expired but whose consumer still holds pending entries (gone: the broker's recovery
+//! will take their jobs back). Costs a SCAN over presence keys and one XPENDING summary per
+//! queue, never a read per job.
+
+use std::collections::BTreeMap;
+
+use redis::Value;
+
+use super::Inspector;
+use hero_protocol::error::Result;
+use hero_protocol::keys::CONSUMER_GROUP;
+use hero_protocol::reply;
+
+/// Deliveries one consumer holds in one queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    pub stream: String,
+    pub jobs: u64,
+}
+
+/// One worker: live (presence present) or gone (presence expired, entries still held).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Actor {
+    /// `<group>:<instance>:<session>`, as the consumer groups know it.
+    pub consumer: String,
+    pub live: bool,
+    /// The presence JSON's fields (empty for a gone worker).
+    pub presence: serde_json::Value,
+    /// What it holds now, queue by queue.
+    pub holdings: Vec<Holding>,
+}
+
+impl Actor {
+    pub fn running(&self) -> u64 {
+        self.holdings.iter().map(|h| h.jobs).sum()
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "consumer": self.consumer,
+            "state": if self.live { "live" } else { "gone" },
+            "presence": self.presence,
+            "running": self.running(),
+            "holds": self.holdings.iter().map(|h| serde_json::json!({"stream": h.stream, "jobs": h.jobs})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+impl Inspector {
+    /// Every live worker and every gone one that still holds jobs, live first, by consumer.
+    pub async fn actors(&self) -> Result<Vec<Actor>> {
+        // presence: one key per type served, the same JSON in each; a SCAN, never KEYS
+        let mut presence: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys) = self
+                .scan_page(&cursor, &self.keys.presence_pattern(), 1000, None)
+                .await?;
+            if !keys.is_empty() {
+                let mut pipe = redis::pipe();
+                for k in &keys {
+                    pipe.cmd("GET").arg(k);
+                }
+                for r in self.redis.pipeline(&pipe).await? {
+                    let Ok(text) = r.and_then(|v| reply::text(&v)) else {
+                        continue;
+                    };
+                    let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
+                        continue;
+                    };
+                    if let Some(c) = json.get("consumer").and_then(|c| c.as_str()) {
+                        presence.entry(c.to_string()).or_insert(json);
+                    }
+                }
+            }
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        // holdings: the pending summary of every queue names its consumers and their counts
+        let streams = self.queue_streams().await?;
+        let mut pipe = redis::pipe();
+        for s in &streams {
+            pipe.cmd("XPENDING").arg(s).arg(CONSUMER_GROUP);
+        }
+        let mut holdings: BTreeMap<String, Vec<Holding>> = BTreeMap::new();
+        if !streams.is_empty() {
+            for (stream, r) in streams.iter().zip(self.redis.pipeline(&pipe).await?) {
+                let Ok(summary) = r else { continue };
+                let Some(Value::Array(consumers)) =
+                    reply::array(&summary).ok().and_then(|a| a.get(3).cloned())
+                else {
+                    continue;
+                };
+                for c in &consumers {
+                    let [name, n] = reply::array(c).unwrap_or(&[]) else {
+                        continue;
+                    };
+                    let (Ok(name), Ok(n)) = (reply::text(name), reply::int(n)) else {
+                        continue;
+                    };
+                    holdings.entry(name).or_default().push(Holding {
+                        stream: stream.clone(),
+                        jobs: n.max(0) as u64,
+                    });
+                }
+            }
+        }
+        let mut actors: Vec<Actor> = presence
+            .into_iter()
+            .map(|(consumer, json)| Actor {
+                holdings: holdings.remove(&consumer).unwrap_or_default(),
+                consumer,
+                live: true,
+                presence: json,
+            })
+            .collect();
+        actors.extend(holdings.into_iter().map(|(consumer, holdings)| {
+            // the legacy bridge reads outbound mappings as `bridge:<legacy>`: alive while the
+            // broker is, and not a worker with presence
+            let bridge = hero_protocol::keys::is_bridge_consumer(&consumer);
+            Actor {
+                consumer,
+                live: bridge,
+                presence: if bridge {
+                    serde_json::json!({"kind": "legacy bridge"})
+                } else {
+                    serde_json::Value::Null
+                },
+                holdings,
+            }
+        }));
+        Ok(actors)
+    }
+}

@@ -1,0 +1,57 @@
+//! Where and how to connect: the URL, the namespace, cluster mode, TLS, replicated
+//! acknowledgements and the blocking pool; [`ConnectOptions::open`] turns them into a live
+//! handle on the namespace's master and the namespace's keys. The producer's `Client`, the
+//! operator's `Admin`, workers and brokers all start here.
+
+use crate::error::Result;
+use crate::keys::Keyspace;
+use crate::name::Namespace;
+
+use super::{names_cluster, Redis, Replicas, Tls, DEFAULT_POOL_SIZE};
+
+/// Connection options.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    pub url: String,
+    pub namespace: String,
+    /// Redis Cluster: the URL's hosts are seeds, the namespace is wrapped in a hash tag and the
+    /// calls go to the node that owns its slot (implied by a `redis+cluster://` URL).
+    pub cluster: bool,
+    /// Certificates for a `rediss://` URL (else the system's roots, and no client certificate).
+    pub tls: Tls,
+    /// Replicated acknowledgements: a call that writes returns Ok only once this many replicas
+    /// hold it (`WAIT`), else [`crate::Error::NotReplicated`] (0: off).
+    pub replicas: Replicas,
+    /// Connections for blocking waits (a worker holds two per namespace; each `Client::wait`
+    /// and event follower one while it waits).
+    pub pool_size: usize,
+}
+
+impl ConnectOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            namespace: "hero".into(),
+            cluster: false,
+            tls: Tls::default(),
+            replicas: Replicas::default(),
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
+
+    /// Connects: the namespace's keys (a hash tag in cluster mode) and a live handle on the
+    /// master that owns them.
+    pub async fn open(&self) -> Result<(Redis, Keyspace)> {
+        let ns = Namespace::new(self.namespace.clone())?;
+        let cluster = self.cluster || names_cluster(&self.url);
+        let keys = if cluster {
+            Keyspace::cluster(&ns)
+        } else {
+            Keyspace::new(&ns)
+        };
+        let mut redis =
+            Redis::open(&self.url, &self.tls, cluster, keys.prefix(), self.pool_size).await?;
+        redis.set_replicas(self.replicas)?;
+        Ok((redis, keys))
+    }
+}

@@ -1,0 +1,246 @@
+//! Recurring jobs: a named schedule (a cron expression, or `every <duration>`) in an explicit
+//! time zone (UTC unless told), and the job each tick submits. Specs live in the hash
+//! [`Keyspace::cron`]; every broker computes the next tick and fires it through `hero_cron`,
+//! which claims the tick with a compare-and-set in Redis, so each tick fires once however many
+//! brokers run. A tick missed while no broker ran fires once on return (`catch-up`) or not at
+//! all (`skip`).
+
+use std::time::Duration;
+
+use chrono::TimeZone;
+
+use crate::conn::Redis;
+use crate::error::{Error, Result};
+use crate::keys::Keyspace;
+use crate::new_job::NewJob;
+
+/// What a tick found missed when a broker got to it does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Missed {
+    /// Fire the missed tick once, then go on from now.
+    CatchUp,
+    /// Drop it, and go on from now.
+    #[default]
+    Skip,
+}
+
+impl Missed {
+    pub fn parse(s: &str) -> Result<Missed> {
+        match s {
+            "catch-up" | "catchup" => Ok(Missed::CatchUp),
+            "skip" => Ok(Missed::Skip),
+            other => Err(Error::InvalidInput(format!(
+                "missed-tick policy {other:?}: give catch-up or skip"
+            ))),
+        }
+    }
+}
+
+/// The job a tick submits.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobTemplate {
+    pub script_type: String,
+    pub script: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub retries: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+impl JobTemplate {
+    /// A builder of the job this template describes (the CLI's submit builds from one too).
+    pub fn builder(&self) -> crate::new_job::NewJobBuilder {
+        let mut b = NewJob::builder(&self.script_type, &self.script).retries(self.retries);
+        if let Some(g) = &self.group {
+            b = b.group(g);
+        }
+        if let Some(i) = &self.instance {
+            b = b.instance(i);
+        }
+        if let Some(p) = self.priority {
+            b = b.priority(p);
+        }
+        if let Some(s) = self.timeout_secs {
+            b = b.timeout(Duration::from_secs(s));
+        }
+        for tag in &self.tags {
+            b = b.tag(tag);
+        }
+        b
+    }
+}
+
+/// A recurring job.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CronJob {
+    pub name: String,
+    /// A cron expression (5 fields, or 6 with seconds first; `@hourly` and the like) or
+    /// `every <duration>` (`every 30s`: ticks at whole multiples of it since the epoch).
+    pub schedule: String,
+    /// An IANA zone name (`Europe/Amsterdam`) the cron expression is read in; `UTC` by default.
+    #[serde(default = "utc")]
+    pub tz: String,
+    #[serde(default)]
+    pub missed: Missed,
+    #[serde(default)]
+    pub paused: bool,
+    pub job: JobTemplate,
+}
+
+fn utc() -> String {
+    "UTC".into()
+}
+
+/// A parsed schedule: the next tick after any time.
+#[derive(Clone, Debug)]
+pub enum Schedule {
+    Every(Duration),
+    Cron(Box<croner::Cron>, chrono_tz::Tz),
+}
+
+impl Schedule {
+    pub fn parse(schedule: &str, tz: &str) -> Result<Schedule> {
+        let zone: chrono_tz::Tz = tz.parse().map_err(|_| {
+            Error::InvalidInput(format!(
+                "time zone {tz:?} is not an IANA zone name (e.g. UTC, Europe/Amsterdam)"
+            ))
+        })?;
+        if let Some(every) = schedule.trim().strip_prefix("every ") {
+            let d = humantime::parse_duration(every.trim()).map_err(|e| {
+                Error::InvalidInput(format!(
+                    "schedule {schedule:?}: {every:?} is not a duration ({e})"
+                ))
+            })?;
+            if d < Duration::from_secs(1) {
+                return Err(Error::InvalidInput(format!(
+                    "schedule {schedule:?}: the shortest interval is 1s"
+                )));
+            }
+            return Ok(Schedule::Every(d));
+        }
+        let cron: croner::Cron = schedule.parse().map_err(|e| {
+            Error::InvalidInput(format!(
+                "schedule {schedule:?} is not a cron expression ({e}) nor `every <duration>`"
+            ))
+        })?;
+        Ok(Schedule::Cron(Box::new(cron), zone))
+    }
+
+    /// The first tick strictly after `ms` (ms since the epoch).
+    pub fn next_after(&self, ms: u64) -> Option<u64> {
+        match self {
+            Schedule::Every(d) => {
+                let step = d.as_millis() as u64;
+                Some((ms / step + 1) * step)
+            }
+            Schedule::Cron(cron, zone) => {
+                let at = zone.timestamp_millis_opt(ms as i64).single()?;
+                let next = cron.find_next_occurrence(&at, false).ok()?;
+                u64::try_from(next.timestamp_millis()).ok()
+            }
+        }
+    }
+}
+
+impl CronJob {
+    /// Checks the spec: its name, schedule, zone and job.
+    pub fn validate(&self) -> Result<Schedule> {
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(Error::InvalidInput(format!(
+                "recurring job name {:?} is not 1-64 characters of [A-Za-z0-9_-]",
+                self.name
+            )));
+        }
+        let s = Schedule::parse(&self.schedule, &self.tz)?;
+        self.job_for(0)?;
+        Ok(s)
+    }
+
+    /// The job of the tick at `tick_ms`: its id names the recurring job and the tick, so a
+    /// tick's job is the same whoever builds it.
+    pub fn job_for(&self, tick_ms: u64) -> Result<NewJob> {
+        self.job
+            .builder()
+            .id(format!("cron-{}-{tick_ms}", self.name))
+            .tag(format!("cron:{}", self.name))
+            .build()
+    }
+}
+
+/// A recurring job with where it stands.
+#[derive(Clone, Debug)]
+pub struct CronEntry {
+    pub job: CronJob,
+    /// The next tick (ms since the epoch), once a broker has claimed the first.
+    pub next_ms: Option<u64>,
+    /// Ticks fired so far.
+    pub fires: u64,
+    /// The last tick fired.
+    pub last_ms: Option<u64>,
+}
+
+impl CronEntry {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.job.name,
+            "schedule": self.job.schedule,
+            "tz": self.job.tz,
+            "missed": self.job.missed,
+            "paused": self.job.paused,
+            "job": self.job.job,
+            "next_ms": self.next_ms,
+            "fires": self.fires,
+            "last_ms": self.last_ms,
+        })
+    }
+}
+
+/// Stores (adds or replaces) a recurring job's spec, checked first.
+pub async fn store(redis: &Redis, keys: &Keyspace, job: &CronJob) -> Result<()> {
+    job.validate()?;
+    let json = serde_json::to_string(job).map_err(|e| Error::protocol(e.to_string()))?;
+    redis
+        .query::<()>(redis::cmd("HSET").arg(keys.cron()).arg(&job.name).arg(json))
+        .await
+}
+
+/// Every recurring job with its state, sorted by name; a spec that does not decode (written by
+/// hand) is skipped with a warning.
+pub async fn list(redis: &Redis, keys: &Keyspace) -> Result<Vec<CronEntry>> {
+    let specs: Vec<(String, String)> = redis.query(redis::cmd("HGETALL").arg(keys.cron())).await?;
+    let state: std::collections::HashMap<String, String> = redis
+        .query(redis::cmd("HGETALL").arg(keys.cron_next()))
+        .await?;
+    let num = |k: String| state.get(&k).and_then(|v| v.parse::<u64>().ok());
+    let mut out = Vec::new();
+    for (name, raw) in specs {
+        match serde_json::from_str::<CronJob>(&raw) {
+            Ok(job) => out.push(CronEntry {
+                next_ms: num(name.clone()),
+                fires: num(format!("{name}|fires")).unwrap_or(0),
+                last_ms: num(format!("{name}|last")),
+                job,
+            }),
+            Err(e) => {
+                tracing::warn!(name, error = %e, "ignoring a recurring job that does not decode");
+            }
+        }
+    }
+    out.sort_by(|a, b| a.job.name.cmp(&b.job.name));
+    Ok(out)
+}

@@ -1,0 +1,475 @@
+//! The server-side half of the protocol: the hero Redis Functions library, assembled from one
+//! Lua file per function (`function/*.lua`, each with a KEYS / ARGV / Returns / Errors header),
+//! loaded when missing, and one typed call builder per function beside its Lua file. Every
+//! FCALL in the workspace is built here: keys come from the keys module, arguments in the
+//! order of the Lua header, which `tests::every_builder_follows_its_lua_header` holds them to.
+//!
+//! Versions live side by side. The library of protocol version `N` is named `hero_vN` and
+//! registers its functions as `hero_vN_<name>`, so during a rolling upgrade the old workers keep
+//! calling the old library while new processes load and call theirs; neither reloads the other.
+//! `docs/protocol.md` (Upgrades) says how an upgrade proceeds and when the old library goes.
+
+mod batch;
+mod bridge_in;
+mod bridge_out;
+mod bridge_watch;
+mod complete;
+mod cron;
+mod dead;
+mod expire;
+mod fetch;
+mod fix;
+mod pause;
+mod promote;
+mod recover;
+mod renew;
+mod requeue;
+mod stop;
+mod submit;
+
+#[cfg(test)]
+mod header_check;
+
+pub use batch::{close_batch, BatchClosed, CallbackSpec};
+pub use bridge_in::bridge_in;
+pub use bridge_out::bridge_out;
+pub use bridge_watch::{bridge_watch, Watch};
+pub use complete::{CompleteBatch, Completion, Ending, Leased};
+pub use cron::cron;
+pub use dead::{dead, DeadAction};
+pub use expire::{expire, Expired};
+pub use fetch::{
+    fetch, fetch_limited, fetch_with, read_fetched, Delivery, Dropped, FetchReply, Fetched,
+    RegistryCursor, RegistryView,
+};
+pub use fix::{fix, Repair};
+pub use pause::pause;
+pub use promote::promote;
+pub use recover::{recover, Recovered, Recovery};
+pub use renew::{renew, Renewal, Report};
+pub use requeue::requeue;
+pub use stop::{stop, stop_job, StopWhy};
+pub use submit::{submit, SubmitReply};
+
+use redis::aio::ConnectionLike;
+
+use crate::error::{Error, Result};
+
+/// The protocol version: bumped whenever any Lua file changes meaning. It names the library and
+/// every function in it, so a server may hold several versions at once.
+macro_rules! version {
+    () => {
+        "27"
+    };
+}
+
+/// The registered name of a function of this version: `hero_v<version>_<short>`.
+macro_rules! versioned {
+    ($short:literal) => {
+        concat!("hero_v", version!(), "_", $short)
+    };
+}
+
+pub const LIBRARY_VERSION: &str = version!();
+
+/// The library's name for FUNCTION LOAD / DELETE / LIST.
+pub const LIBRARY_NAME: &str = concat!("hero_v", version!());
+
+/// The shared helpers every function may use: `prelude.lua`, then `batches.lua` and
+/// `dependencies.lua` (whose hook for ended jobs counts them into their batches).
+const PRELUDE: &str = concat!(
+    include_str!("prelude.lua"),
+    "\n",
+    include_str!("batches.lua"),
+    "\n",
+    include_str!("dependencies.lua")
+);
+
+/// One server-side function. The set is closed so the compiler checks every call site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    Version,
+    Submit,
+    Fetch,
+    Complete,
+    Renew,
+    Stop,
+    Recover,
+    Promote,
+    BridgeIn,
+    BridgeOut,
+    BridgeWatch,
+    Expire,
+    Dead,
+    Requeue,
+    Fix,
+    Pause,
+    Cron,
+    Batch,
+}
+
+impl Function {
+    pub const ALL: [Function; 18] = [
+        Function::Version,
+        Function::Submit,
+        Function::Fetch,
+        Function::Complete,
+        Function::Renew,
+        Function::Stop,
+        Function::Recover,
+        Function::Promote,
+        Function::BridgeIn,
+        Function::BridgeOut,
+        Function::BridgeWatch,
+        Function::Expire,
+        Function::Dead,
+        Function::Requeue,
+        Function::Fix,
+        Function::Pause,
+        Function::Cron,
+        Function::Batch,
+    ];
+
+    /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
+    /// (deploy/redis/users.acl's operator) may call it.
+    pub fn read_only(self) -> bool {
+        matches!(self, Function::Version)
+    }
+
+    /// Runs when Redis is at its maxmemory (`allow-oom`): the calls that move a job already
+    /// accepted towards its end, or free memory (retention), so a full Redis drains instead of
+    /// locking up: its workers finish what was acknowledged and retention makes room. What adds
+    /// jobs (submit, the bridge's intake, cron, requeue) is refused with OOM, as is any plain
+    /// command that adds data.
+    pub fn allow_oom(self) -> bool {
+        matches!(
+            self,
+            Function::Fetch
+                | Function::Complete
+                | Function::Renew
+                | Function::Stop
+                | Function::Recover
+                | Function::Promote
+                | Function::Expire
+                | Function::Dead
+        )
+    }
+
+    /// The name without library and version, as the Lua source defines it (`hero_<short>`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Function::Version => "version",
+            Function::Submit => "submit",
+            Function::Fetch => "fetch",
+            Function::Complete => "complete",
+            Function::Renew => "renew",
+            Function::Stop => "stop",
+            Function::Recover => "recover",
+            Function::Promote => "promote",
+            Function::BridgeIn => "bridge_in",
+            Function::BridgeOut => "bridge_out",
+            Function::BridgeWatch => "bridge_watch",
+            Function::Expire => "expire",
+            Function::Dead => "dead",
+            Function::Requeue => "requeue",
+            Function::Fix => "fix",
+            Function::Pause => "pause",
+            Function::Cron => "cron",
+            Function::Batch => "batch",
+        }
+    }
+
+    /// The registered name of this version, as used with FCALL.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::Version => versioned!("version"),
+            Function::Submit => versioned!("submit"),
+            Function::Fetch => versioned!("fetch"),
+            Function::Complete => versioned!("complete"),
+            Function::Renew => versioned!("renew"),
+            Function::Stop => versioned!("stop"),
+            Function::Recover => versioned!("recover"),
+            Function::Promote => versioned!("promote"),
+            Function::BridgeIn => versioned!("bridge_in"),
+            Function::BridgeOut => versioned!("bridge_out"),
+            Function::BridgeWatch => versioned!("bridge_watch"),
+            Function::Expire => versioned!("expire"),
+            Function::Dead => versioned!("dead"),
+            Function::Requeue => versioned!("requeue"),
+            Function::Fix => versioned!("fix"),
+            Function::Pause => versioned!("pause"),
+            Function::Cron => versioned!("cron"),
+            Function::Batch => versioned!("batch"),
+        }
+    }
+
+    pub fn source(self) -> &'static str {
+        match self {
+            Function::Version => include_str!("version.lua"),
+            Function::Submit => include_str!("submit.lua"),
+            Function::Fetch => include_str!("fetch.lua"),
+            Function::Complete => include_str!("complete.lua"),
+            Function::Renew => include_str!("renew.lua"),
+            Function::Stop => include_str!("stop.lua"),
+            Function::Recover => include_str!("recover.lua"),
+            Function::Promote => include_str!("promote.lua"),
+            Function::BridgeIn => include_str!("bridge_in.lua"),
+            Function::BridgeOut => include_str!("bridge_out.lua"),
+            Function::BridgeWatch => include_str!("bridge_watch.lua"),
+            Function::Expire => include_str!("expire.lua"),
+            Function::Dead => include_str!("dead.lua"),
+            Function::Requeue => include_str!("requeue.lua"),
+            Function::Fix => include_str!("fix.lua"),
+            Function::Pause => include_str!("pause.lua"),
+            Function::Cron => include_str!("cron.lua"),
+            Function::Batch => include_str!("batch.lua"),
+        }
+    }
+
+    /// An FCALL with these keys and nothing else, for conformance tests that must send what no
+    /// builder would (a malformed batch, a key of another slot). Callers use the builders.
+    pub fn unchecked<K: AsRef<str>>(self, keys: &[K]) -> redis::Cmd {
+        let mut call = Call::new(self, keys.len());
+        for k in keys {
+            call.key("", k.as_ref());
+        }
+        call.into_cmd()
+    }
+}
+
+/// The control list and `worker_id` of the worker a caller saw running a job, as `hero_stop`
+/// and `hero_requeue` take them. With none seen, a key surely of the namespace's slot (the
+/// config hash) stands in for the list, and the worker is ''.
+fn seen_control<'a>(
+    keys: &crate::keys::Keyspace,
+    seen: Option<(&str, &'a str)>,
+) -> (String, &'a str) {
+    match seen {
+        Some((ctl, worker)) => (ctl.to_string(), worker),
+        None => (keys.config(), ""),
+    }
+}
+
+/// `hero_version`: the version of the library on the server (a missing function means none).
+pub fn version() -> Call {
+    Call::new(Function::Version, 0)
+}
+
+/// An FCALL as a builder made it: send it as the [`redis::Cmd`] it dereferences to, or take
+/// that with [`Call::into_cmd`] (a pipeline wants it owned). Inside, the keys come first (their
+/// count is fixed up front, as FCALL wants it before them), then the arguments, each given with
+/// the words its Lua header uses for it, which the unit tests compare with the header; outside
+/// tests the words cost nothing.
+pub struct Call {
+    cmd: redis::Cmd,
+    #[cfg(test)]
+    slots: Vec<(&'static str, &'static str)>,
+}
+
+impl Call {
+    pub(crate) fn new(f: Function, keys: usize) -> Call {
+        // the read-only functions go by FCALL_RO, which a read-only ACL user may send
+        let mut cmd = redis::cmd(if f.read_only() { "FCALL_RO" } else { "FCALL" });
+        cmd.arg(f.name()).arg(keys);
+        Call {
+            cmd,
+            #[cfg(test)]
+            slots: Vec::new(),
+        }
+    }
+
+    #[cfg_attr(not(test), allow(unused_variables))]
+    pub(crate) fn key(&mut self, label: &'static str, key: impl redis::ToRedisArgs) -> &mut Self {
+        #[cfg(test)]
+        self.slots.push(("KEYS", label));
+        self.cmd.arg(key);
+        self
+    }
+
+    #[cfg_attr(not(test), allow(unused_variables))]
+    pub(crate) fn arg(&mut self, label: &'static str, arg: impl redis::ToRedisArgs) -> &mut Self {
+        #[cfg(test)]
+        self.slots.push(("ARGV", label));
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Arguments the header describes in prose rather than by position (a job's field list).
+    pub(crate) fn rest(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        #[cfg(test)]
+        self.slots.push(("ARGV", ""));
+        self.cmd.arg(arg);
+        self
+    }
+
+    pub fn into_cmd(self) -> redis::Cmd {
+        self.cmd
+    }
+}
+
+impl std::ops::Deref for Call {
+    type Target = redis::Cmd;
+
+    fn deref(&self) -> &redis::Cmd {
+        &self.cmd
+    }
+}
+
+/// The library source of this version, as loaded with FUNCTION LOAD (also shipped as
+/// `docs/hero-library.lua` for clients in other languages).
+pub fn library_source() -> String {
+    library_source_of(LIBRARY_VERSION)
+}
+
+/// The library with another version's names: the same code under `hero_v<version>`. Tests use
+/// it to stand for another version running beside this one.
+#[doc(hidden)]
+pub fn library_source_of(version: &str) -> String {
+    let mut src = format!("#!lua name=hero_v{version}\n");
+    src.push_str(&format!("local VERSION = '{version}'\n"));
+    src.push_str(PRELUDE);
+    for f in Function::ALL {
+        src.push('\n');
+        src.push_str(f.source());
+    }
+    src.push('\n');
+    for f in Function::ALL {
+        if f.read_only() {
+            src.push_str(&format!(
+                "redis.register_function{{function_name='hero_v{version}_{0}', callback=hero_{0}, flags={{'no-writes'}}}}\n",
+                f.short()
+            ));
+        } else if f.allow_oom() {
+            src.push_str(&format!(
+                "redis.register_function{{function_name='hero_v{version}_{0}', callback=hero_{0}, flags={{'allow-oom'}}}}\n",
+                f.short()
+            ));
+        } else {
+            src.push_str(&format!(
+                "redis.register_function('hero_v{version}_{0}', hero_{0})\n",
+                f.short()
+            ));
+        }
+    }
+    src
+}
+
+/// True when the error says the library (or one of its functions) is not on the server, as after
+/// a restart of a Redis without persistence or a FUNCTION FLUSH.
+pub fn is_missing(e: &redis::RedisError) -> bool {
+    let text = e.to_string();
+    text.contains("Function not found") || text.contains("No such library")
+}
+
+/// Loads this version's library unless the server has it. Other versions' libraries are left
+/// alone: their processes still call them.
+pub async fn ensure_loaded<C: ConnectionLike + Send>(conn: &mut C) -> Result<()> {
+    let current: redis::RedisResult<String> = version().query_async(conn).await;
+    match current {
+        Ok(v) if v == LIBRARY_VERSION => Ok(()),
+        Ok(v) => Err(Error::protocol(format!(
+            "{} answered version {v:?}: the library on the server is not the one its name says",
+            Function::Version.name()
+        ))),
+        Err(e) if is_missing(&e) => load(conn).await,
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn load<C: ConnectionLike + Send>(conn: &mut C) -> Result<()> {
+    // REPLACE: two processes of this version may load it at once; the second replaces the same
+    // code with itself.
+    let r: redis::RedisResult<String> = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library_source())
+        .query_async(conn)
+        .await;
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::protocol(format!(
+            "FUNCTION LOAD of the {LIBRARY_NAME} library failed: {e}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ServerCode;
+
+    #[test]
+    fn every_error_code_in_the_lua_sources_is_a_server_code() {
+        let mut sources = vec![PRELUDE];
+        sources.extend(Function::ALL.iter().map(|f| f.source()));
+        let mut seen = Vec::new();
+        for src in sources {
+            let mut rest = src;
+            while let Some(at) = rest.find("HERO_") {
+                let code: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                    .collect();
+                if code != "HERO_" {
+                    // `HERO_<CODE>` in a comment is the pattern, not a code
+                    assert!(
+                        ServerCode::parse(&code).is_some(),
+                        "{code} is raised in Lua but not in ServerCode"
+                    );
+                    seen.push(code);
+                }
+                rest = &rest[at + 5..];
+            }
+        }
+        for c in ServerCode::ALL {
+            assert!(
+                seen.iter().any(|s| s == c.as_str()),
+                "{c} is in ServerCode but no Lua raises it"
+            );
+        }
+    }
+
+    #[test]
+    fn every_function_file_has_a_header_and_defines_its_function() {
+        for f in Function::ALL {
+            let src = f.source();
+            let local = format!("hero_{}", f.short());
+            assert!(src.starts_with(&format!("-- {local}:")), "{local} header");
+            assert!(src.contains("-- Returns:"), "{local} documents its returns");
+            assert!(src.contains(&format!("local function {local}(")));
+        }
+        let v = LIBRARY_VERSION;
+        assert!(library_source().contains(&format!(
+            "redis.register_function('hero_v{v}_submit', hero_submit)"
+        )));
+        // a function that drains a full Redis carries allow-oom; submit does not
+        assert!(library_source().contains(&format!(
+            "redis.register_function{{function_name='hero_v{v}_recover', callback=hero_recover, flags={{'allow-oom'}}}}"
+        )));
+        assert_eq!(Function::Recover.name(), format!("hero_v{v}_recover"));
+        assert_eq!(LIBRARY_NAME, format!("hero_v{v}"));
+    }
+
+    /// Clients in other languages load the library from `docs/hero-library.lua` (the Python
+    /// package's wheel packs it from there); it must be this version's, and the package must
+    /// speak it. `HERO_WRITE_LIBRARY=1 cargo test -p hero-client shipped` writes it anew.
+    #[test]
+    fn the_shipped_library_file_is_this_versions_library() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let path = root.join("docs/hero-library.lua");
+        if std::env::var_os("HERO_WRITE_LIBRARY").is_some() {
+            std::fs::write(&path, library_source()).expect("write docs/hero-library.lua");
+        }
+        let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            shipped == library_source(),
+            "docs/hero-library.lua is not the library of version {LIBRARY_VERSION}: run \
+             HERO_WRITE_LIBRARY=1 cargo test -p hero-client shipped"
+        );
+        let py = std::fs::read_to_string(root.join("python/hero/protocol.py")).unwrap_or_default();
+        assert!(
+            py.contains(&format!("VERSION = \"{LIBRARY_VERSION}\"")),
+            "python/hero/protocol.py speaks another version than {LIBRARY_VERSION}"
+        );
+    }
+}
