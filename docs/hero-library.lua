@@ -1,6 +1,22 @@
 #!lua name=hero_v27
 local VERSION = '27'
--- hero function library: shared helpers used by the functions that follow.
+-- hero function library: the shared helpers every function may use, one file a topic
+-- (`function/lib/*.lua`, concatenated in this order, then one file per function):
+--   keys.lua          the keys the functions derive instead of taking them in KEYS
+--   streams.lua       acknowledging and trimming work stream entries
+--   settings.lua      the broker's settings in the config hash
+--   events.lua        the event log (log_event, log_shared)
+--   stats.lua         stats kept on write (tally, histogram, flush_stats) and Redis's clock
+--   registry.lua      the queue registry, paused queues, appending a job to a work stream
+--   checks.lua        what a submitted record may hold (refuse)
+--   finish.lua        ending a job: the reply to a waiting caller, retention
+--   legacy.lua        entries' fields, the dual-push bridge to legacy lists
+--   policy.lua        queue policies: back-off, limits, rates, key rates, priority aging
+--   batches.lua       batches: members counted as they end, callbacks once
+--   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
+-- A helper that writes events or stats says which in its comment ("Writes events:", "Writes
+-- stats:"), and so does the header of every function that calls it (the header check holds
+-- both to the code).
 --
 -- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
 -- stream entry; those are built from a prefix in ARGV (built by the client's keys module) and
@@ -87,6 +103,9 @@ end
 local function is_bridge_consumer(name)
   return string.sub(name, 1, 7) == 'bridge:'
 end
+
+-- Work stream entries: acknowledged, deleted and trimmed so that a done entry never stays in
+-- a work stream.
 
 -- Calls f(from, to) over runs of ids short enough for Lua's stack (unpack of a long list fails).
 local function in_runs(ids, f)
@@ -413,58 +432,7 @@ local function flush_stats(st)
   st.inc, st.order, st.minute, st.morder, st.hists = {}, {}, {}, {}, nil
 end
 
--- What a submitted record may hold, and the form of each value: the checks a worker's decoder
--- makes (docs/protocol.md §3), made at submit so that a bad job from any language fails there,
--- loudly, before anything of its batch is written. A field named `x_...` or `x-...` is an
--- extension, stored and ignored. The system's own fields (status, attempts, lease, ...) are the
--- functions' to write.
-local SUBMIT_FIELDS = {
-  id = 'text', script = 'text', script_type = 'name', group = 'name', instance = 'name',
-  priority = 'level', timeout = 'count', retries = 'count', concurrent = 'bool', reply = 'reply',
-  created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
-  dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
-  context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
-  unique_ttl = 'count', payload = 'text', limit_key = 'text', batch = 'name',
-}
-
--- Why the value `v` is not of form `kind` (nil when it is).
-local function bad_value(kind, v)
-  if kind == 'text' then return nil end
-  if kind == 'name' then
-    if #v < 1 or #v > 64 or not string.match(v, '^[%w_%-]+$') then
-      return 'is not 1-64 characters of [A-Za-z0-9_-]'
-    end
-  elseif kind == 'level' then
-    if not string.match(v, '^%d$') then return 'is not a priority level 0 to 9' end
-  elseif kind == 'count' then
-    if not string.match(v, '^%d+$') then return 'is not a whole number' end
-  elseif kind == 'bool' then
-    if v ~= 'true' and v ~= 'false' then return 'is not true or false' end
-  elseif kind == 'reply' then
-    if v ~= '1' and v ~= '' then return 'is not 1' end
-  elseif kind == 'trace' then
-    -- W3C trace context: version-trace id-parent id-flags, lowercase hex
-    local h = '[0-9a-f]'
-    if not string.match(v, '^' .. h .. h .. '%-' .. string.rep(h, 32) .. '%-' .. string.rep(h, 16) .. '%-' .. h .. h .. '$') then
-      return 'is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'
-    end
-  elseif kind == 'time' then
-    if not string.match(v, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d') then
-      return 'is not an RFC 3339 timestamp'
-    end
-  elseif v ~= '' then
-    local ok, t = pcall(cjson.decode, v)
-    if not ok or type(t) ~= 'table' then return 'is not JSON ' .. kind end
-    local n = 0
-    for k, x in pairs(t) do
-      n = n + 1
-      if type(x) ~= 'string' then return 'holds a value that is not a string' end
-      if kind == 'object' and type(k) ~= 'string' then return 'is not a JSON object' end
-    end
-    if kind == 'list' and n ~= #t then return 'is not a JSON array' end
-  end
-  return nil
-end
+-- The queue registry: which work streams exist, which are paused, and appending a job.
 
 -- The parts of a work stream key, `<prefix>:q:work:type:<t>[:group:<g>[:inst:<i>]][:prio:<p>]`,
 -- as { prefix, type, group, instance, priority } (group, instance false when absent; priority
@@ -558,6 +526,106 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
   return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
+-- the id of the stream's last entry into cursors[i] (left as it is when the stream is empty or
+-- not a stream)
+local function cursor_of(cursors, i, stream)
+  local last = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+  if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
+end
+
+-- The wake-up cursors of a fetch that came up short. A registered stream's cursor is its last
+-- entry (the last read, when the read reached the end). An unregistered one is '0-0' (XREAD from
+-- there blocks until its first entry) unless something made it by hand with entries in it, which
+-- must not wake the worker at once, over and over: one EXISTS asks that of all of them (a worker
+-- names 30 streams a type; an XREVRANGE each cost Redis 10 calls a job at 5,000 jobs/s). Only
+-- streams that can deliver are watched: a registered one (from its last entry, '0-0' when empty)
+-- and one made by hand with entries; the others get '' (not watched: an XREAD BLOCK over 30
+-- streams cost Redis ~50 us a wake, most of it for streams that never get an entry). A stream
+-- that appears later announces itself on the registry's signal stream (`<registry>:new`, see
+-- append), whose cursor comes last.
+local function wake_cursors(f)
+  local cursors, keys, n, last_read, present = {}, f.keys, f.n, f.last_read, f.present
+  local unregistered, made = {}, 0
+  for i = 1, n do
+    cursors[i] = ''
+    if last_read[i] then
+      cursors[i] = last_read[i]
+    elseif present[i] == 1 then
+      cursors[i] = '0-0'
+      cursor_of(cursors, i, keys[i + 4])
+    else
+      unregistered[#unregistered + 1] = keys[i + 4]
+    end
+  end
+  for from = 1, #unregistered, 1000 do
+    made = made + redis.call('EXISTS', unpack(unregistered, from, math.min(#unregistered, from + 999)))
+  end
+  if made > 0 then
+    for i = 1, n do
+      if present[i] ~= 1 then cursor_of(cursors, i, keys[i + 4]) end
+    end
+  end
+  if f.signal then
+    cursors[n + 1] = f.signal
+  else
+    cursors[n + 1] = '0-0'
+    cursor_of(cursors, n + 1, queue_signal_key(keys[1]))
+  end
+  return cursors
+end
+
+-- What a submitted record may hold, and the form of each value: the checks a worker's decoder
+-- makes (docs/protocol.md §3), made at submit so that a bad job from any language fails there,
+-- loudly, before anything of its batch is written. A field named `x_...` or `x-...` is an
+-- extension, stored and ignored. The system's own fields (status, attempts, lease, ...) are the
+-- functions' to write.
+local SUBMIT_FIELDS = {
+  id = 'text', script = 'text', script_type = 'name', group = 'name', instance = 'name',
+  priority = 'level', timeout = 'count', retries = 'count', concurrent = 'bool', reply = 'reply',
+  created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
+  dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
+  context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
+  unique_ttl = 'count', payload = 'text', limit_key = 'text', batch = 'name',
+}
+
+-- Why the value `v` is not of form `kind` (nil when it is).
+local function bad_value(kind, v)
+  if kind == 'text' then return nil end
+  if kind == 'name' then
+    if #v < 1 or #v > 64 or not string.match(v, '^[%w_%-]+$') then
+      return 'is not 1-64 characters of [A-Za-z0-9_-]'
+    end
+  elseif kind == 'level' then
+    if not string.match(v, '^%d$') then return 'is not a priority level 0 to 9' end
+  elseif kind == 'count' then
+    if not string.match(v, '^%d+$') then return 'is not a whole number' end
+  elseif kind == 'bool' then
+    if v ~= 'true' and v ~= 'false' then return 'is not true or false' end
+  elseif kind == 'reply' then
+    if v ~= '1' and v ~= '' then return 'is not 1' end
+  elseif kind == 'trace' then
+    -- W3C trace context: version-trace id-parent id-flags, lowercase hex
+    local h = '[0-9a-f]'
+    if not string.match(v, '^' .. h .. h .. '%-' .. string.rep(h, 32) .. '%-' .. string.rep(h, 16) .. '%-' .. h .. h .. '$') then
+      return 'is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'
+    end
+  elseif kind == 'time' then
+    if not string.match(v, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d') then
+      return 'is not an RFC 3339 timestamp'
+    end
+  elseif v ~= '' then
+    local ok, t = pcall(cjson.decode, v)
+    if not ok or type(t) ~= 'table' then return 'is not JSON ' .. kind end
+    local n = 0
+    for k, x in pairs(t) do
+      n = n + 1
+      if type(x) ~= 'string' then return 'holds a value that is not a string' end
+      if kind == 'object' and type(k) ~= 'string' then return 'is not a JSON object' end
+    end
+    if kind == 'list' and n ~= #t then return 'is not a JSON array' end
+  end
+  return nil
+end
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
 -- key and TTL, its tags, its prerequisites (JSON text) and its batch when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
@@ -615,6 +683,8 @@ local function refuse(job_id, stream, args, from, to, parsed)
   end
   return nil, uniq, uttl, tags, prereqs, batch
 end
+
+-- Ending a job: the reply to a waiting caller, the retention entry, the terminal write.
 
 -- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
 -- (the broker published the legacy reply prefix), the bare text on the legacy list
@@ -687,6 +757,9 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
   return true
 end
 
+-- Entries and the legacy side: what a work stream entry carries, and the dual-push bridge
+-- that hands a job to a legacy list as well.
+
 -- What a work stream entry carries (see append): the job id ('' when it has none), the
 -- attempts made before this delivery (nil on a first one), whether it was dual-pushed, and
 -- whether it is a wake-up (`w`: hero_pause's resume writes one to wake the workers blocked on
@@ -725,6 +798,12 @@ local function hand_to_legacy(job_key, job_id, m, entry, now_ms)
   redis.call('LPUSH', m.list, job_id)
   redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
 end
+
+-- Queue policies, read by the functions only while some queue has a policy they apply (the
+-- config hash's counters `policed`, `limited`, `rated`, `aged`), so a namespace without
+-- policies pays nothing: a stream's policy (stream_policy), the retry back-off (backoff_ms), and
+-- what the fetch enforces: concurrency limits (limit_running), rates and key rates (rate_room,
+-- key_room), and priority aging (aging_order), all read by queue_policies.
 
 -- The queue policy of a work stream as the workers read it (`Policies::of`): its type's, with
 -- its group's fields over it; nil without one. `memo` (a table the call keeps) caches it per
@@ -770,6 +849,245 @@ local function backoff_ms(b, attempt)
   local t = redis.call('TIME')
   local r = (tonumber(t[2]) % 1000) / 1000
   return math.floor(math.max(base * (1 - j + 2 * j * r), 0))
+end
+
+-- The running count of limit `lim` ({key, max}), dropping the members no longer started when
+-- it is full.
+local function limit_running(lim, prefix)
+  local n = redis.call('ZCARD', lim.key)
+  if n >= lim.max then
+    for _, id in ipairs(redis.call('ZRANGE', lim.key, 0, -1)) do
+      local s = redis.pcall('HGET', prefix .. id, 'status')
+      if s ~= 'started' then
+        redis.call('ZREM', lim.key, id)
+        n = n - 1
+      end
+    end
+  end
+  return n
+end
+
+-- The limits of `streams` (KEYS from 5 on) as the queue policies set them, for a fetch that
+-- passed none (a worker of another language, or older than protocol 23): each stream's queue
+-- is read from its key (`<ns>:q:work:type:<t>[:group:<g>...]`), and its group's policy, else its
+-- type's, gives the limit. Only while some queue has one (`limited` in the config hash).
+--
+-- Rates, the same way: a queue whose policy sets `rate` ({max, per_ms}) starts at most `max` of
+-- its jobs in any `per_ms` (a sliding window: the sorted set `<ns>:meta:rate:<queue>` of the
+-- jobs started, by ms), whatever the worker; read while some queue has one (`rated`).
+-- A queue's `key_rate` does the same per limit key (a job's `limit_key`): a job whose key has no
+-- room is not started but parked in the delayed set until the window has room, its entry
+-- acknowledged; the broker's promote queues it again then.
+-- And the aging periods (ms, when `want_aging`: see aging_order).
+-- Returns the limits (when `want_limits`), the rates, the key rates and the aging periods, by
+-- stream index, or nil.
+local function queue_policies(keys, want_limits, want_rates, want_aging)
+  local limits, rates, keyrates, agings, by_queue, policies = nil, nil, nil, nil, {}, policy_key_of(keys[2])
+  local function policy_of(queue)
+    local p = by_queue[queue]
+    if p == nil then
+      local raw = redis.call('HGET', policies, queue)
+      local ok, decoded = pcall(cjson.decode, raw or 'null')
+      p = (ok and type(decoded) == 'table' and decoded) or false
+      by_queue[queue] = p
+    end
+    return p
+  end
+  -- the policy that sets `field` for a stream: its group's, else its type's
+  local function covering(t, g, field)
+    if t and g then
+      local p = policy_of(t .. '/' .. g)
+      if p and p[field] then return t .. '/' .. g, p[field] end
+    end
+    if t then
+      local p = policy_of(t)
+      if p and p[field] then return t, p[field] end
+    end
+    return nil
+  end
+  local by_key = {}
+  local function shared(key, make)
+    local x = by_key[key]
+    if not x then
+      x = make()
+      by_key[key] = x
+    end
+    return x
+  end
+  for i = 5, #keys do
+    local t = string.match(keys[i], ':q:work:type:([^:]+)')
+    local g = string.match(keys[i], ':group:([^:]+)')
+    if want_limits then
+      local queue, max = covering(t, g, 'concurrency')
+      if queue and tonumber(max) then
+        limits = limits or {}
+        limits[i - 4] = shared(limit_key_of(keys[2], queue), function()
+          return { key = limit_key_of(keys[2], queue), max = tonumber(max) }
+        end)
+      end
+    end
+    if want_rates then
+      local queue, rate = covering(t, g, 'rate')
+      if queue and type(rate) == 'table' and tonumber(rate.max) and tonumber(rate.per_ms) then
+        rates = rates or {}
+        rates[i - 4] = shared(rate_key_of(keys[2], queue), function()
+          return { key = rate_key_of(keys[2], queue), max = tonumber(rate.max), per = tonumber(rate.per_ms) }
+        end)
+      end
+      local kqueue, krate = covering(t, g, 'key_rate')
+      if kqueue and type(krate) == 'table' and tonumber(krate.max) and tonumber(krate.per_ms) then
+        keyrates = keyrates or {}
+        keyrates[i - 4] = shared(rate_key_of(keys[2], kqueue) .. '|', function()
+          return { prefix = rate_key_of(keys[2], kqueue) .. '|', max = tonumber(krate.max),
+            per = tonumber(krate.per_ms), by_key = {} }
+        end)
+      end
+    end
+    if want_aging then
+      local _, period = covering(t, g, 'aging_ms')
+      if tonumber(period) and tonumber(period) > 0 then
+        agings = agings or {}
+        agings[i - 4] = tonumber(period)
+      end
+    end
+  end
+  return limits, rates, keyrates, agings
+end
+
+-- The order to walk the streams in when some have aged (nil: as given). A stream of level p > 0
+-- with an aging period whose oldest undelivered entry (the one after its group's last
+-- delivered) has waited k whole periods ranks as level max(0, p - k), ahead of the streams of
+-- its tier really at that level; the rest keep their order. Costs two commands per registered
+-- stream with a period, and only while some queue has one.
+local function aging_order(keys, n, present, agings, group)
+  local rank, moved, now = {}, false, nil
+  for i = 1, n do
+    local key = keys[i + 4]
+    local tier = 3
+    if string.find(key, ':inst:', 1, true) then tier = 1
+    elseif string.find(key, ':group:', 1, true) then tier = 2 end
+    local level = tonumber(string.match(key, ':prio:(%d)$')) or 5
+    local at, aged = level, 1
+    local period = agings[i]
+    if period and present[i] == 1 and level > 0 then
+      local last = nil
+      local groups = redis.pcall('XINFO', 'GROUPS', key)
+      if type(groups) == 'table' and not groups.err then
+        for _, gi in ipairs(groups) do
+          local name, delivered = nil, nil
+          for k = 1, #gi, 2 do
+            if gi[k] == 'name' then name = gi[k + 1]
+            elseif gi[k] == 'last-delivered-id' then delivered = gi[k + 1] end
+          end
+          if name == group then last = delivered end
+        end
+      end
+      if last then
+        local head = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
+        if head[1] then
+          now = now or server_ms()
+          local born = tonumber(string.match(head[1][1], '^(%d+)')) or now
+          local k = math.floor((now - born) / period)
+          if k > 0 then
+            at, aged, moved = math.max(0, level - k), 0, true
+          end
+        end
+      end
+    end
+    rank[i] = { tier, at, aged, i }
+  end
+  if not moved then return nil end
+  local order = {}
+  for i = 1, n do order[i] = i end
+  table.sort(order, function(a, b)
+    local x, y = rank[a], rank[b]
+    for k = 1, 4 do
+      if x[k] ~= y[k] then return x[k] < y[k] end
+    end
+    return false
+  end)
+  return order
+end
+
+
+-- How many more jobs rate `r` lets start now (its log trimmed to the window first).
+local function rate_room(r, now)
+  if not r.used then
+    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - r.per)
+    r.used = redis.call('ZCARD', r.key)
+  end
+  return r.max - r.used
+end
+
+-- Whether limit key `lk` of key rate `kr` has room now; the rate log of each key is trimmed and
+-- counted once per call.
+local function key_room(kr, lk, now)
+  local r = kr.by_key[lk]
+  if not r then
+    r = { key = kr.prefix .. lk, max = kr.max, per = kr.per }
+    kr.by_key[lk] = r
+  end
+  return rate_room(r, now) > 0, r
+end
+
+-- How many entries a stream under limit `lim` and rate `rate` may be read for now: what the fetch still wants, within its
+-- concurrency limit and its rate (0: held back, and f.limited says so).
+local function room_of(f, lim, rate)
+  local asked = f.want
+  if lim then
+    asked = math.min(asked, lim.max - lim.running)
+    if asked <= 0 then
+      f.limited = 1
+      return 0
+    end
+  end
+  if rate then
+    f.now_ms = f.now_ms or server_ms()
+    asked = math.min(asked, rate_room(rate, f.now_ms))
+    if asked <= 0 then
+      f.limited = 1
+      return 0
+    end
+  end
+  return asked
+end
+
+-- A job whose limit key has no room in this window: parked until the oldest start in it leaves,
+-- as a delayed job (the broker's promote queues it again), not started.
+-- Writes stats: `delayed`.
+local function park(f, stream, id, job_id, before, keylog)
+  ack_del(stream, f.group, id, f.xackdel)
+  local job_key = f.prefix .. job_id
+  local oldest = redis.call('ZRANGE', keylog.key, 0, 0, 'WITHSCORES')
+  local run_at = (tonumber(oldest[2]) or f.now_ms) + keylog.per
+  if before and tonumber(before) then
+    redis.call('HSET', job_key, 'status', 'waiting', 'run_at', tostring(run_at), 'attempts', before)
+  else
+    redis.call('HSET', job_key, 'status', 'waiting', 'run_at', tostring(run_at))
+  end
+  redis.call('ZADD', delayed_key_of(f.keys[2]), run_at, job_id)
+  tally(f.st, stream, 'delayed', 1)
+  f.parked = true
+end
+
+-- A job a fetch just leased, counted against its queue's concurrency limit (`lim`), rate and
+-- its limit key's rate (`keylog`).
+local function count_start(f, lim, rate, keylog, job_id)
+  if lim then
+    f.now_ms = f.now_ms or server_ms()
+    redis.call('ZADD', lim.key, f.now_ms, job_id)
+    lim.running = lim.running + 1
+  end
+  if rate then
+    redis.call('ZADD', rate.key, f.now_ms, job_id)
+    redis.call('PEXPIRE', rate.key, rate.per)
+    rate.used = rate.used + 1
+  end
+  if keylog then
+    redis.call('ZADD', keylog.key, f.now_ms, job_id)
+    redis.call('PEXPIRE', keylog.key, keylog.per)
+    keylog.used = keylog.used + 1
+  end
 end
 
 -- hero function library, shared helpers continued: batches (a set of jobs that calls back once
@@ -829,6 +1147,7 @@ end
 
 -- Submits one callback job of batch `name` (counts `b`) from its spec; returns its id, or nil
 -- for a spec that does not decode (written by hand).
+-- Writes events: `batch_done`.
 local function submit_callback(ctx, spec_json, name, b, which)
   local ok, spec = pcall(cjson.decode, spec_json)
   if not ok or type(spec) ~= 'table' or type(spec.fields) ~= 'table' or not spec.key then return nil end
@@ -862,6 +1181,7 @@ end
 -- Submits the callbacks of batch `name` when it is closed and no member is pending: on_complete
 -- always, on_success only when no member failed. The batch is done then, and expires after the
 -- retention time. Returns true when it called back here.
+-- Writes events: `batch_done`.
 local function settle_batch(ctx, bkey, name)
   local r = redis.call('HMGET', bkey, 'closed', 'pending', 'finished', 'failed', 'total',
     'on_complete', 'on_success', 'done_at')
@@ -884,6 +1204,7 @@ end
 
 -- Counts the ends of the jobs in `ended` ({job key, job id, ok}) into their batches, then
 -- settles each batch touched. Called only while some batch is not done; one HGET per job.
+-- Writes events: `batch_done`.
 local function count_batch_ends(ctx, ended)
   local touched, order = {}, {}
   for k = 1, #ended do
@@ -966,6 +1287,8 @@ end
 -- finished, false when it ended error). `ctx`: cfg, log, st (stats), done (retained), now_iso,
 -- and, to queue a released job, registry and group. A dependent failed here releases its own
 -- dependents (failing them), breadth first, so a chain of any length ends in this one call.
+-- Writes events: `dispatched` (a dependent released), `error` (a dependent failed).
+-- Writes stats: `failed`.
 local function release_dependents(ctx, ended)
   local k = 1
   while k <= #ended do
@@ -1013,6 +1336,8 @@ end
 -- into their batches, when any batch is open: `jk`, `ji` their keys and ids, `ok` per job true
 -- when it finished. One EXISTS asks for all their dependents (parallel lists, not a table per
 -- job: a hot call ends many). A dependent failed in the release is counted into its batch too.
+-- Writes events: `dispatched`, `error` (dependents released or failed), `batch_done`.
+-- Writes stats: `failed`.
 local function release_if_any(ctx, jk, ji, ok)
   if #jk == 0 then return end
   local ended = nil
@@ -1065,7 +1390,9 @@ end
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
--- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
+-- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
+-- `error` (r the reason) for a new job whose prerequisite already failed; `batch_done` (j the
+-- callback job, r the batch) when a batch it joins is done in this call.
 -- Batches: a job whose record names a `batch` is counted into it (`<ns>:batch:<name>`, made
 -- with its first member and named in `<ns>:meta:batches`); a batch that is done (its callbacks
 -- submitted) takes no member: HERO_INVALID_JOB (see batches.lua).
@@ -1382,7 +1709,8 @@ end
 --   if k levels higher (not above 0) within its tier (instance, group, type): before the first
 --   stream of its tier at that level, so a steady flow of higher-priority work starves no level
 --   (see aging_order).
--- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock).
+-- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock);
+-- the stream's `delayed` gauge up for a job parked by its limit key's rate (see park).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
 --   records, and with ARGV[9] given a sixth and seventh, signal and registered
@@ -1428,199 +1756,27 @@ end
 -- queued again: the stop leaves the old entry behind (the record does not name its entry), and
 -- whichever of the two is read first runs the job; the other is dropped as stale.
 -- Errors: none of its own.
--- the id of the stream's last entry into cursors[i] (left as it is when the stream is empty or
--- not a stream)
-local function cursor_of(cursors, i, stream)
-  local last = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
-  if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
-end
-
--- The running count of limit `lim` ({key, max}), dropping the members no longer started when
--- it is full.
-local function limit_running(lim, prefix)
-  local n = redis.call('ZCARD', lim.key)
-  if n >= lim.max then
-    for _, id in ipairs(redis.call('ZRANGE', lim.key, 0, -1)) do
-      local s = redis.pcall('HGET', prefix .. id, 'status')
-      if s ~= 'started' then
-        redis.call('ZREM', lim.key, id)
-        n = n - 1
-      end
-    end
-  end
-  return n
-end
-
--- The limits of `streams` (KEYS from 5 on) as the queue policies set them, for a fetch that
--- passed none (a worker of another language, or older than protocol 23): each stream's queue
--- is read from its key (`<ns>:q:work:type:<t>[:group:<g>...]`), and its group's policy, else its
--- type's, gives the limit. Only while some queue has one (`limited` in the config hash).
---
--- Rates, the same way: a queue whose policy sets `rate` ({max, per_ms}) starts at most `max` of
--- its jobs in any `per_ms` (a sliding window: the sorted set `<ns>:meta:rate:<queue>` of the
--- jobs started, by ms), whatever the worker; read while some queue has one (`rated`).
--- A queue's `key_rate` does the same per limit key (a job's `limit_key`): a job whose key has no
--- room is not started but parked in the delayed set until the window has room, its entry
--- acknowledged; the broker's promote queues it again then.
--- And the aging periods (ms, when `want_aging`: see aging_order).
--- Returns the limits (when `want_limits`), the rates, the key rates and the aging periods, by
--- stream index, or nil.
-local function queue_policies(keys, want_limits, want_rates, want_aging)
-  local limits, rates, keyrates, agings, by_queue, policies = nil, nil, nil, nil, {}, policy_key_of(keys[2])
-  local function policy_of(queue)
-    local p = by_queue[queue]
-    if p == nil then
-      local raw = redis.call('HGET', policies, queue)
-      local ok, decoded = pcall(cjson.decode, raw or 'null')
-      p = (ok and type(decoded) == 'table' and decoded) or false
-      by_queue[queue] = p
-    end
-    return p
-  end
-  -- the policy that sets `field` for a stream: its group's, else its type's
-  local function covering(t, g, field)
-    if t and g then
-      local p = policy_of(t .. '/' .. g)
-      if p and p[field] then return t .. '/' .. g, p[field] end
-    end
-    if t then
-      local p = policy_of(t)
-      if p and p[field] then return t, p[field] end
-    end
-    return nil
-  end
-  local by_key = {}
-  local function shared(key, make)
-    local x = by_key[key]
-    if not x then
-      x = make()
-      by_key[key] = x
-    end
-    return x
-  end
-  for i = 5, #keys do
-    local t = string.match(keys[i], ':q:work:type:([^:]+)')
-    local g = string.match(keys[i], ':group:([^:]+)')
-    if want_limits then
-      local queue, max = covering(t, g, 'concurrency')
-      if queue and tonumber(max) then
-        limits = limits or {}
-        limits[i - 4] = shared(limit_key_of(keys[2], queue), function()
-          return { key = limit_key_of(keys[2], queue), max = tonumber(max) }
-        end)
-      end
-    end
-    if want_rates then
-      local queue, rate = covering(t, g, 'rate')
-      if queue and type(rate) == 'table' and tonumber(rate.max) and tonumber(rate.per_ms) then
-        rates = rates or {}
-        rates[i - 4] = shared(rate_key_of(keys[2], queue), function()
-          return { key = rate_key_of(keys[2], queue), max = tonumber(rate.max), per = tonumber(rate.per_ms) }
-        end)
-      end
-      local kqueue, krate = covering(t, g, 'key_rate')
-      if kqueue and type(krate) == 'table' and tonumber(krate.max) and tonumber(krate.per_ms) then
-        keyrates = keyrates or {}
-        keyrates[i - 4] = shared(rate_key_of(keys[2], kqueue) .. '|', function()
-          return { prefix = rate_key_of(keys[2], kqueue) .. '|', max = tonumber(krate.max),
-            per = tonumber(krate.per_ms), by_key = {} }
-        end)
-      end
-    end
-    if want_aging then
-      local _, period = covering(t, g, 'aging_ms')
-      if tonumber(period) and tonumber(period) > 0 then
-        agings = agings or {}
-        agings[i - 4] = tonumber(period)
-      end
-    end
-  end
-  return limits, rates, keyrates, agings
-end
-
--- The order to walk the streams in when some have aged (nil: as given). A stream of level p > 0
--- with an aging period whose oldest undelivered entry (the one after its group's last
--- delivered) has waited k whole periods ranks as level max(0, p - k), ahead of the streams of
--- its tier really at that level; the rest keep their order. Costs two commands per registered
--- stream with a period, and only while some queue has one.
-local function aging_order(keys, n, present, agings, group)
-  local rank, moved, now = {}, false, nil
-  for i = 1, n do
-    local key = keys[i + 4]
-    local tier = 3
-    if string.find(key, ':inst:', 1, true) then tier = 1
-    elseif string.find(key, ':group:', 1, true) then tier = 2 end
-    local level = tonumber(string.match(key, ':prio:(%d)$')) or 5
-    local at, aged = level, 1
-    local period = agings[i]
-    if period and present[i] == 1 and level > 0 then
-      local last = nil
-      local groups = redis.pcall('XINFO', 'GROUPS', key)
-      if type(groups) == 'table' and not groups.err then
-        for _, gi in ipairs(groups) do
-          local name, delivered = nil, nil
-          for k = 1, #gi, 2 do
-            if gi[k] == 'name' then name = gi[k + 1]
-            elseif gi[k] == 'last-delivered-id' then delivered = gi[k + 1] end
-          end
-          if name == group then last = delivered end
-        end
-      end
-      if last then
-        local head = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
-        if head[1] then
-          now = now or server_ms()
-          local born = tonumber(string.match(head[1][1], '^(%d+)')) or now
-          local k = math.floor((now - born) / period)
-          if k > 0 then
-            at, aged, moved = math.max(0, level - k), 0, true
-          end
-        end
-      end
-    end
-    rank[i] = { tier, at, aged, i }
-  end
-  if not moved then return nil end
-  local order = {}
-  for i = 1, n do order[i] = i end
-  table.sort(order, function(a, b)
-    local x, y = rank[a], rank[b]
-    for k = 1, 4 do
-      if x[k] ~= y[k] then return x[k] < y[k] end
-    end
-    return false
-  end)
-  return order
-end
-
-
--- How many more jobs rate `r` lets start now (its log trimmed to the window first).
-local function rate_room(r, now)
-  if not r.used then
-    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - r.per)
-    r.used = redis.call('ZCARD', r.key)
-  end
-  return r.max - r.used
-end
-
--- Whether limit key `lk` of key rate `kr` has room now; the rate log of each key is trimmed and
--- counted once per call.
-local function key_room(kr, lk, now)
-  local r = kr.by_key[lk]
-  if not r then
-    r = { key = kr.prefix .. lk, max = kr.max, per = kr.per }
-    kr.by_key[lk] = r
-  end
-  return rate_room(r, now) > 0, r
-end
-
-local function hero_fetch(keys, args)
-  local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
-  local now_iso, xackdel = args[5], args[6]
-  local limits, limited = nil, 0 -- stream index -> {key, max, running} (shared per key)
+-- One fetch's state, by name. What the caller asked: group, consumer, want (how many more jobs
+-- it takes), prefix (of job keys), now_iso, xackdel, whole (hand a short fetch's records back),
+-- since (the registry cursor). What the policies say: limits (stream index -> {key, max,
+-- running}, shared per key), rates, keyrates, agings. What the call gathers for its reply: jobs
+-- (stream index, entry id, job id: three items a job), attempts and recs (per job leased),
+-- dropped, last_read (per stream read to its end: its last entry), limited, signal, present (per
+-- stream: 1 when registered).
+-- The table is made once and filled anew by each call (every field set here, those a call may
+-- not set to nil): a table of this size made per call cost Redis ~20 k instructions a call in
+-- garbage collection (a fetch of one job costs ~250 k).
+local FETCH = {}
+local function fetch_state(keys, args)
+  local f = FETCH
+  f.keys, f.n, f.group, f.consumer, f.want = keys, #keys - 4, args[1], args[2], tonumber(args[3])
+  f.prefix, f.now_iso, f.xackdel, f.whole = args[4], args[5], args[6], args[8] == '1'
+  f.since, f.limited, f.parked, f.now_ms, f.st = args[9] or '', 0, false, nil, stats(keys[4])
+  f.jobs, f.dropped, f.attempts, f.recs, f.last_read = {}, {}, {}, {}, {}
+  f.regrouped, f.present, f.signal, f.limits = {}, {}, nil, nil
+  f.rates, f.keyrates, f.agings = nil, nil, nil
   if args[7] and args[7] ~= '' then
-    limits = {}
-    local by_key = {}
+    local limits, by_key = {}, {}
     for i, max, key in string.gmatch(args[7], '(%d+) (%d+) (%S+)') do
       local lim = by_key[key]
       if not lim then
@@ -1629,323 +1785,277 @@ local function hero_fetch(keys, args)
       end
       limits[tonumber(i)] = lim
     end
+    f.limits = limits
   end
-  local jobs, dropped = {}, {}
-  local last_read = {} -- per stream read to its end: its last entry
-  local regrouped = {} -- per stream whose group this call made again
-  local attempts = {} -- per job leased, for the event log
-  local n = #keys - 4
-  local st = stats(keys[4])
-  local now_ms = nil -- Redis's clock, read once the first job is leased
-  local cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged' })
-  local log = event_log(keys[3], cfg)
-  local rates, keyrates, agings = nil, nil, nil
-  local want_limits = not limits and setting(cfg, 'limited', 0) > 0
-  local want_aging = setting(cfg, 'aged', 0) > 0
-  if want_limits or want_aging or setting(cfg, 'rated', 0) > 0 then
+  f.cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged' })
+  f.log = event_log(keys[3], f.cfg)
+  local want_limits = not f.limits and setting(f.cfg, 'limited', 0) > 0
+  local want_rates = setting(f.cfg, 'rated', 0) > 0
+  local want_aging = setting(f.cfg, 'aged', 0) > 0
+  if want_limits or want_aging or want_rates then
     local l
-    l, rates, keyrates, agings = queue_policies(keys, want_limits, setting(cfg, 'rated', 0) > 0, want_aging)
-    limits = limits or l
+    l, f.rates, f.keyrates, f.agings = queue_policies(keys, want_limits, want_rates, want_aging)
+    f.limits = f.limits or l
   end
-  local parked = false -- a key rate sent a job back to the delayed set (its gauge to flush)
+  return f
+end
 
-  -- in runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack),
-  -- written out: in_runs' closure and copying the answers cost 0.8 k instructions per job here
-  local present = {}
-  local since, signal = args[9] or '', nil
-  if since ~= '' then
-    signal = '0-0'
+-- Which streams given are registered (f.present), and the registry's signal when the caller
+-- keeps a registry cursor; false when that cursor is stale (the fetch then claims nothing). In
+-- runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack), written
+-- out: in_runs' closure and copying the answers cost 0.8 k instructions per job here.
+local function read_registry(f)
+  local keys = f.keys
+  if f.since ~= '' then
+    f.signal = '0-0'
     local last = redis.call('XREVRANGE', queue_signal_key(keys[1]), '+', '-', 'COUNT', 1)
-    if last[1] then signal = last[1][1] end
+    if last[1] then f.signal = last[1][1] end
   end
-  if since ~= '' and since ~= '*' then
-    if since ~= signal then return { {}, {}, {}, 0, {}, signal, 'stale' } end
-    for i = 1, n do present[i] = 1 end
+  if f.since ~= '' and f.since ~= '*' then
+    if f.since ~= f.signal then return false end
+    for i = 1, f.n do f.present[i] = 1 end
   else
     for from = 5, #keys, 1000 do
       local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
-      if from == 5 then present = r else for k = 1, #r do present[from - 5 + k] = r[k] end end
+      if from == 5 then f.present = r else for k = 1, #r do f.present[from - 5 + k] = r[k] end end
     end
   end
-  local whole = args[8] == '1' -- read a short stream's records whole (see records)
-  local recs = {} -- per job leased (by its place in jobs), its record as handed back
-  local order = agings and aging_order(keys, n, present, agings, group)
-  for oi = 1, n do
-    if want <= 0 then break end
-    local i = oi
-    if order then i = order[oi] end
-    local stream = keys[i + 4]
-    if present[i] == 1 then
-      local lim = limits and limits[i]
-      if lim and not lim.running then lim.running = limit_running(lim, prefix) end
-      local rate = rates and rates[i]
-      local keyrate = keyrates and keyrates[i]
-      while want > 0 do
-        local asked = want
-        if lim then
-          asked = math.min(want, lim.max - lim.running)
-          if asked <= 0 then
-            limited = 1
-            break
-          end
-        end
-        if rate then
-          now_ms = now_ms or server_ms()
-          asked = math.min(asked, rate_room(rate, now_ms))
-          if asked <= 0 then
-            limited = 1
-            break
-          end
-        end
-        local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
-        if type(res) == 'table' and res.err and string.find(res.err, 'NOGROUP', 1, true) and not regrouped[i] then
-          -- a registered stream deleted, or its group destroyed, by hand: the group comes back
-          -- from the stream's start (a submit since may have re-made the stream without one),
-          -- and the read is made again
-          regrouped[i] = true
-          redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-          res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
-        end
-        if type(res) ~= 'table' or res.err or #res[1][2] == 0 then break end
-        local read = res[1][2]
-        local short = #read < asked
-        if short then
-          -- every new entry was read: the last is the stream's last, the wake-up cursor (no
-          -- XREVRANGE for it), and another read would come back empty
-          last_read[i] = read[#read][1]
-        end
-        for _, e in ipairs(read) do
-          local id = e[1]
-          -- an entry of a first delivery names the job only: read here, not through entry_fields
-          -- (a Lua call costs Redis ~0.8 k instructions a job)
-          local f = e[2]
-          local job_id, before, dual, wake
-          if #f == 2 and f[1] == 'j' then job_id = f[2] else job_id, before, dual, wake = entry_fields(f) end
-          if wake then
-            -- a resumed queue's wake-up (see hero_pause): it woke us, and names no job
-            ack_del(stream, group, id, xackdel)
-          else
-            local job_key = prefix .. job_id
-            -- one read of what the checks need, the status (and the legacy list of a dual-pushed
-            -- job; the entry says which, and how many attempts came before): nothing can raise
-            -- before the single write, so a corrupt record never leaves a half-applied fetch
-            local status, bridge, err, rec
-            if dual then
-              local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
-              err, status, bridge = r.err, r[1], r[2]
-            elseif whole and short then
-              -- the fetch is likely short: the record is read whole now, not its status now and
-              -- the record after the write
-              rec = redis.pcall('HGETALL', job_key)
-              if rec.err then
-                err = rec.err
-              else
-                for k = 1, #rec, 2 do
-                  if rec[k] == 'status' then status = rec[k + 1] end
-                end
-              end
-            elseif keyrate then
-              local r = redis.pcall('HMGET', job_key, 'status', 'limit_key')
-              err, status = r.err, r[1]
-              rec = nil
-              keyrate.lk = r[2]
-            else
-              local r = redis.pcall('HGET', job_key, 'status')
-              if type(r) == 'table' then err = r.err else status = r end
-            end
-            if keyrate and rec and not rec.err then
-              keyrate.lk = nil
-              for k = 1, #rec, 2 do
-                if rec[k] == 'limit_key' then keyrate.lk = rec[k + 1] end
-              end
-            end
-            local room, keylog = true, nil
-            if keyrate and keyrate.lk and not err and status == 'dispatched' and not dual then
-              now_ms = now_ms or server_ms()
-              room, keylog = key_room(keyrate, keyrate.lk, now_ms)
-            end
-            if err then
-              -- the key holds something other than a hash: foreign data, never a job of ours, and
-              -- it must not stop this fetch for every entry behind it
-              ack_del(stream, group, id, xackdel)
-              dropped[#dropped + 1] = { i, id, job_id, 'foreign' }
-            elseif not status then
-              ack_del(stream, group, id, xackdel)
-              dropped[#dropped + 1] = { i, id, job_id, 'missing' }
-            elseif status ~= 'dispatched' then
-              ack_del(stream, group, id, xackdel)
-              dropped[#dropped + 1] = { i, id, job_id, 'stale' }
-            elseif not room then
-              -- its limit key has no room in this window: parked until the oldest start in it
-              -- leaves, as a delayed job (the broker's promote queues it again), not started
-              ack_del(stream, group, id, xackdel)
-              local oldest = redis.call('ZRANGE', keylog.key, 0, 0, 'WITHSCORES')
-              local run_at = (tonumber(oldest[2]) or now_ms) + keylog.per
-              if before and tonumber(before) then
-                redis.call('HSET', job_key, 'status', 'waiting', 'run_at', tostring(run_at), 'attempts', before)
-              else
-                redis.call('HSET', job_key, 'status', 'waiting', 'run_at', tostring(run_at))
-              end
-              redis.call('ZADD', delayed_key_of(keys[2]), run_at, job_id)
-              tally(st, stream, 'delayed', 1)
-              parked = true
+  return true
+end
 
-            elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
-              -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
-              ack_del(stream, group, id, xackdel)
-              dropped[#dropped + 1] = { i, id, job_id, 'legacy' }
-            else
-              -- one HSET with its arguments spelled out: building a table to unpack costs more
-              -- than the command
-              local counted = before and tonumber(before)
-              if counted then
-                redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                  'started_at', now_iso, 'attempts', tostring(counted + 1))
-              else
-                redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
-                  'started_at', now_iso)
-              end
-              if bridge and bridge ~= '' then
-                -- taken back from the legacy list above: no longer the legacy side's
-                redis.call('HSET', job_key, 'bridge', '')
-              end
-              local n = #jobs
-              jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
-              attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
-              if rec then
-                -- the record as the HSET above left it
-                local set = { status = 'started', lease = id, worker_id = consumer, started_at = now_iso,
-                  attempts = counted and tostring(counted + 1) or nil }
-                for k = 1, #rec, 2 do
-                  local v = set[rec[k]]
-                  if v then
-                    rec[k + 1] = v
-                    set[rec[k]] = nil
-                  end
-                end
-                for _, f in ipairs({ 'status', 'lease', 'worker_id', 'started_at', 'attempts' }) do
-                  if set[f] then
-                    rec[#rec + 1] = f
-                    rec[#rec + 1] = set[f]
-                  end
-                end
-                recs[#attempts] = rec
-              end
-              want = want - 1
-              if lim then
-                now_ms = now_ms or server_ms()
-                redis.call('ZADD', lim.key, now_ms, job_id)
-                lim.running = lim.running + 1
-              end
-              if rate then
-                redis.call('ZADD', rate.key, now_ms, job_id)
-                redis.call('PEXPIRE', rate.key, rate.per)
-                rate.used = rate.used + 1
-              end
-              if keylog then
-                redis.call('ZADD', keylog.key, now_ms, job_id)
-                redis.call('PEXPIRE', keylog.key, keylog.per)
-                keylog.used = keylog.used + 1
-              end
-            end
-          end
-        end
-        if last_read[i] then break end
-      end
+-- An entry acknowledged and deleted unclaimed, for the reply's dropped list.
+local function drop(f, i, stream, id, job_id, why)
+  ack_del(stream, f.group, id, f.xackdel)
+  f.dropped[#f.dropped + 1] = { i, id, job_id, why }
+end
+
+-- The record of a job leased with a whole read (`rec`, HGETALL's pairs) as the lease's HSET left
+-- it, for a short fetch to hand back.
+local function as_leased(rec, id, consumer, now_iso, counted)
+  local set = { status = 'started', lease = id, worker_id = consumer, started_at = now_iso,
+    attempts = counted and tostring(counted + 1) or nil }
+  for k = 1, #rec, 2 do
+    local v = set[rec[k]]
+    if v then
+      rec[k + 1] = v
+      set[rec[k]] = nil
     end
   end
-  if log then
-    -- one shared entry per stream: the jobs of a stream are contiguous in `jobs`
-    local k = 1
-    while k <= #jobs do
-      local i, ids, att = jobs[k], {}, {}
-      while k <= #jobs and jobs[k] == i do
-        ids[#ids + 1] = jobs[k + 2]
-        att[#att + 1] = attempts[(k + 2) / 3]
-        k = k + 3
-      end
-      local logged = log_shared(log, 'started', ids, keys[i + 4], consumer, att)
-      -- the entry's id is Redis's clock now: no TIME call for the wait samples
-      if logged and not now_ms then now_ms = tonumber(string.match(logged, '^(%d+)')) end
+  for _, name in ipairs({ 'status', 'lease', 'worker_id', 'started_at', 'attempts' }) do
+    if set[name] then
+      rec[#rec + 1] = name
+      rec[#rec + 1] = set[name]
     end
   end
-  if #jobs > 0 then
-    now_ms = now_ms or server_ms()
-    -- each job's wait, its entry's age, sampled inline (a Lua call per job cost more); the jobs
-    -- of a stream are contiguous
-    local waits, at = nil, nil
-    for k = 1, #jobs, 3 do
-      if jobs[k] ~= at then
-        at = jobs[k]
-        waits = histogram(st, keys[at + 4], 'wait')
-      end
-      local id = jobs[k + 1]
-      local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
-      local b = 0
-      if waited > 0 then
-        b = math.floor(math.log(waited + 1) / LN2)
-        waits.sum = waits.sum + waited
-      end
-      waits[b] = (waits[b] or 0) + 1
-    end
-    flush_stats(st)
-  elseif parked then
-    flush_stats(st)
+  return rec
+end
+
+-- Stream i's new entries, up to `asked`; nil when it has none (or is not a stream). A registered
+-- stream deleted, or its group destroyed, by hand gets its group back from the stream's start (a
+-- submit since may have re-made the stream without one), and the read is made again.
+local function read_new(f, i, stream, asked)
+  local group, consumer = f.group, f.consumer
+  local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
+  if type(res) == 'table' and res.err and string.find(res.err, 'NOGROUP', 1, true) and not f.regrouped[i] then
+    f.regrouped[i] = true
+    redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+    res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
   end
-  local cursors = {}
-  if want > 0 then
-    -- a registered stream's cursor is its last entry (the last read, when the read reached the
-    -- end). An unregistered one is '0-0' (XREAD from there blocks until its first entry) unless
-    -- something made it by hand with entries in it, which must not wake the worker at once,
-    -- over and over: one EXISTS asks that of all of them (a worker names 30 streams a type; an
-    -- XREVRANGE each cost Redis 10 calls a job at 5,000 jobs/s)
-    -- Only streams that can deliver are watched: a registered one (from its last entry, '0-0'
-    -- when empty) and one made by hand with entries; the others get '' (not watched: an XREAD
-    -- BLOCK over 30 streams cost Redis ~50 us a wake, most of it for streams that never get
-    -- an entry). A stream that appears later announces itself on the registry's signal stream
-    -- (`<registry>:new`, see append), whose cursor comes last.
-    local unregistered, made = {}, 0
-    for i = 1, n do
-      cursors[i] = ''
-      if last_read[i] then
-        cursors[i] = last_read[i]
-      elseif present[i] == 1 then
-        cursors[i] = '0-0'
-        cursor_of(cursors, i, keys[i + 4])
+  if type(res) ~= 'table' or res.err or #res[1][2] == 0 then return nil end
+  return res[1][2]
+end
+
+-- The status (and what else the checks need) of the job an entry names, in one read: the
+-- legacy list of a dual-pushed job (the entry says which), the limit key under a key rate, or,
+-- when a short fetch hands records back, the record whole (not its status now and the record
+-- after the write). Nothing can raise before the lease's single write, so a corrupt record
+-- never leaves a half-applied fetch. Returns status, bridge, err, rec.
+local function read_job(job_key, dual, whole_now, keyrate)
+  if dual then
+    local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
+    return r[1], r[2], r.err, nil
+  elseif whole_now then
+    local rec = redis.pcall('HGETALL', job_key)
+    if rec.err then return nil, nil, rec.err, rec end
+    local status = nil
+    if keyrate then keyrate.lk = nil end
+    for k = 1, #rec, 2 do
+      if rec[k] == 'status' then status = rec[k + 1] end
+      if keyrate and rec[k] == 'limit_key' then keyrate.lk = rec[k + 1] end
+    end
+    return status, nil, nil, rec
+  end
+  local r = redis.pcall('HMGET', job_key, 'status', 'limit_key')
+  keyrate.lk = r[2]
+  return r[1], nil, r.err, nil
+end
+
+-- Claims from registered stream i until the fetch has all it wants, the stream runs dry, or a
+-- limit or rate holds the rest back. Each entry's job is leased to the consumer when it is
+-- still dispatched (and its limit key has room), else dropped or parked. The entries are taken
+-- in this loop, with the call's state in locals: a Lua call or a table field per job costs
+-- Redis ~0.8 k instructions a job, a tenth of what the fetch spends on a job.
+local function claim_from(f, i)
+  local stream, group, consumer, prefix = f.keys[i + 4], f.group, f.consumer, f.prefix
+  local now_iso, xackdel, jobs, attempts = f.now_iso, f.xackdel, f.jobs, f.attempts
+  local lim = f.limits and f.limits[i]
+  if lim and not lim.running then lim.running = limit_running(lim, prefix) end
+  local rate, keyrate = f.rates and f.rates[i], f.keyrates and f.keyrates[i]
+  while f.want > 0 do
+    local asked = (lim or rate) and room_of(f, lim, rate) or f.want
+    if asked <= 0 then return end
+    local read = read_new(f, i, stream, asked)
+    if not read then return end
+    local short = #read < asked
+    if short then
+      -- every new entry was read: the last is the stream's last, the wake-up cursor (no
+      -- XREVRANGE for it), and another read would come back empty
+      f.last_read[i] = read[#read][1]
+    end
+    local whole_now, want = f.whole and short, f.want
+    for _, e in ipairs(read) do
+      local id, fields = e[1], e[2]
+      -- an entry of a first delivery names the job only: read here, not through entry_fields
+      local job_id, before, dual, wake
+      if #fields == 2 and fields[1] == 'j' then job_id = fields[2] else job_id, before, dual, wake = entry_fields(fields) end
+      local job_key = prefix .. job_id
+      local status, bridge, err, rec
+      if not (wake or dual or whole_now or keyrate) then
+        -- the common case, written out
+        local r = redis.pcall('HGET', job_key, 'status')
+        if type(r) == 'table' then err = r.err else status = r end
+      elseif not wake then
+        status, bridge, err, rec = read_job(job_key, dual, whole_now, keyrate)
+      end
+      local keylog, room = nil, true
+      if status == 'dispatched' and not err and keyrate and keyrate.lk and not dual then
+        f.now_ms = f.now_ms or server_ms()
+        room, keylog = key_room(keyrate, keyrate.lk, f.now_ms)
+      end
+      if wake then
+        -- a resumed queue's wake-up (see hero_pause): it woke us, and names no job
+        ack_del(stream, group, id, xackdel)
+      elseif err then
+        -- the key holds something other than a hash: foreign data, never a job of ours, and it
+        -- must not stop this fetch for every entry behind it
+        drop(f, i, stream, id, job_id, 'foreign')
+      elseif not status then
+        drop(f, i, stream, id, job_id, 'missing')
+      elseif status ~= 'dispatched' then
+        drop(f, i, stream, id, job_id, 'stale')
+      elseif not room then
+        park(f, stream, id, job_id, before, keylog)
+      elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
+        -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
+        drop(f, i, stream, id, job_id, 'legacy')
       else
-        unregistered[#unregistered + 1] = keys[i + 4]
+        -- one HSET with its arguments spelled out: building a table to unpack costs more than
+        -- the command
+        local counted = before and tonumber(before)
+        if counted then
+          redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+            'started_at', now_iso, 'attempts', tostring(counted + 1))
+        else
+          redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+            'started_at', now_iso)
+        end
+        if bridge and bridge ~= '' then
+          -- taken back from the legacy list above: no longer the legacy side's
+          redis.call('HSET', job_key, 'bridge', '')
+        end
+        local n = #jobs
+        jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
+        attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
+        if rec then f.recs[#attempts] = as_leased(rec, id, consumer, now_iso, counted) end
+        want = want - 1
+        if lim or rate or keylog then count_start(f, lim, rate, keylog, job_id) end
       end
     end
-    for from = 1, #unregistered, 1000 do
-      made = made + redis.call('EXISTS', unpack(unregistered, from, math.min(#unregistered, from + 999)))
-    end
-    if made > 0 then
-      for i = 1, n do
-        if present[i] ~= 1 then cursor_of(cursors, i, keys[i + 4]) end
-      end
-    end
-    if signal then
-      cursors[n + 1] = signal
-    else
-      cursors[n + 1] = '0-0'
-      cursor_of(cursors, n + 1, queue_signal_key(keys[1]))
-    end
+    f.want = want
+    if f.last_read[i] then return end
   end
-  if not whole and not signal then return { jobs, dropped, cursors, limited } end
+end
+
+-- The `started` events: one shared entry per stream (the jobs of a stream are contiguous in
+-- jobs). The entry's id is Redis's clock now: no TIME call for the wait samples.
+-- Writes events: `started`.
+local function log_started(f)
+  local jobs, k = f.jobs, 1
+  while k <= #jobs do
+    local i, ids, att = jobs[k], {}, {}
+    while k <= #jobs and jobs[k] == i do
+      ids[#ids + 1] = jobs[k + 2]
+      att[#att + 1] = f.attempts[(k + 2) / 3]
+      k = k + 3
+    end
+    local logged = log_shared(f.log, 'started', ids, f.keys[i + 4], f.consumer, att)
+    if logged and not f.now_ms then f.now_ms = tonumber(string.match(logged, '^(%d+)')) end
+  end
+end
+
+-- Each job's wait, its entry's age, sampled inline (a Lua call per job cost more); the jobs of
+-- a stream are contiguous.
+-- Writes stats: `wait`.
+local function sample_waits(f)
+  local jobs, now_ms = f.jobs, f.now_ms or server_ms()
+  local waits, at = nil, nil
+  for k = 1, #jobs, 3 do
+    if jobs[k] ~= at then
+      at = jobs[k]
+      waits = histogram(f.st, f.keys[at + 4], 'wait')
+    end
+    local id = jobs[k + 1]
+    local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
+    local b = 0
+    if waited > 0 then
+      b = math.floor(math.log(waited + 1) / LN2)
+      waits.sum = waits.sum + waited
+    end
+    waits[b] = (waits[b] or 0) + 1
+  end
+end
+
+-- The reply, positional on the wire (see Returns): four parts, a fifth (records) when asked for
+-- records or given a registry cursor, and a sixth and seventh with a registry cursor.
+local function fetch_reply(f, cursors, registered)
+  local jobs, dropped, limited, signal = f.jobs, f.dropped, f.limited, f.signal
+  if not f.whole and not signal then return { jobs, dropped, cursors, limited } end
   local records = {}
-  if whole and want > 0 then
+  if f.whole and f.want > 0 then
+    local recs, prefix = f.recs, f.prefix
     for k = 3, #jobs, 3 do
       records[#records + 1] = recs[#records + 1] or redis.call('HGETALL', prefix .. jobs[k])
     end
   end
   if not signal then return { jobs, dropped, cursors, limited, records } end
-  local registered = {}
-  if since == '*' then
-    for i = 1, n do
-      if present[i] == 1 then registered[#registered + 1] = i end
+  if not registered then
+    registered = {}
+    if f.since == '*' then
+      local present = f.present
+      for i = 1, f.n do
+        if present[i] == 1 then registered[#registered + 1] = i end
+      end
     end
   end
   return { jobs, dropped, cursors, limited, records, signal, registered }
+end
+
+local function hero_fetch(keys, args)
+  local f = fetch_state(keys, args)
+  if not read_registry(f) then
+    return fetch_reply(f, {}, 'stale')
+  end
+  local present = f.present
+  local order = f.agings and aging_order(keys, f.n, present, f.agings, f.group)
+  for oi = 1, f.n do
+    if f.want <= 0 then break end
+    local i = order and order[oi] or oi
+    if present[i] == 1 then claim_from(f, i) end
+  end
+  if f.log then log_started(f) end
+  if #f.jobs > 0 then sample_waits(f) end
+  if #f.jobs > 0 or f.parked then flush_stats(f.st) end
+  return fetch_reply(f, f.want > 0 and wake_cursors(f) or {}, nil)
 end
 
 -- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
@@ -1993,7 +2103,9 @@ end
 -- open (the config hash's `deps` and `batches`, read with the settings), the call asks nothing
 -- more.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
--- error, d the retry time); q its stream, w the consumer.
+-- error, d the retry time); q its stream, w the consumer. Through the ended-jobs hook
+-- (release_if_any): `dispatched` or `error` per dependent released or failed, `batch_done` per
+-- batch this call completes.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
 -- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
@@ -2250,9 +2362,12 @@ end
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
 -- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
 -- other stays until a worker reads it, finds the job stopped and drops it.
--- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job.
+-- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job;
+-- for a timeout retried, `retried` (per minute too) and the `delayed` gauge up.
 -- Events: `stopped` (q, w the worker when it was running, r 'cancelled', 'interrupted' or
--- 'timeout').
+-- 'timeout'); a job past its time limit with retries left is `retried` (r 'timeout', d the retry
+-- time) instead. Through the ended-jobs hook (release_if_any): `dispatched` or `error` per
+-- dependent, `batch_done` per batch completed.
 -- Dependents of the stopped job end error, `dependency failed: <id>` (see release_dependents).
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'timeout' (why 'timeout': it ends
@@ -2370,7 +2485,8 @@ end
 -- ARGV[12] '1' when XACKDEL
 -- Stats: the stream's `recovered`, or `dead` and `failed` (per minute too), per job.
 -- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
--- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason).
+-- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason). Through the ended-jobs hook
+-- (release_if_any): `dispatched` or `error` per dependent, `batch_done` per batch completed.
 -- Dependents of a dead-lettered job end error, `dependency failed: <id>`.
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.
@@ -2650,7 +2766,9 @@ end
 -- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
--- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget.
+-- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget;
+-- through the ended-jobs hook (release_if_any), `dispatched` or `error` per dependent and
+-- `batch_done` per batch completed.
 -- Dependents of a job a legacy actor ended (or that was dead-lettered here) are released with it.
 -- Returns: {ended, requeued, failed, next rank (0 when the whole set was seen)}
 -- Errors: none of its own.

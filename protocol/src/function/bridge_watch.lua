@@ -25,7 +25,9 @@
 -- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
--- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget.
+-- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget;
+-- through the ended-jobs hook (release_if_any), `dispatched` or `error` per dependent and
+-- `batch_done` per batch completed.
 -- Dependents of a job a legacy actor ended (or that was dead-lettered here) are released with it.
 -- Returns: {ended, requeued, failed, next rank (0 when the whole set was seen)}
 -- Errors: none of its own.

@@ -43,7 +43,9 @@
 -- open (the config hash's `deps` and `batches`, read with the settings), the call asks nothing
 -- more.
 -- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
--- error, d the retry time); q its stream, w the consumer.
+-- error, d the retry time); q its stream, w the consumer. Through the ended-jobs hook
+-- (release_if_any): `dispatched` or `error` per dependent released or failed, `batch_done` per
+-- batch this call completes.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
 -- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).

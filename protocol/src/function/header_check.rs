@@ -303,3 +303,191 @@ fn the_header_check_catches_a_swapped_argument() {
         "lease and consumer group swapped must fail the check"
     );
 }
+
+/// The `local function <name>(` blocks of a Lua source: name, the comment right above it, and
+/// its body (up to the next top-level `local`).
+fn lua_functions(src: &str) -> Vec<(String, String, String)> {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut out = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(rest) = line.strip_prefix("local function ") else {
+            continue;
+        };
+        let name = rest.split('(').next().unwrap_or_default().to_string();
+        let mut doc = Vec::new();
+        let mut k = at;
+        while k > 0 && lines[k - 1].starts_with("--") {
+            k -= 1;
+            doc.push(lines[k]);
+        }
+        doc.reverse();
+        let end = (at + 1..lines.len())
+            .find(|&j| lines[j].starts_with("local "))
+            .unwrap_or(lines.len());
+        out.push((name, doc.join("\n"), lines[at + 1..end].join("\n")));
+    }
+    out
+}
+
+/// The literal names `body` writes through `call`, read from its argument at `arg` (0-based),
+/// and whether it makes such a call with a name that is not a literal.
+fn literal_writes(body: &str, call: &str, arg: usize) -> (Vec<String>, bool) {
+    let (mut names, mut other) = (Vec::new(), false);
+    let pat = format!("{call}(");
+    let mut from = 0;
+    while let Some(pos) = body[from..].find(&pat) {
+        let at = from + pos;
+        from = at + pat.len();
+        let prev = body[..at].chars().last().unwrap_or(' ');
+        if prev.is_alphanumeric() || prev == '_' || prev == '.' || prev == ':' {
+            continue;
+        }
+        let args = &body[from..];
+        let Some(a) = args.split(',').nth(arg) else {
+            continue;
+        };
+        let a = a.trim();
+        if let Some(lit) = a.strip_prefix('\'') {
+            names.push(lit.split('\'').next().unwrap_or_default().to_string());
+        } else {
+            other = true;
+        }
+    }
+    (names, other)
+}
+
+/// Whether `body` calls the Lua function `name`.
+fn calls(body: &str, name: &str) -> bool {
+    let pat = format!("{name}(");
+    body.match_indices(&pat).any(|(at, _)| {
+        let prev = body[..at].chars().last().unwrap_or(' ');
+        !(prev.is_alphanumeric() || prev == '_' || prev == '.' || prev == ':')
+    })
+}
+
+/// What a function writes: (events, stats), the names of each, with `true` when a name is not a
+/// literal (then only the paragraph's presence can be checked).
+type Writes = ((Vec<String>, bool), (Vec<String>, bool));
+
+fn direct_writes(body: &str) -> Writes {
+    let mut ev = literal_writes(body, "log_event", 1);
+    let shared = literal_writes(body, "log_shared", 1);
+    ev.0.extend(shared.0);
+    ev.1 |= shared.1;
+    let mut st = literal_writes(body, "tally", 2);
+    let h = literal_writes(body, "histogram", 2);
+    st.0.extend(h.0);
+    st.1 |= h.1;
+    (ev, st)
+}
+
+/// The backticked names of the paragraph of `doc` that opens with `label` (up to the next line
+/// that opens another `Word:` paragraph); `None` when there is none.
+fn paragraph_names(doc: &str, label: &str) -> Option<Vec<String>> {
+    let mut lines = doc.lines().map(|l| l.trim_start_matches('-').trim_start());
+    let first = lines.find(|l| l.starts_with(label))?;
+    let mut text = first.to_string();
+    for l in lines {
+        let opens = l
+            .split_once(':')
+            .is_some_and(|(w, _)| !w.is_empty() && !w.contains(' ') && w.chars().next().is_some_and(char::is_uppercase));
+        if opens || l.starts_with("Writes ") || l.starts_with("KEYS[") || l.starts_with("ARGV[") {
+            break;
+        }
+        text.push(' ');
+        text.push_str(l);
+    }
+    Some(
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// Every function that writes events or stats says which in its header (`Events:`, `Stats:`),
+/// and every helper of the library that does in its comment (`Writes events:`, `Writes
+/// stats:`); a name written through a helper counts for the function that calls it. A new
+/// `log_event` or `tally` whose name no header gives fails here.
+#[test]
+fn every_event_and_stat_written_is_named_in_the_header() {
+    let helpers = lua_functions(PRELUDE);
+    // a helper's writes, with those of the helpers it calls (to a fixed point)
+    let mut writes: std::collections::HashMap<String, Writes> = helpers
+        .iter()
+        .map(|(n, _, b)| (n.clone(), direct_writes(b)))
+        .collect();
+    loop {
+        let mut changed = false;
+        for (name, _, body) in &helpers {
+            for (other, _, _) in &helpers {
+                if other == name || !calls(body, other) {
+                    continue;
+                }
+                let add = writes[other].clone();
+                let w = writes.get_mut(name).expect("every helper has writes");
+                for n in add.0 .0 {
+                    if !w.0 .0.contains(&n) {
+                        w.0 .0.push(n);
+                        changed = true;
+                    }
+                }
+                for n in add.1 .0 {
+                    if !w.1 .0.contains(&n) {
+                        w.1 .0.push(n);
+                        changed = true;
+                    }
+                }
+                if (add.0 .1 && !w.0 .1) || (add.1 .1 && !w.1 .1) {
+                    w.0 .1 |= add.0 .1;
+                    w.1 .1 |= add.1 .1;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut missing = Vec::new();
+    let mut check = |who: &str, doc: &str, w: &Writes, ev_label: &str, st_label: &str| {
+        for (label, (names, other), what) in [(ev_label, &w.0, "event"), (st_label, &w.1, "stat")] {
+            if names.is_empty() && !other {
+                continue;
+            }
+            let Some(said) = paragraph_names(doc, label) else {
+                missing.push(format!("{who} writes {what}s but has no `{label}` line"));
+                continue;
+            };
+            for n in names {
+                if !said.contains(n) {
+                    missing.push(format!("{who} writes {what} `{n}`, not named in its `{label}` line"));
+                }
+            }
+        }
+    };
+    for (name, doc, _) in &helpers {
+        if ["log_event", "log_shared", "tally", "histogram", "flush_stats"].contains(&name.as_str()) {
+            continue;
+        }
+        check(name, doc, &writes[name], "Writes events:", "Writes stats:");
+    }
+    for f in Function::ALL {
+        let src = f.source();
+        let head = header(src);
+        let mut w = direct_writes(src);
+        for (name, _, _) in &helpers {
+            if calls(src, name) {
+                let (ev, st) = &writes[name];
+                w.0 .0.extend(ev.0.iter().cloned());
+                w.0 .1 |= ev.1;
+                w.1 .0.extend(st.0.iter().cloned());
+                w.1 .1 |= st.1;
+            }
+        }
+        // local helpers of the function's own file count as the function
+        check(&format!("hero_{}", f.short()), &head, &w, "Events:", "Stats:");
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}

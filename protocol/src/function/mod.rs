@@ -75,14 +75,33 @@ pub const LIBRARY_VERSION: &str = version!();
 /// The library's name for FUNCTION LOAD / DELETE / LIST.
 pub const LIBRARY_NAME: &str = concat!("hero_v", version!());
 
-/// The shared helpers every function may use: `prelude.lua`, then `batches.lua` and
-/// `dependencies.lua` (whose hook for ended jobs counts them into their batches).
+/// The shared helpers every function may use, one file a topic (`lib/*.lua`; `lib/keys.lua`
+/// opens with the table of contents), concatenated in an order where each helper comes after
+/// the helpers it calls.
 const PRELUDE: &str = concat!(
-    include_str!("prelude.lua"),
+    include_str!("lib/keys.lua"),
     "\n",
-    include_str!("batches.lua"),
+    include_str!("lib/streams.lua"),
     "\n",
-    include_str!("dependencies.lua")
+    include_str!("lib/settings.lua"),
+    "\n",
+    include_str!("lib/events.lua"),
+    "\n",
+    include_str!("lib/stats.lua"),
+    "\n",
+    include_str!("lib/registry.lua"),
+    "\n",
+    include_str!("lib/checks.lua"),
+    "\n",
+    include_str!("lib/finish.lua"),
+    "\n",
+    include_str!("lib/legacy.lua"),
+    "\n",
+    include_str!("lib/policy.lua"),
+    "\n",
+    include_str!("lib/batches.lua"),
+    "\n",
+    include_str!("lib/dependencies.lua")
 );
 
 /// One server-side function. The set is closed so the compiler checks every call site.
@@ -452,7 +471,7 @@ mod tests {
 
     /// Clients in other languages load the library from `docs/hero-library.lua` (the Python
     /// package's wheel packs it from there); it must be this version's, and the package must
-    /// speak it. `HERO_WRITE_LIBRARY=1 cargo test -p hero-client shipped` writes it anew.
+    /// speak it. `HERO_WRITE_LIBRARY=1 cargo test -p hero-protocol shipped` writes it anew.
     #[test]
     fn the_shipped_library_file_is_this_versions_library() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -464,7 +483,7 @@ mod tests {
         assert!(
             shipped == library_source(),
             "docs/hero-library.lua is not the library of version {LIBRARY_VERSION}: run \
-             HERO_WRITE_LIBRARY=1 cargo test -p hero-client shipped"
+             HERO_WRITE_LIBRARY=1 cargo test -p hero-protocol shipped"
         );
         let py = std::fs::read_to_string(root.join("python/hero/protocol.py")).unwrap_or_default();
         assert!(

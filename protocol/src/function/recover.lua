@@ -13,7 +13,8 @@
 -- ARGV[12] '1' when XACKDEL
 -- Stats: the stream's `recovered`, or `dead` and `failed` (per minute too), per job.
 -- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
--- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason).
+-- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason). Through the ended-jobs hook
+-- (release_if_any): `dispatched` or `error` per dependent, `batch_done` per batch completed.
 -- Dependents of a dead-lettered job end error, `dependency failed: <id>`.
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.

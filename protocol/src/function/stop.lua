@@ -13,9 +13,12 @@
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
 -- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
 -- other stays until a worker reads it, finds the job stopped and drops it.
--- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job.
+-- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job;
+-- for a timeout retried, `retried` (per minute too) and the `delayed` gauge up.
 -- Events: `stopped` (q, w the worker when it was running, r 'cancelled', 'interrupted' or
--- 'timeout').
+-- 'timeout'); a job past its time limit with retries left is `retried` (r 'timeout', d the retry
+-- time) instead. Through the ended-jobs hook (release_if_any): `dispatched` or `error` per
+-- dependent, `batch_done` per batch completed.
 -- Dependents of the stopped job end error, `dependency failed: <id>` (see release_dependents).
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'timeout' (why 'timeout': it ends

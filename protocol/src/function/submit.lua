@@ -14,7 +14,9 @@
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
--- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set).
+-- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
+-- `error` (r the reason) for a new job whose prerequisite already failed; `batch_done` (j the
+-- callback job, r the batch) when a batch it joins is done in this call.
 -- Batches: a job whose record names a `batch` is counted into it (`<ns>:batch:<name>`, made
 -- with its first member and named in `<ns>:meta:batches`); a batch that is done (its callbacks
 -- submitted) takes no member: HERO_INVALID_JOB (see batches.lua).

@@ -37,6 +37,8 @@ end
 -- finished, false when it ended error). `ctx`: cfg, log, st (stats), done (retained), now_iso,
 -- and, to queue a released job, registry and group. A dependent failed here releases its own
 -- dependents (failing them), breadth first, so a chain of any length ends in this one call.
+-- Writes events: `dispatched` (a dependent released), `error` (a dependent failed).
+-- Writes stats: `failed`.
 local function release_dependents(ctx, ended)
   local k = 1
   while k <= #ended do
@@ -84,6 +86,8 @@ end
 -- into their batches, when any batch is open: `jk`, `ji` their keys and ids, `ok` per job true
 -- when it finished. One EXISTS asks for all their dependents (parallel lists, not a table per
 -- job: a hot call ends many). A dependent failed in the release is counted into its batch too.
+-- Writes events: `dispatched`, `error` (dependents released or failed), `batch_done`.
+-- Writes stats: `failed`.
 local function release_if_any(ctx, jk, ji, ok)
   if #jk == 0 then return end
   local ended = nil

@@ -55,6 +55,7 @@ end
 
 -- Submits one callback job of batch `name` (counts `b`) from its spec; returns its id, or nil
 -- for a spec that does not decode (written by hand).
+-- Writes events: `batch_done`.
 local function submit_callback(ctx, spec_json, name, b, which)
   local ok, spec = pcall(cjson.decode, spec_json)
   if not ok or type(spec) ~= 'table' or type(spec.fields) ~= 'table' or not spec.key then return nil end
@@ -88,6 +89,7 @@ end
 -- Submits the callbacks of batch `name` when it is closed and no member is pending: on_complete
 -- always, on_success only when no member failed. The batch is done then, and expires after the
 -- retention time. Returns true when it called back here.
+-- Writes events: `batch_done`.
 local function settle_batch(ctx, bkey, name)
   local r = redis.call('HMGET', bkey, 'closed', 'pending', 'finished', 'failed', 'total',
     'on_complete', 'on_success', 'done_at')
@@ -110,6 +112,7 @@ end
 
 -- Counts the ends of the jobs in `ended` ({job key, job id, ok}) into their batches, then
 -- settles each batch touched. Called only while some batch is not done; one HGET per job.
+-- Writes events: `batch_done`.
 local function count_batch_ends(ctx, ended)
   local touched, order = {}, {}
   for k = 1, #ended do

@@ -1,0 +1,109 @@
+-- What a submitted record may hold, and the form of each value: the checks a worker's decoder
+-- makes (docs/protocol.md §3), made at submit so that a bad job from any language fails there,
+-- loudly, before anything of its batch is written. A field named `x_...` or `x-...` is an
+-- extension, stored and ignored. The system's own fields (status, attempts, lease, ...) are the
+-- functions' to write.
+local SUBMIT_FIELDS = {
+  id = 'text', script = 'text', script_type = 'name', group = 'name', instance = 'name',
+  priority = 'level', timeout = 'count', retries = 'count', concurrent = 'bool', reply = 'reply',
+  created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
+  dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
+  context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
+  unique_ttl = 'count', payload = 'text', limit_key = 'text', batch = 'name',
+}
+
+-- Why the value `v` is not of form `kind` (nil when it is).
+local function bad_value(kind, v)
+  if kind == 'text' then return nil end
+  if kind == 'name' then
+    if #v < 1 or #v > 64 or not string.match(v, '^[%w_%-]+$') then
+      return 'is not 1-64 characters of [A-Za-z0-9_-]'
+    end
+  elseif kind == 'level' then
+    if not string.match(v, '^%d$') then return 'is not a priority level 0 to 9' end
+  elseif kind == 'count' then
+    if not string.match(v, '^%d+$') then return 'is not a whole number' end
+  elseif kind == 'bool' then
+    if v ~= 'true' and v ~= 'false' then return 'is not true or false' end
+  elseif kind == 'reply' then
+    if v ~= '1' and v ~= '' then return 'is not 1' end
+  elseif kind == 'trace' then
+    -- W3C trace context: version-trace id-parent id-flags, lowercase hex
+    local h = '[0-9a-f]'
+    if not string.match(v, '^' .. h .. h .. '%-' .. string.rep(h, 32) .. '%-' .. string.rep(h, 16) .. '%-' .. h .. h .. '$') then
+      return 'is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'
+    end
+  elseif kind == 'time' then
+    if not string.match(v, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d') then
+      return 'is not an RFC 3339 timestamp'
+    end
+  elseif v ~= '' then
+    local ok, t = pcall(cjson.decode, v)
+    if not ok or type(t) ~= 'table' then return 'is not JSON ' .. kind end
+    local n = 0
+    for k, x in pairs(t) do
+      n = n + 1
+      if type(x) ~= 'string' then return 'holds a value that is not a string' end
+      if kind == 'object' and type(k) ~= 'string' then return 'is not a JSON object' end
+    end
+    if kind == 'list' and n ~= #t then return 'is not a JSON array' end
+  end
+  return nil
+end
+
+-- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
+-- key and TTL, its tags, its prerequisites (JSON text) and its batch when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
+-- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
+-- or a string built per job here cost Redis several thousand instructions a job.
+local function refuse(job_id, stream, args, from, to, parsed)
+  local script, stype, grp, inst, prio = nil, nil, false, false, '5'
+  local uniq, uttl, tags, prereqs, batch = nil, nil, nil, nil, nil
+  for k = from, to, 2 do
+    local name, v = args[k], args[k + 1]
+    local kind = SUBMIT_FIELDS[name]
+    if not kind then
+      local p = string.sub(name, 1, 2)
+      if p ~= 'x_' and p ~= 'x-' then
+        return 'field `' .. name .. '` is not a field a submit may write (an extension is named x_...)'
+      end
+    else
+      if kind ~= 'text' then
+        local why = bad_value(kind, v)
+        if why then return 'field `' .. name .. '` ' .. why end
+      end
+      if name == 'script' then script = v
+      elseif name == 'script_type' then stype = v
+      elseif name == 'group' then grp = v
+      elseif name == 'instance' then inst = v
+      elseif name == 'priority' then prio = v
+      elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
+      elseif name == 'unique' then
+        if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
+        uniq = v
+      elseif name == 'unique_ttl' then uttl = v
+      elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
+      elseif name == 'batch' then batch = v
+      elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
+        if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
+        prereqs = v
+      end
+    end
+  end
+  if not script then return 'field `script` is missing' end
+  if not stype then return 'field `script_type` is missing' end
+  if inst and not grp then return 'field `instance` needs a `group`' end
+  local p = parsed[stream]
+  if p == nil then
+    p = stream_parts(stream)
+    parsed[stream] = p
+  end
+  if not p or p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
+    return 'its stream ' .. stream .. ' is not the queue its record names (type ' .. stype ..
+      ', group ' .. tostring(grp) .. ', instance ' .. tostring(inst) .. ', priority ' .. prio .. ')'
+  end
+  if uttl and not uniq then return 'field `unique_ttl` needs a `unique` key' end
+  if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
+    return 'field `unique_ttl` is not at least 1 (ms)'
+  end
+  return nil, uniq, uttl, tags, prereqs, batch
+end

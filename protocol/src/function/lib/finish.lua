@@ -1,0 +1,72 @@
+-- Ending a job: the reply to a waiting caller, the retention entry, the terminal write.
+
+-- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
+-- (the broker published the legacy reply prefix), the bare text on the legacy list
+-- `hero:reply:<id>` that seed-001 callers BLPOP.
+-- A job moved in from a legacy list has reply 'legacy': only the legacy list is answered.
+-- A reply key holding another type (foreign data) gets no answer, and fails nothing: callers
+-- such as hero_complete have acknowledged entries before they answer.
+local function push_reply(job_id, reply_key, cfg, status, output, err, canonical, legacy_too)
+  local ttl = setting_arg(cfg, 'reply_ttl_ms', 3600000)
+  local function answer(key, text)
+    local pushed = redis.pcall('LPUSH', key, text)
+    if type(pushed) ~= 'table' then redis.call('PEXPIRE', key, ttl) end
+  end
+  if canonical then
+    answer(reply_key, cjson.encode({ status = status, output = output, error = err }))
+  end
+  local legacy = setting_text(cfg, 'legacy_reply_prefix')
+  if legacy_too and legacy ~= '' then
+    local text = output
+    if status ~= 'finished' then text = err end
+    answer(legacy .. job_id, text)
+  end
+end
+
+-- The jobs one call ends, for the retention stream: a job gets no TTL of its own (a PEXPIRE per
+-- job was 8 % of the worker path's cost to Redis); the call adds one entry naming all of them,
+-- and the broker deletes them once the retention time has passed (hero_expire). Every job a call
+-- ends shares its `finished_at`, `now_iso`, which the entry carries so that a job ended again
+-- later (retried by hand) is not deleted early on the strength of the older entry.
+local function retained(stream, now_iso)
+  return { key = stream, t = now_iso, ids = {} }
+end
+
+-- One retention entry (hero_expire reads it): `t` the finished_at, `j` the ids joined by spaces.
+local function add_retention_entry(stream, now_iso, joined_ids)
+  redis.call('XADD', stream, '*', 't', now_iso, 'j', joined_ids)
+end
+
+local function flush_retained(done)
+  if #done.ids > 0 then add_retention_entry(done.key, done.t, table.concat(done.ids, ' ')) end
+end
+
+-- Register a job that just ended (its finished_at = done.t) for retention.
+local function retain(done, job_key, job_id, cfg)
+  if string.find(job_id, ' ', 1, true) then
+    -- a legacy job id with a space cannot go into the entry's list: it gets a TTL instead
+    redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
+  else
+    done.ids[#done.ids + 1] = job_id
+  end
+end
+
+-- Write a terminal status at finished_at = now_iso, and answer a waiting caller. finished_at is
+-- the record's updated_at from then on (a reader takes the latest of the timestamps). `done`
+-- registers the job for retention (see retained); nil when the caller names its jobs in a
+-- retention entry itself. Returns false, having written nothing, when the job key holds another
+-- type (foreign data): a caller that did not read the record first must not fail the rest of its
+-- call on it.
+local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso, done)
+  local field = 'error'
+  if status == 'finished' then field = 'output' end
+  local w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  if type(w) == 'table' and w.err then return false end
+  if done then retain(done, job_key, job_id, cfg) end
+  if wants_reply == '1' or wants_reply == 'legacy' then
+    local output, err = '', ''
+    if field == 'output' then output = text else err = text end
+    push_reply(job_id, reply_key, cfg, status, output, err, wants_reply == '1', true)
+  end
+  return true
+end

@@ -1,0 +1,103 @@
+-- hero function library: the shared helpers every function may use, one file a topic
+-- (`function/lib/*.lua`, concatenated in this order, then one file per function):
+--   keys.lua          the keys the functions derive instead of taking them in KEYS
+--   streams.lua       acknowledging and trimming work stream entries
+--   settings.lua      the broker's settings in the config hash
+--   events.lua        the event log (log_event, log_shared)
+--   stats.lua         stats kept on write (tally, histogram, flush_stats) and Redis's clock
+--   registry.lua      the queue registry, paused queues, appending a job to a work stream
+--   checks.lua        what a submitted record may hold (refuse)
+--   finish.lua        ending a job: the reply to a waiting caller, retention
+--   legacy.lua        entries' fields, the dual-push bridge to legacy lists
+--   policy.lua        queue policies: back-off, limits, rates, key rates, priority aging
+--   batches.lua       batches: members counted as they end, callbacks once
+--   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
+-- A helper that writes events or stats says which in its comment ("Writes events:", "Writes
+-- stats:"), and so does the header of every function that calls it (the header check holds
+-- both to the code).
+--
+-- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
+-- stream entry; those are built from a prefix in ARGV (built by the client's keys module) and
+-- share the namespace's hash slot. Errors are raised as 'HERO_<CODE> message'.
+
+-- The keys the functions derive rather than take in KEYS, each built here and only here, the
+-- way the client's keys module builds it (`functions::keys` holds the two sides equal): the
+-- namespace part `<ns>:` of a job key `<ns>:job:<id>` (of the job prefix, with id ''), and
+-- the keys beside it.
+local function ns_of(job_key, job_id)
+  return string.sub(job_key, 1, #job_key - #job_id - 4)
+end
+
+local function tag_key(ns, tag)
+  return ns .. 'tag:' .. tag
+end
+
+local function unique_key(ns, key)
+  return ns .. 'unique:' .. key
+end
+
+-- The per-minute stats hash of the minute holding `now_iso` (its first 16 characters,
+-- `2026-11-23T11:40`: `keys::minute_of`).
+local function minute_key(stats_key, now_iso)
+  return stats_key .. ':' .. string.sub(now_iso, 1, 16)
+end
+
+-- The registry's companions (`<registry>` is `<ns>:meta:queues`): its signal stream
+-- (`Keyspace::queue_signal`), the paused streams (`paused_queues`) and names (`paused_names`).
+local function queue_signal_key(registry)
+  return registry .. ':new'
+end
+
+local function paused_key(registry)
+  return registry .. ':paused'
+end
+
+local function paused_names_key(registry)
+  return registry .. ':paused:names'
+end
+
+-- The reply lists' prefix `<ns>:q:reply:` (`Keyspace::reply`), for a job named by an entry or
+-- a dependents hash rather than in KEYS.
+local function reply_prefix_of(ns)
+  return ns .. 'q:reply:'
+end
+
+-- The dual-push registry `<ns>:meta:bridge` (`Keyspace::bridge_registry`), beside the queue
+-- registry `<ns>:meta:queues`: a call that queues a job it was not given in KEYS (a released
+-- dependent) finds there whether its stream is dual-pushed.
+local function bridge_registry_of(registry)
+  return string.sub(registry, 1, #registry - 6) .. 'bridge'
+end
+
+-- The key `<ns>:meta:<name>` beside the config hash `<ns>:meta:config`: every `meta` key a
+-- function derives goes through here (the named helpers below and in batches.lua and
+-- dependencies.lua).
+local function meta_key(config_key, name)
+  return string.sub(config_key, 1, #config_key - 6) .. name
+end
+
+-- The queue policies hash `<ns>:meta:policy` (`Keyspace::policy`) and a queue's running set
+-- `<ns>:meta:limit:<queue>` (`Keyspace::limit`), beside the config hash `<ns>:meta:config`.
+local function policy_key_of(config_key)
+  return meta_key(config_key, 'policy')
+end
+
+local function limit_key_of(config_key, queue)
+  return meta_key(config_key, 'limit:' .. queue)
+end
+
+-- A queue's rate log `<ns>:meta:rate:<queue>` (`Keyspace::rate`): the jobs it started, by ms;
+-- a limit key's within a queue is `<ns>:meta:rate:<queue>|<limit key>`.
+local function rate_key_of(config_key, queue)
+  return meta_key(config_key, 'rate:' .. queue)
+end
+
+-- The delayed set `<ns>:meta:delayed` (`Keyspace::delayed`), beside the config hash.
+local function delayed_key_of(config_key)
+  return meta_key(config_key, 'delayed')
+end
+
+-- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
+local function is_bridge_consumer(name)
+  return string.sub(name, 1, 7) == 'bridge:'
+end

@@ -1,0 +1,93 @@
+-- Stats kept on write, so that reading them costs O(queues), never O(jobs). In the stats hash,
+-- per work stream `<stream>`: counters `<stream>|finished`, `|failed` (ended error, whatever the
+-- reason), `|retried`, `|recovered`, `|dead`, the gauge `|delayed` (jobs of the stream waiting in
+-- the delayed set), and histograms `<stream>|wait|<b>` (dispatch to start) and `<stream>|run|<b>`
+-- (start to end), where bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms, and their totals
+-- `<stream>|wait|sum`, `<stream>|run|sum` (ms: a Prometheus histogram has a sum). The counters that
+-- make rates are also counted per minute in `<stats hash>:<minute>`, the minute as the first 16
+-- characters of the call's now ISO 8601 (`2026-11-23T11:40`: no clock read), which expires two
+-- hours after its first write. A call gathers its increments and writes each field once.
+local function stats(key, now_iso)
+  local minute = nil
+  if now_iso then minute = minute_key(key, now_iso) end
+  return { key = key, at = minute, inc = {}, order = {}, minute = {}, morder = {} }
+end
+
+local function tally(st, stream, name, n, per_minute)
+  local f = stream .. '|' .. name
+  local v = st.inc[f]
+  if v == nil then
+    st.order[#st.order + 1] = f
+    v = 0
+  end
+  st.inc[f] = v + n
+  if per_minute then
+    v = st.minute[f]
+    if v == nil then
+      st.morder[#st.morder + 1] = f
+      v = 0
+    end
+    st.minute[f] = v + n
+  end
+end
+
+local LN2 = 0.6931471805599453 -- ln 2 (math is not reachable while the library loads)
+
+-- The histogram `name` (wait or run) of `stream` in this call: the callers add a sample of t ms
+-- inline as `h[b] = (h[b] or 0) + 1`, b = floor(log2(t + 1)) (bucket b holds [2^b - 1, 2^(b+1) - 1)),
+-- and t to `h.sum`.
+local function histogram(st, stream, name)
+  local h = { prefix = stream .. '|' .. name .. '|', sum = 0 }
+  st.hists = st.hists or {}
+  st.hists[#st.hists + 1] = h
+  return h
+end
+
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it (for the rare call
+-- that has no caller's time to use).
+local function iso_now()
+  local t = redis.call('TIME')
+  local secs = tonumber(t[1])
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  -- civil date of a day count (Howard Hinnant's algorithm)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if m > 12 then m = m - 12 end
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
+    math.floor(rem % 3600 / 60), rem % 60, math.floor(tonumber(t[2]) / 1000))
+end
+
+local function flush_stats(st)
+  for _, f in ipairs(st.order) do
+    redis.call('HINCRBY', st.key, f, st.inc[f])
+  end
+  if #st.morder > 0 and st.at then
+    local fresh = false
+    for _, f in ipairs(st.morder) do
+      -- the field's first write this minute is the one whose total is its own increment: the
+      -- key's TTL is set then, not on every call (a command a call at low rates)
+      if redis.call('HINCRBY', st.at, f, st.minute[f]) == st.minute[f] then fresh = true end
+    end
+    if fresh then redis.call('EXPIRE', st.at, 7200) end
+  end
+  for _, h in ipairs(st.hists or {}) do
+    for b, n in pairs(h) do
+      if b ~= 'prefix' and n ~= 0 then redis.call('HINCRBY', st.key, h.prefix .. b, n) end
+    end
+  end
+  st.inc, st.order, st.minute, st.morder, st.hists = {}, {}, {}, {}, nil
+end
