@@ -279,3 +279,83 @@ async fn a_consumer_of_a_gone_worker_that_holds_nothing_is_deleted_after_a_lease
         "{report:?}"
     );
 }
+
+/// A due delayed job whose record can no longer be queued (its script type edited by hand into
+/// one no queue can have, or its key replaced by another type) ends through `hero_promote`: the
+/// record `error` with the reason, an `error` event, the minute's failed count, its retention
+/// entry; a dependent of it fails too. Nothing stays in the delayed set. (Before, the pass wrote
+/// the status with a raw HSET: no event, no count, no retention, and its dependents waited
+/// forever.)
+#[tokio::test]
+async fn a_due_job_that_names_no_queue_ends_error_with_its_event_count_and_dependents() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let bad = NewJob::builder("t", "x")
+        .id("no-queue")
+        .delay(Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let dependent = NewJob::builder("t", "y")
+        .id("after-it")
+        .after("no-queue")
+        .build()
+        .unwrap();
+    client.submit(&bad).await.unwrap();
+    client.submit(&dependent).await.unwrap();
+    let mut raw = server.conn().await;
+    let _: () = raw
+        .hset(hero_testkit::job_key("no-queue"), "script_type", "not a type!")
+        .await
+        .unwrap();
+    let before = hero_admin::Inspector::from(&client).history(1).await.unwrap();
+    let failed_before: u64 = before.iter().map(|m| m.failed).sum();
+    tokio::time::sleep(Duration::from_millis(5)).await; // due (its run-at 1 ms after submit)
+    hero_broker::loops::promote::pass(&client).await.unwrap();
+
+    // read raw: the record names a script type no decoder accepts
+    let (status, error): (String, String) = redis::cmd("HMGET")
+        .arg(hero_testkit::job_key("no-queue"))
+        .arg(&["status", "error"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(status, "error");
+    assert!(error.contains("no valid script_type"), "{error}");
+    let delayed: i64 = raw.zcard(keys().delayed()).await.unwrap();
+    assert_eq!(delayed, 0, "nothing left in the delayed set");
+    let events = hero_admin::Inspector::from(&client)
+        .events(
+            &hero_admin::inspect::EventFilter {
+                job: Some("no-queue".into()),
+                ..Default::default()
+            },
+            10,
+        )
+        .await
+        .unwrap();
+    assert!(
+        events.iter().any(|e| e.event == "error"
+            && e.reason.as_deref().is_some_and(|r| r.contains("no valid script_type"))),
+        "{events:?}"
+    );
+    let after = hero_admin::Inspector::from(&client).history(1).await.unwrap();
+    let failed_after: u64 = after.iter().map(|m| m.failed).sum();
+    assert_eq!(
+        failed_after,
+        failed_before + 2,
+        "the job and its dependent counted failed"
+    );
+    let retained: String = redis::cmd("XREVRANGE")
+        .arg(keys().retention())
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async::<redis::Value>(&mut raw)
+        .await
+        .map(|v| format!("{v:?}"))
+        .unwrap();
+    assert!(retained.contains("no-queue"), "{retained}");
+    let dep = client.get(&dependent.id().clone()).await.unwrap();
+    assert_eq!(dep.status, Status::Error, "its dependent fails with it");
+}

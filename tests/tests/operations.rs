@@ -290,18 +290,18 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
         "g:slow:1",
     );
     let r1 = JobId::new("r1").unwrap();
-    late.push(
-        hero_protocol::function::Leased {
+    late.push(hero_protocol::function::Ended {
+        held: hero_protocol::function::Leased {
             id: &r1,
             stream: &old,
             lease: &lease,
             reply: "",
         },
-        hero_protocol::function::Ending::Done,
-        "too late",
-        0,
-        None,
-    );
+        ending: hero_protocol::function::Ending::Done,
+        text: "too late",
+        retry_at_ms: 0,
+        ran: None,
+    });
     let v: redis::Value = client.redis().query(&late.call()).await.unwrap();
     assert_eq!(
         hero_protocol::function::Completion::decode_many(&v, 1).unwrap(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hero_protocol::clock;
 use hero_protocol::function::Completion;
-use hero_protocol::function::{CompleteBatch, Ending, Leased};
+use hero_protocol::function::{CompleteBatch, Ended, Ending, Leased};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
@@ -40,12 +40,19 @@ struct BatchClock {
     iso: String,
 }
 
-fn ending(outcome: &Outcome) -> (Ending, &str) {
+/// How `outcome` ended, as `hero_complete` takes it, and its text (the output or the error).
+fn ending(outcome: &Outcome) -> Ending {
     match outcome {
-        Outcome::Done(out) => (Ending::Done, out.as_str()),
-        Outcome::Fail(e) => (Ending::Fail, e.as_str()),
-        Outcome::RetryAfter(_, e) => (Ending::Retry, e.as_str()),
-        Outcome::Abort(e) => (Ending::Abort, e.as_str()),
+        Outcome::Done(_) => Ending::Done,
+        Outcome::Fail(_) => Ending::Fail,
+        Outcome::RetryAfter(..) => Ending::Retry,
+        Outcome::Abort(_) => Ending::Abort,
+    }
+}
+
+fn text(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Done(t) | Outcome::Fail(t) | Outcome::RetryAfter(_, t) | Outcome::Abort(t) => t,
     }
 }
 
@@ -82,29 +89,42 @@ pub(crate) async fn run(
 }
 
 /// A fetch sent with a completion: its answer, the streams it named, where its jobs report.
-type Fused = (
-    hero_protocol::Result<redis::Value>,
-    Option<crate::shared::Registered>,
-    mpsc::UnboundedSender<Finished>,
-);
+struct FusedFetch {
+    reply: hero_protocol::Result<redis::Value>,
+    named: Option<crate::shared::Registered>,
+    done: mpsc::UnboundedSender<Finished>,
+}
 
-/// Sends the completion `cmd` with a fetch for `slots` jobs pipelined right after it: the
-/// completion's answer (None when the pipeline answered nothing for it) and the fetch's.
+/// What the pipeline of a completion and a fetch answered: the completion's answer (None when
+/// the pipeline answered nothing for it, or was not sent) and the fetch.
+#[derive(Default)]
+struct Pipelined {
+    completion: Option<hero_protocol::Result<redis::Value>>,
+    fetch: Option<FusedFetch>,
+}
+
+/// Sends the completion `cmd` with a fetch for `slots` jobs pipelined right after it.
 async fn with_fetch(
     s: &Arc<Shared>,
     cmd: &redis::Cmd,
     slots: usize,
     done: mpsc::UnboundedSender<Finished>,
-) -> (Option<hero_protocol::Result<redis::Value>>, Option<Fused>) {
+) -> Pipelined {
     let (fetch, named) = crate::fetch::fetch_cmd(s, slots);
     let mut pipe = redis::pipe();
     pipe.add_command(cmd.clone()).add_command((*fetch).clone());
     match s.redis.pipeline(&pipe).await {
         Ok(mut replies) => {
-            let fetched = replies.pop().map(|f| (f, named, done));
-            (replies.pop(), fetched)
+            let fetch = replies.pop().map(|reply| FusedFetch { reply, named, done });
+            Pipelined {
+                completion: replies.pop(),
+                fetch,
+            }
         }
-        Err(e) => (Some(Err(e)), None),
+        Err(e) => Pipelined {
+            completion: Some(Err(e)),
+            fetch: None,
+        },
     }
 }
 
@@ -138,18 +158,23 @@ async fn record(
     );
     let mut sent = Vec::with_capacity(batch.len());
     for f in batch.drain(..) {
-        let (mut ending, text) = ending(&f.outcome);
-        if f.again {
-            ending = Ending::Again;
-        }
-        let retry_at = retry_at_ms(&f, now.ms);
-        let held = Leased {
-            id: &f.job_id,
-            stream: &s.streams[f.stream],
-            lease: &f.lease,
-            reply: &f.reply,
+        let ending = if f.again {
+            Ending::Again
+        } else {
+            ending(&f.outcome)
         };
-        outcomes.push(held, ending, text, retry_at, Some(f.ran));
+        outcomes.push(Ended {
+            held: Leased {
+                id: &f.job_id,
+                stream: &s.streams[f.stream],
+                lease: &f.lease,
+                reply: &f.reply,
+            },
+            ending,
+            text: text(&f.outcome),
+            retry_at_ms: retry_at_ms(&f, now.ms),
+            ran: Some(f.ran),
+        });
         if let Some(ms) = f.retention_ms {
             outcomes.expire_after(ms);
         }
@@ -162,9 +187,12 @@ async fn record(
     // (not where a WAIT for replicas ends every pipeline: one refusal would lose the fetch's
     // answer with the completion's)
     let fuse = s.group_commit && s.backlog.load(Ordering::Relaxed) && !s.redis.waits_for_replicas();
-    let (mut first, fused) = match (fuse, more.upgrade()) {
+    let Pipelined {
+        completion: mut first,
+        fetch: fused,
+    } = match (fuse, more.upgrade()) {
         (true, Some(done)) => with_fetch(&s, &cmd, sent.len(), done).await,
-        _ => (None, None),
+        _ => Pipelined::default(),
     };
     // Redis away: keep the outcomes (and their slots) and try again, never drop them.
     let answers = loop {
@@ -211,10 +239,10 @@ async fn record(
         });
         freed.push(f.permit);
     }
-    if let Some((fetched, named, done)) = fused {
+    if let Some(FusedFetch { reply, named, done }) = fused {
         // the freed slots go to the jobs the fused fetch leased (the rest go back)
         let taken =
-            fetched.and_then(|v| crate::fetch::take_reply(&s, v, named.as_ref(), freed, done));
+            reply.and_then(|v| crate::fetch::take_reply(&s, v, named.as_ref(), freed, done));
         match taken {
             // the queues came up short: the fetch loop takes over again
             Ok((cursors, _)) if !cursors.is_empty() => s.backlog.store(false, Ordering::Relaxed),

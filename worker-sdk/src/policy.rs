@@ -77,29 +77,34 @@ pub fn timeout(job: &Job, policy: Option<&Policy>) -> Duration {
         .unwrap_or(DEFAULT_TIMEOUT)
 }
 
+/// What a queue's policy makes of a failed attempt (see [`shape`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Retry {
+    /// The delay before the retry, under the policy's back-off (`None`: the worker's default).
+    pub delay: Option<Duration>,
+    /// The policy's retry budget retries it even where the job's own budget would not: the
+    /// completion says so (`Ending::Again`).
+    pub by_policy: bool,
+}
+
 /// A failure as the queue's policy shapes it: retried after the policy's back-off, and while
 /// the attempt is within the policy's retry budget even when the job's own budget (`retries`,
-/// which the server function applies) is smaller. Returns the delay before the retry and
-/// whether the policy's budget retries it.
-pub fn shape(
-    policy: Option<&Policy>,
-    attempt: u32,
-    retries: u32,
-    outcome: &Outcome,
-) -> (Option<Duration>, bool) {
+/// which the server function applies) is smaller. Anything but a failure under a policy is left
+/// as it is (`Retry::default()`).
+pub fn shape(policy: Option<&Policy>, attempt: u32, retries: u32, outcome: &Outcome) -> Retry {
     let (Some(p), Outcome::Fail(_)) = (policy, outcome) else {
-        return (None, false);
+        return Retry::default();
     };
-    {
-        let attempt = attempt.max(1);
-        let delay = p
-            .backoff
-            .unwrap_or(Backoff::DEFAULT)
-            .delay(attempt, rand::random::<f64>());
-        let budget = p.retries.unwrap_or(0);
+    let attempt = attempt.max(1);
+    let delay = p
+        .backoff
+        .unwrap_or(Backoff::DEFAULT)
+        .delay(attempt, rand::random::<f64>());
+    let budget = p.retries.unwrap_or(0);
+    Retry {
+        delay: Some(delay),
         // the policy's budget retries what the job's own would not: the call is told to
-        let again = budget > retries && attempt <= budget;
-        (Some(delay), again)
+        by_policy: budget > retries && attempt <= budget,
     }
 }
 

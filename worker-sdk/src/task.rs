@@ -211,8 +211,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 };
                 crate::lease::renew_each(&s, vec![(held, Some(report))]).await;
             }
-            let (retry_in, again) =
-                crate::policy::shape(policy.as_ref(), attempt, retries, &outcome);
+            let retry = crate::policy::shape(policy.as_ref(), attempt, retries, &outcome);
             let finished = Finished {
                 job_id,
                 stream: running.stream,
@@ -220,8 +219,8 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 reply,
                 outcome,
                 attempt,
-                retry_in,
-                again,
+                retry_in: retry.delay,
+                again: retry.by_policy,
                 retention_ms: policy.as_ref().and_then(|p| p.retention_ms),
                 ran: began.elapsed(),
                 permit,

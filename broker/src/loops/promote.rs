@@ -3,12 +3,16 @@
 
 use hero_client::Client;
 use hero_protocol::job::{Placement, PLACEMENT_FIELDS};
+
 use hero_protocol::{clock, function, JobId};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
 
 const BATCH: usize = 500;
+
+/// Why a due job whose record names no valid script type ends `error`.
+const NO_QUEUE: &str = "invalid job: no valid script_type to dispatch it to";
 
 /// Promotes every job due now; returns how many went to a stream.
 pub async fn pass(client: &Client) -> hero_protocol::Result<u64> {
@@ -40,36 +44,48 @@ pub async fn pass(client: &Client) -> hero_protocol::Result<u64> {
         let mut write = redis::pipe();
         let now = clock::now_iso();
         for (id, row) in due.iter().zip(targets) {
-            let fields: Vec<Option<String>> = redis::from_redis_value(row?).unwrap_or_default();
-            match (JobId::new(id), Placement::read(&fields)) {
-                (Ok(job_id), Some(at)) => {
+            let Ok(job_id) = JobId::new(id) else {
+                // a member no job of ours can have (written by hand): no record to end
+                tracing::warn!(member = %id, "the delayed set holds a member that is no job id; removing it");
+                let _: i64 = client
+                    .redis()
+                    .query(redis::cmd("ZREM").arg(keys.delayed()).arg(id))
+                    .await?;
+                continue;
+            };
+            // a reply that is not the fields (the key holds another type, or a value is not
+            // text) is a record that cannot be read
+            let placement = row
+                .map_err(|e| e.to_string())
+                .and_then(|v| {
+                    redis::from_redis_value::<Vec<Option<String>>>(v).map_err(|e| e.to_string())
+                })
+                .map(|fields| Placement::read(&fields));
+            match placement {
+                Ok(Some(at)) => {
                     let stream = keys.work(&at.target, at.priority);
                     write.add_command(function::promote(keys, &job_id, &stream, &now).into_cmd());
                 }
-                (job_id, _) => {
-                    // Nothing to dispatch it to: it ends `error` with the reason, atomically with
-                    // leaving the delayed set, so it is never stuck `waiting`.
-                    tracing::warn!(job = %id, "delayed job has no valid script type; failing it");
-                    let mut tx = redis::pipe();
-                    tx.atomic().cmd("ZREM").arg(keys.delayed()).arg(id).ignore();
-                    if let Ok(job_id) = job_id {
-                        tx.cmd("HSET")
-                            .arg(keys.job(&job_id))
-                            .arg("status")
-                            .arg("error")
-                            .arg("error")
-                            .arg("invalid job: no valid script_type to dispatch it to")
-                            .arg("updated_at")
-                            .arg(&now)
-                            .ignore();
-                    }
-                    client.redis().pipeline(&tx).await?;
+                // nothing to dispatch it to: it ends `error` through the function, with its
+                // event and count, so it is never stuck `waiting`
+                Ok(None) => {
+                    write.add_command(
+                        function::fail_unqueueable(keys, &job_id, NO_QUEUE, &now).into_cmd(),
+                    );
+                }
+                Err(e) => {
+                    let why = format!("invalid job: its record could not be read ({e})");
+                    write.add_command(
+                        function::fail_unqueueable(keys, &job_id, &why, &now).into_cmd(),
+                    );
                 }
             }
         }
         for r in client.redis().pipeline(&write).await? {
-            if redis::from_redis_value::<String>(r?).is_ok_and(|answer| answer == "promoted") {
-                promoted += 1;
+            match redis::from_redis_value::<String>(r?).as_deref() {
+                Ok("promoted") => promoted += 1,
+                Ok("failed") => tracing::warn!("a due job named no queue to dispatch it to; it ended error"),
+                _ => {}
             }
         }
         if due.len() < BATCH {

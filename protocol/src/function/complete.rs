@@ -47,6 +47,21 @@ pub struct Leased<'a> {
     pub reply: &'a str,
 }
 
+/// One delivery's outcome, as [`CompleteBatch::push`] records it.
+#[derive(Clone, Copy, Debug)]
+pub struct Ended<'a> {
+    /// The delivery it belongs to.
+    pub held: Leased<'a>,
+    pub ending: Ending,
+    /// The output (done) or the error (otherwise).
+    pub text: &'a str,
+    /// When a failed attempt may run again (ms since the epoch); read only for [`Ending::Fail`],
+    /// [`Ending::Retry`] and [`Ending::Again`].
+    pub retry_at_ms: u64,
+    /// How long the attempt ran (the run-time histogram's sample), when known.
+    pub ran: Option<std::time::Duration>,
+}
+
 /// The words of the header for each key and argument a job adds, in order.
 const JOB_KEYS: [&str; 3] = ["job hash", "its work stream", "its reply list"];
 const JOB_ARGS: [&str; 7] = [
@@ -93,16 +108,15 @@ impl<'a> CompleteBatch<'a> {
         }
     }
 
-    /// Adds the outcome of one delivery; `retry_at_ms` is read only for [`Ending::Fail`] and
-    /// [`Ending::Retry`]; `ran` is how long the attempt ran (the run-time histogram's sample).
-    pub fn push(
-        &mut self,
-        d: Leased<'_>,
-        ending: Ending,
-        text: &str,
-        retry_at_ms: u64,
-        ran: Option<std::time::Duration>,
-    ) {
+    /// Adds the outcome of one delivery.
+    pub fn push(&mut self, e: Ended<'_>) {
+        let Ended {
+            held: d,
+            ending,
+            text,
+            retry_at_ms,
+            ran,
+        } = e;
         self.job_keys.extend([
             self.keys.job(d.id),
             d.stream.to_string(),

@@ -146,18 +146,18 @@ fn every_builder_follows_its_lua_header() {
     };
     let mut batch = CompleteBatch::new(&keys, "t", "0", "c");
     for _ in 0..2 {
-        batch.push(
-            Leased {
+        batch.push(Ended {
+            held: Leased {
                 id: &id,
                 stream: &stream,
                 lease: "1-0",
                 reply: "",
             },
-            Ending::Done,
-            "out",
-            0,
-            Some(std::time::Duration::from_millis(3)),
-        );
+            ending: Ending::Done,
+            text: "out",
+            retry_at_ms: 0,
+            ran: Some(std::time::Duration::from_millis(3)),
+        });
     }
     let calls = [
         (Function::Version, Call::new(Function::Version, 0)),

@@ -34,7 +34,7 @@ pub use batch::{close_batch, BatchClosed, CallbackSpec};
 pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
-pub use complete::{CompleteBatch, Completion, Ending, Leased};
+pub use complete::{CompleteBatch, Completion, Ended, Ending, Leased};
 pub use cron::cron;
 pub use dead::{dead, DeadAction};
 pub use expire::{expire, Expired};
@@ -44,7 +44,7 @@ pub use fetch::{
 };
 pub use fix::{fix, Repair};
 pub use pause::pause;
-pub use promote::promote;
+pub use promote::{fail_unqueueable, promote};
 pub use recover::{recover, Recovered, Recovery};
 pub use renew::{renew, Renewal, Report};
 pub use requeue::requeue;
@@ -59,7 +59,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "27"
+        "28"
     };
 }
 

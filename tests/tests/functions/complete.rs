@@ -328,12 +328,36 @@ async fn the_call_that_ends_a_job_gives_it_its_queue_retention() {
     let kept: &'static str = Box::leak(kept.into_boxed_str());
     let plain: &'static str = Box::leak(plain.into_boxed_str());
     let retried: &'static str = Box::leak(retried.into_boxed_str());
-    outcomes.push(held(0, kept), Ending::Done, "out", 0, None);
+    outcomes.push(Ended {
+        held: held(0, kept),
+        ending: Ending::Done,
+        text: "out",
+        retry_at_ms: 0,
+        ran: None,
+    });
     outcomes.expire_after(60_000);
-    outcomes.push(held(1, plain), Ending::Done, "out", 0, None);
-    outcomes.push(held(2, retried), Ending::Fail, "boom", retry_at, None);
+    outcomes.push(Ended {
+        held: held(1, plain),
+        ending: Ending::Done,
+        text: "out",
+        retry_at_ms: 0,
+        ran: None,
+    });
+    outcomes.push(Ended {
+        held: held(2, retried),
+        ending: Ending::Fail,
+        text: "boom",
+        retry_at_ms: retry_at,
+        ran: None,
+    });
     outcomes.expire_after(60_000);
-    outcomes.push(held(3, "0-9"), Ending::Done, "never", 0, None);
+    outcomes.push(Ended {
+        held: held(3, "0-9"),
+        ending: Ending::Done,
+        text: "never",
+        retry_at_ms: 0,
+        ran: None,
+    });
     outcomes.expire_after(60_000);
     let v: redis::Value = c.redis().query(&outcomes.call()).await.expect("complete");
     let answers = Completion::decode_many(&v, 4).expect("decode complete");

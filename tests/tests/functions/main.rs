@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use hero_client::Client;
-use hero_protocol::function::{self, CompleteBatch, Ending, Function, Leased, Recovery};
+use hero_protocol::function::{self, CompleteBatch, Ended, Ending, Function, Leased, Recovery};
 use hero_protocol::function::{Completion, Expired, FetchReply, Recovered, Renewal};
 use hero_protocol::keys::CONSUMER_GROUP;
 use hero_protocol::{clock, GroupName, InstanceName, JobId, NewJob, Priority, ScriptType, Target};
@@ -85,7 +85,13 @@ async fn complete_batch(
             lease,
             reply,
         };
-        outcomes.push(held, ending, text, clock::now_ms() + 60_000, None);
+        outcomes.push(Ended {
+        held: held,
+        ending: ending,
+        text: text,
+        retry_at_ms: clock::now_ms() + 60_000,
+        ran: None,
+    });
     }
     let v: redis::Value = c.redis().query(&outcomes.call()).await.expect("complete");
     Completion::decode_many(&v, batch.len()).expect("decode complete")
