@@ -91,10 +91,14 @@ pub async fn warn_on_eviction(client: &Client) {
 
 /// A Redis restarted without persistence forgets the settings: write them again now and then.
 async fn republish(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
+    let mut outage = hero_protocol::outage::Outage::new("publishing the broker's settings");
     loop {
         tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {} }
-        if let Err(e) = publish_config(&client, &cfg).await {
-            tracing::warn!(error = %e, "could not publish broker settings; retrying");
+        match publish_config(&client, &cfg).await {
+            Ok(()) => outage.ok(),
+            Err(e) => {
+                outage.failed(&e);
+            }
         }
     }
 }

@@ -22,6 +22,7 @@
 //! - [`stats`]: the stats kept on write: their field names and their reading.
 //! - [`event`]: the kinds of event the functions log ([`EventKind`]).
 //! - [`clock`]: the time the functions are given.
+//! - [`outage`]: back-off and the log of a failing loop (warn once, then every 30 s, recovered).
 //! - [`process`]: what a latency-sensitive process sets on itself at start (huge pages off).
 //! - [`error`]: the error type every hero crate returns; it depends on no other module.
 
@@ -36,6 +37,7 @@ pub mod job;
 pub mod keys;
 pub mod name;
 pub mod new_job;
+pub mod outage;
 pub mod policy;
 pub mod process;
 pub mod recovery;

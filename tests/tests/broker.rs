@@ -359,3 +359,62 @@ async fn a_due_job_that_names_no_queue_ends_error_with_its_event_count_and_depen
     let dep = client.get(&dependent.id().clone()).await.unwrap();
     assert_eq!(dep.status, Status::Error, "its dependent fails with it");
 }
+
+/// While Redis is away for 10 s, a running broker says so in a few lines, not a line per pass
+/// of each loop (it was ~22 WARN lines a second): every loop backs off, an unreachable Redis is
+/// warned about once for the whole process and then at most every 30 s, and one line says when
+/// it is reachable again.
+#[tokio::test]
+async fn a_broker_under_a_redis_outage_warns_a_few_times_and_says_once_when_redis_is_back() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let log_path = std::env::temp_dir().join(format!("hero-outage-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut broker = hero_testkit::hero_command()
+        .args(["--redis-url", &url, "broker"])
+        .env("RUST_LOG", "warn,hero_broker=info,hero_protocol=info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    // the broker is up once it published its settings
+    let client = Client::connect(&url).await.unwrap();
+    wait_for("the broker's settings", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move {
+            let n: i64 = c
+                .redis()
+                .query(redis::cmd("HLEN").arg(keys().config()))
+                .await
+                .ok()?;
+            (n > 0).then_some(())
+        }
+    })
+    .await;
+    server.kill();
+    tokio::time::sleep(Duration::from_secs(10)).await; // the outage itself
+    let during = read();
+    server.revive();
+    wait_for("the line saying Redis is back", Duration::from_secs(30), || {
+        let text = read();
+        async move { text.contains("reachable again").then_some(()) }
+    })
+    .await;
+    // a moment for any late line of the other loops
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let text = read();
+    let _ = broker.kill();
+    let _ = broker.wait();
+    let _ = std::fs::remove_file(&log_path);
+    let warns = during
+        .lines()
+        .filter(|l| l.contains(" WARN") && l.contains("hero_"))
+        .count();
+    assert!(
+        (1..=15).contains(&warns),
+        "{warns} WARN lines in a 10 s outage:\n{during}"
+    );
+    let back = text.lines().filter(|l| l.contains("reachable again")).count();
+    assert_eq!(back, 1, "{text}");
+}

@@ -1,30 +1,10 @@
-//! Reconnect back-off for the worker's loops: 100 ms doubling to 5 s, reset on success.
+//! Retry delays for the worker: the reconnect back-off is the protocol crate's
+//! ([`hero_protocol::outage::Backoff`], shared with the broker); a failed attempt's retry delay
+//! is here.
 
 use std::time::Duration;
 
-pub struct Backoff {
-    next: Duration,
-}
-
-const FIRST: Duration = Duration::from_millis(100);
-const MAX: Duration = Duration::from_secs(5);
-
-impl Backoff {
-    pub fn new() -> Self {
-        Self { next: FIRST }
-    }
-
-    /// The delay to wait now; the following one is twice as long, up to 5 s.
-    pub fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(MAX);
-        d
-    }
-
-    pub fn reset(&mut self) {
-        self.next = FIRST;
-    }
-}
+pub use hero_protocol::outage::Backoff;
 
 /// Back-off of a failed attempt before its retry: 1 s doubling per attempt, capped at one hour,
 /// with ±20 % jitter so a burst of failures does not come back as a burst.
@@ -38,17 +18,6 @@ pub fn retry_delay(attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_and_resets() {
-        let mut b = Backoff::new();
-        let seen: Vec<_> = (0..8).map(|_| b.next_delay()).collect();
-        assert_eq!(seen[0], FIRST);
-        assert_eq!(seen[1], FIRST * 2);
-        assert_eq!(*seen.last().unwrap(), MAX);
-        b.reset();
-        assert_eq!(b.next_delay(), FIRST);
-    }
 
     #[test]
     fn retry_delay_grows_with_attempts_within_jitter() {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use hero_client::Client;
 use hero_protocol::function;
 use redis::Value;
+use hero_protocol::outage::Outage;
 use tokio_util::sync::CancellationToken;
 
 use super::route::{counts, pause, Route, BATCH};
@@ -21,10 +22,12 @@ const WAKE_BLOCK: Duration = Duration::from_secs(1);
 pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: CancellationToken) {
     let keys = client.keys();
     let mut waker = None;
+    let mut outage = Outage::new(format!("the bridge's inbound move from {}", route.list));
     loop {
         let cmd = function::bridge_in(keys, &route.list, &route.stream, &route.m.target, BATCH);
         let (moved, dead, blocked) = match client.redis().query::<Value>(&cmd).await {
             Ok(v) => {
+                outage.ok();
                 let c = counts(&v);
                 (
                     c.first().copied().unwrap_or(0),
@@ -33,8 +36,7 @@ pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: C
                 )
             }
             Err(e) => {
-                tracing::warn!(error = %e, list = %route.list, "bridge inbound move failed; retrying");
-                if !pause(&stop, cfg.bridge_poll * 5).await {
+                if !pause(&stop, outage.failed(&e).max(cfg.bridge_poll)).await {
                     return;
                 }
                 continue;
@@ -60,8 +62,7 @@ pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: C
             match client.redis().dedicated(WAKE_BLOCK).await {
                 Ok(c) => waker = Some(c),
                 Err(e) => {
-                    tracing::warn!(error = %e, "bridge: no wake-up connection; retrying");
-                    if !pause(&stop, cfg.bridge_poll * 5).await {
+                    if !pause(&stop, outage.failed(&e).max(cfg.bridge_poll)).await {
                         return;
                     }
                     continue;
@@ -80,7 +81,8 @@ pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: C
             r = wait.query_async::<Value>(conn) => r,
         };
         if let Err(e) = woke {
-            tracing::warn!(error = %e, "bridge wake-up wait failed; reconnecting");
+            // the next move reports an outage; a dropped wake-up connection alone is made again
+            tracing::debug!(error = %e, "bridge wake-up wait failed; reconnecting");
             waker = None;
         }
     }

@@ -4,6 +4,7 @@
 use hero_client::Client;
 use hero_protocol::function;
 use redis::Value;
+use hero_protocol::outage::Outage;
 use tokio_util::sync::CancellationToken;
 
 use super::route::{counts, pause, Route, BATCH};
@@ -11,6 +12,7 @@ use crate::config::BrokerConfig;
 
 /// Hands jobs of the canonical stream to the legacy list.
 pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: CancellationToken) {
+    let mut outage = Outage::new(format!("the bridge's hand-out to {}", route.list));
     loop {
         let cmd = function::bridge_out(
             client.keys(),
@@ -20,8 +22,10 @@ pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: C
             BATCH,
             client.redis().caps().xackdel_flag(),
         );
+        let mut wait = cfg.bridge_poll;
         match client.redis().query::<Value>(&cmd).await {
             Ok(v) => {
+                outage.ok();
                 let handed = counts(&v).first().copied().unwrap_or(0);
                 if handed > 0 {
                     metrics::counter!("hero_bridge_outbound_total").increment(handed as u64);
@@ -30,11 +34,9 @@ pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: C
                     continue;
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, list = %route.list, "bridge hand-out failed; retrying");
-            }
+            Err(e) => wait = wait.max(outage.failed(&e)),
         }
-        if !pause(&stop, cfg.bridge_poll).await {
+        if !pause(&stop, wait).await {
             return;
         }
     }

@@ -5,6 +5,7 @@
 use hero_client::Client;
 use hero_protocol::function::{self, Watch};
 use redis::Value;
+use hero_protocol::outage::Outage;
 use tokio_util::sync::CancellationToken;
 
 use super::route::{counts, pause, Route, BATCH};
@@ -12,11 +13,16 @@ use crate::config::BrokerConfig;
 
 /// Follows the jobs legacy actors hold, a pass every `bridge_poll`.
 pub(super) async fn run(client: Client, cfg: BrokerConfig, route: Route, stop: CancellationToken) {
+    let mut outage = Outage::new(format!("the bridge's watch of {}", route.list));
     loop {
-        if let Err(e) = pass(&client, &cfg, &route).await {
-            tracing::warn!(error = %e, list = %route.list, "bridge watch failed; retrying");
-        }
-        if !pause(&stop, cfg.bridge_poll).await {
+        let wait = match pass(&client, &cfg, &route).await {
+            Ok(()) => {
+                outage.ok();
+                cfg.bridge_poll
+            }
+            Err(e) => outage.failed(&e).max(cfg.bridge_poll),
+        };
+        if !pause(&stop, wait).await {
             return;
         }
     }

@@ -12,6 +12,7 @@ pub mod retention;
 pub mod sample;
 pub mod timeouts;
 
+use hero_protocol::outage::Outage;
 use tokio_util::sync::CancellationToken;
 
 /// Runs one pass of the loop `name`, recording its time (`hero_broker_loop_seconds`) and, when
@@ -31,8 +32,10 @@ pub(crate) async fn timed<T>(
 }
 
 /// Runs `pass` every `poll` until `stop` is cancelled: how many jobs each pass moved is added to
-/// the counter `metric` (and logged as `what` was done to them); a failed pass is logged and the
-/// next one comes at the usual time. Each pass is [`timed`] as the loop `name`.
+/// the counter `metric` (and logged as `what` was done to them). A failing pass backs off (100 ms
+/// doubling to 5 s, never sooner than `poll`) and is logged as an [`Outage`]: the first failure
+/// at once, then at most one line every 30 s with the count, and one line when it recovers.
+/// Each pass is [`timed`] as the loop `name`.
 pub(crate) async fn every<F, Fut>(
     what: &'static str,
     name: &'static str,
@@ -44,15 +47,19 @@ pub(crate) async fn every<F, Fut>(
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = hero_protocol::Result<u64>>,
 {
+    let mut outage = Outage::new(format!("the {name} pass"));
     loop {
-        match timed(name, pass()).await {
-            Ok(n) if n > 0 => {
-                metrics::counter!(metric).increment(n);
-                tracing::debug!(jobs = n, "{what}");
+        let wait = match timed(name, pass()).await {
+            Ok(n) => {
+                outage.ok();
+                if n > 0 {
+                    metrics::counter!(metric).increment(n);
+                    tracing::debug!(jobs = n, "{what}");
+                }
+                poll
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "a pass that {what} failed; retrying"),
-        }
-        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(poll) => {} }
+            Err(e) => outage.failed(&e).max(poll),
+        };
+        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(wait) => {} }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use hero_client::Client;
 use hero_protocol::clock;
+use hero_protocol::outage::Outage;
 use hero_protocol::function::Recovery;
 use hero_protocol::recovery::{recover_stream, Taken};
 use tokio_util::sync::CancellationToken;
@@ -128,6 +129,10 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_protocol::Re
 /// Runs the presence pass every `presence_poll` and the idle pass every half lease.
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let mut last_idle = tokio::time::Instant::now();
+    let (mut presence, mut idle) = (
+        Outage::new("the presence recovery pass"),
+        Outage::new("the idle recovery pass"),
+    );
     loop {
         // every half of the shortest lease, a queue policy's included
         let shortest =
@@ -137,16 +142,19 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
             }
             .map_or(cfg.lease, |ms| cfg.lease.min(Duration::from_millis(ms)));
         let idle_every = (shortest / 2).max(Duration::from_millis(100));
-        if let Err(e) = super::timed("recover_presence", presence_pass(&client, &cfg)).await {
-            tracing::warn!(error = %e, "presence recovery pass failed; retrying");
+        let mut wait = cfg.presence_poll;
+        match super::timed("recover_presence", presence_pass(&client, &cfg)).await {
+            Ok(_) => presence.ok(),
+            Err(e) => wait = wait.max(presence.failed(&e)),
         }
         if last_idle.elapsed() >= idle_every {
             last_idle = tokio::time::Instant::now();
-            if let Err(e) = super::timed("recover_idle", idle_pass(&client, &cfg)).await {
-                tracing::warn!(error = %e, "idle recovery pass failed; retrying");
+            match super::timed("recover_idle", idle_pass(&client, &cfg)).await {
+                Ok(_) => idle.ok(),
+                Err(e) => wait = wait.max(idle.failed(&e)),
             }
         }
-        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(cfg.presence_poll) => {} }
+        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(wait) => {} }
     }
 }
 

@@ -326,10 +326,12 @@ impl Redis {
                 Ok(true)
             }
             RetryMethod::RefreshSlotsAndRetry | RetryMethod::Reconnect => {
+                reconnect_pause(attempt).await;
                 log_relocation(self.relocate(node, None).await);
                 Ok(true)
             }
             _ if broken(e) => {
+                reconnect_pause(attempt).await;
                 log_relocation(self.relocate(node, None).await);
                 Ok(true)
             }
@@ -433,9 +435,17 @@ impl Redis {
     }
 }
 
+/// A lost connection is tried again after 50, 100, 200 ms: a Redis that is down takes a call
+/// ~350 ms to give up on (then its caller backs off), not four tries in a row.
+async fn reconnect_pause(attempt: u32) {
+    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+}
+
+/// The caller's own loop reports the outage (see `crate::outage`): a line per failed relocation
+/// would repeat it several times a second.
 fn log_relocation(r: Result<()>) {
     if let Err(e) = r {
-        tracing::warn!(error = %e, "could not find the namespace's master yet");
+        tracing::debug!(error = %e, "could not find the namespace's master yet");
     }
 }
 

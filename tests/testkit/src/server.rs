@@ -189,6 +189,16 @@ impl RedisServer {
         );
     }
 
+    /// Starts the server again on its port after [`RedisServer::kill`] (an outage's end).
+    pub fn revive(&mut self) {
+        assert!(
+            self.spawn(),
+            "redis-server did not start again on port {}; its log:\n{}",
+            self.port,
+            self.log_tail(40)
+        );
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
