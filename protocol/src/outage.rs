@@ -163,6 +163,26 @@ impl Outage {
     }
 }
 
+/// A failure of a call made outside any loop's [`Outage`] (a renewal round, a policy read):
+/// counted into the process's account when Redis could not be reached, else warned with `what`.
+pub fn report(what: &str, error: &Error) {
+    if error.is_retryable() {
+        if let Ok(mut a) = UNREACHABLE.lock() {
+            a.failed(REDIS, error);
+        }
+    } else {
+        tracing::warn!(%error, "{what} failed");
+    }
+}
+
+/// A call that reached Redis: when the process had found it out of reach, one line says it is
+/// reachable again.
+pub fn reached() {
+    if let Ok(mut a) = UNREACHABLE.lock() {
+        a.ok("Redis", "is reachable again");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,7 @@
-//! Retry delays for the worker: the reconnect back-off is the protocol crate's
-//! ([`hero_protocol::outage::Backoff`], shared with the broker); a failed attempt's retry delay
-//! is here.
+//! A failed attempt's retry delay when no queue policy sets one. (Reconnecting is paced by
+//! `hero_protocol::outage`, shared with the broker.)
 
 use std::time::Duration;
-
-pub use hero_protocol::outage::Backoff;
 
 /// Back-off of a failed attempt before its retry: 1 s doubling per attempt, capped at one hour,
 /// with ±20 % jitter so a burst of failures does not come back as a burst.

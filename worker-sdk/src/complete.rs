@@ -10,7 +10,7 @@ use hero_protocol::function::{CompleteBatch, Ended, Ending, Leased};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::backoff::Backoff;
+use hero_protocol::outage::Outage;
 use crate::event::WorkerEvent;
 use crate::finished::Finished;
 use crate::outcome::Outcome;
@@ -144,7 +144,7 @@ async fn record(
     _slot: OwnedSemaphorePermit,
     more: mpsc::WeakUnboundedSender<Finished>,
 ) {
-    let mut backoff = Backoff::new();
+    let mut outage = Outage::new("recording outcomes");
     let ms = clock::now_ms();
     let now = BatchClock {
         ms,
@@ -204,11 +204,13 @@ async fn record(
             }
         }
         match s.redis.query::<redis::Value>(&cmd).await {
-            Ok(v) => break Completion::decode_many(&v, sent.len()),
+            Ok(v) => {
+                outage.ok();
+                break Completion::decode_many(&v, sent.len());
+            }
             Err(e) if e.is_retryable() => {
-                let delay = backoff.next_delay();
-                tracing::warn!(error = %e, ?delay, pending = sent.len(), "recording outcomes failed; retrying");
-                tokio::time::sleep(delay).await;
+                // kept, with their slots, until Redis takes them
+                tokio::time::sleep(outage.failed(&e)).await;
             }
             Err(e) => break Err(e),
         }

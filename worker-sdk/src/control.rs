@@ -7,7 +7,7 @@ use std::time::Duration;
 use hero_protocol::JobId;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
+use hero_protocol::outage::Outage;
 use crate::inflight::CancelReason;
 use crate::shared::Shared;
 
@@ -22,15 +22,15 @@ pub(crate) async fn control(s: Arc<Shared>, stop: CancellationToken) {
         })
         .collect();
     let block = Duration::from_secs(1);
-    let mut backoff = Backoff::new();
+    let mut outage = Outage::new("the wait for stop requests");
     let mut conn = None;
     loop {
         if conn.is_none() {
             match s.redis.dedicated(block).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    tracing::warn!(error = %e, "no control connection; retrying");
-                    tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(backoff.next_delay()) => {} }
+                    let delay = outage.failed(&e);
+                    tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
                     continue;
                 }
             }
@@ -44,7 +44,7 @@ pub(crate) async fn control(s: Arc<Shared>, stop: CancellationToken) {
         };
         match popped {
             Ok(Some((_, job_id))) => {
-                backoff.reset();
+                outage.ok();
                 // an id no JobId can hold names no job running here
                 let Ok(job_id) = JobId::new(job_id) else {
                     continue;
@@ -53,11 +53,11 @@ pub(crate) async fn control(s: Arc<Shared>, stop: CancellationToken) {
                     tracing::info!(job = %job_id, "stop request: handler interrupted");
                 }
             }
-            Ok(None) => backoff.reset(),
+            Ok(None) => outage.ok(),
             Err(e) => {
-                tracing::warn!(error = %e, "control wait failed; reconnecting");
                 conn = None;
-                tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(backoff.next_delay()) => {} }
+                let delay = outage.failed(&e.into());
+                tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
             }
         }
     }

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
+use hero_protocol::outage::Outage;
 use crate::event::WorkerEvent;
 use crate::finished::Finished;
 use crate::shared::{Registered, Shared};
@@ -111,7 +111,7 @@ pub(crate) async fn fetch_loop(
     turns: Arc<Turns>,
     rank: usize,
 ) {
-    let mut backoff = Backoff::new();
+    let mut outage = Outage::new("the fetch");
     let mut waker: Option<hero_protocol::conn::Blocking> = None;
     let fetch_max = (s.concurrency / 4).max(8);
     let mut fetches: JoinSet<FetchOutcome> = JoinSet::new();
@@ -125,7 +125,7 @@ pub(crate) async fn fetch_loop(
             ended.absorb(r);
         }
         if std::mem::take(&mut ended.ok) {
-            backoff.reset();
+            outage.ok();
         }
         if std::mem::take(&mut ended.full) {
             in_flight_max = FETCHES_IN_FLIGHT;
@@ -136,8 +136,7 @@ pub(crate) async fn fetch_loop(
             }
         }
         if let Some(e) = ended.failed.take() {
-            let delay = backoff.next_delay();
-            tracing::warn!(error = %e, ?delay, "fetch failed; retrying");
+            let delay = outage.failed(&e);
             turns.set_idle(rank, true);
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -159,7 +158,7 @@ pub(crate) async fn fetch_loop(
             let limited = std::mem::take(&mut ended.limited);
             turns.set_idle(rank, true);
             let go_on =
-                wait_for_entry(&s, &mut waker, &cursors, limited, &stop, &mut backoff).await;
+                wait_for_entry(&s, &mut waker, &cursors, limited, &stop, &mut outage).await;
             turns.set_idle(rank, false);
             if !go_on {
                 break;
@@ -265,7 +264,7 @@ async fn wait_for_entry(
     cursors: &[String],
     limited: bool,
     stop: &CancellationToken,
-    backoff: &mut Backoff,
+    outage: &mut Outage,
 ) -> bool {
     let wake_block = Duration::from_secs(2);
     // a limited queue's slot frees without a new entry: look again soon
@@ -274,8 +273,7 @@ async fn wait_for_entry(
         match s.redis.dedicated(wake_block).await {
             Ok(c) => *waker = Some(c),
             Err(e) => {
-                let delay = backoff.next_delay();
-                tracing::warn!(error = %e, ?delay, "no wake-up connection; retrying");
+                let delay = outage.failed(&e);
                 tokio::select! {
                     _ = stop.cancelled() => return false,
                     _ = tokio::time::sleep(delay) => return true,
@@ -313,9 +311,8 @@ async fn wait_for_entry(
         r = cmd.query_async::<Value>(conn) => r,
     };
     if let Err(e) = woke {
-        tracing::warn!(error = %e, "wake-up wait failed; reconnecting");
         *waker = None;
-        let delay = backoff.next_delay();
+        let delay = outage.failed(&e.into());
         tokio::select! {
             _ = stop.cancelled() => return false,
             _ = tokio::time::sleep(delay) => {}

@@ -61,7 +61,7 @@ pub(crate) async fn renew_each(s: &Shared, running: Vec<(Held, Option<Report>)>)
     }
     match s.redis.pipeline(&pipe).await {
         Err(e) => {
-            tracing::warn!(error = %e, "lease renewal failed; retrying next round");
+            hero_protocol::outage::report("lease renewal (retried next round)", &e);
             for (h, report) in running {
                 if let Some(r) = report {
                     h.pending.restore(r);

@@ -33,7 +33,7 @@
 //! - [`event`]: what a worker reports ([`WorkerEvent`]).
 //! - [`outcome`]: the handler contract ([`Handler`], [`JobContext`], [`Outcome`]).
 //! - [`inflight`]: the running jobs and why one was interrupted.
-//! - `backoff`: reconnect and retry delays; `policy`: the queue policies' cache (time limits,
+//! - `backoff`: a failed attempt's retry delay; `policy`: the queue policies' cache (time limits,
 //!   retry budgets and back-off, concurrency limits, leases), kept fresh by `refresh`.
 
 mod backoff;

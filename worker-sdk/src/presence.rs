@@ -7,7 +7,7 @@ use std::sync::Arc;
 use hero_protocol::clock;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
+use hero_protocol::outage::Outage;
 use crate::error::Result;
 use crate::shared::Shared;
 
@@ -57,17 +57,14 @@ pub(crate) async fn heartbeat_once(s: &Shared) -> Result<()> {
 pub(crate) async fn heartbeat(s: Arc<Shared>, stop: CancellationToken) {
     let started_at = clock::now_iso();
     let every = s.presence_ttl / 3;
-    let mut backoff = Backoff::new();
+    let mut outage = Outage::new("the heartbeat");
     loop {
         let delay = match beat(&s, &started_at).await {
             Ok(()) => {
-                backoff.reset();
+                outage.ok();
                 every
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "heartbeat failed; retrying");
-                backoff.next_delay().min(every)
-            }
+            Err(e) => outage.failed(&e).min(every),
         };
         tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
     }

@@ -15,7 +15,7 @@ pub(crate) async fn refresh_once(s: &Shared) {
     let client_policies = match hero_protocol::policy::read_policies(&s.redis, &s.keys).await {
         Ok(p) => p,
         Err(e) => {
-            tracing::warn!(error = %e, "reading queue policies failed; keeping the last ones");
+            hero_protocol::outage::report("reading queue policies (the last ones are kept)", &e);
             return;
         }
     };

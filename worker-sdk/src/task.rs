@@ -10,7 +10,7 @@ use hero_protocol::{Job, JobId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tracing::Instrument;
 
-use crate::backoff::Backoff;
+use hero_protocol::outage::Outage;
 use crate::event::WorkerEvent;
 use crate::finished::Finished;
 use crate::inflight::{CancelReason, Running};
@@ -44,16 +44,17 @@ pub(crate) async fn start_jobs(
         running.push(s.inflight.insert(&d.job_id, d.stream, &d.entry));
     }
     let read = handed.iter().filter(|r| r.is_none()).count();
-    let mut backoff = Backoff::new();
+    let mut outage = Outage::new("reading fetched jobs");
     let give_up = tokio::time::Instant::now() + s.lease / 2;
     // an empty pipeline (every record handed back) answers at once, without a round trip
     let mut fresh = loop {
         match s.redis.pipeline(&pipe).await {
-            Ok(r) => break r,
+            Ok(r) => {
+                outage.ok();
+                break r;
+            }
             Err(e) if tokio::time::Instant::now() < give_up => {
-                let delay = backoff.next_delay();
-                tracing::warn!(error = %e, ?delay, jobs = read, "reading fetched jobs failed; retrying");
-                tokio::time::sleep(delay).await;
+                tokio::time::sleep(outage.failed(&e)).await;
             }
             Err(e) => {
                 // not renewed from now on: recovery hands them out again once the lease idles
