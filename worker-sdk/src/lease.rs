@@ -1,6 +1,7 @@
 //! Leases of running jobs: renewed every third of the lease in one pipeline (a stopped job or
 //! a lost lease interrupts the handler), carrying what the handlers reported since the last
-//! call (`report`), and handed back without counting an attempt at shutdown.
+//! call (`report`; `flush_reports` sends them sooner when a handler reported), and handed back
+//! without counting an attempt at shutdown.
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use hero_protocol::recovery::recover_stream;
 use tokio_util::sync::CancellationToken;
 
 use crate::inflight::{CancelReason, Held};
+use crate::report::FLUSH_EVERY;
 use crate::shared::Shared;
 
 /// Renews every running delivery each third of the lease, in one pipeline, and interrupts the
@@ -101,4 +103,28 @@ pub(crate) async fn hand_back(s: &Shared) -> u64 {
         }
     }
     total
+}
+
+/// Sends the reports of the running jobs (`report::Pending`) once they have gathered for
+/// [`FLUSH_EVERY`], each with a renewal of its lease ([`renew_each`]), until `stop`.
+pub(crate) async fn flush_reports(s: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = s.inflight.report_wake.notified() => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(FLUSH_EVERY) => {}
+        }
+        let dirty: Vec<_> = s
+            .inflight
+            .snapshot()
+            .into_iter()
+            .filter_map(|r| r.pending.take().map(|rep| (r, Some(rep))))
+            .collect();
+        if !dirty.is_empty() {
+            renew_each(&s, dirty).await;
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! What running handlers report of themselves (progress, log lines): kept per job until it is
 //! handed to Redis, coalesced so a handler reporting in a tight loop costs one call per flush
 //! period for the whole worker, and handed over with the lease renewal (`lease`) when one is due
-//! anyway. A handler that reports nothing costs nothing: no slot is ever dirty, no call is made.
+//! anyway (the flush loop is `lease::flush_reports`). A handler that reports nothing costs
+//! nothing: no slot is ever dirty, no call is made. This module holds the data only and imports
+//! nothing of the worker's: the job's context and the running-job table both hold a `Pending`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,9 +11,6 @@ use std::time::Duration;
 use hero_protocol::function::Report;
 use hero_protocol::{Progress, LOG_LINES};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
-
-use crate::shared::Shared;
 
 /// How long reports gather before they are sent: one call a flush period at most, for every
 /// job of the worker at once.
@@ -77,29 +76,5 @@ impl Pending {
         let over = sent.lines.len().saturating_sub(LOG_LINES);
         sent.lines.drain(..over);
         r.lines = sent.lines;
-    }
-}
-
-/// Sends the reports of the running jobs once they have gathered for [`FLUSH_EVERY`], each with
-/// a renewal of its lease (`lease::renew_each`), until `stop`.
-pub(crate) async fn flush(s: Arc<Shared>, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = s.inflight.report_wake.notified() => {}
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(FLUSH_EVERY) => {}
-        }
-        let dirty: Vec<_> = s
-            .inflight
-            .snapshot()
-            .into_iter()
-            .filter_map(|r| r.pending.take().map(|rep| (r, Some(rep))))
-            .collect();
-        if !dirty.is_empty() {
-            crate::lease::renew_each(&s, dirty).await;
-        }
     }
 }
