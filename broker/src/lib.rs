@@ -30,3 +30,8 @@ pub mod local_redis;
 pub mod loops;
 pub mod rhai_worker;
 pub mod telemetry;
+
+/// README.md's Rust example, compiled by the doc tests so the front page cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExample;

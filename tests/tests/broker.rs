@@ -371,7 +371,7 @@ async fn a_broker_under_a_redis_outage_warns_a_few_times_and_says_once_when_redi
     let log_path = std::env::temp_dir().join(format!("hero-outage-{}.log", std::process::id()));
     let log = std::fs::File::create(&log_path).unwrap();
     let mut broker = hero_testkit::hero_command()
-        .args(["--redis-url", &url, "broker"])
+        .args(["--redis-url", &url, "broker", "--http", "off"])
         .env("RUST_LOG", "warn,hero_broker=info,hero_protocol=info")
         .stdout(std::process::Stdio::null())
         .stderr(log)

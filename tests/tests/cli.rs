@@ -29,6 +29,7 @@ async fn hero_run_prints_42_when_hero_up_is_running() {
     up.expect_line("ready", Duration::from_secs(30)).await;
     let (code, out, err) = hero(&["run", "--type", "rhai", "40 + 2"], &dir);
     assert_eq!((code, out.trim()), (0, "42"), "stderr: {err}");
+    readme_first_hero_line_runs_in_a_new_terminal(&dir);
     let (code, out, _) = hero(&["--json", "run", "--type", "rhai", "\"a\" + 1"], &dir);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -46,6 +47,39 @@ async fn hero_run_prints_42_when_hero_up_is_running() {
         "hero up cleaned up its URL file"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The README's first `hero` line, as written, in a new shell after the set-up's link step
+/// (`scripts/link`, which `scripts/up` runs): `hero` is found on the PATH (cargo's bin folder,
+/// here a throwaway one) and prints what the README says.
+fn readme_first_hero_line_runs_in_a_new_terminal(dir: &std::path::Path) {
+    let root = hero_testkit::workspace_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("hero "))
+        .expect("README names a hero command");
+    let (command, said) = line.split_once('#').unwrap_or((line, ""));
+    let cargo_home = dir.join("cargo-home");
+    let linked = std::process::Command::new(root.join("scripts/link"))
+        .arg(hero_testkit::binary("hero"))
+        .env("CARGO_HOME", &cargo_home)
+        .status()
+        .unwrap();
+    assert!(linked.success(), "scripts/link");
+    let mut shell = std::process::Command::new("sh");
+    shell
+        .arg("-c")
+        .arg(command.trim())
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", cargo_home.join("bin").display()))
+        .env("HOME", dir);
+    let (code, out, err) = hero_testkit::run_to_end(&mut shell);
+    assert_eq!(code, 0, "{command}: {err}");
+    // the README's comment says what it prints ("prints 42")
+    let expected = said.trim().trim_start_matches("prints ").trim();
+    assert_eq!(out.trim(), expected, "{command}");
 }
 
 #[tokio::test]
