@@ -14,6 +14,11 @@
 //! # }
 //! ```
 //!
+//! Where the types live: the worker is built from a `hero_client::Client` (the connection
+//! handle, hero-client); the job it hands the handler is `hero_protocol::Job` (hero-protocol,
+//! also re-exported as `hero_client::Job`); this crate holds the worker, the handler contract
+//! (`Outcome`, `JobContext`, `Handler`) and its events. It never depends on hero-admin.
+//!
 //! A process where the time from submit to start matters should call
 //! `hero_protocol::process::disable_transparent_huge_pages()` first thing in `main`, as the `hero`
 //! binary does: with transparent huge pages `always`, page zeroing stalled a worker 4–5 ms about
