@@ -166,3 +166,32 @@ async fn a_page_by_status_among_100000_jobs_reads_o_of_the_page() {
         );
     }
 }
+
+/// A cursor no page gave is the caller's error (a 4xx over HTTP), never Redis's: SCAN and
+/// XRANGE would refuse it as a server error (found by `fuzz_http.rs`: `?cursor=⺀` was a 503).
+#[tokio::test]
+async fn a_cursor_no_page_gave_is_refused_as_bad_input() {
+    let server = hero_testkit::RedisServer::start();
+    let client = hero_client::Client::connect(&server.url()).await.unwrap();
+    let inspector = hero_admin::Inspector::from(&client);
+    let queue = hero_protocol::Target::of_type(hero_protocol::ScriptType::new("t").unwrap());
+    for (filter, cursor) in [
+        (hero_admin::ListFilter::All, "⺀"),
+        (hero_admin::ListFilter::Tracked, "x1"),
+        (
+            hero_admin::ListFilter::Queue(queue, hero_protocol::Priority::DEFAULT),
+            "not-an-id",
+        ),
+    ] {
+        let e = inspector.list(&filter, Some(cursor), 10).await.unwrap_err();
+        assert!(
+            matches!(e, hero_protocol::Error::InvalidInput(_)),
+            "{filter:?} {cursor:?}: {e}"
+        );
+    }
+    let page = inspector
+        .list(&hero_admin::ListFilter::All, Some("0"), 10)
+        .await
+        .unwrap();
+    assert!(page.next.is_none());
+}

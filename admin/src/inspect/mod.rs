@@ -19,7 +19,7 @@ pub use events::{Event, EventFilter, EventFollower};
 pub use queues::{Minute, QueueStats};
 
 use hero_protocol::conn::Redis;
-use hero_protocol::error::Result;
+use hero_protocol::error::{Error, Result};
 use hero_protocol::job::Status;
 use hero_protocol::keys::{Keyspace, ENTRY_JOB_FIELD};
 use hero_protocol::name::{Priority, Target};
@@ -223,6 +223,27 @@ impl Inspector {
         limit: usize,
     ) -> Result<Page> {
         let limit = limit.clamp(1, 10_000);
+        // a cursor goes to Redis as it is: one no page gave would be Redis's error, not the
+        // caller's (SCAN takes digits, XRANGE an entry id)
+        if let Some(c) = cursor {
+            let stream_id = |c: &str| {
+                c.split_once('-').is_some_and(|(ms, seq)| {
+                    [ms, seq]
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                })
+            };
+            let ok = match filter {
+                ListFilter::Queue(..) => stream_id(c),
+                ListFilter::Status(_) if tag.is_none() => true,
+                _ => !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()),
+            };
+            if !ok {
+                return Err(Error::InvalidInput(format!(
+                    "cursor {c:?} is not one a page of this listing gave; start without one"
+                )));
+            }
+        }
         let (ids, next): (Vec<String>, Option<String>) = match filter {
             ListFilter::Queue(target, priority) => {
                 let stream = self.keys.work(target, *priority);
