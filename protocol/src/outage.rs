@@ -147,12 +147,9 @@ impl Outage {
     /// A try that worked: after failures, one INFO line says the loop recovered (or, for the
     /// first loop to get through after Redis was out of reach, that Redis is reachable again).
     pub fn ok(&mut self) {
-        if self.unreachable {
-            if let Ok(mut a) = UNREACHABLE.lock() {
-                a.ok("Redis", "is reachable again");
-            }
-            self.unreachable = false;
-        }
+        // any success proves Redis reachable, whatever this loop's last failure was
+        reached();
+        self.unreachable = false;
         self.own.ok(&self.what, "recovered");
         self.backoff.reset();
     }

@@ -370,13 +370,15 @@ async fn a_broker_under_a_redis_outage_warns_a_few_times_and_says_once_when_redi
     let url = server.url();
     let log_path = std::env::temp_dir().join(format!("hero-outage-{}.log", std::process::id()));
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut broker = hero_testkit::hero_command()
+    let broker = hero_testkit::hero_command()
         .args(["--redis-url", &url, "broker", "--http", "off"])
         .env("RUST_LOG", "warn,hero_broker=info,hero_protocol=info")
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .spawn()
         .unwrap();
+    // killed however the test ends
+    let _broker = hero_testkit::KillOnDrop(broker);
     let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
     // the broker is up once it published its settings
     let client = Client::connect(&url).await.unwrap();
@@ -392,10 +394,8 @@ async fn a_broker_under_a_redis_outage_warns_a_few_times_and_says_once_when_redi
         }
     })
     .await;
-    server.kill();
-    tokio::time::sleep(Duration::from_secs(10)).await; // the outage itself
+    server.outage(Duration::from_secs(10)).await;
     let during = read();
-    server.revive();
     wait_for("the line saying Redis is back", Duration::from_secs(30), || {
         let text = read();
         async move { text.contains("reachable again").then_some(()) }
@@ -404,8 +404,6 @@ async fn a_broker_under_a_redis_outage_warns_a_few_times_and_says_once_when_redi
     // a moment for any late line of the other loops
     tokio::time::sleep(Duration::from_secs(2)).await;
     let text = read();
-    let _ = broker.kill();
-    let _ = broker.wait();
     let _ = std::fs::remove_file(&log_path);
     let warns = during
         .lines()

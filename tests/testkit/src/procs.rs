@@ -208,3 +208,14 @@ pub fn workspace_root() -> PathBuf {
         .expect("the test kit sits two folders below the workspace root")
         .to_path_buf()
 }
+
+/// A child process killed (SIGKILL) and reaped when dropped, so a failing test leaves none
+/// behind.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -189,8 +189,23 @@ impl RedisServer {
         );
     }
 
-    /// Starts the server again on its port after [`RedisServer::kill`] (an outage's end).
-    pub fn revive(&mut self) {
+    /// Redis down for `d`: the server is killed, and started again on its port once `d` has
+    /// passed. Meanwhile the port stays this test's (a listener that takes each connection and
+    /// closes it, as a dead server's would end), so no other test's redis-server can be given it
+    /// and answer in its place.
+    pub async fn outage(&mut self, d: Duration) {
+        self.kill();
+        let hold = std::net::TcpListener::bind(("127.0.0.1", self.port))
+            .unwrap_or_else(|e| panic!("hold port {} during the outage: {e}", self.port));
+        hold.set_nonblocking(true).expect("a non-blocking listener");
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            while let Ok((conn, _)) = hold.accept() {
+                drop(conn);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(hold);
         assert!(
             self.spawn(),
             "redis-server did not start again on port {}; its log:\n{}",
