@@ -40,8 +40,9 @@ pub fn init(otlp: Option<&str>) -> Result<Telemetry, TelemetryError> {
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,hero_broker=info,hero_worker=info,hero_protocol=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "warn,hero_broker=info,hero_worker=info,hero_protocol=info".into()
+            }),
         );
     let Some(endpoint) = otlp.map(str::trim).filter(|e| !e.is_empty()) else {
         tracing_subscriber::registry().with(fmt).init();

@@ -304,10 +304,17 @@ async fn a_due_job_that_names_no_queue_ends_error_with_its_event_count_and_depen
     client.submit(&dependent).await.unwrap();
     let mut raw = server.conn().await;
     let _: () = raw
-        .hset(hero_testkit::job_key("no-queue"), "script_type", "not a type!")
+        .hset(
+            hero_testkit::job_key("no-queue"),
+            "script_type",
+            "not a type!",
+        )
         .await
         .unwrap();
-    let before = hero_admin::Inspector::from(&client).history(1).await.unwrap();
+    let before = hero_admin::Inspector::from(&client)
+        .history(1)
+        .await
+        .unwrap();
     let failed_before: u64 = before.iter().map(|m| m.failed).sum();
     tokio::time::sleep(Duration::from_millis(5)).await; // due (its run-at 1 ms after submit)
     hero_broker::loops::promote::pass(&client).await.unwrap();
@@ -335,10 +342,15 @@ async fn a_due_job_that_names_no_queue_ends_error_with_its_event_count_and_depen
         .unwrap();
     assert!(
         events.iter().any(|e| e.event == "error"
-            && e.reason.as_deref().is_some_and(|r| r.contains("no valid script_type"))),
+            && e.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("no valid script_type"))),
         "{events:?}"
     );
-    let after = hero_admin::Inspector::from(&client).history(1).await.unwrap();
+    let after = hero_admin::Inspector::from(&client)
+        .history(1)
+        .await
+        .unwrap();
     let failed_after: u64 = after.iter().map(|m| m.failed).sum();
     assert_eq!(
         failed_after,
@@ -396,10 +408,14 @@ async fn a_broker_under_a_redis_outage_warns_a_few_times_and_says_once_when_redi
     .await;
     server.outage(Duration::from_secs(10)).await;
     let during = read();
-    wait_for("the line saying Redis is back", Duration::from_secs(30), || {
-        let text = read();
-        async move { text.contains("reachable again").then_some(()) }
-    })
+    wait_for(
+        "the line saying Redis is back",
+        Duration::from_secs(30),
+        || {
+            let text = read();
+            async move { text.contains("reachable again").then_some(()) }
+        },
+    )
     .await;
     // a moment for any late line of the other loops
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -413,6 +429,9 @@ async fn a_broker_under_a_redis_outage_warns_a_few_times_and_says_once_when_redi
         (1..=15).contains(&warns),
         "{warns} WARN lines in a 10 s outage:\n{during}"
     );
-    let back = text.lines().filter(|l| l.contains("reachable again")).count();
+    let back = text
+        .lines()
+        .filter(|l| l.contains("reachable again"))
+        .count();
     assert_eq!(back, 1, "{text}");
 }

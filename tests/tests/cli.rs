@@ -73,7 +73,10 @@ fn readme_first_hero_line_runs_in_a_new_terminal(dir: &std::path::Path) {
         .arg(command.trim())
         .current_dir(dir)
         .env_clear()
-        .env("PATH", format!("{}:/usr/bin:/bin", cargo_home.join("bin").display()))
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", cargo_home.join("bin").display()),
+        )
         .env("HOME", dir);
     let (code, out, err) = hero_testkit::run_to_end(&mut shell);
     assert_eq!(code, 0, "{command}: {err}");

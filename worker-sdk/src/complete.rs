@@ -10,11 +10,11 @@ use hero_protocol::function::{CompleteBatch, Ended, Ending, Leased};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use hero_protocol::outage::Outage;
 use crate::event::WorkerEvent;
 use crate::finished::Finished;
 use crate::outcome::Outcome;
 use crate::shared::Shared;
+use hero_protocol::outage::Outage;
 
 /// How many outcomes go into one call at most.
 const BATCH: usize = 256;

@@ -7,9 +7,9 @@ use std::time::Duration;
 use hero_protocol::JobId;
 use tokio_util::sync::CancellationToken;
 
-use hero_protocol::outage::Outage;
 use crate::inflight::CancelReason;
 use crate::shared::Shared;
+use hero_protocol::outage::Outage;
 
 /// Waits on the worker's control lists and interrupts the jobs named there.
 pub(crate) async fn control(s: Arc<Shared>, stop: CancellationToken) {

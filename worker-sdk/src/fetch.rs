@@ -13,12 +13,12 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use hero_protocol::outage::Outage;
 use crate::event::WorkerEvent;
 use crate::finished::Finished;
 use crate::shared::{Registered, Shared};
 use crate::task::start_jobs;
 use crate::turns::Turns;
+use hero_protocol::outage::Outage;
 
 /// The fetch for `count` slots, and the streams it names (indexes into [`Shared::streams`];
 /// `None`: all of them).
@@ -157,8 +157,7 @@ pub(crate) async fn fetch_loop(
             s.backlog.store(false, Ordering::Relaxed);
             let limited = std::mem::take(&mut ended.limited);
             turns.set_idle(rank, true);
-            let go_on =
-                wait_for_entry(&s, &mut waker, &cursors, limited, &stop, &mut outage).await;
+            let go_on = wait_for_entry(&s, &mut waker, &cursors, limited, &stop, &mut outage).await;
             turns.set_idle(rank, false);
             if !go_on {
                 break;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use hero_protocol::clock;
 use tokio_util::sync::CancellationToken;
 
-use hero_protocol::outage::Outage;
 use crate::error::Result;
 use crate::shared::Shared;
+use hero_protocol::outage::Outage;
 
 fn presence_json(s: &Shared, now_iso: &str, started_at: &str) -> String {
     serde_json::json!({

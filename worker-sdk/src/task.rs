@@ -10,12 +10,12 @@ use hero_protocol::{Job, JobId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tracing::Instrument;
 
-use hero_protocol::outage::Outage;
 use crate::event::WorkerEvent;
 use crate::finished::Finished;
 use crate::inflight::{CancelReason, Running};
 use crate::outcome::{JobContext, Outcome};
 use crate::shared::Shared;
+use hero_protocol::outage::Outage;
 
 /// Starts the jobs a fetch leased to this worker, each whose record still carries its lease.
 /// A short fetch handed their records back; the others are read here (one pipelined HGETALL per

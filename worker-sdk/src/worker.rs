@@ -320,7 +320,10 @@ impl Running {
         let background = vec![
             tokio::spawn(presence::heartbeat(s.clone(), stop_background.clone())),
             tokio::spawn(lease::renew(s.clone(), stop_background.clone())),
-            tokio::spawn(crate::lease::flush_reports(s.clone(), stop_background.clone())),
+            tokio::spawn(crate::lease::flush_reports(
+                s.clone(),
+                stop_background.clone(),
+            )),
             tokio::spawn(control::control(s.clone(), stop_background.clone())),
             tokio::spawn(crate::refresh::refresh(s.clone(), stop_background.clone())),
         ];

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use hero_client::Client;
 use hero_protocol::function;
-use redis::Value;
 use hero_protocol::outage::Outage;
+use redis::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::route::{counts, pause, Route, BATCH};

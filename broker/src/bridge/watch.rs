@@ -4,8 +4,8 @@
 
 use hero_client::Client;
 use hero_protocol::function::{self, Watch};
-use redis::Value;
 use hero_protocol::outage::Outage;
+use redis::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::route::{counts, pause, Route, BATCH};

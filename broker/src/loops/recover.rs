@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use hero_client::Client;
 use hero_protocol::clock;
-use hero_protocol::outage::Outage;
 use hero_protocol::function::Recovery;
+use hero_protocol::outage::Outage;
 use hero_protocol::recovery::{recover_stream, Taken};
 use tokio_util::sync::CancellationToken;
 

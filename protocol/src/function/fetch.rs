@@ -341,6 +341,9 @@ impl RegistryView {
 /// A fetched job's record, read after the fetch (or handed back by a short one), judged against
 /// the delivery that leased it.
 #[derive(Debug)]
+// made once per job and moved straight into its task: boxing the record would cost an
+// allocation a job for nothing
+#[allow(clippy::large_enum_variant)]
 pub enum Fetched {
     /// The record still says this delivery runs the job: run it. `job` is the decoded record
     /// (or the field that does not decode: the job ends `error` naming it); `reply` its `reply`

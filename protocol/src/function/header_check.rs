@@ -388,9 +388,9 @@ fn paragraph_names(doc: &str, label: &str) -> Option<Vec<String>> {
     let first = lines.find(|l| l.starts_with(label))?;
     let mut text = first.to_string();
     for l in lines {
-        let opens = l
-            .split_once(':')
-            .is_some_and(|(w, _)| !w.is_empty() && !w.contains(' ') && w.chars().next().is_some_and(char::is_uppercase));
+        let opens = l.split_once(':').is_some_and(|(w, _)| {
+            !w.is_empty() && !w.contains(' ') && w.chars().next().is_some_and(char::is_uppercase)
+        });
         if opens || l.starts_with("Writes ") || l.starts_with("KEYS[") || l.starts_with("ARGV[") {
             break;
         }
@@ -462,13 +462,23 @@ fn every_event_and_stat_written_is_named_in_the_header() {
             };
             for n in names {
                 if !said.contains(n) {
-                    missing.push(format!("{who} writes {what} `{n}`, not named in its `{label}` line"));
+                    missing.push(format!(
+                        "{who} writes {what} `{n}`, not named in its `{label}` line"
+                    ));
                 }
             }
         }
     };
     for (name, doc, _) in &helpers {
-        if ["log_event", "log_shared", "tally", "histogram", "flush_stats"].contains(&name.as_str()) {
+        if [
+            "log_event",
+            "log_shared",
+            "tally",
+            "histogram",
+            "flush_stats",
+        ]
+        .contains(&name.as_str())
+        {
             continue;
         }
         check(name, doc, &writes[name], "Writes events:", "Writes stats:");
@@ -487,7 +497,13 @@ fn every_event_and_stat_written_is_named_in_the_header() {
             }
         }
         // local helpers of the function's own file count as the function
-        check(&format!("hero_{}", f.short()), &head, &w, "Events:", "Stats:");
+        check(
+            &format!("hero_{}", f.short()),
+            &head,
+            &w,
+            "Events:",
+            "Stats:",
+        );
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }

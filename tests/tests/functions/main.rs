@@ -86,12 +86,12 @@ async fn complete_batch(
             reply,
         };
         outcomes.push(Ended {
-        held: held,
-        ending: ending,
-        text: text,
-        retry_at_ms: clock::now_ms() + 60_000,
-        ran: None,
-    });
+            held,
+            ending,
+            text,
+            retry_at_ms: clock::now_ms() + 60_000,
+            ran: None,
+        });
     }
     let v: redis::Value = c.redis().query(&outcomes.call()).await.expect("complete");
     Completion::decode_many(&v, batch.len()).expect("decode complete")
