@@ -85,7 +85,7 @@ pub async fn pass(client: &Client) -> hero_protocol::Result<u64> {
             match redis::from_redis_value::<String>(r?).as_deref() {
                 Ok("promoted") => promoted += 1,
                 Ok("failed") => {
-                    tracing::warn!("a due job named no queue to dispatch it to; it ended error")
+                    tracing::warn!("a due job named no queue to dispatch it to; it ended error");
                 }
                 _ => {}
             }

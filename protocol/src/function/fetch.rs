@@ -390,12 +390,9 @@ mod tests {
                     .collect(),
             )
         };
-        let leased = |v| {
-            matches!(
-                read_fetched("hero:job:j", v, "1-0"),
-                Ok(Fetched::Leased { .. })
-            )
-        };
+        let ns = crate::name::Namespace::new("hero").unwrap();
+        let key = Keyspace::new(&ns).job(&JobId::new("j").unwrap());
+        let leased = |v| matches!(read_fetched(&key, v, "1-0"), Ok(Fetched::Leased { .. }));
         assert!(leased(hash(&[
             ("status", "started"),
             ("lease", "1-0"),
