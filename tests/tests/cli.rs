@@ -85,6 +85,20 @@ fn readme_first_hero_line_runs_in_a_new_terminal(dir: &std::path::Path) {
     assert_eq!(out.trim(), expected, "{command}");
 }
 
+#[test]
+fn hero_version_names_the_release_and_the_protocol() {
+    let (code, out, _) = hero_testkit::run_to_end(hero_testkit::hero_command().arg("--version"));
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        format!(
+            "hero {} (protocol {})",
+            env!("CARGO_PKG_VERSION"),
+            hero_protocol::function::LIBRARY_VERSION
+        )
+    );
+}
+
 #[tokio::test]
 async fn hero_exits_non_zero_with_a_clear_message_when_input_is_bad() {
     let server = RedisServer::start();

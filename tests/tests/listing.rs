@@ -189,6 +189,8 @@ async fn a_cursor_no_page_gave_is_refused_as_bad_input() {
             "{filter:?} {cursor:?}: {e}"
         );
     }
+    let e = inspector.dead_letters(Some(" "), 10).await.unwrap_err();
+    assert!(matches!(e, hero_protocol::Error::InvalidInput(_)), "{e}");
     let page = inspector
         .list(&hero_admin::ListFilter::All, Some("0"), 10)
         .await

@@ -13,7 +13,7 @@
 use redis::Value;
 
 use super::Inspector;
-use hero_protocol::error::{Error, Result};
+use hero_protocol::error::Result;
 use hero_protocol::job::Status;
 use hero_protocol::keys::ENTRY_JOB_FIELD;
 use hero_protocol::reply;
@@ -49,14 +49,17 @@ impl Inspector {
         streams.sort();
         let (mut at, mut after) = match cursor.and_then(|c| c.strip_prefix("s:")) {
             Some(rest) => {
-                let (i, id) = rest.split_once(':').ok_or_else(|| bad_cursor(cursor))?;
+                let (i, id) = rest
+                    .split_once(':')
+                    .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?;
                 (
-                    i.parse::<usize>().map_err(|_| bad_cursor(cursor))?,
+                    i.parse::<usize>()
+                        .map_err(|_| super::bad_cursor(cursor.unwrap_or_default()))?,
                     Some(id.to_string()),
                 )
             }
             None if cursor.is_none() => (0, None),
-            None => return Err(bad_cursor(cursor)),
+            None => return Err(super::bad_cursor(cursor.unwrap_or_default())),
         };
         let mut ids = Vec::new();
         while at < streams.len() {
@@ -133,7 +136,10 @@ impl Inspector {
         let rank = match cursor {
             None => Some(0),
             Some(c) => match c.strip_prefix("z:") {
-                Some(n) => Some(n.parse::<usize>().map_err(|_| bad_cursor(cursor))?),
+                Some(n) => Some(
+                    n.parse::<usize>()
+                        .map_err(|_| super::bad_cursor(cursor.unwrap_or_default()))?,
+                ),
                 None => None,
             },
         };
@@ -158,7 +164,7 @@ impl Inspector {
         }
         let scan = cursor
             .and_then(|c| c.strip_prefix("d:"))
-            .ok_or_else(|| bad_cursor(cursor))?;
+            .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?;
         self.waiting_on_prerequisites(scan, limit).await
     }
 
@@ -202,7 +208,8 @@ impl Inspector {
             None => "+".to_string(),
             Some(c) => format!(
                 "({}",
-                c.strip_prefix("r:").ok_or_else(|| bad_cursor(cursor))?
+                c.strip_prefix("r:")
+                    .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?
             ),
         };
         let v: Value = self
@@ -268,11 +275,4 @@ fn entries_with_jobs(v: &Value) -> Vec<(String, Option<String>)> {
             Some((reply::text(id).ok()?, job))
         })
         .collect()
-}
-
-fn bad_cursor(cursor: Option<&str>) -> Error {
-    Error::InvalidInput(format!(
-        "{:?} is not a cursor of this listing: pass back the one the previous page gave",
-        cursor.unwrap_or_default()
-    ))
 }

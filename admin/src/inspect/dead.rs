@@ -69,6 +69,9 @@ impl Inspector {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Vec<DeadLetter>> {
+        if let Some(c) = cursor.filter(|c| !super::is_entry_id(c)) {
+            return Err(super::bad_cursor(c));
+        }
         let start = cursor.map_or_else(|| "-".to_string(), |c| format!("({c}"));
         let v: Value = self
             .redis

@@ -226,22 +226,13 @@ impl Inspector {
         // a cursor goes to Redis as it is: one no page gave would be Redis's error, not the
         // caller's (SCAN takes digits, XRANGE an entry id)
         if let Some(c) = cursor {
-            let stream_id = |c: &str| {
-                c.split_once('-').is_some_and(|(ms, seq)| {
-                    [ms, seq]
-                        .iter()
-                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                })
-            };
             let ok = match filter {
-                ListFilter::Queue(..) => stream_id(c),
+                ListFilter::Queue(..) => is_entry_id(c),
                 ListFilter::Status(_) if tag.is_none() => true,
                 _ => !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()),
             };
             if !ok {
-                return Err(Error::InvalidInput(format!(
-                    "cursor {c:?} is not one a page of this listing gave; start without one"
-                )));
+                return Err(bad_cursor(c));
             }
         }
         let (ids, next): (Vec<String>, Option<String>) = match filter {
@@ -354,4 +345,20 @@ impl Inspector {
         }
         Ok(Page { jobs, next })
     }
+}
+
+/// Whether `c` is a stream entry id (`<ms>-<seq>`), as a page's cursor into a stream is.
+pub(crate) fn is_entry_id(c: &str) -> bool {
+    c.split_once('-').is_some_and(|(ms, seq)| {
+        [ms, seq]
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// A cursor no page of a listing gave: the caller's error, never Redis's.
+pub(crate) fn bad_cursor(c: &str) -> Error {
+    Error::InvalidInput(format!(
+        "cursor {c:?} is not one a page of this listing gave; start without one"
+    ))
 }

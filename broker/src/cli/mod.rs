@@ -31,10 +31,19 @@ mod worker;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
+/// `hero --version`: the release and the protocol version it speaks (CHANGELOG.md lists both).
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} (protocol {})",
+        env!("CARGO_PKG_VERSION"),
+        hero_protocol::function::LIBRARY_VERSION
+    )
+});
+
 #[derive(Parser, Debug)]
 #[command(
     name = "hero",
-    version,
+    version = VERSION.as_str(),
     about = "hero-broker: a job broker on Redis Streams"
 )]
 pub struct Cli {
