@@ -89,13 +89,15 @@
 -- not set to nil): a table of this size made per call cost Redis ~20 k instructions a call in
 -- garbage collection (a fetch of one job costs ~250 k).
 local FETCH = {}
+-- The empty list a reply carries when nothing was dropped (only read, never written).
+local NONE = {}
 local function fetch_state(keys, args)
   local f = FETCH
   f.keys, f.n, f.group, f.consumer, f.want = keys, #keys - 4, args[1], args[2], tonumber(args[3])
   f.prefix, f.now_iso, f.xackdel, f.whole = args[4], args[5], args[6], args[8] == '1'
   f.since, f.limited, f.parked, f.now_ms, f.st = args[9] or '', 0, false, nil, stats(keys[4])
-  f.jobs, f.dropped, f.attempts, f.recs, f.last_read = {}, {}, {}, {}, {}
-  f.regrouped, f.present, f.signal, f.limits = {}, {}, nil, nil
+  f.jobs, f.dropped, f.attempts, f.recs, f.last_read = {}, nil, {}, {}, {}
+  f.regrouped, f.present, f.limits = nil, {}, nil
   f.rates, f.keyrates, f.agings = nil, nil, nil
   if args[7] and args[7] ~= '' then
     local limits, by_key = {}, {}
@@ -127,15 +129,17 @@ end
 -- runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack), written
 -- out: in_runs' closure and copying the answers cost 0.8 k instructions per job here.
 local function read_registry(f)
-  local keys = f.keys
-  if f.since ~= '' then
-    f.signal = '0-0'
+  local keys, since, signal = f.keys, f.since, nil
+  if since ~= '' then
+    signal = '0-0'
     local last = redis.call('XREVRANGE', queue_signal_key(keys[1]), '+', '-', 'COUNT', 1)
-    if last[1] then f.signal = last[1][1] end
+    if last[1] then signal = last[1][1] end
   end
-  if f.since ~= '' and f.since ~= '*' then
-    if f.since ~= f.signal then return false end
-    for i = 1, f.n do f.present[i] = 1 end
+  f.signal = signal
+  if since ~= '' and since ~= '*' then
+    if since ~= signal then return false end
+    local present = f.present
+    for i = 1, f.n do present[i] = 1 end
   else
     for from = 5, #keys, 1000 do
       local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
@@ -148,7 +152,12 @@ end
 -- An entry acknowledged and deleted unclaimed, for the reply's dropped list.
 local function drop(f, i, stream, id, job_id, why)
   ack_del(stream, f.group, id, f.xackdel)
-  f.dropped[#f.dropped + 1] = { i, id, job_id, why }
+  local dropped = f.dropped
+  if not dropped then
+    dropped = {}
+    f.dropped = dropped
+  end
+  dropped[#dropped + 1] = { i, id, job_id, why }
 end
 
 -- The record of a job leased with a whole read (`rec`, HGETALL's pairs) as the lease's HSET left
@@ -178,7 +187,9 @@ end
 local function read_new(f, i, stream, asked)
   local group, consumer = f.group, f.consumer
   local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
-  if type(res) == 'table' and res.err and string.find(res.err, 'NOGROUP', 1, true) and not f.regrouped[i] then
+  if type(res) == 'table' and res.err and string.find(res.err, 'NOGROUP', 1, true)
+    and not (f.regrouped and f.regrouped[i]) then
+    f.regrouped = f.regrouped or {}
     f.regrouped[i] = true
     redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
     res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
@@ -298,35 +309,33 @@ local function claim_from(f, i)
   end
 end
 
--- The `started` events: one shared entry per stream (the jobs of a stream are contiguous in
--- jobs). The entry's id is Redis's clock now: no TIME call for the wait samples.
+-- The jobs leased: their `started` events, one shared entry per stream (the jobs of a stream
+-- are contiguous in jobs; the entry's id is Redis's clock now: no TIME call for the samples),
+-- and each job's wait, its entry's age, sampled inline (a Lua call per job cost more).
 -- Writes events: `started`.
-local function log_started(f)
-  local jobs, k = f.jobs, 1
-  while k <= #jobs do
+-- Writes stats: `wait`.
+local function record_started(f)
+  local jobs, keys, attempts, log, st = f.jobs, f.keys, f.attempts, f.log, f.st
+  local now_ms, k = f.now_ms, 1
+  while log and k <= #jobs do
     local i, ids, att = jobs[k], {}, {}
     while k <= #jobs and jobs[k] == i do
       ids[#ids + 1] = jobs[k + 2]
-      att[#att + 1] = f.attempts[(k + 2) / 3]
+      att[#att + 1] = attempts[(k + 2) / 3]
       k = k + 3
     end
-    local logged = log_shared(f.log, 'started', ids, f.keys[i + 4], f.consumer, att)
-    if logged and not f.now_ms then f.now_ms = tonumber(string.match(logged, '^(%d+)')) end
+    local logged = log_shared(log, 'started', ids, keys[i + 4], f.consumer, att)
+    if logged and not now_ms then now_ms = tonumber(string.match(logged, '^(%d+)')) end
   end
-end
-
--- Each job's wait, its entry's age, sampled inline (a Lua call per job cost more); the jobs of
--- a stream are contiguous.
--- Writes stats: `wait`.
-local function sample_waits(f)
-  local jobs, now_ms = f.jobs, f.now_ms or server_ms()
+  now_ms = now_ms or server_ms()
+  f.now_ms = now_ms
   local waits, at = nil, nil
-  for k = 1, #jobs, 3 do
-    if jobs[k] ~= at then
-      at = jobs[k]
-      waits = histogram(f.st, f.keys[at + 4], 'wait')
+  for j = 1, #jobs, 3 do
+    if jobs[j] ~= at then
+      at = jobs[j]
+      waits = histogram(st, keys[at + 4], 'wait')
     end
-    local id = jobs[k + 1]
+    local id = jobs[j + 1]
     local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
     local b = 0
     if waited > 0 then
@@ -340,7 +349,7 @@ end
 -- The reply, positional on the wire (see Returns): four parts, a fifth (records) when asked for
 -- records or given a registry cursor, and a sixth and seventh with a registry cursor.
 local function fetch_reply(f, cursors, registered)
-  local jobs, dropped, limited, signal = f.jobs, f.dropped, f.limited, f.signal
+  local jobs, dropped, limited, signal = f.jobs, f.dropped or NONE, f.limited, f.signal
   if not f.whole and not signal then return { jobs, dropped, cursors, limited } end
   local records = {}
   if f.whole and f.want > 0 then
@@ -367,15 +376,17 @@ local function hero_fetch(keys, args)
   if not read_registry(f) then
     return fetch_reply(f, {}, 'stale')
   end
-  local present = f.present
+  local present, want = f.present, f.want
   local order = f.agings and aging_order(keys, f.n, present, f.agings, f.group)
   for oi = 1, f.n do
-    if f.want <= 0 then break end
+    if want <= 0 then break end
     local i = order and order[oi] or oi
-    if present[i] == 1 then claim_from(f, i) end
+    if present[i] == 1 then
+      claim_from(f, i)
+      want = f.want
+    end
   end
-  if f.log then log_started(f) end
-  if #f.jobs > 0 then sample_waits(f) end
+  if #f.jobs > 0 then record_started(f) end
   if #f.jobs > 0 or f.parked then flush_stats(f.st) end
   return fetch_reply(f, f.want > 0 and wake_cursors(f) or {}, nil)
 end
