@@ -114,8 +114,6 @@ pub struct Outage {
     what: String,
     backoff: Backoff,
     own: Account,
-    /// Whether the last failure was one of reaching Redis (the process's account).
-    unreachable: bool,
 }
 
 impl Outage {
@@ -125,7 +123,6 @@ impl Outage {
             what: what.into(),
             backoff: Backoff::new(),
             own: Account::default(),
-            unreachable: false,
         }
     }
 
@@ -133,8 +130,7 @@ impl Outage {
     /// error is one a later try can get past), else into the loop's own. Returns how long to
     /// wait before the next try.
     pub fn failed(&mut self, error: &Error) -> Duration {
-        self.unreachable = error.is_retryable();
-        if self.unreachable {
+        if error.is_retryable() {
             if let Ok(mut a) = UNREACHABLE.lock() {
                 a.failed(REDIS, error);
             }
@@ -149,14 +145,8 @@ impl Outage {
     pub fn ok(&mut self) {
         // any success proves Redis reachable, whatever this loop's last failure was
         reached();
-        self.unreachable = false;
         self.own.ok(&self.what, "recovered");
         self.backoff.reset();
-    }
-
-    /// Whether the loop's last try failed.
-    pub fn failing(&self) -> bool {
-        self.own.failures > 0 || self.unreachable
     }
 }
 
@@ -201,9 +191,8 @@ mod tests {
         let refused = Error::InvalidInput("refused".into());
         assert_eq!(o.failed(&refused), FIRST);
         assert_eq!(o.failed(&refused), FIRST * 2);
-        assert!(o.failing());
         o.ok();
-        assert!(!o.failing());
+        // a recovery starts the back-off over
         assert_eq!(o.failed(&refused), FIRST);
     }
 }
