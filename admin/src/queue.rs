@@ -28,9 +28,69 @@ impl Admin {
 
     async fn pause_call(&self, queue: &str, pause: bool) -> Result<u64> {
         let name = queue_name(queue)?;
-        self.redis()
-            .query(&function::pause(self.keys(), &name, pause))
-            .await
+        let mut covered = 0;
+        // every shard of a sharded namespace: shard 0 first, so its count answers
+        for shard in std::iter::once(self).chain(self.others.iter().map(|(_, a)| a)) {
+            let n: u64 = shard
+                .redis()
+                .query(&function::pause(shard.keys(), &name, pause))
+                .await?;
+            covered += n;
+        }
+        Ok(covered)
+    }
+
+    /// Copies shard 0's controls (paused queues, policies split by shard) to every other
+    /// shard: after `hero shards set` added shards, which start with none.
+    pub async fn spread_controls(&self) -> Result<()> {
+        let paused = self.inspector().paused().await?;
+        for (_, shard) in &self.others {
+            for name in &paused {
+                shard
+                    .redis()
+                    .query::<u64>(&function::pause(shard.keys(), name, true))
+                    .await?;
+            }
+        }
+        for (queue, policy) in self.policies().await?.iter() {
+            let json = serde_json::to_string(policy)
+                .map_err(|e| hero_protocol::reply::unexpected(e.to_string()))?;
+            self.redis()
+                .query::<()>(
+                    redis::cmd("HSET")
+                        .arg(self.keys().whole_policies())
+                        .arg(queue)
+                        .arg(json),
+                )
+                .await?;
+            self.store_split(queue, policy).await?;
+        }
+        Ok(())
+    }
+
+    /// Stores `policy` of `queue` on the other shards, each with its share of the queue's
+    /// concurrency and rate (`split`).
+    async fn store_split(&self, queue: &str, policy: &Policy) -> Result<()> {
+        if self.others.is_empty() {
+            return Ok(());
+        }
+        let all = std::iter::once((0u16, self)).chain(self.others.iter().map(|(n, a)| (*n, a)));
+        for (n, shard) in all {
+            let share = split(policy, n, self.k);
+            let json = serde_json::to_string(&share)
+                .map_err(|e| hero_protocol::reply::unexpected(e.to_string()))?;
+            shard
+                .redis()
+                .query::<()>(
+                    redis::cmd("HSET")
+                        .arg(shard.keys().policy())
+                        .arg(queue)
+                        .arg(json),
+                )
+                .await?;
+            shard.publish_limited().await?;
+        }
+        Ok(())
     }
 }
 
@@ -58,15 +118,27 @@ impl Admin {
         let merged = self.policy(&name).await?.merged(policy);
         let json = serde_json::to_string(&merged)
             .map_err(|e| hero_protocol::reply::unexpected(e.to_string()))?;
-        self.redis()
-            .query::<()>(
-                redis::cmd("HSET")
-                    .arg(self.keys().policy())
-                    .arg(&name)
-                    .arg(json),
-            )
-            .await?;
-        self.publish_limited().await?;
+        if self.others.is_empty() {
+            self.redis()
+                .query::<()>(
+                    redis::cmd("HSET")
+                        .arg(self.keys().policy())
+                        .arg(&name)
+                        .arg(json),
+                )
+                .await?;
+            self.publish_limited().await?;
+        } else {
+            self.redis()
+                .query::<()>(
+                    redis::cmd("HSET")
+                        .arg(self.keys().whole_policies())
+                        .arg(&name)
+                        .arg(json),
+                )
+                .await?;
+        }
+        self.store_split(&name, &merged).await?;
         Ok(merged)
     }
 
@@ -103,16 +175,46 @@ impl Admin {
             .query(redis::cmd("HDEL").arg(self.keys().policy()).arg(&name))
             .await?;
         self.publish_limited().await?;
+        let _: u64 = self
+            .redis()
+            .query(
+                redis::cmd("HDEL")
+                    .arg(self.keys().whole_policies())
+                    .arg(&name),
+            )
+            .await?;
+        for (_, shard) in &self.others {
+            shard
+                .redis()
+                .query::<u64>(redis::cmd("HDEL").arg(shard.keys().policy()).arg(&name))
+                .await?;
+            shard.publish_limited().await?;
+        }
         Ok(n > 0)
     }
 
     /// The policy set for `queue` itself (empty when none).
     pub async fn policy(&self, queue: &str) -> Result<Policy> {
         let name = queue_name(queue)?;
-        let raw: Option<String> = self
-            .redis()
-            .query(redis::cmd("HGET").arg(self.keys().policy()).arg(&name))
-            .await?;
+        let whole: Option<String> = if self.others.is_empty() {
+            None
+        } else {
+            self.redis()
+                .query(
+                    redis::cmd("HGET")
+                        .arg(self.keys().whole_policies())
+                        .arg(&name),
+                )
+                .await?
+        };
+        let raw: Option<String> = match whole {
+            Some(w) => Some(w),
+            None => {
+                self.redis()
+                    .query(redis::cmd("HGET").arg(self.keys().policy()).arg(&name))
+                    .await?
+            }
+        };
         Ok(raw
             .map(|r| decode_policy(&name, &r))
             .transpose()?
@@ -121,6 +223,41 @@ impl Admin {
 
     /// Every queue's policy (one HGETALL).
     pub async fn policies(&self) -> Result<Policies> {
+        if !self.others.is_empty() {
+            let whole = hero_protocol::policy::read_policies_from(
+                self.redis(),
+                &self.keys().whole_policies(),
+            )
+            .await?;
+            if !whole.is_empty() {
+                return Ok(whole);
+            }
+        }
         read_policies(self.redis(), self.keys()).await
     }
+}
+
+/// Shard `n`'s share of a policy over `k` active shards. A concurrency limit or a queue rate
+/// cannot be checked atomically with a claim on another slot, so each shard enforces its part:
+/// `c / k`, the remainder to the first shards, and at least 1 (a shard with none would never
+/// run its jobs). The bound: at most `max(c, k)` jobs of the queue run at once, and
+/// `max(r, k)` start per window. A shard beyond `k` (draining) gets the share of 1.
+/// Key rates need no split: jobs with one limit key share a shard (their key's home).
+pub fn split(policy: &Policy, n: u16, k: u16) -> Policy {
+    let k = u32::from(k.max(1));
+    let n = u32::from(n);
+    let share = |total: u32| {
+        if n >= k {
+            return 1;
+        }
+        (total / k + u32::from(n < total % k)).max(1)
+    };
+    let mut p = policy.clone();
+    if let Some(c) = p.concurrency {
+        p.concurrency = Some(share(c));
+    }
+    if let Some(r) = &mut p.rate {
+        r.max = share(r.max);
+    }
+    p
 }

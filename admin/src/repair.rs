@@ -39,6 +39,9 @@ impl Admin {
     /// jobs' state at a glance. A job that does not exist is an error; ids whose record is gone
     /// are dropped by [`Admin::drop_untracked`].
     pub async fn track(&self, id: &JobId, on: bool) -> Result<()> {
+        if !self.others.is_empty() {
+            return Box::pin(self.holder(id).await?.track(id, on)).await;
+        }
         if on {
             let exists: bool = self
                 .redis()
@@ -120,6 +123,17 @@ impl Admin {
         fix: bool,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<(AuditReport, Vec<(Finding, bool)>)> {
+        if !self.others.is_empty() {
+            // every shard audited and repaired on its own; a finding names its shard's keys
+            let mut all = AuditReport::default();
+            let mut fixed = Vec::new();
+            for (_, shard) in self.shards() {
+                let (report, f) = Box::pin(shard.audit(fix, progress)).await?;
+                all.findings.extend(report.findings);
+                fixed.extend(f);
+            }
+            return Ok((all, fixed));
+        }
         let inspector = self.inspector();
         let mut report = inspector.audit(progress).await?;
         let mut fixed = Vec::new();
@@ -190,6 +204,9 @@ impl Admin {
         target: Option<hero_protocol::Target>,
         priority: Option<hero_protocol::Priority>,
     ) -> Result<Requeued> {
+        if !self.others.is_empty() {
+            return Box::pin(self.holder(id).await?.requeue_to(id, target, priority)).await;
+        }
         if target.is_none() && priority.is_none() {
             return self.requeue(id, None).await;
         }
@@ -216,6 +233,9 @@ impl Admin {
     }
 
     pub async fn requeue(&self, id: &JobId, to: Option<Placement>) -> Result<Requeued> {
+        if !self.others.is_empty() {
+            return Box::pin(self.holder(id).await?.requeue(id, to)).await;
+        }
         let key = self.keys().job(id);
         let mut fields = PLACEMENT_FIELDS.to_vec();
         fields.push("worker_id");

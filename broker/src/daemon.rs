@@ -29,22 +29,68 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_protoco
     crate::bridge::publish(client, cfg).await
 }
 
-/// Runs every broker loop until `stop` is cancelled.
+/// Runs every broker loop until `stop` is cancelled: on every shard of the namespace (one set
+/// of loops a shard, started as shards are added), the legacy bridge on shard 0, and the pass
+/// that retires drained shards.
 pub async fn run(
     client: Client,
     cfg: BrokerConfig,
     stop: CancellationToken,
 ) -> hero_protocol::Result<()> {
     warn_on_eviction(&client).await;
+    tracing::info!(redis = %client.redis().url(), "broker running");
+    let mut shards: Vec<(Client, tokio::task::JoinHandle<()>)> = Vec::new();
+    let bridge = tokio::spawn(crate::bridge::run(
+        client.clone(),
+        cfg.clone(),
+        stop.clone(),
+    ));
+    let mut outage = hero_protocol::outage::Outage::new("retiring drained shards");
+    loop {
+        for (n, shard) in client.all_shard_clients() {
+            if shards.iter().any(|(c, _)| c.keys() == shard.keys()) {
+                continue;
+            }
+            if n > 0 {
+                tracing::info!(shard = n, prefix = %shard.keys().prefix(), "running the passes of a new shard");
+            }
+            let task = tokio::spawn(run_shard(shard.clone(), cfg.clone(), stop.clone()));
+            shards.push((shard, task));
+        }
+        match crate::loops::shards::retire_drained(&client).await {
+            Ok(Some(_)) => outage.ok(),
+            Ok(None) => {}
+            Err(e) => {
+                outage.failed(&e);
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(hero_protocol::shard::REFRESH) => {}
+        }
+    }
+    for (_, t) in shards {
+        let _ = t.await;
+    }
+    bridge.await.unwrap_or(Ok(()))
+}
+
+/// Every loop of one shard (`client` bound to it), until `stop` is cancelled.
+async fn run_shard(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     match publish_config(&client, &cfg).await {
+        Ok(()) => {}
         // a full Redis is no reason to stop: the loops that drain it still run (their
         // functions are allow-oom), and `republish` writes the settings once there is room
         Err(e @ hero_protocol::Error::OutOfMemory { .. }) => {
             tracing::error!(error = %e, "Redis is full; the broker runs on and retries its settings");
         }
-        other => other?,
+        Err(e) => {
+            hero_protocol::outage::report(
+                "publishing the broker's settings (retried every 10 s)",
+                &e,
+            );
+        }
     }
-    tracing::info!(redis = %client.redis().url(), "broker running");
     let tasks = [
         tokio::spawn(recover::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(promote::run(client.clone(), cfg.clone(), stop.clone())),
@@ -58,11 +104,9 @@ pub async fn run(
             stop.clone(),
         )),
     ];
-    let bridge = crate::bridge::run(client.clone(), cfg.clone(), stop.clone()).await;
     for t in tasks {
         let _ = t.await;
     }
-    bridge
 }
 
 /// Says loudly when Redis may evict keys: a queue whose records and stream entries Redis may

@@ -76,13 +76,13 @@ impl Batch {
                 "close a batch with an on_complete or an on_success callback job".into(),
             ));
         }
-        let keys = self.client.keys();
+        let home = self.home().await?;
+        let keys = home.keys();
         let complete = on_complete
             .map(|j| CallbackSpec::new(keys, j))
             .transpose()?;
         let success = on_success.map(|j| CallbackSpec::new(keys, j)).transpose()?;
-        let v: redis::Value = self
-            .client
+        let v: redis::Value = home
             .redis()
             .query(&close_batch(
                 keys,
@@ -96,6 +96,15 @@ impl Batch {
 
     /// The batch as it stands (`None` before its first member or close, and once expired).
     pub async fn show(&self) -> Result<Option<BatchInfo>> {
-        read_batch(self.client.redis(), self.client.keys(), &self.name).await
+        let home = self.home().await?;
+        read_batch(home.redis(), home.keys(), &self.name).await
+    }
+
+    /// The client of the batch's shard (in a sharded namespace, its name's home).
+    async fn home(&self) -> Result<Client> {
+        let name = self.name.clone();
+        self.client
+            .for_key(self.name.as_str(), move |k| k.batch(&name))
+            .await
     }
 }

@@ -25,6 +25,8 @@ pub struct Client {
     keys: Keyspace,
     /// Group commit of single submits, started by the first one (see `coalesce`).
     coalescer: std::sync::Arc<std::sync::OnceLock<crate::coalesce::Coalescer>>,
+    /// The namespace's shards (`crate::shards`); `None` for a client bound to one shard.
+    shards: Option<std::sync::Arc<crate::shards::Shards>>,
 }
 
 impl Client {
@@ -35,11 +37,37 @@ impl Client {
 
     pub async fn with_options(opts: ClientOptions) -> Result<Client> {
         let (redis, keys) = opts.open().await?;
-        Ok(Client {
+        let mut client = Client::bound_to(redis, keys);
+        let shards = crate::shards::Shards::open(opts, &client).await?;
+        client.shards = Some(std::sync::Arc::new(shards));
+        Ok(client)
+    }
+
+    /// A client of the one shard `keys` names, on `redis` (which serves it).
+    pub(crate) fn bound_to(redis: Redis, keys: Keyspace) -> Client {
+        Client {
             redis,
             keys,
             coalescer: std::sync::Arc::default(),
-        })
+            shards: None,
+        }
+    }
+
+    /// This client bound to its shard 0 (sharing its connections and group commit).
+    pub(crate) fn bound(&self) -> Client {
+        Client {
+            shards: None,
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn shards(&self) -> Option<&crate::shards::Shards> {
+        self.shards.as_deref()
+    }
+
+    /// The layout when the namespace has more than one shard served.
+    fn sharded(&self) -> Option<std::sync::Arc<crate::shards::Layout>> {
+        self.layout().filter(|l| l.map.is_sharded())
     }
 
     pub fn redis(&self) -> &Redis {
@@ -54,6 +82,10 @@ impl Client {
     /// Submits made at the same moment from several tasks share one server call (group commit,
     /// see `coalesce`): a lone submit is sent at once.
     pub async fn submit(&self, job: &NewJob) -> Result<Submitted> {
+        if let Some(layout) = self.sharded() {
+            let (job, member) = self.place_one(&layout, job).await?;
+            return Box::pin(member.submit(&job)).await;
+        }
         let coalescer = self.coalescer.get_or_init(|| {
             crate::coalesce::Coalescer::start(self.redis.clone(), self.keys.clone())
         });
@@ -71,12 +103,19 @@ impl Client {
     /// Submits many jobs in one call (one round trip, one function call); one result per job,
     /// in order.
     pub async fn submit_many(&self, jobs: &[NewJob]) -> Result<Vec<Result<Submitted>>> {
+        if let Some(layout) = self.sharded() {
+            return Box::pin(self.submit_sharded(&layout, jobs)).await;
+        }
         crate::coalesce::submit_many(&self.redis, &self.keys, jobs).await
     }
 
     /// Submits `job` and waits up to `wait` for it to end, through its reply list; when the
     /// reply is gone (it expired, or the job had ended before), the job hash answers.
     pub async fn run(&self, job: &NewJob, wait: Duration) -> Result<JobResult> {
+        if let Some(layout) = self.sharded() {
+            let (job, member) = self.place_one(&layout, job).await?;
+            return Box::pin(member.run(&job, wait)).await;
+        }
         let v: Value = self
             .redis
             .query(&function::submit(
@@ -91,6 +130,9 @@ impl Client {
 
     /// Waits up to `wait` for a job to end (see [`Client::run`]).
     pub async fn wait(&self, id: &JobId, wait: Duration) -> Result<JobResult> {
+        if self.sharded().is_some() {
+            return Box::pin(self.for_job(id).await?.wait(id, wait)).await;
+        }
         let deadline = Instant::now() + wait;
         let slice = Duration::from_secs(1);
         let mut conn = self.redis.dedicated(slice).await?;
@@ -151,6 +193,9 @@ impl Client {
 
     /// The job's status.
     pub async fn status(&self, id: &JobId) -> Result<Status> {
+        if self.sharded().is_some() {
+            return Box::pin(self.for_job(id).await?.status(id)).await;
+        }
         let status: Option<Vec<u8>> = self
             .redis
             .query(redis::cmd("HGET").arg(self.keys.job(id)).arg("status"))
@@ -176,6 +221,9 @@ impl Client {
 
     /// The whole job record.
     pub async fn get(&self, id: &JobId) -> Result<Job> {
+        if self.sharded().is_some() {
+            return Box::pin(self.for_job(id).await?.get(id)).await;
+        }
         let key = self.keys.job(id);
         let reply = self
             .redis
@@ -187,6 +235,9 @@ impl Client {
     /// Stops a job: a queued or delayed one never starts; a running one ends `error`/`stopped`
     /// at once and its worker is told to interrupt the handler.
     pub async fn stop(&self, id: &JobId) -> Result<StopOutcome> {
+        if self.sharded().is_some() {
+            return Box::pin(self.for_job(id).await?.stop(id)).await;
+        }
         for _ in 0..5 {
             match self.stop_as(id).await?.as_str() {
                 "cancelled" => return Ok(StopOutcome::Cancelled),

@@ -19,6 +19,7 @@
 //! - [`flow`]: a job and the jobs it waits on, flattened into one submit batch.
 //! - [`batch`]: a batch's members and its callback jobs.
 //! - [`cron`]: adding a recurring job.
+//! - `shards`: a sharded namespace: where a job goes, which shard holds one, a client per shard.
 //!
 //! # Moved in 0.2
 //! The protocol's modules moved to `hero-protocol`; they are re-exported here under their old
@@ -31,6 +32,7 @@ pub mod client;
 mod coalesce;
 pub mod cron;
 pub mod flow;
+mod shards;
 
 pub use answer::{JobResult, StopOutcome, Submitted};
 pub use batch::Batch;

@@ -42,6 +42,7 @@ pub mod policy;
 pub mod process;
 pub mod recovery;
 pub mod reply;
+pub mod shard;
 pub mod stats;
 pub mod trace;
 mod wire;

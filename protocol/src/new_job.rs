@@ -19,6 +19,10 @@ pub struct NewJob {
     job: Job,
     target: Target,
     run_at_ms: Option<u64>,
+    /// The route key that picks its shard in a sharded namespace (not stored in the record).
+    route: Option<String>,
+    /// The caller chose the id (a generated one is replaced by one naming the job's shard).
+    id_chosen: bool,
 }
 
 impl NewJob {
@@ -46,6 +50,33 @@ impl NewJob {
 
     pub fn target(&self) -> &Target {
         &self.target
+    }
+
+    /// The route key (`NewJobBuilder::route`).
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+
+    /// Whether the caller chose the id (`NewJobBuilder::id`) rather than taking a generated one.
+    pub fn id_chosen(&self) -> bool {
+        self.id_chosen
+    }
+
+    /// Gives a job with a generated id another one (the id naming its shard, in a sharded
+    /// namespace); a prerequisite that named the old id is renamed by the caller.
+    pub fn set_generated_id(&mut self, id: JobId) {
+        if !self.id_chosen {
+            self.job.id = id;
+        }
+    }
+
+    /// Renames prerequisite `from` to `to` (a job of the same submit whose id was replaced).
+    pub fn rename_prerequisite(&mut self, from: &str, to: &str) {
+        for p in &mut self.job.prerequisites {
+            if p == from {
+                *p = to.to_string();
+            }
+        }
     }
 
     /// Adds a prerequisite to a built job (a flow's parent names its children); a prerequisite
@@ -88,6 +119,7 @@ pub struct NewJobBuilder {
     unique: Option<(String, Option<Duration>)>,
     limit_key: Option<String>,
     batch: Option<String>,
+    route: Option<String>,
     delay: Option<Duration>,
     run_at: Option<SystemTime>,
     prerequisites: Vec<String>,
@@ -175,6 +207,14 @@ impl NewJobBuilder {
         self
     }
 
+    /// A route key: in a sharded namespace every job with this key goes to one shard and starts
+    /// in submit order within its priority, as on an unsharded queue (`docs/sharding.md`). 1 to
+    /// 200 bytes; no effect on an unsharded namespace.
+    pub fn route(mut self, key: impl Into<String>) -> Self {
+        self.route = Some(key.into());
+        self
+    }
+
     /// How long the uniqueness key is held at most (default: the broker's retention time).
     pub fn unique_ttl(mut self, ttl: Duration) -> Self {
         let key = self.unique.take().map(|(k, _)| k).unwrap_or_default();
@@ -214,10 +254,18 @@ impl NewJobBuilder {
         let group = self.group.map(GroupName::new).transpose()?;
         let instance = self.instance.map(InstanceName::new).transpose()?;
         let target = Target::new(script_type, group, instance);
+        let id_chosen = self.id.is_some();
         let id = match self.id {
             Some(id) => JobId::new(id)?,
             None => JobId::random(),
         };
+        if let Some(r) = &self.route {
+            if r.is_empty() || r.len() > 200 {
+                return Err(Error::InvalidInput(format!(
+                    "route key {r:?} must be 1 to 200 bytes"
+                )));
+            }
+        }
         if self.script.len() > MAX_SCRIPT_BYTES {
             return Err(Error::InvalidInput(format!(
                 "script is {} bytes, the limit is {MAX_SCRIPT_BYTES}: store large data elsewhere and pass a reference",
@@ -329,6 +377,8 @@ impl NewJobBuilder {
             job,
             target,
             run_at_ms,
+            route: self.route,
+            id_chosen,
         })
     }
 }

@@ -281,9 +281,13 @@ pub async fn read_policies(
     redis: &crate::conn::Redis,
     keys: &crate::keys::Keyspace,
 ) -> Result<Policies> {
-    let raw: Vec<(String, String)> = redis
-        .query(redis::cmd("HGETALL").arg(keys.policy()))
-        .await?;
+    read_policies_from(redis, &keys.policy()).await
+}
+
+/// [`read_policies`] from another hash of the same form (a sharded namespace's whole
+/// policies, `Keyspace::whole_policies`).
+pub async fn read_policies_from(redis: &crate::conn::Redis, key: &str) -> Result<Policies> {
+    let raw: Vec<(String, String)> = redis.query(redis::cmd("HGETALL").arg(key)).await?;
     let mut by_queue = std::collections::HashMap::new();
     for (q, r) in raw {
         match decode_policy(&q, &r) {

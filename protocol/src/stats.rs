@@ -46,6 +46,14 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// Adds another histogram's samples (the same queue on another shard).
+    pub fn absorb(&mut self, other: &Histogram) {
+        for (b, n) in &other.buckets {
+            *self.buckets.entry(*b).or_default() += n;
+        }
+        self.sum_ms += other.sum_ms;
+    }
+
     pub fn count(&self) -> u64 {
         self.buckets.values().sum()
     }

@@ -16,6 +16,7 @@ from .errors import HeroError, InvalidInput, JobNotFound
 from .job import BatchInfo, Job, Result, Submitted
 from .keys import Keys
 from .protocol import Protocol, iso, now_ms
+from .shards import ShardMap, shard_of_id
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -39,8 +40,17 @@ def connect(url: str | None = None) -> redis.Redis:
     return redis.Redis.from_url(url or "redis://127.0.0.1:6379", decode_responses=False)
 
 
+class JobSpec(tuple):
+    """What `Client.job` answers: (id, work stream, run-at ms, record fields), and where it
+    goes in a sharded namespace: its route key, and whether its id was generated."""
+    route: str | None = None
+    generated: bool = False
+
+
 class Client:
-    """A producer of one namespace. `url` as for `connect`; `namespace` the key prefix."""
+    """A producer of one namespace. `url` as for `connect`; `namespace` the key prefix. In a
+    sharded namespace (docs/sharding.md) jobs go to the shards as the Rust client sends them:
+    route key, batch, prerequisites, uniqueness key, limit key, chosen id, else in turn."""
 
     def __init__(self, url: str | None = None, namespace: str = "hero", *, r: redis.Redis | None = None,
                  cluster: bool = False):
@@ -48,6 +58,112 @@ class Client:
         self.keys = Keys.cluster(namespace) if cluster else Keys(_name("namespace", namespace))
         self.proto = Protocol(self.r, self.keys)
         self.proto.ensure_library()
+        self._map = ShardMap.read(self.r, self.keys)
+        self._map_at = time.monotonic()
+        self._protos: dict[str, Protocol] = {self.keys.prefix: self.proto}
+        self._turn = 0
+
+    # -- shards -----------------------------------------------------------------------------
+    def shard_map(self) -> ShardMap:
+        """The shard map, read again when older than 2 s."""
+        if time.monotonic() - self._map_at >= 2.0:
+            self._map = ShardMap.read(self.r, self.keys)
+            self._map_at = time.monotonic()
+        return self._map
+
+    def _shard(self, n: int) -> tuple[Keys, Protocol]:
+        keys = self._map.keys(self.keys, n)
+        proto = self._protos.get(keys.prefix)
+        if proto is None:
+            proto = self._protos[keys.prefix] = Protocol(self.r, keys)
+        return keys, proto
+
+    def _keyed(self, key: str, state) -> int:
+        """`key`'s home, or an older home that still holds its state (`state(keys)`)."""
+        for n in self._map.older_homes(key):
+            if self.r.exists(state(self._shard(n)[0])):
+                return n
+        return self._map.home(key)
+
+    def _holder(self, job_id: str) -> Keys:
+        """The keys of the shard that holds job `job_id` (its id's shard, its home, the rest)."""
+        m = self.shard_map()
+        if not m.sharded:
+            return self.keys
+        order = [n for n in [shard_of_id(job_id), m.home(job_id), *m.older_homes(job_id), *sorted(m.tags), 0]
+                 if n is not None]
+        for n in dict.fromkeys(order):
+            if n == 0 or n in m.tags:
+                keys = self._shard(n)[0]
+                if self.r.exists(keys.job(job_id)):
+                    return keys
+        return self._shard(m.home(job_id))[0]
+
+    def _place(self, spec: JobSpec, here: dict[str, int], follow: int | None) -> int:
+        job_id, _, _, fields = spec
+        m = self._map
+        if spec.route is not None:
+            return m.home(spec.route)
+        if "batch" in fields:
+            return self._keyed(fields["batch"], lambda k: k.batch(fields["batch"]))
+        after = json.loads(fields.get("prerequisites", "[]"))
+        if after:
+            at = None
+            for p in after:
+                n = here.get(p)
+                if n is None:
+                    holder = self._holder(p)
+                    n = next((i for i in [0, *m.tags] if self._shard(i)[0] == holder), 0)
+                if at is not None and at[0] != n:
+                    raise InvalidInput(f"job {job_id} waits on {at[1]} (shard {at[0]}) and {p} (shard {n}): "
+                                       "prerequisites must share a shard; submit them with one route key "
+                                       "(route=) or in one submit_many")
+                at = at or (n, p)
+            return at[0]
+        if "unique" in fields:
+            return self._keyed(fields["unique"], lambda k: k.unique(fields["unique"]))
+        if "limit_key" in fields:
+            return m.home(fields["limit_key"])
+        if not spec.generated:
+            return self._keyed(job_id, lambda k: k.job(job_id))
+        if follow is not None:
+            return follow
+        self._turn += 1
+        return (self._turn - 1) % m.k
+
+    def _submit_sharded(self, jobs: Sequence[JobSpec]) -> list[Submitted]:
+        jobs = [j if isinstance(j, JobSpec) else JobSpec(j) for j in jobs]
+        ids = {j[0] for j in jobs}
+        flow = any(p in ids for j in jobs for p in json.loads(j[3].get("prerequisites", "[]")))
+        here: dict[str, int] = {}
+        first = None
+        placed: list[tuple[int, tuple]] = []
+        renamed: dict[str, str] = {}
+        for spec in jobs:
+            job_id, stream, run_at, fields = spec
+            if renamed and "prerequisites" in fields:
+                fields = dict(fields)
+                fields["prerequisites"] = json.dumps([renamed.get(p, p) for p in json.loads(fields["prerequisites"])])
+                spec2 = JobSpec((job_id, stream, run_at, fields))
+                spec2.route, spec2.generated = spec.route, spec.generated
+                spec = spec2
+            n = self._place(spec, here, first if flow else None)
+            if first is None:
+                first = n
+            if spec.generated and n > 0:
+                new_id = f"{job_id}.s{n}"
+                renamed[job_id] = new_id
+                job_id = new_id
+            keys = self._shard(n)[0]
+            stream = keys.prefix + stream[len(self.keys.prefix):]
+            here[job_id] = n
+            placed.append((n, (job_id, stream, run_at, fields)))
+        out: list[Submitted | None] = [None] * len(placed)
+        for n in dict.fromkeys(p[0] for p in placed):
+            idx = [i for i, p in enumerate(placed) if p[0] == n]
+            for i, s in zip(idx, self._submit_on(self._shard(n)[1], [placed[i][1] for i in idx])):
+                out[i] = s
+        return [s for s in out if s is not None]
 
     # -- submit -----------------------------------------------------------------------------
     def job(self, script: str, type: str = "rhai", *, id: str | None = None, group: str | None = None,
@@ -56,11 +172,13 @@ class Client:
             unique: str | None = None, unique_ttl: float | None = None, tags: Iterable[str] = (),
             limit_key: str | None = None, env: Mapping[str, str] | None = None, batch: str | None = None,
             caller_id: str = "", context_id: str = "", payload: bytes | None = None,
-            wait: bool = False) -> tuple[str, str, int, dict[str, Any]]:
+            wait: bool = False, route: str | None = None) -> JobSpec:
         """The submit of one job, checked: (id, work stream, run-at ms, record fields). Every
         option of `hero submit`; `delay` in seconds, `at` an aware datetime, `after` the ids of
-        prerequisites, `unique_ttl` in seconds."""
+        prerequisites, `unique_ttl` in seconds, `route` a route key (docs/sharding.md)."""
         job_id = id or str(uuid.uuid4())
+        if route is not None and not 1 <= len(route.encode()) <= 200:
+            raise InvalidInput("a route key is 1 to 200 bytes")
         if not _JOB_ID.match(job_id):
             raise InvalidInput(f"job id {job_id!r}: use 1-128 characters of A-Z a-z 0-9 _ - .")
         _name("script type", type)
@@ -119,7 +237,9 @@ class Client:
             run_at = int(at.timestamp() * 1000)
         elif delay is not None:
             run_at = now_ms() + int(delay * 1000)
-        return job_id, self.keys.work(type, group, instance, priority), run_at, fields
+        spec = JobSpec((job_id, self.keys.work(type, group, instance, priority), run_at, fields))
+        spec.route, spec.generated = route, id is None
+        return spec
 
     def submit(self, script: str, type: str = "rhai", **options: Any) -> Submitted:
         """Submits one job (see `job` for the options) and answers its id and status. An id that
@@ -128,9 +248,14 @@ class Client:
         return self.submit_many([self.job(script, type, **options)])[0]
 
     def submit_many(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
-        """Submits jobs built with `job`, in one call."""
+        """Submits jobs built with `job`, in one call (one per shard in a sharded namespace)."""
+        if self.shard_map().sharded:
+            return self._submit_sharded(jobs)
+        return self._submit_on(self.proto, jobs)
+
+    def _submit_on(self, proto: Protocol, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
         try:
-            answers = self.proto.submit(jobs)
+            answers = proto.submit(jobs)
         except redis.ResponseError as e:
             raise HeroError.from_server(e) from None
         out = []
@@ -151,7 +276,7 @@ class Client:
         deadline = time.monotonic() + wait
         while True:
             left = deadline - time.monotonic()
-            got = self.r.blpop([self.keys.reply(job_id)], timeout=max(0.1, min(left, 1.0)))
+            got = self.r.blpop([self._holder(job_id).reply(job_id)], timeout=max(0.1, min(left, 1.0)))
             if got is not None:
                 v = json.loads(got[1])
                 return Result(job_id, v.get("status", ""), v.get("output", ""), v.get("error", ""))
@@ -163,13 +288,13 @@ class Client:
 
     # -- read -------------------------------------------------------------------------------
     def get(self, job_id: str) -> Job:
-        rec = self.r.hgetall(self.keys.job(job_id))
+        rec = self.r.hgetall(self._holder(job_id).job(job_id))
         if not rec:
             raise JobNotFound(job_id)
         return Job.from_record(job_id, rec)
 
     def status(self, job_id: str) -> str:
-        s = self.r.hget(self.keys.job(job_id), "status")
+        s = self.r.hget(self._holder(job_id).job(job_id), "status")
         if s is None:
             raise JobNotFound(job_id)
         return s.decode()
@@ -178,18 +303,20 @@ class Client:
     def stop(self, job_id: str) -> str:
         """Stops a job wherever it is: 'cancelled' (it never starts), 'interrupted' (its worker
         is told), 'already_completed'."""
+        keys = self._holder(job_id)
+        proto = self._protos.get(keys.prefix) or Protocol(self.r, keys)
         for _ in range(5):
-            rec = self.r.hmget(self.keys.job(job_id), ["script_type", "group", "instance", "priority",
-                                                     "worker_id"])
+            rec = self.r.hmget(keys.job(job_id), ["script_type", "group", "instance", "priority",
+                                                "worker_id"])
             t, g, i, p, worker = (x.decode() if x else "" for x in rec)
-            stream = self.keys.work(t, g or None, i or None, int(p) if p.isdigit() else 5) if t else \
-                self.keys.job(job_id)
+            stream = keys.work(t, g or None, i or None, int(p) if p.isdigit() else 5) if t else \
+                keys.job(job_id)
             ctl = None
             parts = worker.split(":")
             if t and len(parts) == 3:
-                ctl = self.keys.ctl_instance(t, parts[0], parts[1])
+                ctl = keys.ctl_instance(t, parts[0], parts[1])
             try:
-                answer = self.proto.stop(job_id, stream, ctl, worker)
+                answer = proto.stop(job_id, stream, ctl, worker)
             except redis.ResponseError as e:
                 raise HeroError.from_server(e) from None
             if answer != "changed":
@@ -204,23 +331,28 @@ class Client:
         submit(..., batch=name)."""
         if on_complete is None and on_success is None:
             raise InvalidInput("close a batch with on_complete or on_success")
+        keys, proto = self._shard(self._keyed(name, lambda k: k.batch(name))) if self.shard_map().sharded \
+            else (self.keys, self.proto)
 
         def spec(cb: tuple[str, str] | None, which: str) -> dict | None:
             if cb is None:
                 return None
             job_id, stream, _, fields = self.job(cb[0], cb[1], id=f"batch-{name}-{which}", **options)
+            stream = keys.prefix + stream[len(self.keys.prefix):]
             flat = [str(x) for kv in fields.items() if kv[0] != "created_at" for x in kv]
-            return {"id": job_id, "key": self.keys.job(job_id), "stream": stream,
-                    "registry": self.keys.queues(), "group": "workers", "fields": flat}
+            return {"id": job_id, "key": keys.job(job_id), "stream": stream,
+                    "registry": keys.queues(), "group": "workers", "fields": flat}
 
-        r = self.proto.close_batch(_name("batch name", name), spec(on_complete, "complete"),
+        r = proto.close_batch(_name("batch name", name), spec(on_complete, "complete"),
                                    spec(on_success, "success"))
         state = {"done": "done", "already_done": "done"}.get(r[0], "closed")
         return BatchInfo(name, r[1], r[2], r[3], r[4], state, r[5] or None, r[6] or None)
 
     def batch(self, name: str) -> BatchInfo | None:
         """Batch `name` as it stands (None when there is none, or it expired)."""
-        h = {k.decode(): v.decode() for k, v in self.r.hgetall(self.keys.batch(_name("batch name", name))).items()}
+        _name("batch name", name)
+        keys = self._shard(self._keyed(name, lambda k: k.batch(name)))[0] if self.shard_map().sharded else self.keys
+        h = {k.decode(): v.decode() for k, v in self.r.hgetall(keys.batch(name)).items()}
         if not h:
             return None
         n = lambda k: max(0, int(h.get(k, "0") or 0))  # noqa: E731

@@ -45,6 +45,10 @@ class Keys:
                     out.append(self.work(t, g, i, p))
         return out
 
+    def shard_map(self) -> str:
+        """The shard map of a sharded namespace (docs/sharding.md), on shard 0."""
+        return f"{self.prefix}:meta:shards"
+
     def reply(self, job_id: str) -> str:
         return f"{self.prefix}:q:reply:{job_id}"
 
@@ -89,6 +93,9 @@ class Keys:
 
     def config(self) -> str:
         return f"{self.prefix}:meta:config"
+
+    def unique(self, key: str) -> str:
+        return f"{self.prefix}:unique:{key}"
 
     def batch(self, name: str) -> str:
         return f"{self.prefix}:batch:{name}"

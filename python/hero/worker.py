@@ -6,6 +6,7 @@ own event loop)."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import json
 import os
@@ -23,6 +24,7 @@ import redis
 from .client import _name, connect
 from .job import Job
 from .keys import Keys
+from .shards import ShardMap
 from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms, retry_at_ms
 
 REPORT_EVERY_S = 0.5  # reports gather this long: one call per flush for every job at once
@@ -121,7 +123,9 @@ class Worker:
         self.is_async = inspect.iscoroutinefunction(handler)
         self.r = r if r is not None else connect(url)
         self.keys = Keys(_name("namespace", namespace))
+        self._versions = (protocol, library)
         self.proto = Protocol(self.r, self.keys, protocol, library)
+        self._base_prefix = self.keys.prefix
         self.group = _name("group", group)
         self.instance = _name("instance", instance or f"py-{os.getpid()}")
         self.consumer = f"{self.group}:{self.instance}:{uuid.uuid4().hex[:8]}"
@@ -147,11 +151,51 @@ class Worker:
         """Stops taking jobs; `run` then finishes what runs and returns."""
         self._stopping.set()
 
+    def _for_shard(self, keys: Keys) -> "Worker":
+        """This worker on another shard of its namespace: its own keys, streams, running jobs
+        and completions; the handler, the slots and the stop shared."""
+        w = copy.copy(self)
+        w.keys = keys
+        w.proto = Protocol(self.r, keys, *self._versions)
+        w.streams = keys.precedence(self.types, self.group, self.instance)
+        w._running = {}
+        w._lock = threading.Lock()
+        w._done = queue.Queue()
+        w._finished = threading.Event()
+        w.completed = 0
+        return w
+
+    def _serve_shards(self) -> None:
+        """Serves every shard of a sharded namespace (docs/sharding.md) beside shard 0, one
+        `_for_shard` worker each, and the shards added later within 2 s; returns at the stop
+        once they all stopped."""
+        served: dict[int, tuple[Worker, threading.Thread]] = {}
+        while True:
+            try:
+                m = ShardMap.read(self.r, self.keys)
+                for n in m.served():
+                    if n > 0 and n not in served:
+                        sub = self._for_shard(m.keys(self.keys, n))
+                        t = threading.Thread(target=sub.run, kwargs={"install_signals": False}, daemon=True,
+                                             name=f"hero-shard-{n}")
+                        t.start()
+                        served[n] = (sub, t)
+            except redis.RedisError as e:
+                self._emit("error", "", f"reading the shard map failed: {e}")
+            if self._stopping.wait(2.0):
+                break
+        for sub, t in served.values():
+            t.join(timeout=self.shutdown_s + 10)
+
     def run(self, install_signals: bool = True) -> None:
         self.proto.ensure_library()
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
+        shards = None
+        if self.keys.prefix == self._base_prefix:
+            shards = threading.Thread(target=self._serve_shards, daemon=True, name="hero-shards")
+            shards.start()
         self._heartbeat()
         threads = [threading.Thread(target=f, daemon=True, name=n) for f, n in (
             (self._keeper, "hero-keeper"), (self._control, "hero-control"), (self._completer, "hero-completer"))]
@@ -162,6 +206,8 @@ class Worker:
             self._fetch_loop()
         finally:
             self._shutdown()
+            if shards is not None:
+                shards.join(timeout=self.shutdown_s + 15)
             self._finished.set()
             for t in threads:
                 t.join(timeout=5)

@@ -264,3 +264,35 @@ def test_a_worker_of_the_previous_protocol_serves_beside_brokers_of_this_one(bro
     r = redis.Redis.from_url(broker)
     libs = {dict(zip(lib[::2], lib[1::2]))[b"library_name"].decode() for lib in r.function_list()}
     assert {"hero_v26", f"hero_v{hero.PROTOCOL_VERSION}"} <= libs
+
+
+def test_homes_are_the_ones_the_rust_client_computes():
+    from hero.shards import fnv1a, jump
+    # the same five homes are asserted by hero-protocol (shard::tests)
+    homes = [jump(fnv1a(k), n) for k, n in [("k1", 4), ("acct-7", 8), ("u3", 4), ("customer-42", 64), ("x", 2)]]
+    assert homes == [2, 2, 3, 61, 1]
+    assert fnv1a("acct-7") == 0xEADD7EBDB5B16A96
+
+
+def test_a_sharded_namespace_is_served_by_the_python_producer_and_worker(broker):
+    hero_cli("shards", "set", "3", url=broker)
+    c = hero.Client(broker)
+    assert c.shard_map().k == 3
+    done = []
+    w = hero.Worker(lambda job, ctx: done.append(job.id) or job.script.upper(), ["py"], broker, concurrency=4)
+    t = start(w)
+    subs = c.submit_many([c.job(f"job {i}", "py") for i in range(60)])
+    ids = [s.id for s in subs]
+    shards = {hero.shards.shard_of_id(i) or 0 for i in ids}
+    assert shards == {0, 1, 2}, ids
+    routed = c.submit_many([c.job("r", "py", route="acct-7") for _ in range(10)])
+    assert len({hero.shards.shard_of_id(s.id) or 0 for s in routed}) == 1
+    wait_until("every job finished", lambda: all(c.status(i) == "finished" for i in ids + [s.id for s in routed]))
+    assert c.get(ids[1]).output == "JOB 1"
+    # a Rust client reads the Python client's jobs where they are
+    out = hero_cli("status", ids[2], url=broker).stdout
+    assert "finished" in out, out
+    # and the Python worker serves jobs the Rust CLI submits to any shard
+    rust_ids = [hero_cli("submit", "--type", "py", f"rust {i}", url=broker).stdout.strip() for i in range(6)]
+    wait_until("the Rust-submitted jobs finished", lambda: all(c.status(i) == "finished" for i in rust_ids))
+    stop(w, t)

@@ -17,7 +17,7 @@ use crate::event::WorkerEvent;
 use crate::finished::Finished;
 use crate::shared::{Registered, Shared};
 use crate::task::start_jobs;
-use crate::turns::Turns;
+use crate::turns::{Seat, Turns};
 use hero_protocol::outage::Outage;
 
 /// The fetch for `count` slots, and the streams it names (indexes into [`Shared::streams`];
@@ -102,14 +102,14 @@ type FetchOutcome = hero_protocol::Result<(Vec<String>, bool)>;
 /// Takes free slots, up to a quarter of them per fetch, and fetches that many jobs in precedence
 /// order, with up to [`FETCHES_IN_FLIGHT`] fetches under way while they come back full. When the queues are drier than
 /// that, it blocks on XREAD from the cursors a fetch returned until a new entry lands.
-/// `turns` and `rank` place this namespace among the worker's namespaces (see `turns`).
+/// `turns` and `seat` place this loop among the worker's namespaces and shards (see `turns`).
 pub(crate) async fn fetch_loop(
     s: Arc<Shared>,
     permits: Arc<Semaphore>,
     done: mpsc::UnboundedSender<Finished>,
     stop: CancellationToken,
     turns: Arc<Turns>,
-    rank: usize,
+    seat: Seat,
 ) {
     let mut outage = Outage::new("the fetch");
     let mut waker: Option<hero_protocol::conn::Blocking> = None;
@@ -131,18 +131,18 @@ pub(crate) async fn fetch_loop(
             in_flight_max = FETCHES_IN_FLIGHT;
             // a backlog: the completer fetches the slots it frees in its own round trip (only
             // the first namespace's, which never waits for its turn)
-            if rank == 0 {
+            if seat.rank == 0 {
                 s.backlog.store(true, Ordering::Relaxed);
             }
         }
         if let Some(e) = ended.failed.take() {
             let delay = outage.failed(&e);
-            turns.set_idle(rank, true);
+            turns.set_idle(&seat, true);
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(delay) => {}
             }
-            turns.set_idle(rank, false);
+            turns.set_idle(&seat, false);
             continue;
         }
         if let Some(mut cursors) = ended.dry.take() {
@@ -156,9 +156,9 @@ pub(crate) async fn fetch_loop(
             in_flight_max = 1;
             s.backlog.store(false, Ordering::Relaxed);
             let limited = std::mem::take(&mut ended.limited);
-            turns.set_idle(rank, true);
+            turns.set_idle(&seat, true);
             let go_on = wait_for_entry(&s, &mut waker, &cursors, limited, &stop, &mut outage).await;
-            turns.set_idle(rank, false);
+            turns.set_idle(&seat, false);
             if !go_on {
                 break;
             }
@@ -171,7 +171,7 @@ pub(crate) async fn fetch_loop(
             }
             continue;
         }
-        if !turns.wait_turn(rank, &stop).await {
+        if !turns.wait_turn(&seat, &stop).await {
             break;
         }
         let first = tokio::select! {

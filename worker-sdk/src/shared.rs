@@ -33,7 +33,6 @@ pub(crate) struct Shared {
     pub concurrency: usize,
     pub lease: Duration,
     pub presence_ttl: Duration,
-    pub shutdown_deadline: Duration,
     pub inflight: InFlight,
     pub policy: crate::policy::PolicyCache,
     pub handler: Arc<dyn Handler>,

@@ -160,36 +160,74 @@ impl WorkerBuilder {
             Some(p) => p,
             None => Priority::all().collect(),
         };
-        let namespaces = std::iter::once(&self.client).chain(&self.more);
-        let shared = namespaces
-            .map(|client| {
-                let keys = client.keys().clone();
-                let consumer = ConsumerName::new(group.clone(), instance.clone());
-                let streams = keys.precedence_at(&types, &group, &instance, &priorities);
-                Arc::new(Shared {
-                    redis: client.redis().clone(),
-                    keys,
-                    consumer_name: consumer.to_string(),
-                    consumer,
-                    types: types.clone(),
-                    streams,
-                    registered: std::sync::Mutex::new(None),
-                    backlog: std::sync::atomic::AtomicBool::new(false),
-                    group_commit: self
-                        .group_commit
-                        .unwrap_or_else(|| client.redis().caps().fsync_always),
-                    concurrency: self.concurrency,
-                    lease: self.lease,
-                    presence_ttl: self.presence_ttl,
-                    shutdown_deadline: self.shutdown_deadline,
-                    inflight: InFlight::default(),
-                    policy: crate::policy::PolicyCache::default(),
-                    handler: handler.clone(),
-                    on_event: self.on_event.clone(),
-                })
-            })
-            .collect();
-        Ok(Worker { shared })
+        let consumer = ConsumerName::new(group.clone(), instance.clone());
+        let template = Template {
+            consumer_name: consumer.to_string(),
+            consumer,
+            group,
+            instance,
+            types,
+            priorities,
+            group_commit: self.group_commit,
+            concurrency: self.concurrency,
+            lease: self.lease,
+            presence_ttl: self.presence_ttl,
+            shutdown_deadline: self.shutdown_deadline,
+            handler,
+            on_event: self.on_event,
+        };
+        let mut namespaces = vec![self.client];
+        namespaces.extend(self.more);
+        Ok(Worker {
+            template: Arc::new(template),
+            namespaces,
+        })
+    }
+}
+
+/// What every shard's and namespace's `Shared` of one worker has in common.
+struct Template {
+    consumer: ConsumerName,
+    consumer_name: String,
+    group: GroupName,
+    instance: InstanceName,
+    types: Vec<ScriptType>,
+    priorities: Vec<Priority>,
+    group_commit: Option<bool>,
+    concurrency: usize,
+    lease: Duration,
+    presence_ttl: Duration,
+    shutdown_deadline: Duration,
+    handler: Arc<dyn Handler>,
+    on_event: Option<EventHook>,
+}
+
+impl Template {
+    /// The state of this worker in one shard (`client`, bound to it).
+    fn shared(&self, client: &Client) -> Arc<Shared> {
+        let keys = client.keys().clone();
+        let streams =
+            keys.precedence_at(&self.types, &self.group, &self.instance, &self.priorities);
+        Arc::new(Shared {
+            redis: client.redis().clone(),
+            keys,
+            consumer_name: self.consumer_name.clone(),
+            consumer: self.consumer.clone(),
+            types: self.types.clone(),
+            streams,
+            registered: std::sync::Mutex::new(None),
+            backlog: std::sync::atomic::AtomicBool::new(false),
+            group_commit: self
+                .group_commit
+                .unwrap_or_else(|| client.redis().caps().fsync_always),
+            concurrency: self.concurrency,
+            lease: self.lease,
+            presence_ttl: self.presence_ttl,
+            inflight: InFlight::default(),
+            policy: crate::policy::PolicyCache::default(),
+            handler: self.handler.clone(),
+            on_event: self.on_event.clone(),
+        })
     }
 }
 
@@ -216,9 +254,11 @@ fn default_instance() -> InstanceName {
 }
 
 /// A worker: presence, precedence fetch, handler calls, leases, fenced completion; in one
-/// namespace or several (one `Shared` each, slots shared).
+/// namespace or several, each over its shards (one `Shared` a shard, slots shared).
 pub struct Worker {
-    shared: Vec<Arc<Shared>>,
+    template: Arc<Template>,
+    /// The namespaces served, in precedence order.
+    namespaces: Vec<Client>,
 }
 
 impl Worker {
@@ -242,7 +282,7 @@ impl Worker {
 
     /// The consumer name this worker has in the consumer groups (`<group>:<instance>:<session>`).
     pub fn consumer(&self) -> &str {
-        &self.shared[0].consumer_name
+        &self.template.consumer_name
     }
 
     /// Runs until SIGTERM or ctrl-c, then shuts down gracefully.
@@ -253,16 +293,31 @@ impl Worker {
     /// Runs until `shutdown` completes, then stops fetching, lets running jobs finish within the
     /// shutdown deadline, hands back the rest and removes its presence.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
-        let concurrency = self.shared[0].concurrency;
-        let deadline = self.shared[0].shutdown_deadline;
-        let permits = Arc::new(Semaphore::new(concurrency));
-        let turns = Arc::new(Turns::new(self.shared.len()));
-        let mut namespaces = Vec::with_capacity(self.shared.len());
-        for (rank, s) in self.shared.into_iter().enumerate() {
-            namespaces.push(Running::start(s, permits.clone(), turns.clone(), rank).await?);
+        let concurrency = self.template.concurrency;
+        let deadline = self.template.shutdown_deadline;
+        let pool = Pool {
+            template: self.template.clone(),
+            permits: Arc::new(Semaphore::new(concurrency)),
+            turns: Arc::new(Turns::default()),
+            running: Arc::new(tokio::sync::Mutex::new(Vec::new())),
+        };
+        for (rank, ns) in self.namespaces.iter().enumerate() {
+            for (_, shard) in ns.shard_clients() {
+                pool.start(&shard, rank).await?;
+            }
         }
+        // shards added to a namespace while the worker runs are served from then on
+        let stop_watch = CancellationToken::new();
+        let watch = tokio::spawn(
+            pool.clone()
+                .watch_shards(self.namespaces, stop_watch.clone()),
+        );
 
         shutdown.await;
+        stop_watch.cancel();
+        let _ = watch.await;
+        let permits = pool.permits.clone();
+        let mut namespaces = std::mem::take(&mut *pool.running.lock().await);
         let running = |ns: &[Running]| ns.iter().map(|n| n.s.inflight.len()).sum::<usize>();
         tracing::info!(running = running(&namespaces), "shutting down: no new jobs");
         for n in &mut namespaces {
@@ -294,6 +349,57 @@ impl Worker {
     }
 }
 
+/// The running shards of a worker, and what starting another needs.
+#[derive(Clone)]
+struct Pool {
+    template: Arc<Template>,
+    permits: Arc<Semaphore>,
+    turns: Arc<Turns>,
+    running: Arc<tokio::sync::Mutex<Vec<Running>>>,
+}
+
+impl Pool {
+    async fn start(&self, shard: &Client, rank: usize) -> Result<()> {
+        let s = self.template.shared(shard);
+        let seat = self.turns.seat(rank);
+        let r = Running::start(s, self.permits.clone(), self.turns.clone(), seat).await?;
+        self.running.lock().await.push(r);
+        Ok(())
+    }
+
+    /// Every `shard::REFRESH`, starts serving the shards a namespace gained (the client reads
+    /// its shard map in the background; an unsharded namespace costs nothing more here).
+    async fn watch_shards(self, namespaces: Vec<Client>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(hero_protocol::shard::REFRESH) => {}
+            }
+            for (rank, ns) in namespaces.iter().enumerate() {
+                for (n, shard) in ns.shard_clients() {
+                    let served = self
+                        .running
+                        .lock()
+                        .await
+                        .iter()
+                        .any(|r| &r.s.keys == shard.keys());
+                    if served {
+                        continue;
+                    }
+                    match self.start(&shard, rank).await {
+                        Ok(()) => {
+                            tracing::info!(shard = n, namespace = %ns.keys().prefix(), "serving a new shard")
+                        }
+                        Err(e) => {
+                            tracing::warn!(shard = n, error = %e, "cannot serve a new shard yet; trying again")
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The loops of one namespace of a running worker.
 struct Running {
     s: Arc<Shared>,
@@ -309,7 +415,7 @@ impl Running {
         s: Arc<Shared>,
         permits: Arc<Semaphore>,
         turns: Arc<Turns>,
-        rank: usize,
+        seat: crate::turns::Seat,
     ) -> Result<Running> {
         let stop_fetch = CancellationToken::new();
         let stop_background = CancellationToken::new();
@@ -337,7 +443,7 @@ impl Running {
             done_tx,
             stop_fetch.clone(),
             turns,
-            rank,
+            seat,
         ));
         Ok(Running {
             s,

@@ -177,7 +177,22 @@ const PAGE: usize = 1000;
 impl Inspector {
     /// The latest `limit` events that match `filter`, oldest first. Scans the log backwards a
     /// page at a time, so a filter that matches little reads the whole log (at most its cap).
+    /// In a sharded namespace the shards' logs are merged by time.
     pub async fn events(&self, filter: &EventFilter, limit: usize) -> Result<Vec<Event>> {
+        if self.others.is_empty() {
+            return self.events_here(filter, limit).await;
+        }
+        let mut all = Vec::new();
+        for (_, shard) in self.shards() {
+            all.extend(shard.events_here(filter, limit).await?);
+        }
+        // stable: a shard's own order holds among events of one millisecond
+        all.sort_by_key(Event::at_ms);
+        let skip = all.len().saturating_sub(limit);
+        Ok(all.split_off(skip))
+    }
+
+    async fn events_here(&self, filter: &EventFilter, limit: usize) -> Result<Vec<Event>> {
         let key = self.keys.events();
         let mut out = Vec::new();
         let mut end = "+".to_string();

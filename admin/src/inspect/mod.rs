@@ -143,11 +143,33 @@ pub struct Page {
 pub struct Inspector {
     redis: Redis,
     keys: Keyspace,
+    /// The other shards of a sharded namespace (docs/sharding.md): `queues` sums them,
+    /// `events` merges them; the other questions are about this shard.
+    others: Vec<(u16, Inspector)>,
 }
 
 impl Inspector {
+    /// The read side of one shard (`Inspector::from(&client)` reaches every shard).
     pub fn new(redis: Redis, keys: Keyspace) -> Inspector {
-        Inspector { redis, keys }
+        Inspector {
+            redis,
+            keys,
+            others: Vec::new(),
+        }
+    }
+
+    /// Every served or retired shard of the namespace with its reader, shard 0 first (one shard
+    /// for an unsharded namespace).
+    pub fn shards(&self) -> Vec<(u16, Inspector)> {
+        let mut out = vec![(0, Inspector::new(self.redis.clone(), self.keys.clone()))];
+        out.extend(self.others.iter().cloned());
+        out
+    }
+
+    /// Reaches the other shards too.
+    pub fn with_shards(mut self, others: Vec<(u16, Inspector)>) -> Inspector {
+        self.others = others;
+        self
     }
 
     /// One SCAN page of the keys matching `pattern` (of `kind` when given): the next cursor

@@ -155,9 +155,38 @@ impl Inspector {
         Ok(names)
     }
 
-    /// Every registered queue, sorted by name: one round trip for the stats hashes and each
-    /// stream's gauges, one for the oldest waiting entries.
+    /// Every queue, sorted by name; in a sharded namespace summed over the shards (a queue's
+    /// gauges, counters, rates and histograms added up, its oldest waiting job the oldest).
     pub async fn queues(&self) -> Result<Vec<QueueStats>> {
+        if self.others.is_empty() {
+            return self.queues_here().await;
+        }
+        let mut by_name = std::collections::BTreeMap::<String, QueueStats>::default();
+        for (_, shard) in self.queues_by_shard().await? {
+            for q in shard {
+                match by_name.get_mut(&q.name) {
+                    Some(sum) => sum.absorb(&q),
+                    None => {
+                        by_name.insert(q.name.clone(), q);
+                    }
+                }
+            }
+        }
+        Ok(by_name.into_values().collect())
+    }
+
+    /// Every shard's queues, shard 0 first (what `/metrics` labels per shard).
+    pub async fn queues_by_shard(&self) -> Result<Vec<(u16, Vec<QueueStats>)>> {
+        let mut out = Vec::new();
+        for (n, shard) in self.shards() {
+            out.push((n, shard.queues_here().await?));
+        }
+        Ok(out)
+    }
+
+    /// This shard's registered queues, sorted by name: one round trip for the stats hashes and
+    /// each stream's gauges, one for the oldest waiting entries.
+    async fn queues_here(&self) -> Result<Vec<QueueStats>> {
         let streams = self.queue_streams().await?;
         let paused: std::collections::HashSet<String> = self
             .redis
@@ -253,6 +282,23 @@ impl Inspector {
 }
 
 impl QueueStats {
+    /// Adds the same queue's stats on another shard.
+    fn absorb(&mut self, o: &QueueStats) {
+        self.waiting += o.waiting;
+        self.running += o.running;
+        self.delayed += o.delayed;
+        self.finished += o.finished;
+        self.failed += o.failed;
+        self.retried += o.retried;
+        self.recovered += o.recovered;
+        self.dead += o.dead;
+        self.done_per_minute += o.done_per_minute;
+        self.wait.absorb(&o.wait);
+        self.run.absorb(&o.run);
+        self.oldest_waiting_ms = self.oldest_waiting_ms.max(o.oldest_waiting_ms);
+        self.paused |= o.paused;
+    }
+
     /// The counters and histograms the functions keep for this queue's stream.
     fn add_totals(&mut self, t: &StreamStats) {
         self.finished = t.finished;

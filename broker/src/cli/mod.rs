@@ -21,6 +21,7 @@ mod queue;
 mod queues;
 mod requeue;
 mod run;
+mod shards;
 mod status;
 mod stop;
 mod submit;
@@ -213,6 +214,9 @@ pub enum Command {
     /// list them. Members join with `hero submit --batch NAME`.
     #[command(subcommand, after_long_help = examples::BATCH)]
     Batch(batch::BatchCommand),
+    /// Shards: spread the namespace over K shards (`set K`), or show each shard's counts.
+    #[command(subcommand)]
+    Shards(shards::ShardsCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -393,6 +397,10 @@ pub struct JobArgs {
     /// The key its queue's --key-rate counts it under (a customer, an account).
     #[arg(long, value_name = "KEY")]
     pub limit_key: Option<String>,
+    /// In a sharded namespace, every job with this key goes to one shard and starts in submit
+    /// order within its priority (see `hero shards`).
+    #[arg(long, value_name = "KEY")]
+    pub route: Option<String>,
     /// Make it a member of this batch (see `hero batch`).
     #[arg(long, value_name = "NAME")]
     pub batch: Option<String>,
@@ -569,6 +577,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Config(ConfigCommand::Show) => config_show::show(g),
         Command::Resume { queue: q } => queue::pause(g, q, false).await,
         Command::Batch(cmd) => batch::batch(g, cmd).await,
+        Command::Shards(cmd) => shards::shards(g, cmd).await,
     }
 }
 

@@ -85,6 +85,9 @@ impl JobArgs {
         if let Some(n) = &self.batch {
             b = b.batch(n);
         }
+        if let Some(r) = &self.route {
+            b = b.route(r);
+        }
         Ok(b.build()?)
     }
 }

@@ -35,6 +35,7 @@ pub fn routes() -> Router<App> {
     Router::new()
         .route("/api/queues", get(queues))
         .route("/api/actors", get(actors))
+        .route("/api/shards", get(shards))
         .route("/api/jobs", get(jobs))
         .route("/api/jobs/{id}", get(job))
         .route("/api/jobs/{id}/stop", post(stop))
@@ -86,6 +87,15 @@ async fn queues(State(app): State<App>) -> ApiResult {
     let queues = hero_admin::Inspector::from(&app.client).queues().await?;
     Ok(Json(json!({
         "queues": queues.iter().map(hero_admin::inspect::QueueStats::to_json).collect::<Vec<_>>()
+    })))
+}
+
+async fn shards(State(app): State<App>) -> ApiResult {
+    let map = app.client.shard_map();
+    let rows = hero_admin::shards::rows(&app.client).await?;
+    Ok(Json(json!({
+        "k": map.k, "epoch": map.epoch,
+        "shards": rows.iter().map(hero_admin::shards::ShardRow::to_json).collect::<Vec<_>>()
     })))
 }
 

@@ -82,13 +82,23 @@ async fn readyz(State(app): State<App>) -> Response {
 
 async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     let inspector = hero_admin::Inspector::from(&app.client);
-    let queues = inspector.queues().await?;
+    let by_shard = inspector.queues_by_shard().await?;
+    // an unsharded namespace's series carry no shard label (as before shards existed); a
+    // sharded one's carry `shard`, so `sum by (queue)` gives the queue
+    let sharded = by_shard.len() > 1;
+    let queues: Vec<(Option<u16>, QueueStats)> = by_shard
+        .into_iter()
+        .flat_map(|(n, qs)| qs.into_iter().map(move |q| (sharded.then_some(n), q)))
+        .collect();
     let actors = inspector.actors().await?;
-    let dead: u64 = app
-        .client
-        .redis()
-        .query(redis::cmd("XLEN").arg(app.client.keys().dead_letter()))
-        .await?;
+    let mut dead = 0u64;
+    for (_, shard) in app.client.all_shard_clients() {
+        let n: u64 = shard
+            .redis()
+            .query(redis::cmd("XLEN").arg(shard.keys().dead_letter()))
+            .await?;
+        dead += n;
+    }
     let mut out = render(&queues, &actors, dead);
     if let Some(handle) = install_recorder() {
         out.push_str(&handle.render());
@@ -118,12 +128,15 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 
 /// The job metrics of `queues`, the workers and the dead-letter count, in the text format.
 pub fn render(
-    queues: &[QueueStats],
+    queues: &[(Option<u16>, QueueStats)],
     actors: &[hero_admin::inspect::Actor],
     dead_letters: u64,
 ) -> String {
     let mut out = String::new();
-    let labels = |q: &QueueStats| format!("queue=\"{}\"", escape(&q.name));
+    let labels = |(shard, q): &(Option<u16>, QueueStats)| match shard {
+        Some(n) => format!("queue=\"{}\",shard=\"{n}\"", escape(&q.name)),
+        None => format!("queue=\"{}\"", escape(&q.name)),
+    };
     type Gauge = fn(&QueueStats) -> f64;
     let families: [(&str, &str, &str, Gauge); 10] = [
         (
@@ -190,7 +203,7 @@ pub fn render(
     for (name, kind, help, value) in families {
         header(&mut out, name, kind, help);
         for q in queues {
-            let _ = writeln!(out, "{name}{{{}}} {}", labels(q), value(q));
+            let _ = writeln!(out, "{name}{{{}}} {}", labels(q), value(&q.1));
         }
     }
     type Hist = fn(&QueueStats) -> &Histogram;
@@ -209,7 +222,7 @@ pub fn render(
     for (name, help, hist) in histograms {
         header(&mut out, name, "histogram", help);
         for q in queues {
-            let h = hist(q);
+            let h = hist(&q.1);
             let mut seen = 0u64;
             for (b, n) in &h.buckets {
                 seen += n;

@@ -2,7 +2,7 @@
 //! [`recover`] (jobs of dead workers, idle deliveries), [`promote`] (due delayed jobs and
 //! retries), [`retention`] (ended jobs past their retention time), [`sample`] (queue depth per
 //! minute), [`cron`] (the ticks of recurring jobs), [`timeouts`] (running jobs past their time
-//! limit). Every pass moves jobs only through server functions, so brokers never double a
+//! limit), [`shards`] (drained shards retired once empty). Every pass moves jobs only through server functions, so brokers never double a
 //! move and a crash between two calls leaves each job in one place.
 
 pub mod cron;
@@ -10,6 +10,7 @@ pub mod promote;
 pub mod recover;
 pub mod retention;
 pub mod sample;
+pub mod shards;
 pub mod timeouts;
 
 use hero_protocol::outage::Outage;

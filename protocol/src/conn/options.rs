@@ -54,4 +54,22 @@ impl ConnectOptions {
         redis.set_replicas(self.replicas)?;
         Ok((redis, keys))
     }
+
+    /// Whether these options name a cluster (the flag, or a `redis+cluster://` URL).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster || names_cluster(&self.url)
+    }
+
+    /// A handle on the master that owns `keys` (another shard of the namespace,
+    /// `crate::shard`): in a cluster each shard's slot may live on another node; on one server
+    /// `base` is that server already and is shared.
+    pub async fn open_shard(&self, base: &Redis, keys: &Keyspace) -> Result<Redis> {
+        if !self.is_cluster() {
+            return Ok(base.clone());
+        }
+        let mut redis =
+            Redis::open(&self.url, &self.tls, true, keys.prefix(), self.pool_size).await?;
+        redis.set_replicas(self.replicas)?;
+        Ok(redis)
+    }
 }

@@ -45,6 +45,37 @@ impl Keyspace {
         &self.prefix
     }
 
+    /// The namespace or shard tag, without the braces of the cluster form.
+    pub fn shard_tag(&self) -> &str {
+        self.prefix
+            .strip_prefix('{')
+            .and_then(|p| p.strip_suffix('}'))
+            .unwrap_or(&self.prefix)
+    }
+
+    /// The keyspace of another shard of this namespace, whose tag is `tag` (`crate::shard`),
+    /// in the same form (plain, or braced for a cluster).
+    pub fn with_tag(&self, tag: &str) -> Keyspace {
+        let prefix = if self.prefix.starts_with('{') {
+            format!("{{{tag}}}")
+        } else {
+            tag.to_string()
+        };
+        Keyspace { prefix }
+    }
+
+    /// Hash: a sharded namespace's queue policies as the operator set them (queue → JSON), on
+    /// shard 0; each shard's [`Keyspace::policy`] holds its share of limits and rates.
+    pub fn whole_policies(&self) -> String {
+        format!("{}:meta:policy:whole", self.prefix)
+    }
+
+    /// Hash: the shard map of a sharded namespace (`crate::shard`), on shard 0: `k`, `epoch`,
+    /// `history`, `tag:<n>`, `drain:<n>`. Absent for an unsharded namespace.
+    pub fn shard_map(&self) -> String {
+        format!("{}:meta:shards", self.prefix)
+    }
+
     /// Hash: the job record (SPEC §3).
     pub fn job(&self, id: &JobId) -> String {
         format!("{}{id}", self.job_prefix())

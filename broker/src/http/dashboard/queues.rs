@@ -44,10 +44,46 @@ fn queues_table(queues: &[QueueStats]) -> Markup {
     }
 }
 
+/// A sharded namespace's shards (docs/sharding.md): the queues above are their sums.
+fn shards_table(rows: &[hero_admin::shards::ShardRow]) -> Markup {
+    html! {
+        div.scroll {
+            table #shards {
+                thead { tr {
+                    th.n { "Shard" } th { "State" } th { "Prefix" } th.n { "Slot" } th { "Node" }
+                    th.n { "Waiting" } th.n { "Running" } th.n { "Finished" } th.n { "Failed" }
+                } }
+                tbody {
+                    @for r in rows {
+                        tr data-shard=(r.shard) {
+                            td.n { (r.shard) }
+                            td {
+                                @match r.state {
+                                    "active" => span.pill.ok { "active" },
+                                    "draining" => span.pill.wait { "draining" },
+                                    other => span.pill { (other) },
+                                }
+                            }
+                            td { code { (r.prefix) } }
+                            td.n { (r.slot) }
+                            td { (r.node) }
+                            td.n { (r.waiting) }
+                            td.n { (r.running) }
+                            td.n { (r.finished) }
+                            td.n { (r.failed) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub(super) async fn overview(State(app): State<App>) -> Page {
     let inspector = hero_admin::Inspector::from(&app.client);
     let queues = inspector.queues().await?;
     let minutes = inspector.history(60).await?;
+    let shards = hero_admin::shards::rows(&app.client).await?;
     let total = |f: fn(&QueueStats) -> u64| queues.iter().map(f).sum::<u64>();
     let rate: f64 = queues.iter().map(|q| q.done_per_minute).sum();
     page(
@@ -76,6 +112,12 @@ pub(super) async fn overview(State(app): State<App>) -> Page {
                     }
                 } @else {
                     (queues_table(&queues))
+                }
+            }
+            @if shards.len() > 1 {
+                section.card {
+                    h2 { "Shards" }
+                    (shards_table(&shards))
                 }
             }
             (feed(""))

@@ -1,0 +1,93 @@
+//! Retiring drained shards. After `hero shards set` lowers K, the shards beyond it take no new
+//! jobs but are still served (workers fetch there, every pass of the broker runs there) until
+//! they are empty. This pass takes a draining shard out of the map once it has drained for at
+//! least `shard::DRAIN_GRACE` (so no producer still routes to it from a map read before the
+//! change) and holds no job that is queued, running, delayed or waiting on prerequisites. A
+//! retired shard keeps its tag: brokers go on trimming its ended jobs, readers look there.
+
+use hero_client::Client;
+use hero_protocol::shard;
+
+/// Retires every drained shard that is empty; answers how many it retired, or `None` when no
+/// shard drains (and Redis was not asked, so it says nothing of whether Redis is reachable).
+pub async fn retire_drained(client: &Client) -> hero_protocol::Result<Option<u64>> {
+    let map = client.shard_map();
+    if map.draining.is_empty() {
+        return Ok(None);
+    }
+    let now = hero_protocol::clock::now_ms();
+    let grace = shard::DRAIN_GRACE.as_millis() as u64;
+    let members = client.all_shard_clients();
+    let mut retired = 0;
+    for (&n, &since) in &map.draining {
+        if now < since.saturating_add(grace) {
+            continue;
+        }
+        let Some((_, member)) = members.iter().find(|(m, _)| *m == n) else {
+            continue;
+        };
+        if !is_empty(member).await? {
+            continue;
+        }
+        if shard::retire(client.redis(), client.keys(), n, since).await? {
+            tracing::info!(shard = n, "retired a drained shard: it is empty");
+            retired += 1;
+        }
+    }
+    if retired > 0 {
+        client.refresh_shards().await?;
+    }
+    Ok(Some(retired))
+}
+
+/// No job of the shard is delayed, waiting on prerequisites, queued or running: every work
+/// stream (registered or paused) has no entry undelivered (lag) or unacknowledged (pending).
+pub async fn is_empty(shard: &Client) -> hero_protocol::Result<bool> {
+    let redis = shard.redis();
+    let keys = shard.keys();
+    let delayed: u64 = redis.query(redis::cmd("ZCARD").arg(keys.delayed())).await?;
+    let waiting: u64 = redis
+        .query(redis::cmd("SCARD").arg(keys.waiting_on()))
+        .await?;
+    if delayed > 0 || waiting > 0 {
+        return Ok(false);
+    }
+    let mut streams: Vec<String> = redis
+        .query(redis::cmd("SMEMBERS").arg(keys.queues()))
+        .await?;
+    let paused: Vec<String> = redis
+        .query(redis::cmd("SMEMBERS").arg(keys.paused_queues()))
+        .await?;
+    streams.extend(paused);
+    for stream in streams {
+        let groups: redis::Value = redis
+            .query(redis::cmd("XINFO").arg("GROUPS").arg(&stream))
+            .await
+            .unwrap_or(redis::Value::Nil);
+        if !groups_idle(&groups) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Every consumer group of an XINFO GROUPS reply has nothing pending and no lag.
+fn groups_idle(groups: &redis::Value) -> bool {
+    let redis::Value::Array(list) = groups else {
+        return true;
+    };
+    list.iter().all(|g| {
+        let redis::Value::Array(items) = g else {
+            return false;
+        };
+        let num = |name: &str| {
+            items.chunks(2).find_map(|kv| match kv {
+                [redis::Value::BulkString(k), redis::Value::Int(v)] if k == name.as_bytes() => {
+                    Some(*v)
+                }
+                _ => None,
+            })
+        };
+        num("pending") == Some(0) && num("lag") == Some(0)
+    })
+}

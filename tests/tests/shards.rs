@@ -1,0 +1,349 @@
+//! Sharded namespaces (`hero shards`, docs/sharding.md) with real processes, on one Redis and on
+//! a Redis Cluster of 3 masters: every job of a queue spread over shards runs once and a
+//! SIGKILLed worker's jobs are recovered on every shard; related jobs share a shard (route key,
+//! batch, flow, uniqueness) and keep doing so across a change of K; prerequisites on two shards
+//! are refused; K changes 1 → 2 → 4 → 2 while jobs flow with nothing lost, and the drained
+//! shards are retired once empty.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use hero_broker::config::BrokerConfig;
+use hero_client::Client;
+use hero_protocol::shard::shard_of_id;
+use hero_protocol::{JobId, NewJob, Status};
+use hero_testkit::{InProcBroker, Proc, RedisCluster, RedisServer};
+
+fn broker_config() -> BrokerConfig {
+    BrokerConfig {
+        presence_poll: Duration::from_millis(100),
+        ..BrokerConfig::default()
+    }
+}
+
+fn worker(url: &str, label: &str, extra: &[&str]) -> Proc {
+    let mut flags = vec!["--presence-ms", "1000", "--sleep-ms", "10"];
+    flags.extend_from_slice(extra);
+    hero_testkit::test_worker(url, "t", label, &flags)
+}
+
+/// Waits until every job is finished, reading each through the sharded client (its id names
+/// its shard), and answers their records' attempts.
+async fn all_finished(client: &Client, ids: &[String], limit: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + limit;
+    let mut left: Vec<&String> = ids.iter().collect();
+    while !left.is_empty() {
+        let mut still = Vec::new();
+        for id in left {
+            let st = client.status(&JobId::new(id).unwrap()).await.unwrap();
+            if st != Status::Finished {
+                still.push(id);
+            }
+        }
+        left = still;
+        assert!(
+            Instant::now() <= deadline,
+            "{} jobs not finished, e.g. {:?}",
+            left.len(),
+            left.first()
+        );
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let mut attempts = Vec::new();
+    for id in ids {
+        attempts.push(client.get(&JobId::new(id).unwrap()).await.unwrap().attempts);
+    }
+    attempts
+}
+
+fn jobs(n: usize) -> Vec<NewJob> {
+    (0..n)
+        .map(|_| NewJob::builder("t", "x").build().unwrap())
+        .collect()
+}
+
+/// Submits `jobs` in chunks of 100 and answers the ids the submits gave (naming the shards).
+async fn submit(client: &Client, jobs: &[NewJob]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for chunk in jobs.chunks(100) {
+        for r in client.submit_many(chunk).await.unwrap() {
+            let s = r.unwrap();
+            assert!(s.created);
+            ids.push(s.id.to_string());
+        }
+    }
+    ids
+}
+
+fn per_shard(ids: &[String]) -> BTreeMap<u16, usize> {
+    let mut m = BTreeMap::new();
+    for id in ids {
+        *m.entry(shard_of_id(id).unwrap_or(0)).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Every shard's work streams have nothing pending or undelivered.
+async fn shards_idle(client: &Client) {
+    for (n, shard) in client.all_shard_clients() {
+        assert!(
+            hero_broker::loops::shards::is_empty(&shard).await.unwrap(),
+            "shard {n} is idle"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_sharded_queue_runs_every_job_once_and_recovers_a_killed_workers_jobs() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let map = client.set_shards(4).await.unwrap();
+    assert_eq!((map.k, map.served()), (4, vec![0, 1, 2, 3]));
+    let _broker = InProcBroker::spawn(&url, broker_config()).await;
+    let mut a = worker(&url, "A", &["--concurrency", "10"]);
+    let b = worker(&url, "B", &["--concurrency", "10"]);
+    a.expect_line("ready", Duration::from_secs(10)).await;
+    b.expect_line("ready", Duration::from_secs(10)).await;
+
+    let mut ids = submit(&client, &jobs(1200)).await;
+    for j in jobs(40) {
+        ids.push(client.submit(&j).await.unwrap().id.to_string());
+    }
+    let spread = per_shard(&ids);
+    assert_eq!(spread.len(), 4, "every shard got jobs: {spread:?}");
+    assert!(
+        spread.values().all(|&n| n >= 250),
+        "spread evenly: {spread:?}"
+    );
+
+    for _ in 0..60 {
+        a.expect_line("completion", Duration::from_secs(20)).await;
+    }
+    a.kill9();
+    let attempts = all_finished(&client, &ids, Duration::from_secs(60)).await;
+    assert!(
+        attempts.iter().any(|&n| n > 1),
+        "A held jobs when it was killed"
+    );
+    // nothing recorded twice: every completion line names a distinct job
+    let mut seen = HashSet::new();
+    for line in a.output().into_iter().chain(b.output()) {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if let ["completion", id, "completed"] = w[..] {
+            assert!(seen.insert(id.to_string()), "{id} recorded twice");
+        }
+    }
+    shards_idle(&client).await;
+
+    // stop on a shard: a delayed job never starts
+    let later = NewJob::builder("t", "x")
+        .delay(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let id = client.submit(&later).await.unwrap().id;
+    assert_eq!(
+        client.stop(&id).await.unwrap(),
+        hero_client::StopOutcome::Cancelled
+    );
+    assert_eq!(client.status(&id).await.unwrap(), Status::Error);
+
+    // hero shards show: per shard counts that add up
+    let (code, out, err) = hero_testkit::hero_cli(&url, &["--json", "shards", "show"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let shards = v["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 4);
+    let finished: u64 = shards.iter().map(|s| s["finished"].as_u64().unwrap()).sum();
+    assert_eq!(finished, ids.len() as u64, "{out}");
+    assert!(shards.iter().all(|s| s["finished"].as_u64().unwrap() > 0));
+}
+
+#[tokio::test]
+async fn related_jobs_share_a_shard_across_a_change_of_k() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    client.set_shards(2).await.unwrap();
+    let delayed =
+        |b: hero_protocol::NewJobBuilder| b.delay(Duration::from_secs(600)).build().unwrap();
+
+    // route key: every job with it on one shard
+    let routed: Vec<NewJob> = (0..20)
+        .map(|_| NewJob::builder("t", "x").route("acct-7").build().unwrap())
+        .collect();
+    let ids = submit(&client, &routed).await;
+    assert_eq!(per_shard(&ids).len(), 1, "one route key, one shard");
+
+    // many uniqueness keys and batches made under K = 2 ...
+    let mut held = Vec::new();
+    for i in 0..24 {
+        let j = delayed(NewJob::builder("t", "x").unique(format!("u{i}")));
+        held.push(client.submit(&j).await.unwrap().id);
+        let m = delayed(NewJob::builder("t", "x").batch(format!("b{i}")));
+        client.submit(&m).await.unwrap();
+    }
+    // ... still hold, and still gather their members, under K = 4, where about half of the
+    // keys have another home
+    client.set_shards(4).await.unwrap();
+    let mut moved = 0;
+    for (i, holder) in held.iter().enumerate() {
+        let map = client.shard_map();
+        if !map.older_homes(&format!("u{i}")).is_empty() {
+            moved += 1;
+        }
+        let again = delayed(NewJob::builder("t", "x").unique(format!("u{i}")));
+        let s = client.submit(&again).await.unwrap();
+        assert!(!s.created, "u{i} is still held after K changed");
+        assert_eq!(&s.id, holder, "the holder of u{i} answers");
+        let m = delayed(NewJob::builder("t", "x").batch(format!("b{i}")));
+        client.submit(&m).await.unwrap();
+        let info = client
+            .batch(format!("b{i}"))
+            .unwrap()
+            .show()
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(info.total, 2, "batch b{i} has both members on one shard");
+    }
+    assert!(moved > 0, "some keys' homes changed with K");
+
+    // a flow goes where its first job goes
+    let leaf = NewJob::builder("t", "x").build().unwrap();
+    let flow = hero_client::Flow::new(NewJob::builder("t", "x").build().unwrap())
+        .child(leaf)
+        .child(NewJob::builder("t", "x").build().unwrap());
+    let jobs = flow.jobs();
+    let answers = client.submit_many(&jobs).await.unwrap();
+    let flow_ids: Vec<String> = answers
+        .into_iter()
+        .map(|a| a.unwrap().id.to_string())
+        .collect();
+    assert_eq!(
+        per_shard(&flow_ids).len(),
+        1,
+        "one flow, one shard: {flow_ids:?}"
+    );
+    let root = client
+        .get(&JobId::new(&flow_ids[2]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        root.prerequisites,
+        flow_ids[..2].to_vec(),
+        "the root names its children by their shard-naming ids"
+    );
+
+    // prerequisites on two shards are refused, saying why
+    let map = client.shard_map();
+    let (ka, kb) = (0..100).map(|i| format!("r{i}")).fold(
+        (None, None),
+        |(a, b): (Option<String>, Option<String>), k| match (&a, &b) {
+            (None, _) => (Some(k), b),
+            (Some(x), None) if map.home(x) != map.home(&k) => (a, Some(k)),
+            _ => (a, b),
+        },
+    );
+    let first = client
+        .submit(&delayed(NewJob::builder("t", "x").route(ka.unwrap())))
+        .await
+        .unwrap();
+    let second = client
+        .submit(&delayed(NewJob::builder("t", "x").route(kb.unwrap())))
+        .await
+        .unwrap();
+    let both = NewJob::builder("t", "x")
+        .after(first.id.as_str())
+        .after(second.id.as_str())
+        .build()
+        .unwrap();
+    let err = client.submit(&both).await.unwrap_err().to_string();
+    assert!(err.contains("prerequisites must share a shard"), "{err}");
+}
+
+#[tokio::test]
+async fn k_changes_while_jobs_flow_and_drained_shards_retire_once_empty() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let _broker = InProcBroker::spawn(&url, broker_config()).await;
+    // started at K = 1: it serves the shards added later
+    let a = worker(&url, "A", &["--concurrency", "8"]);
+    a.expect_line("ready", Duration::from_secs(10)).await;
+
+    let producer = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(9) {
+                ids.extend(submit(&client, &jobs(20)).await);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            ids
+        })
+    };
+    for k in [2u16, 4, 2] {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        client.set_shards(k).await.unwrap();
+    }
+    let ids = producer.await.unwrap();
+    let spread = per_shard(&ids);
+    assert_eq!(
+        spread.len(),
+        4,
+        "jobs landed on all four shards: {spread:?}"
+    );
+    all_finished(&client, &ids, Duration::from_secs(60)).await;
+
+    // shards 2 and 3 drained, and once empty (and past the grace) are retired
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let map = client.refresh_shards().await.unwrap();
+        if map.draining.is_empty() {
+            assert_eq!(map.served(), vec![0, 1]);
+            break;
+        }
+        assert!(Instant::now() < deadline, "shards retired: {map:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // a job of a retired shard is still found
+    let on_3 = ids.iter().find(|id| shard_of_id(id) == Some(3)).unwrap();
+    assert_eq!(
+        client.status(&JobId::new(on_3).unwrap()).await.unwrap(),
+        Status::Finished
+    );
+}
+
+#[tokio::test]
+async fn a_sharded_queue_spreads_over_a_cluster_and_recovers_a_killed_worker() {
+    let cluster = RedisCluster::start(3, 0).await;
+    let url = cluster.url();
+    let client = Client::connect(&url).await.unwrap();
+    client.set_shards(4).await.unwrap();
+    let mut masters = HashSet::new();
+    for (_, shard) in client.shard_clients() {
+        masters.insert(cluster.master_of(shard.keys().prefix()).await);
+    }
+    assert!(masters.len() >= 2, "the shards spread over the masters");
+    let _broker = InProcBroker::spawn(&url, broker_config()).await;
+    let mut a = worker(&url, "A", &["--concurrency", "10"]);
+    let b = worker(&url, "B", &["--concurrency", "10"]);
+    a.expect_line("ready", Duration::from_secs(10)).await;
+    b.expect_line("ready", Duration::from_secs(10)).await;
+    let ids = submit(&client, &jobs(800)).await;
+    assert_eq!(per_shard(&ids).len(), 4);
+    for _ in 0..40 {
+        a.expect_line("completion", Duration::from_secs(20)).await;
+    }
+    a.kill9();
+    let attempts = all_finished(&client, &ids, Duration::from_secs(60)).await;
+    assert!(
+        attempts.iter().any(|&n| n > 1),
+        "A held jobs when it was killed"
+    );
+    shards_idle(&client).await;
+}
