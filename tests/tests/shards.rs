@@ -361,7 +361,14 @@ async fn guarantees_hold_on_shards(url: &str, k: u16) {
         ..BrokerConfig::default()
     };
     let _broker = InProcBroker::spawn(url, cfg).await;
-    let flags = ["--presence-ms", "1000", "--lease-ms", "30000", "--concurrency", "4"];
+    let flags = [
+        "--presence-ms",
+        "1000",
+        "--lease-ms",
+        "30000",
+        "--concurrency",
+        "4",
+    ];
     let a = hero_testkit::test_worker(url, "t", "A", &flags);
     a.expect_line("ready", Duration::from_secs(10)).await;
 
@@ -371,17 +378,27 @@ async fn guarantees_hold_on_shards(url: &str, k: u16) {
         .map(|i| format!("f{i}"))
         .find(|r| client.shard_map().home(r) == k - 1)
         .unwrap();
-    let slow = NewJob::builder("t", "sleep 1500").route(&route).build().unwrap();
+    let slow = NewJob::builder("t", "sleep 1500")
+        .route(&route)
+        .build()
+        .unwrap();
     let id = client.submit(&slow).await.unwrap().id;
     assert_eq!(shard_of_id(id.as_str()), Some(k - 1));
-    a.expect_line(&format!("started {id}"), Duration::from_secs(10)).await;
+    a.expect_line(&format!("started {id}"), Duration::from_secs(10))
+        .await;
     a.signal("STOP");
     let b = hero_testkit::test_worker(url, "t", "B", &flags);
-    b.expect_line(&format!("completion {id} completed"), Duration::from_secs(20))
-        .await;
+    b.expect_line(
+        &format!("completion {id} completed"),
+        Duration::from_secs(20),
+    )
+    .await;
     a.signal("CONT");
-    a.expect_line(&format!("completion {id} lease_lost"), Duration::from_secs(20))
-        .await;
+    a.expect_line(
+        &format!("completion {id} lease_lost"),
+        Duration::from_secs(20),
+    )
+    .await;
     let rec = client.get(&id).await.unwrap();
     assert_eq!(
         (rec.status, rec.output.as_deref(), rec.attempts),
@@ -416,21 +433,37 @@ async fn guarantees_hold_on_shards(url: &str, k: u16) {
     for r in batch.add(&members).await.unwrap() {
         r.unwrap();
     }
-    let callback = NewJob::builder("t", "x").id("nightly-done").build().unwrap();
+    let callback = NewJob::builder("t", "x")
+        .id("nightly-done")
+        .build()
+        .unwrap();
     batch.close(Some(&callback), None).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while batch.show().await.unwrap().and_then(|b| b.complete_id).is_none() {
+    while batch
+        .show()
+        .await
+        .unwrap()
+        .and_then(|b| b.complete_id)
+        .is_none()
+    {
         assert!(Instant::now() < deadline, "the batch called back");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let r = client
-        .wait(&JobId::new("nightly-done").unwrap(), Duration::from_secs(20))
+        .wait(
+            &JobId::new("nightly-done").unwrap(),
+            Duration::from_secs(20),
+        )
         .await
         .unwrap();
     assert_eq!(r.status, Status::Finished);
     let info = batch.show().await.unwrap().unwrap();
     assert_eq!((info.total, info.finished, info.pending), (10, 10, 0));
-    assert_eq!(info.complete_id.as_deref(), Some("nightly-done"), "one callback");
+    assert_eq!(
+        info.complete_id.as_deref(),
+        Some("nightly-done"),
+        "one callback"
+    );
 
     // a pause reaches every shard; a resume wakes them
     let admin = hero_admin::Admin::from(&client);
@@ -483,7 +516,10 @@ async fn guarantees_hold_on_shards(url: &str, k: u16) {
     let flow = hero_client::Flow::new(NewJob::builder("t", "x").build().unwrap())
         .child(NewJob::builder("t", "x").build().unwrap());
     let root = client.submit_flow(&flow).await.unwrap();
-    let r = client.wait(&root.id, Duration::from_secs(20)).await.unwrap();
+    let r = client
+        .wait(&root.id, Duration::from_secs(20))
+        .await
+        .unwrap();
     assert_eq!(r.status, Status::Finished);
     drop(b);
 }
@@ -492,7 +528,12 @@ async fn guarantees_hold_on_shards(url: &str, k: u16) {
 async fn the_job_paths_guarantees_hold_on_a_sharded_queue_on_one_redis() {
     let server = RedisServer::start();
     let url = server.url();
-    Client::connect(&url).await.unwrap().set_shards(2).await.unwrap();
+    Client::connect(&url)
+        .await
+        .unwrap()
+        .set_shards(2)
+        .await
+        .unwrap();
     guarantees_hold_on_shards(&url, 2).await;
 }
 
@@ -500,6 +541,82 @@ async fn the_job_paths_guarantees_hold_on_a_sharded_queue_on_one_redis() {
 async fn the_job_paths_guarantees_hold_on_a_sharded_queue_on_a_cluster() {
     let cluster = RedisCluster::start(3, 0).await;
     let url = cluster.url();
-    Client::connect(&url).await.unwrap().set_shards(3).await.unwrap();
+    Client::connect(&url)
+        .await
+        .unwrap()
+        .set_shards(3)
+        .await
+        .unwrap();
     guarantees_hold_on_shards(&url, 3).await;
+}
+
+/// A master killed under load on a sharded queue whose producers ask for one replica per write
+/// (`--min-replicas 1`; replication is asynchronous without it): the cluster fails over, the
+/// shard's processes follow, and every submit that was acknowledged runs to the end.
+#[tokio::test]
+async fn a_master_killed_under_sharded_load_loses_no_acknowledged_job() {
+    let mut cluster = RedisCluster::start(3, 1).await;
+    cluster.wait_replicas_synced().await;
+    let url = cluster.url();
+    let mut opts = hero_client::ClientOptions::new(&url);
+    opts.replicas = hero_protocol::conn::Replicas {
+        wanted: 1,
+        timeout: Duration::from_secs(2),
+        fsync: false,
+    };
+    let client = Client::with_options(opts).await.unwrap();
+    client.set_shards(3).await.unwrap();
+    let victim_prefix = client
+        .shard_clients()
+        .into_iter()
+        .find(|(n, _)| *n == 1)
+        .map(|(_, c)| c.keys().prefix().to_string())
+        .unwrap();
+    let victim = cluster.master_of(&victim_prefix).await;
+    let _broker = InProcBroker::spawn(&url, broker_config()).await;
+    let w = worker(&url, "A", &["--concurrency", "8"]);
+    w.expect_line("ready", Duration::from_secs(10)).await;
+
+    let producer = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let (mut acked, mut refused) = (Vec::new(), 0u32);
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(8) {
+                match client.submit_many(&jobs(10)).await {
+                    Ok(answers) => {
+                        for a in answers {
+                            match a {
+                                Ok(s) => acked.push(s.id.to_string()),
+                                Err(_) => refused += 1,
+                            }
+                        }
+                    }
+                    Err(_) => refused += 10,
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (acked, refused)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.nodes[victim].kill();
+    let killed = Instant::now();
+    hero_testkit::wait_for("a replica to take over", Duration::from_secs(30), || {
+        let cluster = &cluster;
+        let tag = victim_prefix.clone();
+        async move { (cluster.master_of(&tag).await != victim).then_some(()) }
+    })
+    .await;
+    hero_testkit::say(&format!(
+        "shard 1's replica took over {:?} after the kill",
+        killed.elapsed()
+    ));
+    let (acked, refused) = producer.await.unwrap();
+    hero_testkit::say(&format!(
+        "{} submits acknowledged, {refused} refused during the failover",
+        acked.len()
+    ));
+    assert!(per_shard(&acked).get(&1).copied().unwrap_or(0) > 0);
+    all_finished(&client, &acked, Duration::from_secs(90)).await;
 }

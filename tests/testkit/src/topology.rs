@@ -119,6 +119,22 @@ impl RedisCluster {
         }
     }
 
+    /// Waits until every live replica has finished its first sync with its master (a replica
+    /// still syncing cannot take over when its master dies).
+    pub async fn wait_replicas_synced(&self) {
+        for n in self.nodes.iter().filter(|n| n.pid() != 0) {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut n.conn().await)
+                .await
+                .expect("INFO replication");
+            if info.contains("role:slave") {
+                let up = ["master_link_status:up", "master_sync_in_progress:0"];
+                wait_for_info(n, &["INFO", "replication"], &up, "a replica to sync").await;
+            }
+        }
+    }
+
     /// The seeds URL: every node.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
