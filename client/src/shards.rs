@@ -227,6 +227,15 @@ impl Client {
             .clone())
     }
 
+    /// The client of `key`'s home now (no lookup: a caller that knows the key's state was made
+    /// under the current K, as a checker reading back the chosen ids it submitted).
+    pub fn home_client(&self, key: &str) -> Client {
+        match self.layout().filter(|l| l.map.is_sharded()) {
+            Some(l) => l.members.get(&l.map.home(key)).unwrap_or(self).clone(),
+            None => self.clone(),
+        }
+    }
+
     /// The client of the shard that is the home of `key` whose state lives at `state`'s key
     /// there (a batch: its hash): its home now, or an older home that still holds it.
     pub async fn for_key(&self, key: &str, state: impl Fn(&Keyspace) -> String) -> Result<Client> {

@@ -59,33 +59,55 @@ pub(super) async fn read_records(
     client: &Client,
     ids: &[String],
 ) -> Result<Vec<(Option<String>, Option<String>)>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(1000) {
-        let mut pipe = redis::pipe();
-        for id in chunk {
-            pipe.cmd("HMGET")
-                .arg(client.keys().job_unchecked(id))
-                .arg("status")
-                .arg("output");
-        }
-        for r in client.redis().pipeline(&pipe).await? {
-            let pair: (Option<String>, Option<String>) = r
-                .ok()
-                .and_then(|v| redis::from_redis_value(v).ok())
-                .unwrap_or((None, None));
-            out.push(pair);
+    // the soak's ids are chosen, so each lives at its home (one shard when unsharded)
+    let mut by_shard: std::collections::BTreeMap<String, (Client, Vec<usize>)> =
+        std::collections::BTreeMap::new();
+    for (i, id) in ids.iter().enumerate() {
+        let home = client.home_client(id);
+        by_shard
+            .entry(home.keys().prefix().to_string())
+            .or_insert_with(|| (home, Vec::new()))
+            .1
+            .push(i);
+    }
+    let mut out = vec![(None, None); ids.len()];
+    for (shard, idx) in by_shard.values() {
+        for chunk in idx.chunks(1000) {
+            let mut pipe = redis::pipe();
+            for &i in chunk {
+                pipe.cmd("HMGET")
+                    .arg(shard.keys().job_unchecked(&ids[i]))
+                    .arg("status")
+                    .arg("output");
+            }
+            for (&i, r) in chunk.iter().zip(shard.redis().pipeline(&pipe).await?) {
+                out[i] = r
+                    .ok()
+                    .and_then(|v| redis::from_redis_value(v).ok())
+                    .unwrap_or((None, None));
+            }
         }
     }
     Ok(out)
 }
 
+/// Redis's memory, summed over the nodes that serve the namespace's shards.
 pub(super) async fn used_memory(client: &Client) -> Result<u64> {
-    let info: String = client
-        .redis()
-        .query(redis::cmd("INFO").arg("memory"))
-        .await?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .context("no used_memory in INFO memory")
+    let mut nodes = std::collections::HashSet::new();
+    let mut total = 0;
+    for (_, shard) in client.all_shard_clients() {
+        if !nodes.insert(shard.redis().node_url()) {
+            continue;
+        }
+        let info: String = shard
+            .redis()
+            .query(redis::cmd("INFO").arg("memory"))
+            .await?;
+        total += info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .context("no used_memory in INFO memory")?;
+    }
+    Ok(total)
 }

@@ -16,6 +16,11 @@ pub enum Topology {
     Single,
     Sentinel,
     Cluster,
+    /// The three-master cluster with the namespace spread over three shards (`hero shards set
+    /// 3`), one on each master: primary kills rotate over the shards' masters.
+    #[value(name = "sharded-cluster")]
+    #[serde(rename = "sharded-cluster")]
+    ShardedCluster,
 }
 
 impl Topology {
@@ -24,6 +29,15 @@ impl Topology {
             Topology::Single => "single",
             Topology::Sentinel => "sentinel",
             Topology::Cluster => "cluster",
+            Topology::ShardedCluster => "sharded-cluster",
+        }
+    }
+
+    /// The shards the phase spreads the namespace over (1: unsharded).
+    pub fn shards(self) -> u16 {
+        match self {
+            Topology::ShardedCluster => 3,
+            _ => 1,
         }
     }
 }
@@ -64,7 +78,12 @@ impl Deployment {
                 set.settle("").await;
                 set
             }
-            Topology::Cluster => Deployment::Cluster(RedisCluster::start(3, 1).await),
+            Topology::Cluster | Topology::ShardedCluster => {
+                let c = RedisCluster::start(3, 1).await;
+                // a replica still on its first sync cannot take over yet
+                c.wait_replicas_synced().await;
+                Deployment::Cluster(c)
+            }
         }
     }
 

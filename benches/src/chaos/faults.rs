@@ -80,7 +80,7 @@ fn mix(t: Topology) -> &'static [(Kind, u32)] {
             (Kind::SentinelFailover, 100),
             (Kind::PrimaryKill, 100),
         ],
-        Topology::Cluster => &[
+        Topology::Cluster | Topology::ShardedCluster => &[
             (Kind::WorkerKill, 600),
             (Kind::WorkerStall, 100),
             (Kind::BrokerRestart, 200),

@@ -1,8 +1,10 @@
 //! `hero-bench chaos` (`benches/chaos`): the chaos soak. A real system (two `hero broker`
 //! processes, four `hero-bench worker` processes, a producer) under a steady load while faults
-//! are thrown at it, in up to three phases, one per Redis deployment (`deploy`): one durable
+//! are thrown at it, in up to four phases, one per Redis deployment (`deploy`): one durable
 //! server behind the fault proxy (process and network faults), a Sentinel-managed primary with
-//! replicas (failovers), a three-master cluster (a primary killed). The mix is in `faults`.
+//! replicas (failovers), a three-master cluster (a primary killed), and that cluster with the
+//! namespace spread over three shards (each shard's primary killed in turn). The mix is in
+//! `faults`.
 //!
 //! At the end of each phase every acknowledged job is judged against the independent ledger the
 //! workers' handlers wrote (`ledger`): finished, by a run the ledger shows, accepted once. Then
@@ -62,7 +64,7 @@ pub struct ChaosArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "single,sentinel,cluster"
+        default_value = "single,sentinel,cluster,sharded-cluster"
     )]
     pub topology: Vec<Topology>,
     /// Faults thrown in the single-server phase (process and network faults).
@@ -151,10 +153,20 @@ async fn phase(
         retired: Vec::new(),
         started: 0,
     };
+    let client = connect(&dep.direct_url(), replicas).await?;
+    if t.shards() > 1 {
+        // before any process starts: each reads the map as it connects
+        client.set_shards(t.shards()).await?;
+    }
+    // a key of each shard: the primary kills rotate over the shards' masters
+    let slot_keys: Vec<String> = client
+        .shard_clients()
+        .iter()
+        .map(|(_, c)| c.keys().job_unchecked("x"))
+        .collect();
+    let mut slot_key = slot_keys[0].clone();
     procs.brokers = (0..BROKERS).map(|_| procs.broker(KEEP_SECS)).collect();
     procs.workers = (0..WORKERS).map(|_| procs.worker()).collect();
-    let client = connect(&dep.direct_url(), replicas).await?;
-    let slot_key = client.keys().job_unchecked("x");
     for w in &procs.workers {
         w.expect_line("ready", Duration::from_secs(30)).await;
     }
@@ -264,6 +276,8 @@ async fn phase(
             }
         }
         if kind.fails_over() {
+            dep.settle(&slot_key).await;
+            slot_key = slot_keys[n % slot_keys.len()].clone();
             dep.settle(&slot_key).await;
         }
         let worker_index = (next() % procs.workers.len() as u64) as usize;
@@ -416,9 +430,10 @@ async fn phase(
     }
     for (i, j) in bad.iter().take(10) {
         // what the record says, to tell a job never stored from one stuck on its way
-        let record: Vec<(String, String)> = client
+        let home = client.home_client(&format!("c-{i}"));
+        let record: Vec<(String, String)> = home
             .redis()
-            .query(redis::cmd("HGETALL").arg(client.keys().job_unchecked(&format!("c-{i}"))))
+            .query(redis::cmd("HGETALL").arg(home.keys().job_unchecked(&format!("c-{i}"))))
             .await
             .unwrap_or_default();
         let brief: Vec<String> = record
@@ -456,15 +471,17 @@ async fn phase(
         }
     }
     // the event log is kept long for the diagnosis above; memory is about the jobs
-    let _: hero_protocol::Result<i64> = client
-        .redis()
-        .query(
-            redis::cmd("XTRIM")
-                .arg(client.keys().events())
-                .arg("MAXLEN")
-                .arg(0),
-        )
-        .await;
+    for (_, shard) in client.all_shard_clients() {
+        let _: hero_protocol::Result<i64> = shard
+            .redis()
+            .query(
+                redis::cmd("XTRIM")
+                    .arg(shard.keys().events())
+                    .arg("MAXLEN")
+                    .arg(0),
+            )
+            .await;
+    }
     let memory_deadline = Instant::now() + Duration::from_secs(60);
     let mut memory_after = used_memory(&client).await?;
     while memory_after > baseline + MEMORY_SLACK && Instant::now() < memory_deadline {
