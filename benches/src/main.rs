@@ -10,6 +10,7 @@
 //! - `tally`: what a bench worker saw (latencies; the `--latency-trace` file).
 //! - `chaos`: the chaos soak.
 //! - `scale`: `--namespaces N`, scale-out over the shards of a Redis Cluster.
+//! - `sharded`: `--only sharded`, one queue over K shards, each redis-server CPU-capped.
 
 mod bench;
 mod ceiling;
@@ -20,6 +21,7 @@ mod probe;
 mod report;
 mod scale;
 mod scenario;
+mod sharded;
 mod tally;
 
 use clap::{Parser, Subcommand};
@@ -94,6 +96,9 @@ fn main() {
             }
             Some(Child::Chaos(args)) => chaos::run(&args).await,
             None if cli.bench.namespaces > 0 => scale::run(&cli.bench, cli.json).await,
+            None if cli.bench.only.contains(&scenario::Scenario::Sharded) => {
+                sharded::run(&cli.bench, cli.json).await
+            }
             None => bench::run(cli.bench, cli.json).await,
         }
     });

@@ -198,6 +198,9 @@ impl Ours {
                 fig.set("presence_ttl_s", self.args.presence_ttl.as_secs_f64());
             }
             Scenario::Memory => self.memory(probe, &mut fig).await?,
+            Scenario::Sharded => {
+                anyhow::bail!("the sharded scenario runs alone: hero-bench --only sharded")
+            }
             Scenario::Ceiling | Scenario::CeilingLatency => {
                 anyhow::bail!("the ceiling scenarios are not hero's (see ceiling.rs)")
             }

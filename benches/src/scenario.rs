@@ -28,6 +28,9 @@ pub enum Scenario {
     Recovery,
     /// Redis memory per waiting job, and after drain and retention.
     Memory,
+    /// One queue spread over K shards of a local cluster, each held to `--shard-cpu`, for each
+    /// K of `--shards` → jobs/s, Redis and client CPU per job (run alone: `--only sharded`).
+    Sharded,
 }
 
 impl Scenario {
@@ -52,6 +55,7 @@ impl Scenario {
             Scenario::CeilingLatency => "ceiling-latency",
             Scenario::Recovery => "recovery",
             Scenario::Memory => "memory",
+            Scenario::Sharded => "sharded",
         }
     }
 
@@ -153,6 +157,13 @@ pub struct BenchArgs {
     /// 2, ... up to this many namespaces at once, each on its own shard (`--jobs` each).
     #[arg(long, default_value_t = 0)]
     pub namespaces: usize,
+    /// The shard counts of `--only sharded`, one round each (a cluster of that many masters).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub shards: Vec<u16>,
+    /// The CPU share each shard's redis-server is held to in `--only sharded` (% of a core,
+    /// through a cgroup): low enough that the shards, not the load generator, set the pace.
+    #[arg(long, default_value_t = 10)]
+    pub shard_cpu: u32,
     /// Directory of the peer (its package.json and script).
     #[arg(long, env = "HERO_BENCH_PEER_DIR", default_value = "benches/peer")]
     pub peer_dir: PathBuf,

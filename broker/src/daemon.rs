@@ -57,7 +57,7 @@ pub async fn run(
             let task = tokio::spawn(run_shard(shard.clone(), cfg.clone(), stop.clone()));
             shards.push((shard, task));
         }
-        match crate::loops::shards::retire_drained(&client).await {
+        match crate::loops::shards::retire_drained(&client, cfg.retention).await {
             Ok(Some(_)) => outage.ok(),
             Ok(None) => {}
             Err(e) => {

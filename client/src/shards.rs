@@ -19,7 +19,7 @@
 //! A key's home is asked, while the map remembers a K under which it was elsewhere, whether its
 //! state is still at the old home (`ShardMap::older_homes`): one more lookup, only then.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -257,7 +257,7 @@ impl Client {
         let mut placed: Vec<std::result::Result<u16, Error>> = Vec::with_capacity(jobs.len());
         let mut here: HashMap<String, u16> = HashMap::new();
         // a flow (a job naming another of the same submit): its unkeyed jobs follow the first
-        let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.id().as_str()).collect();
+        let ids: HashSet<&str> = jobs.iter().map(|j| j.id().as_str()).collect();
         let flow = jobs.iter().any(|j| {
             j.record()
                 .prerequisites
@@ -266,9 +266,12 @@ impl Client {
         });
         drop(ids);
         let mut first: Option<u16> = None;
+        let known = self.prefetch(layout, &jobs).await?;
         for i in 0..jobs.len() {
             let follow = if flow { first } else { None };
-            let at = self.place(layout, &jobs[i], &here, follow).await;
+            let at = self
+                .place(layout, &jobs[i], &here, follow, Some(&known))
+                .await;
             if first.is_none() {
                 first = at.as_ref().ok().copied();
             }
@@ -333,7 +336,7 @@ impl Client {
         layout: &Layout,
         job: &NewJob,
     ) -> Result<(NewJob, Client)> {
-        let n = self.place(layout, job, &HashMap::new(), None).await?;
+        let n = self.place(layout, job, &HashMap::new(), None, None).await?;
         let mut job = job.clone();
         if !job.id_chosen() && n > 0 {
             job.set_generated_id(shard::sharded_id(n));
@@ -347,77 +350,170 @@ impl Client {
     }
 
     /// The shard `job` goes to (the module's rules); `here` holds the shards of the jobs
-    /// placed before it in the same submit, `follow` the shard of a flow's first job.
+    /// placed before it in the same submit, `follow` the shard of a flow's first job, `known`
+    /// the keyed lookups a bulk submit made at once (`prefetch`; without it each is asked now).
     async fn place(
         &self,
         layout: &Layout,
         job: &NewJob,
         here: &HashMap<String, u16>,
         follow: Option<u16>,
+        known: Option<&HashSet<(u16, String)>>,
     ) -> Result<u16> {
-        let map = &layout.map;
-        let record = job.record();
-        if !layout.bridged.is_empty() && layout.bridged.contains(&layout_base_stream(layout, job)) {
-            return Ok(0);
-        }
-        if let Some(r) = job.route() {
-            return Ok(map.home(r));
-        }
-        if let Some(b) = &record.batch {
-            let name = hero_protocol::BatchName::new(b.as_str())?;
-            return keyed(layout, b, |k| k.batch(&name)).await;
-        }
-        if !record.prerequisites.is_empty() {
-            let mut at: Option<(u16, &str)> = None;
-            for p in &record.prerequisites {
-                let n = match here.get(p) {
-                    Some(&n) => n,
-                    None => {
-                        let id = JobId::new(p.as_str())?;
-                        let holder = self.for_job(&id).await?;
+        match rule(layout, job)? {
+            Rule::Shard(n) => Ok(n),
+            Rule::Keyed(key, state) => match known {
+                Some(found) => Ok(layout
+                    .map
+                    .older_homes(key)
+                    .into_iter()
+                    .find(|n| {
                         layout
                             .members
-                            .iter()
-                            .find(|(_, c)| c.keys() == holder.keys())
-                            .map(|(n, _)| *n)
-                            .unwrap_or(0)
+                            .get(n)
+                            .is_some_and(|m| found.contains(&(*n, state.key(m.keys()))))
+                    })
+                    .unwrap_or_else(|| layout.map.home(key))),
+                None => keyed(layout, key, |k| state.key(k)).await,
+            },
+            Rule::Prerequisites => self.prerequisites_shard(layout, job, here).await,
+            Rule::Spread => {
+                if let Some(n) = follow {
+                    return Ok(n);
+                }
+                let turn = self
+                    .shards()
+                    .map_or(0, |s| s.turn.fetch_add(1, Ordering::Relaxed));
+                Ok((turn % layout.map.k.max(1) as usize) as u16)
+            }
+        }
+    }
+
+    /// The shard of a job's prerequisites (the jobs of the same submit first); two shards are
+    /// refused.
+    async fn prerequisites_shard(
+        &self,
+        layout: &Layout,
+        job: &NewJob,
+        here: &HashMap<String, u16>,
+    ) -> Result<u16> {
+        let mut at: Option<(u16, &str)> = None;
+        for p in &job.record().prerequisites {
+            let n = match here.get(p) {
+                Some(&n) => n,
+                None => {
+                    let id = JobId::new(p.as_str())?;
+                    let holder = self.for_job(&id).await?;
+                    layout
+                        .members
+                        .iter()
+                        .find(|(_, c)| c.keys() == holder.keys())
+                        .map_or(0, |(n, _)| *n)
+                }
+            };
+            match at {
+                Some((first, first_id)) if first != n => {
+                    return Err(Error::InvalidInput(format!(
+                        "job {} waits on {first_id} (shard {first}) and {p} (shard {n}): \
+                         prerequisites must share a shard; submit them with one route key \
+                         (.route(key)) or as one flow",
+                        job.id()
+                    )))
+                }
+                Some(_) => {}
+                None => at = Some((n, p.as_str())),
+            }
+        }
+        Ok(at.map_or(0, |(n, _)| n))
+    }
+
+    /// The keyed lookups of a bulk submit, made at once: for each job whose rule is a key with
+    /// an older home, whether that home holds the key's state; one pipeline per shard asked.
+    async fn prefetch(&self, layout: &Layout, jobs: &[NewJob]) -> Result<HashSet<(u16, String)>> {
+        let mut asks: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+        for job in jobs {
+            if let Ok(Rule::Keyed(key, state)) = rule(layout, job) {
+                for n in layout.map.older_homes(key) {
+                    if let Some(m) = layout.members.get(&n) {
+                        asks.entry(n).or_default().push(state.key(m.keys()));
                     }
-                };
-                match at {
-                    Some((first, first_id)) if first != n => {
-                        return Err(Error::InvalidInput(format!(
-                            "job {} waits on {first_id} (shard {first}) and {p} (shard {n}): \
-                             prerequisites must share a shard; submit them with one route key \
-                             (.route(key)) or as one flow",
-                            job.id()
-                        )))
-                    }
-                    Some(_) => {}
-                    None => at = Some((n, p.as_str())),
                 }
             }
-            if let Some((n, _)) = at {
-                return Ok(n);
+        }
+        let mut found = HashSet::new();
+        for (n, keys) in asks {
+            let Some(m) = layout.members.get(&n) else {
+                continue;
+            };
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.cmd("EXISTS").arg(k);
+            }
+            for (k, r) in keys.into_iter().zip(m.redis().pipeline(&pipe).await?) {
+                if redis::from_redis_value::<bool>(r?).unwrap_or(false) {
+                    found.insert((n, k));
+                }
             }
         }
-        if let Some(u) = &record.unique {
-            return keyed(layout, u, |k| k.unique(u)).await;
-        }
-        if let Some(l) = &record.limit_key {
-            return Ok(map.home(l));
-        }
-        if job.id_chosen() {
-            let id = job.id().clone();
-            return keyed(layout, id.as_str(), |k| k.job(&id)).await;
-        }
-        if let Some(n) = follow {
-            return Ok(n);
-        }
-        let shards = self
-            .shards()
-            .map_or(0, |s| s.turn.fetch_add(1, Ordering::Relaxed));
-        Ok((shards % map.k.max(1) as usize) as u16)
+        Ok(found)
     }
+}
+
+/// Which rule of the module's places a job, without asking Redis.
+enum Rule<'a> {
+    Shard(u16),
+    /// The home of a key whose state may still be at an older home.
+    Keyed(&'a str, StateKey),
+    Prerequisites,
+    Spread,
+}
+
+/// The key whose existence says a keyed job's state is at a shard.
+enum StateKey {
+    Batch(hero_protocol::BatchName),
+    Unique(String),
+    Job(JobId),
+}
+
+impl StateKey {
+    fn key(&self, keys: &Keyspace) -> String {
+        match self {
+            StateKey::Batch(b) => keys.batch(b),
+            StateKey::Unique(u) => keys.unique(u),
+            StateKey::Job(id) => keys.job(id),
+        }
+    }
+}
+
+fn rule<'a>(layout: &Layout, job: &'a NewJob) -> Result<Rule<'a>> {
+    let map = &layout.map;
+    let record = job.record();
+    if !layout.bridged.is_empty() && layout.bridged.contains(&layout_base_stream(layout, job)) {
+        return Ok(Rule::Shard(0));
+    }
+    if let Some(r) = job.route() {
+        return Ok(Rule::Shard(map.home(r)));
+    }
+    if let Some(b) = &record.batch {
+        let name = hero_protocol::BatchName::new(b.as_str())?;
+        return Ok(Rule::Keyed(b, StateKey::Batch(name)));
+    }
+    if !record.prerequisites.is_empty() {
+        return Ok(Rule::Prerequisites);
+    }
+    if let Some(u) = &record.unique {
+        return Ok(Rule::Keyed(u, StateKey::Unique(u.clone())));
+    }
+    if let Some(l) = &record.limit_key {
+        return Ok(Rule::Shard(map.home(l)));
+    }
+    if job.id_chosen() {
+        return Ok(Rule::Keyed(
+            job.id().as_str(),
+            StateKey::Job(job.id().clone()),
+        ));
+    }
+    Ok(Rule::Spread)
 }
 
 /// The work stream `job` goes to on shard 0.

@@ -8,7 +8,9 @@
 //!   by [`tag_for`] so that the shards' slots spread over the slot range and so over the masters;
 //! - `drain:<n>`: a shard beyond `k` still served (it holds jobs) since that time (ms); the broker
 //!   retires it once it is empty ([`retire`]);
-//! - `history`: the earlier values of `k`, oldest first, and `epoch`, bumped by every change.
+//! - `history`: the earlier values of `k` and when each ended (`<k>@<ms>`, oldest first), and
+//!   `epoch`, bumped by every change. Brokers forget an entry once it is older than their
+//!   retention time ([`forget_before`]): by then the state made under it has ended.
 //!
 //! Where a job goes: a key (route, batch, uniqueness, limit key, a chosen id) has a home,
 //! `jump(hash(key), k)` (jump consistent hash: growing K moves only the keys that go to the new
@@ -47,8 +49,8 @@ pub struct ShardMap {
     tags: BTreeMap<u16, String>,
     /// Shards beyond `k` still served, and since when (ms) they take no new jobs.
     pub draining: BTreeMap<u16, u64>,
-    /// Earlier values of `k`, oldest first.
-    pub history: Vec<u16>,
+    /// Earlier values of `k`, oldest first, each with when it ended (ms).
+    pub history: Vec<(u16, u64)>,
 }
 
 impl ShardMap {
@@ -104,7 +106,7 @@ impl ShardMap {
         let now = self.home(key);
         let served = self.served();
         let mut out = Vec::new();
-        for &k in self.history.iter().rev() {
+        for &(k, _) in self.history.iter().rev() {
             let h = jump(hash(key), k);
             if h != now && !out.contains(&h) && served.contains(&h) {
                 out.push(h);
@@ -131,7 +133,13 @@ impl ShardMap {
                 map.history = v
                     .split(',')
                     .filter(|s| !s.is_empty())
-                    .map(|s| s.parse::<u16>().map_err(|_| bad("history", v)))
+                    .map(|s| {
+                        let (k, at) = s.split_once('@').unwrap_or((s, "0"));
+                        match (k.parse::<u16>(), at.parse::<u64>()) {
+                            (Ok(k), Ok(at)) => Ok((k.clamp(1, MAX_SHARDS), at)),
+                            _ => Err(bad("history", v)),
+                        }
+                    })
                     .collect::<Result<_>>()?;
             } else if let Some(n) = f.strip_prefix("tag:").and_then(|n| n.parse::<u16>().ok()) {
                 if n > 0 {
@@ -186,7 +194,7 @@ pub async fn set(redis: &Redis, base: &Keyspace, k: u16, now_ms: u64) -> Result<
         pipe.atomic();
         let mut next = old.clone();
         if old.k != k {
-            next.history.push(old.k);
+            next.history.push((old.k, now_ms));
             // the history a key's home may still depend on: the last few changes
             if next.history.len() > 8 {
                 next.history.remove(0);
@@ -212,10 +220,10 @@ pub async fn set(redis: &Redis, base: &Keyspace, k: u16, now_ms: u64) -> Result<
             next.draining.insert(n, now_ms);
             pipe.hset(&key, format!("drain:{n}"), now_ms);
         }
-        let history: Vec<String> = next.history.iter().map(u16::to_string).collect();
+        let history = history_field(&next.history);
         pipe.hset(&key, "k", k)
             .hset(&key, "epoch", next.epoch)
-            .hset(&key, "history", history.join(","));
+            .hset(&key, "history", history);
         let done: Option<redis::Value> = pipe.query_async(&mut conn).await?;
         if done.is_some() {
             return Ok(next);
@@ -224,6 +232,45 @@ pub async fn set(redis: &Redis, base: &Keyspace, k: u16, now_ms: u64) -> Result<
     Err(Error::InvalidInput(
         "the shard map kept changing while it was being set; try again".into(),
     ))
+}
+
+fn history_field(history: &[(u16, u64)]) -> String {
+    let parts: Vec<String> = history.iter().map(|(k, at)| format!("{k}@{at}")).collect();
+    parts.join(",")
+}
+
+/// Forgets the earlier values of K that ended before `cutoff_ms` (a broker passes now minus its
+/// retention time): keys made under them hold no state any more, so their old homes need not be
+/// asked. Answers how many it forgot.
+pub async fn forget_before(redis: &Redis, base: &Keyspace, cutoff_ms: u64) -> Result<usize> {
+    let key = base.shard_map();
+    let mut conn = redis.dedicated(Duration::from_secs(5)).await?;
+    let _: () = redis::cmd("WATCH").arg(&key).query_async(&mut conn).await?;
+    let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await?;
+    let map = ShardMap::parse(base.shard_tag(), &fields)?;
+    let kept: Vec<(u16, u64)> = map
+        .history
+        .iter()
+        .copied()
+        .filter(|&(_, at)| at >= cutoff_ms)
+        .collect();
+    if kept.len() == map.history.len() {
+        let _: () = redis::cmd("UNWATCH").query_async(&mut conn).await?;
+        return Ok(0);
+    }
+    let done: Option<redis::Value> = redis::pipe()
+        .atomic()
+        .hset(&key, "history", history_field(&kept))
+        .query_async(&mut conn)
+        .await?;
+    Ok(if done.is_some() {
+        map.history.len() - kept.len()
+    } else {
+        0
+    })
 }
 
 /// Takes shard `n` out of the map if it is still draining since `since` (nobody made it active
@@ -425,7 +472,7 @@ mod tests {
             map.tags.insert(n, format!("t{n}"));
         }
         map.k = 4;
-        map.history = vec![1, 2];
+        map.history = vec![(1, 5), (2, 9)];
         for i in 0..200 {
             let key = format!("u{i}");
             let older = map.older_homes(&key);

@@ -57,7 +57,8 @@ class ShardMap:
             elif f == "epoch":
                 m.epoch = int(v)
             elif f == "history":
-                m.history = [int(x) for x in v.split(",") if x]
+                # `<k>@<ms it ended>`, oldest first
+                m.history = [int(x.split("@")[0]) for x in v.split(",") if x]
             elif f.startswith("tag:") and f[4:].isdigit():
                 m.tags[int(f[4:])] = v
             elif f.startswith("drain:") and f[6:].isdigit():

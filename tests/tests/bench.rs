@@ -188,3 +188,50 @@ fn a_short_scale_out_run_reports_each_namespace_count() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `hero-bench --only sharded` (one queue over K shards of a local cluster, each redis-server
+/// CPU-capped): a short run at 1 and 2 shards reports each K's rows.
+#[test]
+fn a_short_sharded_run_reports_each_shard_count() {
+    let dir = std::env::temp_dir().join(format!("hero-sharded-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_file = dir.join("sharded.json");
+    let out = Command::new(binary("hero-bench"))
+        .args([
+            "--json",
+            "--only",
+            "sharded",
+            "--shards",
+            "1,2",
+            "--shard-cpu",
+            "50",
+        ])
+        .args(["--jobs", "500", "--rounds", "1", "--out"])
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "hero-bench --only sharded failed: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for row in [
+        "sharded-1  jobs/s",
+        "sharded-2  Redis CPU µs/job",
+        "sharded-2  client CPU µs/job",
+    ] {
+        assert!(stdout.contains(row), "{row} in {stdout}");
+    }
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    let rows = rows.as_array().expect("one row per shard count");
+    assert_eq!(rows.len(), 2);
+    for (n, row) in rows.iter().enumerate() {
+        assert_eq!(row["shards"], n + 1);
+        assert_eq!(row["jobs"], 500 * (n as u64 + 1));
+        assert!(row["jobs_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -620,3 +620,33 @@ async fn a_master_killed_under_sharded_load_loses_no_acknowledged_job() {
     assert!(per_shard(&acked).get(&1).copied().unwrap_or(0) > 0);
     all_finished(&client, &acked, Duration::from_secs(90)).await;
 }
+
+/// A change of K is remembered (old homes asked) for the brokers' retention time, then
+/// forgotten: keyed state made before it has ended by then.
+#[tokio::test]
+async fn the_brokers_forget_earlier_ks_after_their_retention_time() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    client.set_shards(2).await.unwrap();
+    client.set_shards(4).await.unwrap();
+    let map = client.refresh_shards().await.unwrap();
+    assert_eq!(
+        map.history.iter().map(|h| h.0).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    let cfg = BrokerConfig {
+        retention: Duration::from_secs(1),
+        ..broker_config()
+    };
+    let _broker = InProcBroker::spawn(&url, cfg).await;
+    hero_testkit::wait_for("the broker to forget", Duration::from_secs(15), || {
+        let client = client.clone();
+        async move {
+            let map = client.refresh_shards().await.ok()?;
+            map.history.is_empty().then_some(())
+        }
+    })
+    .await;
+    assert!(client.shard_map().older_homes("any-key").is_empty());
+}

@@ -8,14 +8,27 @@
 use hero_client::Client;
 use hero_protocol::shard;
 
-/// Retires every drained shard that is empty; answers how many it retired, or `None` when no
-/// shard drains (and Redis was not asked, so it says nothing of whether Redis is reachable).
-pub async fn retire_drained(client: &Client) -> hero_protocol::Result<Option<u64>> {
+/// Forgets the earlier values of K older than the retention time, and retires every drained
+/// shard that is empty; answers how many it retired, or `None` when there was nothing to ask
+/// Redis (so this pass says nothing of whether Redis is reachable).
+pub async fn retire_drained(
+    client: &Client,
+    retention: std::time::Duration,
+) -> hero_protocol::Result<Option<u64>> {
     let map = client.shard_map();
-    if map.draining.is_empty() {
-        return Ok(None);
-    }
     let now = hero_protocol::clock::now_ms();
+    let cutoff = now.saturating_sub(retention.as_millis() as u64);
+    let stale_history = map.history.iter().any(|&(_, at)| at < cutoff);
+    if stale_history {
+        let forgot = shard::forget_before(client.redis(), client.keys(), cutoff).await?;
+        if forgot > 0 {
+            tracing::info!(forgot, "forgot shard counts older than the retention time");
+            client.refresh_shards().await?;
+        }
+    }
+    if map.draining.is_empty() {
+        return Ok(stale_history.then_some(0));
+    }
     let grace = shard::DRAIN_GRACE.as_millis() as u64;
     let members = client.all_shard_clients();
     let mut retired = 0;
