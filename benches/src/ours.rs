@@ -374,7 +374,7 @@ async fn expect(
 }
 
 /// CPU time of this process (all threads, user and system), in seconds.
-fn own_cpu_secs() -> f64 {
+pub(crate) fn own_cpu_secs() -> f64 {
     // SAFETY: getrusage only writes the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) } != 0 {

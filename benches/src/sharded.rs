@@ -174,7 +174,7 @@ async fn one(args: &BenchArgs, k: u16) -> Result<Row> {
     }
     let nodes_before = node_cpu(&cluster).await?;
     let redis_before: f64 = nodes_before.iter().sum();
-    let client_before = own_cpu();
+    let client_before = crate::ours::own_cpu_secs();
     let started = Instant::now();
     let mut batch_args = args.clone();
     batch_args.batch = args.batch * usize::from(k);
@@ -201,7 +201,7 @@ async fn one(args: &BenchArgs, k: u16) -> Result<Row> {
     if args.commandstats {
         print_commandstats(&cluster, total).await?;
     }
-    let client_after = own_cpu();
+    let client_after = crate::ours::own_cpu_secs();
     stop.cancel();
     let _ = w.await;
     drop(caps);
@@ -247,12 +247,12 @@ async fn place_shards(nodes: Vec<RedisServer>, k: u16) -> Result<RedisCluster> {
         let lo = if i == 0 {
             0
         } else {
-            (slots[i - 1] + slots[i]) / 2 + 1
+            u16::midpoint(slots[i - 1], slots[i]) + 1
         };
         let hi = if i + 1 == nodes.len() {
             16383
         } else {
-            (slots[i] + slots[i + 1]) / 2
+            u16::midpoint(slots[i], slots[i + 1])
         };
         let _: () = redis::cmd("CLUSTER")
             .arg("ADDSLOTSRANGE")
@@ -307,7 +307,7 @@ async fn node_cpu(cluster: &RedisCluster) -> Result<Vec<f64>> {
 
 /// Where the shards spent their time, summed over them, per job: calls and µs by command.
 async fn print_commandstats(cluster: &RedisCluster, jobs: u64) -> Result<()> {
-    let mut by: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    let mut by = std::collections::BTreeMap::<String, (u64, u64)>::default();
     for n in &cluster.nodes {
         let text: String = redis::cmd("INFO")
             .arg("commandstats")
@@ -339,17 +339,6 @@ async fn print_commandstats(cluster: &RedisCluster, jobs: u64) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// This process's CPU seconds (user + system) so far.
-fn own_cpu() -> f64 {
-    // SAFETY: getrusage writes only into the struct it is given
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
-    }
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
 }
 
 /// A process held to `pct` % of one core by a cgroup of its own, for as long as this lives.

@@ -17,6 +17,8 @@ use hero_protocol::name::JobId;
 use hero_protocol::new_job::NewJob;
 use hero_protocol::ConnectOptions as ClientOptions;
 
+use crate::layout::{Layout, Member, Shards};
+
 /// The producer handle. Cheap to clone; clones share one connection (the lane, or one
 /// multiplexed redis-rs connection) and open dedicated ones only for blocking waits.
 #[derive(Clone)]
@@ -26,7 +28,7 @@ pub struct Client {
     /// Group commit of single submits, started by the first one (see `coalesce`).
     coalescer: std::sync::Arc<std::sync::OnceLock<crate::coalesce::Coalescer>>,
     /// The namespace's shards (`crate::shards`); `None` for a client bound to one shard.
-    shards: Option<std::sync::Arc<crate::shards::Shards>>,
+    shards: Option<std::sync::Arc<Shards<Client>>>,
 }
 
 impl Client {
@@ -38,35 +40,17 @@ impl Client {
     pub async fn with_options(opts: ClientOptions) -> Result<Client> {
         let (redis, keys) = opts.open().await?;
         let mut client = Client::bound_to(redis, keys);
-        let shards = crate::shards::Shards::open(opts, &client).await?;
+        let shards = Shards::open(opts, &client).await?;
         client.shards = Some(std::sync::Arc::new(shards));
         Ok(client)
     }
 
-    /// A client of the one shard `keys` names, on `redis` (which serves it).
-    pub(crate) fn bound_to(redis: Redis, keys: Keyspace) -> Client {
-        Client {
-            redis,
-            keys,
-            coalescer: std::sync::Arc::default(),
-            shards: None,
-        }
-    }
-
-    /// This client bound to its shard 0 (sharing its connections and group commit).
-    pub(crate) fn bound(&self) -> Client {
-        Client {
-            shards: None,
-            ..self.clone()
-        }
-    }
-
-    pub(crate) fn shards(&self) -> Option<&crate::shards::Shards> {
+    pub(crate) fn shards(&self) -> Option<&Shards<Client>> {
         self.shards.as_deref()
     }
 
     /// The layout when the namespace has more than one shard served.
-    fn sharded(&self) -> Option<std::sync::Arc<crate::shards::Layout>> {
+    fn sharded(&self) -> Option<std::sync::Arc<Layout<Client>>> {
         self.layout().filter(|l| l.map.is_sharded())
     }
 
@@ -266,6 +250,34 @@ impl Client {
             None,
         )
         .await
+    }
+}
+
+impl Member for Client {
+    fn keys(&self) -> &Keyspace {
+        &self.keys
+    }
+
+    fn redis(&self) -> &Redis {
+        &self.redis
+    }
+
+    /// A client of the one shard `keys` names, on `redis` (which serves it).
+    fn bound_to(redis: Redis, keys: Keyspace) -> Client {
+        Client {
+            redis,
+            keys,
+            coalescer: std::sync::Arc::default(),
+            shards: None,
+        }
+    }
+
+    /// This client bound to its shard 0 (sharing its connections and group commit).
+    fn bound(&self) -> Client {
+        Client {
+            shards: None,
+            ..self.clone()
+        }
     }
 }
 

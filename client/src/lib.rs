@@ -19,7 +19,8 @@
 //! - [`flow`]: a job and the jobs it waits on, flattened into one submit batch.
 //! - [`batch`]: a batch's members and its callback jobs.
 //! - [`cron`]: adding a recurring job.
-//! - `shards`: a sharded namespace: where a job goes, which shard holds one, a client per shard.
+//! - `layout`: a sharded namespace's map and members, and the rules of where a job goes;
+//!   `shards`: what the client does with them (routing submits, finding a job's shard).
 //!
 //! # Moved in 0.2
 //! The protocol's modules moved to `hero-protocol`; they are re-exported here under their old
@@ -32,6 +33,7 @@ pub mod client;
 mod coalesce;
 pub mod cron;
 pub mod flow;
+mod layout;
 mod shards;
 
 pub use answer::{JobResult, StopOutcome, Submitted};

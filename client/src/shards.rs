@@ -1,5 +1,7 @@
 //! A sharded namespace from the producer's side (`hero_protocol::shard` holds the map and the
-//! hashing): which shard a job goes to, which shard holds a job, and one client per shard.
+//! hashing, `crate::layout` the members and the rules): the client's calls over the shards —
+//! a submit placed and its generated id renamed, a bulk submit split per shard, the shard that
+//! holds a job, one client per shard for those who walk them all.
 //!
 //! A client reads the shard map when it connects and again at most every
 //! `shard::REFRESH`, in the background (a submit never waits for it). Without a map (K = 1)
@@ -20,118 +22,26 @@
 //! state is still at the old home (`ShardMap::older_homes`): one more lookup, only then.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::sync::Arc;
 
 use hero_protocol::error::{Error, Result};
 use hero_protocol::keys::Keyspace;
 use hero_protocol::name::JobId;
 use hero_protocol::new_job::NewJob;
 use hero_protocol::shard::{self, ShardMap};
-use hero_protocol::ConnectOptions;
 
 use crate::answer::Submitted;
 use crate::client::Client;
+use crate::layout::{keyed, prefetch, rule, Rule};
 
-/// What a namespace's clients share about its shards.
-pub(crate) struct Shards {
-    opts: ConnectOptions,
-    layout: RwLock<Arc<Layout>>,
-    read_at: Mutex<Instant>,
-    refreshing: AtomicBool,
-    /// The next shard an unkeyed job goes to.
-    turn: AtomicUsize,
-}
-
-/// The map, and one client bound to each served shard.
-pub(crate) struct Layout {
-    pub(crate) map: ShardMap,
-    pub(crate) members: BTreeMap<u16, Client>,
-    /// Shard 0's work streams the legacy bridge dual-pushes (`Keyspace::bridge_registry`):
-    /// their jobs stay on shard 0, where legacy actors read them.
-    bridged: std::collections::HashSet<String>,
-}
-
-impl Shards {
-    /// Reads the map through `base` (shard 0) and connects to every served shard.
-    pub(crate) async fn open(opts: ConnectOptions, base: &Client) -> Result<Shards> {
-        let layout = build(&opts, base, None).await?;
-        Ok(Shards {
-            opts,
-            layout: RwLock::new(Arc::new(layout)),
-            read_at: Mutex::new(Instant::now()),
-            refreshing: AtomicBool::new(false),
-            turn: AtomicUsize::new(0),
-        })
-    }
-
-    fn current(&self) -> Arc<Layout> {
-        self.layout
-            .read()
-            .map(|l| l.clone())
-            .unwrap_or_else(|e| e.into_inner().clone())
-    }
-
-    fn stale(&self) -> bool {
-        self.read_at
-            .lock()
-            .map(|t| t.elapsed() >= shard::REFRESH)
-            .unwrap_or(true)
-    }
-
-    async fn reread(&self, base: &Client) -> Result<Arc<Layout>> {
-        let old = self.current();
-        let layout = Arc::new(build(&self.opts, base, Some(&old)).await?);
-        if let Ok(mut l) = self.layout.write() {
-            *l = layout.clone();
-        }
-        if let Ok(mut t) = self.read_at.lock() {
-            *t = Instant::now();
-        }
-        Ok(layout)
-    }
-}
-
-/// The layout of the map read now, reusing the members of `old` that are still served.
-async fn build(opts: &ConnectOptions, base: &Client, old: Option<&Layout>) -> Result<Layout> {
-    let map = shard::read(base.redis(), base.keys()).await?;
-    let mut members = BTreeMap::new();
-    members.insert(0, base.bound());
-    for n in map.tagged().into_iter().filter(|&n| n > 0) {
-        let Some(keys) = map.keyspace(base.keys(), n) else {
-            continue;
-        };
-        if let Some(m) = old
-            .and_then(|o| o.members.get(&n))
-            .filter(|m| m.keys() == &keys)
-        {
-            members.insert(n, m.clone());
-            continue;
-        }
-        let redis = opts.open_shard(base.redis(), &keys).await?;
-        members.insert(n, Client::bound_to(redis, keys));
-    }
-    let bridged = if map.is_sharded() {
-        base.redis()
-            .query(redis::cmd("HKEYS").arg(base.keys().bridge_registry()))
-            .await?
-    } else {
-        std::collections::HashSet::default()
-    };
-    Ok(Layout {
-        map,
-        members,
-        bridged,
-    })
-}
+type Layout = crate::layout::Layout<Client>;
 
 impl Client {
     /// This namespace's layout, read again in the background when older than
     /// `shard::REFRESH`.
     pub(crate) fn layout(&self) -> Option<Arc<Layout>> {
         let shards = self.shards()?;
-        if shards.stale() && !shards.refreshing.swap(true, Ordering::AcqRel) {
+        if shards.begin_refresh() {
             let me = self.clone();
             // a runtime may be gone (a client outliving its test): then the map is kept
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -140,11 +50,11 @@ impl Client {
                         if let Err(e) = s.reread(&me).await {
                             hero_protocol::outage::report("reading the shard map", &e);
                         }
-                        s.refreshing.store(false, Ordering::Release);
+                        s.end_refresh();
                     }
                 });
             } else {
-                shards.refreshing.store(false, Ordering::Release);
+                shards.end_refresh();
             }
         }
         Some(shards.current())
@@ -266,7 +176,7 @@ impl Client {
         });
         drop(ids);
         let mut first: Option<u16> = None;
-        let known = self.prefetch(layout, &jobs).await?;
+        let known = prefetch(layout, &jobs).await?;
         for i in 0..jobs.len() {
             let follow = if flow { first } else { None };
             let at = self
@@ -381,9 +291,7 @@ impl Client {
                 if let Some(n) = follow {
                     return Ok(n);
                 }
-                let turn = self
-                    .shards()
-                    .map_or(0, |s| s.turn.fetch_add(1, Ordering::Relaxed));
+                let turn = self.shards().map_or(0, |s| s.next_turn());
                 Ok((turn % layout.map.k.max(1) as usize) as u16)
             }
         }
@@ -426,117 +334,6 @@ impl Client {
         }
         Ok(at.map_or(0, |(n, _)| n))
     }
-
-    /// The keyed lookups of a bulk submit, made at once: for each job whose rule is a key with
-    /// an older home, whether that home holds the key's state; one pipeline per shard asked.
-    async fn prefetch(&self, layout: &Layout, jobs: &[NewJob]) -> Result<HashSet<(u16, String)>> {
-        let mut asks: BTreeMap<u16, Vec<String>> = BTreeMap::new();
-        for job in jobs {
-            if let Ok(Rule::Keyed(key, state)) = rule(layout, job) {
-                for n in layout.map.older_homes(key) {
-                    if let Some(m) = layout.members.get(&n) {
-                        asks.entry(n).or_default().push(state.key(m.keys()));
-                    }
-                }
-            }
-        }
-        let mut found = HashSet::new();
-        for (n, keys) in asks {
-            let Some(m) = layout.members.get(&n) else {
-                continue;
-            };
-            let mut pipe = redis::pipe();
-            for k in &keys {
-                pipe.cmd("EXISTS").arg(k);
-            }
-            for (k, r) in keys.into_iter().zip(m.redis().pipeline(&pipe).await?) {
-                if redis::from_redis_value::<bool>(r?).unwrap_or(false) {
-                    found.insert((n, k));
-                }
-            }
-        }
-        Ok(found)
-    }
-}
-
-/// Which rule of the module's places a job, without asking Redis.
-enum Rule<'a> {
-    Shard(u16),
-    /// The home of a key whose state may still be at an older home.
-    Keyed(&'a str, StateKey),
-    Prerequisites,
-    Spread,
-}
-
-/// The key whose existence says a keyed job's state is at a shard.
-enum StateKey {
-    Batch(hero_protocol::BatchName),
-    Unique(String),
-    Job(JobId),
-}
-
-impl StateKey {
-    fn key(&self, keys: &Keyspace) -> String {
-        match self {
-            StateKey::Batch(b) => keys.batch(b),
-            StateKey::Unique(u) => keys.unique(u),
-            StateKey::Job(id) => keys.job(id),
-        }
-    }
-}
-
-fn rule<'a>(layout: &Layout, job: &'a NewJob) -> Result<Rule<'a>> {
-    let map = &layout.map;
-    let record = job.record();
-    if !layout.bridged.is_empty() && layout.bridged.contains(&layout_base_stream(layout, job)) {
-        return Ok(Rule::Shard(0));
-    }
-    if let Some(r) = job.route() {
-        return Ok(Rule::Shard(map.home(r)));
-    }
-    if let Some(b) = &record.batch {
-        let name = hero_protocol::BatchName::new(b.as_str())?;
-        return Ok(Rule::Keyed(b, StateKey::Batch(name)));
-    }
-    if !record.prerequisites.is_empty() {
-        return Ok(Rule::Prerequisites);
-    }
-    if let Some(u) = &record.unique {
-        return Ok(Rule::Keyed(u, StateKey::Unique(u.clone())));
-    }
-    if let Some(l) = &record.limit_key {
-        return Ok(Rule::Shard(map.home(l)));
-    }
-    if job.id_chosen() {
-        return Ok(Rule::Keyed(
-            job.id().as_str(),
-            StateKey::Job(job.id().clone()),
-        ));
-    }
-    Ok(Rule::Spread)
-}
-
-/// The work stream `job` goes to on shard 0.
-fn layout_base_stream(layout: &Layout, job: &NewJob) -> String {
-    let base = layout.members.get(&0).map(|c| c.keys().clone());
-    base.map(|k| k.work(job.target(), job.record().priority))
-        .unwrap_or_default()
-}
-
-/// `key`'s home, or an older home whose shard still holds `state` (one EXISTS a home asked).
-async fn keyed(layout: &Layout, key: &str, state: impl Fn(&Keyspace) -> String) -> Result<u16> {
-    for n in layout.map.older_homes(key) {
-        if let Some(m) = layout.members.get(&n) {
-            let found: bool = m
-                .redis()
-                .query(redis::cmd("EXISTS").arg(state(m.keys())))
-                .await?;
-            if found {
-                return Ok(n);
-            }
-        }
-    }
-    Ok(layout.map.home(key))
 }
 
 /// Runs the futures at once and answers in their order (a small join_all: the crate has no

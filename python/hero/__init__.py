@@ -25,4 +25,4 @@ __all__ = [
     "JobNotFound", "Keys", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Worker",
     "connect",
 ]
-__version__ = "0.27.0"
+__version__ = "0.28.0"

@@ -398,7 +398,7 @@ class Worker:
             running = len(self._running)
         body = json.dumps({
             "pid": os.getpid(), "hostname": socket.gethostname(), "started_at": self._started_at,
-            "version": "hero-py 0.27.0", "capabilities": self.types, "consumer": self.consumer,
+            "version": "hero-py 0.28.0", "capabilities": self.types, "consumer": self.consumer,
             "concurrency": self.concurrency, "running": running, "last_heartbeat": iso(),
         })
         pipe = self.r.pipeline(transaction=False)

@@ -370,6 +370,9 @@ impl Pool {
     /// Every `shard::REFRESH`, starts serving the shards a namespace gained (the client reads
     /// its shard map in the background; an unsharded namespace costs nothing more here).
     async fn watch_shards(self, namespaces: Vec<Client>, stop: CancellationToken) {
+        // a shard that cannot be served yet (its master unreachable) is tried again each pass,
+        // and said once, not every pass
+        let mut outage = hero_protocol::outage::Outage::new("starting to serve a new shard");
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -388,10 +391,15 @@ impl Pool {
                     }
                     match self.start(&shard, rank).await {
                         Ok(()) => {
-                            tracing::info!(shard = n, namespace = %ns.keys().prefix(), "serving a new shard")
+                            outage.ok();
+                            tracing::info!(shard = n, namespace = %ns.keys().prefix(), "serving a new shard");
+                        }
+                        Err(Error::Client(e)) => {
+                            outage.failed(&e);
                         }
                         Err(e) => {
-                            tracing::warn!(shard = n, error = %e, "cannot serve a new shard yet; trying again")
+                            tracing::error!(shard = n, error = %e, "cannot serve a new shard");
+                            return;
                         }
                     }
                 }
