@@ -320,6 +320,20 @@ impl Admin {
         action: DeadAction,
         letters: &[DeadLetter],
     ) -> Result<Vec<DeadOutcome>> {
+        if !self.others.is_empty() {
+            // each letter on the shard whose stream holds it, answers in the letters' order
+            let mut out = Vec::with_capacity(letters.len());
+            for (n, shard) in self.shards() {
+                let mine: Vec<DeadLetter> =
+                    letters.iter().filter(|d| d.shard == n).cloned().collect();
+                if !mine.is_empty() {
+                    out.extend(Box::pin(shard.dead_letters_call(action, &mine)).await?);
+                }
+            }
+            let order = |id: &str| letters.iter().position(|d| d.job_id == id);
+            out.sort_by_key(|o| order(&o.job_id));
+            return Ok(out);
+        }
         let mut out = Vec::with_capacity(letters.len());
         for chunk in letters.chunks(PER_CALL) {
             // where each job goes back to: the queue its record names

@@ -178,6 +178,13 @@ impl Client {
     /// The job's status.
     pub async fn status(&self, id: &JobId) -> Result<Status> {
         if self.sharded().is_some() {
+            // one read where a generated id says, a search only when it is not there
+            if let Some(m) = self.named_shard(id) {
+                match Box::pin(m.status(id)).await {
+                    Err(Error::JobNotFound(_)) => {}
+                    other => return other,
+                }
+            }
             return Box::pin(self.for_job(id).await?.status(id)).await;
         }
         let status: Option<Vec<u8>> = self
@@ -206,6 +213,12 @@ impl Client {
     /// The whole job record.
     pub async fn get(&self, id: &JobId) -> Result<Job> {
         if self.sharded().is_some() {
+            if let Some(m) = self.named_shard(id) {
+                match Box::pin(m.get(id)).await {
+                    Err(Error::JobNotFound(_)) => {}
+                    other => return other,
+                }
+            }
             return Box::pin(self.for_job(id).await?.get(id)).await;
         }
         let key = self.keys.job(id);

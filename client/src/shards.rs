@@ -137,6 +137,15 @@ impl Client {
             .clone())
     }
 
+    /// The client of the shard a generated id names (`<uuid>.s<n>`), without a lookup: the
+    /// first place a read tries; a chosen id of that form may live elsewhere, and a read that
+    /// finds nothing there asks [`Client::for_job`].
+    pub(crate) fn named_shard(&self, id: &JobId) -> Option<Client> {
+        let layout = self.layout().filter(|l| l.map.is_sharded())?;
+        let n = shard::shard_of_id(id.as_str())?;
+        layout.members.get(&n).cloned()
+    }
+
     /// The client of `key`'s home now (no lookup: a caller that knows the key's state was made
     /// under the current K, as a checker reading back the chosen ids it submitted).
     pub fn home_client(&self, key: &str) -> Client {

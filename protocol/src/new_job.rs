@@ -35,6 +35,8 @@ impl NewJob {
         }
     }
 
+    /// The id it is submitted with. In a sharded namespace a generated id is replaced at submit
+    /// by one naming the job's shard: the submit's answer (`Submitted::id`) has the id to keep.
     pub fn id(&self) -> &JobId {
         &self.job.id
     }

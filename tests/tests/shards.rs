@@ -150,6 +150,65 @@ async fn a_sharded_queue_runs_every_job_once_and_recovers_a_killed_workers_jobs(
     );
     assert_eq!(client.status(&id).await.unwrap(), Status::Error);
 
+    // a listing walks every shard, a page at a time
+    let inspector = hero_admin::Inspector::from(&client);
+    let mut listed = HashSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = inspector
+            .list(
+                &hero_admin::ListFilter::Status(Status::Finished),
+                cursor.as_deref(),
+                500,
+            )
+            .await
+            .unwrap();
+        listed.extend(page.jobs.into_iter().map(|j| j.id));
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    assert!(
+        ids.iter().all(|id| listed.contains(id)),
+        "every finished job listed"
+    );
+
+    // dead letters on every shard: listed together, each retried on its own shard
+    for (n, shard) in client.shard_clients() {
+        hero_testkit::dead_letter(&shard, "dl", &format!("dl-{n}")).await;
+    }
+    let letters = inspector.all_dead_letters().await.unwrap();
+    let shards_of: Vec<u16> = letters.iter().map(|d| d.shard).collect();
+    assert_eq!(
+        shards_of
+            .iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        4,
+        "a letter from each shard: {letters:?}"
+    );
+    let found = inspector.dead_letter("dl-3").await.unwrap().unwrap();
+    assert_eq!(found.shard, 3);
+    let outcomes = hero_admin::Admin::from(&client)
+        .retry_dead(&letters)
+        .await
+        .unwrap();
+    assert!(
+        outcomes.iter().all(|o| o.answer == "requeued"),
+        "{outcomes:?}"
+    );
+    for n in 0..4 {
+        let id = JobId::new(format!("dl-{n}")).unwrap();
+        assert_eq!(
+            client.status(&id).await.unwrap(),
+            Status::Dispatched,
+            "dl-{n}"
+        );
+    }
+    assert!(inspector.all_dead_letters().await.unwrap().is_empty());
+
     // hero shards show: per shard counts that add up
     let (code, out, err) = hero_testkit::hero_cli(&url, &["--json", "shards", "show"]);
     assert_eq!(code, 0, "{err}");
@@ -511,6 +570,95 @@ async fn guarantees_hold_on_shards(url: &str, k: u16) {
         assert!(window <= bound, "{window} starts within a second of {t}");
     }
     admin.clear_policy("t").await.unwrap();
+
+    // a concurrency limit of 4 split over the shards: never more than max(4, K) at once
+    admin
+        .set_policy(
+            "t",
+            &hero_protocol::policy::Policy {
+                concurrency: Some(4),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let limited_jobs: Vec<NewJob> = (0..12)
+        .map(|_| NewJob::builder("t", "sleep 300").build().unwrap())
+        .collect();
+    let capped = submit(&client, &limited_jobs).await;
+    all_finished(&client, &capped, Duration::from_secs(30)).await;
+    let capped_set: HashSet<&String> = capped.iter().collect();
+    let mut edges: Vec<(u64, i32)> = Vec::new();
+    for kind in [
+        hero_protocol::EventKind::Started,
+        hero_protocol::EventKind::Finished,
+    ] {
+        let only = hero_admin::inspect::EventFilter {
+            event: Some(kind),
+            ..Default::default()
+        };
+        for e in hero_admin::Inspector::from(&client)
+            .events(&only, 5000)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| capped_set.contains(&e.job_id))
+        {
+            edges.push((
+                e.at_ms(),
+                if kind == hero_protocol::EventKind::Started {
+                    1
+                } else {
+                    -1
+                },
+            ));
+        }
+    }
+    // an end before a start of the same millisecond
+    edges.sort_unstable();
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in &edges {
+        now += d;
+        most = most.max(now);
+    }
+    assert_eq!(edges.len(), 24, "each capped job started and finished once");
+    assert!(
+        most <= 4.max(i32::from(k)),
+        "{most} of the capped queue ran at once (limit 4 over {k} shards)"
+    );
+    admin.clear_policy("t").await.unwrap();
+
+    // stop reaches a running job on any shard; uniqueness holds on its key's shard
+    let long = NewJob::builder("t", "sleep 5000")
+        .route(&route)
+        .build()
+        .unwrap();
+    let long_id = client.submit(&long).await.unwrap().id;
+    let started = format!("started {long_id}");
+    hero_testkit::wait_for("the long job to start", Duration::from_secs(10), || {
+        let seen = a
+            .output()
+            .iter()
+            .chain(b.output().iter())
+            .any(|l| l.contains(&started));
+        async move { seen.then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        client.stop(&long_id).await.unwrap(),
+        hero_client::StopOutcome::Interrupted
+    );
+    assert_eq!(client.status(&long_id).await.unwrap(), Status::Error);
+    let once = || {
+        NewJob::builder("t", "sleep 2000")
+            .unique("nightly-report")
+            .build()
+            .unwrap()
+    };
+    let first = client.submit(&once()).await.unwrap();
+    let second = client.submit(&once()).await.unwrap();
+    assert!(first.created && !second.created);
+    assert_eq!(second.id, first.id, "the holder answers");
 
     // a flow runs its children before its root
     let flow = hero_client::Flow::new(NewJob::builder("t", "x").build().unwrap())

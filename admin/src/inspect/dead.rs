@@ -16,6 +16,8 @@ pub struct DeadLetter {
     pub reason: String,
     /// The work stream (or legacy list) it came from.
     pub queue: String,
+    /// The shard whose dead-letter stream holds it (0 in an unsharded namespace).
+    pub shard: u16,
 }
 
 impl DeadLetter {
@@ -28,6 +30,7 @@ impl DeadLetter {
             job_id: String::new(),
             reason: String::new(),
             queue: String::new(),
+            shard: 0,
         };
         for kv in reply::array(fields).ok()?.chunks(2) {
             let [k, v] = kv else { break };
@@ -51,20 +54,45 @@ impl DeadLetter {
     }
 
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "entry": self.entry,
             "job": self.job_id,
             "reason": self.reason,
             "queue": self.queue,
             "at_ms": self.at_ms(),
-        })
+        });
+        if self.shard > 0 {
+            v["shard"] = self.shard.into();
+        }
+        v
     }
 }
 
 impl Inspector {
     /// Dead letters oldest first, `limit` from after `cursor` (an entry id); the page's last
     /// entry is the next cursor.
+    /// In a sharded namespace, the shards' streams merged by entry id (time).
     pub async fn dead_letters(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>> {
+        if self.others.is_empty() {
+            return self.dead_letters_here(cursor, limit).await;
+        }
+        let mut all = Vec::new();
+        for (n, shard) in self.shards() {
+            for mut d in shard.dead_letters_here(cursor, limit).await? {
+                d.shard = n;
+                all.push(d);
+            }
+        }
+        all.sort_by_key(|d| entry_order(&d.entry));
+        all.truncate(limit.clamp(1, 10_000));
+        Ok(all)
+    }
+
+    async fn dead_letters_here(
         &self,
         cursor: Option<&str>,
         limit: usize,
@@ -120,8 +148,28 @@ impl Inspector {
         Ok(Ok(letters))
     }
 
-    /// The latest dead letter naming `job_id`, if any (a scan of the stream, newest first).
+    /// The latest dead letter naming `job_id`, if any (a scan of the stream, newest first; of
+    /// every shard's in a sharded namespace).
     pub async fn dead_letter(&self, job_id: &str) -> Result<Option<DeadLetter>> {
+        if self.others.is_empty() {
+            return self.dead_letter_here(job_id).await;
+        }
+        let mut newest: Option<DeadLetter> = None;
+        for (n, shard) in self.shards() {
+            if let Some(mut d) = shard.dead_letter_here(job_id).await? {
+                d.shard = n;
+                if newest
+                    .as_ref()
+                    .is_none_or(|b| entry_order(&d.entry) > entry_order(&b.entry))
+                {
+                    newest = Some(d);
+                }
+            }
+        }
+        Ok(newest)
+    }
+
+    async fn dead_letter_here(&self, job_id: &str) -> Result<Option<DeadLetter>> {
         let mut end = "+".to_string();
         loop {
             let v: Value = self
@@ -148,4 +196,10 @@ impl Inspector {
             }
         }
     }
+}
+
+/// An entry id as (ms, sequence), to order entries of several streams by time.
+fn entry_order(entry: &str) -> (u64, u64) {
+    let (ms, seq) = entry.split_once('-').unwrap_or((entry, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }

@@ -172,6 +172,39 @@ impl Inspector {
         self
     }
 
+    /// [`Inspector::list_tagged`] over a sharded namespace: the shards one after another, a
+    /// page from one shard at a time; the cursor is `<shard index>~<that shard's cursor>`.
+    async fn list_shards(
+        &self,
+        filter: &ListFilter,
+        tag: Option<&str>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page> {
+        let shards = self.shards();
+        let (at, inner) = match cursor {
+            None => (0, None),
+            Some(c) => {
+                let (i, rest) = c.split_once('~').ok_or_else(|| bad_cursor(c))?;
+                let i: usize = i.parse().map_err(|_| bad_cursor(c))?;
+                if i >= shards.len() {
+                    return Err(bad_cursor(c));
+                }
+                (i, (!rest.is_empty()).then_some(rest))
+            }
+        };
+        let page = Box::pin(shards[at].1.list_tagged(filter, tag, inner, limit)).await?;
+        let next = match page.next {
+            Some(n) => Some(format!("{at}~{n}")),
+            None if at + 1 < shards.len() => Some(format!("{}~", at + 1)),
+            None => None,
+        };
+        Ok(Page {
+            jobs: page.jobs,
+            next,
+        })
+    }
+
     /// One SCAN page of the keys matching `pattern` (of `kind` when given): the next cursor
     /// ("0" at the end) and the keys. Every reader walks the keyspace this way, never KEYS.
     pub(crate) async fn scan_page(
@@ -244,6 +277,9 @@ impl Inspector {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page> {
+        if !self.others.is_empty() {
+            return self.list_shards(filter, tag, cursor, limit).await;
+        }
         let limit = limit.clamp(1, 10_000);
         // a cursor goes to Redis as it is: one no page gave would be Redis's error, not the
         // caller's (SCAN takes digits, XRANGE an entry id)

@@ -58,7 +58,15 @@ pub async fn dead_letter(client: &hero_client::Client, script_type: &str, id: &s
 /// [`dead_letter`] of the job `id` already queued first in `script_type`'s stream.
 pub async fn dead_letter_queued(client: &hero_client::Client, script_type: &str, id: &str) {
     use hero_protocol::function::Recovery;
-    let stream = work_key(script_type);
+    // the client's own keys: a client bound to another shard of a sharded namespace works too
+    let target = hero_protocol::Target::new(
+        hero_protocol::ScriptType::new(script_type).expect("a valid script type"),
+        None,
+        None,
+    );
+    let stream = client
+        .keys()
+        .work(&target, hero_protocol::Priority::DEFAULT);
     let fetch = hero_protocol::function::fetch(
         client.keys(),
         std::slice::from_ref(&stream),
