@@ -1,0 +1,452 @@
+// The producer: submit jobs with every option `hero submit` has, run one and wait, read a job's
+// status and record, stop it, and batches; in a sharded namespace each job goes to its shard as
+// the Rust client sends it (docs/sharding.md).
+import { randomUUID } from "node:crypto";
+
+import { Redis } from "ioredis";
+
+import { HeroError, InvalidInput, JobNotFound, WaitTimedOut } from "./errors.js";
+import { BatchInfo, Job, jobFromRecord, Result, Submitted } from "./job.js";
+import { Keys } from "./keys.js";
+import { encode, Json } from "./msgpack.js";
+import { iso, nowMs, Protocol, text } from "./protocol.js";
+import { ShardMap, shardOfId } from "./shards.js";
+
+const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+const JOB_ID = /^[A-Za-z0-9_.-]{1,128}$/;
+export const MAX_SCRIPT_BYTES = 1 << 20;
+
+function name(what: string, v: string): string {
+  if (!NAME.test(v ?? "")) throw new InvalidInput(`${what} ${JSON.stringify(v)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
+  return v;
+}
+
+/** The URL: the given one, else HERO_REDIS_URL, else the local Redis of `hero up`. */
+export function redisUrl(url?: string): string {
+  return url ?? process.env.HERO_REDIS_URL ?? "redis://127.0.0.1:6379";
+}
+
+/** Every option of `hero submit`. Times: `delay` in ms (as BullMQ), `at` a Date, `timeout` in
+ * seconds (the record's unit), `uniqueTtl` in ms. */
+export interface JobOptions {
+  type: string;
+  script?: string;
+  id?: string;
+  group?: string;
+  instance?: string;
+  priority?: number;
+  timeout?: number;
+  retries?: number;
+  delay?: number;
+  at?: Date;
+  after?: string[];
+  unique?: string;
+  uniqueTtl?: number;
+  tags?: string[];
+  limitKey?: string;
+  env?: Record<string, string>;
+  batch?: string;
+  callerId?: string;
+  contextId?: string;
+  /** Any JSON value, stored as MessagePack (what handlers in every language read). */
+  payload?: Json;
+  /** In a sharded namespace, every job with this key goes to one shard, in submit order. */
+  route?: string;
+}
+
+/** A checked submit: what `Protocol.submit` takes, and where it goes. */
+interface Spec {
+  id: string;
+  generated: boolean;
+  route: string | null;
+  type: string;
+  group: string | null;
+  instance: string | null;
+  priority: number;
+  runAt: number;
+  fields: [string, string | Buffer][];
+}
+
+export class Client {
+  readonly keys: Keys;
+  private readonly proto: Protocol;
+  private map = new ShardMap();
+  private mapAt = 0;
+  private readonly protos = new Map<string, Protocol>();
+  private turn = 0;
+
+  private constructor(
+    readonly redis: Redis,
+    namespace: string,
+    cluster: boolean,
+  ) {
+    this.keys = cluster ? Keys.cluster(name("namespace", namespace)) : new Keys(name("namespace", namespace));
+    this.proto = new Protocol(redis, this.keys);
+    this.protos.set(this.keys.prefix, this.proto);
+  }
+
+  /** Connects (loading this version's library when the server lacks it). */
+  static async connect(url?: string, opts: { namespace?: string; redis?: Redis } = {}): Promise<Client> {
+    const redis = opts.redis ?? new Redis(redisUrl(url), { lazyConnect: true, maxRetriesPerRequest: 3 });
+    if (!opts.redis) await redis.connect();
+    const c = new Client(redis, opts.namespace ?? "hero", false);
+    try {
+      await c.proto.ensureLibrary();
+      await c.shardMap(true);
+    } catch (e) {
+      if (!opts.redis) redis.disconnect();
+      throw e;
+    }
+    return c;
+  }
+
+  /** Closes the connection (when this client opened it). */
+  async close(): Promise<void> {
+    await this.redis.quit().catch(() => this.redis.disconnect());
+  }
+
+  // -- shards ---------------------------------------------------------------------------------
+  /** The shard map, read again when older than 2 s (or now with `fresh`). */
+  async shardMap(fresh = false): Promise<ShardMap> {
+    if (fresh || nowMs() - this.mapAt >= 2000) {
+      const raw = await this.redis.hgetall(this.keys.shardMap());
+      this.map = ShardMap.parse(raw);
+      this.mapAt = nowMs();
+    }
+    return this.map;
+  }
+
+  private shard(n: number): [Keys, Protocol] {
+    const keys = this.map.keys(this.keys, n);
+    let p = this.protos.get(keys.prefix);
+    if (!p) {
+      p = new Protocol(this.redis, keys);
+      this.protos.set(keys.prefix, p);
+    }
+    return [keys, p];
+  }
+
+  /** `key`'s home, or an older home that still holds its state. */
+  private async keyed(key: string, state: (k: Keys) => string): Promise<number> {
+    for (const n of this.map.olderHomes(key)) {
+      if (await this.redis.exists(state(this.shard(n)[0]))) return n;
+    }
+    return this.map.home(key);
+  }
+
+  /** The keys of the shard that holds job `id`. */
+  private async holder(id: string): Promise<Keys> {
+    const m = await this.shardMap();
+    if (!m.sharded) return this.keys;
+    const order = [shardOfId(id), m.home(id), ...m.olderHomes(id), ...[...m.tags.keys()].sort((a, b) => a - b), 0];
+    const asked = new Set<number>();
+    for (const n of order) {
+      if (n === null || asked.has(n) || (n !== 0 && !m.tags.has(n))) continue;
+      asked.add(n);
+      const keys = this.shard(n)[0];
+      if (await this.redis.exists(keys.job(id))) return keys;
+    }
+    return this.shard(m.home(id))[0];
+  }
+
+  private async place(spec: Spec, here: Map<string, number>, follow: number | null): Promise<number> {
+    const m = this.map;
+    const field = (f: string) => spec.fields.find(([k]) => k === f)?.[1]?.toString();
+    if (spec.route !== null) return m.home(spec.route);
+    const batch = field("batch");
+    if (batch) return this.keyed(batch, (k) => k.batch(batch));
+    const after: string[] = JSON.parse(field("prerequisites") ?? "[]");
+    if (after.length) {
+      let at: [number, string] | null = null;
+      for (const p of after) {
+        let n = here.get(p);
+        if (n === undefined) {
+          const holder = await this.holder(p);
+          n = [0, ...m.tags.keys()].find((i) => this.shard(i)[0].prefix === holder.prefix) ?? 0;
+        }
+        if (at && at[0] !== n) {
+          throw new InvalidInput(
+            `job ${spec.id} waits on ${at[1]} (shard ${at[0]}) and ${p} (shard ${n}): prerequisites must share a shard; submit them with one route key (route) or in one submitMany`,
+          );
+        }
+        at = at ?? [n, p];
+      }
+      return at![0];
+    }
+    const unique = field("unique");
+    if (unique) return this.keyed(unique, (k) => k.unique(unique));
+    const limitKey = field("limit_key");
+    if (limitKey) return m.home(limitKey);
+    if (!spec.generated) return this.keyed(spec.id, (k) => k.job(spec.id));
+    if (follow !== null) return follow;
+    return this.turn++ % m.k;
+  }
+
+  // -- submit ---------------------------------------------------------------------------------
+  private spec(o: JobOptions, reply = false): Spec {
+    if (!o || typeof o !== "object") throw new InvalidInput("a job is an object: { type, script, ... }");
+    const id = o.id ?? randomUUID();
+    if (!JOB_ID.test(id)) throw new InvalidInput(`job id ${JSON.stringify(id)}: use 1-128 characters of A-Z a-z 0-9 _ - .`);
+    const type = name("script type", o.type);
+    const script = o.script ?? "";
+    if (o.instance && !o.group) throw new InvalidInput("an instance needs a group: give group as well");
+    if (o.group) name("group", o.group);
+    if (o.instance) name("instance", o.instance);
+    const priority = o.priority ?? 5;
+    if (!Number.isInteger(priority) || priority < 0 || priority > 9) {
+      throw new InvalidInput(`priority ${priority} is out of range: use 0 (highest) to 9 (lowest)`);
+    }
+    if (Buffer.byteLength(script) > MAX_SCRIPT_BYTES) {
+      throw new InvalidInput(`the script is ${Buffer.byteLength(script)} bytes; the limit is ${MAX_SCRIPT_BYTES}`);
+    }
+    if (o.route !== undefined && (o.route.length === 0 || Buffer.byteLength(o.route) > 200)) {
+      throw new InvalidInput("a route key is 1 to 200 bytes");
+    }
+    const f: [string, string | Buffer][] = [["script", script], ["script_type", type], ["created_at", iso()]];
+    if (o.group) f.push(["group", o.group]);
+    if (o.instance) f.push(["instance", o.instance]);
+    if (priority !== 5) f.push(["priority", String(priority)]);
+    if (o.timeout !== undefined) {
+      if (!(o.timeout >= 1)) throw new InvalidInput("timeout is in seconds, at least 1");
+      f.push(["timeout", String(Math.floor(o.timeout))]);
+    }
+    if (o.retries) f.push(["retries", String(Math.floor(o.retries))]);
+    if (o.callerId) f.push(["caller_id", o.callerId]);
+    if (o.contextId) f.push(["context_id", o.contextId]);
+    if (o.env && Object.keys(o.env).length) {
+      for (const k of Object.keys(o.env)) {
+        if (!k || k.includes("=")) throw new InvalidInput(`environment variable name ${JSON.stringify(k)} is empty or contains '='`);
+      }
+      f.push(["env_vars", JSON.stringify(o.env)]);
+    }
+    if (o.after?.length) {
+      for (const p of o.after) if (!JOB_ID.test(p)) throw new InvalidInput(`prerequisite ${JSON.stringify(p)} is not a job id`);
+      if (o.delay !== undefined || o.at !== undefined) {
+        throw new InvalidInput("a job with prerequisites cannot also be delayed: it starts when they finish");
+      }
+      f.push(["prerequisites", JSON.stringify(o.after)]);
+    }
+    if (o.tags?.length) f.push(["tags", JSON.stringify(o.tags)]);
+    if (o.unique !== undefined) {
+      if (o.unique.length === 0 || Buffer.byteLength(o.unique) > 200) throw new InvalidInput("a uniqueness key is 1 to 200 bytes");
+      f.push(["unique", o.unique]);
+      if (o.uniqueTtl !== undefined) f.push(["unique_ttl", String(Math.max(1, Math.floor(o.uniqueTtl)))]);
+    } else if (o.uniqueTtl !== undefined) {
+      throw new InvalidInput("uniqueTtl needs a unique key");
+    }
+    if (o.limitKey !== undefined) {
+      if (o.limitKey.length === 0 || Buffer.byteLength(o.limitKey) > 200) throw new InvalidInput("a limit key is 1 to 200 bytes");
+      f.push(["limit_key", o.limitKey]);
+    }
+    if (o.batch !== undefined) f.push(["batch", name("batch name", o.batch)]);
+    if (o.payload !== undefined) {
+      const bytes = encode(o.payload);
+      if (bytes.length > MAX_SCRIPT_BYTES) throw new InvalidInput(`the payload is ${bytes.length} bytes; the limit is ${MAX_SCRIPT_BYTES}`);
+      f.push(["payload", bytes]);
+    }
+    if (reply) f.push(["reply", "1"]);
+    let runAt = 0;
+    if (o.at !== undefined) runAt = o.at.getTime();
+    else if (o.delay !== undefined) runAt = nowMs() + Math.floor(o.delay);
+    return {
+      id,
+      generated: o.id === undefined,
+      route: o.route ?? null,
+      type,
+      group: o.group ?? null,
+      instance: o.instance ?? null,
+      priority,
+      runAt,
+      fields: f,
+    };
+  }
+
+  /** Submits one job; resolves to its id (see `submitMany` for the whole answer). */
+  async submit(job: JobOptions): Promise<string> {
+    const [s] = await this.submitMany([job]);
+    return s.id;
+  }
+
+  /** Submits jobs in one call (one a shard in a sharded namespace); one answer each, in order. An
+   * id that exists already changes nothing (`created` false); a held uniqueness key answers the
+   * holder (`duplicateOf`). */
+  async submitMany(jobs: JobOptions[], reply = false): Promise<Submitted[]> {
+    const specs = jobs.map((j) => this.spec(j, reply));
+    const m = await this.shardMap();
+    if (!m.sharded) return this.submitOn(this.proto, this.keys, specs);
+    const ids = new Set(specs.map((s) => s.id));
+    const flow = specs.some((s) => JSON.parse((s.fields.find(([k]) => k === "prerequisites")?.[1] ?? "[]").toString()).some((p: string) => ids.has(p)));
+    const here = new Map<string, number>();
+    const renamed = new Map<string, string>();
+    const placed: [number, Spec][] = [];
+    let first: number | null = null;
+    for (const s0 of specs) {
+      const s = { ...s0, fields: s0.fields.map(([k, v]) => [k, v] as [string, string | Buffer]) };
+      if (renamed.size) {
+        const p = s.fields.find(([k]) => k === "prerequisites");
+        if (p) p[1] = JSON.stringify(JSON.parse(p[1].toString()).map((x: string) => renamed.get(x) ?? x));
+      }
+      const n = await this.place(s, here, flow ? first : null);
+      if (first === null) first = n;
+      if (s.generated && n > 0) {
+        const next = `${s.id}.s${n}`;
+        renamed.set(s.id, next);
+        s.id = next;
+      }
+      here.set(s.id, n);
+      placed.push([n, s]);
+    }
+    const out: Submitted[] = new Array(placed.length);
+    const shards = [...new Set(placed.map(([n]) => n))];
+    await Promise.all(
+      shards.map(async (n) => {
+        const idx = placed.map(([m2], i) => (m2 === n ? i : -1)).filter((i) => i >= 0);
+        const [keys, proto] = this.shard(n);
+        const answers = await this.submitOn(proto, keys, idx.map((i) => placed[i][1]));
+        idx.forEach((i, j) => (out[i] = answers[j]));
+      }),
+    );
+    return out;
+  }
+
+  private async submitOn(proto: Protocol, keys: Keys, specs: Spec[]): Promise<Submitted[]> {
+    let answers: [string, string][];
+    try {
+      answers = await proto.submit(
+        specs.map((s) => [s.id, keys.work(s.type, s.group, s.instance, s.priority), s.runAt, s.fields]),
+      );
+    } catch (e) {
+      throw HeroError.fromServer(e);
+    }
+    return specs.map((s, i) => {
+      const [kind, status] = answers[i];
+      if (kind.startsWith("duplicate:")) {
+        const holder = kind.slice("duplicate:".length);
+        return { id: holder, created: false, status, duplicateOf: holder };
+      }
+      return { id: s.id, created: kind === "created", status, duplicateOf: null };
+    });
+  }
+
+  /** Submits a job and waits up to `waitMs` for it to end. */
+  async run(job: JobOptions, waitMs = 30_000): Promise<Result> {
+    const [s] = await this.submitMany([job], true);
+    return this.wait(s.id, waitMs);
+  }
+
+  /** Waits up to `waitMs` for a job to end: its reply list, else its record. */
+  async wait(id: string, waitMs = 30_000): Promise<Result> {
+    const deadline = nowMs() + waitMs;
+    const keys = await this.holder(id);
+    // a blocking pop holds its connection: a connection of its own, closed after
+    const conn = this.redis.duplicate();
+    try {
+      for (;;) {
+        const job = await this.get(id);
+        if (job.status === "finished" || job.status === "error") {
+          return { id, status: job.status, output: job.output ?? "", error: job.error ?? "", ok: job.status === "finished" };
+        }
+        const left = deadline - nowMs();
+        if (left <= 0) throw new WaitTimedOut(`job ${id} did not end within ${waitMs} ms (it is ${job.status})`);
+        const got = await conn.blpop(keys.reply(id), Math.max(0.1, Math.min(left, 1000) / 1000));
+        if (got) {
+          const v = JSON.parse(got[1]);
+          const status = String(v.status ?? "");
+          return { id, status, output: String(v.output ?? ""), error: String(v.error ?? ""), ok: status === "finished" };
+        }
+      }
+    } finally {
+      conn.disconnect();
+    }
+  }
+
+  // -- read -----------------------------------------------------------------------------------
+  async get(id: string): Promise<Job> {
+    const keys = await this.holder(id);
+    const rec = await this.redis.hgetallBuffer(keys.job(id));
+    if (!rec || Object.keys(rec).length === 0) throw new JobNotFound(id);
+    return jobFromRecord(id, rec);
+  }
+
+  async status(id: string): Promise<string> {
+    const keys = await this.holder(id);
+    const s = await this.redis.hget(keys.job(id), "status");
+    if (s === null) throw new JobNotFound(id);
+    return s;
+  }
+
+  // -- stop -----------------------------------------------------------------------------------
+  /** Stops a job wherever it is: `cancelled` (it never starts), `interrupted` (its worker is
+   * told), `already_completed`. */
+  async stop(id: string): Promise<string> {
+    const keys = await this.holder(id);
+    const proto = this.protos.get(keys.prefix) ?? new Protocol(this.redis, keys);
+    for (let i = 0; i < 5; i++) {
+      const [t, g, inst, p, worker] = (await this.redis.hmget(keys.job(id), "script_type", "group", "instance", "priority", "worker_id")).map((x) => x ?? "");
+      const stream = t ? keys.work(t, g || null, inst || null, /^\d$/.test(p) ? Number(p) : 5) : keys.job(id);
+      const parts = worker.split(":");
+      const ctl = t && parts.length === 3 ? keys.ctlInstance(t, parts[0], parts[1]) : null;
+      let answer: string;
+      try {
+        answer = await proto.stop(id, stream, ctl, worker);
+      } catch (e) {
+        throw HeroError.fromServer(e);
+      }
+      if (answer !== "changed") return answer;
+    }
+    throw new HeroError(`job ${id} kept changing hands while it was being stopped; try again`);
+  }
+
+  // -- batches --------------------------------------------------------------------------------
+  /** Adds members to batch `name` (made with its first member); one answer each. */
+  async addToBatch(batch: string, jobs: JobOptions[]): Promise<Submitted[]> {
+    return this.submitMany(jobs.map((j) => ({ ...j, batch })));
+  }
+
+  /** Closes batch `name`: `onComplete` is submitted once every member ended, `onSuccess` once
+   * every member finished, exactly once. */
+  async closeBatch(batch: string, callbacks: { onComplete?: JobOptions; onSuccess?: JobOptions }): Promise<BatchInfo> {
+    name("batch name", batch);
+    if (!callbacks.onComplete && !callbacks.onSuccess) throw new InvalidInput("close a batch with onComplete or onSuccess");
+    const m = await this.shardMap();
+    const [keys, proto] = m.sharded ? this.shard(await this.keyed(batch, (k) => k.batch(batch))) : [this.keys, this.proto];
+    const spec = (cb: JobOptions | undefined, which: string) => {
+      if (!cb) return null;
+      const s = this.spec({ ...cb, id: cb.id ?? `batch-${batch}-${which}` });
+      const flat = s.fields.filter(([k]) => k !== "created_at").flatMap(([k, v]) => [k, v.toString()]);
+      return { id: s.id, key: keys.job(s.id), stream: keys.work(s.type, s.group, s.instance, s.priority), registry: keys.queues(), group: "workers", fields: flat };
+    };
+    const r = await proto.closeBatch(batch, spec(callbacks.onComplete, "complete"), spec(callbacks.onSuccess, "success"));
+    const word = text(r[0]);
+    return {
+      name: batch,
+      total: Number(r[1]),
+      pending: Number(r[2]),
+      finished: Number(r[3]),
+      failed: Number(r[4]),
+      state: word === "done" || word === "already_done" ? "done" : "closed",
+      completeId: text(r[5]) || null,
+      successId: text(r[6]) || null,
+    };
+  }
+
+  /** Batch `name` as it stands (null when there is none, or it expired). */
+  async batch(batch: string): Promise<BatchInfo | null> {
+    name("batch name", batch);
+    const m = await this.shardMap();
+    const keys = m.sharded ? this.shard(await this.keyed(batch, (k) => k.batch(batch)))[0] : this.keys;
+    const h = await this.redis.hgetall(keys.batch(batch));
+    if (!h || Object.keys(h).length === 0) return null;
+    const n = (k: string) => Math.max(0, Number(h[k] ?? 0) || 0);
+    return {
+      name: batch,
+      total: n("total"),
+      pending: n("pending"),
+      finished: n("finished"),
+      failed: n("failed"),
+      state: "done_at" in h ? "done" : h.closed === "1" ? "closed" : "open",
+      completeId: h.complete_id ?? null,
+      successId: h.success_id ?? null,
+    };
+  }
+}

@@ -1,0 +1,11 @@
+// hero-broker for Node.js: the producer (`Client`) of a hero-broker job queue on Redis.
+// docs/from-bullmq.md maps BullMQ's names onto these.
+export { Client, redisUrl, MAX_SCRIPT_BYTES } from "./client.js";
+export type { JobOptions } from "./client.js";
+export { HeroError, InvalidInput, InvalidJob, JobNotFound, WaitTimedOut } from "./errors.js";
+export type { BatchInfo, Job, Progress, Result, Submitted } from "./job.js";
+export { Keys } from "./keys.js";
+export { VERSION as PROTOCOL_VERSION } from "./protocol.js";
+export { ShardMap, shardOfId, fnv1a, jump } from "./shards.js";
+export { encode as encodePayload, decode as decodePayload } from "./msgpack.js";
+export type { Json } from "./msgpack.js";

@@ -1,0 +1,142 @@
+// The job record (docs/protocol.md §3) as Node sees it, and what calls answer.
+
+export const DEFAULT_TIMEOUT_S = 300;
+
+export interface Progress {
+  percent: number;
+  message: string;
+}
+
+/** A job record, read as the protocol describes it (absent fields at their defaults; fields a
+ * newer version wrote are kept in `raw` and otherwise ignored). */
+export interface Job {
+  id: string;
+  status: string;
+  script: string;
+  scriptType: string | null;
+  group: string | null;
+  instance: string | null;
+  priority: number;
+  timeout: number | null;
+  retries: number;
+  attempts: number;
+  env: Record<string, string>;
+  tags: string[];
+  prerequisites: string[];
+  output: string | null;
+  error: string | null;
+  workerId: string;
+  lease: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  batch: string | null;
+  unique: string | null;
+  limitKey: string | null;
+  progress: Progress | null;
+  log: string[];
+  payload: Buffer | null;
+  raw: Record<string, string>;
+}
+
+/** A record as HGETALL gives it (field → Buffer). */
+export function jobFromRecord(id: string, rec: Record<string, Buffer>): Job {
+  const text: Record<string, string> = {};
+  let payload: Buffer | null = null;
+  for (const [k, v] of Object.entries(rec)) {
+    if (k === "payload") payload = v;
+    else text[k] = v.toString("utf8");
+  }
+  const num = (name: string, dflt: number | null): number | null => {
+    const v = text[name] ?? "";
+    return /^\d+$/.test(v) ? Number(v) : dflt;
+  };
+  const list = (name: string): string[] => {
+    const v = text[name];
+    if (!v) return [];
+    try {
+      const out = JSON.parse(v);
+      return Array.isArray(out) ? out.map(String) : [];
+    } catch {
+      return [];
+    }
+  };
+  let progress: Progress | null = null;
+  if (text.progress) {
+    try {
+      const p = JSON.parse(text.progress);
+      progress = { percent: Number(p.percent ?? 0), message: String(p.message ?? "") };
+    } catch {
+      progress = null;
+    }
+  }
+  let env: Record<string, string> = {};
+  try {
+    const e = text.env_vars ? JSON.parse(text.env_vars) : {};
+    if (e && typeof e === "object" && !Array.isArray(e)) env = e;
+  } catch {
+    env = {};
+  }
+  const status = text.status ?? "";
+  let attempts = num("attempts", null);
+  if (attempts === null) attempts = ["started", "finished", "error"].includes(status) && text.started_at ? 1 : 0;
+  return {
+    id: text.id || id,
+    status,
+    script: text.script ?? "",
+    scriptType: text.script_type ?? null,
+    group: text.group || null,
+    instance: text.instance || null,
+    priority: num("priority", 5) ?? 5,
+    timeout: num("timeout", null),
+    retries: num("retries", 0) ?? 0,
+    attempts,
+    env,
+    tags: list("tags"),
+    prerequisites: list("prerequisites").length ? list("prerequisites") : list("dependencies"),
+    output: text.output ?? null,
+    error: text.error ?? null,
+    workerId: text.worker_id ?? "",
+    lease: text.lease || null,
+    createdAt: text.created_at ?? "",
+    startedAt: text.started_at ?? null,
+    finishedAt: text.finished_at ?? null,
+    batch: text.batch || null,
+    unique: text.unique || null,
+    limitKey: text.limit_key || null,
+    progress,
+    log: list("log"),
+    payload,
+    raw: text,
+  };
+}
+
+/** What a submit answers. */
+export interface Submitted {
+  id: string;
+  /** False when the id existed already (nothing changed) or a uniqueness key was held. */
+  created: boolean;
+  status: string;
+  /** The job holding the uniqueness key, when this submit queued nothing. */
+  duplicateOf: string | null;
+}
+
+/** How a job ended: `status` is `finished` or `error`. */
+export interface Result {
+  id: string;
+  status: string;
+  output: string;
+  error: string;
+  ok: boolean;
+}
+
+export interface BatchInfo {
+  name: string;
+  total: number;
+  pending: number;
+  finished: number;
+  failed: number;
+  state: "open" | "closed" | "done";
+  completeId: string | null;
+  successId: string | null;
+}

@@ -1,0 +1,113 @@
+// The protocol's server functions (docs/protocol.md §4), one builder each, all in this file:
+// what every other module calls. The package carries the Lua library of its protocol version
+// (packed at build time from the repository's generated docs/hero-library.lua) and loads it
+// when the server lacks it, so a process of this version runs whatever version the brokers run
+// (§8).
+import type { Redis } from "ioredis";
+
+import { GROUP, Keys } from "./keys.js";
+import { LIBRARY_SOURCE } from "./library.generated.js";
+
+export const VERSION = "28";
+
+type Arg = string | number | Buffer;
+
+/** Text of a reply item (a Buffer, a string, a number, or nil). */
+export function text(v: unknown): string {
+  if (v === null || v === undefined) return "";
+  if (Buffer.isBuffer(v)) return v.toString("utf8");
+  return String(v);
+}
+
+/** The calls of one protocol version on one connection, for one shard's keys. */
+export class Protocol {
+  private xackdelFlag: string | null = null;
+
+  constructor(
+    readonly redis: Redis,
+    readonly keys: Keys,
+    readonly version: string = VERSION,
+    private readonly library: string = LIBRARY_SOURCE,
+  ) {}
+
+  fn(name: string): string {
+    return `hero_v${this.version}_${name}`;
+  }
+
+  async fcall(name: string, keys: string[], argv: Arg[]): Promise<unknown> {
+    return this.redis.callBuffer("FCALL", this.fn(name), keys.length, ...keys, ...argv);
+  }
+
+  /** Loads this version's library unless the server has it (never replaces another version). */
+  async ensureLibrary(): Promise<void> {
+    try {
+      if (text(await this.fcall("version", [], [])) === this.version) return;
+    } catch (e) {
+      if (!String(e).includes("Function not found")) throw e;
+    }
+    await this.redis.call("FUNCTION", "LOAD", "REPLACE", this.library);
+  }
+
+  /** '1' when the server has XACKDEL (asked once), else '0'. */
+  async xackdel(): Promise<string> {
+    if (this.xackdelFlag === null) {
+      try {
+        await this.redis.call("XACKDEL");
+        this.xackdelFlag = "1";
+      } catch (e) {
+        // a command the server lacks is "unknown"; one it has refuses the missing arguments
+        this.xackdelFlag = String(e).toLowerCase().includes("unknown command") ? "0" : "1";
+      }
+    }
+    return this.xackdelFlag;
+  }
+
+  /** hero_submit of [job id, work stream, run-at ms or 0, record fields] each; answers
+   * [kind, status] per job: kind `created`, `exists` or `duplicate:<id>`. */
+  async submit(jobs: [string, string, number, [string, Arg][]][]): Promise<[string, string][]> {
+    const k = this.keys;
+    const keys = [k.delayed(), k.queues(), k.bridgeRegistry(), k.config(), k.events(), k.stats()];
+    const argv: Arg[] = [GROUP];
+    for (const [id, stream, runAt, fields] of jobs) {
+      keys.push(k.job(id), stream);
+      argv.push(id, runAt, fields.length * 2);
+      for (const [f, v] of fields) argv.push(f, v);
+    }
+    const answer = (await this.fcall("submit", keys, argv)) as unknown[];
+    const out: [string, string][] = [];
+    for (let i = 0; i < answer.length; i += 2) out.push([text(answer[i]), text(answer[i + 1])]);
+    return out;
+  }
+
+  async stop(id: string, stream: string, ctl: string | null, worker: string, why = "stopped"): Promise<string> {
+    const k = this.keys;
+    const keys = [k.job(id), stream, k.delayed(), k.reply(id), k.config(), ctl ?? k.config(), k.retention(), k.events(), k.stats()];
+    const argv = [GROUP, ctl ? worker : "", iso(), await this.xackdel(), id, why];
+    return text(await this.fcall("stop", keys, argv));
+  }
+
+  async closeBatch(name: string, onComplete: object | null, onSuccess: object | null): Promise<unknown[]> {
+    const k = this.keys;
+    const keys = [k.batch(name), k.config(), k.batches(), k.events()];
+    const argv = [name, iso(), onComplete ? JSON.stringify(onComplete) : "", onSuccess ? JSON.stringify(onSuccess) : ""];
+    return (await this.fcall("batch", keys, argv)) as unknown[];
+  }
+}
+
+export function nowMs(): number {
+  return Date.now();
+}
+
+/** RFC 3339 UTC with milliseconds (`2026-11-25T17:40:07.123Z`). */
+export function iso(ms: number = nowMs()): string {
+  return new Date(ms).toISOString();
+}
+
+/** `s` cut to at most `limit` UTF-8 bytes, on a character boundary. */
+export function clip(s: string, limit: number): string {
+  const b = Buffer.from(s, "utf8");
+  if (b.length <= limit) return s;
+  let end = limit;
+  while (end > 0 && (b[end] & 0xc0) === 0x80) end--;
+  return b.subarray(0, end).toString("utf8");
+}
