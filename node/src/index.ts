@@ -1,6 +1,9 @@
-// hero-broker for Node.js: the producer (`Client`) of a hero-broker job queue on Redis.
+// hero-broker for Node.js: the producer (`Client`) and the worker (`Worker`) of a hero-broker
+// job queue on Redis.
 // docs/from-bullmq.md maps BullMQ's names onto these.
 export { Client, redisUrl, MAX_SCRIPT_BYTES } from "./client.js";
+export { Worker, WorkerJob, Retry, Abort, UnrecoverableError } from "./worker.js";
+export type { Handler, WorkerOptions } from "./worker.js";
 export type { JobOptions } from "./client.js";
 export { HeroError, InvalidInput, InvalidJob, JobNotFound, WaitTimedOut } from "./errors.js";
 export type { BatchInfo, Job, Progress, Result, Submitted } from "./job.js";

@@ -92,6 +92,89 @@ export class Protocol {
     const argv = [name, iso(), onComplete ? JSON.stringify(onComplete) : "", onSuccess ? JSON.stringify(onSuccess) : ""];
     return (await this.fcall("batch", keys, argv)) as unknown[];
   }
+  // -- worker -------------------------------------------------------------------------------
+  /** hero_fetch over `streams` in precedence order, asking for the records of a short fetch:
+   * jobs as [stream index from 0, entry, job id], the wake-up cursors, records by job id. */
+  async fetch(streams: string[], consumer: string, count: number): Promise<{ jobs: [number, string, string][]; cursors: string[]; records: Map<string, Record<string, Buffer>> }> {
+    const k = this.keys;
+    const keys = [k.queues(), k.config(), k.events(), k.stats(), ...streams];
+    const reply = (await this.fcall("fetch", keys, [GROUP, consumer, count, k.jobPrefix(), iso(), await this.xackdel(), "", "1"])) as unknown[];
+    const flat = reply[0] as unknown[];
+    const jobs: [number, string, string][] = [];
+    for (let i = 0; i < flat.length; i += 3) jobs.push([Number(text(flat[i])) - 1, text(flat[i + 1]), text(flat[i + 2])]);
+    const cursors = ((reply[2] as unknown[]) ?? []).map(text);
+    const records = new Map<string, Record<string, Buffer>>();
+    if (reply.length > 4) {
+      const recs = reply[4] as unknown[][];
+      jobs.forEach(([, , id], i) => {
+        const rec = recs[i];
+        if (!Array.isArray(rec)) return;
+        const o: Record<string, Buffer> = {};
+        for (let j = 0; j + 1 < rec.length; j += 2) o[text(rec[j])] = rec[j + 1] as Buffer;
+        records.set(id, o);
+      });
+    }
+    return { jobs, cursors, records };
+  }
+
+  /** hero_renew: `ok`, `stopped` or `lost`; with a report, records it in the same call. */
+  async renew(id: string, stream: string, lease: string, consumer: string, progress: [number, string] | null, lines: string[]): Promise<string> {
+    const k = this.keys;
+    if (progress === null && lines.length === 0) {
+      return text(await this.fcall("renew", [k.job(id), stream], [lease, GROUP, consumer]));
+    }
+    let p = "";
+    if (progress !== null) {
+      const percent = Number.isFinite(progress[0]) ? Math.max(0, Math.min(100, progress[0])) : 0;
+      p = JSON.stringify({ percent, message: clip(progress[1], 200) });
+    }
+    return text(await this.fcall("renew", [k.job(id), stream, k.events(), k.config()], [lease, GROUP, consumer, id, p, ...lines.map((l) => clip(l, 1000))]));
+  }
+
+  /** hero_complete of a batch of outcomes; per job: completed, retrying, already_completed or
+   * lease_lost. */
+  async complete(consumer: string, done: Done[]): Promise<string[]> {
+    const k = this.keys;
+    const keys = [k.delayed(), k.config(), k.retention(), k.events(), k.stats(), k.queues()];
+    const argv: Arg[] = [GROUP, iso(), await this.xackdel(), done.map((d) => d.id).join(" "), consumer, ""];
+    for (const d of done) {
+      keys.push(k.job(d.id), d.stream, k.reply(d.id));
+      argv.push(d.lease, d.outcome, d.text, d.retryAt, d.id, d.reply, d.ranMs);
+    }
+    return ((await this.fcall("complete", keys, argv)) as unknown[]).map(text);
+  }
+
+  /** Puts every delivery `consumer` holds on `stream` back without counting an attempt. */
+  async handBack(stream: string, consumer: string): Promise<number> {
+    const k = this.keys;
+    const keys = [stream, k.deadLetter(), k.config(), k.retention(), k.events(), k.stats()];
+    let total = 0;
+    let cursor = "0-0";
+    for (;;) {
+      const r = (await this.fcall("recover", keys, [GROUP, "consumer", consumer, 0, 1000, k.jobPrefix(), k.replyPrefix(), 1_000_000, cursor, "1", iso(), await this.xackdel()])) as unknown[];
+      total += Number(text(r[0]));
+      cursor = text(r[3]);
+      if (cursor === "0-0") return total;
+    }
+  }
+}
+
+/** One outcome on its way to hero_complete. */
+export interface Done {
+  id: string;
+  stream: string;
+  lease: string;
+  outcome: "done" | "fail" | "retry" | "abort";
+  text: string;
+  retryAt: number;
+  reply: string;
+  ranMs: number;
+}
+
+/** 1 s × 2^(attempt-1), ±20 %, capped at an hour: the SDKs' back-off (docs/protocol.md §6). */
+export function retryAtMs(attempt: number): number {
+  const delay = Math.min(3_600_000, 1000 * 2 ** Math.max(0, attempt - 1));
+  return nowMs() + Math.floor(delay * (0.8 + Math.random() * 0.4));
 }
 
 export function nowMs(): number {

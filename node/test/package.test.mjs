@@ -3,7 +3,7 @@
 // ESM `import`, types included.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -26,7 +26,7 @@ after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-test("the packed tarball installs into a fresh project and runs from require and import", async () => {
+test("the packed tarball installs into a fresh project; the README's example runs as written", async () => {
   const pkg = join(ROOT, "node");
   const name = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], { cwd: pkg, encoding: "utf8" }).trim().split("\n").pop();
   const tarball = join(dir, name);
@@ -59,4 +59,12 @@ test("the packed tarball installs into a fresh project and runs from require and
   await waitFor("the Rust worker", async () => true);
   assert.equal(execFileSync("node", ["cjs.cjs"], { cwd: project, env, encoding: "utf8", timeout: 60_000 }).trim(), "finished 42");
   assert.equal(execFileSync("node", ["esm.mjs"], { cwd: project, env, encoding: "utf8", timeout: 60_000 }).trim(), "finished esm");
+  // node/README.md's first example, as written: a Node worker and a producer
+  const readme = readFileSync(join(ROOT, "node", "README.md"), "utf8");
+  const example = /```js\n([\s\S]*?)```/.exec(readme)[1];
+  writeFileSync(join(project, "readme.mjs"), example);
+  assert.equal(
+    execFileSync("node", ["readme.mjs"], { cwd: project, env, encoding: "utf8", timeout: 60_000 }).trim(),
+    "finished HELLO FROM NODE",
+  );
 });

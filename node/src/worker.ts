@@ -1,0 +1,614 @@
+// The worker: presence, precedence fetch, handler calls with an AbortSignal, lease renewal with
+// progress and log lines, time limits, stop requests, fenced batched completion, retries by
+// back-off, graceful shutdown, and every shard of a sharded namespace (one lane a shard, the
+// slots shared). The names are BullMQ's where they fit: `new Worker(type, async job => …,
+// { concurrency })`, `job.data`, `job.updateProgress`, `job.log`, events `completed`, `failed`,
+// `error`.
+import { EventEmitter } from "node:events";
+import { hostname } from "node:os";
+import { randomBytes } from "node:crypto";
+
+import { Redis } from "ioredis";
+
+import { InvalidInput } from "./errors.js";
+import { Job, jobFromRecord } from "./job.js";
+import { Keys } from "./keys.js";
+import { decode, Json } from "./msgpack.js";
+import { Done, iso, nowMs, Protocol, retryAtMs } from "./protocol.js";
+import { redisUrl } from "./client.js";
+import { ShardMap } from "./shards.js";
+
+const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+const LOG_LINES = 100;
+/** Reports gather this long: one call per flush for every job at once. */
+const REPORT_EVERY_MS = 500;
+
+/** Throw from a handler: try the job again after `delayMs` (within its budget). */
+export class Retry extends Error {
+  constructor(reason = "retry", readonly delayMs = 1000) {
+    super(reason);
+    this.name = "Retry";
+  }
+}
+
+/** Throw from a handler: the job ends `error` now, whatever its retry budget. */
+export class Abort extends Error {
+  constructor(reason = "aborted") {
+    super(reason);
+    this.name = "Abort";
+  }
+}
+
+/** BullMQ's name for [`Abort`]. */
+export const UnrecoverableError = Abort;
+
+/** The job a handler is given. */
+export class WorkerJob {
+  /** The payload (any JSON value), or null. */
+  readonly data: Json;
+  /** Aborted once the job must stop: stopped, timed out, its lease lost, or shutting down. */
+  readonly signal: AbortSignal;
+  /** Why `signal` fired (`stopped`, `timeout`, `lost`, `shutdown`), once it has. */
+  cancelReason: string | null = null;
+  private readonly abort = new AbortController();
+  private progress: [number, string] | null = null;
+  private lines: string[] = [];
+
+  constructor(readonly record: Job) {
+    this.signal = this.abort.signal;
+    let data: Json = null;
+    if (record.payload) {
+      try {
+        data = decode(record.payload);
+      } catch {
+        data = null;
+      }
+    }
+    this.data = data;
+  }
+
+  get id(): string {
+    return this.record.id;
+  }
+  get script(): string {
+    return this.record.script;
+  }
+  get name(): string {
+    return this.record.scriptType ?? "";
+  }
+  /** 1 for the first run. */
+  get attempt(): number {
+    return Math.max(1, this.record.attempts);
+  }
+
+  /** How far the job is (0-100, and a short message); the latest is sent within half a second. */
+  async updateProgress(percent: number, message = ""): Promise<void> {
+    this.progress = [Number(percent), String(message)];
+  }
+
+  /** Appends a line to the job's log (it keeps its last 100). */
+  async log(line: string): Promise<void> {
+    this.lines.push(String(line));
+    if (this.lines.length > LOG_LINES) this.lines.shift();
+  }
+
+  /** @internal what was reported since the last take. */
+  take(): [[number, string] | null, string[]] | null {
+    if (this.progress === null && this.lines.length === 0) return null;
+    const out: [[number, string] | null, string[]] = [this.progress, this.lines];
+    this.progress = null;
+    this.lines = [];
+    return out;
+  }
+
+  /** @internal */
+  cancel(reason: string): void {
+    if (this.cancelReason === null) this.cancelReason = reason;
+    this.abort.abort(new Error(reason));
+  }
+}
+
+export type Handler = (job: WorkerJob) => Promise<unknown> | unknown;
+
+export interface WorkerOptions {
+  /** Redis URL (default HERO_REDIS_URL, else redis://127.0.0.1:6379). */
+  url?: string;
+  namespace?: string;
+  group?: string;
+  instance?: string;
+  /** Handlers at once (default 1, as BullMQ). */
+  concurrency?: number;
+  leaseMs?: number;
+  presenceTtlMs?: number;
+  /** How long `close()` lets running jobs finish before handing them back. */
+  shutdownMs?: number;
+  /** Start at once (default true, as BullMQ); else call `run()`. */
+  autorun?: boolean;
+}
+
+interface Running {
+  job: WorkerJob;
+  lane: Lane;
+  streamIndex: number;
+  entry: string;
+  began: number;
+  timer: NodeJS.Timeout;
+  settled: boolean;
+}
+
+export class Worker extends EventEmitter {
+  readonly types: string[];
+  readonly group: string;
+  readonly instance: string;
+  readonly consumer: string;
+  readonly concurrency: number;
+  private readonly opts: Required<Omit<WorkerOptions, "url" | "instance" | "autorun">> & { url: string };
+  private redis!: Redis;
+  private readonly lanes = new Map<string, Lane>();
+  private free: number;
+  private slotWaiters: (() => void)[] = [];
+  private stopping = false;
+  private running: Promise<void> | null = null;
+  private readonly startedAt = iso();
+
+  constructor(types: string | string[], readonly handler: Handler, opts: WorkerOptions = {}) {
+    super();
+    this.types = (Array.isArray(types) ? types : [types]).map((t) => {
+      if (!NAME.test(t)) throw new InvalidInput(`script type ${JSON.stringify(t)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
+      return t;
+    });
+    if (this.types.length === 0) throw new InvalidInput("no script types: name at least one");
+    this.group = opts.group ?? "default";
+    this.instance = opts.instance ?? `node-${process.pid}`;
+    for (const [what, v] of [["group", this.group], ["instance", this.instance], ["namespace", opts.namespace ?? "hero"]]) {
+      if (!NAME.test(v)) throw new InvalidInput(`${what} ${JSON.stringify(v)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
+    }
+    this.concurrency = opts.concurrency ?? 1;
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new InvalidInput("concurrency must be at least 1");
+    this.free = this.concurrency;
+    this.consumer = `${this.group}:${this.instance}:${randomBytes(4).toString("hex")}`;
+    this.opts = {
+      url: redisUrl(opts.url),
+      namespace: opts.namespace ?? "hero",
+      group: this.group,
+      concurrency: this.concurrency,
+      leaseMs: opts.leaseMs ?? 30_000,
+      presenceTtlMs: opts.presenceTtlMs ?? 15_000,
+      shutdownMs: opts.shutdownMs ?? 30_000,
+    };
+    if (this.opts.leaseMs < 300 || this.opts.presenceTtlMs < 300) throw new InvalidInput("leaseMs and presenceTtlMs must be at least 300");
+    if (opts.autorun ?? true) {
+      // an error at start is an `error` event (and `run()`'s rejection), never an unhandled one
+      this.run().catch((e) => this.emit("error", e));
+    }
+  }
+
+  /** Starts the worker (once); resolves when it has closed. */
+  run(): Promise<void> {
+    if (!this.running) this.running = this.serve();
+    return this.running;
+  }
+
+  /** Runs until SIGTERM or SIGINT, then closes gracefully (signal handlers only while it runs). */
+  async runUntilSignal(): Promise<void> {
+    const stop = () => void this.close();
+    process.once("SIGTERM", stop);
+    process.once("SIGINT", stop);
+    try {
+      await this.run();
+    } finally {
+      process.off("SIGTERM", stop);
+      process.off("SIGINT", stop);
+    }
+  }
+
+  /** Stops taking jobs, lets running ones finish within `shutdownMs`, hands the rest back,
+   * removes its presence and closes its connections. */
+  async close(): Promise<void> {
+    this.stopping = true;
+    for (const w of this.slotWaiters.splice(0)) w();
+    for (const lane of this.lanes.values()) lane.wake();
+    await this.running?.catch(() => undefined);
+  }
+
+  private async serve(): Promise<void> {
+    this.redis = new Redis(this.opts.url, { lazyConnect: true, maxRetriesPerRequest: null });
+    await this.redis.connect();
+    const base = new Keys(this.opts.namespace);
+    try {
+      await new Protocol(this.redis, base).ensureLibrary();
+      let map = ShardMap.parse(await this.redis.hgetall(base.shardMap()));
+      const add = async () => {
+        for (const n of map.served()) {
+          const keys = map.keys(base, n);
+          if (!this.lanes.has(keys.prefix)) {
+            const lane = new Lane(this, keys);
+            this.lanes.set(keys.prefix, lane);
+            await lane.start();
+          }
+        }
+      };
+      await add();
+      this.emit("ready");
+      // shards added while it runs are served within 2 s
+      while (!this.stopping) {
+        await sleep(2000, () => this.stopping);
+        if (this.stopping) break;
+        try {
+          map = ShardMap.parse(await this.redis.hgetall(base.shardMap()));
+          await add();
+        } catch (e) {
+          this.emit("error", e);
+        }
+      }
+      await Promise.all([...this.lanes.values()].map((l) => l.finish()));
+    } finally {
+      this.redis.disconnect();
+    }
+  }
+
+  // -- slots ----------------------------------------------------------------------------------
+  /** @internal up to `max` free slots, waiting for one when none is free (0 once stopping). */
+  async takeSlots(max: number): Promise<number> {
+    while (this.free === 0 && !this.stopping) await new Promise<void>((r) => this.slotWaiters.push(r));
+    if (this.stopping) return 0;
+    const n = Math.min(max, this.free);
+    this.free -= n;
+    return n;
+  }
+
+  /** @internal */
+  releaseSlots(n: number): void {
+    this.free += n;
+    for (const w of this.slotWaiters.splice(0)) w();
+  }
+
+  /** @internal the worker's connection (each lane adds two blocking ones). */
+  get connection(): Redis {
+    return this.redis;
+  }
+
+  /** @internal */
+  get isStopping(): boolean {
+    return this.stopping;
+  }
+
+  /** @internal */
+  get settings() {
+    return this.opts;
+  }
+
+  /** @internal the presence JSON. */
+  presence(running: number): string {
+    return JSON.stringify({
+      pid: process.pid,
+      hostname: hostname(),
+      started_at: this.startedAt,
+      version: "hero-broker (npm) 0.28.0",
+      capabilities: this.types,
+      consumer: this.consumer,
+      concurrency: this.concurrency,
+      running,
+      last_heartbeat: iso(),
+    });
+  }
+}
+
+/** The worker on one shard: its keys, streams, connections, running jobs and completions. */
+class Lane {
+  private readonly proto: Protocol;
+  private readonly streams: string[];
+  private readonly running = new Map<string, Running>();
+  private done: Done[] = [];
+  private doneWaiter: (() => void) | null = null;
+  private blocking!: Redis;
+  private control!: Redis;
+  private loops: Promise<void>[] = [];
+  private fetching = true;
+
+  constructor(
+    private readonly w: Worker,
+    private readonly keys: Keys,
+  ) {
+    this.proto = new Protocol(w.connection, keys);
+    this.streams = keys.precedence(w.types, w.group, w.instance);
+  }
+
+  private get redis(): Redis {
+    return this.proto.redis;
+  }
+
+  async start(): Promise<void> {
+    this.blocking = this.redis.duplicate();
+    this.control = this.redis.duplicate();
+    await this.heartbeat();
+    this.loops = [this.fetchLoop(), this.completer(), this.keeper(), this.controlLoop()];
+  }
+
+  wake(): void {
+    this.doneWaiter?.();
+  }
+
+  // -- fetch ----------------------------------------------------------------------------------
+  private async fetchLoop(): Promise<void> {
+    const max = Math.max(8, Math.floor(this.w.concurrency / 4));
+    while (!this.w.isStopping) {
+      const free = await this.w.takeSlots(max);
+      if (free === 0) break;
+      let got;
+      try {
+        got = await this.proto.fetch(this.streams, this.w.consumer, free);
+      } catch (e) {
+        this.w.releaseSlots(free);
+        this.w.emit("error", e);
+        await sleep(1000, () => this.w.isStopping);
+        continue;
+      }
+      this.w.releaseSlots(free - got.jobs.length);
+      if (got.jobs.length) await this.begin(got.jobs, got.records);
+      else if (got.cursors.length) await this.waitForWork(got.cursors);
+    }
+    this.fetching = false;
+  }
+
+  private async waitForWork(cursors: string[]): Promise<void> {
+    const args: string[] = [];
+    const ids: string[] = [];
+    this.streams.forEach((s, i) => {
+      if (cursors[i]) {
+        args.push(s);
+        ids.push(cursors[i]);
+      }
+    });
+    if (cursors.length > this.streams.length && cursors[cursors.length - 1]) {
+      args.push(this.keys.queueSignal());
+      ids.push(cursors[cursors.length - 1]);
+    }
+    if (args.length === 0) return;
+    try {
+      // at most a second, so a close or a free slot is seen promptly
+      await this.blocking.xread("COUNT", 1, "BLOCK", 1000, "STREAMS", ...args, ...ids);
+    } catch {
+      await sleep(500, () => this.w.isStopping);
+    }
+  }
+
+  private async begin(jobs: [number, string, string][], records: Map<string, Record<string, Buffer>>): Promise<void> {
+    const missing = jobs.filter(([, , id]) => !records.has(id)).map(([, , id]) => id);
+    if (missing.length) {
+      const pipe = this.redis.pipeline();
+      for (const id of missing) pipe.hgetallBuffer(this.keys.job(id));
+      const res = (await pipe.exec()) ?? [];
+      missing.forEach((id, i) => records.set(id, (res[i]?.[1] as Record<string, Buffer>) ?? {}));
+    }
+    for (const [index, entry, id] of jobs) {
+      const record = jobFromRecord(id, records.get(id) ?? {});
+      if (record.status !== "started" || record.lease !== entry) {
+        // stopped or recovered between the fetch and the read: no longer ours
+        this.w.releaseSlots(1);
+        continue;
+      }
+      const limitS = record.timeout ?? (await this.policyTimeout(record));
+      const job = new WorkerJob(record);
+      const run: Running = {
+        job,
+        lane: this,
+        streamIndex: index,
+        entry,
+        began: Date.now(),
+        settled: false,
+        timer: setTimeout(() => {
+          job.cancel("timeout");
+          this.settle(run, "fail", "timeout", retryAtMs(job.attempt));
+        }, limitS * 1000),
+      };
+      this.running.set(id, run);
+      this.w.emit("active", job);
+      void this.execute(run);
+    }
+  }
+
+  /** A job naming no time limit gets its queue policy's, else the default (300 s). */
+  private async policyTimeout(job: Job): Promise<number> {
+    const queues = [...(job.group ? [`${job.scriptType}/${job.group}`] : []), job.scriptType ?? ""];
+    for (const q of queues) {
+      const raw = await this.redis.hget(this.keys.policy(), q).catch(() => null);
+      if (raw) {
+        try {
+          const ms = JSON.parse(raw).timeout_ms;
+          if (ms) return Math.max(1, Math.floor(Number(ms) / 1000));
+        } catch {
+          // a policy this version cannot read: the default
+        }
+      }
+    }
+    return 300;
+  }
+
+  private async execute(run: Running): Promise<void> {
+    const job = run.job;
+    let outcome: Done["outcome"] = "done";
+    let out = "";
+    let retryAt = 0;
+    try {
+      const value = await this.w.handler(job);
+      out = value === undefined || value === null ? "" : typeof value === "string" ? value : JSON.stringify(value);
+    } catch (e) {
+      if (e instanceof Retry) {
+        outcome = "retry";
+        out = e.message;
+        retryAt = nowMs() + e.delayMs;
+      } else if (e instanceof Abort) {
+        outcome = "abort";
+        out = e.message;
+      } else {
+        // the handler failed: the attempt fails, retried within the job's budget or its policy's
+        outcome = "fail";
+        out = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+        retryAt = retryAtMs(job.attempt);
+      }
+    }
+    this.settle(run, outcome, out, retryAt);
+    this.w.releaseSlots(1);
+  }
+
+  /** Queues the outcome for the completer, once per run; an interrupted run records none. */
+  private settle(run: Running, outcome: Done["outcome"], out: string, retryAt: number): void {
+    if (run.settled) return;
+    run.settled = true;
+    clearTimeout(run.timer);
+    const reason = run.job.cancelReason;
+    if (reason === "stopped" || reason === "lost" || reason === "shutdown") {
+      this.running.delete(run.job.id);
+      return;
+    }
+    const report = run.job.take();
+    if (report) void this.report(run, report);
+    this.done.push({
+      id: run.job.id,
+      stream: this.streams[run.streamIndex],
+      lease: run.entry,
+      outcome,
+      text: out,
+      retryAt,
+      reply: run.job.record.raw.reply ?? "",
+      ranMs: Date.now() - run.began,
+    });
+    this.wake();
+  }
+
+  // -- complete -------------------------------------------------------------------------------
+  private async completer(): Promise<void> {
+    for (;;) {
+      if (this.done.length === 0) {
+        if (this.w.isStopping && !this.fetching && this.running.size === 0) return;
+        await new Promise<void>((r) => {
+          this.doneWaiter = r;
+          setTimeout(r, 200);
+        });
+        this.doneWaiter = null;
+        continue;
+      }
+      const batch = this.done.splice(0, 100);
+      let delay = 100;
+      let answers: string[];
+      for (;;) {
+        try {
+          answers = await this.proto.complete(this.w.consumer, batch);
+          break;
+        } catch (e) {
+          // keep the outcomes and send them again: a second answer is harmless
+          this.w.emit("error", e);
+          await sleep(delay, () => false);
+          delay = Math.min(delay * 2, 5000);
+        }
+      }
+      batch.forEach((d, i) => {
+        const run = this.running.get(d.id);
+        this.running.delete(d.id);
+        const answer = answers[i];
+        const job = run?.job;
+        if (answer === "completed" && d.outcome === "done") this.w.emit("completed", job, d.text);
+        else if (answer === "completed" || answer === "retrying") this.w.emit("failed", job, new Error(d.text), answer);
+        else this.w.emit("fenced", job, answer);
+      });
+    }
+  }
+
+  // -- leases, reports, presence --------------------------------------------------------------
+  private async keeper(): Promise<void> {
+    const s = this.w.settings;
+    let lastBeat = Date.now();
+    let lastRenew = Date.now();
+    let lastReport = Date.now();
+    while (!(this.w.isStopping && !this.fetching && this.running.size === 0 && this.done.length === 0)) {
+      await sleep(100, () => false);
+      const now = Date.now();
+      try {
+        if (now - lastBeat >= s.presenceTtlMs / 3) {
+          await this.heartbeat();
+          lastBeat = now;
+        }
+        const renew = now - lastRenew >= s.leaseMs / 3;
+        const report = now - lastReport >= REPORT_EVERY_MS;
+        if (renew || report) {
+          for (const run of [...this.running.values()]) {
+            if (run.settled) continue;
+            const taken = run.job.take();
+            if (renew || taken) await this.report(run, taken);
+          }
+          if (renew) lastRenew = now;
+          lastReport = now;
+        }
+      } catch (e) {
+        this.w.emit("error", e);
+      }
+    }
+  }
+
+  private async report(run: Running, taken: [[number, string] | null, string[]] | null): Promise<void> {
+    const [progress, lines] = taken ?? [null, []];
+    const answer = await this.proto.renew(run.job.id, this.streams[run.streamIndex], run.entry, this.w.consumer, progress, lines);
+    if (answer === "stopped" || answer === "lost") run.job.cancel(answer);
+  }
+
+  private async heartbeat(): Promise<void> {
+    const s = this.w.settings;
+    const body = this.w.presence(this.running.size);
+    const pipe = this.redis.pipeline();
+    for (const t of this.w.types) pipe.set(this.keys.presence(t, this.w.group, this.w.instance), body, "PX", s.presenceTtlMs);
+    pipe.zadd(this.keys.consumers(), nowMs() + s.presenceTtlMs, this.w.consumer);
+    await pipe.exec();
+  }
+
+  // -- stop requests --------------------------------------------------------------------------
+  private async controlLoop(): Promise<void> {
+    const lists = this.w.types.map((t) => this.keys.ctlInstance(t, this.w.group, this.w.instance));
+    while (!this.w.isStopping) {
+      let got: [string, string] | null;
+      try {
+        got = await this.control.blpop(...lists, 1);
+      } catch {
+        await sleep(500, () => this.w.isStopping);
+        continue;
+      }
+      if (!got) continue;
+      const run = this.running.get(got[1]);
+      if (run) run.job.cancel("stopped");
+    }
+  }
+
+  // -- shutdown -------------------------------------------------------------------------------
+  /** After `close()`: running jobs finish within the deadline, the rest are handed back, the
+   * outcomes recorded, presence removed, connections closed. */
+  async finish(): Promise<void> {
+    const deadline = Date.now() + this.w.settings.shutdownMs;
+    while (this.running.size > 0 && Date.now() < deadline) await sleep(50, () => false);
+    for (const run of [...this.running.values()]) {
+      if (run.settled) continue;
+      run.job.cancel("shutdown");
+      this.settle(run, "fail", "shutdown", 0);
+    }
+    this.wake();
+    await Promise.all(this.loops);
+    let handed = 0;
+    for (const stream of this.streams) {
+      handed += await this.proto.handBack(stream, this.w.consumer).catch(() => 0);
+    }
+    const pipe = this.redis.pipeline();
+    for (const t of this.w.types) pipe.del(this.keys.presence(t, this.w.group, this.w.instance));
+    pipe.zrem(this.keys.consumers(), this.w.consumer);
+    await pipe.exec().catch(() => undefined);
+    this.blocking.disconnect();
+    this.control.disconnect();
+    this.w.emit("closed", handed);
+  }
+}
+
+/** Sleeps `ms`, checking `done` every 100 ms to end early. */
+async function sleep(ms: number, done: () => boolean): Promise<void> {
+  const until = Date.now() + ms;
+  while (Date.now() < until && !done()) {
+    await new Promise((r) => setTimeout(r, Math.min(100, until - Date.now())));
+  }
+}

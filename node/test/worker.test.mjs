@@ -1,0 +1,151 @@
+// The Node worker against a real redis-server and a real `hero broker`: jobs run with their
+// payload, progress and log lines; a stop aborts the handler's signal and fences its result; a
+// time limit; retries by back-off through the broker; a SIGKILLed worker process's jobs run
+// elsewhere; close() finishes what runs; a sharded namespace served whole.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { after, before, test } from "node:test";
+
+import { Client, Worker } from "../dist/esm/index.js";
+import { hero, heroProcess, redisServer, waitFor, ROOT } from "./helpers.mjs";
+
+let redis, broker, client;
+
+before(async () => {
+  redis = await redisServer();
+  broker = heroProcess(redis.url, ["broker", "--http", "off", "--lease-ms", "2000"]);
+  client = await Client.connect(redis.url);
+});
+
+after(async () => {
+  await client?.close();
+  await broker?.stop();
+  redis?.stop();
+});
+
+test("a worker runs jobs with their payload, reports progress and log lines, and says so", async () => {
+  const completed = [];
+  const worker = new Worker(
+    "node",
+    async (job) => {
+      await job.updateProgress(50, "half way");
+      await job.log(`attempt ${job.attempt}`);
+      await new Promise((r) => setTimeout(r, 700));
+      return job.data.n * 2;
+    },
+    { url: redis.url, concurrency: 4 },
+  );
+  worker.on("completed", (job, result) => completed.push([job.id, result]));
+  const id = await client.submit({ type: "node", payload: { n: 21 } });
+  const seen = await waitFor("progress to show", async () => {
+    const j = await client.get(id);
+    return j.progress ? j : undefined;
+  });
+  assert.deepEqual(seen.progress, { percent: 50, message: "half way" });
+  const r = await client.wait(id, 20_000);
+  assert.deepEqual([r.status, r.output], ["finished", "42"]);
+  assert.deepEqual((await client.get(id)).log, ["attempt 1"]);
+  await waitFor("the completed event", async () => completed.length === 1);
+  assert.deepEqual(completed[0], [id, "42"]);
+  await worker.close();
+});
+
+test("a stop aborts the handler's signal and its result is fenced; a time limit fails the job", async () => {
+  let aborted = null;
+  const worker = new Worker(
+    "slow",
+    async (job) => {
+      await new Promise((resolve) => {
+        const t = setTimeout(resolve, 30_000);
+        job.signal.addEventListener("abort", () => {
+          aborted = job.cancelReason;
+          clearTimeout(t);
+          resolve();
+        });
+      });
+      return "finished anyway";
+    },
+    { url: redis.url, concurrency: 2 },
+  );
+  const id = await client.submit({ type: "slow" });
+  await waitFor("the job to start", async () => (await client.status(id)) === "started");
+  assert.equal(await client.stop(id), "interrupted");
+  await waitFor("the handler to see the stop", async () => aborted === "stopped");
+  const j = await client.get(id);
+  assert.equal(j.status, "error");
+  assert.notEqual(j.output, "finished anyway", "the late result was not recorded");
+  const limited = await client.submit({ type: "slow", timeout: 1 });
+  const r = await client.wait(limited, 20_000);
+  assert.equal(r.status, "error");
+  assert.match(r.error, /timeout/);
+  await worker.close();
+});
+
+test("a failing handler is retried within its budget; Abort ends it at once", async () => {
+  const worker = new Worker(
+    "flaky",
+    async (job) => {
+      if (job.script === "abort") {
+        const { Abort } = await import("../dist/esm/index.js");
+        throw new Abort("no use");
+      }
+      if (job.attempt < 2) throw new Error("first try fails");
+      return `attempt ${job.attempt}`;
+    },
+    { url: redis.url },
+  );
+  const r = await client.run({ type: "flaky", script: "x", retries: 2 }, 20_000);
+  assert.deepEqual([r.status, r.output], ["finished", "attempt 2"]);
+  const a = await client.run({ type: "flaky", script: "abort", retries: 5 }, 20_000);
+  assert.deepEqual([a.status, a.error], ["error", "no use"]);
+  await worker.close();
+});
+
+test("the jobs of a SIGKILLed worker process run elsewhere; close() lets running jobs finish", async () => {
+  // a worker in a process of its own, dead to the broker 1 s after it stops answering
+  const code = `
+    import { Worker } from ${JSON.stringify(ROOT + "/node/dist/esm/index.js")};
+    const w = new Worker("kill", async () => { await new Promise((r) => setTimeout(r, 60000)); return "never"; },
+      { url: process.env.HERO_REDIS_URL, concurrency: 5, presenceTtlMs: 1000 });
+    w.on("ready", () => console.log("ready"));
+    w.on("active", (job) => console.log("active " + job.id));`;
+  const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
+    env: { ...process.env, HERO_REDIS_URL: redis.url },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  let out = "";
+  child.stdout.on("data", (d) => (out += d));
+  const ids = [];
+  for (let i = 0; i < 5; i++) ids.push(await client.submit({ type: "kill" }));
+  await waitFor("the child to hold every job", async () => ids.every((id) => out.includes(`active ${id}`)));
+  child.kill("SIGKILL");
+  const survivor = new Worker("kill", async () => "survivor", { url: redis.url, concurrency: 5 });
+  for (const id of ids) {
+    const r = await client.wait(id, 30_000);
+    assert.deepEqual([r.status, r.output], ["finished", "survivor"], id);
+    assert.equal((await client.get(id)).attempts, 2, "run again once");
+  }
+  await survivor.close();
+  // close() lets a running job finish
+  const w = new Worker("graceful", async () => {
+    await new Promise((r) => setTimeout(r, 800));
+    return "done";
+  }, { url: redis.url });
+  const id = await client.submit({ type: "graceful" });
+  await waitFor("it to start", async () => (await client.status(id)) === "started");
+  await w.close();
+  assert.equal((await client.get(id)).output, "done");
+});
+
+test("a worker serves every shard of a sharded namespace", async () => {
+  hero(redis.url, "shards", "set", "3");
+  await client.shardMap(true);
+  const worker = new Worker("sharded", async (job) => `ran ${job.id}`, { url: redis.url, concurrency: 8 });
+  const answers = await client.submitMany(Array.from({ length: 24 }, () => ({ type: "sharded" })));
+  for (const a of answers) {
+    const r = await client.wait(a.id, 20_000);
+    assert.equal(r.output, `ran ${a.id}`);
+  }
+  await worker.close();
+  hero(redis.url, "shards", "set", "1");
+});
