@@ -301,10 +301,12 @@ class Lane {
   private readonly running = new Map<string, Running>();
   private done: Done[] = [];
   private doneWaiter: (() => void) | null = null;
-  private blocking!: Redis;
   private control!: Redis;
   private loops: Promise<void>[] = [];
-  private fetching = true;
+  /** Fetch loops still running (two a lane). */
+  private fetchers = 2;
+  /** Each queue policy's time limit (s), read every 2 s: a job naming none takes its queue's. */
+  private timeLimits = new Map<string, number>();
 
   constructor(
     private readonly w: Worker,
@@ -319,10 +321,12 @@ class Lane {
   }
 
   async start(): Promise<void> {
-    this.blocking = this.redis.duplicate();
     this.control = this.redis.duplicate();
     await this.heartbeat();
-    this.loops = [this.fetchLoop(), this.completer(), this.keeper(), this.controlLoop()];
+    await this.readPolicies();
+    // two fetches under way, as the Rust worker: the next is in Redis while this process starts
+    // the jobs of the last (a fetch loop alone waited on Redis half the time)
+    this.loops = [this.fetchLoop(), this.fetchLoop(), this.completer(), this.keeper(), this.controlLoop()];
   }
 
   wake(): void {
@@ -332,7 +336,12 @@ class Lane {
   // -- fetch ----------------------------------------------------------------------------------
   private async fetchLoop(): Promise<void> {
     const max = Math.max(8, Math.floor(this.w.concurrency / 4));
+    const blocking = this.redis.duplicate();
+    let full = false;
     while (!this.w.isStopping) {
+      // under a backlog, let the handlers that end in this turn free their slots first, so a
+      // fetch asks for many jobs at once rather than one (a call's fixed cost, per job)
+      if (full) await new Promise((r) => setImmediate(r));
       const free = await this.w.takeSlots(max);
       if (free === 0) break;
       let got;
@@ -345,13 +354,15 @@ class Lane {
         continue;
       }
       this.w.releaseSlots(free - got.jobs.length);
+      full = got.jobs.length === free;
       if (got.jobs.length) await this.begin(got.jobs, got.records);
-      else if (got.cursors.length) await this.waitForWork(got.cursors);
+      else if (got.cursors.length) await this.waitForWork(blocking, got.cursors);
     }
-    this.fetching = false;
+    blocking.disconnect();
+    this.fetchers -= 1;
   }
 
-  private async waitForWork(cursors: string[]): Promise<void> {
+  private async waitForWork(blocking: Redis, cursors: string[]): Promise<void> {
     const args: string[] = [];
     const ids: string[] = [];
     this.streams.forEach((s, i) => {
@@ -367,7 +378,7 @@ class Lane {
     if (args.length === 0) return;
     try {
       // at most a second, so a close or a free slot is seen promptly
-      await this.blocking.xread("COUNT", 1, "BLOCK", 1000, "STREAMS", ...args, ...ids);
+      await blocking.xread("COUNT", 1, "BLOCK", 1000, "STREAMS", ...args, ...ids);
     } catch {
       await sleep(500, () => this.w.isStopping);
     }
@@ -388,7 +399,7 @@ class Lane {
         this.w.releaseSlots(1);
         continue;
       }
-      const limitS = record.timeout ?? (await this.policyTimeout(record));
+      const limitS = record.timeout ?? this.policyTimeout(record);
       const job = new WorkerJob(record);
       const run: Running = {
         job,
@@ -408,21 +419,31 @@ class Lane {
     }
   }
 
-  /** A job naming no time limit gets its queue policy's, else the default (300 s). */
-  private async policyTimeout(job: Job): Promise<number> {
+  /** A job naming no time limit gets its queue policy's (group's, then type's), else the
+   * default (300 s). */
+  private policyTimeout(job: Job): number {
     const queues = [...(job.group ? [`${job.scriptType}/${job.group}`] : []), job.scriptType ?? ""];
     for (const q of queues) {
-      const raw = await this.redis.hget(this.keys.policy(), q).catch(() => null);
-      if (raw) {
-        try {
-          const ms = JSON.parse(raw).timeout_ms;
-          if (ms) return Math.max(1, Math.floor(Number(ms) / 1000));
-        } catch {
-          // a policy this version cannot read: the default
-        }
-      }
+      const s = this.timeLimits.get(q);
+      if (s !== undefined) return s;
     }
     return 300;
+  }
+
+  /** The queue policies' time limits, one HGETALL (a policy this version cannot read is
+   * skipped: its jobs get the default). */
+  private async readPolicies(): Promise<void> {
+    const raw = await this.redis.hgetall(this.keys.policy());
+    const limits = new Map<string, number>();
+    for (const [q, json] of Object.entries(raw)) {
+      try {
+        const ms = Number(JSON.parse(json).timeout_ms);
+        if (ms > 0) limits.set(q, Math.max(1, Math.floor(ms / 1000)));
+      } catch {
+        // unreadable: the default
+      }
+    }
+    this.timeLimits = limits;
   }
 
   private async execute(run: Running): Promise<void> {
@@ -479,9 +500,11 @@ class Lane {
 
   // -- complete -------------------------------------------------------------------------------
   private async completer(): Promise<void> {
+    // up to two calls under way: the outcomes that end during one go in the next
+    const inFlight = new Set<Promise<void>>();
     for (;;) {
       if (this.done.length === 0) {
-        if (this.w.isStopping && !this.fetching && this.running.size === 0) return;
+        if (this.w.isStopping && this.fetchers === 0 && this.running.size === 0 && inFlight.size === 0) return;
         await new Promise<void>((r) => {
           this.doneWaiter = r;
           setTimeout(r, 200);
@@ -489,30 +512,42 @@ class Lane {
         this.doneWaiter = null;
         continue;
       }
-      const batch = this.done.splice(0, 100);
-      let delay = 100;
-      let answers: string[];
-      for (;;) {
-        try {
-          answers = await this.proto.complete(this.w.consumer, batch);
-          break;
-        } catch (e) {
-          // keep the outcomes and send them again: a second answer is harmless
-          this.w.emit("error", e);
-          await sleep(delay, () => false);
-          delay = Math.min(delay * 2, 5000);
-        }
+      if (inFlight.size >= 2) {
+        await Promise.race(inFlight);
+        continue;
       }
-      batch.forEach((d, i) => {
-        const run = this.running.get(d.id);
-        this.running.delete(d.id);
-        const answer = answers[i];
-        const job = run?.job;
-        if (answer === "completed" && d.outcome === "done") this.w.emit("completed", job, d.text);
-        else if (answer === "completed" || answer === "retrying") this.w.emit("failed", job, new Error(d.text), answer);
-        else this.w.emit("fenced", job, answer);
-      });
+      // the outcomes of this turn's handlers go in the same call
+      await new Promise((r) => setImmediate(r));
+      const batch = this.done.splice(0, 100);
+      const call: Promise<void> = this.record(batch).finally(() => inFlight.delete(call));
+      inFlight.add(call);
     }
+  }
+
+  /** One hero_complete of `batch`, sent again until Redis answers (a second answer is
+   * harmless: `already_completed`). */
+  private async record(batch: Done[]): Promise<void> {
+    let delay = 100;
+    let answers: string[];
+    for (;;) {
+      try {
+        answers = await this.proto.complete(this.w.consumer, batch);
+        break;
+      } catch (e) {
+        this.w.emit("error", e);
+        await sleep(delay, () => false);
+        delay = Math.min(delay * 2, 5000);
+      }
+    }
+    batch.forEach((d, i) => {
+      const run = this.running.get(d.id);
+      this.running.delete(d.id);
+      const answer = answers[i];
+      const job = run?.job;
+      if (answer === "completed" && d.outcome === "done") this.w.emit("completed", job, d.text);
+      else if (answer === "completed" || answer === "retrying") this.w.emit("failed", job, new Error(d.text), answer);
+      else this.w.emit("fenced", job, answer);
+    });
   }
 
   // -- leases, reports, presence --------------------------------------------------------------
@@ -521,10 +556,15 @@ class Lane {
     let lastBeat = Date.now();
     let lastRenew = Date.now();
     let lastReport = Date.now();
-    while (!(this.w.isStopping && !this.fetching && this.running.size === 0 && this.done.length === 0)) {
+    let lastPolicies = Date.now();
+    while (!(this.w.isStopping && this.fetchers === 0 && this.running.size === 0 && this.done.length === 0)) {
       await sleep(100, () => false);
       const now = Date.now();
       try {
+        if (now - lastPolicies >= 2000) {
+          await this.readPolicies();
+          lastPolicies = now;
+        }
         if (now - lastBeat >= s.presenceTtlMs / 3) {
           await this.heartbeat();
           lastBeat = now;
@@ -599,7 +639,6 @@ class Lane {
     for (const t of this.w.types) pipe.del(this.keys.presence(t, this.w.group, this.w.instance));
     pipe.zrem(this.keys.consumers(), this.w.consumer);
     await pipe.exec().catch(() => undefined);
-    this.blocking.disconnect();
     this.control.disconnect();
     this.w.emit("closed", handed);
   }
