@@ -149,3 +149,49 @@ test("a worker serves every shard of a sharded namespace", async () => {
   await worker.close();
   hero(redis.url, "shards", "set", "1");
 });
+
+test("a stalled worker process's late result is fenced; SIGTERM finishes the running job and hands the rest back", async () => {
+  // a worker in a process of its own that prints what it sees
+  const code = (type, presence) => `
+    import { Worker } from ${JSON.stringify(ROOT + "/node/dist/esm/index.js")};
+    const w = new Worker(${JSON.stringify(type)}, async (job) => { await new Promise((r) => setTimeout(r, Number(job.script))); return "child"; },
+      { url: process.env.HERO_REDIS_URL, concurrency: 1, presenceTtlMs: ${presence}, shutdownMs: 5000 });
+    w.on("active", (job) => console.log("active " + job.id));
+    w.on("fenced", (job, answer) => console.log("fenced " + job.id + " " + answer));
+    w.on("completed", (job) => console.log("completed " + job.id));
+    w.on("closed", (n) => console.log("closed " + n));
+    await w.runUntilSignal();
+    console.log("exited");`;
+  const child = (type, presence) => {
+    const p = spawn(process.execPath, ["--input-type=module", "-e", code(type, presence)], {
+      env: { ...process.env, HERO_REDIS_URL: redis.url },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    p.out = "";
+    p.stdout.on("data", (d) => (p.out += d));
+    return p;
+  };
+  // stalled past its presence: the job runs elsewhere; woken, its result is refused
+  const a = child("stall", 1000);
+  const id = await client.submit({ type: "stall", script: "1500" });
+  await waitFor("the child to take it", async () => a.out.includes(`active ${id}`));
+  a.kill("SIGSTOP");
+  const b = new Worker("stall", async () => "survivor", { url: redis.url });
+  const r = await client.wait(id, 30_000);
+  assert.deepEqual([r.status, r.output], ["finished", "survivor"]);
+  a.kill("SIGCONT");
+  await waitFor("the late result to be fenced", async () => a.out.includes(`fenced ${id} lease_lost`), 20_000);
+  assert.equal((await client.get(id)).output, "survivor");
+  a.kill("SIGKILL");
+  await b.close();
+  // SIGTERM: the running job finishes, the queued one goes back at once
+  const c = child("term", 15000);
+  const running = await client.submit({ type: "term", script: "800" });
+  await waitFor("it to start", async () => c.out.includes(`active ${running}`));
+  const queued = await client.submit({ type: "term", script: "1" });
+  c.kill("SIGTERM");
+  await waitFor("the child to exit", async () => c.out.includes("exited"), 20_000);
+  assert.ok(c.out.includes(`completed ${running}`), c.out);
+  assert.equal((await client.get(running)).output, "child");
+  assert.equal(await client.status(queued), "dispatched", "handed back, not run");
+});
