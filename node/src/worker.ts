@@ -335,7 +335,7 @@ class Lane {
 
   // -- fetch ----------------------------------------------------------------------------------
   private async fetchLoop(): Promise<void> {
-    const max = Math.max(8, Math.floor(this.w.concurrency / 4));
+    const max = Math.max(8, Math.floor(this.w.concurrency / 2));
     const blocking = this.redis.duplicate();
     let full = false;
     while (!this.w.isStopping) {
