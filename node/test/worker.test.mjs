@@ -195,3 +195,22 @@ test("a stalled worker process's late result is fenced; SIGTERM finishes the run
   assert.equal((await client.get(running)).output, "child");
   assert.equal(await client.status(queued), "dispatched", "handed back, not run");
 });
+
+test("a batch run by the Node worker calls back once", async () => {
+  const worker = new Worker(["member", "callback"], async (job) => `${job.name} ${job.data?.n ?? ""}`.trim(), {
+    url: redis.url,
+    concurrency: 4,
+  });
+  const members = await client.addToBatch("node-batch", [1, 2, 3, 4].map((n) => ({ type: "member", payload: { n } })));
+  assert.equal(members.length, 4);
+  await client.closeBatch("node-batch", { onComplete: { type: "callback" } });
+  const info = await waitFor("the batch to be done", async () => {
+    const b = await client.batch("node-batch");
+    return b?.state === "done" ? b : undefined;
+  });
+  assert.deepEqual([info.total, info.finished, info.failed], [4, 4, 0]);
+  const cb = await client.wait(info.completeId, 20_000);
+  assert.equal(cb.output, "callback");
+  for (const m of members) assert.match((await client.get(m.id)).output, /^member \d$/);
+  await worker.close();
+});
