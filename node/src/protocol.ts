@@ -94,17 +94,28 @@ export class Protocol {
   }
   // -- worker -------------------------------------------------------------------------------
   /** hero_fetch over `streams` in precedence order, asking for the records of a short fetch:
-   * jobs as [stream index from 0, entry, job id], the wake-up cursors, records by job id. */
-  async fetch(streams: string[], consumer: string, count: number): Promise<{ jobs: [number, string, string][]; cursors: string[]; records: Map<string, Record<string, Buffer>> }> {
+   * jobs as [stream index from 0, entry, job id], the wake-up cursors, records by job id. With
+   * `registry`, the registry cursor (ARGV[9]): `*` asks which of `streams` are registered
+   * (answered in `registered`, indexes from 0, with the registry's `signal`); a signal id names
+   * only registered streams, read without asking the registry while it has not moved
+   * (`registered` is then `stale` once it has: nothing was claimed, ask again with `*`). */
+  async fetch(
+    streams: string[],
+    consumer: string,
+    count: number,
+    registry: string | null = null,
+  ): Promise<{ jobs: [number, string, string][]; cursors: string[]; records: Map<string, Record<string, Buffer>>; signal: string | null; registered: number[] | "stale" | null }> {
     const k = this.keys;
     const keys = [k.queues(), k.config(), k.events(), k.stats(), ...streams];
-    const reply = (await this.fcall("fetch", keys, [GROUP, consumer, count, k.jobPrefix(), iso(), await this.xackdel(), "", "1"])) as unknown[];
+    const argv: Arg[] = [GROUP, consumer, count, k.jobPrefix(), iso(), await this.xackdel(), "", "1"];
+    if (registry !== null) argv.push(registry);
+    const reply = (await this.fcall("fetch", keys, argv)) as unknown[];
     const flat = reply[0] as unknown[];
     const jobs: [number, string, string][] = [];
     for (let i = 0; i < flat.length; i += 3) jobs.push([Number(text(flat[i])) - 1, text(flat[i + 1]), text(flat[i + 2])]);
     const cursors = ((reply[2] as unknown[]) ?? []).map(text);
     const records = new Map<string, Record<string, Buffer>>();
-    if (reply.length > 4) {
+    if (reply.length > 4 && Array.isArray(reply[4])) {
       const recs = reply[4] as unknown[][];
       jobs.forEach(([, , id], i) => {
         const rec = recs[i];
@@ -114,7 +125,15 @@ export class Protocol {
         records.set(id, o);
       });
     }
-    return { jobs, cursors, records };
+    let signal: string | null = null;
+    let registered: number[] | "stale" | null = null;
+    if (registry !== null && reply.length > 6) {
+      signal = text(reply[5]);
+      const r = reply[6];
+      if (Array.isArray(r)) registered = registry === "*" ? r.map((x) => Number(text(x)) - 1) : null;
+      else if (text(r) === "stale") registered = "stale";
+    }
+    return { jobs, cursors, records, signal, registered };
   }
 
   /** hero_renew: `ok`, `stopped` or `lost`; with a report, records it in the same call. */

@@ -303,6 +303,10 @@ class Lane {
   private doneWaiter: (() => void) | null = null;
   private control!: Redis;
   private loops: Promise<void>[] = [];
+  /** The registered ones of `streams` (indexes) and the registry's signal id they were read
+   * at: fetches name only those while the signal has not moved (each key of an FCALL costs
+   * Redis and this process; a worker names 30 streams a type, most never used). */
+  private registered: { signal: string; indexes: number[] } | null = null;
   /** Fetch loops still running (two a lane). */
   private fetchers = 2;
   /** Each queue policy's time limit (s), read every 2 s: a job naming none takes its queue's. */
@@ -345,8 +349,19 @@ class Lane {
       const free = await this.w.takeSlots(max);
       if (free === 0) break;
       let got;
+      const view = this.registered;
+      const named = view ? view.indexes.map((i) => this.streams[i]) : this.streams;
       try {
-        got = await this.proto.fetch(this.streams, this.w.consumer, free);
+        got = await this.proto.fetch(named, this.w.consumer, free, view ? view.signal : "*");
+        if (got.registered === "stale") {
+          this.registered = null;
+        } else if (Array.isArray(got.registered) && got.signal !== null) {
+          this.registered = { signal: got.signal, indexes: got.registered };
+        }
+        if (view) {
+          // the answer's stream indexes are into the streams it was given
+          got.jobs = got.jobs.map(([i, entry, id]) => [view.indexes[i], entry, id]);
+        }
       } catch (e) {
         this.w.releaseSlots(free);
         this.w.emit("error", e);
@@ -356,22 +371,23 @@ class Lane {
       this.w.releaseSlots(free - got.jobs.length);
       full = got.jobs.length === free;
       if (got.jobs.length) await this.begin(got.jobs, got.records);
-      else if (got.cursors.length) await this.waitForWork(blocking, got.cursors);
+      else if (got.registered === "stale") continue;
+      else if (got.cursors.length) await this.waitForWork(blocking, named, got.cursors);
     }
     blocking.disconnect();
     this.fetchers -= 1;
   }
 
-  private async waitForWork(blocking: Redis, cursors: string[]): Promise<void> {
+  private async waitForWork(blocking: Redis, streams: string[], cursors: string[]): Promise<void> {
     const args: string[] = [];
     const ids: string[] = [];
-    this.streams.forEach((s, i) => {
+    streams.forEach((s, i) => {
       if (cursors[i]) {
         args.push(s);
         ids.push(cursors[i]);
       }
     });
-    if (cursors.length > this.streams.length && cursors[cursors.length - 1]) {
+    if (cursors.length > streams.length && cursors[cursors.length - 1]) {
       args.push(this.keys.queueSignal());
       ids.push(cursors[cursors.length - 1]);
     }
