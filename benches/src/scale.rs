@@ -160,15 +160,8 @@ async fn round(
 async fn shard_cpu(cluster: &RedisCluster, namespaces: &[(String, usize)]) -> Result<Vec<f64>> {
     let mut out = Vec::new();
     for (_, node) in namespaces {
-        let mut conn = cluster.nodes[*node].conn().await;
-        let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        out.push(field("used_cpu_user:") + field("used_cpu_sys:"));
+        let probe = crate::probe::Probe::connect(&cluster.nodes[*node].url()).await?;
+        out.push(probe.cpu_secs().await?);
     }
     Ok(out)
 }

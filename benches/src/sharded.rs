@@ -21,6 +21,7 @@ use hero_testkit::{RedisCluster, RedisServer};
 use hero_worker::{Outcome, Worker};
 use tokio::sync::Notify;
 
+use crate::probe::Probe;
 use crate::scenario::BenchArgs;
 
 const NAMESPACE: &str = "bench";
@@ -290,17 +291,7 @@ async fn place_shards(nodes: Vec<RedisServer>, k: u16) -> Result<RedisCluster> {
 async fn node_cpu(cluster: &RedisCluster) -> Result<Vec<f64>> {
     let mut out = Vec::new();
     for n in &cluster.nodes {
-        let info: String = redis::cmd("INFO")
-            .arg("cpu")
-            .query_async(&mut n.conn().await)
-            .await?;
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        out.push(field("used_cpu_user:") + field("used_cpu_sys:"));
+        out.push(Probe::connect(&n.url()).await?.cpu_secs().await?);
     }
     Ok(out)
 }
@@ -309,24 +300,10 @@ async fn node_cpu(cluster: &RedisCluster) -> Result<Vec<f64>> {
 async fn print_commandstats(cluster: &RedisCluster, jobs: u64) -> Result<()> {
     let mut by = std::collections::BTreeMap::<String, (u64, u64)>::default();
     for n in &cluster.nodes {
-        let text: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut n.conn().await)
-            .await?;
-        for l in text.lines() {
-            let Some((name, rest)) = l.strip_prefix("cmdstat_").and_then(|r| r.split_once(':'))
-            else {
-                continue;
-            };
-            let field = |f: &str| {
-                rest.split(',')
-                    .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='))
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            let e = by.entry(name.to_string()).or_default();
-            e.0 += field("calls");
-            e.1 += field("usec");
+        for (name, calls, usec) in Probe::connect(&n.url()).await?.commandstats().await? {
+            let e = by.entry(name).or_default();
+            e.0 += calls;
+            e.1 += usec;
         }
     }
     let mut rows: Vec<_> = by.into_iter().collect();
