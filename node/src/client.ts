@@ -363,8 +363,8 @@ export class Client {
   // -- read -----------------------------------------------------------------------------------
   async get(id: string): Promise<Job> {
     const keys = await this.holder(id);
-    const rec = await this.redis.hgetallBuffer(keys.job(id));
-    if (!rec || Object.keys(rec).length === 0) throw new JobNotFound(id);
+    const rec = (await this.redis.callBuffer("HGETALL", keys.job(id))) as unknown[];
+    if (!Array.isArray(rec) || rec.length === 0) throw new JobNotFound(id);
     return jobFromRecord(id, rec);
   }
 

@@ -15,7 +15,7 @@ import redis
 
 from .keys import GROUP, Keys
 
-VERSION = "28"
+VERSION = "29"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # an installed package carries the library; a checkout used in place reads the repository's
 LIBRARY = next((p for p in (os.path.join(_HERE, "hero-library.lua"),

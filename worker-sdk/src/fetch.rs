@@ -48,7 +48,7 @@ pub(crate) fn fetch_cmd(s: &Shared, count: usize) -> (function::Call, Option<Reg
         s.redis.caps().xackdel_flag(),
         &limits,
         // a short fetch hands the records back: the jobs start without another round trip
-        true,
+        function::Records::WhenShort,
         cursor,
     );
     (c, known)

@@ -15,7 +15,9 @@
 --   leaves, adds what it leases, and when the set is full drops the members no longer started
 --   (ended, stopped or recovered since) before it counts: O(limit), only at the limit.
 -- ARGV[8] records: '1' asks a fetch that comes up short to hand back the records of the jobs
---   it leased (see records below); absent or '' for none.
+--   it leased (see records below); '2' asks every fetch to (since protocol 29: a client whose
+--   per-command cost is high, as Node's, saves a command a job; Redis spends about what the
+--   separate reads cost it); absent or '' for none.
 -- ARGV[9] registry cursor: absent or '' to name every stream the caller serves, as above. '*'
 --   does the same and also answers which of them are registered (see registered below), so
 --   that the caller can name only those from then on: with the id of the registry's signal
@@ -58,7 +60,7 @@
 --         watched streams and the signal) wakes on any later entry, and on a new stream;
 --   limited: 1 when a concurrency limit held jobs back (no new entry will wake the caller
 --         when a slot frees: it looks again soon), else 0;
---   records: empty when the fetch claimed COUNT jobs; else per job leased, in the order of
+--   records: empty when the fetch claimed COUNT jobs (unless ARGV[8] is '2'); else per job leased, in the order of
 --         jobs, its record as HGETALL gives it (read after the lease was written, so it carries
 --         it). A short fetch is a worker keeping up with its queues, where the job's start
 --         waits on the read: handing the records back here saves that round trip (at 5,000
@@ -80,6 +82,7 @@
 -- Errors: none of its own.
 -- One fetch's state, by name. What the caller asked: group, consumer, want (how many more jobs
 -- it takes), prefix (of job keys), now_iso, xackdel, whole (hand a short fetch's records back),
+-- always (hand every fetch's records back),
 -- since (the registry cursor). What the policies say: limits (stream index -> {key, max,
 -- running}, shared per key), rates, keyrates, agings. What the call gathers for its reply: jobs
 -- (stream index, entry id, job id: three items a job), attempts and recs (per job leased),
@@ -94,7 +97,9 @@ local NONE = {}
 local function fetch_state(keys, args)
   local f = FETCH
   f.keys, f.n, f.group, f.consumer, f.want = keys, #keys - 4, args[1], args[2], tonumber(args[3])
-  f.prefix, f.now_iso, f.xackdel, f.whole = args[4], args[5], args[6], args[8] == '1'
+  f.prefix, f.now_iso, f.xackdel = args[4], args[5], args[6]
+  f.always = args[8] == '2'
+  f.whole = f.always or args[8] == '1'
   f.since, f.limited, f.parked, f.now_ms, f.st = args[9] or '', 0, false, nil, stats(keys[4])
   f.jobs, f.dropped, f.attempts, f.recs, f.last_read = {}, nil, {}, {}, {}
   f.regrouped, f.present, f.limits = nil, {}, nil
@@ -245,7 +250,7 @@ local function claim_from(f, i)
       -- XREVRANGE for it), and another read would come back empty
       f.last_read[i] = read[#read][1]
     end
-    local whole_now, want = f.whole and short, f.want
+    local whole_now, want = f.whole and (short or f.always), f.want
     for _, e in ipairs(read) do
       local id, fields = e[1], e[2]
       -- an entry of a first delivery names the job only: read here, not through entry_fields
@@ -352,7 +357,7 @@ local function fetch_reply(f, cursors, registered)
   local jobs, dropped, limited, signal = f.jobs, f.dropped or NONE, f.limited, f.signal
   if not f.whole and not signal then return { jobs, dropped, cursors, limited } end
   local records = {}
-  if f.whole and f.want > 0 then
+  if f.whole and (f.want > 0 or f.always) then
     local recs, prefix = f.recs, f.prefix
     for k = 3, #jobs, 3 do
       records[#records + 1] = recs[#records + 1] or redis.call('HGETALL', prefix .. jobs[k])

@@ -18,7 +18,30 @@ pub fn fetch(
     count: usize,
     xackdel: &str,
 ) -> Call {
-    fetch_limited(keys, streams, consumer, count, xackdel, "", false)
+    fetch_limited(keys, streams, consumer, count, xackdel, "", Records::None)
+}
+
+/// Which leased jobs' records a fetch hands back (ARGV[8] of `fetch.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Records {
+    /// None: the caller reads each record (a backlog's plain reads cost Redis least).
+    None,
+    /// A fetch that comes up short hands them back (the jobs of a worker keeping up start
+    /// without another round trip); a full one does not.
+    WhenShort,
+    /// Every fetch hands them back (protocol 29): for a client whose cost per command is
+    /// higher than the read's (Node), one command a fetch instead of one a job.
+    Always,
+}
+
+impl Records {
+    fn arg(self) -> &'static str {
+        match self {
+            Records::None => "",
+            Records::WhenShort => "1",
+            Records::Always => "2",
+        }
+    }
 }
 
 /// What a fetch is told of the registry of streams (ARGV[9] of `fetch.lua`).
@@ -36,8 +59,8 @@ pub enum RegistryCursor<'a> {
 
 /// [`fetch`] under concurrency limits: `limits` as the Lua header describes ARGV[7]
 /// (`<stream index> <max> <limit key>` triples, 1-based indexes; '' for none). With
-/// `records`, a fetch that comes up short also hands back the records of the jobs it leased
-/// ([`crate::function::Delivery::record`]), which saves the caller a round trip before it starts
+/// `records`, a fetch hands back the records of the jobs it leased
+/// ([`crate::function::Delivery::record`]), which saves the caller a read before it starts
 /// them.
 pub fn fetch_limited(
     keys: &Keyspace,
@@ -46,7 +69,7 @@ pub fn fetch_limited(
     count: usize,
     xackdel: &str,
     limits: &str,
-    records: bool,
+    records: Records,
 ) -> Call {
     fetch_with(
         keys,
@@ -70,7 +93,7 @@ pub fn fetch_with<S: AsRef<str>>(
     count: usize,
     xackdel: &str,
     limits: &str,
-    records: bool,
+    records: Records,
     registry: RegistryCursor<'_>,
 ) -> Call {
     let mut c = Call::new(Function::Fetch, streams.len() + 4);
@@ -88,7 +111,7 @@ pub fn fetch_with<S: AsRef<str>>(
         .arg("now ISO 8601", clock::now_iso())
         .arg("'1' when the server has XACKDEL", xackdel)
         .arg("concurrency limits", limits)
-        .arg("records", if records { "1" } else { "" });
+        .arg("records", records.arg());
     c.arg(
         "registry cursor",
         match registry {

@@ -40,7 +40,7 @@ pub use dead::{dead, DeadAction};
 pub use expire::{expire, Expired};
 pub use fetch::{
     fetch, fetch_limited, fetch_with, read_fetched, Delivery, Dropped, FetchReply, Fetched,
-    RegistryCursor, RegistryView,
+    Records, RegistryCursor, RegistryView,
 };
 pub use fix::{fix, Repair};
 pub use pause::pause;
@@ -59,7 +59,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "28"
+        "29"
     };
 }
 

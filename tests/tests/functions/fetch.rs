@@ -176,14 +176,26 @@ async fn fetch_drops_an_entry_naming_a_missing_job() {
 
 /// Asked for records, a fetch that comes up short hands back each leased job's record, read
 /// after the lease was written (the worker starts them without another round trip); a full
-/// fetch hands back none (a backlog: the plain reads cost Redis less). Not asked, the reply
-/// keeps its four parts, as a peer of protocol 23 reads it.
+/// fetch hands back none (a backlog: the plain reads cost Redis less) unless asked for every
+/// fetch's (protocol 29). Not asked, the reply keeps its four parts, as a peer of protocol 23
+/// reads it.
 #[tokio::test]
 async fn a_short_fetch_hands_back_the_records_when_asked() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let streams = submit_osis_at(&c, &[("r1", 5), ("r2", 5), ("r3", 5), ("r4", 5)]).await;
-    let asked = |count: usize| {
+    let streams = submit_osis_at(
+        &c,
+        &[
+            ("r1", 5),
+            ("r2", 5),
+            ("r3", 5),
+            ("r4", 5),
+            ("r6", 5),
+            ("r7", 5),
+        ],
+    )
+    .await;
+    let asked = |count: usize, records: function::Records| {
         function::fetch_limited(
             c.keys(),
             &streams,
@@ -191,20 +203,37 @@ async fn a_short_fetch_hands_back_the_records_when_asked() {
             count,
             c.redis().caps().xackdel_flag(),
             "",
-            true,
+            records,
         )
     };
-    // full: two of four asked for and got, no records
-    let v: redis::Value = c.redis().query(&asked(2)).await.unwrap();
+    // full: two of six asked for and got, no records
+    let v: redis::Value = c
+        .redis()
+        .query(&asked(2, function::Records::WhenShort))
+        .await
+        .unwrap();
     let full = FetchReply::decode_owned(v).unwrap();
     assert_eq!(full.jobs.len(), 2);
     assert!(full.jobs.iter().all(|d| d.record.is_none()));
+    // full, every fetch's asked for: two more, each with its record
+    let v: redis::Value = c
+        .redis()
+        .query(&asked(2, function::Records::Always))
+        .await
+        .unwrap();
+    let every = FetchReply::decode_owned(v).unwrap();
+    let ids: Vec<_> = every.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["r3", "r4"]);
     // short: five asked for, two left, each with its record carrying the lease
-    let v: redis::Value = c.redis().query(&asked(5)).await.unwrap();
+    let v: redis::Value = c
+        .redis()
+        .query(&asked(5, function::Records::WhenShort))
+        .await
+        .unwrap();
     let short = FetchReply::decode_owned(v).unwrap();
     let ids: Vec<_> = short.jobs.iter().map(|j| j.job_id.as_str()).collect();
-    assert_eq!(ids, ["r3", "r4"]);
-    for d in short.jobs {
+    assert_eq!(ids, ["r6", "r7"]);
+    for d in every.jobs.into_iter().chain(short.jobs) {
         let record = d
             .record
             .clone()
@@ -254,7 +283,7 @@ async fn a_fetch_naming_only_registered_streams_is_told_when_the_registry_moved(
             count,
             c.redis().caps().xackdel_flag(),
             "",
-            true,
+            function::Records::WhenShort,
             cursor,
         )
     };
