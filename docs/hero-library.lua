@@ -627,13 +627,21 @@ local function bad_value(kind, v)
   return nil
 end
 
+-- A queue as a refusal names it: group and instance `none` where there is none.
+local function queue_text(stype, grp, inst, prio)
+  return 'type ' .. tostring(stype) .. ', group ' .. (grp or 'none') .. ', instance ' ..
+    (inst or 'none') .. ', priority ' .. tostring(prio)
+end
+
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
--- key and TTL, its tags, its prerequisites (JSON text) and its batch when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
+-- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
+-- it names its `created_at` (a submit without one gets the server's time: see hero_submit):
+-- `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags, prereqs, batch = nil, nil, nil, nil, nil
+  local uniq, uttl, tags, prereqs, batch, dated = nil, nil, nil, nil, nil, false
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -652,6 +660,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
       elseif name == 'group' then grp = v
       elseif name == 'instance' then inst = v
       elseif name == 'priority' then prio = v
+      elseif name == 'created_at' then dated = true
       elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
       elseif name == 'unique' then
         if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
@@ -667,21 +676,28 @@ local function refuse(job_id, stream, args, from, to, parsed)
   end
   if not script then return 'field `script` is missing' end
   if not stype then return 'field `script_type` is missing' end
-  if inst and not grp then return 'field `instance` needs a `group`' end
+  if inst and not grp then
+    return 'field `instance` needs a `group`: an instance is named within its group (queue <type>/<group>/<instance>)'
+  end
   local p = parsed[stream]
   if p == nil then
     p = stream_parts(stream)
     parsed[stream] = p
   end
-  if not p or p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
-    return 'its stream ' .. stream .. ' is not the queue its record names (type ' .. stype ..
-      ', group ' .. tostring(grp) .. ', instance ' .. tostring(inst) .. ', priority ' .. prio .. ')'
+  if not p then
+    return 'its stream ' .. stream .. ' is not a work stream (its record names ' ..
+      queue_text(stype, grp, inst, prio) .. ')'
+  end
+  if p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
+    return 'its stream ' .. stream .. ' is the queue of ' ..
+      queue_text(p.type, p.group, p.instance, p.priority) .. ', but its record names ' ..
+      queue_text(stype, grp, inst, prio)
   end
   if uttl and not uniq then return 'field `unique_ttl` needs a `unique` key' end
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags, prereqs, batch
+  return nil, uniq, uttl, tags, prereqs, batch, dated
 end
 
 -- Ending a job: the reply to a waiting caller, the retention entry, the terminal write.
@@ -1388,7 +1404,8 @@ end
 -- never read.
 -- ARGV[1] consumer group
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
---   follow, and those n values: field, value pairs of the job record (without status / entry)
+--   follow, and those n values: field, value pairs of the job record (without status / entry);
+--   a record without `created_at` is given the server's time now (since protocol 29)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
 -- `error` (r the reason) for a new job whose prerequisite already failed; `batch_done` (j the
@@ -1487,15 +1504,20 @@ local function hero_submit(keys, args)
   local deps = nil -- per job with prerequisites: their ids, each once
   local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
   local members = nil -- per job that names a batch: { batch key, batch name }
+  local undated = nil -- per job without `created_at`: true (it gets the server's time)
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl, tags, prereqs, bname = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags, prereqs, bname, dated = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+    end
+    if not dated then
+      undated = undated or {}
+      undated[i] = true
     end
     if bname then
       local bkey = batch_key(ns_of(keys[5 + 2 * i], args[pos]), bname)
@@ -1645,6 +1667,14 @@ local function hero_submit(keys, args)
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+    end
+  end
+  if undated then
+    -- a record without `created_at` (a foreign client's) is dated by the server, so that every
+    -- record says when it was made
+    local now_iso = iso_now()
+    for i in pairs(undated) do
+      if answers[2 * i - 1] == 'created' then redis.call('HSETNX', keys[5 + 2 * i], 'created_at', now_iso) end
     end
   end
   if members then

@@ -37,7 +37,20 @@ export interface Job {
   log: string[];
   payload: Buffer | null;
   raw: Record<string, string>;
+  /** Fields this version does not know, as read: a newer version wrote them. Not bad input
+   * (a job carrying them runs), and nothing here removes them. */
+  unknownFields: Record<string, string>;
 }
+
+/** The record's fields this version knows (docs/protocol.md §3), with the bridge's bookkeeping. */
+export const KNOWN_FIELDS: ReadonlySet<string> = new Set([
+  "id", "status", "script", "script_type", "group", "instance", "priority", "timeout",
+  "retries", "attempts", "run_at", "concurrent", "reply", "created_at", "updated_at",
+  "started_at", "finished_at", "env_vars", "prerequisites", "dependencies", "dependents",
+  "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
+  "unique_ttl", "limit_key", "output", "error", "lease", "entry", "payload", "deps_left",
+  "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken",
+]);
 
 /** A record as HGETALL answers it through `callBuffer`: field, value, … as Buffers (the flat
  * reply, not ioredis's object, whose reply transform cost the worker a tenth of its time). */
@@ -133,6 +146,7 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
     log: list("log"),
     payload,
     raw: text,
+    unknownFields: Object.fromEntries(Object.entries(text).filter(([k]) => !KNOWN_FIELDS.has(k))),
   };
 }
 

@@ -8,6 +8,17 @@ from typing import Any
 DEFAULT_TIMEOUT_S = 300
 
 
+# The record's fields this version knows (docs/protocol.md §3), with the bridge's bookkeeping.
+KNOWN_FIELDS = frozenset((
+    "id", "status", "script", "script_type", "group", "instance", "priority", "timeout",
+    "retries", "attempts", "run_at", "concurrent", "reply", "created_at", "updated_at",
+    "started_at", "finished_at", "env_vars", "prerequisites", "dependencies", "dependents",
+    "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
+    "unique_ttl", "limit_key", "output", "error", "lease", "entry", "payload", "deps_left",
+    "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken"
+))
+
+
 @dataclass(frozen=True)
 class Progress:
     percent: float
@@ -46,6 +57,12 @@ class Job:
     payload: bytes | None = None
     reply: str = ""
     raw: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def unknown_fields(self) -> dict[str, str]:
+        """Fields this version does not know, as read: a newer version wrote them. They are
+        not bad input (a job carrying them runs), and nothing here removes them."""
+        return {k: v for k, v in self.raw.items() if k not in KNOWN_FIELDS}
 
     @property
     def time_limit(self) -> int:

@@ -55,7 +55,8 @@ async fn submit_is_rejected_before_anything_is_written_when_input_is_invalid() {
 }
 
 #[tokio::test]
-async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_running() {
+async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_running_and_an_unknown_field_is_no_error(
+) {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let corrupt = NewJob::builder("v", "x").build().unwrap();
@@ -102,11 +103,16 @@ async fn corrupt_job_hash_ends_error_with_the_reason_and_the_worker_keeps_runnin
         .unwrap();
     assert_eq!(r.output, "ok", "the worker kept running");
 
-    for (job, field) in [
-        (&corrupt, "timeout"),
-        (&foreign, "color"),
-        (&counted, "attempts"),
-    ] {
+    // a field the worker does not know is a newer version's (SPEC §4.7): the job runs, and
+    // the field stays as it was
+    let r = client
+        .wait(foreign.id(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.output.as_str()), (Status::Finished, "ok"));
+    let color: String = raw.hget(job_key(foreign.id()), "color").await.unwrap();
+    assert_eq!(color, "blue");
+    for (job, field) in [(&corrupt, "timeout"), (&counted, "attempts")] {
         let r = client
             .wait(job.id(), Duration::from_secs(10))
             .await

@@ -423,6 +423,33 @@ async fn every_bad_input_ends_in_a_clear_error_and_changes_nothing() {
         );
         cases += 1;
     }
+    // a field this version does not know is no error (SPEC §4.7: a newer version wrote it):
+    // `hero status` exits 0 and shows it as it is
+    client
+        .submit(
+            &NewJob::builder("edited", "x")
+                .id("edited-unknown")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(job_key("edited-unknown"))
+        .arg("colour")
+        .arg("blue")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (code, stdout, stderr) = hero_cli(&url, &["status", "edited-unknown"]);
+    assert_eq!(code, 0, "an unknown field: {stdout}{stderr}");
+    assert!(stdout.contains("colour = \"blue\""), "{stdout}");
+    let (code, stdout, _) = hero_cli(&url, &["status", "edited-unknown", "--json"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("\"unknown_fields\":{\"colour\":\"blue\"}"),
+        "{stdout}"
+    );
 
     // the HTTP API: a broker with an admin token
     let (broker, base) = http_broker(&url, Some("catalogue-token"), &[]).await;

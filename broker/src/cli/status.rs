@@ -64,6 +64,10 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
                         println!("  {line}");
                     }
                 }
+                // a newer version's fields: shown as they are, acted on by nothing here
+                for (k, v) in &job.unknown_fields {
+                    println!("{k} = {v:?} (a field this version does not know)");
+                }
             }
             Err(_) => {}
         }

@@ -12,7 +12,8 @@
 -- never read.
 -- ARGV[1] consumer group
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
---   follow, and those n values: field, value pairs of the job record (without status / entry)
+--   follow, and those n values: field, value pairs of the job record (without status / entry);
+--   a record without `created_at` is given the server's time now (since protocol 29)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
 -- `error` (r the reason) for a new job whose prerequisite already failed; `batch_done` (j the
@@ -111,15 +112,20 @@ local function hero_submit(keys, args)
   local deps = nil -- per job with prerequisites: their ids, each once
   local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
   local members = nil -- per job that names a batch: { batch key, batch name }
+  local undated = nil -- per job without `created_at`: true (it gets the server's time)
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl, tags, prereqs, bname = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags, prereqs, bname, dated = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+    end
+    if not dated then
+      undated = undated or {}
+      undated[i] = true
     end
     if bname then
       local bkey = batch_key(ns_of(keys[5 + 2 * i], args[pos]), bname)
@@ -269,6 +275,14 @@ local function hero_submit(keys, args)
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
       if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+    end
+  end
+  if undated then
+    -- a record without `created_at` (a foreign client's) is dated by the server, so that every
+    -- record says when it was made
+    local now_iso = iso_now()
+    for i in pairs(undated) do
+      if answers[2 * i - 1] == 'created' then redis.call('HSETNX', keys[5 + 2 * i], 'created_at', now_iso) end
     end
   end
   if members then

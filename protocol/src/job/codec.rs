@@ -117,8 +117,9 @@ impl Job {
     }
 
     /// Decodes a job hash read from `key`. Fails on a missing `status` or `script`, an id that
-    /// is not the key's, an unknown field, or a value of the wrong form. An absent `id` is the
-    /// key's (a key's id is what follows its last `:`).
+    /// is not the key's, or a value of the wrong form. A field it does not know is kept in
+    /// [`Job::unknown_fields`] (a newer version may have written it: SPEC §4.7). An absent `id`
+    /// is the key's (a key's id is what follows its last `:`).
     pub fn from_fields<I, K, V>(key: &str, fields: I) -> Result<Job, DecodeError>
     where
         I: IntoIterator<Item = (K, V)>,
@@ -127,18 +128,16 @@ impl Job {
     {
         let mut r = Slots::new(key);
         let mut any = false;
-        let mut unknown: Option<String> = None;
+        let mut unknown_fields = BTreeMap::new();
         for (k, v) in fields {
             any = true;
             let k = k.as_ref();
             match F::of(k) {
                 Some(f) => r.values[f as usize] = Some(v.into()),
-                // the bridge's bookkeeping, and extensions (`x_...`, `x-...`) a producer added
-                None if IGNORED_FIELDS.contains(&k)
-                    || k.starts_with("x_")
-                    || k.starts_with("x-") => {}
+                // the bridge's bookkeeping
+                None if IGNORED_FIELDS.contains(&k) => {}
                 None => {
-                    unknown.get_or_insert_with(|| k.to_string());
+                    unknown_fields.insert(k.to_string(), v.into());
                 }
             }
         }
@@ -259,13 +258,6 @@ impl Job {
             })?),
         };
         let log = r.list(F::Log)?;
-        if let Some(field) = unknown {
-            return Err(DecodeError {
-                key: key.to_string(),
-                field,
-                reason: "is not a field of the job record".to_string(),
-            });
-        }
         Ok(Job {
             id,
             script,
@@ -305,6 +297,7 @@ impl Job {
             batch,
             progress,
             log,
+            unknown_fields,
         })
     }
 }
@@ -476,7 +469,6 @@ mod tests {
             ("priority", "12"),
             ("created_at", "yesterday"),
             ("script_type", "a:b"),
-            ("color", "blue"),
             ("id", "other"),
         ] {
             let e = decode_err((field, value));
@@ -484,6 +476,40 @@ mod tests {
             assert_eq!(e.key, key("j1"));
             assert!(e.to_string().contains(field), "{e}");
         }
+    }
+
+    /// A field this version does not know is a newer version's: kept as read, not an error
+    /// (SPEC §4.7); a known field of the wrong form still is.
+    #[test]
+    fn an_unknown_field_is_kept_not_refused() {
+        let fields = [
+            ("id", "j1"),
+            ("status", "started"),
+            ("script", "1"),
+            ("colour", "blue"),
+            ("x_team", "ops"),
+            ("bridge", ""),
+        ];
+        let j = Job::from_fields(&key("j1"), fields).unwrap();
+        assert_eq!(
+            j.unknown_fields.into_iter().collect::<Vec<_>>(),
+            [
+                ("colour".to_string(), "blue".to_string()),
+                ("x_team".to_string(), "ops".to_string())
+            ]
+        );
+        let e = Job::from_fields(
+            &key("j1"),
+            [
+                ("id", "j1"),
+                ("status", "started"),
+                ("script", "1"),
+                ("colour", "blue"),
+                ("retries", "many"),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "retries");
     }
 
     #[test]

@@ -163,3 +163,42 @@ impl<'k> Slots<'k> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{F, IGNORED_FIELDS};
+
+    /// hero-py and the Node package tell a newer version's fields from their own by a list of
+    /// the fields they know: each must be this one's, or a field of this version would show as
+    /// unknown there (and an unknown one as known).
+    #[test]
+    fn the_other_languages_know_the_same_fields() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let ours: std::collections::BTreeSet<&str> = F::ALL
+            .iter()
+            .map(|f| f.name())
+            .chain(IGNORED_FIELDS)
+            .collect();
+        for (file, open, close) in [
+            ("python/hero/job.py", "KNOWN_FIELDS = frozenset((", "))"),
+            (
+                "node/src/job.ts",
+                "KNOWN_FIELDS: ReadonlySet<string> = new Set([",
+                "]);",
+            ),
+        ] {
+            let src = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+            let list = src
+                .split_once(open)
+                .and_then(|(_, rest)| rest.split_once(close))
+                .map(|(list, _)| list)
+                .unwrap_or_else(|| panic!("{file} has no KNOWN_FIELDS list"));
+            let theirs: std::collections::BTreeSet<&str> = list
+                .split(',')
+                .map(|s| s.trim().trim_matches('"'))
+                .filter(|s| !s.is_empty())
+                .collect();
+            assert_eq!(theirs, ours, "{file}'s KNOWN_FIELDS");
+        }
+    }
+}

@@ -167,6 +167,10 @@ pub struct Job {
     /// The last lines its handler logged ([`LOG_LINES`] at most, each at most
     /// [`LOG_LINE_BYTES`]).
     pub log: Vec<String>,
+    /// Fields this version does not know, as read: a newer version wrote them (SPEC §4.7).
+    /// They are not bad input; nothing here acts on them, nothing removes them from Redis,
+    /// and `hero status` shows them as they are.
+    pub unknown_fields: BTreeMap<String, String>,
 }
 
 /// How far a running job is, as its handler reported it (`JobContext::progress`).
@@ -253,6 +257,7 @@ impl Job {
             "batch": job.batch,
             "progress": job.progress,
             "log": job.log,
+            "unknown_fields": job.unknown_fields,
         })
     }
 
@@ -298,6 +303,7 @@ impl Job {
             batch: None,
             progress: None,
             log: Vec::new(),
+            unknown_fields: BTreeMap::new(),
         }
     }
 

@@ -196,20 +196,21 @@ async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its
         ),
         (vec![("script", "x")], osis.clone(), "`script_type`"),
         (
+            with(&[("instance", "i1")]),
+            osis.clone(),
+            "`instance` needs a `group`: an instance is named within its group",
+        ),
+        (
             with(&[("group", "io")]),
             osis.clone(),
-            "not the queue its record names",
+            "but its record names",
         ),
         (
             with(&[("priority", "0")]),
             osis.clone(),
-            "not the queue its record names",
+            "but its record names",
         ),
-        (
-            base.to_vec(),
-            work_key("other"),
-            "not the queue its record names",
-        ),
+        (base.to_vec(), work_key("other"), "but its record names"),
     ] {
         let err = c
             .redis()
@@ -237,4 +238,12 @@ async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its
     assert_eq!(job.traceparent.as_deref(), Some(tp));
     let colour: String = raw.hget(job_key("bad"), "x_colour").await.unwrap();
     assert_eq!(colour, "blue");
+    // neither record named its `created_at`: the server dated both (protocol 29)
+    for id in ["fine", "bad"] {
+        let created: String = raw.hget(job_key(id), "created_at").await.unwrap();
+        assert!(
+            created.starts_with("20") && created.ends_with('Z'),
+            "{id}: {created:?}"
+        );
+    }
 }

@@ -160,6 +160,13 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                         dt { "tags" }
                         dd { (tags.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(", ")) }
                     }
+                    // a newer version's fields, as they are
+                    @if let Some(unknown) = v["unknown_fields"].as_object() {
+                        @for (k, val) in unknown {
+                            dt.unknown title="a field this version does not know (a newer version wrote it)" { (k) }
+                            dd.mono { (val.as_str().unwrap_or_default()) }
+                        }
+                    }
                 }
                 @let percent = v["progress"]["percent"].as_f64();
                 @let message = v["progress"]["message"].as_str().unwrap_or("");

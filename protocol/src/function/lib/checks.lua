@@ -51,13 +51,21 @@ local function bad_value(kind, v)
   return nil
 end
 
+-- A queue as a refusal names it: group and instance `none` where there is none.
+local function queue_text(stype, grp, inst, prio)
+  return 'type ' .. tostring(stype) .. ', group ' .. (grp or 'none') .. ', instance ' ..
+    (inst or 'none') .. ', priority ' .. tostring(prio)
+end
+
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
--- key and TTL, its tags, its prerequisites (JSON text) and its batch when it has them: `args` from `from` to `to` are its field/value pairs, `stream`
+-- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
+-- it names its `created_at` (a submit without one gets the server's time: see hero_submit):
+-- `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags, prereqs, batch = nil, nil, nil, nil, nil
+  local uniq, uttl, tags, prereqs, batch, dated = nil, nil, nil, nil, nil, false
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -76,6 +84,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
       elseif name == 'group' then grp = v
       elseif name == 'instance' then inst = v
       elseif name == 'priority' then prio = v
+      elseif name == 'created_at' then dated = true
       elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
       elseif name == 'unique' then
         if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
@@ -91,19 +100,26 @@ local function refuse(job_id, stream, args, from, to, parsed)
   end
   if not script then return 'field `script` is missing' end
   if not stype then return 'field `script_type` is missing' end
-  if inst and not grp then return 'field `instance` needs a `group`' end
+  if inst and not grp then
+    return 'field `instance` needs a `group`: an instance is named within its group (queue <type>/<group>/<instance>)'
+  end
   local p = parsed[stream]
   if p == nil then
     p = stream_parts(stream)
     parsed[stream] = p
   end
-  if not p or p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
-    return 'its stream ' .. stream .. ' is not the queue its record names (type ' .. stype ..
-      ', group ' .. tostring(grp) .. ', instance ' .. tostring(inst) .. ', priority ' .. prio .. ')'
+  if not p then
+    return 'its stream ' .. stream .. ' is not a work stream (its record names ' ..
+      queue_text(stype, grp, inst, prio) .. ')'
+  end
+  if p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
+    return 'its stream ' .. stream .. ' is the queue of ' ..
+      queue_text(p.type, p.group, p.instance, p.priority) .. ', but its record names ' ..
+      queue_text(stype, grp, inst, prio)
   end
   if uttl and not uniq then return 'field `unique_ttl` needs a `unique` key' end
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags, prereqs, batch
+  return nil, uniq, uttl, tags, prereqs, batch, dated
 end
