@@ -3,6 +3,7 @@
 //! to stop. It holds no state of its own, so any number of brokers may run against one Redis.
 
 use hero_client::Client;
+use hero_protocol::fleet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
@@ -134,11 +135,30 @@ pub async fn warn_on_eviction(client: &Client) {
 }
 
 /// A Redis restarted without persistence forgets the settings: write them again now and then.
+/// Also renews the broker's entry in the fleet (its protocol, for `hero actors` and the
+/// checks at submit: `hero_protocol::fleet`), removed again when it stops.
 async fn republish(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let mut outage = hero_protocol::outage::Outage::new("publishing the broker's settings");
+    let name = fleet::broker_name();
+    let every = std::time::Duration::from_secs(10);
     loop {
-        tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {} }
-        match publish_config(&client, &cfg).await {
+        let registered = fleet::register(
+            client.redis(),
+            client.keys(),
+            &name,
+            fleet::Role::Broker,
+            env!("CARGO_PKG_VERSION"),
+            every * 3,
+        )
+        .await;
+        tokio::select! {
+            _ = stop.cancelled() => {
+                let _ = fleet::unregister(client.redis(), client.keys(), &name).await;
+                return;
+            }
+            _ = tokio::time::sleep(every) => {}
+        }
+        match registered.and(publish_config(&client, &cfg).await) {
             Ok(()) => outage.ok(),
             Err(e) => {
                 outage.failed(&e);

@@ -29,6 +29,8 @@ pub struct Client {
     coalescer: std::sync::Arc<std::sync::OnceLock<crate::coalesce::Coalescer>>,
     /// The namespace's shards (`crate::shards`); `None` for a client bound to one shard.
     shards: Option<std::sync::Arc<Shards<Client>>>,
+    /// The fleet as last read, for the checks at submit (`crate::fleet`).
+    fleet: std::sync::Arc<crate::fleet::FleetCache>,
 }
 
 impl Client {
@@ -43,6 +45,10 @@ impl Client {
         let shards = Shards::open(opts, &client).await?;
         client.shards = Some(std::sync::Arc::new(shards));
         Ok(client)
+    }
+
+    pub(crate) fn fleet_cache(&self) -> &crate::fleet::FleetCache {
+        &self.fleet
     }
 
     pub(crate) fn shards(&self) -> Option<&Shards<Client>> {
@@ -66,6 +72,9 @@ impl Client {
     /// Submits made at the same moment from several tasks share one server call (group commit,
     /// see `coalesce`): a lone submit is sent at once.
     pub async fn submit(&self, job: &NewJob) -> Result<Submitted> {
+        if self.shards.is_some() {
+            self.check_fleet(std::slice::from_ref(job)).await?;
+        }
         if let Some(layout) = self.sharded() {
             let (job, member) = self.place_one(&layout, job).await?;
             return Box::pin(member.submit(&job)).await;
@@ -87,6 +96,9 @@ impl Client {
     /// Submits many jobs in one call (one round trip, one function call); one result per job,
     /// in order.
     pub async fn submit_many(&self, jobs: &[NewJob]) -> Result<Vec<Result<Submitted>>> {
+        if self.shards.is_some() {
+            self.check_fleet(jobs).await?;
+        }
         if let Some(layout) = self.sharded() {
             return Box::pin(self.submit_sharded(&layout, jobs)).await;
         }
@@ -96,6 +108,9 @@ impl Client {
     /// Submits `job` and waits up to `wait` for it to end, through its reply list; when the
     /// reply is gone (it expired, or the job had ended before), the job hash answers.
     pub async fn run(&self, job: &NewJob, wait: Duration) -> Result<JobResult> {
+        if self.shards.is_some() {
+            self.check_fleet(std::slice::from_ref(job)).await?;
+        }
         if let Some(layout) = self.sharded() {
             let (job, member) = self.place_one(&layout, job).await?;
             return Box::pin(member.run(&job, wait)).await;
@@ -282,6 +297,7 @@ impl Member for Client {
             keys,
             coalescer: std::sync::Arc::default(),
             shards: None,
+            fleet: std::sync::Arc::default(),
         }
     }
 

@@ -32,6 +32,7 @@ pub mod batch;
 pub mod client;
 mod coalesce;
 pub mod cron;
+pub mod fleet;
 pub mod flow;
 mod layout;
 mod shards;

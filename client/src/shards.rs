@@ -366,6 +366,13 @@ where
 impl Client {
     /// Sets the namespace's number of shards (`hero shards set`): see `hero_protocol::shard::set`.
     pub async fn set_shards(&self, k: u16) -> Result<ShardMap> {
+        if k > 1 {
+            // a process that knows no shards would serve and submit to shard 0 only
+            self.fleet().await?.require(
+                &format!("hero shards set {k}"),
+                &[hero_protocol::fleet::Feature::Shards],
+            )?;
+        }
         let map = shard::set(self.redis(), self.keys(), k, hero_protocol::clock::now_ms()).await?;
         self.refresh_shards().await?;
         Ok(map)

@@ -53,6 +53,11 @@ export class Keys {
   presence(type: string, group: string, instance: string): string {
     return `${this.prefix}:meta:actor:inst:${type}:${group}:${instance}`;
   }
+  /** Hash: the live processes of protocol 29 and later, name → JSON (docs/protocol.md §2). */
+  fleet(): string {
+    return `${this.prefix}:meta:fleet`;
+  }
+
   consumers(): string {
     return `${this.prefix}:meta:consumers`;
   }

@@ -9,6 +9,8 @@ import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
 
 export const VERSION = "29";
+/** This package's release (package.json says the same: a test holds them equal). */
+export const RELEASE = "0.29.0";
 
 type Arg = string | number | Buffer;
 

@@ -14,7 +14,7 @@ import { InvalidInput } from "./errors.js";
 import { attemptsOf, DEFAULT_TIMEOUT_S, Job, jobFromText, numberField, recordText } from "./job.js";
 import { Keys } from "./keys.js";
 import { decode, Json } from "./msgpack.js";
-import { Done, iso, nowMs, Protocol, retryAtMs } from "./protocol.js";
+import { Done, iso, nowMs, Protocol, RELEASE, retryAtMs, VERSION } from "./protocol.js";
 import { redisUrl } from "./client.js";
 import { ShardMap } from "./shards.js";
 
@@ -313,7 +313,8 @@ export class Worker extends EventEmitter {
       pid: process.pid,
       hostname: hostname(),
       started_at: this.startedAt,
-      version: "hero-broker (npm) 0.28.0",
+      version: `hero-broker (npm) ${RELEASE}`,
+      protocol: VERSION,
       capabilities: this.types,
       consumer: this.consumer,
       concurrency: this.concurrency,
@@ -650,8 +651,12 @@ class Lane {
     const s = this.w.settings;
     const body = this.w.presence(this.running.size);
     const pipe = this.redis.pipeline();
+    const expires = nowMs() + s.presenceTtlMs;
     for (const t of this.w.types) pipe.set(this.keys.presence(t, this.w.group, this.w.instance), body, "PX", s.presenceTtlMs);
-    pipe.zadd(this.keys.consumers(), nowMs() + s.presenceTtlMs, this.w.consumer);
+    pipe.zadd(this.keys.consumers(), expires, this.w.consumer);
+    // the fleet entry says which protocol this process speaks (docs/protocol.md §8)
+    const entry = { role: "worker", protocol: Number(VERSION), version: `hero-broker (npm) ${RELEASE}`, shards: true, expires_ms: expires };
+    pipe.hset(this.keys.fleet(), this.w.consumer, JSON.stringify(entry));
     await pipe.exec();
   }
 
@@ -692,6 +697,7 @@ class Lane {
     const pipe = this.redis.pipeline();
     for (const t of this.w.types) pipe.del(this.keys.presence(t, this.w.group, this.w.instance));
     pipe.zrem(this.keys.consumers(), this.w.consumer);
+    pipe.hdel(this.keys.fleet(), this.w.consumer);
     await pipe.exec().catch(() => undefined);
     this.control.disconnect();
     this.w.emit("closed", handed);

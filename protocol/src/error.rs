@@ -21,6 +21,14 @@ pub enum Error {
     #[error("{0}")]
     InvalidInput(String),
 
+    /// A feature that live processes of an older protocol would refuse or not serve
+    /// (`crate::fleet`).
+    #[error("{what}, which these live processes do not serve: {}. Upgrade them (or wait until they are gone) and send it again; `hero actors` shows each process's protocol", processes.join(", "))]
+    OlderProcesses {
+        what: String,
+        processes: Vec<String>,
+    },
+
     #[error(transparent)]
     InvalidJob(#[from] DecodeError),
 

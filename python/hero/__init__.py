@@ -17,6 +17,7 @@ from .client import Client, connect
 from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound
 from .job import BatchInfo, Job, Progress, Result, Submitted
 from .keys import Keys
+from .protocol import RELEASE
 from .protocol import VERSION as PROTOCOL_VERSION
 from .worker import Abort, JobContext, Retry, Worker
 
@@ -25,4 +26,4 @@ __all__ = [
     "JobNotFound", "Keys", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Worker",
     "connect",
 ]
-__version__ = "0.28.0"
+__version__ = RELEASE

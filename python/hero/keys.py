@@ -64,6 +64,10 @@ class Keys:
     def consumers(self) -> str:
         return f"{self.prefix}:meta:consumers"
 
+    def fleet(self) -> str:
+        """Hash: the live processes of protocol 29 and later, name -> JSON (docs/protocol.md §2)."""
+        return f"{self.prefix}:meta:fleet"
+
     def queues(self) -> str:
         return f"{self.prefix}:meta:queues"
 

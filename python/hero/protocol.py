@@ -16,6 +16,8 @@ import redis
 from .keys import GROUP, Keys
 
 VERSION = "29"
+# this package's release (pyproject.toml says the same: a test holds them equal)
+RELEASE = "0.29.0"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # an installed package carries the library; a checkout used in place reads the repository's
 LIBRARY = next((p for p in (os.path.join(_HERE, "hero-library.lua"),

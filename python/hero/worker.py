@@ -25,7 +25,7 @@ from .client import _name, connect
 from .job import Job
 from .keys import Keys
 from .shards import ShardMap
-from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms, retry_at_ms
+from .protocol import LIBRARY, RELEASE, VERSION, Protocol, iso, now_ms, retry_at_ms
 
 REPORT_EVERY_S = 0.5  # reports gather this long: one call per flush for every job at once
 LOG_LINES = 100
@@ -398,13 +398,19 @@ class Worker:
             running = len(self._running)
         body = json.dumps({
             "pid": os.getpid(), "hostname": socket.gethostname(), "started_at": self._started_at,
-            "version": "hero-py 0.28.0", "capabilities": self.types, "consumer": self.consumer,
-            "concurrency": self.concurrency, "running": running, "last_heartbeat": iso(),
+            "version": f"hero-py {RELEASE}", "protocol": self.proto.version, "capabilities": self.types,
+            "consumer": self.consumer, "concurrency": self.concurrency, "running": running,
+            "last_heartbeat": iso(),
         })
+        expires = now_ms() + self.presence_ttl_ms
+        # the fleet entry says which protocol this process speaks (docs/protocol.md §8)
+        entry = json.dumps({"role": "worker", "protocol": int(self.proto.version), "version": f"hero-py {RELEASE}",
+                            "shards": True, "expires_ms": expires})
         pipe = self.r.pipeline(transaction=False)
         for t in self.types:
             pipe.set(self.keys.presence(t, self.group, self.instance), body, px=self.presence_ttl_ms)
-        pipe.zadd(self.keys.consumers(), {self.consumer: now_ms() + self.presence_ttl_ms})
+        pipe.zadd(self.keys.consumers(), {self.consumer: expires})
+        pipe.hset(self.keys.fleet(), self.consumer, entry)
         pipe.execute()
 
     # -- stop requests ----------------------------------------------------------------------
@@ -455,5 +461,6 @@ class Worker:
         for t in self.types:
             pipe.delete(self.keys.presence(t, self.group, self.instance))
         pipe.zrem(self.keys.consumers(), self.consumer)
+        pipe.hdel(self.keys.fleet(), self.consumer)
         pipe.execute()
         self._emit("stopped", "", str(handed))

@@ -266,6 +266,33 @@ def test_a_worker_of_the_previous_protocol_serves_beside_brokers_of_this_one(bro
     assert {"hero_v26", f"hero_v{hero.PROTOCOL_VERSION}"} <= libs
 
 
+def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_refuses(broker):
+    """A live worker of protocol 26 (as hero-py 0.26 was) would refuse a batch member's `batch`
+    field: while it runs, `hero submit --batch` is refused naming it, and `hero actors` shows
+    each process's protocol; once it is gone, the batch is accepted."""
+    v26 = os.path.join(ROOT, "python", "tests", "fixtures", "hero-library-v26.lua")
+    old = hero.Worker(lambda job, ctx: "old", ["py"], broker, protocol="26", library=v26, instance="old26")
+    new = hero.Worker(lambda job, ctx: "new", ["py"], broker, instance="new")
+    t_old, t_new = start(old), start(new)
+    r = redis.Redis.from_url(broker)
+    wait_until("both registered", lambda: r.zcard("hero:meta:consumers") == 2)
+    actors = json.loads(hero_cli("--json", "actors", url=broker).stdout)
+    protocols = {a["consumer"].split(":")[1]: a["protocol"] for a in actors["actors"]}
+    assert protocols == {"old26": 26, "new": int(hero.PROTOCOL_VERSION)}, actors
+    assert [b["protocol"] for b in actors["brokers"]] == [int(hero.PROTOCOL_VERSION)], actors
+    refused = hero_cli("submit", "--type", "py", "--batch", "b1", "x", url=broker, check=False)
+    assert refused.returncode != 0
+    assert "a batch" in refused.stderr and "old26" in refused.stderr and "protocol 26" in refused.stderr, refused.stderr
+    # a plain job is no feature of anyone's: it goes
+    assert hero_cli("submit", "--type", "py", "plain", url=broker).returncode == 0
+    stop(old, t_old)
+    accepted = hero_cli("submit", "--type", "py", "--batch", "b1", "--id", "member", "x", url=broker, check=False)
+    assert accepted.returncode == 0, accepted.stderr
+    c = hero.Client(broker)
+    wait_until("the member ran", lambda: c.status("member") == "finished")
+    stop(new, t_new)
+
+
 def test_homes_are_the_ones_the_rust_client_computes():
     from hero.shards import fnv1a, jump
     # the same five homes are asserted by hero-protocol (shard::tests)

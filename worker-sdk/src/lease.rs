@@ -46,7 +46,13 @@ pub(crate) async fn renew(s: Arc<Shared>, stop: CancellationToken) {
 /// Renews each delivery in one pipeline, recording the report given with it, and interrupts
 /// the handlers of jobs that were stopped or whose lease went to another delivery. A report
 /// that could not be sent goes back to its job, to be sent with the next call.
-pub(crate) async fn renew_each(s: &Shared, running: Vec<(Held, Option<Report>)>) {
+pub(crate) async fn renew_each(s: &Shared, mut running: Vec<(Held, Option<Report>)>) {
+    if s.hold_reports.load(std::sync::atomic::Ordering::Acquire) {
+        // held back while an older process would refuse them (see presence::hold_reports)
+        for (_, report) in &mut running {
+            *report = None;
+        }
+    }
     let mut pipe = redis::pipe();
     for (h, report) in &running {
         pipe.add_command(

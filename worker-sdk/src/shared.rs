@@ -35,6 +35,9 @@ pub(crate) struct Shared {
     pub presence_ttl: Duration,
     pub inflight: InFlight,
     pub policy: crate::policy::PolicyCache,
+    /// A live process of an older protocol would refuse `progress` and `log`: the handlers'
+    /// reports are dropped, not sent (set by the heartbeat: `presence`).
+    pub hold_reports: std::sync::atomic::AtomicBool,
     pub handler: Arc<dyn Handler>,
     pub on_event: Option<EventHook>,
 }

@@ -225,6 +225,7 @@ impl Template {
             presence_ttl: self.presence_ttl,
             inflight: InFlight::default(),
             policy: crate::policy::PolicyCache::default(),
+            hold_reports: std::sync::atomic::AtomicBool::new(false),
             handler: self.handler.clone(),
             on_event: self.on_event.clone(),
         })

@@ -36,10 +36,25 @@ impl Actor {
         self.holdings.iter().map(|h| h.jobs).sum()
     }
 
+    /// The protocol it speaks: its presence's `protocol`, or for a worker released before
+    /// protocol 29 the one its `version` names (`hero_protocol::fleet::protocol_of_version`).
+    pub fn protocol(&self) -> Option<u32> {
+        let p = &self.presence["protocol"];
+        p.as_str()
+            .and_then(|p| p.parse().ok())
+            .or_else(|| p.as_u64().map(|p| p as u32))
+            .or_else(|| {
+                self.presence["version"]
+                    .as_str()
+                    .and_then(hero_protocol::fleet::protocol_of_version)
+            })
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "consumer": self.consumer,
             "state": if self.live { "live" } else { "gone" },
+            "protocol": self.protocol(),
             "presence": self.presence,
             "running": self.running(),
             "holds": self.holdings.iter().map(|h| serde_json::json!({"stream": h.stream, "jobs": h.jobs})).collect::<Vec<_>>(),
@@ -48,6 +63,16 @@ impl Actor {
 }
 
 impl Inspector {
+    /// The live brokers of protocol 29 and later (older ones register nowhere), from the fleet.
+    pub async fn brokers(&self) -> Result<Vec<hero_protocol::fleet::Member>> {
+        let fleet = hero_protocol::fleet::Fleet::read(&self.redis, &self.keys).await?;
+        Ok(fleet
+            .members
+            .into_iter()
+            .filter(|m| m.role == hero_protocol::fleet::Role::Broker)
+            .collect())
+    }
+
     /// Every live worker and every gone one that still holds jobs, live first, by consumer.
     pub async fn actors(&self) -> Result<Vec<Actor>> {
         // presence: one key per type served, the same JSON in each; a SCAN, never KEYS

@@ -8,12 +8,19 @@ use super::Global;
 
 pub(super) async fn actors(g: &Global) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
-    let actors = hero_admin::Inspector::from(&client).actors().await?;
+    let inspector = hero_admin::Inspector::from(&client);
+    let actors = inspector.actors().await?;
+    let brokers = inspector.brokers().await?;
     if g.json {
         let all: Vec<_> = actors.iter().map(|a| a.to_json()).collect();
-        println!("{}", serde_json::json!({ "actors": all }));
+        let brokers: Vec<_> = brokers.iter().map(broker_json).collect();
+        println!(
+            "{}",
+            serde_json::json!({ "actors": all, "brokers": brokers })
+        );
         return Ok(0);
     }
+    print_brokers(&brokers);
     if actors.is_empty() {
         println!("no workers: start one with `hero worker --types <type>` (or `hero up`)");
         return Ok(0);
@@ -39,6 +46,8 @@ pub(super) async fn actors(g: &Global) -> Result<i32> {
                 field(p, "pid"),
                 field(p, "hostname"),
                 field(p, "version"),
+                a.protocol()
+                    .map_or_else(|| "-".to_string(), |p| p.to_string()),
                 field(p, "started_at"),
                 field(p, "last_heartbeat"),
                 a.running().to_string(),
@@ -55,6 +64,7 @@ pub(super) async fn actors(g: &Global) -> Result<i32> {
                 num("PID"),
                 text("HOST"),
                 text("VERSION"),
+                num("PROTOCOL"),
                 text("STARTED"),
                 text("HEARTBEAT"),
                 num("RUNNING"),
@@ -74,4 +84,31 @@ pub(super) async fn actors(g: &Global) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn broker_json(m: &hero_protocol::fleet::Member) -> serde_json::Value {
+    serde_json::json!({ "name": m.name, "version": m.version, "protocol": m.protocol })
+}
+
+/// The brokers of protocol 29 and later (older ones register nowhere).
+fn print_brokers(brokers: &[hero_protocol::fleet::Member]) {
+    if brokers.is_empty() {
+        return;
+    }
+    let rows: Vec<Vec<String>> = brokers
+        .iter()
+        .map(|m| {
+            vec![
+                m.name.clone(),
+                m.version.clone(),
+                m.protocol
+                    .map_or_else(|| "-".to_string(), |p| p.to_string()),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        render(&[text("BROKER"), text("VERSION"), num("PROTOCOL")], &rows)
+    );
+    println!();
 }

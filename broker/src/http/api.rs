@@ -100,9 +100,12 @@ async fn shards(State(app): State<App>) -> ApiResult {
 }
 
 async fn actors(State(app): State<App>) -> ApiResult {
-    let actors = hero_admin::Inspector::from(&app.client).actors().await?;
+    let inspector = hero_admin::Inspector::from(&app.client);
+    let actors = inspector.actors().await?;
+    let brokers = inspector.brokers().await?;
     Ok(Json(json!({
-        "actors": actors.iter().map(hero_admin::inspect::Actor::to_json).collect::<Vec<_>>()
+        "actors": actors.iter().map(hero_admin::inspect::Actor::to_json).collect::<Vec<_>>(),
+        "brokers": brokers.iter().map(|m| json!({"name": m.name, "version": m.version, "protocol": m.protocol})).collect::<Vec<_>>(),
     })))
 }
 

@@ -490,5 +490,29 @@ mod tests {
             py.contains(&format!("VERSION = \"{LIBRARY_VERSION}\"")),
             "python/hero/protocol.py speaks another version than {LIBRARY_VERSION}"
         );
+        let node = std::fs::read_to_string(root.join("node/src/protocol.ts")).unwrap_or_default();
+        assert!(
+            node.contains(&format!("export const VERSION = \"{LIBRARY_VERSION}\";")),
+            "node/src/protocol.ts speaks another version than {LIBRARY_VERSION}"
+        );
+        // each package says its release once in code, once in its manifest
+        let release_of = |src: &str, open: &str| {
+            src.split_once(open)
+                .and_then(|(_, r)| r.split_once('"'))
+                .map(|(v, _)| v.to_string())
+                .unwrap_or_default()
+        };
+        let pyproject =
+            std::fs::read_to_string(root.join("python/pyproject.toml")).unwrap_or_default();
+        assert_eq!(
+            release_of(&py, "RELEASE = \""),
+            release_of(&pyproject, "version = \"")
+        );
+        let package = std::fs::read_to_string(root.join("node/package.json")).unwrap_or_default();
+        assert_eq!(
+            release_of(&node, "export const RELEASE = \""),
+            release_of(&package, "\"version\": \"")
+        );
+        assert!(!release_of(&py, "RELEASE = \"").is_empty());
     }
 }

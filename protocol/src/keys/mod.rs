@@ -265,6 +265,11 @@ impl Keyspace {
         format!("{}:meta:actor:inst:*", self.prefix)
     }
 
+    /// Hash: the live processes of protocol 29 and later, name → JSON (`crate::fleet`).
+    pub fn fleet(&self) -> String {
+        format!("{}:meta:fleet", self.prefix)
+    }
+
     /// Sorted set: consumer name → liveness deadline (ms since the epoch).
     pub fn consumers(&self) -> String {
         format!("{}:meta:consumers", self.prefix)

@@ -126,12 +126,17 @@ pub(super) async fn overview(State(app): State<App>) -> Page {
 }
 
 pub(super) async fn actors(State(app): State<App>) -> Page {
-    let actors = hero_admin::Inspector::from(&app.client).actors().await?;
-    let field = |a: &Actor, k: &str| {
-        a.presence
-            .get(k)
-            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-            .unwrap_or_default()
+    let inspector = hero_admin::Inspector::from(&app.client);
+    let actors = inspector.actors().await?;
+    let brokers = inspector.brokers().await?;
+    let field = |a: &Actor, k: &str| match a.presence.get(k) {
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        Some(v) => v.as_str().map_or_else(|| v.to_string(), str::to_string),
+        None => String::new(),
     };
     page(
         "Actors",
@@ -148,25 +153,43 @@ pub(super) async fn actors(State(app): State<App>) -> Page {
                     div.scroll { table {
                         thead { tr {
                             th { "Worker" } th { "State" } th { "Types" } th { "Host" } th.n { "Pid" }
-                            th { "Version" } th { "Started" } th { "Last heartbeat" } th.n { "Running" } th { "Holds" }
+                            th { "Version" } th.n { "Protocol" } th { "Started" } th { "Last heartbeat" } th.n { "Running" } th { "Holds" }
                         } }
                         tbody {
                             @for a in &actors {
                                 tr {
                                     td.mono { (a.consumer) }
                                     td { @if a.live { span.pill.ok { "live" } } @else { span.pill.bad { "gone" } } }
-                                    td { (field(a, "types")) }
-                                    td { (field(a, "host")) }
+                                    td { (field(a, "capabilities")) }
+                                    td { (field(a, "hostname")) }
                                     td.n { (field(a, "pid")) }
                                     td { (field(a, "version")) }
+                                    td.n.protocol { (a.protocol().map(|p| p.to_string()).unwrap_or_else(|| "?".into())) }
                                     td { (field(a, "started_at")) }
-                                    td { (field(a, "heartbeat_at")) }
+                                    td { (field(a, "last_heartbeat")) }
                                     td.n { (a.running()) }
                                     td {
                                         @for h in &a.holdings {
                                             div { (app.client.keys().queue_name(&h.stream)) ": " (h.jobs) }
                                         }
                                     }
+                                }
+                            }
+                        }
+                    } }
+                }
+            }
+            @if !brokers.is_empty() {
+                section.card {
+                    h2 { "Brokers" }
+                    div.scroll { table #brokers {
+                        thead { tr { th { "Broker" } th { "Version" } th.n { "Protocol" } } }
+                        tbody {
+                            @for b in &brokers {
+                                tr {
+                                    td.mono { (b.name) }
+                                    td { (b.version) }
+                                    td.n { (b.protocol.map(|p| p.to_string()).unwrap_or_default()) }
                                 }
                             }
                         }
