@@ -341,6 +341,8 @@ class Lane {
   private fetchers = 2;
   /** Each queue policy's time limit (s), read every 2 s: a job naming none takes its queue's. */
   private timeLimits = new Map<string, number>();
+  /** The lease to renew within (see `readPolicies`). */
+  private leaseMs: number;
 
   constructor(
     private readonly w: Worker,
@@ -348,6 +350,7 @@ class Lane {
   ) {
     this.proto = new Protocol(w.connection, keys);
     this.streams = keys.precedence(w.types, w.group, w.instance);
+    this.leaseMs = w.settings.leaseMs;
   }
 
   private get redis(): Redis {
@@ -472,20 +475,33 @@ class Lane {
     return s ?? DEFAULT_TIMEOUT_S;
   }
 
-  /** The queue policies' time limits, one HGETALL (a policy this version cannot read is
-   * skipped: its jobs get the default). */
+  /** The queue policies' time limits and the lease to renew within, read every 2 s in one
+   * round trip: the lease is the shortest of the worker's own, the brokers' (`lease_ms` in the
+   * config hash: what recovery waits for) and any policy's of a queue of its types (a policy
+   * may shorten it: docs/protocol.md §5.4). A policy this version cannot read is skipped: its
+   * jobs get the default time limit. */
   private async readPolicies(): Promise<void> {
-    const raw = await this.redis.hgetall(this.keys.policy());
+    const [[, raw], [, brokers]] = ((await this.redis.pipeline().hgetall(this.keys.policy()).hget(this.keys.config(), "lease_ms").exec()) ?? [
+      [null, {}],
+      [null, null],
+    ]) as [[unknown, Record<string, string>], [unknown, string | null]];
     const limits = new Map<string, number>();
-    for (const [q, json] of Object.entries(raw)) {
+    let lease = this.w.settings.leaseMs;
+    const configured = Number(brokers);
+    if (configured > 0) lease = Math.min(lease, configured);
+    for (const [q, json] of Object.entries(raw ?? {})) {
       try {
-        const ms = Number(JSON.parse(json).timeout_ms);
+        const p = JSON.parse(json);
+        const ms = Number(p.timeout_ms);
         if (ms > 0) limits.set(q, Math.max(1, Math.floor(ms / 1000)));
+        const l = Number(p.lease_ms);
+        if (l > 0 && this.w.types.includes(q.split("/")[0])) lease = Math.min(lease, l);
       } catch {
-        // unreadable: the default
+        // unreadable: the defaults
       }
     }
     this.timeLimits = limits;
+    this.leaseMs = lease;
   }
 
   private async execute(run: Running): Promise<void> {
@@ -611,7 +627,7 @@ class Lane {
           await this.heartbeat();
           lastBeat = now;
         }
-        const renew = now - lastRenew >= s.leaseMs / 3;
+        const renew = now - lastRenew >= this.leaseMs / 3;
         const report = now - lastReport >= REPORT_EVERY_MS;
         if (renew || report) {
           // sent together: one round trip for every running job, not one each

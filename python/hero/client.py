@@ -15,7 +15,7 @@ import redis
 from .errors import HeroError, InvalidInput, JobNotFound
 from .job import BatchInfo, Job, Result, Submitted
 from .keys import Keys
-from .protocol import Protocol, iso, now_ms
+from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms
 from .shards import ShardMap, shard_of_id
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -53,10 +53,13 @@ class Client:
     route key, batch, prerequisites, uniqueness key, limit key, chosen id, else in turn."""
 
     def __init__(self, url: str | None = None, namespace: str = "hero", *, r: redis.Redis | None = None,
-                 cluster: bool = False):
+                 cluster: bool = False, protocol: str = VERSION, library: str = LIBRARY):
+        """`protocol` and `library` pin the calls to another protocol version's functions (as a
+        producer of that release would make them: the compatibility tests)."""
         self.r = r if r is not None else connect(url)
         self.keys = Keys.cluster(namespace) if cluster else Keys(_name("namespace", namespace))
-        self.proto = Protocol(self.r, self.keys)
+        self._versions = (protocol, library)
+        self.proto = Protocol(self.r, self.keys, protocol, library)
         self.proto.ensure_library()
         self._map = ShardMap.read(self.r, self.keys)
         self._map_at = time.monotonic()
@@ -75,7 +78,7 @@ class Client:
         keys = self._map.keys(self.keys, n)
         proto = self._protos.get(keys.prefix)
         if proto is None:
-            proto = self._protos[keys.prefix] = Protocol(self.r, keys)
+            proto = self._protos[keys.prefix] = Protocol(self.r, keys, *self._versions)
         return keys, proto
 
     def _keyed(self, key: str, state) -> int:
@@ -304,7 +307,7 @@ class Client:
         """Stops a job wherever it is: 'cancelled' (it never starts), 'interrupted' (its worker
         is told), 'already_completed'."""
         keys = self._holder(job_id)
-        proto = self._protos.get(keys.prefix) or Protocol(self.r, keys)
+        proto = self._protos.get(keys.prefix) or Protocol(self.r, keys, *self._versions)
         for _ in range(5):
             rec = self.r.hmget(keys.job(job_id), ["script_type", "group", "instance", "priority",
                                                 "worker_id"])

@@ -133,6 +133,7 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
         self.lease_ms = lease_ms
+        self._renew_within_ms = lease_ms
         self.presence_ttl_ms = presence_ttl_ms
         self.shutdown_s = shutdown_s
         self.on_event = on_event
@@ -371,7 +372,7 @@ class Worker:
                     if not run.settled and now >= run.deadline:
                         run.ctx._cancel_with("timeout")
                         self._settle(run, "fail", "timeout", retry_at_ms(run.ctx.attempt))
-                renew = now - last_renew >= self.lease_ms / 3000
+                renew = now - last_renew >= self._renew_within_ms / 3000
                 report = now - last_report >= REPORT_EVERY_S
                 if renew or report:
                     for run in running:
@@ -411,7 +412,30 @@ class Worker:
             pipe.set(self.keys.presence(t, self.group, self.instance), body, px=self.presence_ttl_ms)
         pipe.zadd(self.keys.consumers(), {self.consumer: expires})
         pipe.hset(self.keys.fleet(), self.consumer, entry)
-        pipe.execute()
+        # the lease to renew within, read with the heartbeat (docs/protocol.md §5.4)
+        pipe.hget(self.keys.config(), "lease_ms")
+        pipe.hgetall(self.keys.policy())
+        *_, brokers, policies = pipe.execute()
+        self._renew_within_ms = self._lease_of(brokers, policies)
+
+    def _lease_of(self, brokers, policies) -> int:
+        """The shortest of this worker's lease, the brokers' (`lease_ms` in the config hash: what
+        recovery waits for) and any policy's of a queue of its types."""
+        lease = self.lease_ms
+        try:
+            if brokers is not None and int(brokers) > 0:
+                lease = min(lease, int(brokers))
+        except ValueError:
+            pass
+        for q, raw in (policies or {}).items():
+            q = q.decode() if isinstance(q, bytes) else q
+            try:
+                ms = int(json.loads(raw).get("lease_ms") or 0)
+            except (ValueError, AttributeError, TypeError):
+                continue
+            if ms > 0 and q.split("/")[0] in self.types:
+                lease = min(lease, ms)
+        return lease
 
     # -- stop requests ----------------------------------------------------------------------
     def _control(self) -> None:

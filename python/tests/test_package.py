@@ -266,6 +266,53 @@ def test_a_worker_of_the_previous_protocol_serves_beside_brokers_of_this_one(bro
     assert {"hero_v26", f"hero_v{hero.PROTOCOL_VERSION}"} <= libs
 
 
+def test_a_release_of_the_previous_protocol_works_beside_brokers_and_processes_of_this_one(broker):
+    """The compatibility matrix's cheap row (docs/protocol.md §8): a producer and a worker of
+    protocol 28 (its library as 0.3.0 shipped it) beside brokers, a producer and a worker of
+    this protocol, on jobs that use every feature: a batch with a callback, a limit key, a
+    uniqueness key, tags, a payload, a delay, a retry, progress and log lines. Every job ends
+    right, once, counted once, and the audit is clean."""
+    v28 = os.path.join(ROOT, "python", "tests", "fixtures", "hero-library-v28.lua")
+    old_c = hero.Client(broker, protocol="28", library=v28)
+    new_c = hero.Client(broker)
+    tries: dict[str, int] = {}
+
+    def handler(job, ctx):
+        ctx.progress(50, "half")
+        ctx.log("line")
+        tries[job.id] = tries.get(job.id, 0) + 1
+        if job.script == "flaky" and tries[job.id] == 1:
+            raise RuntimeError("first try fails")
+        return f"{job.script}:{len(job.payload or b'')}"
+
+    old_w = hero.Worker(handler, ["cm"], broker, protocol="28", library=v28, instance="old28", lease_ms=2000)
+    new_w = hero.Worker(handler, ["cm"], broker, instance="new29", lease_ms=2000)
+    threads = [start(old_w), start(new_w)]
+    ids = []
+    for n, c in enumerate([old_c, new_c, old_c, new_c]):
+        who = "old" if c is old_c else "new"
+        ids.append(c.submit("plain", "cm", id=f"{who}-plain-{n}", tags=["t1", "t2"], unique=f"u-{n}",
+                            limit_key=f"k{n % 2}", batch="mix", payload=bytes([0x81, 0xA1, 0x6E, n])).id)
+        ids.append(c.submit("flaky", "cm", id=f"{who}-flaky-{n}", retries=2, batch="mix").id)
+        ids.append(c.submit("later", "cm", id=f"{who}-later-{n}", delay=0.3).id)
+    new_c.close_batch("mix", on_complete=("callback", "cm"))
+    wait_until("every job ended", lambda: all(new_c.status(i) in ("finished", "error") for i in ids), limit=40)
+    ran_by = set()
+    for i in ids:
+        j = new_c.get(i)
+        assert j.status == "finished", (i, j.status, j.error)
+        ran_by.add(j.worker_id.split(":")[1])
+    assert ran_by == {"old28", "new29"}, ran_by
+    b = new_c.batch("mix")
+    assert (b.total, b.finished, b.failed, b.pending) == (8, 8, 0, 0), b
+    wait_until("the callback ran", lambda: new_c.batch("mix").complete_id and
+               new_c.status(new_c.batch("mix").complete_id) == "finished")
+    for w, t in zip([old_w, new_w], threads):
+        stop(w, t)
+    audit = hero_cli("audit", url=broker, check=False)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
 def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_refuses(broker):
     """A live worker of protocol 26 (as hero-py 0.26 was) would refuse a batch member's `batch`
     field: while it runs, `hero submit --batch` is refused naming it, and `hero actors` shows
