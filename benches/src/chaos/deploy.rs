@@ -21,6 +21,9 @@ pub enum Topology {
     #[value(name = "sharded-cluster")]
     #[serde(rename = "sharded-cluster")]
     ShardedCluster,
+    /// One durable server (as `single`) while brokers, workers (Rust and Python) and producers
+    /// of an earlier release are replaced by this build's one by one, and back (`upgrade`).
+    Upgrade,
 }
 
 impl Topology {
@@ -30,6 +33,7 @@ impl Topology {
             Topology::Sentinel => "sentinel",
             Topology::Cluster => "cluster",
             Topology::ShardedCluster => "sharded-cluster",
+            Topology::Upgrade => "upgrade",
         }
     }
 
@@ -57,7 +61,7 @@ const MAX_LAG: &str = "10";
 impl Deployment {
     pub async fn start(t: Topology) -> Deployment {
         match t {
-            Topology::Single => {
+            Topology::Single | Topology::Upgrade => {
                 let redis = RedisServer::start_durable();
                 let proxy = FaultProxy::start(redis.port);
                 Deployment::Single { redis, proxy }

@@ -63,7 +63,7 @@ impl Kind {
 /// fell below its load and its "recovery" times measured a backlog of minutes).
 fn mix(t: Topology) -> &'static [(Kind, u32)] {
     match t {
-        Topology::Single => &[
+        Topology::Single | Topology::Upgrade => &[
             (Kind::ConnectionCut, 520),
             (Kind::WorkerKill, 300),
             (Kind::WorkerStall, 60),

@@ -35,6 +35,9 @@ pub(super) struct PhaseFigures {
     pub(super) memory_baseline_bytes: u64,
     pub(super) memory_after_bytes: u64,
     pub(super) seconds: f64,
+    /// The upgrade phase: jobs that ended `error` (each would finish: an error is version skew).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) ended_error: Option<u64>,
 }
 
 #[derive(Debug, Default, serde::Serialize)]

@@ -35,6 +35,7 @@ mod faults;
 mod figures;
 mod ledger;
 mod procs;
+mod upgrade;
 
 use checks::{probe, read_records, used_memory, wait_ended};
 use deploy::{Deployment, Topology};
@@ -64,7 +65,7 @@ pub struct ChaosArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "single,sentinel,cluster,sharded-cluster"
+        default_value = "single,sentinel,cluster,sharded-cluster,upgrade"
     )]
     pub topology: Vec<Topology>,
     /// Faults thrown in the single-server phase (process and network faults).
@@ -88,6 +89,20 @@ pub struct ChaosArgs {
     /// Where the figures go as JSON.
     #[arg(long, default_value = "chaos-results.json")]
     pub out: PathBuf,
+    /// The upgrade phase: the directory holding the earlier release's `hero` and `hero-bench`
+    /// (`benches/chaos` builds them from `--upgrade-from`).
+    #[arg(long)]
+    pub old_bin: Option<PathBuf>,
+    /// The upgrade phase: the earlier release's name (its commit), for the figures.
+    #[arg(long, default_value = "old")]
+    pub old_name: String,
+    /// The upgrade phase: a Python with the earlier release's hero-py (else its Python workers
+    /// are Rust ones).
+    #[arg(long)]
+    pub old_python: Option<PathBuf>,
+    /// The upgrade phase: a Python with this build's hero-py.
+    #[arg(long)]
+    pub new_python: Option<PathBuf>,
 }
 
 fn now_ms() -> u64 {
@@ -105,11 +120,35 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
     let mut fig = Figures::default();
     let mut ok = true;
     for &t in &args.topology {
+        if t == Topology::Upgrade && args.old_bin.is_none() {
+            // building an earlier release is the soak script's (benches/chaos), not the suite's
+            eprintln!(
+                "chaos: the upgrade phase needs --old-bin (benches/chaos builds it): skipped"
+            );
+            continue;
+        }
         let phase_dir = dir.join(t.name());
         std::fs::create_dir_all(&phase_dir)
             .with_context(|| format!("cannot create {}", phase_dir.display()))?;
         eprintln!("chaos: the {} phase", t.name());
-        let (p, kinds, clean) = phase(t, args, &phase_dir).await?;
+        let (p, kinds, clean) = if t == Topology::Upgrade {
+            let Some(bin) = &args.old_bin else {
+                bail!("the upgrade phase needs --old-bin");
+            };
+            let old = procs::Build {
+                name: args.old_name.clone(),
+                hero: bin.join("hero"),
+                bench: bin.join("hero-bench"),
+                python: args.old_python.clone(),
+            };
+            let new = procs::Build {
+                python: args.new_python.clone(),
+                ..procs::Build::current()
+            };
+            upgrade::phase(args, &phase_dir, old, new).await?
+        } else {
+            phase(t, args, &phase_dir).await?
+        };
         ok &= clean;
         fig.faults += p.faults;
         fig.jobs += p.jobs;
@@ -152,6 +191,7 @@ async fn phase(
         workers: Vec::new(),
         retired: Vec::new(),
         started: 0,
+        build: procs::Build::current(),
     };
     let client = connect(&dep.direct_url(), replicas).await?;
     if t.shards() > 1 {
@@ -502,6 +542,7 @@ async fn phase(
         memory_baseline_bytes: baseline,
         memory_after_bytes: memory_after,
         seconds,
+        ended_error: None,
     };
     let clean = bad.is_empty()
         && bad_probes.is_empty()

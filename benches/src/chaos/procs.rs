@@ -1,5 +1,8 @@
 //! The processes of one phase: two brokers and four workers (each with its ledger file), every
-//! worker ever started kept for its lines, and a killed or exited one replaced.
+//! worker ever started kept for its lines, and a killed or exited one replaced. Which build a
+//! process runs is its `Build`: this one's, or (in the upgrade phase) an earlier release's, as
+//! a Rust worker (`hero-bench worker`) or a Python one (benches/chaos_worker.py under that
+//! release's hero-py).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -7,6 +10,34 @@ use std::path::PathBuf;
 use hero_testkit::{binary, Proc};
 
 use super::{KEEP_SECS, LEASE_MS};
+
+/// The binaries of one release: its `hero`, its `hero-bench`, and a Python with its hero-py.
+#[derive(Clone, Debug)]
+pub(crate) struct Build {
+    pub(crate) name: String,
+    pub(crate) hero: PathBuf,
+    pub(crate) bench: PathBuf,
+    pub(crate) python: Option<PathBuf>,
+}
+
+impl Build {
+    /// This build's binaries (target/release, as `benches/chaos` builds them).
+    pub(crate) fn current() -> Build {
+        Build {
+            name: "current".into(),
+            hero: binary("hero"),
+            bench: binary("hero-bench"),
+            python: None,
+        }
+    }
+}
+
+/// Which language a worker is written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lang {
+    Rust,
+    Python,
+}
 
 /// The processes of one phase.
 pub(super) struct Procs {
@@ -19,6 +50,8 @@ pub(super) struct Procs {
     /// Every worker process ever started (a killed one's lines are still read at the end).
     pub(super) retired: Vec<Proc>,
     pub(super) started: u64,
+    /// What a new broker or a replaced worker runs.
+    pub(super) build: Build,
 }
 
 impl Procs {
@@ -37,6 +70,10 @@ impl Procs {
     /// A broker; the soak's keep the ended jobs until they are checked, then one with a
     /// retention of 1 s deletes them, for the memory check.
     pub(super) fn broker(&self, retention_secs: u64) -> Proc {
+        self.broker_of(&self.build, retention_secs)
+    }
+
+    pub(super) fn broker_of(&self, build: &Build, retention_secs: u64) -> Proc {
         let mut args: Vec<String> = vec!["--redis-url".into(), self.url.clone()];
         args.extend(self.replica_flags());
         args.extend(
@@ -62,11 +99,38 @@ impl Procs {
             .map(String::from),
         );
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Proc::spawn(&binary("hero"), &args, &[("RUST_LOG", "error")], None)
+        Proc::spawn(&build.hero, &args, &[("RUST_LOG", "error")], None)
     }
 
     pub(super) fn worker(&mut self) -> Proc {
+        let build = self.build.clone();
+        self.worker_of(&build, Lang::Rust)
+    }
+
+    /// A worker of `build` in `lang` (Python needs the build's Python; else a Rust one).
+    pub(super) fn worker_of(&mut self, build: &Build, lang: Lang) -> Proc {
         self.started += 1;
+        if let (Lang::Python, Some(python)) = (lang, &build.python) {
+            let ledger = self.dir.join(format!("w{}.ledger", self.started));
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("chaos_worker.py");
+            let args: Vec<String> = vec![
+                script.display().to_string(),
+                "--redis-url".into(),
+                self.url.clone(),
+                "--concurrency".into(),
+                "16".into(),
+                "--presence-ms".into(),
+                "1000".into(),
+                "--lease-ms".into(),
+                LEASE_MS.to_string(),
+                "--run-ms".into(),
+                self.run_ms.to_string(),
+                "--ledger".into(),
+                ledger.display().to_string(),
+            ];
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            return Proc::spawn(python, &args, &[("PYTHONUNBUFFERED", "1")], None);
+        }
         let ledger = self.dir.join(format!("w{}.ledger", self.started));
         let mut args: Vec<String> = [
             "worker",
@@ -87,7 +151,7 @@ impl Procs {
         args.push(ledger.display().to_string());
         args.extend(self.replica_flags());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Proc::spawn(&binary("hero-bench"), &args, &[("RUST_LOG", "error")], None)
+        Proc::spawn(&build.bench, &args, &[("RUST_LOG", "error")], None)
     }
 
     /// Replaces worker `i` with a new process and gives back the old one.
