@@ -134,6 +134,26 @@ pub async fn warn_on_eviction(client: &Client) {
     }
 }
 
+/// What the live fleet lacks, as `fleet_lacks` in the config hash (removed when nothing is),
+/// for the producers in other languages to refuse by (`hero_protocol::fleet::Fleet::summary`).
+async fn publish_fleet(client: &Client) -> hero_protocol::Result<()> {
+    let fleet = fleet::Fleet::read(client.redis(), client.keys()).await?;
+    let summary = fleet.summary();
+    let cmd = if summary.as_object().is_some_and(|m| m.is_empty()) {
+        let mut c = redis::cmd("HDEL");
+        c.arg(client.keys().config()).arg("fleet_lacks");
+        c
+    } else {
+        let mut c = redis::cmd("HSET");
+        c.arg(client.keys().config())
+            .arg("fleet_lacks")
+            .arg(summary.to_string());
+        c
+    };
+    let _: redis::Value = client.redis().query(&cmd).await?;
+    Ok(())
+}
+
 /// A Redis restarted without persistence forgets the settings: write them again now and then.
 /// Also renews the broker's entry in the fleet (its protocol, for `hero actors` and the
 /// checks at submit: `hero_protocol::fleet`), removed again when it stops.
@@ -158,7 +178,11 @@ async fn republish(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
             }
             _ = tokio::time::sleep(every) => {}
         }
-        match registered.and(publish_config(&client, &cfg).await) {
+        let summary = publish_fleet(&client).await;
+        match registered
+            .and(summary)
+            .and(publish_config(&client, &cfg).await)
+        {
             Ok(()) => outage.ok(),
             Err(e) => {
                 outage.failed(&e);

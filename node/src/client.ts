@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 
 import { Redis } from "ioredis";
 
-import { HeroError, InvalidInput, JobNotFound, WaitTimedOut } from "./errors.js";
+import { HeroError, InvalidInput, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
 import { BatchInfo, Job, jobFromRecord, Result, Submitted } from "./job.js";
 import { Keys } from "./keys.js";
 import { encode, Json } from "./msgpack.js";
@@ -183,6 +183,36 @@ export class Client {
   }
 
   // -- submit ---------------------------------------------------------------------------------
+  private lacks: { at: number; summary: Record<string, { what?: string; since?: number; processes?: string[] }> } | null = null;
+
+  /** Refuses a job using a feature the brokers say a live older process lacks (their
+   * `fleet_lacks` summary in the config hash, read at most every 2 s and only when a job uses
+   * such a feature: docs/protocol.md §8). */
+  private async checkFleet(specs: Spec[]): Promise<void> {
+    const gated = ["unique", "tags", "limit_key", "batch"];
+    const used: [string, string][] = [];
+    for (const s of specs) for (const [k, v] of s.fields) if (gated.includes(k) && v !== "" && v !== "[]") used.push([s.id, k]);
+    if (used.length === 0) return;
+    if (this.lacks === null || Date.now() - this.lacks.at >= 2000) {
+      const raw = await this.redis.hget(this.keys.config(), "fleet_lacks");
+      let summary = {};
+      try {
+        summary = raw ? JSON.parse(raw) : {};
+      } catch {
+        summary = {};
+      }
+      this.lacks = { at: Date.now(), summary };
+    }
+    for (const [id, key] of used) {
+      const lack = this.lacks.summary[key];
+      if (lack) {
+        throw new OlderProcesses(
+          `job ${id} uses ${lack.what ?? key} (protocol ${lack.since ?? "?"} and later), which these live processes do not serve: ${(lack.processes ?? []).join(", ")}. Upgrade them (or wait until they are gone) and send it again; \`hero actors\` shows each process's protocol`,
+        );
+      }
+    }
+  }
+
   private spec(o: JobOptions, reply = false): Spec {
     if (!o || typeof o !== "object") throw new InvalidInput("a job is an object: { type, script, ... }");
     const id = o.id ?? randomUUID();
@@ -272,6 +302,7 @@ export class Client {
    * holder (`duplicateOf`). */
   async submitMany(jobs: JobOptions[], reply = false): Promise<Submitted[]> {
     const specs = jobs.map((j) => this.spec(j, reply));
+    await this.checkFleet(specs);
     const m = await this.shardMap();
     if (!m.sharded) return this.submitOn(this.proto, this.keys, specs);
     const ids = new Set(specs.map((s) => s.id));

@@ -34,6 +34,10 @@ export class InvalidInput extends HeroError {}
 /** The server refused a job a worker would refuse (nothing of the call was written). */
 export class InvalidJob extends HeroError {}
 
+/** A job uses a feature that live processes of an older protocol would refuse or not serve (the
+ * brokers' `fleet_lacks`, docs/protocol.md §8): upgrade them, or wait until they are gone. */
+export class OlderProcesses extends HeroError {}
+
 /** No such job (never submitted, or deleted after its retention time). */
 export class JobNotFound extends HeroError {
   constructor(readonly jobId: string) {

@@ -5,7 +5,7 @@ export { Client, redisUrl, MAX_SCRIPT_BYTES } from "./client.js";
 export { Worker, WorkerJob, Retry, Abort, UnrecoverableError } from "./worker.js";
 export type { Handler, WorkerOptions } from "./worker.js";
 export type { JobOptions } from "./client.js";
-export { HeroError, InvalidInput, InvalidJob, JobNotFound, WaitTimedOut } from "./errors.js";
+export { HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
 export type { BatchInfo, Job, Progress, Result, Submitted } from "./job.js";
 export { Keys } from "./keys.js";
 export { VERSION as PROTOCOL_VERSION } from "./protocol.js";

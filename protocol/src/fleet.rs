@@ -76,6 +76,18 @@ impl Feature {
         Feature::Shards,
     ];
 
+    /// Its name in the brokers' summary (`Fleet::summary`), which hero-py and Node read.
+    pub fn key(self) -> &'static str {
+        match self {
+            Feature::Unique => "unique",
+            Feature::Tags => "tags",
+            Feature::LimitKey => "limit_key",
+            Feature::Batch => "batch",
+            Feature::Progress => "progress",
+            Feature::Shards => "shards",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Feature::Unique => "a uniqueness key",
@@ -303,6 +315,28 @@ impl Fleet {
         }
         members.sort_by(|a, b| (a.role, &a.name).cmp(&(b.role, &b.name)));
         Ok(Fleet { members })
+    }
+
+    /// Per feature some live process does not serve, those processes described: what brokers
+    /// publish as `fleet_lacks` in the config hash, for producers in other languages (hero-py,
+    /// Node), which refuse a submit by it rather than read the fleet themselves. Empty when every
+    /// live process serves every feature.
+    pub fn summary(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        for f in Feature::ALL {
+            let lacking = self.lacking(f);
+            if !lacking.is_empty() {
+                out.insert(
+                    f.key().into(),
+                    serde_json::json!({
+                        "what": f.name(),
+                        "since": f.since(),
+                        "processes": lacking.iter().map(|m| m.describe()).collect::<Vec<_>>(),
+                    }),
+                );
+            }
+        }
+        serde_json::Value::Object(out)
     }
 
     /// The live processes that do not serve `f`.

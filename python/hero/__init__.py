@@ -14,7 +14,7 @@ protocol version and its loading), `job` (the record and answers as dataclasses)
 (the producer), `worker` (the worker), `errors`.
 """
 from .client import Client, connect
-from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound
+from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses
 from .job import BatchInfo, Job, Progress, Result, Submitted
 from .keys import Keys
 from .protocol import RELEASE
@@ -23,7 +23,7 @@ from .worker import Abort, JobContext, Retry, Worker
 
 __all__ = [
     "Abort", "BatchInfo", "Client", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
-    "JobNotFound", "Keys", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Worker",
+    "JobNotFound", "Keys", "OlderProcesses", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Worker",
     "connect",
 ]
 __version__ = RELEASE

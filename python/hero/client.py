@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import redis
 
-from .errors import HeroError, InvalidInput, JobNotFound
+from .errors import HeroError, InvalidInput, JobNotFound, OlderProcesses
 from .job import BatchInfo, Job, Result, Submitted
 from .keys import Keys
 from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms
@@ -252,9 +252,35 @@ class Client:
 
     def submit_many(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
         """Submits jobs built with `job`, in one call (one per shard in a sharded namespace)."""
+        self._check_fleet(jobs)
         if self.shard_map().sharded:
             return self._submit_sharded(jobs)
         return self._submit_on(self.proto, jobs)
+
+    # the features a live process older than their protocol would refuse (docs/protocol.md §8)
+    _GATED = (("unique", "unique"), ("tags", "tags"), ("limit_key", "limit_key"), ("batch", "batch"))
+
+    def _check_fleet(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
+        """Refuses a job using a feature the brokers say a live older process lacks (their
+        `fleet_lacks` summary, read at most every 2 s and only when a job uses such a feature)."""
+        used = [(job_id, key) for job_id, _, _, fields in jobs for field_name, key in self._GATED
+                if fields.get(field_name) not in (None, "", "[]")]
+        if not used:
+            return
+        if time.monotonic() - getattr(self, "_lacks_at", -10.0) >= 2.0:
+            raw = self.r.hget(self.keys.config(), "fleet_lacks")
+            try:
+                self._lacks = json.loads(raw) if raw else {}
+            except ValueError:
+                self._lacks = {}
+            self._lacks_at = time.monotonic()
+        for job_id, key in used:
+            lack = self._lacks.get(key)
+            if lack:
+                raise OlderProcesses(
+                    f"job {job_id} uses {lack.get('what', key)} (protocol {lack.get('since', '?')} and later), which "
+                    f"these live processes do not serve: {', '.join(lack.get('processes', []))}. Upgrade them "
+                    "(or wait until they are gone) and send it again; `hero actors` shows each process's protocol")
 
     def _submit_on(self, proto: Protocol, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
         try:

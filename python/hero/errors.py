@@ -24,6 +24,11 @@ class InvalidInput(HeroError, ValueError):
     """An argument is not of the form the call takes."""
 
 
+class OlderProcesses(HeroError):
+    """A job uses a feature that live processes of an older protocol would refuse or not serve
+    (the brokers' `fleet_lacks`, docs/protocol.md §8): upgrade them, or wait until they are gone."""
+
+
 class InvalidJob(HeroError):
     """The server refused a job a worker would refuse (nothing of the call was written)."""
 

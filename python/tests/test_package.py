@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 
@@ -332,11 +333,25 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
     assert "a batch" in refused.stderr and "old26" in refused.stderr and "protocol 26" in refused.stderr, refused.stderr
     # a plain job is no feature of anyone's: it goes
     assert hero_cli("submit", "--type", "py", "plain", url=broker).returncode == 0
+    # the brokers publish what the fleet lacks (each settings pass, 10 s apart); the producers in
+    # Python and Node refuse by it
+    wait_until("the brokers' summary", lambda: b"old26" in (r.hget("hero:meta:config", "fleet_lacks") or b""), limit=15)
+    with pytest.raises(hero.OlderProcesses, match="old26"):
+        hero.Client(broker).submit("x", "py", batch="b1")
+    node_dist = os.path.join(ROOT, "node", "dist", "esm", "index.js")
+    script = (f"import {{ Client }} from {json.dumps(node_dist)};"
+              f"const c = await Client.connect({json.dumps(broker)});"
+              "try { await c.submit({ type: 'py', script: 'x', batch: 'b1' }); console.log('accepted'); }"
+              "catch (e) { console.log(e.name, e.message); } finally { await c.close(); }")
+    out = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("OlderProcesses") and "old26" in out.stdout, out.stdout + out.stderr
     stop(old, t_old)
+    wait_until("the summary cleared", lambda: r.hget("hero:meta:config", "fleet_lacks") is None, limit=15)
+    assert hero.Client(broker).submit("x", "py", batch="b1", id="py-member").created
     accepted = hero_cli("submit", "--type", "py", "--batch", "b1", "--id", "member", "x", url=broker, check=False)
     assert accepted.returncode == 0, accepted.stderr
     c = hero.Client(broker)
-    wait_until("the member ran", lambda: c.status("member") == "finished")
+    wait_until("the members ran", lambda: c.status("member") == "finished" and c.status("py-member") == "finished")
     stop(new, t_new)
 
 

@@ -364,7 +364,19 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         ("/jobs", "jobs"),
     ] {
         b.goto(&format!("{base}{path}")).await.unwrap();
-        text_of(&b, "main").await;
+        let text = text_of(&b, "main").await;
+        if name == "actors" {
+            // each worker's and broker's protocol, and its types and host from its presence
+            let protocol = hero_protocol::function::LIBRARY_VERSION;
+            assert!(
+                text.contains("Protocol") && text.contains(protocol) && text.contains("Brokers"),
+                "{text}"
+            );
+            assert!(
+                text.contains("web, dl"),
+                "the types a worker serves: {text}"
+            );
+        }
         shot(&b, name).await;
     }
     assert!(
