@@ -343,6 +343,8 @@ class Lane {
   private timeLimits = new Map<string, number>();
   /** The lease to renew within (see `readPolicies`). */
   private leaseMs: number;
+  /** Reports are dropped, not sent, while a live older worker would refuse them. */
+  private holdReports = false;
 
   constructor(
     private readonly w: Worker,
@@ -481,10 +483,13 @@ class Lane {
    * may shorten it: docs/protocol.md §5.4). A policy this version cannot read is skipped: its
    * jobs get the default time limit. */
   private async readPolicies(): Promise<void> {
-    const [[, raw], [, brokers]] = ((await this.redis.pipeline().hgetall(this.keys.policy()).hget(this.keys.config(), "lease_ms").exec()) ?? [
+    const [[, raw], [, [brokers, lacks]]] = ((await this.redis.pipeline().hgetall(this.keys.policy()).hmget(this.keys.config(), "lease_ms", "fleet_lacks").exec()) ?? [
       [null, {}],
-      [null, null],
-    ]) as [[unknown, Record<string, string>], [unknown, string | null]];
+      [null, [null, null]],
+    ]) as [[unknown, Record<string, string>], [unknown, (string | null)[]]];
+    // progress and log lines are held back while the brokers say a live worker lacks them
+    // (docs/protocol.md §8: it would end a job carrying them in error)
+    this.holdReports = !!lacks && lacks.includes('"progress"');
     const limits = new Map<string, number>();
     let lease = this.w.settings.leaseMs;
     const configured = Number(brokers);
@@ -658,7 +663,7 @@ class Lane {
   }
 
   private async report(run: Running, taken: [[number, string] | null, string[]] | null): Promise<void> {
-    const [progress, lines] = taken ?? [null, []];
+    const [progress, lines] = taken && !this.holdReports ? taken : [null, []];
     const answer = await this.proto.renew(run.job.id, this.streams[run.streamIndex], run.entry, this.w.consumer, progress, lines);
     if (answer === "stopped" || answer === "lost") run.job.cancel(answer);
   }

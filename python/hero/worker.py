@@ -134,6 +134,7 @@ class Worker:
         self.concurrency = concurrency
         self.lease_ms = lease_ms
         self._renew_within_ms = lease_ms
+        self._hold_reports = False
         self.presence_ttl_ms = presence_ttl_ms
         self.shutdown_s = shutdown_s
         self.on_event = on_event
@@ -389,6 +390,9 @@ class Worker:
 
     def _send_report(self, run: _Running, report) -> None:
         progress, lines = report if report is not None else (None, [])
+        if self._hold_reports:
+            # a live older worker would end a job carrying them in error (docs/protocol.md §8)
+            progress, lines = None, []
         answer = self.proto.renew(run.job.id, self.streams[run.stream_index], run.entry, self.consumer,
                                   progress, lines)
         if answer in ("stopped", "lost"):
@@ -413,10 +417,12 @@ class Worker:
         pipe.zadd(self.keys.consumers(), {self.consumer: expires})
         pipe.hset(self.keys.fleet(), self.consumer, entry)
         # the lease to renew within, read with the heartbeat (docs/protocol.md §5.4)
-        pipe.hget(self.keys.config(), "lease_ms")
+        pipe.hmget(self.keys.config(), "lease_ms", "fleet_lacks")
         pipe.hgetall(self.keys.policy())
-        *_, brokers, policies = pipe.execute()
+        *_, (brokers, lacks), policies = pipe.execute()
         self._renew_within_ms = self._lease_of(brokers, policies)
+        # progress and log lines are held back while the brokers say a live worker lacks them
+        self._hold_reports = bool(lacks) and b'"progress"' in (lacks if isinstance(lacks, bytes) else lacks.encode())
 
     def _lease_of(self, brokers, policies) -> int:
         """The shortest of this worker's lease, the brokers' (`lease_ms` in the config hash: what

@@ -320,7 +320,12 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
     each process's protocol; once it is gone, the batch is accepted."""
     v26 = os.path.join(ROOT, "python", "tests", "fixtures", "hero-library-v26.lua")
     old = hero.Worker(lambda job, ctx: "old", ["py"], broker, protocol="26", library=v26, instance="old26")
-    new = hero.Worker(lambda job, ctx: "new", ["py"], broker, instance="new")
+    def reporting(job, ctx):
+        ctx.progress(50, "half")
+        ctx.log("a line")
+        return "new"
+
+    new = hero.Worker(reporting, ["py", "py29"], broker, instance="new")
     t_old, t_new = start(old), start(new)
     r = redis.Redis.from_url(broker)
     wait_until("both registered", lambda: r.zcard("hero:meta:consumers") == 2)
@@ -345,12 +350,31 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
               "catch (e) { console.log(e.name, e.message); } finally { await c.close(); }")
     out = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
     assert out.stdout.startswith("OlderProcesses") and "old26" in out.stdout, out.stdout + out.stderr
+    # a worker of this protocol holds its progress and log lines back meanwhile (once its
+    # heartbeat read the summary): the worker of 26 would end a job carrying them in error
+    c = hero.Client(broker)
+
+    def reported(n: int) -> bool | None:
+        c.submit("x", "py29", id=f"rep-{n}")
+        wait_until("it ran", lambda: c.status(f"rep-{n}") == "finished")
+        j = c.get(f"rep-{n}")
+        return j.progress is not None or bool(j.log)
+
+    n = 0
+    while reported(n):
+        n += 1
+        assert n < 40, "reports were never held back"
+        time.sleep(0.25)
     stop(old, t_old)
     wait_until("the summary cleared", lambda: r.hget("hero:meta:config", "fleet_lacks") is None, limit=15)
     assert hero.Client(broker).submit("x", "py", batch="b1", id="py-member").created
+    # and sends them again once no older worker is left
+    while not reported(n):
+        n += 1
+        assert n < 80, "reports were never sent again"
+        time.sleep(0.25)
     accepted = hero_cli("submit", "--type", "py", "--batch", "b1", "--id", "member", "x", url=broker, check=False)
     assert accepted.returncode == 0, accepted.stderr
-    c = hero.Client(broker)
     wait_until("the members ran", lambda: c.status("member") == "finished" and c.status("py-member") == "finished")
     stop(new, t_new)
 
