@@ -103,6 +103,13 @@ pub struct ChaosArgs {
     /// The upgrade phase: a Python with this build's hero-py.
     #[arg(long)]
     pub new_python: Option<PathBuf>,
+    /// The upgrade phase: the earlier release's Node package build (`node/dist/esm/index.js`;
+    /// else its Node worker is a Rust one).
+    #[arg(long)]
+    pub old_node: Option<PathBuf>,
+    /// The upgrade phase: this build's Node package build.
+    #[arg(long)]
+    pub new_node: Option<PathBuf>,
 }
 
 fn now_ms() -> u64 {
@@ -140,9 +147,11 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
                 hero: bin.join("hero"),
                 bench: bin.join("hero-bench"),
                 python: args.old_python.clone(),
+                node: args.old_node.clone(),
             };
             let new = procs::Build {
                 python: args.new_python.clone(),
+                node: args.new_node.clone(),
                 ..procs::Build::current()
             };
             upgrade::phase(args, &phase_dir, old, new).await?

@@ -18,6 +18,8 @@ pub(crate) struct Build {
     pub(crate) hero: PathBuf,
     pub(crate) bench: PathBuf,
     pub(crate) python: Option<PathBuf>,
+    /// Its Node package's build (`node/dist/esm/index.js`).
+    pub(crate) node: Option<PathBuf>,
 }
 
 impl Build {
@@ -28,6 +30,7 @@ impl Build {
             hero: binary("hero"),
             bench: binary("hero-bench"),
             python: None,
+            node: None,
         }
     }
 }
@@ -37,6 +40,7 @@ impl Build {
 pub(crate) enum Lang {
     Rust,
     Python,
+    Node,
 }
 
 /// The processes of one phase.
@@ -107,9 +111,33 @@ impl Procs {
         self.worker_of(&build, Lang::Rust)
     }
 
-    /// A worker of `build` in `lang` (Python needs the build's Python; else a Rust one).
+    /// A worker of `build` in `lang` (Python needs the build's Python, Node its package's
+    /// build; else a Rust one).
     pub(super) fn worker_of(&mut self, build: &Build, lang: Lang) -> Proc {
         self.started += 1;
+        if let (Lang::Node, Some(dist)) = (lang, &build.node) {
+            let ledger = self.dir.join(format!("w{}.ledger", self.started));
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("chaos_worker.mjs");
+            let args: Vec<String> = vec![
+                script.display().to_string(),
+                "--dist".into(),
+                dist.display().to_string(),
+                "--redis-url".into(),
+                self.url.clone(),
+                "--concurrency".into(),
+                "16".into(),
+                "--presence-ms".into(),
+                "1000".into(),
+                "--lease-ms".into(),
+                LEASE_MS.to_string(),
+                "--run-ms".into(),
+                self.run_ms.to_string(),
+                "--ledger".into(),
+                ledger.display().to_string(),
+            ];
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            return Proc::spawn(std::path::Path::new("node"), &args, &[], None);
+        }
         if let (Lang::Python, Some(python)) = (lang, &build.python) {
             let ledger = self.dir.join(format!("w{}.ledger", self.started));
             let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("chaos_worker.py");

@@ -1,7 +1,8 @@
 //! The upgrade phase (`--topology upgrade`): a rolling upgrade under load, the way an operator
 //! rolls one at any hour. The system starts on an earlier release (`--old-bin`, built by
 //! `benches/chaos` from `--upgrade-from`, by default the last release CHANGELOG.md names): its
-//! two brokers, four workers (two Rust, two Python under that release's hero-py) and a producer
+//! two brokers, four workers (two Rust, one Python under that release's hero-py, one Node under
+//! that release's npm package) and a producer
 //! (that release's `hero submit`), beside this build's in-process producer. While jobs flow and
 //! workers are killed, each is replaced by this build's, one at a time: brokers first, then
 //! workers, then the producer; then back again, one at a time (a rollback).
@@ -54,7 +55,7 @@ pub(super) async fn phase(
     };
     let client = connect(&dep.direct_url(), 0).await?;
     // which build and language each worker slot runs now
-    let langs = [Lang::Rust, Lang::Python, Lang::Rust, Lang::Python];
+    let langs = [Lang::Rust, Lang::Python, Lang::Node, Lang::Rust];
     let mut builds: Vec<Build> = vec![old.clone(); langs.len()];
     procs.brokers = (0..2).map(|_| procs.broker_of(&old, KEEP_SECS)).collect();
     for &lang in &langs {
