@@ -242,6 +242,31 @@ async fn live_worker_keeps_a_job_running_three_times_its_lease() {
     );
 }
 
+/// A worker renews within the brokers' lease (the config hash's `lease_ms`, what their
+/// recovery waits for) even when its own is longer: a 3 s job under brokers of 1 s and a
+/// worker of 30 s runs once (before, its renewal came after 10 s and the job ran twice).
+#[tokio::test]
+async fn a_worker_renews_within_the_brokers_lease_when_its_own_is_longer() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let _broker = InProcBroker::spawn(&url, broker_config(Duration::from_millis(1000))).await;
+    let a = test_worker(
+        &url,
+        "A",
+        &["--lease-ms", "30000", "--presence-ms", "15000"],
+    );
+    a.expect_line("ready", Duration::from_secs(10)).await;
+    let client = Client::connect(&url).await.unwrap();
+    let job = NewJob::builder("t", "sleep 3000").build().unwrap();
+    let r = client.run(&job, Duration::from_secs(20)).await.unwrap();
+    assert_eq!((r.status, r.output.as_str()), (Status::Finished, "A"));
+    let record = client.get(job.id()).await.unwrap();
+    assert_eq!(
+        record.attempts, 1,
+        "never taken back while its worker renewed"
+    );
+}
+
 async fn submit_all(client: &Client, n: usize) -> Vec<String> {
     let jobs: Vec<NewJob> = (0..n)
         .map(|_| NewJob::builder("t", "x").build().unwrap())

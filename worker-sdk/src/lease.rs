@@ -19,11 +19,19 @@ use crate::shared::Shared;
 /// handlers of jobs that were stopped or whose lease went to another delivery.
 pub(crate) async fn renew(s: Arc<Shared>, stop: CancellationToken) {
     loop {
-        // a queue policy may ask for a shorter lease than the worker's own
+        // a queue policy, or the brokers, may ask for a shorter lease than the worker's own
         let lease = s
             .policy
             .shortest_lease(&s.types)
             .map_or(s.lease, |l| l.min(s.lease));
+        let brokers = s
+            .brokers_lease_ms
+            .load(std::sync::atomic::Ordering::Acquire);
+        let lease = if brokers > 0 {
+            lease.min(std::time::Duration::from_millis(brokers))
+        } else {
+            lease
+        };
         let every = lease / 3;
         tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(every) => {} }
         let running: Vec<_> = s

@@ -56,7 +56,15 @@ async fn beat(s: &Shared, started_at: &str) -> hero_protocol::Result<()> {
             s.presence_ttl,
         ));
     fleet::Fleet::ask(&mut pipe, &s.keys);
+    // the brokers' lease: what their recovery waits for, so the longest a renewal may wait
+    pipe.cmd("HGET").arg(s.keys.config()).arg("lease_ms");
     let mut replies = s.redis.pipeline(&pipe).await?;
+    let brokers_lease = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
+    let ms = hero_protocol::reply::text(&brokers_lease)
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(0);
+    s.brokers_lease_ms.store(ms, Ordering::Release);
     let live = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
     let entries = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
     for r in replies {

@@ -38,6 +38,10 @@ pub(crate) struct Shared {
     /// A live process of an older protocol would refuse `progress` and `log`: the handlers'
     /// reports are dropped, not sent (set by the heartbeat: `presence`).
     pub hold_reports: std::sync::atomic::AtomicBool,
+    /// The brokers' lease (`lease_ms` in the config hash, 0 before it is read): renewals come
+    /// within the shortest of it, the worker's own and the queue policies' (read by the
+    /// heartbeat: `presence`).
+    pub brokers_lease_ms: std::sync::atomic::AtomicU64,
     pub handler: Arc<dyn Handler>,
     pub on_event: Option<EventHook>,
 }
