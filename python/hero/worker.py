@@ -135,6 +135,7 @@ class Worker:
         self.lease_ms = lease_ms
         self._renew_within_ms = lease_ms
         self._hold_reports = False
+        self._policies: dict[str, Any] = {}
         self.presence_ttl_ms = presence_ttl_ms
         self.shutdown_s = shutdown_s
         self.on_event = on_event
@@ -278,9 +279,10 @@ class Worker:
             threading.Thread(target=self._run_job, args=(run,), daemon=True, name=f"hero-job-{job_id}").start()
 
     def _policy_timeout(self, job: Job) -> int:
-        """A job naming no time limit gets its queue policy's, else the default."""
+        """A job naming no time limit gets its queue policy's, else the default (the policies as
+        the heartbeat last read them: no read a job)."""
         for q in ([f"{job.script_type}/{job.group}"] if job.group else []) + [job.script_type or ""]:
-            raw = self.r.hget(self.keys.policy(), q)
+            raw = self._policies.get(q)
             if raw:
                 try:
                     ms = json.loads(raw).get("timeout_ms")
@@ -421,6 +423,7 @@ class Worker:
         pipe.hgetall(self.keys.policy())
         *_, (brokers, lacks), policies = pipe.execute()
         self._renew_within_ms = self._lease_of(brokers, policies)
+        self._policies = {(k.decode() if isinstance(k, bytes) else k): v for k, v in (policies or {}).items()}
         # progress and log lines are held back while the brokers say a live worker lacks them
         self._hold_reports = bool(lacks) and b'"progress"' in (lacks if isinstance(lacks, bytes) else lacks.encode())
 
