@@ -30,7 +30,7 @@ pub struct Client {
     /// The namespace's shards (`crate::shards`); `None` for a client bound to one shard.
     shards: Option<std::sync::Arc<Shards<Client>>>,
     /// The fleet as last read, for the checks at submit (`crate::fleet`).
-    fleet: std::sync::Arc<crate::fleet::FleetCache>,
+    fleet: std::sync::Arc<hero_protocol::fleet::Cached>,
 }
 
 impl Client {
@@ -47,7 +47,7 @@ impl Client {
         Ok(client)
     }
 
-    pub(crate) fn fleet_cache(&self) -> &crate::fleet::FleetCache {
+    pub(crate) fn fleet_cache(&self) -> &hero_protocol::fleet::Cached {
         &self.fleet
     }
 

@@ -3,31 +3,13 @@
 //! is refused with an error naming those processes. A plain job costs nothing here; a gated one
 //! reads the fleet at most every `fleet::REFRESH` (one pipelined call), never per job.
 
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 use hero_protocol::error::Result;
-use hero_protocol::fleet::{self, Feature, Fleet};
+use hero_protocol::fleet::{Feature, Fleet};
 use hero_protocol::new_job::NewJob;
 
 use crate::client::Client;
-
-/// The fleet as this client last read it.
-#[derive(Default)]
-pub struct FleetCache(Mutex<Option<(Instant, Arc<Fleet>)>>);
-
-impl FleetCache {
-    fn fresh(&self) -> Option<Arc<Fleet>> {
-        let held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        held.as_ref()
-            .filter(|(at, _)| at.elapsed() < fleet::REFRESH)
-            .map(|(_, f)| f.clone())
-    }
-
-    fn keep(&self, f: Arc<Fleet>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), f));
-    }
-}
 
 /// The gated features `job` uses.
 pub fn features_of(job: &NewJob) -> Vec<Feature> {

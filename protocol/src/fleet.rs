@@ -242,6 +242,24 @@ pub fn broker_name() -> String {
     format!("broker:{}:{}", host.trim(), std::process::id())
 }
 
+/// The fleet as a process last read it, for reads at most every [`REFRESH`].
+#[derive(Debug, Default)]
+pub struct Cached(std::sync::Mutex<Option<(std::time::Instant, std::sync::Arc<Fleet>)>>);
+
+impl Cached {
+    /// The fleet read less than [`REFRESH`] ago, if any.
+    pub fn fresh(&self) -> Option<std::sync::Arc<Fleet>> {
+        let held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.as_ref()
+            .filter(|(at, _)| at.elapsed() < REFRESH)
+            .map(|(_, f)| f.clone())
+    }
+
+    pub fn keep(&self, f: std::sync::Arc<Fleet>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((std::time::Instant::now(), f));
+    }
+}
+
 /// The live processes of a namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Fleet {
