@@ -98,6 +98,7 @@ async fn run_shard(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         tokio::spawn(retention::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(sample::run(client.clone(), stop.clone())),
+        tokio::spawn(crate::loops::batch_ends::run(client.clone(), stop.clone())),
         tokio::spawn(timeouts::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(crate::loops::cron::run(
             client.clone(),

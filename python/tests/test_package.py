@@ -314,6 +314,36 @@ def test_a_release_of_the_previous_protocol_works_beside_brokers_and_processes_o
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+def test_batch_members_a_worker_of_protocol_26_ended_are_counted_by_the_broker(broker):
+    """A library of protocol 26 knows no batches: its calls end members without counting them.
+    The broker counts those ends from the event log (hero_batch_ends, once a live worker of 26
+    shows in the fleet), so the batch is done and calls back once."""
+    c = hero.Client(broker)
+    for n in range(3):
+        c.submit("x", "py26", id=f"bm-{n}", batch="old")
+    c.submit("fail", "py26", id="bm-f", batch="old")
+    c.close_batch("old", on_complete=("callback", "cb26"))
+
+    def handler(job, ctx):
+        if job.script == "fail":
+            raise hero.Abort("fails for good")
+        return "ok"
+
+    v26 = os.path.join(ROOT, "python", "tests", "fixtures", "hero-library-v26.lua")
+    old = hero.Worker(handler, ["py26"], broker, protocol="26", library=v26, instance="old26b")
+    t = start(old)
+    ids = [f"bm-{n}" for n in range(3)] + ["bm-f"]
+    wait_until("the members ended", lambda: all(c.status(i) in ("finished", "error") for i in ids))
+    wait_until("the batch done", lambda: c.batch("old").complete_id, limit=30)
+    b = c.batch("old")
+    assert (b.total, b.finished, b.failed, b.pending) == (4, 3, 1, 0), b
+    stop(old, t)
+    # called back once: one callback job, queued (no worker serves its type)
+    r = redis.Redis.from_url(broker)
+    assert c.status(b.complete_id) == "dispatched"
+    assert r.xlen("hero:q:work:type:cb26") == 1
+
+
 def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_refuses(broker):
     """A live worker of protocol 26 (as hero-py 0.26 was) would refuse a batch member's `batch`
     field: while it runs, `hero submit --batch` is refused naming it, and `hero actors` shows

@@ -5,6 +5,7 @@
 //! limit), [`shards`] (drained shards retired once empty). Every pass moves jobs only through server functions, so brokers never double a
 //! move and a crash between two calls leaves each job in one place.
 
+pub mod batch_ends;
 pub mod cron;
 pub mod promote;
 pub mod recover;

@@ -273,6 +273,15 @@ fn every_builder_follows_its_lua_header() {
                 Some(&spec),
             )
         }),
+        (
+            Function::BatchEnds,
+            batch_ends(
+                &keys,
+                "",
+                "1-0",
+                &[(crate::name::JobId::new("j1").unwrap(), true)],
+            ),
+        ),
     ];
     let mut wrong = Vec::new();
     for f in Function::ALL {

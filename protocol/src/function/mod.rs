@@ -10,6 +10,7 @@
 //! `docs/protocol.md` (Upgrades) says how an upgrade proceeds and when the old library goes.
 
 mod batch;
+mod batch_ends;
 mod bridge_in;
 mod bridge_out;
 mod bridge_watch;
@@ -31,6 +32,7 @@ mod submit;
 mod header_check;
 
 pub use batch::{close_batch, BatchClosed, CallbackSpec};
+pub use batch_ends::batch_ends;
 pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
@@ -125,10 +127,11 @@ pub enum Function {
     Pause,
     Cron,
     Batch,
+    BatchEnds,
 }
 
 impl Function {
-    pub const ALL: [Function; 18] = [
+    pub const ALL: [Function; 19] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -147,6 +150,7 @@ impl Function {
         Function::Pause,
         Function::Cron,
         Function::Batch,
+        Function::BatchEnds,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
@@ -195,6 +199,7 @@ impl Function {
             Function::Pause => "pause",
             Function::Cron => "cron",
             Function::Batch => "batch",
+            Function::BatchEnds => "batch_ends",
         }
     }
 
@@ -219,6 +224,7 @@ impl Function {
             Function::Pause => versioned!("pause"),
             Function::Cron => versioned!("cron"),
             Function::Batch => versioned!("batch"),
+            Function::BatchEnds => versioned!("batch_ends"),
         }
     }
 
@@ -242,6 +248,7 @@ impl Function {
             Function::Pause => include_str!("pause.lua"),
             Function::Cron => include_str!("cron.lua"),
             Function::Batch => include_str!("batch.lua"),
+            Function::BatchEnds => include_str!("batch_ends.lua"),
         }
     }
 
