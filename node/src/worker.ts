@@ -543,6 +543,9 @@ class Lane {
     const reason = run.job.cancelReason;
     if (reason === "stopped" || reason === "lost" || reason === "shutdown") {
       this.running.delete(run.job.id);
+      // a renewal answered `lost` (another delivery owns the job): the result is fenced here,
+      // before a completion would have been refused with `lease_lost`
+      if (reason === "lost") this.w.emit("fenced", run.job, "lost");
       return;
     }
     const report = run.job.take();
