@@ -277,9 +277,9 @@ impl Fleet {
         Fleet::answer(redis, keys, entries, &live).await
     }
 
-    /// Adds the fleet's two reads to a pipeline a process sends anyway (a worker's heartbeat):
-    /// their replies go to [`Fleet::answer`], in order.
-    pub fn ask(pipe: &mut redis::Pipeline, keys: &Keyspace) {
+    /// Adds the fleet's two reads to a pipeline: their replies go to [`Fleet::answer`], in
+    /// order.
+    fn ask(pipe: &mut redis::Pipeline, keys: &Keyspace) {
         pipe.cmd("HGETALL").arg(keys.fleet());
         pipe.cmd("ZRANGEBYSCORE")
             .arg(keys.consumers())
@@ -289,7 +289,7 @@ impl Fleet {
 
     /// The fleet from the replies of [`Fleet::ask`]'s reads, asking the presence of the older
     /// workers among them.
-    pub async fn answer(
+    async fn answer(
         redis: &Redis,
         keys: &Keyspace,
         entries: redis::Value,

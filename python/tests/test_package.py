@@ -15,7 +15,7 @@ import pytest
 import redis
 
 import hero
-from conftest import ROOT, hero as hero_cli, python_proc, wait_until
+from conftest import HERO as HERO_BIN, ROOT, hero as hero_cli, python_proc, wait_until
 
 
 def start(worker: hero.Worker) -> threading.Thread:
@@ -395,6 +395,20 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
         n += 1
         assert n < 40, "reports were never held back"
         time.sleep(0.25)
+    # and so does the Rust worker (`hero worker`, a Rhai script reporting), by the same summary
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERO_")}
+    rust = subprocess.Popen([HERO_BIN, "--redis-url", broker, "worker", "--types", "rh29", "--presence-ms", "900"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until("the Rust worker's presence", lambda: r.zcard("hero:meta:consumers") == 3)
+        time.sleep(0.5)  # a heartbeat after its first: the summary read
+        hero_cli("submit", "--type", "rh29", "--id", "rh-held", 'progress(50, "half"); log("a line"); 7', url=broker)
+        wait_until("the Rhai job ran", lambda: c.status("rh-held") == "finished")
+        held = c.get("rh-held")
+        assert held.progress is None and not held.log, (held.progress, held.log)
+    finally:
+        rust.terminate()
+        rust.wait(timeout=20)
     stop(old, t_old)
     wait_until("the summary cleared", lambda: r.hget("hero:meta:config", "fleet_lacks") is None, limit=15)
     assert hero.Client(broker).submit("x", "py", batch="b1", id="py-member").created

@@ -1,8 +1,9 @@
 //! Presence: the worker's heartbeat (one presence key per script type, JSON, with a TTL, its
 //! liveness deadline in the consumers set the broker's recovery reads, and its entry in the
-//! fleet with its protocol), and its removal on a clean exit. The heartbeat also reads the
-//! fleet, in the same pipeline: while a live process older than protocol 27 would refuse the
-//! `progress` and `log` fields, the worker holds its handlers' reports back (`hold_reports`).
+//! fleet with its protocol), and its removal on a clean exit. The heartbeat also reads, in the
+//! same pipeline, the brokers' lease and their summary of the fleet: while a live process older
+//! than protocol 27 would refuse the `progress` and `log` fields, the worker holds its
+//! handlers' reports back (`hold_reports`).
 
 use std::sync::Arc;
 
@@ -55,36 +56,42 @@ async fn beat(s: &Shared, started_at: &str) -> hero_protocol::Result<()> {
             env!("CARGO_PKG_VERSION"),
             s.presence_ttl,
         ));
-    fleet::Fleet::ask(&mut pipe, &s.keys);
-    // the brokers' lease: what their recovery waits for, so the longest a renewal may wait
-    pipe.cmd("HGET").arg(s.keys.config()).arg("lease_ms");
+    // the brokers' lease (what their recovery waits for: the longest a renewal may wait) and
+    // their summary of what live older processes lack (`fleet_lacks`), in one read: the
+    // brokers compute the fleet, every worker reads one field
+    pipe.cmd("HMGET")
+        .arg(s.keys.config())
+        .arg("lease_ms")
+        .arg("fleet_lacks");
     let mut replies = s.redis.pipeline(&pipe).await?;
-    let brokers_lease = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
-    let ms = hero_protocol::reply::text(&brokers_lease)
-        .ok()
-        .and_then(|t| t.parse::<u64>().ok())
-        .unwrap_or(0);
-    s.brokers_lease_ms.store(ms, Ordering::Release);
-    let live = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
-    let entries = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
+    let config = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
     for r in replies {
         r?;
     }
-    let fleet = fleet::Fleet::answer(&s.redis, &s.keys, entries, &live).await?;
-    hold_reports(s, &fleet);
+    let fields: Vec<Option<String>> = redis::from_redis_value(config).unwrap_or_default();
+    let ms = fields
+        .first()
+        .cloned()
+        .flatten()
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(0);
+    s.brokers_lease_ms.store(ms, Ordering::Release);
+    hold_reports(s, fields.get(1).cloned().flatten().as_deref());
     Ok(())
 }
 
-/// Holds the handlers' reports back while a live process would refuse them, saying so once
-/// each time that begins and ends.
-fn hold_reports(s: &Shared, fleet: &fleet::Fleet) {
-    let lacking = fleet.lacking(fleet::Feature::Progress);
-    let hold = !lacking.is_empty();
+/// Holds the handlers' reports back while the brokers say a live worker would refuse them
+/// (`progress` in their `fleet_lacks` summary), saying so once each time that begins and ends.
+fn hold_reports(s: &Shared, lacks: Option<&str>) {
+    let summary: serde_json::Value = lacks
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_default();
+    let lacking = &summary[fleet::Feature::Progress.key()];
+    let hold = !lacking.is_null();
     let was = s.hold_reports.swap(hold, Ordering::AcqRel);
     if hold && !was {
-        let names: Vec<String> = lacking.iter().map(|m| m.describe()).collect();
         tracing::warn!(
-            processes = %names.join(", "),
+            processes = %lacking["processes"],
             "holding back progress and log lines: these live processes of an older protocol would end a job carrying them in error; they are sent again once they are gone"
         );
     } else if was && !hold {
