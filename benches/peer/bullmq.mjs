@@ -55,15 +55,29 @@ function pcts(us) {
   return { p50: at(0.5), p99: at(0.99), max: us[us.length - 1] / 1000 };
 }
 
+// A plain job, or one of the features scenario: 3 attempts, a jobId (BullMQ's deduplication:
+// a second add with the id is ignored, as hero's uniqueness key refuses it) and a small payload
+// (the same fields hero's side sends; BullMQ has no tags).
+let seq = 0;
+function job(features) {
+  if (!features) return { name: 'noop', data: { t: nowUs() }, opts: jobOpts };
+  const n = seq++;
+  return {
+    name: 'noop',
+    data: { t: nowUs(), order: n, customer: 'c-20417', amount_cents: 1999 + (n % 100), currency: 'EUR' },
+    opts: { ...jobOpts, attempts: 3, jobId: `order-${n}` },
+  };
+}
+
 // Submits `n` jobs in batches, `producers` batches in flight at once.
-async function submitBulk(queue, n) {
+async function submitBulk(queue, n, features = false) {
   let next = 0;
   const producer = async () => {
     while (next < n) {
       const size = Math.min(opt.batch, n - next);
       next += size;
       const batch = [];
-      for (let i = 0; i < size; i++) batch.push({ name: 'noop', data: { t: nowUs() }, opts: jobOpts });
+      for (let i = 0; i < size; i++) batch.push(job(features));
       await queue.addBulk(batch);
     }
   };
@@ -118,12 +132,12 @@ async function main() {
     out.jobs_per_s = opt.jobs / secs;
     await cpuRecord(cpu, client, opt.jobs, out);
     await w.worker.close();
-  } else if (scenario === 'end-to-end') {
+  } else if (scenario === 'end-to-end' || scenario === 'end-to-end-features') {
     const w = startWorker(opt.jobs);
     await w.worker.waitUntilReady();
     const cpu = await cpuMark(client);
     const t0 = performance.now();
-    await submitBulk(queue, opt.jobs);
+    await submitBulk(queue, opt.jobs, scenario === 'end-to-end-features');
     await w.all;
     const secs = (performance.now() - t0) / 1000;
     out.jobs_per_s = opt.jobs / secs;

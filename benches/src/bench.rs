@@ -1,7 +1,8 @@
 //! The benchmark run (SPEC §9): starts a throwaway `redis-server`, pins it and the load to different
 //! cores, runs each scenario with hero's own client and worker (the API users get, no
-//! shortcuts) and, with `--peer bullmq`, the same scenario with BullMQ on the same Redis,
-//! interleaved round by round; then prints one table of medians and writes it as JSON.
+//! shortcuts) and, with `--peer bullmq,apalis,apalis-nolock`, the same scenario with each peer on
+//! the same Redis, interleaved round by round; then prints a table of medians per peer and writes
+//! them as JSON.
 //!
 //! Every figure is measured the same way on both sides: a timed section, Redis CPU time from
 //! `INFO cpu` before and after it, latencies from a submit timestamp carried in the job.
@@ -62,10 +63,13 @@ pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
         s
     };
     let pin = pinning(&args);
-    let peer = match args.peer {
-        Some(PeerKind::Bullmq) => Some(peer::Peer::prepare(&args.peer_dir, pin).await?),
-        None => None,
-    };
+    let mut peer_kinds = args.peer.clone();
+    peer_kinds.sort();
+    peer_kinds.dedup();
+    let mut peers = Vec::new();
+    for kind in peer_kinds {
+        peers.push(peer::Peer::prepare(kind, &args, pin).await?);
+    }
     let dir = std::env::temp_dir().join(format!("hero-bench-{}", std::process::id()));
     let redis = LocalRedis::spawn(local_redis::Options {
         dir: dir.clone(),
@@ -95,11 +99,15 @@ pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
         },
         args.rounds,
         args.jobs,
-        if peer.is_some() { ", peer bullmq" } else { "" },
+        peers
+            .iter()
+            .map(|p| format!(", peer {}", p.kind().name()))
+            .collect::<String>(),
     );
     let ours = ours::Ours::new(&redis.url, &args).await?;
     let ceiling = crate::ceiling::Ceiling::new(&redis.url, &args)?;
-    let mut report = Report::new(&args, &version, pin, args.peer.is_some());
+    let kinds: Vec<PeerKind> = peers.iter().map(peer::Peer::kind).collect();
+    let mut report = Report::new(&args, &version, pin, &kinds);
     let result = async {
         for round in 1..=args.rounds {
             for &scenario in &scenarios {
@@ -128,15 +136,16 @@ pub async fn run(args: BenchArgs, json: bool) -> Result<i32> {
                     }
                 }
                 report.add(scenario, Side::Ours, figures);
-                if let (Some(peer), true) = (&peer, scenario.has_peer()) {
-                    eprintln!("[round {round}/{}] {} bullmq", args.rounds, scenario.name());
+                for peer in peers.iter().filter(|p| scenario.has_peer(p.kind())) {
+                    let name = peer.kind().name();
+                    eprintln!("[round {round}/{}] {} {name}", args.rounds, scenario.name());
                     probe.flushall().await?;
                     let figures: Figures = peer
                         .run(scenario, &redis.url, &args)
                         .await
-                        .with_context(|| format!("bullmq {} scenario", scenario.name()))?;
+                        .with_context(|| format!("{name} {} scenario", scenario.name()))?;
                     eprintln!("    {}", figures.summary());
-                    report.add(scenario, Side::Peer, figures);
+                    report.add(scenario, Side::Peer(peer.kind()), figures);
                 }
             }
         }

@@ -65,6 +65,21 @@ impl Ours {
         Ok(NewJob::builder(TYPE, "noop").id(id).build()?)
     }
 
+    /// A job of the features scenario: retries, a uniqueness key, two tags and a small payload,
+    /// as BullMQ's side gives attempts, a jobId and the same payload.
+    fn featured_job(&self) -> Result<NewJob> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{seq}-{}", now_us());
+        Ok(NewJob::builder(TYPE, "noop")
+            .id(id)
+            .retries(3)
+            .unique(format!("order-{seq}"))
+            .tag("bench")
+            .tag("features")
+            .payload(&FeaturePayload::new(seq))
+            .build()?)
+    }
+
     /// Submits `n` jobs in batches, `producers` batches in flight at once.
     async fn submit(&self, n: u64) -> Result<()> {
         submit_in_batches(&self.client, n, &self.args, |_| self.job()).await
@@ -136,12 +151,20 @@ impl Ours {
                 cpu.record(probe, n, &mut fig).await?;
                 w.stop().await?;
             }
-            Scenario::EndToEnd => {
+            Scenario::EndToEnd | Scenario::EndToEndFeatures => {
                 let tally = Tally::new(n);
                 let w = self.worker(&tally, self.args.concurrency).await?;
                 let cpu = CpuMark::now(probe).await?;
                 let t0 = Instant::now();
-                tokio::try_join!(self.submit(n), tally.all_completed())?;
+                let submit = async {
+                    if scenario == Scenario::EndToEndFeatures {
+                        submit_in_batches(&self.client, n, &self.args, |_| self.featured_job())
+                            .await
+                    } else {
+                        self.submit(n).await
+                    }
+                };
+                tokio::try_join!(submit, tally.all_completed())?;
                 let secs = t0.elapsed().as_secs_f64();
                 fig.set("jobs_per_s", n as f64 / secs);
                 cpu.record(probe, n, &mut fig).await?;
@@ -327,6 +350,26 @@ impl Ours {
         stop_broker.cancel();
         let _ = broker.await;
         result
+    }
+}
+
+/// The small payload of the features scenario (BullMQ's side carries the same fields).
+#[derive(serde::Serialize)]
+struct FeaturePayload {
+    order: u64,
+    customer: &'static str,
+    amount_cents: u64,
+    currency: &'static str,
+}
+
+impl FeaturePayload {
+    fn new(seq: u64) -> Self {
+        FeaturePayload {
+            order: seq,
+            customer: "c-20417",
+            amount_cents: 1999 + seq % 100,
+            currency: "EUR",
+        }
     }
 }
 

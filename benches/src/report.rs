@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::scenario::{BenchArgs, Pinning, Scenario, Side};
+use crate::scenario::{BenchArgs, PeerKind, Pinning, Scenario, Side};
 
 /// One metric: its key (as the peer prints it), how the table labels it, and which way is
 /// better.
@@ -151,13 +151,14 @@ impl Row {
 }
 
 pub struct Report {
-    runs: BTreeMap<(Scenario, bool), Vec<Figures>>,
-    with_peer: bool,
+    /// Figures of each round, by scenario and side (None: hero's).
+    runs: BTreeMap<(Scenario, Option<PeerKind>), Vec<Figures>>,
+    peers: Vec<PeerKind>,
     settings: serde_json::Value,
 }
 
 impl Report {
-    pub fn new(args: &BenchArgs, version: &str, pin: Option<Pinning>, with_peer: bool) -> Self {
+    pub fn new(args: &BenchArgs, version: &str, pin: Option<Pinning>, peers: &[PeerKind]) -> Self {
         let settings = serde_json::json!({
             "date": hero_protocol::clock::now_iso(),
             "redis_version": version,
@@ -172,39 +173,45 @@ impl Report {
             "duration_s": args.duration.as_secs_f64(),
             "recovery_jobs": args.recovery_jobs,
             "rounds": args.rounds,
-            "peer": if with_peer { Some("bullmq 6.7.0") } else { None },
+            "peer": peers.first().map(|p| p.label()),
+            "peers": peers.iter().map(|p| p.label()).collect::<Vec<_>>(),
         });
         Report {
             runs: BTreeMap::new(),
-            with_peer,
+            peers: peers.to_vec(),
             settings,
         }
     }
 
     pub fn add(&mut self, scenario: Scenario, side: Side, figures: Figures) {
+        let side = match side {
+            Side::Ours => None,
+            Side::Peer(p) => Some(p),
+        };
         self.runs
-            .entry((scenario, side == Side::Peer))
+            .entry((scenario, side))
             .or_default()
             .push(figures);
     }
 
-    fn medians(&self, scenario: Scenario, peer: bool, key: &str) -> Option<f64> {
-        let runs = self.runs.get(&(scenario, peer))?;
+    fn medians(&self, scenario: Scenario, side: Option<PeerKind>, key: &str) -> Option<f64> {
+        let runs = self.runs.get(&(scenario, side))?;
         median(runs.iter().filter_map(|f| f.0.get(key).copied()).collect())
     }
 
-    fn rows(&self) -> Vec<Row> {
+    /// hero's medians beside `peer`'s (none: hero's alone).
+    fn rows(&self, peer: Option<PeerKind>) -> Vec<Row> {
         let mut scenarios: Vec<Scenario> = self.runs.keys().map(|(s, _)| *s).collect();
         scenarios.dedup();
         let mut rows = Vec::new();
         for s in scenarios {
             for metric in METRICS {
-                let ours = self.medians(s, false, metric.key);
-                let peer = self.medians(s, true, metric.key);
+                let ours = self.medians(s, None, metric.key);
+                let peer = peer.and_then(|p| self.medians(s, Some(p), metric.key));
                 let ceiling = s
                     .ceiling()
                     .filter(|_| AGAINST_CEILING.contains(&metric.key))
-                    .and_then(|c| self.medians(c, false, metric.key));
+                    .and_then(|c| self.medians(c, None, metric.key));
                 if ours.is_some() || peer.is_some() {
                     rows.push(Row {
                         scenario: s,
@@ -219,24 +226,41 @@ impl Report {
         rows
     }
 
+    /// The printed tables: one per peer (hero's column, the peer's, the ratio), or hero's alone.
     pub fn table(&self) -> String {
+        if self.peers.is_empty() {
+            return self.table_for(None);
+        }
+        self.peers
+            .iter()
+            .map(|p| format!("hero beside {}\n{}", p.label(), self.table_for(Some(*p))))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn table_for(&self, peer: Option<PeerKind>) -> String {
         let opt = |v: Option<f64>| v.map(fmt).unwrap_or_else(|| "-".into());
         let pct = |v: Option<f64>| v.map(|p| format!("{p:.0} %")).unwrap_or_default();
-        let mut lines = vec![if self.with_peer {
-            format!(
-                "{:<18} {:<30} {:>12} {:>12} {:>8} {:>9} {:>12}",
-                "scenario", "metric", "hero", "bullmq", "ratio", "hero ×", "% of ceiling"
-            )
-        } else {
-            format!(
-                "{:<18} {:<30} {:>12} {:>12}",
+        let mut lines = vec![match peer {
+            Some(p) => format!(
+                "{:<20} {:<30} {:>12} {:>13} {:>8} {:>9} {:>12}",
+                "scenario",
+                "metric",
+                "hero",
+                p.name(),
+                "ratio",
+                "hero ×",
+                "% of ceiling"
+            ),
+            None => format!(
+                "{:<20} {:<30} {:>12} {:>12}",
                 "scenario", "metric", "hero", "% of ceiling"
-            )
+            ),
         }];
-        for r in self.rows() {
-            lines.push(if self.with_peer {
+        for r in self.rows(peer) {
+            lines.push(if peer.is_some() {
                 format!(
-                    "{:<18} {:<30} {:>12} {:>12} {:>8} {:>9} {:>12}",
+                    "{:<20} {:<30} {:>12} {:>13} {:>8} {:>9} {:>12}",
                     r.scenario.name(),
                     r.metric.label,
                     opt(r.ours),
@@ -249,7 +273,7 @@ impl Report {
                 )
             } else {
                 format!(
-                    "{:<18} {:<30} {:>12} {:>12}",
+                    "{:<20} {:<30} {:>12} {:>12}",
                     r.scenario.name(),
                     r.metric.label,
                     opt(r.ours),
@@ -257,10 +281,11 @@ impl Report {
                 )
             });
         }
-        if self.with_peer {
-            lines.push(
-                "ratio = hero ÷ bullmq; hero × = how many times better hero is (medians)".into(),
-            );
+        if let Some(p) = peer {
+            lines.push(format!(
+                "ratio = hero ÷ {}; hero × = how many times better hero is (medians)",
+                p.name()
+            ));
         }
         lines.push(
             "% of ceiling = hero's jobs/s over the ceiling's, or the ceiling's Redis CPU per job \
@@ -270,10 +295,42 @@ impl Report {
         lines.join("\n") + "\n"
     }
 
+    /// The report: `rows` hero beside the first peer (the shape of a one-peer run), `peers` the
+    /// rows beside each peer, `runs` every round's figures.
     pub fn json(&self) -> serde_json::Value {
+        let peers: Vec<serde_json::Value> = self
+            .peers
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "peer": p.name(),
+                    "label": p.label(),
+                    "rows": self.json_rows(Some(*p)),
+                })
+            })
+            .collect();
+        let runs: Vec<serde_json::Value> = self
+            .runs
+            .iter()
+            .map(|((s, side), figs)| {
+                serde_json::json!({
+                    "scenario": s.name(),
+                    "side": side.map_or("ours", PeerKind::name),
+                    "rounds": figs.iter().map(|f| &f.0).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "settings": self.settings,
+            "rows": self.json_rows(self.peers.first().copied()),
+            "peers": peers,
+            "runs": runs,
+        })
+    }
+
+    fn json_rows(&self, peer: Option<PeerKind>) -> Vec<serde_json::Value> {
         let num = |v: Option<f64>| v.filter(|x| x.is_finite());
-        let rows: Vec<serde_json::Value> = self
-            .rows()
+        self.rows(peer)
             .iter()
             .map(|r| {
                 serde_json::json!({
@@ -288,19 +345,7 @@ impl Report {
                     "of_ceiling_pct": num(r.of_ceiling_pct()),
                 })
             })
-            .collect();
-        let runs: Vec<serde_json::Value> = self
-            .runs
-            .iter()
-            .map(|((s, peer), figs)| {
-                serde_json::json!({
-                    "scenario": s.name(),
-                    "side": if *peer { "peer" } else { "ours" },
-                    "rounds": figs.iter().map(|f| &f.0).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        serde_json::json!({ "settings": self.settings, "rows": rows, "runs": runs })
+            .collect()
     }
 }
 

@@ -16,6 +16,9 @@ pub enum Scenario {
     WorkerConcurrent,
     /// Producers and a worker at once → jobs/s and submit-to-start latency.
     EndToEnd,
+    /// End to end with the features a production job carries: every job with retries, a
+    /// uniqueness key, two tags and a small payload (BullMQ: attempts, a jobId, the payload).
+    EndToEndFeatures,
     /// End to end with the least Redis work a job with a record needs (plain commands, no
     /// functions: see `ceiling`) → the jobs/s every scenario is held against.
     Ceiling,
@@ -34,10 +37,11 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::SubmitBulk,
         Scenario::WorkerConcurrent,
         Scenario::EndToEnd,
+        Scenario::EndToEndFeatures,
         Scenario::Ceiling,
         Scenario::Latency,
         Scenario::CeilingLatency,
@@ -50,6 +54,7 @@ impl Scenario {
             Scenario::SubmitBulk => "submit-bulk",
             Scenario::WorkerConcurrent => "worker-concurrent",
             Scenario::EndToEnd => "end-to-end",
+            Scenario::EndToEndFeatures => "end-to-end-features",
             Scenario::Ceiling => "ceiling",
             Scenario::Latency => "latency",
             Scenario::CeilingLatency => "ceiling-latency",
@@ -59,28 +64,57 @@ impl Scenario {
         }
     }
 
-    pub fn has_peer(self) -> bool {
-        !matches!(
-            self,
-            Scenario::Recovery | Scenario::Ceiling | Scenario::CeilingLatency
-        )
+    /// Whether `peer` runs this scenario too.
+    pub fn has_peer(self, peer: PeerKind) -> bool {
+        match self {
+            Scenario::Recovery | Scenario::Ceiling | Scenario::CeilingLatency => false,
+            // the features scenario is held against BullMQ, whose options match it one for one
+            Scenario::EndToEndFeatures => peer == PeerKind::Bullmq,
+            _ => true,
+        }
     }
 
     /// The ceiling scenario this one's figures are held against, if any.
     pub fn ceiling(self) -> Option<Scenario> {
         match self {
-            Scenario::SubmitBulk | Scenario::WorkerConcurrent | Scenario::EndToEnd => {
-                Some(Scenario::Ceiling)
-            }
+            Scenario::SubmitBulk
+            | Scenario::WorkerConcurrent
+            | Scenario::EndToEnd
+            | Scenario::EndToEndFeatures => Some(Scenario::Ceiling),
             Scenario::Latency => Some(Scenario::CeilingLatency),
             _ => None,
         }
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// The job queues measured beside hero on the same Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 pub enum PeerKind {
+    /// BullMQ 6.7 under Node.js (`benches/peer/bullmq.mjs`).
     Bullmq,
+    /// apalis-redis 1.0 with its defaults (`benches/apalis`).
+    Apalis,
+    /// apalis-redis 1.0 with `Config::lock_tasks(false)`: no per-task lease.
+    ApalisNolock,
+}
+
+impl PeerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerKind::Bullmq => "bullmq",
+            PeerKind::Apalis => "apalis",
+            PeerKind::ApalisNolock => "apalis-nolock",
+        }
+    }
+
+    /// The peer and its version, as the report's settings name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            PeerKind::Bullmq => "bullmq 6.7.0",
+            PeerKind::Apalis => "apalis-redis 1.0.0 (defaults)",
+            PeerKind::ApalisNolock => "apalis-redis 1.0.0 (lock_tasks(false))",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -123,9 +157,10 @@ pub struct BenchArgs {
     /// Rounds; each figure is the median over them.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Run the same scenarios with this peer on the same Redis, interleaved with ours.
-    #[arg(long)]
-    pub peer: Option<PeerKind>,
+    /// Run the same scenarios with these peers on the same Redis, interleaved with ours
+    /// (comma-separated: bullmq,apalis,apalis-nolock).
+    #[arg(long, value_delimiter = ',')]
+    pub peer: Vec<PeerKind>,
     /// Give Redis an AOF with this fsync policy (default: no persistence).
     #[arg(long)]
     pub aof: Option<AofMode>,
@@ -164,9 +199,13 @@ pub struct BenchArgs {
     /// through a cgroup): low enough that the shards, not the load generator, set the pace.
     #[arg(long, default_value_t = 10)]
     pub shard_cpu: u32,
-    /// Directory of the peer (its package.json and script).
+    /// Directory of the BullMQ peer (its package.json and script).
     #[arg(long, env = "HERO_BENCH_PEER_DIR", default_value = "benches/peer")]
     pub peer_dir: PathBuf,
+    /// The apalis peer's program (built by benches/run from benches/apalis); default: the
+    /// `hero-bench-apalis` beside this binary.
+    #[arg(long, env = "HERO_BENCH_APALIS")]
+    pub apalis_bin: Option<PathBuf>,
 }
 
 /// The cores Redis and the load run on, when the machine has two or more and taskset exists.
@@ -179,5 +218,5 @@ pub struct Pinning {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Side {
     Ours,
-    Peer,
+    Peer(PeerKind),
 }
