@@ -125,6 +125,34 @@ def light_cycle(r, args, n, instructions, commands, pid, dumps):
           f", total {sum(calls.values()) / m:.2f}")
 
 
+def ceiling(r, n, submit_batch, fetch_batch, complete_batch, instructions):
+    """Instructions for `n` jobs through the ceiling's plain commands (benches/src/ceiling.rs):
+    per job XADD of the entry and HSET of a four-field record, pipelined by the submit batch;
+    XREADGROUP of the fetch batch; XACK and HSET of the result, pipelined by the completion
+    batch. The worker's read of the record is not in it: the ceiling's worker takes the id
+    from the entry."""
+    r.xgroup_create("ceiling:q", "workers", id="0", mkstream=True)
+    instructions()
+    pipe = r.pipeline(transaction=False)
+    for b in range(n // submit_batch):
+        for _ in range(submit_batch):
+            job = str(uuid.uuid4())
+            pipe.xadd("ceiling:q", {"j": job})
+            pipe.hset("ceiling:job:" + job, mapping={"script": "noop", "script_type": "bench",
+                                                     "created_at": ISO, "status": "dispatched"})
+        pipe.execute()
+    read = []
+    while len(read) < n:
+        reply = r.xreadgroup("workers", "c", {"ceiling:q": ">"}, count=fetch_batch)
+        read += [(eid, fields["j"]) for eid, fields in reply[0][1]]
+    for b in range(0, n, complete_batch):
+        for eid, job in read[b:b + complete_batch]:
+            pipe.xack("ceiling:q", "workers", eid)
+            pipe.hset("ceiling:job:" + job, mapping={"status": "finished", "output": "", "finished_at": ISO})
+        pipe.execute()
+    return instructions()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=10000, help="jobs per step (multiple of 50)")
@@ -136,6 +164,10 @@ def main():
                     help="streams the worker names (the job waits in the last-but-four)")
     ap.add_argument("--events-max", type=int, default=100000,
                     help="the event log's cap, as a broker publishes it (0: the log off)")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also count the ceiling's plain commands (hero-bench's ceiling scenario: "
+                         "XADD + HSET of a 4-field record, XREADGROUP, XACK + HSET of the result), "
+                         "so the total reads as a multiple of the least work a job needs")
     ap.add_argument("--library", default=None,
                     help="the library file to load, to count an older version beside this one")
     args = ap.parse_args()
@@ -255,6 +287,10 @@ def main():
         print(f"  {'worker':<9} {worker / n:>9,.0f}  {wcalls / n:>6.2f} calls   (fetch + hgetall + complete)")
         total = worker + results["submit"]
         print(f"  {'total':<9} {total / n:>9,.0f}  {(wcalls + calls['submit']) / n:>6.2f} calls")
+        if args.ceiling:
+            base = ceiling(r, n, submit_batch, fetch_batch, complete_batch, instructions)
+            print(f"  {'ceiling':<9} {base / n:>9,.0f}  (plain commands, pipelined alike; hero's total "
+                  f"is {total / base:.2f}× it)")
     finally:
         server.kill()
         server.wait()
