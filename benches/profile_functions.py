@@ -168,6 +168,9 @@ def main():
                     help="also count the ceiling's plain commands (hero-bench's ceiling scenario: "
                          "XADD + HSET of a 4-field record, XREADGROUP, XACK + HSET of the result), "
                          "so the total reads as a multiple of the least work a job needs")
+    ap.add_argument("--features", action="store_true",
+                    help="jobs as in hero-bench's end-to-end-features: retries, a uniqueness key, "
+                         "two tags and a small payload")
     ap.add_argument("--library", default=None,
                     help="the library file to load, to count an older version beside this one")
     args = ap.parse_args()
@@ -230,7 +233,14 @@ def main():
             for _ in range(submit_batch):
                 job = str(uuid.uuid4())
                 keys += ["hero:job:" + job, STREAM]
-                argv += [job, 0, 6, "script", "noop", "script_type", "bench", "created_at", ISO]
+                if args.features:
+                    # the end-to-end-features scenario's job: retries, a uniqueness key, two tags
+                    # and a small payload (MessagePack bytes as the Rust client sends them)
+                    argv += [job, 0, 14, "script", "noop", "script_type", "bench", "created_at", ISO,
+                             "retries", "3", "unique", f"order-{job}", "tags", '["bench","features"]',
+                             "payload", "\x84\xa5order\xcd\x01\x00\xa8customer\xa7c-20417"]
+                else:
+                    argv += [job, 0, 6, "script", "noop", "script_type", "bench", "created_at", ISO]
             pipe.fcall(fn("submit"), len(keys), *keys, *argv)
             if b % 8 == 7:
                 pipe.execute()
@@ -277,7 +287,7 @@ def main():
         if len(fetched) != n or r.xlen(STREAM) != 0:
             sys.exit(f"expected {n} jobs fetched and an empty stream, got {len(fetched)}, {r.xlen(STREAM)}")
 
-        mode = "submit 50, fetch and complete 25 a call"
+        mode = "submit 50, fetch and complete 25 a call" + (", jobs with features" if args.features else "")
         print(f"Redis instructions and redis.calls per job ({n} jobs, {mode}, {len(streams)} streams, "
               "library from docs/hero-library.lua):")
         for (step, count), dump in zip(results.items(), dumps[1:]):

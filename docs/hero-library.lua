@@ -637,7 +637,8 @@ end
 -- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
 -- it names its `created_at` (a submit without one gets the server's time: see hero_submit):
 -- `args` from `from` to `to` are its field/value pairs, `stream`
--- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
+-- its work stream; `parsed` caches stream_parts per stream for the call, and in `parsed.good`
+-- the values found good (the caller makes it: { good = {} }). Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
@@ -652,8 +653,19 @@ local function refuse(job_id, stream, args, from, to, parsed)
       end
     else
       if kind ~= 'text' then
-        local why = bad_value(kind, v)
-        if why then return 'field `' .. name .. '` ' .. why end
+        -- the jobs of a batch mostly carry the same values (a type, tags, a timestamp of the
+        -- same millisecond): each value is checked once a call per form (`parsed.good`, form ->
+        -- value -> true); a JSON value is decoded to be checked, a pattern matched
+        local good = parsed.good[kind]
+        if not good then
+          good = {}
+          parsed.good[kind] = good
+        end
+        if not good[v] then
+          local why = bad_value(kind, v)
+          if why then return 'field `' .. name .. '` ' .. why end
+          good[v] = true
+        end
       end
       if name == 'script' then script = v
       elseif name == 'script_type' then stype = v
@@ -1431,18 +1443,21 @@ end
 -- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
 -- another job that is still waiting, dispatched or started, that job's id and status (the
 -- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
--- (the job's `unique_ttl` ms, or the broker's retention time), and nil. A holder that ended or
--- is gone releases the key to the next submit: nothing on the job path has to clear it.
-local function claim_unique(keys, job_key, job_id, u)
+-- (the job's `unique_ttl` ms, or the broker's retention time, read once a call through `cfg`),
+-- and nil. A holder that ended or is gone releases the key to the next submit: nothing on the
+-- job path has to clear it. The common case, a key no one holds, is one SET NX GET (Redis 7.0
+-- takes NX with GET): taken, and nil back; only a key someone holds is looked at further.
+local function claim_unique(cfg, job_key, job_id, u)
   local ukey = unique_key(ns_of(job_key, job_id), u[1])
-  local holder = redis.call('GET', ukey)
-  if holder and holder ~= job_id then
+  local ttl = u[2] or setting_arg(cfg, 'retention_ms', 86400000)
+  local holder = redis.call('SET', ukey, job_id, 'NX', 'GET', 'PX', ttl)
+  if not holder then return nil end
+  if holder ~= job_id then
     local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
     if status == 'waiting' or status == 'dispatched' or status == 'started' then
       return holder, status
     end
   end
-  local ttl = u[2] or setting_arg(settings(keys[4]), 'retention_ms', 86400000)
   redis.call('SET', ukey, job_id, 'PX', ttl)
   return nil
 end
@@ -1465,12 +1480,35 @@ local function note_dependent(prefix, deps, job_id)
 end
 
 -- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set beside
--- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays;
--- hero_expire takes it out with the job.
-local function index_tags(job_key, job_id, tags)
+-- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays, and
+-- a batch pays one SADD a tag, not one a job and tag: the ids are gathered in `index` (tag key ->
+-- ids, and `order`, the keys in first-seen order) and written by flush_tags. A batch's jobs
+-- mostly carry the same tags, so each distinct JSON text is decoded once (`index.decoded`).
+local function index_tags(index, job_key, job_id, tags)
   local ns = ns_of(job_key, job_id)
-  for _, t in ipairs(cjson.decode(tags)) do
-    redis.call('SADD', tag_key(ns, t), job_id)
+  local list = index.decoded[tags]
+  if not list then
+    list = cjson.decode(tags)
+    index.decoded[tags] = list
+  end
+  for _, t in ipairs(list) do
+    local k = tag_key(ns, t)
+    local ids = index[k]
+    if not ids then
+      ids = {}
+      index[k] = ids
+      index.order[#index.order + 1] = k
+    end
+    ids[#ids + 1] = job_id
+  end
+end
+
+local function flush_tags(index)
+  for _, k in ipairs(index.order) do
+    local ids = index[k]
+    for from = 1, #ids, 1000 do
+      redis.call('SADD', k, unpack(ids, from, math.min(#ids, from + 999)))
+    end
   end
 end
 
@@ -1498,7 +1536,7 @@ local function hero_submit(keys, args)
   end
   -- check the whole batch before the first write
   local at = {}
-  local parsed = {} -- stream -> its parts (see stream_parts)
+  local parsed = { good = {} } -- stream -> its parts (see stream_parts); good: see refuse
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once
@@ -1572,7 +1610,9 @@ local function hero_submit(keys, args)
   local answers = {}
   -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
   -- with the registry); while none, a submit asks the registry nothing
-  local cfg = settings(keys[4], { 'events_max', 'bridged' })
+  local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'retention_ms' } or { 'events_max', 'bridged' })
+  -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it
+  local tag_index = tagged and { order = {}, decoded = {} }
   local log = event_log(keys[5], cfg)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
@@ -1602,7 +1642,7 @@ local function hero_submit(keys, args)
     written[job_key] = true
     local holder, held = nil, nil
     if not existing and unique and unique[i] then
-      holder, held = claim_unique(keys, job_key, job_id, unique[i])
+      holder, held = claim_unique(cfg, job_key, job_id, unique[i])
     end
     local blocked, failed_dep = 0, nil
     if not existing and not holder and deps and deps[i] then
@@ -1616,7 +1656,7 @@ local function hero_submit(keys, args)
       -- a prerequisite ended error already: so does this job, at once, with the reason
       local reason = 'dependency failed: ' .. failed_dep
       redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso_now(), unpack(args, p + 3, p + 2 + count))
-      redis.call('PEXPIRE', job_key, setting_arg(settings(keys[4]), 'retention_ms', 86400000))
+      redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
       log_event(log, 'error', job_id, stream, nil, nil, reason)
       answers[2 * i - 1], answers[2 * i] = 'created', 'error'
     elseif blocked > 0 then
@@ -1637,7 +1677,7 @@ local function hero_submit(keys, args)
       end
       log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
-      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
@@ -1645,7 +1685,7 @@ local function hero_submit(keys, args)
       tally(st, stream, 'delayed', 1)
       log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
-      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     else
       local m = dual_push_mapping(cfg, bridges, stream, dual)
       local entry = append(stream, group, registry, job_id, known, nil, m and true)
@@ -1666,7 +1706,7 @@ local function hero_submit(keys, args)
         ids[#ids + 1] = job_id
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
-      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     end
   end
   if undated then
@@ -1701,6 +1741,7 @@ local function hero_submit(keys, args)
       end
     end
   end
+  if tag_index then flush_tags(tag_index) end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
   if st then flush_stats(st) end
   return answers
@@ -2024,7 +2065,11 @@ end
 
 -- The jobs leased: their `started` events, one shared entry per stream (the jobs of a stream
 -- are contiguous in jobs; the entry's id is Redis's clock now: no TIME call for the samples),
--- and each job's wait, its entry's age, sampled inline (a Lua call per job cost more).
+-- and each job's wait, its entry's age, sampled inline (a Lua call per job cost more). Entries
+-- of one read mostly share their millisecond (a producer's batch is appended in one call), so
+-- the wait and its bucket are worked out once per distinct millisecond of a stream's jobs and
+-- counted for the run of jobs that share it: the log and the float division per job were most
+-- of what a sample cost.
 -- Writes events: `started`.
 -- Writes stats: `wait`.
 local function record_started(f)
@@ -2042,20 +2087,29 @@ local function record_started(f)
   end
   now_ms = now_ms or server_ms()
   f.now_ms = now_ms
-  local waits, at = nil, nil
+  -- the run of jobs sharing one entry millisecond (`last`) of one stream (`at`): `run` jobs
+  -- that waited `waited` ms, bucket `b`, added to `waits` when the run ends
+  local waits, at, last, waited, b, run = nil, nil, nil, 0, 0, 0
   for j = 1, #jobs, 3 do
-    if jobs[j] ~= at then
-      at = jobs[j]
-      waits = histogram(st, keys[at + 4], 'wait')
+    local ms = string.match(jobs[j + 1], '^%d+')
+    if jobs[j] ~= at or ms ~= last then
+      if run > 0 then
+        waits[b] = (waits[b] or 0) + run
+        waits.sum = waits.sum + waited * run
+      end
+      if jobs[j] ~= at then
+        at = jobs[j]
+        waits = histogram(st, keys[at + 4], 'wait')
+      end
+      last, run, b = ms, 0, 0
+      waited = now_ms - (tonumber(ms) or now_ms)
+      if waited > 0 then b = math.floor(math.log(waited + 1) / LN2) else waited = 0 end
     end
-    local id = jobs[j + 1]
-    local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
-    local b = 0
-    if waited > 0 then
-      b = math.floor(math.log(waited + 1) / LN2)
-      waits.sum = waits.sum + waited
-    end
-    waits[b] = (waits[b] or 0) + 1
+    run = run + 1
+  end
+  if run > 0 then
+    waits[b] = (waits[b] or 0) + run
+    waits.sum = waits.sum + waited * run
   end
 end
 
@@ -2205,6 +2259,7 @@ local function hero_complete(keys, args)
     local b = batches[stream]
     local finished = {} -- for the event log's shared entry of this stream
     local failed, retries, runs = 0, 0, nil
+    local last_ran, ran, ran_bucket = nil, nil, 0 -- the last run-time sample's text, number, bucket
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
       local a = 7 * i
@@ -2298,16 +2353,19 @@ local function hero_complete(keys, args)
         if policy and tonumber(policy.retention_ms) then ttl = policy.retention_ms end
       end
       if ttl and answer == 'completed' then redis.call('PEXPIRE', job_key, ttl) end
-      local ran = tonumber(args[13 + a])
-      if ran and (answer == 'completed' or answer == 'retrying') then
-        -- sampled inline: a Lua call per job costs more than the sample
-        runs = runs or histogram(st, stream, 'run')
-        local b = 0
-        if ran > 0 then
-          b = math.floor(math.log(ran + 1) / LN2)
-          runs.sum = runs.sum + ran
+      local ran_text = args[13 + a]
+      if answer == 'completed' or answer == 'retrying' then
+        -- sampled inline: a Lua call per job costs more than the sample; a run time the job
+        -- before gave too (most of a batch, for short jobs) reuses its number and bucket
+        if ran_text ~= last_ran then
+          last_ran, ran = ran_text, tonumber(ran_text)
+          if ran and ran > 0 then ran_bucket = math.floor(math.log(ran + 1) / LN2) else ran_bucket = 0 end
         end
-        runs[b] = (runs[b] or 0) + 1
+        if ran then
+          runs = runs or histogram(st, stream, 'run')
+          if ran > 0 then runs.sum = runs.sum + ran end
+          runs[ran_bucket] = (runs[ran_bucket] or 0) + 1
+        end
       end
     end
     trim_done(stream, group, b.ids, xackdel)

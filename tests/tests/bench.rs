@@ -29,6 +29,7 @@ fn a_short_bench_run_reports_every_scenario() {
         "submit-bulk",
         "worker-concurrent",
         "end-to-end",
+        "end-to-end-features",
         "latency",
         "recovery",
         "memory",
@@ -53,7 +54,12 @@ fn a_short_bench_run_reports_every_scenario() {
             .and_then(|r| r["ours"].as_f64())
             .unwrap_or_else(|| panic!("no {scenario} {metric} in the report"))
     };
-    for scenario in ["submit-bulk", "worker-concurrent", "end-to-end"] {
+    for scenario in [
+        "submit-bulk",
+        "worker-concurrent",
+        "end-to-end",
+        "end-to-end-features",
+    ] {
         assert!(figure(scenario, "jobs_per_s") > 0.0);
         assert!(figure(scenario, "redis_us_per_job") > 0.0);
     }
@@ -66,6 +72,7 @@ fn a_short_bench_run_reports_every_scenario() {
     );
     assert!(figure("memory", "bytes_per_waiting_job") > 0.0);
     assert!(report["rows"][0]["peer"].is_null(), "no peer was asked for");
+    assert_eq!(report["peers"], serde_json::json!([]), "no peer was asked for");
     // --latency-trace: a line per job of the latency scenario (200 offered), each made before
     // its submit was answered and before it started
     let trace = std::fs::read_to_string(&trace_file).unwrap();

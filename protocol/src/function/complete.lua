@@ -99,6 +99,7 @@ local function hero_complete(keys, args)
     local b = batches[stream]
     local finished = {} -- for the event log's shared entry of this stream
     local failed, retries, runs = 0, 0, nil
+    local last_ran, ran, ran_bucket = nil, nil, 0 -- the last run-time sample's text, number, bucket
     local all_held = ack(stream, group, b.ids) == #b.ids
     for _, i in ipairs(b.jobs) do
       local a = 7 * i
@@ -192,16 +193,19 @@ local function hero_complete(keys, args)
         if policy and tonumber(policy.retention_ms) then ttl = policy.retention_ms end
       end
       if ttl and answer == 'completed' then redis.call('PEXPIRE', job_key, ttl) end
-      local ran = tonumber(args[13 + a])
-      if ran and (answer == 'completed' or answer == 'retrying') then
-        -- sampled inline: a Lua call per job costs more than the sample
-        runs = runs or histogram(st, stream, 'run')
-        local b = 0
-        if ran > 0 then
-          b = math.floor(math.log(ran + 1) / LN2)
-          runs.sum = runs.sum + ran
+      local ran_text = args[13 + a]
+      if answer == 'completed' or answer == 'retrying' then
+        -- sampled inline: a Lua call per job costs more than the sample; a run time the job
+        -- before gave too (most of a batch, for short jobs) reuses its number and bucket
+        if ran_text ~= last_ran then
+          last_ran, ran = ran_text, tonumber(ran_text)
+          if ran and ran > 0 then ran_bucket = math.floor(math.log(ran + 1) / LN2) else ran_bucket = 0 end
         end
-        runs[b] = (runs[b] or 0) + 1
+        if ran then
+          runs = runs or histogram(st, stream, 'run')
+          if ran > 0 then runs.sum = runs.sum + ran end
+          runs[ran_bucket] = (runs[ran_bucket] or 0) + 1
+        end
       end
     end
     trim_done(stream, group, b.ids, xackdel)

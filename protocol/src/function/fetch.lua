@@ -316,7 +316,11 @@ end
 
 -- The jobs leased: their `started` events, one shared entry per stream (the jobs of a stream
 -- are contiguous in jobs; the entry's id is Redis's clock now: no TIME call for the samples),
--- and each job's wait, its entry's age, sampled inline (a Lua call per job cost more).
+-- and each job's wait, its entry's age, sampled inline (a Lua call per job cost more). Entries
+-- of one read mostly share their millisecond (a producer's batch is appended in one call), so
+-- the wait and its bucket are worked out once per distinct millisecond of a stream's jobs and
+-- counted for the run of jobs that share it: the log and the float division per job were most
+-- of what a sample cost.
 -- Writes events: `started`.
 -- Writes stats: `wait`.
 local function record_started(f)
@@ -334,20 +338,29 @@ local function record_started(f)
   end
   now_ms = now_ms or server_ms()
   f.now_ms = now_ms
-  local waits, at = nil, nil
+  -- the run of jobs sharing one entry millisecond (`last`) of one stream (`at`): `run` jobs
+  -- that waited `waited` ms, bucket `b`, added to `waits` when the run ends
+  local waits, at, last, waited, b, run = nil, nil, nil, 0, 0, 0
   for j = 1, #jobs, 3 do
-    if jobs[j] ~= at then
-      at = jobs[j]
-      waits = histogram(st, keys[at + 4], 'wait')
+    local ms = string.match(jobs[j + 1], '^%d+')
+    if jobs[j] ~= at or ms ~= last then
+      if run > 0 then
+        waits[b] = (waits[b] or 0) + run
+        waits.sum = waits.sum + waited * run
+      end
+      if jobs[j] ~= at then
+        at = jobs[j]
+        waits = histogram(st, keys[at + 4], 'wait')
+      end
+      last, run, b = ms, 0, 0
+      waited = now_ms - (tonumber(ms) or now_ms)
+      if waited > 0 then b = math.floor(math.log(waited + 1) / LN2) else waited = 0 end
     end
-    local id = jobs[j + 1]
-    local waited = now_ms - (tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1)) or now_ms)
-    local b = 0
-    if waited > 0 then
-      b = math.floor(math.log(waited + 1) / LN2)
-      waits.sum = waits.sum + waited
-    end
-    waits[b] = (waits[b] or 0) + 1
+    run = run + 1
+  end
+  if run > 0 then
+    waits[b] = (waits[b] or 0) + run
+    waits.sum = waits.sum + waited * run
   end
 end
 

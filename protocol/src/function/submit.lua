@@ -39,18 +39,21 @@
 -- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
 -- another job that is still waiting, dispatched or started, that job's id and status (the
 -- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
--- (the job's `unique_ttl` ms, or the broker's retention time), and nil. A holder that ended or
--- is gone releases the key to the next submit: nothing on the job path has to clear it.
-local function claim_unique(keys, job_key, job_id, u)
+-- (the job's `unique_ttl` ms, or the broker's retention time, read once a call through `cfg`),
+-- and nil. A holder that ended or is gone releases the key to the next submit: nothing on the
+-- job path has to clear it. The common case, a key no one holds, is one SET NX GET (Redis 7.0
+-- takes NX with GET): taken, and nil back; only a key someone holds is looked at further.
+local function claim_unique(cfg, job_key, job_id, u)
   local ukey = unique_key(ns_of(job_key, job_id), u[1])
-  local holder = redis.call('GET', ukey)
-  if holder and holder ~= job_id then
+  local ttl = u[2] or setting_arg(cfg, 'retention_ms', 86400000)
+  local holder = redis.call('SET', ukey, job_id, 'NX', 'GET', 'PX', ttl)
+  if not holder then return nil end
+  if holder ~= job_id then
     local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
     if status == 'waiting' or status == 'dispatched' or status == 'started' then
       return holder, status
     end
   end
-  local ttl = u[2] or setting_arg(settings(keys[4]), 'retention_ms', 86400000)
   redis.call('SET', ukey, job_id, 'PX', ttl)
   return nil
 end
@@ -73,12 +76,35 @@ local function note_dependent(prefix, deps, job_id)
 end
 
 -- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set beside
--- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays;
--- hero_expire takes it out with the job.
-local function index_tags(job_key, job_id, tags)
+-- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays, and
+-- a batch pays one SADD a tag, not one a job and tag: the ids are gathered in `index` (tag key ->
+-- ids, and `order`, the keys in first-seen order) and written by flush_tags. A batch's jobs
+-- mostly carry the same tags, so each distinct JSON text is decoded once (`index.decoded`).
+local function index_tags(index, job_key, job_id, tags)
   local ns = ns_of(job_key, job_id)
-  for _, t in ipairs(cjson.decode(tags)) do
-    redis.call('SADD', tag_key(ns, t), job_id)
+  local list = index.decoded[tags]
+  if not list then
+    list = cjson.decode(tags)
+    index.decoded[tags] = list
+  end
+  for _, t in ipairs(list) do
+    local k = tag_key(ns, t)
+    local ids = index[k]
+    if not ids then
+      ids = {}
+      index[k] = ids
+      index.order[#index.order + 1] = k
+    end
+    ids[#ids + 1] = job_id
+  end
+end
+
+local function flush_tags(index)
+  for _, k in ipairs(index.order) do
+    local ids = index[k]
+    for from = 1, #ids, 1000 do
+      redis.call('SADD', k, unpack(ids, from, math.min(#ids, from + 999)))
+    end
   end
 end
 
@@ -106,7 +132,7 @@ local function hero_submit(keys, args)
   end
   -- check the whole batch before the first write
   local at = {}
-  local parsed = {} -- stream -> its parts (see stream_parts)
+  local parsed = { good = {} } -- stream -> its parts (see stream_parts); good: see refuse
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once
@@ -180,7 +206,9 @@ local function hero_submit(keys, args)
   local answers = {}
   -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
   -- with the registry); while none, a submit asks the registry nothing
-  local cfg = settings(keys[4], { 'events_max', 'bridged' })
+  local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'retention_ms' } or { 'events_max', 'bridged' })
+  -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it
+  local tag_index = tagged and { order = {}, decoded = {} }
   local log = event_log(keys[5], cfg)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
@@ -210,7 +238,7 @@ local function hero_submit(keys, args)
     written[job_key] = true
     local holder, held = nil, nil
     if not existing and unique and unique[i] then
-      holder, held = claim_unique(keys, job_key, job_id, unique[i])
+      holder, held = claim_unique(cfg, job_key, job_id, unique[i])
     end
     local blocked, failed_dep = 0, nil
     if not existing and not holder and deps and deps[i] then
@@ -224,7 +252,7 @@ local function hero_submit(keys, args)
       -- a prerequisite ended error already: so does this job, at once, with the reason
       local reason = 'dependency failed: ' .. failed_dep
       redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso_now(), unpack(args, p + 3, p + 2 + count))
-      redis.call('PEXPIRE', job_key, setting_arg(settings(keys[4]), 'retention_ms', 86400000))
+      redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
       log_event(log, 'error', job_id, stream, nil, nil, reason)
       answers[2 * i - 1], answers[2 * i] = 'created', 'error'
     elseif blocked > 0 then
@@ -245,7 +273,7 @@ local function hero_submit(keys, args)
       end
       log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
-      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     elseif run_at and run_at > 0 then
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
@@ -253,7 +281,7 @@ local function hero_submit(keys, args)
       tally(st, stream, 'delayed', 1)
       log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
-      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     else
       local m = dual_push_mapping(cfg, bridges, stream, dual)
       local entry = append(stream, group, registry, job_id, known, nil, m and true)
@@ -274,7 +302,7 @@ local function hero_submit(keys, args)
         ids[#ids + 1] = job_id
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
-      if tagged and tagged[i] then index_tags(job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     end
   end
   if undated then
@@ -309,6 +337,7 @@ local function hero_submit(keys, args)
       end
     end
   end
+  if tag_index then flush_tags(tag_index) end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
   if st then flush_stats(st) end
   return answers

@@ -61,7 +61,8 @@ end
 -- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
 -- it names its `created_at` (a submit without one gets the server's time: see hero_submit):
 -- `args` from `from` to `to` are its field/value pairs, `stream`
--- its work stream; `parsed` caches stream_parts per stream for the call. Written out for the common case, a few fields of plain text: a table
+-- its work stream; `parsed` caches stream_parts per stream for the call, and in `parsed.good`
+-- the values found good (the caller makes it: { good = {} }). Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
@@ -76,8 +77,19 @@ local function refuse(job_id, stream, args, from, to, parsed)
       end
     else
       if kind ~= 'text' then
-        local why = bad_value(kind, v)
-        if why then return 'field `' .. name .. '` ' .. why end
+        -- the jobs of a batch mostly carry the same values (a type, tags, a timestamp of the
+        -- same millisecond): each value is checked once a call per form (`parsed.good`, form ->
+        -- value -> true); a JSON value is decoded to be checked, a pattern matched
+        local good = parsed.good[kind]
+        if not good then
+          good = {}
+          parsed.good[kind] = good
+        end
+        if not good[v] then
+          local why = bad_value(kind, v)
+          if why then return 'field `' .. name .. '` ' .. why end
+          good[v] = true
+        end
       end
       if name == 'script' then script = v
       elseif name == 'script_type' then stype = v
