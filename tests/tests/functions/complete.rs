@@ -398,3 +398,55 @@ async fn the_call_that_ends_a_job_gives_it_its_queue_retention() {
         "nothing is made for a lost delivery"
     );
 }
+
+/// The run-time histogram of a batch with mixed run times: every sample in its bucket (b =
+/// floor(log2(ms + 1))) and the sum exact, also where jobs in a row share a time (worked out once
+/// for the row) and where a job gives none (no sample).
+#[tokio::test]
+async fn run_samples_of_a_batch_land_in_their_buckets() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut held = Vec::new();
+    for id in ["r1", "r2", "r3", "r4", "r5", "r6"] {
+        held.push(submit_and_fetch(&c, id).await);
+    }
+    let stream = held[0].0.clone();
+    let now = clock::now_iso();
+    let mut batch = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag(), "g:a:1");
+    let ids: Vec<JobId> = ["r1", "r2", "r3", "r4", "r5", "r6"]
+        .iter()
+        .map(|s| JobId::new(*s).unwrap())
+        .collect();
+    let ran = [Some(0), Some(5), Some(5), Some(300), None, Some(5)];
+    for ((id, (_, lease)), ms) in ids.iter().zip(&held).zip(ran) {
+        batch.push(Ended {
+            held: Leased {
+                id,
+                stream: &stream,
+                lease,
+                reply: "",
+            },
+            ending: Ending::Done,
+            text: "",
+            retry_at_ms: clock::now_ms() + 60_000,
+            ran: ms.map(Duration::from_millis),
+        });
+    }
+    let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
+    let answers = Completion::decode_many(&v, ids.len()).unwrap();
+    assert!(answers.iter().all(|a| *a == Completion::Completed), "{answers:?}");
+    let mut raw = server.conn().await;
+    let stats: std::collections::HashMap<String, String> =
+        raw.hgetall(c.keys().stats()).await.unwrap();
+    let field = |b: &str| stats.get(&format!("{stream}|run|{b}")).cloned();
+    assert_eq!(field("0").as_deref(), Some("1"), "0 ms: bucket 0 ({stats:?})");
+    assert_eq!(field("2").as_deref(), Some("3"), "5 ms three times: bucket 2");
+    assert_eq!(field("8").as_deref(), Some("1"), "300 ms: bucket 8");
+    assert_eq!(field("sum").as_deref(), Some("315"), "the sum of every sample");
+    let samples: u64 = stats
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("{stream}|run|")) && !k.ends_with("|sum"))
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(samples, 5, "one sample a job that gave its run time");
+}

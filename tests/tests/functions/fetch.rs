@@ -373,3 +373,63 @@ async fn a_fetch_naming_only_registered_streams_is_told_when_the_registry_moved(
         "a pause announces"
     );
 }
+
+/// The wait histogram of one fetch over entries of different ages: each job's wait (its entry's
+/// age) in its bucket, jobs of one millisecond counted together, and the sum of every wait.
+#[tokio::test]
+async fn wait_samples_of_a_fetch_land_in_their_buckets() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let stream = c.keys().work(&Target::of_type(t("aged")), Priority::DEFAULT);
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream)
+        .arg(CONSUMER_GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = raw.sadd(c.keys().queues(), &stream).await.unwrap();
+    let now = clock::now_ms();
+    // two entries 5 s old (one millisecond), one 300 ms old: buckets 12 (5000..8191 ms waited)
+    // and 8 (300..510), with room for a slow machine between the XADDs and the fetch
+    let entries = [
+        ("w1", format!("{}-0", now - 5000)),
+        ("w2", format!("{}-1", now - 5000)),
+        ("w3", format!("{}-0", now - 300)),
+    ];
+    for (id, entry) in &entries {
+        let _: () = raw
+            .hset_multiple(
+                c.keys().job(&JobId::new(*id).unwrap()),
+                &[("status", "dispatched"), ("script", "x"), ("script_type", "aged")],
+            )
+            .await
+            .unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg(&stream)
+            .arg(entry)
+            .arg("j")
+            .arg(id)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 10).await;
+    let fetched_at = clock::now_ms();
+    assert_eq!(got.jobs.len(), 3);
+    let stats: std::collections::HashMap<String, String> =
+        raw.hgetall(c.keys().stats()).await.unwrap();
+    let field = |b: &str| stats.get(&format!("{stream}|wait|{b}")).cloned();
+    assert_eq!(field("12").as_deref(), Some("2"), "5 s twice ({stats:?})");
+    assert_eq!(field("8").as_deref(), Some("1"), "300 ms once ({stats:?})");
+    let sum: u64 = field("sum").unwrap().parse().unwrap();
+    let least = 2 * 5000 + 300;
+    let most = least + 3 * (fetched_at - now);
+    assert!(
+        (least..=most).contains(&sum),
+        "the waits' sum {sum} is between {least} and {most}"
+    );
+}
