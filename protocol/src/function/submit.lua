@@ -132,7 +132,7 @@ local function hero_submit(keys, args)
   end
   -- check the whole batch before the first write
   local at = {}
-  local parsed = { good = {} } -- stream -> its parts (see stream_parts); good: see refuse
+  local parsed = { good = n > 1 and {} or nil } -- stream -> its parts (see stream_parts); good: see refuse
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once

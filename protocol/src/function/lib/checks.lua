@@ -62,7 +62,8 @@ end
 -- it names its `created_at` (a submit without one gets the server's time: see hero_submit):
 -- `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call, and in `parsed.good`
--- the values found good (the caller makes it: { good = {} }). Written out for the common case, a few fields of plain text: a table
+-- the values found good (the caller makes it, { good = {} }, for a call of several jobs: for one
+-- job the tables would cost more than they save). Written out for the common case, a few fields of plain text: a table
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
@@ -80,15 +81,16 @@ local function refuse(job_id, stream, args, from, to, parsed)
         -- the jobs of a batch mostly carry the same values (a type, tags, a timestamp of the
         -- same millisecond): each value is checked once a call per form (`parsed.good`, form ->
         -- value -> true); a JSON value is decoded to be checked, a pattern matched
-        local good = parsed.good[kind]
-        if not good then
+        local memo = parsed.good
+        local good = memo and memo[kind]
+        if memo and not good then
           good = {}
-          parsed.good[kind] = good
+          memo[kind] = good
         end
-        if not good[v] then
+        if not (good and good[v]) then
           local why = bad_value(kind, v)
           if why then return 'field `' .. name .. '` ' .. why end
-          good[v] = true
+          if good then good[v] = true end
         end
       end
       if name == 'script' then script = v
