@@ -188,10 +188,7 @@ impl Report {
             Side::Ours => None,
             Side::Peer(p) => Some(p),
         };
-        self.runs
-            .entry((scenario, side))
-            .or_default()
-            .push(figures);
+        self.runs.entry((scenario, side)).or_default().push(figures);
     }
 
     fn medians(&self, scenario: Scenario, side: Option<PeerKind>, key: &str) -> Option<f64> {

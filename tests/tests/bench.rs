@@ -72,7 +72,11 @@ fn a_short_bench_run_reports_every_scenario() {
     );
     assert!(figure("memory", "bytes_per_waiting_job") > 0.0);
     assert!(report["rows"][0]["peer"].is_null(), "no peer was asked for");
-    assert_eq!(report["peers"], serde_json::json!([]), "no peer was asked for");
+    assert_eq!(
+        report["peers"],
+        serde_json::json!([]),
+        "no peer was asked for"
+    );
     // --latency-trace: a line per job of the latency scenario (200 offered), each made before
     // its submit was answered and before it started
     let trace = std::fs::read_to_string(&trace_file).unwrap();
@@ -241,4 +245,29 @@ fn a_short_sharded_run_reports_each_shard_count() {
         assert!(row["jobs_per_sec"].as_f64().unwrap() > 0.0);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--peer apalis` without the apalis peer's program says where it looked and how to build it,
+/// before it starts anything.
+#[test]
+fn a_peer_that_is_not_built_is_named_with_how_to_build_it() {
+    let out = Command::new(binary("hero-bench"))
+        .args([
+            "--peer",
+            "apalis-nolock",
+            "--only",
+            "end-to-end",
+            "--rounds",
+            "1",
+        ])
+        .args(["--apalis-bin", "/nonexistent/hero-bench-apalis"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/nonexistent/hero-bench-apalis")
+            && stderr.contains("benches/apalis/Cargo.toml"),
+        "{stderr}"
+    );
 }

@@ -46,7 +46,9 @@ struct Opts {
 
 fn opts() -> Result<Opts, Error> {
     let mut args = std::env::args().skip(1);
-    let scenario = args.next().ok_or("usage: hero-bench-apalis <scenario> --url URL ...")?;
+    let scenario = args
+        .next()
+        .ok_or("usage: hero-bench-apalis <scenario> --url URL ...")?;
     let mut o = Opts {
         scenario,
         url: String::new(),
@@ -189,8 +191,14 @@ async fn cpu_record(
 ) -> Result<(), Error> {
     let own = own_cpu();
     let redis = redis_cpu(c).await?;
-    out.insert("client_us_per_job".into(), ((own - mark.own) * 1e6 / jobs as f64).into());
-    out.insert("redis_us_per_job".into(), ((redis - mark.redis) * 1e6 / jobs as f64).into());
+    out.insert(
+        "client_us_per_job".into(),
+        ((own - mark.own) * 1e6 / jobs as f64).into(),
+    );
+    out.insert(
+        "redis_us_per_job".into(),
+        ((redis - mark.redis) * 1e6 / jobs as f64).into(),
+    );
     Ok(())
 }
 
@@ -222,7 +230,10 @@ async fn submit_bulk(o: &Opts, n: u64) -> Result<(), Error> {
                 }
                 let size = batch.min(n - from);
                 let jobs = (0..size).map(|_| Noop { t: now_us() }).collect();
-                store.push_bulk(jobs).await.map_err(|e| format!("push_bulk: {e}"))?;
+                store
+                    .push_bulk(jobs)
+                    .await
+                    .map_err(|e| format!("push_bulk: {e}"))?;
             }
         });
     }
@@ -237,10 +248,7 @@ async fn submit_bulk(o: &Opts, n: u64) -> Result<(), Error> {
 /// on, Lua's unpack limit fails that fetch and the worker stops. A backlog of 100,000 cannot
 /// start, so before a timed section that starts on a backlog this does the same move in slices
 /// with plain commands, outside the timing (it favours the peer: the move is part of its cost).
-async fn promote_backlog(
-    o: &Opts,
-    c: &mut redis::aio::MultiplexedConnection,
-) -> Result<(), Error> {
+async fn promote_backlog(o: &Opts, c: &mut redis::aio::MultiplexedConnection) -> Result<(), Error> {
     let cfg = config(o);
     loop {
         let ids: Vec<String> = redis::cmd("ZRANGE")
@@ -268,7 +276,11 @@ async fn promote_backlog(
 
 /// A worker of `--concurrency`, and the listener on apalis's completion channel that counts
 /// `n` completions. Resolves when all `n` are done, then stops the worker.
-async fn run_worker(o: &Opts, n: u64, ready: tokio::sync::oneshot::Sender<()>) -> Result<(), Error> {
+async fn run_worker(
+    o: &Opts,
+    n: u64,
+    ready: tokio::sync::oneshot::Sender<()>,
+) -> Result<(), Error> {
     let client = redis::Client::open(o.url.as_str())?;
     let mut pubsub = client.get_async_pubsub().await?;
     pubsub
@@ -276,7 +288,11 @@ async fn run_worker(o: &Opts, n: u64, ready: tokio::sync::oneshot::Sender<()>) -
         .await?;
     let store = storage(o).await?;
     static WORKERS: AtomicU64 = AtomicU64::new(0);
-    let name = format!("bench-{}-{}", std::process::id(), WORKERS.fetch_add(1, Ordering::Relaxed));
+    let name = format!(
+        "bench-{}-{}",
+        std::process::id(),
+        WORKERS.fetch_add(1, Ordering::Relaxed)
+    );
     let worker = WorkerBuilder::new(name)
         .backend(store)
         .concurrency(o.concurrency)
@@ -338,7 +354,10 @@ async fn main_async() -> Result<(), Error> {
             let cpu = cpu_mark(&mut probe).await?;
             let t0 = Instant::now();
             submit_bulk(&o, o.jobs).await?;
-            out.insert("jobs_per_s".into(), (o.jobs as f64 / t0.elapsed().as_secs_f64()).into());
+            out.insert(
+                "jobs_per_s".into(),
+                (o.jobs as f64 / t0.elapsed().as_secs_f64()).into(),
+            );
             cpu_record(&cpu, &mut probe, o.jobs, &mut out).await?;
         }
         "worker-concurrent" => {
@@ -349,14 +368,18 @@ async fn main_async() -> Result<(), Error> {
             let t0 = Instant::now();
             let (tx, _rx) = tokio::sync::oneshot::channel();
             run_worker(&o, o.jobs, tx).await?;
-            out.insert("jobs_per_s".into(), (o.jobs as f64 / t0.elapsed().as_secs_f64()).into());
+            out.insert(
+                "jobs_per_s".into(),
+                (o.jobs as f64 / t0.elapsed().as_secs_f64()).into(),
+            );
             cpu_record(&cpu, &mut probe, o.jobs, &mut out).await?;
         }
         "end-to-end" => {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let worker = run_worker(&o, o.jobs, tx);
             let load = async {
-                rx.await.map_err(|_| "the worker ended before it was ready")?;
+                rx.await
+                    .map_err(|_| "the worker ended before it was ready")?;
                 let cpu = cpu_mark(&mut probe).await?;
                 let t0 = Instant::now();
                 submit_bulk(&o, o.jobs).await?;
@@ -365,9 +388,14 @@ async fn main_async() -> Result<(), Error> {
             let (w, l) = tokio::join!(worker, load);
             w?;
             let (cpu, t0) = l?;
-            out.insert("jobs_per_s".into(), (o.jobs as f64 / t0.elapsed().as_secs_f64()).into());
+            out.insert(
+                "jobs_per_s".into(),
+                (o.jobs as f64 / t0.elapsed().as_secs_f64()).into(),
+            );
             cpu_record(&cpu, &mut probe, o.jobs, &mut out).await?;
-            let (p50, p99, max) = pcts(std::mem::take(&mut *seen().start.lock().map_err(|_| "poisoned")?));
+            let (p50, p99, max) = pcts(std::mem::take(
+                &mut *seen().start.lock().map_err(|_| "poisoned")?,
+            ));
             out.insert("start_p50_ms".into(), p50.into());
             out.insert("start_p99_ms".into(), p99.into());
             out.insert("start_max_ms".into(), max.into());
@@ -377,7 +405,8 @@ async fn main_async() -> Result<(), Error> {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let worker = run_worker(&o, total, tx);
             let load = async {
-                rx.await.map_err(|_| "the worker ended before it was ready")?;
+                rx.await
+                    .map_err(|_| "the worker ended before it was ready")?;
                 let cpu = cpu_mark(&mut probe).await?;
                 let store = storage(&o).await?;
                 let t0 = Instant::now();
@@ -405,14 +434,21 @@ async fn main_async() -> Result<(), Error> {
             let (w, l) = tokio::join!(worker, load);
             w?;
             let (cpu, t0) = l?;
-            out.insert("offered_per_s".into(), (total as f64 / t0.elapsed().as_secs_f64()).into());
+            out.insert(
+                "offered_per_s".into(),
+                (total as f64 / t0.elapsed().as_secs_f64()).into(),
+            );
             cpu_record(&cpu, &mut probe, total, &mut out).await?;
             let s = seen();
-            let (p50, p99, max) = pcts(std::mem::take(&mut *s.start.lock().map_err(|_| "poisoned")?));
+            let (p50, p99, max) = pcts(std::mem::take(
+                &mut *s.start.lock().map_err(|_| "poisoned")?,
+            ));
             out.insert("start_p50_ms".into(), p50.into());
             out.insert("start_p99_ms".into(), p99.into());
             out.insert("start_max_ms".into(), max.into());
-            let (p50, p99, max) = pcts(std::mem::take(&mut *s.result.lock().map_err(|_| "poisoned")?));
+            let (p50, p99, max) = pcts(std::mem::take(
+                &mut *s.result.lock().map_err(|_| "poisoned")?,
+            ));
             out.insert("result_p50_ms".into(), p50.into());
             out.insert("result_p99_ms".into(), p99.into());
             out.insert("result_max_ms".into(), max.into());
@@ -435,8 +471,14 @@ async fn main_async() -> Result<(), Error> {
             run_worker(&o, o.jobs, tx).await?;
             tokio::time::sleep(Duration::from_secs(1)).await;
             let after = used_memory(&mut probe).await?;
-            out.insert("bytes_per_waiting_job".into(), ((full - base) / o.jobs as f64).into());
-            out.insert("after_drain_pct".into(), ((after - base) * 100.0 / base).into());
+            out.insert(
+                "bytes_per_waiting_job".into(),
+                ((full - base) / o.jobs as f64).into(),
+            );
+            out.insert(
+                "after_drain_pct".into(),
+                ((after - base) * 100.0 / base).into(),
+            );
         }
         other => return Err(format!("unknown scenario {other}").into()),
     }
@@ -446,7 +488,10 @@ async fn main_async() -> Result<(), Error> {
 
 fn main() {
     // one thread, as hero-bench's own side and the Node peer run
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("apalis peer: cannot start the runtime: {e}");

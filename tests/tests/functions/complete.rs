@@ -434,15 +434,30 @@ async fn run_samples_of_a_batch_land_in_their_buckets() {
     }
     let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
     let answers = Completion::decode_many(&v, ids.len()).unwrap();
-    assert!(answers.iter().all(|a| *a == Completion::Completed), "{answers:?}");
+    assert!(
+        answers.iter().all(|a| *a == Completion::Completed),
+        "{answers:?}"
+    );
     let mut raw = server.conn().await;
     let stats: std::collections::HashMap<String, String> =
         raw.hgetall(c.keys().stats()).await.unwrap();
     let field = |b: &str| stats.get(&format!("{stream}|run|{b}")).cloned();
-    assert_eq!(field("0").as_deref(), Some("1"), "0 ms: bucket 0 ({stats:?})");
-    assert_eq!(field("2").as_deref(), Some("3"), "5 ms three times: bucket 2");
+    assert_eq!(
+        field("0").as_deref(),
+        Some("1"),
+        "0 ms: bucket 0 ({stats:?})"
+    );
+    assert_eq!(
+        field("2").as_deref(),
+        Some("3"),
+        "5 ms three times: bucket 2"
+    );
     assert_eq!(field("8").as_deref(), Some("1"), "300 ms: bucket 8");
-    assert_eq!(field("sum").as_deref(), Some("315"), "the sum of every sample");
+    assert_eq!(
+        field("sum").as_deref(),
+        Some("315"),
+        "the sum of every sample"
+    );
     let samples: u64 = stats
         .iter()
         .filter(|(k, _)| k.starts_with(&format!("{stream}|run|")) && !k.ends_with("|sum"))

@@ -381,7 +381,9 @@ async fn wait_samples_of_a_fetch_land_in_their_buckets() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut raw = server.conn().await;
-    let stream = c.keys().work(&Target::of_type(t("aged")), Priority::DEFAULT);
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("aged")), Priority::DEFAULT);
     let _: () = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(&stream)
@@ -404,7 +406,11 @@ async fn wait_samples_of_a_fetch_land_in_their_buckets() {
         let _: () = raw
             .hset_multiple(
                 c.keys().job(&JobId::new(*id).unwrap()),
-                &[("status", "dispatched"), ("script", "x"), ("script_type", "aged")],
+                &[
+                    ("status", "dispatched"),
+                    ("script", "x"),
+                    ("script_type", "aged"),
+                ],
             )
             .await
             .unwrap();
