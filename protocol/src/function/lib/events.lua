@@ -33,6 +33,12 @@ end
 -- Redis ~5 k instructions a job. Returns the id of the last entry written (see log_event).
 local function log_shared(log, event, ids, queue, worker, attempts)
   if not log or #ids == 0 then return nil end
+  -- one search of the ids run together instead of one an id (a C call a job): only when some
+  -- id holds a space is each one looked at
+  if not string.find(table.concat(ids), ' ', 1, true) then
+    return log_event(log, event, table.concat(ids, ' '), queue, worker,
+      attempts and table.concat(attempts, ' '))
+  end
   for k = 1, #ids do
     if string.find(ids[k], ' ', 1, true) then
       local plain, plain_attempts = {}, {}
