@@ -101,7 +101,9 @@ local function hero_complete(keys, args)
     local failed, retries, runs = 0, 0, nil
     local last_ran, ran, ran_bucket = nil, nil, 0 -- the last run-time sample's text, number, bucket
     local all_held = ack(stream, group, b.ids) == #b.ids
-    for _, i in ipairs(b.jobs) do
+    local jobs = b.jobs
+    for k = 1, #jobs do -- not ipairs: its iterator is a C call a job
+      local i = jobs[k]
       local a = 7 * i
       local job_key, outcome, text = keys[7 + 3 * i], args[8 + a], args[9 + a]
       local answer

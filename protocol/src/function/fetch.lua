@@ -251,7 +251,8 @@ local function claim_from(f, i)
       f.last_read[i] = read[#read][1]
     end
     local whole_now, want = f.whole and (short or f.always), f.want
-    for _, e in ipairs(read) do
+    for k = 1, #read do -- not ipairs: its iterator is a C call an entry
+      local e = read[k]
       local id, fields = e[1], e[2]
       -- an entry of a first delivery names the job only: read here, not through entry_fields
       local job_id, before, dual, wake

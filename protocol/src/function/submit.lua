@@ -214,6 +214,7 @@ local function hero_submit(keys, args)
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
   local known = {} -- streams seen to exist in this call
+  local bridged = setting(cfg, 'bridged', 0) > 0 -- see dual_push_mapping
   local now_ms
   -- Whether any job of the batch exists already, with one EXISTS over all their keys: a new
   -- job's id is new, and asking each record for its status cost a call a job (a third of the
@@ -283,8 +284,15 @@ local function hero_submit(keys, args)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     else
-      local m = dual_push_mapping(cfg, bridges, stream, dual)
-      local entry = append(stream, group, registry, job_id, known, nil, m and true)
+      -- the common case written out: no dual-push mapping, the stream registered earlier in
+      -- this call (two Lua calls a job cost ~1.6 k instructions)
+      local m = bridged and dual_push_mapping(cfg, bridges, stream, dual)
+      local entry
+      if not m and known[stream] then
+        entry = redis.call('XADD', stream, '*', 'j', job_id)
+      else
+        entry = append(stream, group, registry, job_id, known, nil, m and true)
+      end
       if m then
         now_ms = now_ms or server_ms()
         redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
