@@ -1931,22 +1931,45 @@ local function drop(f, i, stream, id, job_id, why)
 end
 
 -- The record of a job leased with a whole read (`rec`, HGETALL's pairs) as the lease's HSET left
--- it, for a short fetch to hand back.
+-- it, for a fetch to hand back: the lease's fields replaced where the record has them, appended in
+-- the HSET's order where it has not. Compared by name in one pass: a table of the fields a job
+-- (and a list literal to walk) cost more than the compares.
 local function as_leased(rec, id, consumer, now_iso, counted)
-  local set = { status = 'started', lease = id, worker_id = consumer, started_at = now_iso,
-    attempts = counted and tostring(counted + 1) or nil }
+  local attempts = counted and tostring(counted + 1) or nil
+  local status, lease, worker, started, tries = false, false, false, false, not attempts
   for k = 1, #rec, 2 do
-    local v = set[rec[k]]
-    if v then
-      rec[k + 1] = v
-      set[rec[k]] = nil
+    local name = rec[k]
+    if name == 'status' then
+      rec[k + 1], status = 'started', true
+    elseif name == 'lease' then
+      rec[k + 1], lease = id, true
+    elseif name == 'worker_id' then
+      rec[k + 1], worker = consumer, true
+    elseif name == 'started_at' then
+      rec[k + 1], started = now_iso, true
+    elseif name == 'attempts' and attempts then
+      rec[k + 1], tries = attempts, true
     end
   end
-  for _, name in ipairs({ 'status', 'lease', 'worker_id', 'started_at', 'attempts' }) do
-    if set[name] then
-      rec[#rec + 1] = name
-      rec[#rec + 1] = set[name]
-    end
+  if not status then
+    rec[#rec + 1] = 'status'
+    rec[#rec + 1] = 'started'
+  end
+  if not lease then
+    rec[#rec + 1] = 'lease'
+    rec[#rec + 1] = id
+  end
+  if not worker then
+    rec[#rec + 1] = 'worker_id'
+    rec[#rec + 1] = consumer
+  end
+  if not started then
+    rec[#rec + 1] = 'started_at'
+    rec[#rec + 1] = now_iso
+  end
+  if not tries then
+    rec[#rec + 1] = 'attempts'
+    rec[#rec + 1] = attempts
   end
   return rec
 end

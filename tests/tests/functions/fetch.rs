@@ -239,6 +239,13 @@ async fn a_short_fetch_hands_back_the_records_when_asked() {
             .clone()
             .expect("a short fetch hands the record back");
         let key = c.keys().job(&d.job_id);
+        // the record handed back is the record as written, field for field (the lease's fields
+        // patched into the read made before the write)
+        let handed: std::collections::HashMap<String, String> =
+            redis::FromRedisValue::from_redis_value(record.clone()).unwrap();
+        let mut raw = server.conn().await;
+        let stored: std::collections::HashMap<String, String> = raw.hgetall(&key).await.unwrap();
+        assert_eq!(handed, stored, "{}", d.job_id);
         let job = match function::read_fetched(&key, record, &d.entry).unwrap() {
             function::Fetched::Leased { job, .. } => job.unwrap(),
             function::Fetched::Stale => panic!("the record handed back carries the lease"),
@@ -438,4 +445,50 @@ async fn wait_samples_of_a_fetch_land_in_their_buckets() {
         (least..=most).contains(&sum),
         "the waits' sum {sum} is between {least} and {most}"
     );
+}
+
+/// A retried job's record handed back by a fetch (the record still holds the worker and start
+/// of its first run, and counts attempts) is the record as written: the lease's fields replaced
+/// in place, attempts counted on.
+#[tokio::test]
+async fn a_retried_record_handed_back_is_the_record_as_written() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let job = NewJob::builder("osis", "x")
+        .id("again")
+        .retries(1)
+        .build()
+        .unwrap();
+    c.submit(&job).await.unwrap();
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("osis")), Priority::DEFAULT);
+    let first = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 1).await;
+    let lease = first.jobs[0].entry.clone();
+    let answers = complete_batch(&c, &stream, &[("again", &lease, "", Ending::Fail, "once")]).await;
+    assert_eq!(answers, [Completion::Retrying]);
+    let cmd = function::promote(c.keys(), job.id(), &stream, &clock::now_iso());
+    let _: redis::Value = c.redis().query(&cmd).await.unwrap();
+    let cmd = function::fetch_limited(
+        c.keys(),
+        std::slice::from_ref(&stream),
+        "g:b:2",
+        5,
+        c.redis().caps().xackdel_flag(),
+        "",
+        function::Records::WhenShort,
+    );
+    let v: redis::Value = c.redis().query(&cmd).await.unwrap();
+    let got = FetchReply::decode_owned(v).unwrap();
+    assert_eq!(got.jobs.len(), 1);
+    let d = &got.jobs[0];
+    let handed: std::collections::HashMap<String, String> =
+        redis::FromRedisValue::from_redis_value(d.record.clone().expect("handed back")).unwrap();
+    let mut raw = server.conn().await;
+    let stored: std::collections::HashMap<String, String> =
+        raw.hgetall(c.keys().job(&d.job_id)).await.unwrap();
+    assert_eq!(handed, stored);
+    assert_eq!(stored.get("worker_id").map(String::as_str), Some("g:b:2"));
+    assert_eq!(stored.get("attempts").map(String::as_str), Some("2"));
+    assert_eq!(stored.get("lease"), Some(&d.entry));
 }
