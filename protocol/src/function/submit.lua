@@ -77,9 +77,9 @@ end
 
 -- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set beside
 -- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays, and
--- a batch pays one SADD a tag, not one a job and tag: the ids are gathered in `index` (tag key ->
--- ids, and `order`, the keys in first-seen order) and written by flush_tags. A batch's jobs
--- mostly carry the same tags, so each distinct JSON text is decoded once (`index.decoded`).
+-- a batch pays one SADD a tag, not one a job and tag: the ids are gathered in `index.ids` (tag
+-- key -> ids; `index.order`, the keys in first-seen order) and written by flush_tags. A batch's
+-- jobs mostly carry the same tags, so each distinct JSON text is decoded once (`index.decoded`).
 local function index_tags(index, job_key, job_id, tags)
   local ns = ns_of(job_key, job_id)
   local list = index.decoded[tags]
@@ -89,10 +89,10 @@ local function index_tags(index, job_key, job_id, tags)
   end
   for _, t in ipairs(list) do
     local k = tag_key(ns, t)
-    local ids = index[k]
+    local ids = index.ids[k]
     if not ids then
       ids = {}
-      index[k] = ids
+      index.ids[k] = ids
       index.order[#index.order + 1] = k
     end
     ids[#ids + 1] = job_id
@@ -101,7 +101,7 @@ end
 
 local function flush_tags(index)
   for _, k in ipairs(index.order) do
-    local ids = index[k]
+    local ids = index.ids[k]
     for from = 1, #ids, 1000 do
       redis.call('SADD', k, unpack(ids, from, math.min(#ids, from + 999)))
     end
@@ -208,7 +208,7 @@ local function hero_submit(keys, args)
   -- with the registry); while none, a submit asks the registry nothing
   local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'retention_ms' } or { 'events_max', 'bridged' })
   -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it
-  local tag_index = tagged and { order = {}, decoded = {} }
+  local tag_index = tagged and { ids = {}, order = {}, decoded = {} }
   local log = event_log(keys[5], cfg)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
