@@ -241,11 +241,7 @@ async fn a_short_fetch_hands_back_the_records_when_asked() {
         let key = c.keys().job(&d.job_id);
         // the record handed back is the record as written, field for field (the lease's fields
         // patched into the read made before the write)
-        let handed: std::collections::HashMap<String, String> =
-            redis::FromRedisValue::from_redis_value(record.clone()).unwrap();
-        let mut raw = server.conn().await;
-        let stored: std::collections::HashMap<String, String> = raw.hgetall(&key).await.unwrap();
-        assert_eq!(handed, stored, "{}", d.job_id);
+        handed_back_as_stored(&server, &key, &record).await;
         let job = match function::read_fetched(&key, record, &d.entry).unwrap() {
             function::Fetched::Leased { job, .. } => job.unwrap(),
             function::Fetched::Stale => panic!("the record handed back carries the lease"),
@@ -482,13 +478,28 @@ async fn a_retried_record_handed_back_is_the_record_as_written() {
     let got = FetchReply::decode_owned(v).unwrap();
     assert_eq!(got.jobs.len(), 1);
     let d = &got.jobs[0];
-    let handed: std::collections::HashMap<String, String> =
-        redis::FromRedisValue::from_redis_value(d.record.clone().expect("handed back")).unwrap();
-    let mut raw = server.conn().await;
-    let stored: std::collections::HashMap<String, String> =
-        raw.hgetall(c.keys().job(&d.job_id)).await.unwrap();
-    assert_eq!(handed, stored);
+    let stored = handed_back_as_stored(
+        &server,
+        &c.keys().job(&d.job_id),
+        d.record.as_ref().expect("handed back"),
+    )
+    .await;
     assert_eq!(stored.get("worker_id").map(String::as_str), Some("g:b:2"));
     assert_eq!(stored.get("attempts").map(String::as_str), Some("2"));
     assert_eq!(stored.get("lease"), Some(&d.entry));
+}
+
+/// Asserts that a record a fetch handed back equals the record stored at `key`, field for
+/// field; returns the stored one.
+async fn handed_back_as_stored(
+    server: &RedisServer,
+    key: &str,
+    record: &redis::Value,
+) -> std::collections::HashMap<String, String> {
+    let handed: std::collections::HashMap<String, String> =
+        redis::FromRedisValue::from_redis_value(record.clone()).unwrap();
+    let mut raw = server.conn().await;
+    let stored: std::collections::HashMap<String, String> = raw.hgetall(key).await.unwrap();
+    assert_eq!(handed, stored, "{key}");
+    stored
 }
