@@ -97,7 +97,7 @@ def cycle(r, streams, view):
     record = dict(zip(records[0][::2], records[0][1::2]))
     answers = r.fcall(fn("complete"), 9, "hero:meta:delayed", "hero:meta:config", "hero:meta:retention",
                       "hero:meta:events", "hero:meta:stats", "hero:meta:queues", "hero:job:" + job, STREAM,
-                      "hero:q:reply:" + job, *complete_head(job), jobs[1], "done", "", 0, job,
+                      "hero:q:reply:" + job if record.get("reply") else STREAM, *complete_head(job), jobs[1], "done", "", 0, job,
                       record.get("reply", ""), 1)
     assert answers == ["completed"], answers
     yield "complete", answers
@@ -278,7 +278,9 @@ def main():
                     "hero:meta:stats", "hero:meta:queues"]
             argv = complete_head(" ".join(job for _, _, job in fetched[b:b + complete_batch]))
             for _, entry, job in fetched[b:b + complete_batch]:
-                keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job]
+                # the Rust worker passes the stream for the reply list of a job no one waits on
+                reply = records[job].get("reply", "")
+                keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job if reply else STREAM]
                 argv += [entry, "done", "", 0, job, records[job].get("reply", ""), 1]
             answers = r.fcall(fn("complete"), len(keys), *keys, *argv)
             assert all(a == "completed" for a in answers), answers

@@ -465,3 +465,100 @@ async fn run_samples_of_a_batch_land_in_their_buckets() {
         .sum();
     assert_eq!(samples, 5, "one sample a job that gave its run time");
 }
+
+/// A job no one waits on has no reply list to answer: the worker passes its stream in that
+/// key's place (one string fewer for Redis to make a job), and the completion never touches
+/// that key, for a success or a failure; a job someone waits on is answered on its own list.
+#[tokio::test]
+async fn a_job_no_one_waits_on_has_its_stream_for_a_reply_list_and_is_never_answered() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (stream, quiet) = submit_and_fetch(&c, "quiet").await;
+    let (_, failed) = submit_and_fetch(&c, "failed").await;
+    let (_, waited) = submit_and_fetch(&c, "waited").await;
+    let mut raw = server.conn().await;
+    let _: () = raw.hset(job_key("waited"), "reply", "1").await.unwrap();
+    let now = clock::now_iso();
+    let mut batch = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag(), "g:a:1");
+    let ids: Vec<JobId> = ["quiet", "failed", "waited"]
+        .iter()
+        .map(|s| JobId::new(*s).unwrap())
+        .collect();
+    for ((id, lease), (reply, ending)) in ids.iter().zip([&quiet, &failed, &waited]).zip([
+        ("", Ending::Done),
+        ("", Ending::Abort),
+        ("1", Ending::Done),
+    ]) {
+        batch.push(Ended {
+            held: Leased {
+                id,
+                stream: &stream,
+                lease,
+                reply,
+            },
+            ending,
+            text: "out",
+            retry_at_ms: 0,
+            ran: None,
+        });
+    }
+    let cmd = batch.call().into_cmd();
+    let words: Vec<String> = cmd
+        .args_iter()
+        .filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+        .collect();
+    // FCALL name numkeys, then 6 keys, then 3 a job: job hash, stream, reply list
+    let reply_slot = |i: usize| words[3 + 6 + 3 * i + 2].clone();
+    assert_eq!(reply_slot(0), stream, "a job no one waits on: its stream");
+    assert_eq!(reply_slot(1), stream);
+    assert_eq!(reply_slot(2), c.keys().reply(&ids[2]), "a waited job: its reply list");
+    let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
+    let answers = Completion::decode_many(&v, 3).unwrap();
+    assert_eq!(answers, [Completion::Completed; 3]);
+    let kind: String = redis::cmd("TYPE").arg(&stream).query_async(&mut raw).await.unwrap();
+    assert_eq!(kind, "stream");
+    let answered: Vec<String> = raw.lrange(c.keys().reply(&ids[2]), 0, -1).await.unwrap();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    for quiet in &ids[..2] {
+        let n: usize = raw.exists(c.keys().reply(quiet)).await.unwrap();
+        assert_eq!(n, 0, "{quiet}: no one waits, no reply list");
+    }
+
+    // the function's side of it: a key given for a job with no `reply` is never written, for
+    // a success or a failure
+    for (id, ending) in [("s-done", "done"), ("s-abort", "abort")] {
+        let (_, lease) = submit_and_fetch(&c, id).await;
+        let sentinel = format!("hero:sentinel:{id}");
+        let mut call = Function::Complete.unchecked(&[
+            c.keys().delayed(),
+            c.keys().config(),
+            c.keys().retention(),
+            c.keys().events(),
+            c.keys().stats(),
+            c.keys().queues(),
+            c.keys().job(&JobId::new(id).unwrap()),
+            stream.clone(),
+            sentinel.clone(),
+        ]);
+        call.arg(CONSUMER_GROUP)
+            .arg(&now)
+            .arg(c.redis().caps().xackdel_flag())
+            .arg(id)
+            .arg("g:a:1")
+            .arg("")
+            .arg(&lease)
+            .arg(ending)
+            .arg("text")
+            .arg(0)
+            .arg(id)
+            .arg("")
+            .arg("");
+        let v: redis::Value = c.redis().query(&call).await.unwrap();
+        assert_eq!(Completion::decode_many(&v, 1).unwrap(), [Completion::Completed]);
+        let n: usize = raw.exists(&sentinel).await.unwrap();
+        assert_eq!(n, 0, "{ending}: the key in the reply list's place is never touched");
+    }
+}
