@@ -153,6 +153,81 @@ def ceiling(r, n, submit_batch, fetch_batch, complete_batch, instructions):
     return instructions()
 
 
+# The least a library of server functions does for a job with a record, a status check at fetch,
+# a lease and a fenced completion: no event log, no stats, no checks at submit, no precedence
+# over several streams, no trimming. What hero's functions cost above it is what they do for
+# those; what it costs above the ceiling is what running a job's steps inside functions costs.
+FLOOR_LIBRARY = """#!lua name=floor
+redis.register_function('floor_submit', function(keys, args)
+  local stream = keys[1]
+  for i = 2, #keys do
+    local p = 2 * (i - 2) + 1
+    redis.call('XADD', stream, '*', 'j', args[p])
+    redis.call('HSET', keys[i], 'status', 'dispatched', 'script', 'noop', 'script_type', 'bench',
+      'created_at', args[p + 1])
+  end
+  return #keys - 1
+end)
+redis.register_function('floor_fetch', function(keys, args)
+  local res = redis.call('XREADGROUP', 'GROUP', 'workers', args[2], 'COUNT', args[1], 'STREAMS', keys[1], '>')
+  local jobs = {}
+  if not res then return jobs end
+  local read = res[1][2]
+  for k = 1, #read do
+    local id, job_id = read[k][1], read[k][2][2]
+    local key = 'floor:job:' .. job_id
+    if redis.call('HGET', key, 'status') == 'dispatched' then
+      redis.call('HSET', key, 'status', 'started', 'lease', id, 'worker_id', args[2], 'started_at', args[3])
+      jobs[#jobs + 1] = id
+      jobs[#jobs + 1] = job_id
+    end
+  end
+  return jobs
+end)
+redis.register_function('floor_complete', function(keys, args)
+  local stream, n = keys[1], #keys - 1
+  local ids = {}
+  for i = 1, n do ids[i] = args[i + 1] end
+  redis.call('XACK', stream, 'workers', unpack(ids))
+  for i = 1, n do
+    redis.call('HSET', keys[i + 1], 'status', 'finished', 'output', '', 'finished_at', args[1])
+  end
+  return n
+end)
+"""
+
+
+def floor(r, n, submit_batch, fetch_batch, complete_batch, instructions):
+    """Instructions of the FLOOR_LIBRARY's job: submit, fetch, the worker's HGETALL and complete,
+    batched as hero's steps are."""
+    r.function_load(FLOOR_LIBRARY, replace=True)
+    r.xgroup_create("floor:q", "workers", id="0", mkstream=True)
+    instructions()
+    pipe = r.pipeline(transaction=False)
+    for _ in range(n // submit_batch):
+        keys, argv = ["floor:q"], []
+        for _ in range(submit_batch):
+            job = str(uuid.uuid4())
+            keys.append("floor:job:" + job)
+            argv += [job, ISO]
+        pipe.fcall("floor_submit", len(keys), *keys, *argv)
+    pipe.execute()
+    got = []
+    while len(got) < n:
+        reply = r.fcall("floor_fetch", 1, "floor:q", fetch_batch, "c", ISO)
+        got += [(reply[k], reply[k + 1]) for k in range(0, len(reply), 2)]
+    for b in range(0, n, 100):
+        for _, job in got[b:b + 100]:
+            pipe.hgetall("floor:job:" + job)
+        pipe.execute()
+    for b in range(0, n, complete_batch):
+        batch = got[b:b + complete_batch]
+        pipe.fcall("floor_complete", 1 + len(batch), "floor:q", *["floor:job:" + j for _, j in batch],
+                   ISO, *[e for e, _ in batch])
+    pipe.execute()
+    return instructions()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=10000, help="jobs per step (multiple of 50)")
@@ -168,6 +243,11 @@ def main():
                     help="also count the ceiling's plain commands (hero-bench's ceiling scenario: "
                          "XADD + HSET of a 4-field record, XREADGROUP, XACK + HSET of the result), "
                          "so the total reads as a multiple of the least work a job needs")
+    ap.add_argument("--floor", action="store_true",
+                    help="also count the least a library of server functions does for a job with "
+                         "a record, a status check, a lease and a fenced completion (no event log, "
+                         "stats, checks, precedence or trimming): what running the steps inside "
+                         "functions costs by itself")
     ap.add_argument("--features", action="store_true",
                     help="jobs as in hero-bench's end-to-end-features: retries, a uniqueness key, "
                          "two tags and a small payload")
@@ -303,6 +383,10 @@ def main():
             base = ceiling(r, n, submit_batch, fetch_batch, complete_batch, instructions)
             print(f"  {'ceiling':<9} {base / n:>9,.0f}  (plain commands, pipelined alike; hero's total "
                   f"is {total / base:.2f}× it)")
+        if args.floor:
+            least = floor(r, n, submit_batch, fetch_batch, complete_batch, instructions)
+            print(f"  {'floor':<9} {least / n:>9,.0f}  (the least a function library does for such a job"
+                  + (f": {least / base:.2f}× the ceiling" if args.ceiling else "") + ")")
     finally:
         server.kill()
         server.wait()
