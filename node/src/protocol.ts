@@ -156,7 +156,9 @@ export class Protocol {
     const keys = [k.delayed(), k.config(), k.retention(), k.events(), k.stats(), k.queues()];
     const argv: Arg[] = [GROUP, iso(), await this.xackdel(), done.map((d) => d.id).join(" "), consumer, ""];
     for (const d of done) {
-      keys.push(k.job(d.id), d.stream, k.reply(d.id));
+      // a job no one waits on has its reply list untouched: its stream stands in for it, a key
+      // the call holds already (one string a job fewer for Redis to make)
+      keys.push(k.job(d.id), d.stream, d.reply ? k.reply(d.id) : d.stream);
       argv.push(d.lease, d.outcome, d.text, d.retryAt, d.id, d.reply, d.ranMs);
     }
     return ((await this.fcall("complete", keys, argv)) as unknown[]).map(text);
