@@ -70,30 +70,14 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     );
 
     // a batch with one unknown outcome is refused whole, before anything is written
-    let mut bad = Function::Complete.unchecked(&[
-        c.keys().delayed(),
-        c.keys().config(),
-        c.keys().retention(),
-        c.keys().events(),
-        c.keys().stats(),
-        c.keys().queues(),
-        c.keys().job(&id("bc")),
-        stream.clone(),
-        c.keys().reply(&id("bc")),
-    ]);
-    bad.arg(CONSUMER_GROUP)
-        .arg(&now)
-        .arg("0")
-        .arg("bc")
-        .arg("g:a:1")
-        .arg("")
-        .arg(&lost)
-        .arg("explode")
-        .arg("x")
-        .arg(0)
-        .arg("bc")
-        .arg("")
-        .arg("");
+    let bad = complete_by_hand(
+        &c,
+        "bc",
+        &stream,
+        &c.keys().reply(&id("bc")),
+        &lost,
+        "explode",
+    );
     let err = c.redis().query::<redis::Value>(&bad).await.unwrap_err();
     assert!(err.to_string().contains("unknown outcome"), "{err}");
     let sc: String = raw.hget(job_key("bc"), "status").await.unwrap();
@@ -514,11 +498,19 @@ async fn a_job_no_one_waits_on_has_its_stream_for_a_reply_list_and_is_never_answ
     let reply_slot = |i: usize| words[3 + 6 + 3 * i + 2].clone();
     assert_eq!(reply_slot(0), stream, "a job no one waits on: its stream");
     assert_eq!(reply_slot(1), stream);
-    assert_eq!(reply_slot(2), c.keys().reply(&ids[2]), "a waited job: its reply list");
+    assert_eq!(
+        reply_slot(2),
+        c.keys().reply(&ids[2]),
+        "a waited job: its reply list"
+    );
     let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
     let answers = Completion::decode_many(&v, 3).unwrap();
     assert_eq!(answers, [Completion::Completed; 3]);
-    let kind: String = redis::cmd("TYPE").arg(&stream).query_async(&mut raw).await.unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg(&stream)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert_eq!(kind, "stream");
     let answered: Vec<String> = raw.lrange(c.keys().reply(&ids[2]), 0, -1).await.unwrap();
     assert_eq!(answered.len(), 1, "{answered:?}");
@@ -532,33 +524,53 @@ async fn a_job_no_one_waits_on_has_its_stream_for_a_reply_list_and_is_never_answ
     for (id, ending) in [("s-done", "done"), ("s-abort", "abort")] {
         let (_, lease) = submit_and_fetch(&c, id).await;
         let sentinel = format!("hero:sentinel:{id}");
-        let mut call = Function::Complete.unchecked(&[
-            c.keys().delayed(),
-            c.keys().config(),
-            c.keys().retention(),
-            c.keys().events(),
-            c.keys().stats(),
-            c.keys().queues(),
-            c.keys().job(&JobId::new(id).unwrap()),
-            stream.clone(),
-            sentinel.clone(),
-        ]);
-        call.arg(CONSUMER_GROUP)
-            .arg(&now)
-            .arg(c.redis().caps().xackdel_flag())
-            .arg(id)
-            .arg("g:a:1")
-            .arg("")
-            .arg(&lease)
-            .arg(ending)
-            .arg("text")
-            .arg(0)
-            .arg(id)
-            .arg("")
-            .arg("");
+        let call = complete_by_hand(&c, id, &stream, &sentinel, &lease, ending);
         let v: redis::Value = c.redis().query(&call).await.unwrap();
-        assert_eq!(Completion::decode_many(&v, 1).unwrap(), [Completion::Completed]);
+        assert_eq!(
+            Completion::decode_many(&v, 1).unwrap(),
+            [Completion::Completed]
+        );
         let n: usize = raw.exists(&sentinel).await.unwrap();
-        assert_eq!(n, 0, "{ending}: the key in the reply list's place is never touched");
+        assert_eq!(
+            n, 0,
+            "{ending}: the key in the reply list's place is never touched"
+        );
     }
+}
+
+/// `hero_complete` of one job (no `reply` field, no run time) with every key and argument
+/// spelled out, as a caller in another language sends it: `reply_key` in the reply list's place.
+fn complete_by_hand(
+    c: &Client,
+    id: &str,
+    stream: &str,
+    reply_key: &str,
+    lease: &str,
+    outcome: &str,
+) -> redis::Cmd {
+    let mut call = Function::Complete.unchecked(&[
+        c.keys().delayed(),
+        c.keys().config(),
+        c.keys().retention(),
+        c.keys().events(),
+        c.keys().stats(),
+        c.keys().queues(),
+        c.keys().job(&JobId::new(id).unwrap()),
+        stream.to_string(),
+        reply_key.to_string(),
+    ]);
+    call.arg(CONSUMER_GROUP)
+        .arg(clock::now_iso())
+        .arg(c.redis().caps().xackdel_flag())
+        .arg(id)
+        .arg("g:a:1")
+        .arg("")
+        .arg(lease)
+        .arg(outcome)
+        .arg("x")
+        .arg(0)
+        .arg(id)
+        .arg("")
+        .arg("");
+    call
 }
