@@ -16,7 +16,6 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     // and the rest of the batch is recorded all the same
     let bd = c.keys().job(&JobId::new("bd").unwrap());
     let _: () = raw.set(&bd, "not a job").await.unwrap();
-    let now = clock::now_iso();
     let id = |s: &str| JobId::new(s).unwrap();
     let answers = complete_batch(
         &c,
