@@ -2205,7 +2205,7 @@ end
 -- KEYS[5] stats hash  KEYS[6] queue registry set
 --   then per job i = 0, 1, ...: KEYS[7+3i] job hash  KEYS[8+3i] its work stream
 --   KEYS[9+3i] its reply list: touched only when ARGV[12+7i] is not '', so a caller completing
---   a job no one waits on may pass any key of the namespace there, as the Rust worker passes the
+--   a job no one waits on may pass any key of the namespace there, as the workers pass the
 --   job's stream (a key the call already holds: one string a job fewer for Redis to make)
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
