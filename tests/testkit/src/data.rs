@@ -4,6 +4,20 @@
 
 use std::time::Duration;
 
+/// The workers' group on `stream`, made from its start (the stream too, when it is missing), as
+/// a test that plants entries by hand needs before it reads them as a worker would.
+pub async fn create_group(raw: &mut redis::aio::MultiplexedConnection, stream: impl AsRef<str>) {
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream.as_ref())
+        .arg(hero_protocol::keys::CONSUMER_GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(raw)
+        .await
+        .expect("XGROUP CREATE");
+}
+
 /// How many entries of `stream` are pending (delivered, not acknowledged) in the workers' group.
 pub async fn pending(raw: &mut redis::aio::MultiplexedConnection, stream: impl AsRef<str>) -> i64 {
     let summary: Vec<redis::Value> = redis::cmd("XPENDING")

@@ -130,15 +130,7 @@ async fn an_ended_legacy_job_whose_id_holds_a_space_gets_a_ttl_instead() {
     let c = client(&server).await;
     let mut raw = server.conn().await;
     let stream = &work_key("osis");
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(stream)
-        .arg(CONSUMER_GROUP)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    hero_testkit::create_group(&mut raw, stream).await;
     let entry: String = raw.xadd(stream, "*", &[("j", "old job")]).await.unwrap();
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")

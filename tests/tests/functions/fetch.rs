@@ -387,15 +387,7 @@ async fn wait_samples_of_a_fetch_land_in_their_buckets() {
     let stream = c
         .keys()
         .work(&Target::of_type(t("aged")), Priority::DEFAULT);
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(&stream)
-        .arg(CONSUMER_GROUP)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    hero_testkit::create_group(&mut raw, &stream).await;
     let _: () = raw.sadd(c.keys().queues(), &stream).await.unwrap();
     let now = clock::now_ms();
     // two entries 5 s old (one millisecond), one 300 ms old: buckets 12 (5000..8191 ms waited)
