@@ -14,6 +14,7 @@ local VERSION = '29'
 --   policy.lua        queue policies: back-off, limits, rates, key rates, priority aging
 --   batches.lua       batches: members counted as they end, callbacks once
 --   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
+--   records.lua       a job's record as a fetch reads it and hands it back (read_job, as_leased)
 -- A helper that writes events or stats says which in its comment ("Writes events:", "Writes
 -- stats:"), and so does the header of every function that calls it (the header check holds
 -- both to the code).
@@ -1403,6 +1404,78 @@ local function collect_ended(cfg)
   return waiting_dependents(cfg) or open_batches(cfg)
 end
 
+-- A job's record as a fetch reads it and hands it back: the one read of an entry's job
+-- (read_job), and a record read whole patched as the lease left it (as_leased).
+
+-- The status (and what else the checks need) of the job an entry names, in one read: the
+-- legacy list of a dual-pushed job (the entry says which), the limit key under a key rate, or,
+-- when a short fetch hands records back, the record whole (not its status now and the record
+-- after the write). Nothing can raise before the lease's single write, so a corrupt record
+-- never leaves a half-applied fetch. Returns status, bridge, err, rec.
+local function read_job(job_key, dual, whole_now, keyrate)
+  if dual then
+    local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
+    return r[1], r[2], r.err, nil
+  elseif whole_now then
+    local rec = redis.pcall('HGETALL', job_key)
+    if rec.err then return nil, nil, rec.err, rec end
+    local status = nil
+    if keyrate then keyrate.lk = nil end
+    for k = 1, #rec, 2 do
+      if rec[k] == 'status' then status = rec[k + 1] end
+      if keyrate and rec[k] == 'limit_key' then keyrate.lk = rec[k + 1] end
+    end
+    return status, nil, nil, rec
+  end
+  local r = redis.pcall('HMGET', job_key, 'status', 'limit_key')
+  keyrate.lk = r[2]
+  return r[1], nil, r.err, nil
+end
+
+-- The record of a job leased with a whole read (`rec`, HGETALL's pairs) as the lease's HSET left
+-- it, for a fetch to hand back: the lease's fields replaced where the record has them, appended in
+-- the HSET's order where it has not. Compared by name in one pass: a table of the fields a job
+-- (and a list literal to walk) cost more than the compares.
+local function as_leased(rec, id, consumer, now_iso, counted)
+  local attempts = counted and tostring(counted + 1) or nil
+  local status, lease, worker, started, tries = false, false, false, false, not attempts
+  for k = 1, #rec, 2 do
+    local name = rec[k]
+    if name == 'status' then
+      rec[k + 1], status = 'started', true
+    elseif name == 'lease' then
+      rec[k + 1], lease = id, true
+    elseif name == 'worker_id' then
+      rec[k + 1], worker = consumer, true
+    elseif name == 'started_at' then
+      rec[k + 1], started = now_iso, true
+    elseif name == 'attempts' and attempts then
+      rec[k + 1], tries = attempts, true
+    end
+  end
+  if not status then
+    rec[#rec + 1] = 'status'
+    rec[#rec + 1] = 'started'
+  end
+  if not lease then
+    rec[#rec + 1] = 'lease'
+    rec[#rec + 1] = id
+  end
+  if not worker then
+    rec[#rec + 1] = 'worker_id'
+    rec[#rec + 1] = consumer
+  end
+  if not started then
+    rec[#rec + 1] = 'started_at'
+    rec[#rec + 1] = now_iso
+  end
+  if not tries then
+    rec[#rec + 1] = 'attempts'
+    rec[#rec + 1] = attempts
+  end
+  return rec
+end
+
 -- hero_version: the version of this library, so a client can tell a stale one from its own.
 -- KEYS: none.  ARGV: none.
 -- Returns: the version string.
@@ -1930,50 +2003,6 @@ local function drop(f, i, stream, id, job_id, why)
   dropped[#dropped + 1] = { i, id, job_id, why }
 end
 
--- The record of a job leased with a whole read (`rec`, HGETALL's pairs) as the lease's HSET left
--- it, for a fetch to hand back: the lease's fields replaced where the record has them, appended in
--- the HSET's order where it has not. Compared by name in one pass: a table of the fields a job
--- (and a list literal to walk) cost more than the compares.
-local function as_leased(rec, id, consumer, now_iso, counted)
-  local attempts = counted and tostring(counted + 1) or nil
-  local status, lease, worker, started, tries = false, false, false, false, not attempts
-  for k = 1, #rec, 2 do
-    local name = rec[k]
-    if name == 'status' then
-      rec[k + 1], status = 'started', true
-    elseif name == 'lease' then
-      rec[k + 1], lease = id, true
-    elseif name == 'worker_id' then
-      rec[k + 1], worker = consumer, true
-    elseif name == 'started_at' then
-      rec[k + 1], started = now_iso, true
-    elseif name == 'attempts' and attempts then
-      rec[k + 1], tries = attempts, true
-    end
-  end
-  if not status then
-    rec[#rec + 1] = 'status'
-    rec[#rec + 1] = 'started'
-  end
-  if not lease then
-    rec[#rec + 1] = 'lease'
-    rec[#rec + 1] = id
-  end
-  if not worker then
-    rec[#rec + 1] = 'worker_id'
-    rec[#rec + 1] = consumer
-  end
-  if not started then
-    rec[#rec + 1] = 'started_at'
-    rec[#rec + 1] = now_iso
-  end
-  if not tries then
-    rec[#rec + 1] = 'attempts'
-    rec[#rec + 1] = attempts
-  end
-  return rec
-end
-
 -- Stream i's new entries, up to `asked`; nil when it has none (or is not a stream). A registered
 -- stream deleted, or its group destroyed, by hand gets its group back from the stream's start (a
 -- submit since may have re-made the stream without one), and the read is made again.
@@ -1989,31 +2018,6 @@ local function read_new(f, i, stream, asked)
   end
   if type(res) ~= 'table' or res.err or #res[1][2] == 0 then return nil end
   return res[1][2]
-end
-
--- The status (and what else the checks need) of the job an entry names, in one read: the
--- legacy list of a dual-pushed job (the entry says which), the limit key under a key rate, or,
--- when a short fetch hands records back, the record whole (not its status now and the record
--- after the write). Nothing can raise before the lease's single write, so a corrupt record
--- never leaves a half-applied fetch. Returns status, bridge, err, rec.
-local function read_job(job_key, dual, whole_now, keyrate)
-  if dual then
-    local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
-    return r[1], r[2], r.err, nil
-  elseif whole_now then
-    local rec = redis.pcall('HGETALL', job_key)
-    if rec.err then return nil, nil, rec.err, rec end
-    local status = nil
-    if keyrate then keyrate.lk = nil end
-    for k = 1, #rec, 2 do
-      if rec[k] == 'status' then status = rec[k + 1] end
-      if keyrate and rec[k] == 'limit_key' then keyrate.lk = rec[k + 1] end
-    end
-    return status, nil, nil, rec
-  end
-  local r = redis.pcall('HMGET', job_key, 'status', 'limit_key')
-  keyrate.lk = r[2]
-  return r[1], nil, r.err, nil
 end
 
 -- Claims from registered stream i until the fetch has all it wants, the stream runs dry, or a

@@ -7,10 +7,19 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() {
     // before the runtime's first allocations: see hero_protocol::process
     hero_protocol::process::disable_transparent_huge_pages();
+    // `hero queues | head`: a command whose reader went away ends as every Unix tool does, by
+    // SIGPIPE (status 141 in a shell), not with a panic at the next print. Help and parse errors
+    // are printed under that rule too.
+    sigpipe(libc::SIG_DFL);
     let cli = match hero_broker::cli::file::parse(std::env::args_os().collect()) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    if cli.command.is_service() {
+        // a service writes to sockets and children's pipes, where a peer gone is an error to
+        // handle, never a reason to die; and it prints nothing anyone pipes into `head`
+        sigpipe(libc::SIG_IGN);
+    }
     let telemetry = match hero_broker::telemetry::init(cli.global.otlp.as_deref()) {
         Ok(t) => t,
         Err(e) => {
@@ -38,4 +47,12 @@ fn main() {
     // exit skips destructors: flush the spans first
     drop(telemetry);
     std::process::exit(code);
+}
+
+/// Sets what SIGPIPE does to this process (Rust starts every program with it ignored).
+fn sigpipe(action: libc::sighandler_t) {
+    // SAFETY: SIG_DFL and SIG_IGN are valid dispositions; no handler function is installed
+    unsafe {
+        libc::signal(libc::SIGPIPE, action);
+    }
 }

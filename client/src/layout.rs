@@ -33,7 +33,9 @@ pub(crate) struct Shards<C> {
     layout: RwLock<Arc<Layout<C>>>,
     read_at: Mutex<Instant>,
     refreshing: AtomicBool,
-    /// The next shard an unkeyed job goes to.
+    /// The next shard an unkeyed job goes to. It starts at a random shard: a process that submits
+    /// one job and ends (`hero submit`, a cron script, a serverless function) would otherwise
+    /// put every job on shard 0.
     turn: AtomicUsize,
 }
 
@@ -55,7 +57,7 @@ impl<C: Member> Shards<C> {
             layout: RwLock::new(Arc::new(layout)),
             read_at: Mutex::new(Instant::now()),
             refreshing: AtomicBool::new(false),
-            turn: AtomicUsize::new(0),
+            turn: AtomicUsize::new(random_start()),
         })
     }
 
@@ -253,4 +255,14 @@ pub(crate) async fn prefetch<C: Member>(
         }
     }
     Ok(found)
+}
+
+/// A random start for the turn, from the per-process random keys of the standard library's
+/// hasher (no dependency for a number nobody needs to be unpredictable).
+fn random_start() -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    // keep it far from usize::MAX so the turn's increments never wrap in a process's life
+    (h.finish() >> 34) as usize
 }

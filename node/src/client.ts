@@ -73,7 +73,9 @@ export class Client {
   private map = new ShardMap();
   private mapAt = 0;
   private readonly protos = new Map<string, Protocol>();
-  private turn = 0;
+  // a random start: a process that submits one job and ends would otherwise put every unkeyed
+  // job on shard 0
+  private turn = Math.floor(Math.random() * 2 ** 30);
 
   private constructor(
     readonly redis: Redis,

@@ -106,5 +106,15 @@ test("a sharded namespace: jobs spread over the shards, each on its own, all run
   }
   // the Rust CLI reads a Node-submitted job where it is
   assert.match(hero(redis.url, "status", answers[1].id), /finished/);
+  // producers that live for one job each (a script, a serverless function) spread over every
+  // shard too: each client starts its turn at a random shard (missing one of 3 in 30 tries:
+  // 3 x (2/3)^30, about 2 in 100,000)
+  const oneEach = new Set();
+  for (let i = 0; i < 30; i++) {
+    const short = await Client.connect(redis.url);
+    oneEach.add(shardOfId(await short.submit({ type: "rhai", script: `${i}` })) ?? 0);
+    await short.close();
+  }
+  assert.deepEqual([...oneEach].sort(), [0, 1, 2]);
   hero(redis.url, "shards", "set", "1");
 });

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import time
 import uuid
@@ -64,7 +65,9 @@ class Client:
         self._map = ShardMap.read(self.r, self.keys)
         self._map_at = time.monotonic()
         self._protos: dict[str, Protocol] = {self.keys.prefix: self.proto}
-        self._turn = 0
+        # a random start: a process that submits one job and ends would otherwise put every
+        # unkeyed job on shard 0
+        self._turn = random.randrange(1 << 30)
 
     # -- shards -----------------------------------------------------------------------------
     def shard_map(self) -> ShardMap:

@@ -452,4 +452,13 @@ def test_a_sharded_namespace_is_served_by_the_python_producer_and_worker(broker)
     # and the Python worker serves jobs the Rust CLI submits to any shard
     rust_ids = [hero_cli("submit", "--type", "py", f"rust {i}", url=broker).stdout.strip() for i in range(6)]
     wait_until("the Rust-submitted jobs finished", lambda: all(c.status(i) == "finished" for i in rust_ids))
+    # producers that live for one job each (a script, a serverless function) spread over every
+    # shard too: each client starts its turn at a random shard (missing one of 3 in 30 tries:
+    # 3 x (2/3)^30, about 2 in 100,000)
+    one_each = []
+    for i in range(30):
+        short = hero.Client(broker)
+        one_each.append(short.submit(f"one {i}", "py").id)
+        short.r.close()
+    assert {hero.shards.shard_of_id(i) or 0 for i in one_each} == {0, 1, 2}, one_each
     stop(w, t)

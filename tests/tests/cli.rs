@@ -208,3 +208,41 @@ async fn hero_runs_with_transparent_huge_pages_off() {
         assert_eq!(thp, "0", "THP_enabled of `hero worker` in {status}");
     }
 }
+
+/// `hero … | head`: a command whose reader has gone ends by SIGPIPE as every Unix tool does
+/// (status 141 in a shell), with no panic or backtrace on stderr, for a command that talks to
+/// Redis and for one that does not.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_cli_writing_into_a_closed_pipe_ends_quietly_by_sigpipe() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let server = RedisServer::start();
+    let url = server.url();
+    for args in [&["queues", "--json"][..], &["actors"], &["--help"]] {
+        let mut child = hero_testkit::hero_command()
+            .args(args)
+            .env("HERO_REDIS_URL", &url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // the reader goes before the command has written anything
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.signal(),
+            Some(libc_sigpipe()),
+            "hero {args:?} into a closed pipe: {:?}, stderr {err}",
+            out.status
+        );
+        assert!(!err.contains("panicked"), "hero {args:?}: {err}");
+    }
+}
+
+/// SIGPIPE's number on every Unix this runs on.
+#[cfg(unix)]
+fn libc_sigpipe() -> i32 {
+    13
+}

@@ -1,7 +1,8 @@
 //! The house's own checks: what keeps the workspace honest as it grows, without a tool that
 //! has to be installed. Every dependency a crate declares is used by its code (the convention of
 //! `cargo machete`: `[package.metadata.cargo-machete] ignored = [...]` names one kept for its
-//! features alone), and every path the map (`docs/ARCHITECTURE.md`) and README name exists.
+//! features alone); every path the map (`docs/ARCHITECTURE.md`) and README name exists; the docs
+//! name the protocol the code speaks; source files keep the house's lengths; one licence.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -263,4 +264,121 @@ fn the_path_check_finds_a_path_that_is_gone() {
         named_paths("see `client/src/inspect.rs` and `<name>.lua`")
             == vec!["client/src/inspect.rs"]
     );
+}
+
+/// The phrases by which a doc names the protocol version the code speaks now (as against "since
+/// protocol 23", which names history): each must name `LIBRARY_VERSION`.
+const CURRENT_PROTOCOL: [&str; 3] = ["speaks protocol ", "protocol version (", "now `hero_v"];
+
+/// Where `text` names a current protocol other than `version`: (phrase, number named).
+fn stale_protocols(text: &str, version: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for phrase in CURRENT_PROTOCOL {
+        for (at, _) in text.match_indices(phrase) {
+            let named: String = text[at + phrase.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if named != version {
+                out.push((phrase.trim().to_string(), named));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_doc_that_names_the_current_protocol_names_this_one() {
+    let version = hero_protocol::function::LIBRARY_VERSION;
+    let mut stale = Vec::new();
+    let mut named = 0;
+    for f in workspace_files().iter().filter(|f| f.ends_with(".md")) {
+        if f == "CHANGELOG.md" || f.ends_with("performance.md") {
+            continue; // history: each entry names the version of its day
+        }
+        let text = std::fs::read_to_string(root().join(f)).unwrap_or_default();
+        named += CURRENT_PROTOCOL
+            .iter()
+            .map(|p| text.matches(p).count())
+            .sum::<usize>();
+        for (phrase, n) in stale_protocols(&text, version) {
+            stale.push(format!("{f}: \"{phrase} {n}\""));
+        }
+    }
+    assert!(
+        named >= 3,
+        "the READMEs and the map name the protocol: the check reads nothing"
+    );
+    assert!(
+        stale.is_empty(),
+        "docs that name another protocol than the code's {version} as the current one: {stale:#?}"
+    );
+    assert_eq!(
+        stale_protocols("The package speaks protocol 28 and (now `hero_v29`)", "29"),
+        vec![("speaks protocol".to_string(), "28".to_string())]
+    );
+}
+
+/// The house's lengths: a Lua file of the library at most 400 lines, any other hand-written
+/// source file at most 600 (generated files and frozen fixtures aside).
+fn too_long(files: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files {
+        let limit = match f.rsplit('.').next() {
+            Some("lua") => 400,
+            Some("rs" | "ts" | "mjs" | "js" | "py" | "sh") => 600,
+            _ => continue,
+        };
+        if f.starts_with("docs/")
+            || f.contains("/fixtures/")
+            || f.contains("/dist/")
+            || f.ends_with(".generated.ts")
+            || f.ends_with("hero-library.lua")
+        {
+            continue;
+        }
+        let lines = std::fs::read_to_string(root().join(f))
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if lines > limit {
+            out.push(format!("{f}: {lines} lines (the house says {limit})"));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_source_file_is_within_the_houses_length() {
+    let long = too_long(&workspace_files());
+    assert!(
+        long.is_empty(),
+        "split these where their topics part: {long:#?}"
+    );
+}
+
+/// One licence across the repository: the workspace's, named by every package's manifest, its
+/// text at the root and in the Node package (npm packs only what is under `node/`).
+#[test]
+fn one_licence_across_the_repository() {
+    let read = |f: &str| std::fs::read_to_string(root().join(f)).unwrap_or_default();
+    let licence = "Apache-2.0";
+    assert!(read("Cargo.toml").contains(&format!("license = \"{licence}\"")));
+    assert!(read("python/pyproject.toml").contains(&format!("license = \"{licence}\"")));
+    assert!(read("node/package.json").contains(&format!("\"license\": \"{licence}\"")));
+    let text = read("LICENSE");
+    assert!(text.contains("Apache License") && text.contains("Version 2.0"));
+    assert_eq!(read("node/LICENSE"), text, "node/LICENSE is the root's");
+    for (table, line) in members()
+        .iter()
+        .flat_map(|m| {
+            let manifest = read(&format!("{m}/Cargo.toml"));
+            entries(&manifest)
+                .into_iter()
+                .map(|(t, l)| (t, l.to_string()))
+                .collect::<Vec<_>>()
+        })
+        .filter(|(t, l)| t == "package" && l.starts_with("license"))
+    {
+        assert_eq!(line, "license.workspace = true", "[{table}] {line}");
+    }
 }

@@ -242,6 +242,25 @@ async fn a_rate_of_5_a_second_across_3_worker_processes_never_starts_6_in_a_seco
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = hero_cli(&url, &["queue", "set", "rt", "--rate", "0/s"]);
     assert_eq!(code, 2, "a rate of 0 is refused: {err}");
+    // the text form shows the rate and the key rate as the JSON form does
+    hero_cli(
+        &url,
+        &[
+            "queue",
+            "set",
+            "shown",
+            "--rate",
+            "5/s",
+            "--key-rate",
+            "2/1m",
+        ],
+    );
+    let (code, shown, err) = hero_cli(&url, &["queue", "show", "shown"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        shown.contains("rate 5/1s") && shown.contains("key rate 2/1m"),
+        "hero queue show shown: {shown}"
+    );
     assert!(hero_admin::Admin::from(&client)
         .policy("rt")
         .await

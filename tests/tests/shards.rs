@@ -3,7 +3,7 @@
 //! SIGKILLed worker's jobs are recovered on every shard; related jobs share a shard (route key,
 //! batch, flow, uniqueness) and keep doing so across a change of K; prerequisites on two shards
 //! are refused; K changes 1 → 2 → 4 → 2 while jobs flow with nothing lost, and the drained
-//! shards are retired once empty.
+//! shards are retired once empty; short-lived producers spread their jobs over every shard.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -12,7 +12,9 @@ use hero_broker::config::BrokerConfig;
 use hero_client::Client;
 use hero_protocol::shard::shard_of_id;
 use hero_protocol::{JobId, NewJob, Status};
-use hero_testkit::{InProcBroker, Proc, RedisCluster, RedisServer};
+use hero_testkit::{
+    all_finished_on_shards, plain_jobs, submit_all, InProcBroker, Proc, RedisCluster, RedisServer,
+};
 
 fn broker_config() -> BrokerConfig {
     BrokerConfig {
@@ -25,56 +27,6 @@ fn worker(url: &str, label: &str, extra: &[&str]) -> Proc {
     let mut flags = vec!["--presence-ms", "1000", "--sleep-ms", "10"];
     flags.extend_from_slice(extra);
     hero_testkit::test_worker(url, "t", label, &flags)
-}
-
-/// Waits until every job is finished, reading each through the sharded client (its id names
-/// its shard), and answers their records' attempts.
-async fn all_finished(client: &Client, ids: &[String], limit: Duration) -> Vec<u32> {
-    let deadline = Instant::now() + limit;
-    let mut left: Vec<&String> = ids.iter().collect();
-    while !left.is_empty() {
-        let mut still = Vec::new();
-        for id in left {
-            let st = client.status(&JobId::new(id).unwrap()).await.unwrap();
-            if st != Status::Finished {
-                still.push(id);
-            }
-        }
-        left = still;
-        assert!(
-            Instant::now() <= deadline,
-            "{} jobs not finished, e.g. {:?}",
-            left.len(),
-            left.first()
-        );
-        if !left.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    let mut attempts = Vec::new();
-    for id in ids {
-        attempts.push(client.get(&JobId::new(id).unwrap()).await.unwrap().attempts);
-    }
-    attempts
-}
-
-fn jobs(n: usize) -> Vec<NewJob> {
-    (0..n)
-        .map(|_| NewJob::builder("t", "x").build().unwrap())
-        .collect()
-}
-
-/// Submits `jobs` in chunks of 100 and answers the ids the submits gave (naming the shards).
-async fn submit(client: &Client, jobs: &[NewJob]) -> Vec<String> {
-    let mut ids = Vec::new();
-    for chunk in jobs.chunks(100) {
-        for r in client.submit_many(chunk).await.unwrap() {
-            let s = r.unwrap();
-            assert!(s.created);
-            ids.push(s.id.to_string());
-        }
-    }
-    ids
 }
 
 fn per_shard(ids: &[String]) -> BTreeMap<u16, usize> {
@@ -108,8 +60,8 @@ async fn a_sharded_queue_runs_every_job_once_and_recovers_a_killed_workers_jobs(
     a.expect_line("ready", Duration::from_secs(10)).await;
     b.expect_line("ready", Duration::from_secs(10)).await;
 
-    let mut ids = submit(&client, &jobs(1200)).await;
-    for j in jobs(40) {
+    let mut ids = submit_all(&client, &plain_jobs(1200)).await;
+    for j in plain_jobs(40) {
         ids.push(client.submit(&j).await.unwrap().id.to_string());
     }
     let spread = per_shard(&ids);
@@ -123,7 +75,7 @@ async fn a_sharded_queue_runs_every_job_once_and_recovers_a_killed_workers_jobs(
         a.expect_line("completion", Duration::from_secs(20)).await;
     }
     a.kill9();
-    let attempts = all_finished(&client, &ids, Duration::from_secs(60)).await;
+    let attempts = all_finished_on_shards(&client, &ids, Duration::from_secs(60)).await;
     assert!(
         attempts.iter().any(|&n| n > 1),
         "A held jobs when it was killed"
@@ -233,7 +185,7 @@ async fn related_jobs_share_a_shard_across_a_change_of_k() {
     let routed: Vec<NewJob> = (0..20)
         .map(|_| NewJob::builder("t", "x").route("acct-7").build().unwrap())
         .collect();
-    let ids = submit(&client, &routed).await;
+    let ids = submit_all(&client, &routed).await;
     assert_eq!(per_shard(&ids).len(), 1, "one route key, one shard");
 
     // many uniqueness keys and batches made under K = 2 ...
@@ -339,7 +291,7 @@ async fn k_changes_while_jobs_flow_and_drained_shards_retire_once_empty() {
             let mut ids = Vec::new();
             let t0 = Instant::now();
             while t0.elapsed() < Duration::from_secs(9) {
-                ids.extend(submit(&client, &jobs(20)).await);
+                ids.extend(submit_all(&client, &plain_jobs(20)).await);
                 tokio::time::sleep(Duration::from_millis(30)).await;
             }
             ids
@@ -356,7 +308,7 @@ async fn k_changes_while_jobs_flow_and_drained_shards_retire_once_empty() {
         4,
         "jobs landed on all four shards: {spread:?}"
     );
-    all_finished(&client, &ids, Duration::from_secs(60)).await;
+    all_finished_on_shards(&client, &ids, Duration::from_secs(60)).await;
 
     // shards 2 and 3 drained, and once empty (and past the grace) are retired
     let deadline = Instant::now() + Duration::from_secs(40);
@@ -393,309 +345,18 @@ async fn a_sharded_queue_spreads_over_a_cluster_and_recovers_a_killed_worker() {
     let b = worker(&url, "B", &["--concurrency", "10"]);
     a.expect_line("ready", Duration::from_secs(10)).await;
     b.expect_line("ready", Duration::from_secs(10)).await;
-    let ids = submit(&client, &jobs(800)).await;
+    let ids = submit_all(&client, &plain_jobs(800)).await;
     assert_eq!(per_shard(&ids).len(), 4);
     for _ in 0..40 {
         a.expect_line("completion", Duration::from_secs(20)).await;
     }
     a.kill9();
-    let attempts = all_finished(&client, &ids, Duration::from_secs(60)).await;
+    let attempts = all_finished_on_shards(&client, &ids, Duration::from_secs(60)).await;
     assert!(
         attempts.iter().any(|&n| n > 1),
         "A held jobs when it was killed"
     );
     shards_idle(&client).await;
-}
-
-/// The job path's guarantees on a sharded queue at `url` (K shards already set): a stalled
-/// worker's late result is fenced off, a time limit holds, a batch spread by routing calls back
-/// exactly once, a queue rate holds across the shards within its split bound, a pause reaches
-/// every shard, a flow runs in order.
-async fn guarantees_hold_on_shards(url: &str, k: u16) {
-    let client = Client::connect(url).await.unwrap();
-    assert_eq!(client.shard_map().k, k);
-    let cfg = BrokerConfig {
-        presence_poll: Duration::from_millis(100),
-        timeout_poll: Duration::from_millis(100),
-        ..BrokerConfig::default()
-    };
-    let _broker = InProcBroker::spawn(url, cfg).await;
-    let flags = [
-        "--presence-ms",
-        "1000",
-        "--lease-ms",
-        "30000",
-        "--concurrency",
-        "4",
-    ];
-    let a = hero_testkit::test_worker(url, "t", "A", &flags);
-    a.expect_line("ready", Duration::from_secs(10)).await;
-
-    // fenced completion: A stalls (SIGSTOP) holding a job on the last shard; B runs it; A's
-    // late result is refused
-    let route = (0..100)
-        .map(|i| format!("f{i}"))
-        .find(|r| client.shard_map().home(r) == k - 1)
-        .unwrap();
-    let slow = NewJob::builder("t", "sleep 1500")
-        .route(&route)
-        .build()
-        .unwrap();
-    let id = client.submit(&slow).await.unwrap().id;
-    assert_eq!(shard_of_id(id.as_str()), Some(k - 1));
-    a.expect_line(&format!("started {id}"), Duration::from_secs(10))
-        .await;
-    a.signal("STOP");
-    let b = hero_testkit::test_worker(url, "t", "B", &flags);
-    b.expect_line(
-        &format!("completion {id} completed"),
-        Duration::from_secs(20),
-    )
-    .await;
-    a.signal("CONT");
-    a.expect_line(
-        &format!("completion {id} lease_lost"),
-        Duration::from_secs(20),
-    )
-    .await;
-    let rec = client.get(&id).await.unwrap();
-    assert_eq!(
-        (rec.status, rec.output.as_deref(), rec.attempts),
-        (Status::Finished, Some("B"), 2)
-    );
-
-    // a time limit on every shard
-    let mut limited = Vec::new();
-    for n in 0..k {
-        let r = (0..100)
-            .map(|i| format!("t{i}"))
-            .find(|r| client.shard_map().home(r) == n)
-            .unwrap();
-        let j = NewJob::builder("t", "sleep 5000")
-            .route(r)
-            .timeout(Duration::from_secs(1))
-            .build()
-            .unwrap();
-        limited.push(client.submit(&j).await.unwrap().id);
-    }
-    for id in &limited {
-        let r = client.wait(id, Duration::from_secs(20)).await.unwrap();
-        assert_eq!(r.status, Status::Error, "{id}");
-        assert!(r.error.contains("timeout"), "{id}: {}", r.error);
-    }
-
-    // a batch calls back exactly once
-    let batch = client.batch("nightly").unwrap();
-    let members: Vec<NewJob> = (0..10)
-        .map(|_| NewJob::builder("t", "x").build().unwrap())
-        .collect();
-    for r in batch.add(&members).await.unwrap() {
-        r.unwrap();
-    }
-    let callback = NewJob::builder("t", "x")
-        .id("nightly-done")
-        .build()
-        .unwrap();
-    batch.close(Some(&callback), None).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while batch
-        .show()
-        .await
-        .unwrap()
-        .and_then(|b| b.complete_id)
-        .is_none()
-    {
-        assert!(Instant::now() < deadline, "the batch called back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let r = client
-        .wait(
-            &JobId::new("nightly-done").unwrap(),
-            Duration::from_secs(20),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.status, Status::Finished);
-    let info = batch.show().await.unwrap().unwrap();
-    assert_eq!((info.total, info.finished, info.pending), (10, 10, 0));
-    assert_eq!(
-        info.complete_id.as_deref(),
-        Some("nightly-done"),
-        "one callback"
-    );
-
-    // a pause reaches every shard; a resume wakes them
-    let admin = hero_admin::Admin::from(&client);
-    assert!(admin.pause("t").await.unwrap() >= u64::from(k));
-    let paused = submit(&client, &jobs(2 * k as usize)).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    for id in &paused {
-        let st = client.status(&JobId::new(id).unwrap()).await.unwrap();
-        assert_ne!(st, Status::Finished, "{id} ran while its queue was paused");
-    }
-    admin.resume("t").await.unwrap();
-    all_finished(&client, &paused, Duration::from_secs(20)).await;
-
-    // a rate of 6 a second split over the shards: no second starts more than max(6, K)
-    admin
-        .set_policy(
-            "t",
-            &hero_protocol::policy::Policy {
-                rate: Some(hero_protocol::policy::Rate::parse("6/s").unwrap()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let rated = submit(&client, &jobs(18)).await;
-    all_finished(&client, &rated, Duration::from_secs(30)).await;
-    let started = hero_admin::inspect::EventFilter {
-        event: Some(hero_protocol::EventKind::Started),
-        ..Default::default()
-    };
-    let rated_set: HashSet<&String> = rated.iter().collect();
-    let mut starts: Vec<u64> = hero_admin::Inspector::from(&client)
-        .events(&started, 2000)
-        .await
-        .unwrap()
-        .iter()
-        .filter(|e| rated_set.contains(&e.job_id))
-        .map(hero_admin::inspect::Event::at_ms)
-        .collect();
-    starts.sort_unstable();
-    assert_eq!(starts.len(), 18, "each rated job started once");
-    let bound = 6.max(k as usize);
-    for (i, t) in starts.iter().enumerate() {
-        let window = starts[i..].iter().take_while(|s| **s < t + 1000).count();
-        assert!(window <= bound, "{window} starts within a second of {t}");
-    }
-    admin.clear_policy("t").await.unwrap();
-
-    // a concurrency limit of 4 split over the shards: never more than max(4, K) at once
-    admin
-        .set_policy(
-            "t",
-            &hero_protocol::policy::Policy {
-                concurrency: Some(4),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let limited_jobs: Vec<NewJob> = (0..12)
-        .map(|_| NewJob::builder("t", "sleep 300").build().unwrap())
-        .collect();
-    let capped = submit(&client, &limited_jobs).await;
-    all_finished(&client, &capped, Duration::from_secs(30)).await;
-    let capped_set: HashSet<&String> = capped.iter().collect();
-    let mut edges: Vec<(u64, i32)> = Vec::new();
-    for kind in [
-        hero_protocol::EventKind::Started,
-        hero_protocol::EventKind::Finished,
-    ] {
-        let only = hero_admin::inspect::EventFilter {
-            event: Some(kind),
-            ..Default::default()
-        };
-        for e in hero_admin::Inspector::from(&client)
-            .events(&only, 5000)
-            .await
-            .unwrap()
-            .iter()
-            .filter(|e| capped_set.contains(&e.job_id))
-        {
-            edges.push((
-                e.at_ms(),
-                if kind == hero_protocol::EventKind::Started {
-                    1
-                } else {
-                    -1
-                },
-            ));
-        }
-    }
-    // an end before a start of the same millisecond
-    edges.sort_unstable();
-    let (mut now, mut most) = (0, 0);
-    for (_, d) in &edges {
-        now += d;
-        most = most.max(now);
-    }
-    assert_eq!(edges.len(), 24, "each capped job started and finished once");
-    assert!(
-        most <= 4.max(i32::from(k)),
-        "{most} of the capped queue ran at once (limit 4 over {k} shards)"
-    );
-    admin.clear_policy("t").await.unwrap();
-
-    // stop reaches a running job on any shard; uniqueness holds on its key's shard
-    let long = NewJob::builder("t", "sleep 5000")
-        .route(&route)
-        .build()
-        .unwrap();
-    let long_id = client.submit(&long).await.unwrap().id;
-    let started = format!("started {long_id}");
-    hero_testkit::wait_for("the long job to start", Duration::from_secs(10), || {
-        let seen = a
-            .output()
-            .iter()
-            .chain(b.output().iter())
-            .any(|l| l.contains(&started));
-        async move { seen.then_some(()) }
-    })
-    .await;
-    assert_eq!(
-        client.stop(&long_id).await.unwrap(),
-        hero_client::StopOutcome::Interrupted
-    );
-    assert_eq!(client.status(&long_id).await.unwrap(), Status::Error);
-    let once = || {
-        NewJob::builder("t", "sleep 2000")
-            .unique("nightly-report")
-            .build()
-            .unwrap()
-    };
-    let first = client.submit(&once()).await.unwrap();
-    let second = client.submit(&once()).await.unwrap();
-    assert!(first.created && !second.created);
-    assert_eq!(second.id, first.id, "the holder answers");
-
-    // a flow runs its children before its root
-    let flow = hero_client::Flow::new(NewJob::builder("t", "x").build().unwrap())
-        .child(NewJob::builder("t", "x").build().unwrap());
-    let root = client.submit_flow(&flow).await.unwrap();
-    let r = client
-        .wait(&root.id, Duration::from_secs(20))
-        .await
-        .unwrap();
-    assert_eq!(r.status, Status::Finished);
-    drop(b);
-}
-
-#[tokio::test]
-async fn the_job_paths_guarantees_hold_on_a_sharded_queue_on_one_redis() {
-    let server = RedisServer::start();
-    let url = server.url();
-    Client::connect(&url)
-        .await
-        .unwrap()
-        .set_shards(2)
-        .await
-        .unwrap();
-    guarantees_hold_on_shards(&url, 2).await;
-}
-
-#[tokio::test]
-async fn the_job_paths_guarantees_hold_on_a_sharded_queue_on_a_cluster() {
-    let cluster = RedisCluster::start(3, 0).await;
-    let url = cluster.url();
-    Client::connect(&url)
-        .await
-        .unwrap()
-        .set_shards(3)
-        .await
-        .unwrap();
-    guarantees_hold_on_shards(&url, 3).await;
 }
 
 /// A master killed under load on a sharded queue whose producers ask for one replica per write
@@ -731,7 +392,7 @@ async fn a_master_killed_under_sharded_load_loses_no_acknowledged_job() {
             let (mut acked, mut refused) = (Vec::new(), 0u32);
             let t0 = Instant::now();
             while t0.elapsed() < Duration::from_secs(8) {
-                match client.submit_many(&jobs(10)).await {
+                match client.submit_many(&plain_jobs(10)).await {
                     Ok(answers) => {
                         for a in answers {
                             match a {
@@ -766,7 +427,7 @@ async fn a_master_killed_under_sharded_load_loses_no_acknowledged_job() {
         acked.len()
     ));
     assert!(per_shard(&acked).get(&1).copied().unwrap_or(0) > 0);
-    all_finished(&client, &acked, Duration::from_secs(90)).await;
+    all_finished_on_shards(&client, &acked, Duration::from_secs(90)).await;
 }
 
 /// A change of K is remembered (old homes asked) for the brokers' retention time, then
@@ -797,4 +458,27 @@ async fn the_brokers_forget_earlier_ks_after_their_retention_time() {
     })
     .await;
     assert!(client.shard_map().older_homes("any-key").is_empty());
+}
+
+/// Producers that live for one job each (`hero submit` from a script, a serverless function)
+/// spread unkeyed jobs over every shard: each process starts its turn at a random shard, not at
+/// shard 0. 40 processes over 4 shards miss one with a chance of 4 × (3/4)^40 ≈ 4 in 100,000.
+#[tokio::test]
+async fn short_lived_producers_spread_unkeyed_jobs_over_every_shard() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    client.set_shards(4).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        let (code, out, err) = hero_testkit::hero_cli(&url, &["submit", "--type", "t", "x"]);
+        assert_eq!(code, 0, "hero submit: {err}");
+        ids.push(out.trim().to_string());
+    }
+    let spread = per_shard(&ids);
+    assert_eq!(
+        spread.keys().copied().collect::<Vec<_>>(),
+        vec![0, 1, 2, 3],
+        "40 one-job producers over 4 shards: {spread:?}"
+    );
 }

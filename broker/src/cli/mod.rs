@@ -219,6 +219,17 @@ pub enum Command {
     Shards(shards::ShardsCommand),
 }
 
+impl Command {
+    /// The commands that run until stopped and serve others (the broker, workers, `hero up`),
+    /// as against the ones that print an answer and end.
+    pub fn is_service(&self) -> bool {
+        matches!(
+            self,
+            Command::Up(_) | Command::Broker(_) | Command::Worker(_)
+        )
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum ConfigCommand {
     /// Print the settings `hero broker` and `hero worker` would run with.

@@ -185,14 +185,22 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
                 .to_lowercase()
             },
         );
+        let rate = |r: Option<hero_protocol::policy::Rate>| {
+            r.map_or_else(
+                || "-".to_string(),
+                |r| format!("{}/{}", r.max, d(Some(r.per_ms))),
+            )
+        };
         println!(
-            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}, aging {}",
+            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}, rate {}, key rate {}, aging {}",
             d(p.timeout_ms),
             p.retries.map_or_else(|| "-".to_string(), |r| r.to_string()),
             d(p.lease_ms),
             d(p.retention_ms),
             p.concurrency
                 .map_or_else(|| "-".to_string(), |c| c.to_string()),
+            rate(p.rate),
+            rate(p.key_rate),
             d(p.aging_ms),
         );
     }

@@ -103,7 +103,9 @@ const PRELUDE: &str = concat!(
     "\n",
     include_str!("lib/batches.lua"),
     "\n",
-    include_str!("lib/dependencies.lua")
+    include_str!("lib/dependencies.lua"),
+    "\n",
+    include_str!("lib/records.lua")
 );
 
 /// One server-side function. The set is closed so the compiler checks every call site.

@@ -16,6 +16,7 @@ mod ports;
 mod procs;
 mod proxy;
 mod server;
+mod sharded;
 mod topology;
 mod wait;
 
@@ -26,5 +27,6 @@ pub use ports::*;
 pub use procs::*;
 pub use proxy::FaultProxy;
 pub use server::RedisServer;
+pub use sharded::*;
 pub use topology::{RedisCluster, SentinelSet, MASTER_NAME};
 pub use wait::*;

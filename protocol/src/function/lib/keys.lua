@@ -12,6 +12,7 @@
 --   policy.lua        queue policies: back-off, limits, rates, key rates, priority aging
 --   batches.lua       batches: members counted as they end, callbacks once
 --   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
+--   records.lua       a job's record as a fetch reads it and hands it back (read_job, as_leased)
 -- A helper that writes events or stats says which in its comment ("Writes events:", "Writes
 -- stats:"), and so does the header of every function that calls it (the header check holds
 -- both to the code).

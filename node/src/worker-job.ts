@@ -1,0 +1,124 @@
+// The job a handler is given (`WorkerJob`: BullMQ's `job.data`, `job.updateProgress`, `job.log`,
+// an AbortSignal that fires on stop, time limit, lost lease or shutdown) and the outcomes a
+// handler throws (`Retry`, `Abort`, BullMQ's `UnrecoverableError`).
+import { attemptsOf, Job, jobFromText } from "./job.js";
+import { decode, Json } from "./msgpack.js";
+
+const LOG_LINES = 100;
+
+/** Throw from a handler: try the job again after `delayMs` (within its budget). */
+export class Retry extends Error {
+  constructor(reason = "retry", readonly delayMs = 1000) {
+    super(reason);
+    this.name = "Retry";
+  }
+}
+
+/** Throw from a handler: the job ends `error` now, whatever its retry budget. */
+export class Abort extends Error {
+  constructor(reason = "aborted") {
+    super(reason);
+    this.name = "Abort";
+  }
+}
+
+/** BullMQ's name for [`Abort`]. */
+export const UnrecoverableError = Abort;
+
+/** The job a handler is given. */
+export class WorkerJob {
+  /** Why `signal` fired (`stopped`, `timeout`, `lost`, `shutdown`), once it has. */
+  cancelReason: string | null = null;
+  /** Made when a handler first asks for `signal`: an AbortController per job was a twentieth
+   * of the worker's time, and most handlers never look. */
+  private abort: AbortController | null = null;
+  private progress: [number, string] | null = null;
+  private lines: string[] = [];
+  /** @internal when the job's time limit ends it (ms since the epoch). */
+  deadline = 0;
+
+  private parsed: Job | null = null;
+  private decoded: { data: Json } | null = null;
+
+  /** @internal from the record's fields as text (see `recordText`): the rest is parsed when
+   * asked for, since a handler that reads only `data` should not pay for the whole record. */
+  constructor(
+    readonly id: string,
+    private readonly fields: Record<string, string>,
+    private readonly payload: Buffer | null,
+  ) {}
+
+  /** The job record (every field the protocol defines). */
+  get record(): Job {
+    return (this.parsed ??= jobFromText(this.id, this.fields, this.payload));
+  }
+
+  /** The payload (any JSON value), or null. */
+  get data(): Json {
+    if (this.decoded === null) {
+      let data: Json = null;
+      if (this.payload) {
+        try {
+          data = decode(this.payload);
+        } catch {
+          data = null;
+        }
+      }
+      this.decoded = { data };
+    }
+    return this.decoded.data;
+  }
+
+  /** @internal a field of the record as text ('' when absent). */
+  field(name: string): string {
+    return this.fields[name] ?? "";
+  }
+
+  /** Aborted once the job must stop: stopped, timed out, its lease lost, or shutting down. */
+  get signal(): AbortSignal {
+    if (this.abort === null) {
+      this.abort = new AbortController();
+      if (this.cancelReason !== null) this.abort.abort(new Error(this.cancelReason));
+    }
+    return this.abort.signal;
+  }
+
+  get script(): string {
+    return this.fields.script ?? "";
+  }
+  get name(): string {
+    return this.fields.script_type ?? "";
+  }
+  /** 1 for the first run. */
+  get attempt(): number {
+    return Math.max(1, attemptsOf(this.fields));
+  }
+
+  /** How far the job is (0-100, and a short message); the latest is sent within half a second. */
+  async updateProgress(percent: number, message = ""): Promise<void> {
+    this.progress = [Number(percent), String(message)];
+  }
+
+  /** Appends a line to the job's log (it keeps its last 100). */
+  async log(line: string): Promise<void> {
+    this.lines.push(String(line));
+    if (this.lines.length > LOG_LINES) this.lines.shift();
+  }
+
+  /** @internal what was reported since the last take. */
+  take(): [[number, string] | null, string[]] | null {
+    if (this.progress === null && this.lines.length === 0) return null;
+    const out: [[number, string] | null, string[]] = [this.progress, this.lines];
+    this.progress = null;
+    this.lines = [];
+    return out;
+  }
+
+  /** @internal */
+  cancel(reason: string): void {
+    if (this.cancelReason === null) this.cancelReason = reason;
+    this.abort?.abort(new Error(reason));
+  }
+}
+
+export type Handler = (job: WorkerJob) => Promise<unknown> | unknown;
