@@ -2,15 +2,12 @@
 //! run one and wait, ask a job's status, read its record, or stop it. Listing and other
 //! read-side questions are the [`crate::inspect`] module's.
 
-use std::time::{Duration, Instant};
-
-use redis::Value;
+use std::time::Duration;
 
 use crate::answer::{JobResult, StopOutcome, Submitted};
 use hero_protocol::conn::Redis;
 use hero_protocol::error::{DecodeError, Error, Result};
 use hero_protocol::function;
-use hero_protocol::function::SubmitReply;
 use hero_protocol::job::{Job, Status};
 use hero_protocol::keys::Keyspace;
 use hero_protocol::name::JobId;
@@ -31,6 +28,8 @@ pub struct Client {
     shards: Option<std::sync::Arc<Shards<Client>>>,
     /// The fleet as last read, for the checks at submit (`crate::fleet`).
     fleet: std::sync::Arc<hero_protocol::fleet::Cached>,
+    /// The waits' shared follower of the event log, started by the first (`crate::waiter`).
+    waiter: crate::waiter::Waiter,
 }
 
 impl Client {
@@ -105,43 +104,36 @@ impl Client {
         crate::coalesce::submit_many(&self.redis, &self.keys, jobs).await
     }
 
-    /// Submits `job` and waits up to `wait` for it to end, through its reply list; when the
-    /// reply is gone (it expired, or the job had ended before), the job hash answers.
+    /// Submits `job` and waits up to `wait` for it to end (see [`Client::wait`]).
     pub async fn run(&self, job: &NewJob, wait: Duration) -> Result<JobResult> {
-        if self.shards.is_some() {
-            self.check_fleet(std::slice::from_ref(job)).await?;
-        }
-        if let Some(layout) = self.sharded() {
-            let (job, member) = self.place_one(&layout, job).await?;
-            return Box::pin(member.run(&job, wait)).await;
-        }
-        let v: Value = self
-            .redis
-            .query(&function::submit(
-                &self.keys,
-                std::slice::from_ref(job),
-                true,
-            ))
-            .await?;
-        SubmitReply::decode_many(&v, 1)?;
-        self.wait(job.id(), wait).await
+        let submitted = self.submit(job).await?;
+        self.wait(&submitted.id, wait).await
     }
 
-    /// Waits up to `wait` for a job to end (see [`Client::run`]).
+    /// Waits up to `wait` for a job to end, whoever runs it, and answers how it ended. It wakes
+    /// on the job's end in the event log, read by one task all the client's waits share
+    /// (`crate::waiter`), then reads the record: no poll per job. With the event log off it
+    /// reads the record every [`crate::waiter::POLL`].
     pub async fn wait(&self, id: &JobId, wait: Duration) -> Result<JobResult> {
         if self.sharded().is_some() {
             return Box::pin(self.for_job(id).await?.wait(id, wait)).await;
         }
-        let deadline = Instant::now() + wait;
-        let slice = Duration::from_secs(1);
-        let mut conn = self.redis.dedicated(slice).await?;
-        let reply_key = self.keys.reply(id);
+        let deadline = tokio::time::Instant::now() + wait;
+        let registered = self
+            .waiter
+            .register(&self.redis, &self.keys, id.as_str())
+            .await?;
         loop {
             if let Some(result) = self.result_from_hash(id).await? {
                 return Ok(result);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if tokio::time::timeout_at(deadline, registered.notify.notified())
+                .await
+                .is_err()
+            {
+                if let Some(result) = self.result_from_hash(id).await? {
+                    return Ok(result);
+                }
                 let status = self
                     .status(id)
                     .await
@@ -152,15 +144,6 @@ impl Client {
                     waited: wait,
                     status,
                 });
-            }
-            let block = left.min(slice).as_secs_f64().max(0.01);
-            let popped: Option<(String, String)> = redis::cmd("BLPOP")
-                .arg(&reply_key)
-                .arg(block)
-                .query_async(&mut conn)
-                .await?;
-            if let Some((_, payload)) = popped {
-                return parse_reply(id, &payload);
             }
         }
     }
@@ -298,6 +281,7 @@ impl Member for Client {
             coalescer: std::sync::Arc::default(),
             shards: None,
             fleet: std::sync::Arc::default(),
+            waiter: crate::waiter::Waiter::default(),
         }
     }
 
@@ -308,27 +292,4 @@ impl Member for Client {
             ..self.clone()
         }
     }
-}
-
-fn parse_reply(id: &JobId, payload: &str) -> Result<JobResult> {
-    #[derive(serde::Deserialize)]
-    struct Reply {
-        status: String,
-        #[serde(default)]
-        output: String,
-        #[serde(default)]
-        error: String,
-    }
-    let r: Reply = serde_json::from_str(payload).map_err(|e| {
-        hero_protocol::reply::unexpected(format!("reply of job {id} is not the expected JSON: {e}"))
-    })?;
-    let status = Status::parse(&r.status).ok_or_else(|| {
-        hero_protocol::reply::unexpected(format!("reply of job {id} has status {:?}", r.status))
-    })?;
-    Ok(JobResult {
-        id: id.clone(),
-        status,
-        output: r.output,
-        error: r.error,
-    })
 }

@@ -32,14 +32,17 @@ pub mod batch;
 pub mod client;
 mod coalesce;
 pub mod cron;
+pub mod events;
 pub mod fleet;
 pub mod flow;
 mod layout;
 mod shards;
+mod waiter;
 
 pub use answer::{JobResult, StopOutcome, Submitted};
 pub use batch::Batch;
 pub use client::Client;
+pub use events::{EventStream, Since, Watched};
 pub use flow::Flow;
 /// The options [`Client::with_options`] takes (`hero_protocol::ConnectOptions`).
 pub use hero_protocol::ConnectOptions as ClientOptions;

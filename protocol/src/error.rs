@@ -68,6 +68,9 @@ pub enum Error {
         "unexpected reply from Redis: {0}; is the hero function library of this version loaded?"
     )]
     Protocol(String),
+
+    #[error("the event log is off in namespace {namespace} (events_max 0), so there are no job events to subscribe to: turn it on with `hero broker --events-max 10000` (the default), or wait on single jobs with `wait`")]
+    EventLogOff { namespace: String },
 }
 
 impl Error {

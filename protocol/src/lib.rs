@@ -32,6 +32,7 @@ pub mod conn;
 pub mod cron;
 pub mod error;
 pub mod event;
+pub mod event_log;
 pub mod fleet;
 pub mod function;
 pub mod job;

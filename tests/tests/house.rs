@@ -292,7 +292,8 @@ fn every_doc_that_names_the_current_protocol_names_this_one() {
     let version = hero_protocol::function::LIBRARY_VERSION;
     let mut stale = Vec::new();
     let mut named = 0;
-    for f in workspace_files().iter().filter(|f| f.ends_with(".md")) {
+    let markdown = |f: &&String| Path::new(f.as_str()).extension().is_some_and(|e| e == "md");
+    for f in workspace_files().iter().filter(markdown) {
         if f == "CHANGELOG.md" || f.ends_with("performance.md") {
             continue; // history: each entry names the version of its day
         }
