@@ -11,6 +11,7 @@ import { Keys } from "./keys.js";
 import { encode, Json } from "./msgpack.js";
 import { iso, nowMs, Protocol, text } from "./protocol.js";
 import { ShardMap, shardOfId } from "./shards.js";
+import { Waiter } from "./events.js";
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const JOB_ID = /^[A-Za-z0-9_.-]{1,128}$/;
@@ -73,6 +74,8 @@ export class Client {
   private map = new ShardMap();
   private mapAt = 0;
   private readonly protos = new Map<string, Protocol>();
+  /** The waits' shared followers of the event log, one a shard (see `Waiter`). */
+  private readonly waiters = new Map<string, Waiter>();
   // a random start: a process that submits one job and ends would otherwise put every unkeyed
   // job on shard 0
   private turn = Math.floor(Math.random() * 2 ** 30);
@@ -104,6 +107,7 @@ export class Client {
 
   /** Closes the connection (when this client opened it). */
   async close(): Promise<void> {
+    for (const w of this.waiters.values()) w.close();
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
 
@@ -363,33 +367,46 @@ export class Client {
 
   /** Submits a job and waits up to `waitMs` for it to end. */
   async run(job: JobOptions, waitMs = 30_000): Promise<Result> {
-    const [s] = await this.submitMany([job], true);
-    return this.wait(s.id, waitMs);
+    const id = await this.submit(job);
+    return this.wait(id, waitMs);
   }
 
-  /** Waits up to `waitMs` for a job to end: its reply list, else its record. */
+  /** Waits up to `waitMs` for a job to end, whoever runs it. It wakes on the job's end in the
+   * event log, read by one follower all this client's waits share (one connection a shard),
+   * then reads the record: no poll per job (with the log off, a read every 250 ms). */
   async wait(id: string, waitMs = 30_000): Promise<Result> {
     const deadline = nowMs() + waitMs;
     const keys = await this.holder(id);
-    // a blocking pop holds its connection: a connection of its own, closed after
-    const conn = this.redis.duplicate();
+    let waiter = this.waiters.get(keys.prefix);
+    if (!waiter) this.waiters.set(keys.prefix, (waiter = new Waiter(this.redis, keys)));
+    let woken: (() => void) | null = null;
+    let woke = false;
+    const unregister = await waiter.register(id, () => {
+      woke = true;
+      woken?.();
+    });
     try {
       for (;;) {
+        woke = false;
         const job = await this.get(id);
         if (job.status === "finished" || job.status === "error") {
           return { id, status: job.status, output: job.output ?? "", error: job.error ?? "", ok: job.status === "finished" };
         }
         const left = deadline - nowMs();
         if (left <= 0) throw new WaitTimedOut(`job ${id} did not end within ${waitMs} ms (it is ${job.status})`);
-        const got = await conn.blpop(keys.reply(id), Math.max(0.1, Math.min(left, 1000) / 1000));
-        if (got) {
-          const v = JSON.parse(got[1]);
-          const status = String(v.status ?? "");
-          return { id, status, output: String(v.output ?? ""), error: String(v.error ?? ""), ok: status === "finished" };
+        if (!woke) {
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, left);
+            woken = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+          woken = null;
         }
       }
     } finally {
-      conn.disconnect();
+      unregister();
     }
   }
 

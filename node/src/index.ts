@@ -8,6 +8,8 @@ export type { JobOptions } from "./client.js";
 export { HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
 export type { BatchInfo, Job, Progress, Result, Submitted } from "./job.js";
 export { Keys } from "./keys.js";
+export { QueueEvents, EventLogOff, decodeEntry } from "./events.js";
+export type { HeroEvent, QueueEventsOptions } from "./events.js";
 export { VERSION as PROTOCOL_VERSION } from "./protocol.js";
 export { ShardMap, shardOfId, fnv1a, jump } from "./shards.js";
 export { encode as encodePayload, decode as decodePayload } from "./msgpack.js";

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import redis
 
 from .errors import HeroError, InvalidInput, JobNotFound, OlderProcesses
+from .events import EventStream, Filter, Waiter
 from .job import BatchInfo, Job, Result, Submitted
 from .keys import Keys
 from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms
@@ -68,6 +69,7 @@ class Client:
         # a random start: a process that submits one job and ends would otherwise put every
         # unkeyed job on shard 0
         self._turn = random.randrange(1 << 30)
+        self._waiters: dict[str, Waiter] = {}
 
     # -- shards -----------------------------------------------------------------------------
     def shard_map(self) -> ShardMap:
@@ -300,23 +302,46 @@ class Client:
 
     def run(self, script: str, type: str = "rhai", wait: float = 30.0, **options: Any) -> Result:
         """Submits a job and waits up to `wait` seconds for it to end."""
-        s = self.submit(script, type, wait=True, **options)
+        options.pop("wait", None)
+        s = self.submit(script, type, **options)
         return self.wait(s.id, wait)
 
     def wait(self, job_id: str, wait: float = 30.0) -> Result:
-        """Waits up to `wait` seconds for a job to end: its reply list, else its record."""
+        """Waits up to `wait` seconds for a job to end, whoever runs it, and answers how it
+        ended. It wakes on the job's end in the event log, read by one thread all this client's
+        waits share, then reads the record: no poll per job (with the log off, a read of the
+        record every 0.25 s)."""
         deadline = time.monotonic() + wait
-        while True:
-            left = deadline - time.monotonic()
-            got = self.r.blpop([self._holder(job_id).reply(job_id)], timeout=max(0.1, min(left, 1.0)))
-            if got is not None:
-                v = json.loads(got[1])
-                return Result(job_id, v.get("status", ""), v.get("output", ""), v.get("error", ""))
-            job = self.get(job_id)
-            if job.ended:
-                return Result(job_id, job.status, job.output or "", job.error or "")
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job_id} did not end within {wait} s (it is {job.status})")
+        keys = self._holder(job_id)
+        waiter = self._waiters.get(keys.prefix)
+        if waiter is None:
+            waiter = self._waiters.setdefault(keys.prefix, Waiter(self.r, keys))
+        woke = waiter.register(job_id)
+        try:
+            while True:
+                woke.clear()
+                job = self.get(job_id)
+                if job.ended:
+                    return Result(job_id, job.status, job.output or "", job.error or "")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"job {job_id} did not end within {wait} s (it is {job.status})")
+                woke.wait(left)
+        finally:
+            waiter.unregister(job_id, woke)
+
+    # -- events -----------------------------------------------------------------------------
+    def events(self, type: str | None = None, queue: str | None = None, job: str | None = None,
+               since: str | None = None, event: str | None = None) -> EventStream:
+        """Subscribes to job events: an iterator of `Event`s (`event`, `job_id`, a finished job's
+        `output`, `id` to resume after), filtered by script type, queue (`type/group`), job or
+        kind; from `since` (an event id to resume after, "0" for the oldest kept, None for now).
+        One blocking read per shard; a subscriber that fell behind the log's cap gets an event
+        `gap` with `missed`. Refused (`EventLogOff`) with the log off. `close()` it when done."""
+        m = self.shard_map()
+        shards = [(n, self._shard(n)[0]) for n in m.served()] if m.sharded else [(0, self.keys)]
+        return EventStream(self.r, shards, Filter(type, queue, job, event), since,
+                           atomic=not isinstance(self.r, redis.RedisCluster))
 
     # -- read -------------------------------------------------------------------------------
     def get(self, job_id: str) -> Job:
