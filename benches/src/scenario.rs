@@ -31,13 +31,19 @@ pub enum Scenario {
     Recovery,
     /// Redis memory per waiting job, and after drain and retention.
     Memory,
+    /// Jobs submitted one a call at 1,000/s, each waited on at once with `wait` (no reply list:
+    /// the waits' shared follower of the event log) → submit-then-wait latency.
+    Wait,
+    /// End to end with 10 subscribers to the queue's events (`Client::events`) → the rate at
+    /// which every subscriber has seen every job's end.
+    Events,
     /// One queue spread over K shards of a local cluster, each held to `--shard-cpu`, for each
     /// K of `--shards` → jobs/s, Redis and client CPU per job (run alone: `--only sharded`).
     Sharded,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::SubmitBulk,
         Scenario::WorkerConcurrent,
         Scenario::EndToEnd,
@@ -47,6 +53,8 @@ impl Scenario {
         Scenario::CeilingLatency,
         Scenario::Recovery,
         Scenario::Memory,
+        Scenario::Wait,
+        Scenario::Events,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +68,8 @@ impl Scenario {
             Scenario::CeilingLatency => "ceiling-latency",
             Scenario::Recovery => "recovery",
             Scenario::Memory => "memory",
+            Scenario::Wait => "wait",
+            Scenario::Events => "events",
             Scenario::Sharded => "sharded",
         }
     }
@@ -67,7 +77,11 @@ impl Scenario {
     /// Whether `peer` runs this scenario too.
     pub fn has_peer(self, peer: PeerKind) -> bool {
         match self {
-            Scenario::Recovery | Scenario::Ceiling | Scenario::CeilingLatency => false,
+            Scenario::Recovery
+            | Scenario::Ceiling
+            | Scenario::CeilingLatency
+            | Scenario::Wait
+            | Scenario::Events => false,
             // the features scenario is held against BullMQ, whose options match it one for one
             Scenario::EndToEndFeatures => peer == PeerKind::Bullmq,
             _ => true,
