@@ -1,0 +1,85 @@
+// docs/clients.md's Node column against a real redis-server and `hero broker`: every capability
+// the table names in Node is called here once, and a name the table gives that this file never
+// calls fails the check.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { test } from "node:test";
+
+import { Client, QueueEvents, Retry, UnrecoverableError, Worker } from "../dist/esm/index.js";
+import { heroProcess, redisServer, ROOT, waitFor } from "./helpers.mjs";
+
+/** The first backticked name of each cell of `header`'s column, in every table of `doc`. */
+function column(doc, header) {
+  const out = [];
+  let at = null;
+  for (const line of doc.split("\n")) {
+    if (!line.startsWith("|")) {
+      at = null;
+      continue;
+    }
+    const cells = line.trim().replace(/^\||\|$/g, "").split("|").map((c) => c.trim());
+    if (cells[0] === "capability") {
+      at = cells.indexOf(header);
+      continue;
+    }
+    const m = at !== null && at >= 0 ? /`([^`]+)`/.exec(cells[at] ?? "") : null;
+    if (m) out.push(m[1]);
+  }
+  return out;
+}
+
+const callToken = (name) => name.split("(")[0].split(/[.:]/).pop();
+
+test("every Node name the table gives is called here", () => {
+  const names = column(readFileSync(join(ROOT, "docs", "clients.md"), "utf8"), "Node");
+  const body = readFileSync(fileURLToPath(import.meta.url), "utf8").split("every capability of the Node column").pop();
+  assert.ok(names.length >= 15, names.join(", "));
+  const missing = names.filter((n) => !body.includes(`${callToken(n)}(`));
+  assert.deepEqual(missing, [], "named in docs/clients.md, never called");
+});
+
+test("every capability of the Node column answers against a real broker", async () => {
+  const redis = await redisServer();
+  const broker = heroProcess(redis.url, ["broker", "--http", "off"]);
+  const client = await Client.connect(redis.url);
+  const worker = new Worker(
+    "c",
+    async (job) => {
+      await job.updateProgress(50, "half");
+      await job.log("a line");
+      if (job.script === "retry" && job.attempt < 2) throw new Retry("again", 10);
+      if (job.script === "abort") throw new UnrecoverableError("no");
+      return job.script.toUpperCase();
+    },
+    { url: redis.url, concurrency: 4 },
+  );
+  worker.on("error", () => undefined);
+  const events = new QueueEvents("c", { url: redis.url });
+  try {
+    await events.waitUntilReady();
+    const completed = new Promise((resolve) => events.once("completed", resolve));
+    const id = await client.submit({ type: "c", script: "one" });
+    assert.ok((await client.submitMany([{ type: "c", script: "two" }]))[0].created);
+    assert.equal((await client.run({ type: "c", script: "ran" }, 20_000)).output, "RAN");
+    assert.equal((await client.wait(id, 20_000)).output, "ONE");
+    assert.equal(await client.status(id), "finished");
+    assert.equal((await client.get(id)).output, "ONE");
+    assert.equal((await client.run({ type: "c", script: "retry", retries: 1 }, 20_000)).status, "finished");
+    assert.equal((await client.run({ type: "c", script: "abort" }, 20_000)).status, "error");
+    const later = await client.submit({ type: "c", script: "x", delay: 600_000 });
+    assert.equal(await client.stop(later), "cancelled");
+    assert.ok((await completed).returnvalue);
+    await client.addToBatch("b1", [{ type: "c", script: "member" }]);
+    await client.closeBatch("b1", { onComplete: { type: "c", script: "done" } });
+    await waitFor("the batch", async () => (await client.batch("b1")) !== null);
+    assert.equal((await client.shardMap()).k, 1);
+  } finally {
+    await events.close();
+    await worker.close();
+    await broker.stop();
+    await client.close();
+    redis.stop();
+  }
+});

@@ -1,0 +1,81 @@
+"""docs/clients.md's Python column against a real redis-server and `hero broker`: every capability
+the table names in Python is called here once, and a name the table gives that this file never
+calls fails the check."""
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import hero
+from conftest import ROOT
+
+
+def column(doc: str, header: str) -> list[str]:
+    """The first backticked name of each cell of `header`'s column, in every table of `doc`."""
+    out, at = [], None
+    for line in doc.splitlines():
+        if not line.startswith("|"):
+            at = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == "capability":
+            at = cells.index(header) if header in cells else None
+            continue
+        if at is not None and at < len(cells):
+            m = re.search(r"`([^`]+)`", cells[at])
+            if m:
+                out.append(m.group(1))
+    return out
+
+
+def call_token(name: str) -> str:
+    return re.split(r"[.:]", name.split("(")[0])[-1]
+
+
+def test_every_python_name_the_table_gives_is_called_here():
+    with open(os.path.join(ROOT, "docs", "clients.md"), encoding="utf-8") as f:
+        names = column(f.read(), "Python")
+    with open(__file__, encoding="utf-8") as f:
+        body = f.read().split("def test_every_capability_of_the_python_column")[-1]
+    assert len(names) >= 15, names
+    missing = [n for n in names if f"{call_token(n)}(" not in body]
+    assert not missing, f"named in docs/clients.md, never called: {missing}"
+
+
+def test_every_capability_of_the_python_column_answers_against_a_real_broker(broker):
+    def handler(job, ctx):
+        ctx.progress(50, "half")
+        ctx.log("a line")
+        if job.script == "retry" and job.attempts < 2:
+            raise hero.Retry("again", 0.01)
+        if job.script == "abort":
+            raise hero.Abort("no")
+        return job.script.upper()
+    w = hero.Worker(handler, ["c"], broker, concurrency=4)
+    t = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
+    t.start()
+    try:
+        c = hero.Client(broker)
+        with c.events(type="c") as sub:
+            s = c.submit("one", "c")
+            assert c.submit_many([c.job("two", "c")])[0].created
+            assert c.run("ran", "c", wait=20).output == "RAN"
+            assert c.wait(s.id, 20).output == "ONE"
+            assert c.status(s.id) == "finished"
+            assert c.get(s.id).output == "ONE"
+            assert c.run("retry", "c", wait=20, retries=1).status == "finished"
+            assert c.run("abort", "c", wait=20).status == "error"
+            later = c.submit("x", "c", delay=600).id
+            assert c.stop(later) == "cancelled"
+            e = sub.next(timeout=20)
+            while e.event != "finished":
+                e = sub.next(timeout=20)
+            assert e.output is not None
+        c.submit("member", "c", batch="b1")
+        c.close_batch("b1", on_complete=("done", "c"))
+        assert c.batch("b1") is not None
+        assert c.shard_map().k == 1
+    finally:
+        w.stop()
+        t.join(timeout=20)
