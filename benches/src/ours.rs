@@ -238,7 +238,9 @@ impl Ours {
     /// the event log can wake them): the latency from the submit to the wait's answer.
     async fn wait_after_submit(&self, fig: &mut Figures) -> Result<()> {
         let rate = 1000;
-        let total = ((rate as f64) * self.args.duration.as_secs_f64()).round().max(1.0) as u64;
+        let total = ((rate as f64) * self.args.duration.as_secs_f64())
+            .round()
+            .max(1.0) as u64;
         let tally = Tally::new(total);
         let w = self.worker(&tally, self.args.concurrency).await?;
         let mut waits = tokio::task::JoinSet::new();
@@ -288,7 +290,9 @@ impl Ours {
                             seen += 1;
                         }
                         Some(Ok(hero_client::Watched::Gap { missed, .. })) => {
-                            anyhow::bail!("a subscriber fell behind the log's cap: {missed:?} missed")
+                            anyhow::bail!(
+                                "a subscriber fell behind the log's cap: {missed:?} missed"
+                            )
                         }
                         Some(Err(e)) => return Err(e.into()),
                         None => anyhow::bail!("a subscription ended"),

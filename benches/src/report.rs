@@ -37,7 +37,11 @@ const METRICS: &[Metric] = &[
     m("recovery_s", "s until all running elsewhere", false),
     m("wait_p50_ms", "submit then wait p50 ms", false),
     m("wait_p99_ms", "submit then wait p99 ms", false),
-    m("events_per_s", "job ends seen by all 10 subscribers /s", true),
+    m(
+        "events_per_s",
+        "job ends seen by all 10 subscribers /s",
+        true,
+    ),
     m("presence_ttl_s", "presence TTL s", false),
     m("bytes_per_waiting_job", "Redis bytes/waiting job", false),
     m("after_drain_pct", "after drain vs baseline %", false),
