@@ -11,7 +11,9 @@
 //! the wait registered happened before the record was read, which then says so. Where events
 //! may have been lost (a read that came back full may span a trim of the log, a broken
 //! connection) every wait reads its record again. With the log off (`events_max 0`) the task
-//! wakes every wait each [`POLL`] instead: that is the bound on a wait's delay there.
+//! wakes every wait each [`POLL`] instead: that is the bound on a wait's delay there. The task
+//! ends when nobody waits (a producer that waited once does not follow the log for ever) and the
+//! next wait starts one again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,21 +101,25 @@ impl Waiter {
         keys: &Keyspace,
         job: &str,
     ) -> Result<Registration> {
-        let shared = {
-            let mut slot = self.shared.lock().await;
-            match slot.as_ref() {
-                Some(s) if s.alive.load(Ordering::Acquire) => s.clone(),
-                _ => {
-                    let s = start(redis, keys).await?;
-                    *slot = Some(s.clone());
-                    s
+        let notify = Arc::new(Notify::new());
+        let mut slot = self.shared.lock().await;
+        if let Some(shared) = slot.as_ref() {
+            // under the waits' lock: the task ends only when it finds them empty, under it too
+            if let Ok(mut w) = shared.waits.lock() {
+                if shared.alive.load(Ordering::Acquire) {
+                    w.entry(job.to_string()).or_default().push(notify.clone());
+                    return Ok(Registration {
+                        shared: shared.clone(),
+                        job: job.to_string(),
+                        notify,
+                    });
                 }
             }
-        };
-        let notify = Arc::new(Notify::new());
-        if let Ok(mut w) = shared.waits.lock() {
-            w.entry(job.to_string()).or_default().push(notify.clone());
         }
+        // none runs (the first wait, nobody waited for a while, or its runtime ended): a new
+        // task, with this wait in it before it starts
+        let shared = start(redis, keys, job, notify.clone()).await?;
+        *slot = Some(shared.clone());
         Ok(Registration {
             shared,
             job: job.to_string(),
@@ -122,15 +128,15 @@ impl Waiter {
     }
 }
 
-/// Takes the cursor, then spawns the task.
-async fn start(redis: &Redis, keys: &Keyspace) -> Result<Arc<Shared>> {
+/// Takes the cursor, then spawns the task with its first wait.
+async fn start(redis: &Redis, keys: &Keyspace, job: &str, first: Arc<Notify>) -> Result<Arc<Shared>> {
     let key = keys.events();
     let mut conn = redis.dedicated(BLOCK).await?;
     let on = events_max(redis, keys).await? > 0;
     let cursor = LogInfo::read(&mut conn, &key).await?.last;
     let shared = Arc::new(Shared {
         alive: AtomicBool::new(true),
-        ..Shared::default()
+        waits: Mutex::new(HashMap::from([(job.to_string(), vec![first])])),
     });
     let task = Task {
         shared: Arc::downgrade(&shared),
@@ -172,8 +178,22 @@ impl Task {
         let _guard = AliveGuard(self.shared.clone());
         let mut idle = 0u32;
         loop {
-            if self.shared.strong_count() == 0 {
-                return; // every clone of the client is gone
+            {
+                let Some(s) = self.shared.upgrade() else {
+                    return; // every clone of the client is gone
+                };
+                // nobody waits: end (under the waits' lock, where a wait registers), so that a
+                // client that waited once does not read the log for ever; the next wait starts
+                // a task again
+                let idle = s.waits.lock().map(|w| w.is_empty()).unwrap_or(false);
+                if idle {
+                    // still under no lock here: re-checked under it, where a wait registers
+                    let w = s.waits.lock();
+                    if w.as_ref().is_ok_and(|w| w.is_empty()) {
+                        s.alive.store(false, Ordering::Release);
+                        return;
+                    }
+                }
             }
             if !self.on {
                 tokio::time::sleep(POLL).await;

@@ -150,3 +150,24 @@ test("wait after a plain submit returns within milliseconds of the job's end, ma
     redis.stop();
   }
 });
+
+test("QueueEvents resumes after a lastEventId, and \"0\" replays what the log keeps", async () => {
+  const redis = await redisServer();
+  const client = await Client.connect(redis.url);
+  try {
+    for (let i = 0; i < 3; i++) await client.submit({ type: "rhai", script: "1", id: `r${i}` });
+    const all = new QueueEvents("rhai", { url: redis.url, lastEventId: "0" });
+    const seen = [];
+    all.on("waiting", ({ jobId }, id) => seen.push([jobId, id]));
+    await waitFor("the three submits", async () => seen.length >= 3, 10_000);
+    await all.close();
+    assert.deepEqual(seen.map((s) => s[0]), ["r0", "r1", "r2"]);
+    const resumed = new QueueEvents("rhai", { url: redis.url, lastEventId: seen[0][1] });
+    const first = await new Promise((resolve) => resumed.once("waiting", ({ jobId }) => resolve(jobId)));
+    await resumed.close();
+    assert.equal(first, "r1");
+  } finally {
+    await client.close();
+    redis.stop();
+  }
+});

@@ -139,3 +139,14 @@ def test_wait_after_a_plain_submit_returns_within_milliseconds_of_the_end(redis_
         t.join(timeout=20)
     print(f"worst wait after the end: {worst * 1000:.1f} ms")
     assert worst < 0.15, f"wait returned {worst:.3f} s after the end"
+
+
+def test_a_subscription_resumes_after_an_event_id(redis_url):
+    c = hero.Client(redis_url)
+    for i in range(3):
+        c.submit("1", "rhai", id=f"r{i}")
+    with c.events(since="0") as sub:
+        seen = [sub.next(timeout=10) for _ in range(3)]
+    assert [e.job_id for e in seen] == ["r0", "r1", "r2"]
+    with c.events(since=seen[0].id) as sub:
+        assert sub.next(timeout=10).job_id == "r1"

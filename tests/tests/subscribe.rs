@@ -293,3 +293,40 @@ async fn wait_after_a_plain_submit_returns_within_milliseconds_of_the_end_on_one
         }
     }
 }
+
+/// A subscription resumes after an event id it was given, and `Since::Oldest` replays what the
+/// log keeps.
+#[tokio::test]
+async fn a_subscription_resumes_after_an_event_id() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    for i in 0..3 {
+        let job = NewJob::builder("t", "x")
+            .id(format!("r{i}"))
+            .build()
+            .unwrap();
+        client.submit(&job).await.unwrap();
+    }
+    let mut all = client
+        .events(EventFilter::default(), Since::Oldest)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    while ids.len() < 3 {
+        if let Watched::Event { event, .. } = next(&mut all, "the three submits").await {
+            ids.push((event.id, event.job_id));
+        }
+    }
+    assert_eq!(
+        ids.iter().map(|i| i.1.as_str()).collect::<Vec<_>>(),
+        ["r0", "r1", "r2"]
+    );
+    let mut resumed = client
+        .events(EventFilter::default(), Since::parse(&ids[0].0).unwrap())
+        .await
+        .unwrap();
+    let Watched::Event { event, .. } = next(&mut resumed, "the event after r0's").await else {
+        panic!("a gap on a log that was not trimmed");
+    };
+    assert_eq!(event.job_id, "r1");
+}
