@@ -224,6 +224,26 @@ pub(crate) fn stream_id(id: &str) -> Option<(u64, u64)> {
     Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
+/// One `XREAD COUNT <count> BLOCK <block>` of the log `key` after `cursor`.
+pub(crate) async fn read_log(
+    conn: &mut Blocking,
+    key: &str,
+    cursor: &str,
+    count: u64,
+    block: Duration,
+) -> Result<Value> {
+    Ok(redis::cmd("XREAD")
+        .arg("COUNT")
+        .arg(count)
+        .arg("BLOCK")
+        .arg(block.as_millis() as u64)
+        .arg("STREAMS")
+        .arg(key)
+        .arg(cursor)
+        .query_async(conn)
+        .await?)
+}
+
 /// The entries of an XREAD reply for one key, as (id, entry) pairs.
 pub(crate) fn xread_entries(v: &Value) -> Result<Vec<(String, &Value)>> {
     let mut out = Vec::new();
@@ -328,16 +348,7 @@ impl Reader {
         if self.check {
             return self.checked().await;
         }
-        let v: Value = redis::cmd("XREAD")
-            .arg("COUNT")
-            .arg(self.count)
-            .arg("BLOCK")
-            .arg(BLOCK.as_millis() as u64)
-            .arg("STREAMS")
-            .arg(&self.key)
-            .arg(&self.cursor)
-            .query_async(&mut self.conn)
-            .await?;
+        let v = read_log(&mut self.conn, &self.key, &self.cursor, self.count, BLOCK).await?;
         let entries = xread_entries(&v)?;
         if entries.len() as u64 >= self.count {
             // a full read may span a gap: read the same again with the log's count beside it

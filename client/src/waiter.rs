@@ -20,10 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use redis::Value;
 use tokio::sync::Notify;
 
-use crate::events::{events_max, xread_entries, LogInfo};
+use crate::events::{events_max, read_log, xread_entries, LogInfo};
 use hero_protocol::conn::{Blocking, Redis};
 use hero_protocol::error::Result;
 use hero_protocol::event_log::Event;
@@ -129,7 +128,12 @@ impl Waiter {
 }
 
 /// Takes the cursor, then spawns the task with its first wait.
-async fn start(redis: &Redis, keys: &Keyspace, job: &str, first: Arc<Notify>) -> Result<Arc<Shared>> {
+async fn start(
+    redis: &Redis,
+    keys: &Keyspace,
+    job: &str,
+    first: Arc<Notify>,
+) -> Result<Arc<Shared>> {
     let key = keys.events();
     let mut conn = redis.dedicated(BLOCK).await?;
     let on = events_max(redis, keys).await? > 0;
@@ -252,16 +256,7 @@ impl Task {
 
     /// One blocking read: wakes the waits of the jobs it names; answers how many entries.
     async fn read(&mut self) -> Result<usize> {
-        let v: Value = redis::cmd("XREAD")
-            .arg("COUNT")
-            .arg(COUNT)
-            .arg("BLOCK")
-            .arg(BLOCK.as_millis() as u64)
-            .arg("STREAMS")
-            .arg(&self.key)
-            .arg(&self.cursor)
-            .query_async(&mut self.conn)
-            .await?;
+        let v = read_log(&mut self.conn, &self.key, &self.cursor, COUNT, BLOCK).await?;
         let entries = xread_entries(&v)?;
         let Some(shared) = self.shared.upgrade() else {
             return Ok(0);
