@@ -11,6 +11,7 @@
 //! - `chaos`: the chaos soak.
 //! - `scale`: `--namespaces N`, scale-out over the shards of a Redis Cluster.
 //! - `sharded`: `--only sharded`, one queue over K shards, each redis-server CPU-capped.
+//! - `watch`: the `wait` and `events` scenarios (waits and subscriptions).
 
 mod bench;
 mod ceiling;
@@ -23,6 +24,7 @@ mod scale;
 mod scenario;
 mod sharded;
 mod tally;
+mod watch;
 
 use clap::{Parser, Subcommand};
 
