@@ -220,15 +220,16 @@ async fn a_cli_writing_into_a_closed_pipe_ends_quietly_by_sigpipe() {
     let server = RedisServer::start();
     let url = server.url();
     for args in [&["queues", "--json"][..], &["actors"], &["--help"]] {
-        let mut child = hero_testkit::hero_command()
+        // a pipe whose reader is gone before the command starts: its first write meets EPIPE
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let child = hero_testkit::hero_command()
             .args(args)
             .env("HERO_REDIS_URL", &url)
-            .stdout(Stdio::piped())
+            .stdout(writer)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // the reader goes before the command has written anything
-        drop(child.stdout.take());
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
