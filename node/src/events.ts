@@ -4,7 +4,8 @@
 // `QueueEvents` is BullMQ's: `new QueueEvents(type, { url, lastEventId })`, an EventEmitter of
 // `completed` `{ jobId, returnvalue }`, `failed` `{ jobId, failedReason }`, `progress`, `active`,
 // `waiting`, `delayed`, `retried`, `stalled` (a job recovered from a dead worker), `removed` (a
-// stopped one), each with the entry id as the second argument; `event` carries every event in
+// stopped one), each with the entry id as the second argument (`failed` also for a job the
+// broker dead-lettered: hero's `dead`); `event` carries every event in
 // hero's own names. One blocking read per shard; a subscriber that fell behind the log's cap
 // (`events_max`) gets `gap` `{ missed }`: Redis counts every entry ever added (`XINFO STREAM`
 // `entries-added`), so the first kept entry's number is `added - length + 1`, and the reader
@@ -336,6 +337,7 @@ export class QueueEvents extends EventEmitter {
         this.emit("completed", { jobId, returnvalue: e.output ?? null }, e.id);
         break;
       case "error":
+      case "dead": // ended `error` by the broker (abandoned after its attempts), dead-lettered
         this.emit("failed", { jobId, failedReason: e.reason ?? "" }, e.id);
         break;
       case "retried":
