@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use crate::client::Client;
 use hero_protocol::conn::{Blocking, Redis};
 use hero_protocol::error::{Error, Result};
+use hero_protocol::event_log::{events_max, read_log, stream_id, xread_entries, LogInfo};
 pub use hero_protocol::event_log::{Event, EventFilter};
 use hero_protocol::keys::Keyspace;
 use hero_protocol::reply;
@@ -152,115 +153,6 @@ impl Client {
             ready: VecDeque::new(),
         })
     }
-}
-
-/// The log's cap as the brokers set it (`events_max` in the config hash: 10000 when absent).
-pub(crate) async fn events_max(redis: &Redis, keys: &Keyspace) -> Result<u64> {
-    let v: Option<String> = redis
-        .query(redis::cmd("HGET").arg(keys.config()).arg("events_max"))
-        .await?;
-    Ok(v.and_then(|v| v.trim().parse().ok()).unwrap_or(10_000))
-}
-
-/// What `XINFO STREAM` says of the log: entries ever added, entries kept, the first kept entry,
-/// the last id given.
-#[derive(Debug, Default)]
-pub(crate) struct LogInfo {
-    pub(crate) added: u64,
-    pub(crate) length: u64,
-    pub(crate) first: Option<String>,
-    pub(crate) last: String,
-}
-
-impl LogInfo {
-    fn decode(v: &Value) -> Result<LogInfo> {
-        let mut info = LogInfo {
-            last: "0-0".into(),
-            ..LogInfo::default()
-        };
-        let items = match v {
-            Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect::<Vec<_>>(),
-            other => reply::array(other)?.iter().collect(),
-        };
-        for pair in items.chunks(2) {
-            let [k, v] = pair else { break };
-            match reply::text(k)?.as_str() {
-                "entries-added" => info.added = reply::int(v)?.max(0) as u64,
-                "length" => info.length = reply::int(v)?.max(0) as u64,
-                "last-generated-id" => info.last = reply::text(v)?,
-                "first-entry" => {
-                    info.first = reply::array(v)?.first().map(reply::text).transpose()?;
-                }
-                _ => {}
-            }
-        }
-        Ok(info)
-    }
-
-    /// The log's state now; an empty one when it was never written.
-    pub(crate) async fn read<C: redis::aio::ConnectionLike + Send>(
-        conn: &mut C,
-        key: &str,
-    ) -> Result<LogInfo> {
-        let exists: bool = redis::cmd("EXISTS").arg(key).query_async(conn).await?;
-        if !exists {
-            return Ok(LogInfo {
-                last: "0-0".into(),
-                ..LogInfo::default()
-            });
-        }
-        let v: Value = redis::cmd("XINFO")
-            .arg("STREAM")
-            .arg(key)
-            .query_async(conn)
-            .await?;
-        LogInfo::decode(&v)
-    }
-}
-
-/// A stream id as its two numbers, for ordering.
-pub(crate) fn stream_id(id: &str) -> Option<(u64, u64)> {
-    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-/// One `XREAD COUNT <count> BLOCK <block>` of the log `key` after `cursor`.
-pub(crate) async fn read_log(
-    conn: &mut Blocking,
-    key: &str,
-    cursor: &str,
-    count: u64,
-    block: Duration,
-) -> Result<Value> {
-    Ok(redis::cmd("XREAD")
-        .arg("COUNT")
-        .arg(count)
-        .arg("BLOCK")
-        .arg(block.as_millis() as u64)
-        .arg("STREAMS")
-        .arg(key)
-        .arg(cursor)
-        .query_async(conn)
-        .await?)
-}
-
-/// The entries of an XREAD reply for one key, as (id, entry) pairs.
-pub(crate) fn xread_entries(v: &Value) -> Result<Vec<(String, &Value)>> {
-    let mut out = Vec::new();
-    for stream in reply::array(v)? {
-        let [_, entries] = reply::array(stream)? else {
-            return Err(reply::unexpected("XREAD answered a stream without entries"));
-        };
-        for entry in reply::array(entries)? {
-            let id = reply::array(entry)?
-                .first()
-                .map(reply::text)
-                .transpose()?
-                .ok_or_else(|| reply::unexpected("XREAD answered an entry without an id"))?;
-            out.push((id, entry));
-        }
-    }
-    Ok(out)
 }
 
 /// One shard's reader of a subscription.

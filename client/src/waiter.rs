@@ -22,10 +22,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::events::{events_max, read_log, xread_entries, LogInfo};
 use hero_protocol::conn::{Blocking, Redis};
 use hero_protocol::error::Result;
-use hero_protocol::event_log::Event;
+use hero_protocol::event_log::{events_max, read_log, xread_entries, Event, LogInfo};
 use hero_protocol::keys::Keyspace;
 
 /// With the log off, how often every wait reads its record again.

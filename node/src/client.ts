@@ -11,7 +11,7 @@ import { Keys } from "./keys.js";
 import { encode, Json } from "./msgpack.js";
 import { iso, nowMs, Protocol, text } from "./protocol.js";
 import { ShardMap, shardOfId } from "./shards.js";
-import { Waiter } from "./events.js";
+import { Waiter } from "./waiter.js";
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const JOB_ID = /^[A-Za-z0-9_.-]{1,128}$/;

@@ -11,110 +11,20 @@
 // `entries-added`), so the first kept entry's number is `added - length + 1`, and the reader
 // counts what it read. The check rides in a MULTI with a read, and only a read that came back
 // full can span a trim, so keeping up costs one XREAD BLOCK a batch.
-//
-// `Waiter` is the one follower of a shard's log that all of a client's `wait` calls share; with
-// the log off it wakes every wait each `POLL_MS` instead (the bound on a wait's delay there).
+// The waits' follower of the log is `waiter.ts`; reading the log, `log.ts`.
 import { EventEmitter } from "node:events";
 
 import { Redis } from "ioredis";
 
-import { HeroError, InvalidInput } from "./errors.js";
+import { InvalidInput } from "./errors.js";
 import { Keys } from "./keys.js";
 import { redisUrl } from "./client.js";
+import { before, BLOCK_MS, COUNT, decodeEntry, Entries, entriesOf, EventLogOff, eventsMax, HeroEvent, logInfo, parseInfo } from "./log.js";
 import { ShardMap } from "./shards.js";
 
-const COUNT = 1000;
-const BLOCK_MS = 1000;
-export const POLL_MS = 250;
-const NOT_ENDS = new Set(["submitted", "dispatched", "started", "progress", "logged", "paused", "resumed", "bridged_in", "bridged_out"]);
+export { EventLogOff, decodeEntry } from "./log.js";
+export type { HeroEvent } from "./log.js";
 
-/** The namespace's event log is off (`events_max 0`): there are no events to subscribe to. */
-export class EventLogOff extends HeroError {}
-
-/** One change of a job's state as hero logs it. */
-export interface HeroEvent {
-  /** The log entry's id (`<ms>-<seq>`): pass it as `lastEventId` to resume after it. */
-  id: string;
-  event: string;
-  jobId: string;
-  queue?: string;
-  worker?: string;
-  attempt?: number;
-  reason?: string;
-  dueMs?: number;
-  /** A finished job's output (read with its event; absent once the job is deleted). */
-  output?: string;
-  shard: number;
-}
-
-type Fields = string[];
-
-/** The events one log entry holds (jobs of one call share an entry). */
-export function decodeEntry(id: string, fields: Fields, shard = 0): HeroEvent[] {
-  const f: Record<string, string> = {};
-  for (let i = 0; i + 1 < fields.length; i += 2) f[fields[i]] = fields[i + 1];
-  if (!f.e || !f.j) return [];
-  const base = {
-    id,
-    event: f.e,
-    shard,
-    ...(f.q ? { queue: f.q } : {}),
-    ...(f.w ? { worker: f.w } : {}),
-    ...(f.r ? { reason: f.r } : {}),
-    ...(f.d && /^\d+$/.test(f.d) ? { dueMs: Number(f.d) } : {}),
-  };
-  const ids = f.j.split(" ");
-  const attempts = (f.a ?? "").split(" ");
-  return ids.map((jobId, k) => ({ ...base, jobId, ...(/^\d+$/.test(attempts[k] ?? "") ? { attempt: Number(attempts[k]) } : {}) }));
-}
-
-function sid(id: string): [number, number] {
-  const [ms, seq] = id.split("-");
-  return [Number(ms), Number(seq ?? 0)];
-}
-
-function before(a: string, b: string): boolean {
-  const [x, y] = [sid(a), sid(b)];
-  return x[0] < y[0] || (x[0] === y[0] && x[1] < y[1]);
-}
-
-async function eventsMax(redis: Redis, keys: Keys): Promise<number> {
-  const v = await redis.hget(keys.config(), "events_max");
-  const n = v === null ? 10000 : Number(v);
-  return Number.isFinite(n) ? n : 10000;
-}
-
-interface LogInfo {
-  added: number;
-  length: number;
-  first: string | null;
-  last: string;
-}
-
-function parseInfo(raw: unknown): LogInfo {
-  const a = raw as unknown[];
-  const info: LogInfo = { added: 0, length: 0, first: null, last: "0-0" };
-  for (let i = 0; i + 1 < a.length; i += 2) {
-    const [k, v] = [String(a[i]), a[i + 1]];
-    if (k === "entries-added") info.added = Number(v);
-    else if (k === "length") info.length = Number(v);
-    else if (k === "last-generated-id") info.last = String(v);
-    else if (k === "first-entry") info.first = Array.isArray(v) ? String(v[0]) : null;
-  }
-  return info;
-}
-
-async function logInfo(redis: Redis, key: string): Promise<LogInfo> {
-  if (!(await redis.exists(key))) return { added: 0, length: 0, first: null, last: "0-0" };
-  return parseInfo(await redis.call("XINFO", "STREAM", key));
-}
-
-type Entries = [string, Fields][];
-
-function entriesOf(reply: unknown): Entries {
-  if (!Array.isArray(reply) || reply.length === 0) return [];
-  return (reply[0] as [string, Entries])[1] ?? [];
-}
 
 /** Which events pass: a script type (and optionally a queue `type/group`), a job. */
 interface Filter {
@@ -376,96 +286,3 @@ export class QueueEvents extends EventEmitter {
   }
 }
 
-/** The follower of one shard's log that every `wait` of a client shares. */
-export class Waiter {
-  private readonly waits = new Map<string, Set<() => void>>();
-  private conn: Redis | null = null;
-  private running: Promise<void> | null = null;
-  private starting: Promise<void> | null = null;
-  private cursor = "0-0";
-  private on = true;
-  private closed = false;
-
-  constructor(
-    private readonly base: Redis,
-    private readonly keys: Keys,
-  ) {}
-
-  /** Registers a wake-up for `jobId` (read the record only after this resolves); the returned
-   * function takes it out again. */
-  async register(jobId: string, wake: () => void): Promise<() => void> {
-    let set = this.waits.get(jobId);
-    if (!set) this.waits.set(jobId, (set = new Set()));
-    set.add(wake);
-    const unregister = () => {
-      set.delete(wake);
-      if (set.size === 0 && this.waits.get(jobId) === set) this.waits.delete(jobId);
-    };
-    try {
-      // the cursor is taken before the caller reads the record; the loop ends when nobody waits
-      while (!this.running) {
-        if (!this.starting) this.starting = this.take().finally(() => (this.starting = null));
-        await this.starting;
-      }
-    } catch (e) {
-      unregister();
-      throw e;
-    }
-    return unregister;
-  }
-
-  private async take(): Promise<void> {
-    if (!this.conn) {
-      this.conn = this.base.duplicate();
-      this.conn.on("error", () => undefined);
-    }
-    this.on = (await eventsMax(this.conn, this.keys)) > 0;
-    this.cursor = (await logInfo(this.conn, this.keys.events())).last;
-    this.running = this.loop().finally(() => (this.running = null));
-  }
-
-  private wake(jobId?: string): void {
-    if (jobId === undefined) for (const s of this.waits.values()) for (const w of s) w();
-    else for (const w of this.waits.get(jobId) ?? []) w();
-  }
-
-  private async loop(): Promise<void> {
-    let idle = 0;
-    // it ends when nobody waits; the next wait starts it again from a fresh cursor
-    while (!this.closed && this.waits.size > 0) {
-      if (!this.on) {
-        await new Promise((r) => setTimeout(r, POLL_MS));
-        this.wake();
-        idle++;
-      } else {
-        try {
-          const entries = entriesOf(await this.conn!.xread("COUNT", COUNT, "BLOCK", BLOCK_MS, "STREAMS", this.keys.events(), this.cursor));
-          for (const [id, fields] of entries) {
-            this.cursor = id;
-            for (const e of decodeEntry(id, fields)) if (!NOT_ENDS.has(e.event)) this.wake(e.jobId);
-          }
-          if (entries.length >= COUNT) this.wake(); // a full read may span a trim of the log
-          idle = entries.length > 0 ? 0 : idle + 1;
-        } catch {
-          if (this.closed) return;
-          await new Promise((r) => setTimeout(r, 1000));
-          this.wake();
-        }
-      }
-      if (idle >= 5) {
-        idle = 0;
-        const on = (await eventsMax(this.conn!, this.keys).catch(() => (this.on ? 1 : 0))) > 0;
-        if (on && !this.on) {
-          this.cursor = (await logInfo(this.conn!, this.keys.events())).last;
-          this.wake();
-        }
-        this.on = on;
-      }
-    }
-  }
-
-  close(): void {
-    this.closed = true;
-    this.conn?.disconnect();
-  }
-}

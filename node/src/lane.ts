@@ -7,8 +7,24 @@ import { Redis } from "ioredis";
 import { DEFAULT_TIMEOUT_S, numberField, recordText } from "./job.js";
 import { Keys } from "./keys.js";
 import { Done, nowMs, Protocol, RELEASE, retryAtMs, VERSION } from "./protocol.js";
-import type { Worker } from "./worker.js";
-import { Abort, Retry, WorkerJob } from "./worker-job.js";
+import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
+
+/** What a lane needs of the worker that owns it (the `Worker`, whose lanes share its slots). */
+export interface LaneOwner {
+  readonly types: string[];
+  readonly group: string;
+  readonly instance: string;
+  readonly consumer: string;
+  readonly concurrency: number;
+  readonly handler: Handler;
+  readonly connection: Redis;
+  readonly isStopping: boolean;
+  readonly settings: { leaseMs: number; presenceTtlMs: number; shutdownMs: number };
+  takeSlots(max: number): Promise<number>;
+  releaseSlots(n: number): void;
+  presence(running: number): string;
+  emit(event: string | symbol, ...args: unknown[]): boolean;
+}
 
 /** Reports gather this long: one call per flush for every job at once. */
 const REPORT_EVERY_MS = 500;
@@ -45,7 +61,7 @@ export class Lane {
   private holdReports = false;
 
   constructor(
-    private readonly w: Worker,
+    private readonly w: LaneOwner,
     private readonly keys: Keys,
   ) {
     this.proto = new Protocol(w.connection, keys);

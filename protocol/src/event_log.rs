@@ -1,10 +1,16 @@
 //! The event log's entries as every reader sees them: one entry decoded into the events it holds
-//! (jobs of one call share an entry), and the filter a reader applies (job, queue, type, kind).
+//! (jobs of one call share an entry), and the filter a reader applies (job, queue, type, kind);
+//! and the reads every follower of the log makes: its cap, its state (`XINFO STREAM`), one
+//! blocking read, the entries of the reply.
 //! The operator's reads (hero-admin's `Inspector::events`, `follow`) and the producer's
 //! subscription (hero-client's `Client::events`, and `wait`) are built on these.
 
+use std::time::Duration;
+
 use redis::Value;
 
+use crate::conn::{Blocking, Redis};
+use crate::error::Result;
 use crate::keys::Keyspace;
 use crate::name::{ScriptType, Target};
 use crate::reply;
@@ -164,4 +170,114 @@ impl EventFilter {
         }
         true
     }
+}
+
+/// The log's cap as the brokers set it (`events_max` in the config hash: 10000 when absent).
+pub async fn events_max(redis: &Redis, keys: &Keyspace) -> Result<u64> {
+    let v: Option<String> = redis
+        .query(redis::cmd("HGET").arg(keys.config()).arg("events_max"))
+        .await?;
+    Ok(v.and_then(|v| v.trim().parse().ok()).unwrap_or(10_000))
+}
+
+/// What `XINFO STREAM` says of the log: entries ever added, entries kept, the first kept entry,
+/// the last id given.
+#[derive(Debug, Default)]
+pub struct LogInfo {
+    pub added: u64,
+    pub length: u64,
+    pub first: Option<String>,
+    pub last: String,
+}
+
+impl LogInfo {
+    /// `XINFO STREAM`'s reply (a flat list, or a map under RESP3).
+    pub fn decode(v: &Value) -> Result<LogInfo> {
+        let mut info = LogInfo {
+            last: "0-0".into(),
+            ..LogInfo::default()
+        };
+        let items = match v {
+            Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect::<Vec<_>>(),
+            other => reply::array(other)?.iter().collect(),
+        };
+        for pair in items.chunks(2) {
+            let [k, v] = pair else { break };
+            match reply::text(k)?.as_str() {
+                "entries-added" => info.added = reply::int(v)?.max(0) as u64,
+                "length" => info.length = reply::int(v)?.max(0) as u64,
+                "last-generated-id" => info.last = reply::text(v)?,
+                "first-entry" => {
+                    info.first = reply::array(v)?.first().map(reply::text).transpose()?;
+                }
+                _ => {}
+            }
+        }
+        Ok(info)
+    }
+
+    /// The log's state now; an empty one when it was never written.
+    pub async fn read<C: redis::aio::ConnectionLike + Send>(
+        conn: &mut C,
+        key: &str,
+    ) -> Result<LogInfo> {
+        let exists: bool = redis::cmd("EXISTS").arg(key).query_async(conn).await?;
+        if !exists {
+            return Ok(LogInfo {
+                last: "0-0".into(),
+                ..LogInfo::default()
+            });
+        }
+        let v: Value = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(key)
+            .query_async(conn)
+            .await?;
+        LogInfo::decode(&v)
+    }
+}
+
+/// A stream id as its two numbers, for ordering.
+pub fn stream_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// One `XREAD COUNT <count> BLOCK <block>` of the log `key` after `cursor`.
+pub async fn read_log(
+    conn: &mut Blocking,
+    key: &str,
+    cursor: &str,
+    count: u64,
+    block: Duration,
+) -> Result<Value> {
+    Ok(redis::cmd("XREAD")
+        .arg("COUNT")
+        .arg(count)
+        .arg("BLOCK")
+        .arg(block.as_millis() as u64)
+        .arg("STREAMS")
+        .arg(key)
+        .arg(cursor)
+        .query_async(conn)
+        .await?)
+}
+
+/// The entries of an XREAD reply for one key, as (id, entry) pairs.
+pub fn xread_entries(v: &Value) -> Result<Vec<(String, &Value)>> {
+    let mut out = Vec::new();
+    for stream in reply::array(v)? {
+        let [_, entries] = reply::array(stream)? else {
+            return Err(reply::unexpected("XREAD answered a stream without entries"));
+        };
+        for entry in reply::array(entries)? {
+            let id = reply::array(entry)?
+                .first()
+                .map(reply::text)
+                .transpose()?
+                .ok_or_else(|| reply::unexpected("XREAD answered an entry without an id"))?;
+            out.push((id, entry));
+        }
+    }
+    Ok(out)
 }
