@@ -72,6 +72,7 @@ def test_a_subscriber_sees_every_job_end_once_with_its_output_through_retries_an
     assert not [k for k, v in ends.items() if len(v) != 1], "each job ended once"
     assert sum(v[0][0] == "error" for v in ends.values()) == n // 100
     assert retried >= n // 100
+    assert recovered > 0, "the killed worker's jobs were recovered"
     for i in range(1, n, 97):
         if i % 100:
             assert ends[f"p{i}"] == [("finished", str(i * 2))], ends[f"p{i}"]
