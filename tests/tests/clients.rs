@@ -7,11 +7,11 @@ use std::time::Duration;
 use hero_admin::{Admin, Inspector, ListFilter};
 use hero_broker::config::BrokerConfig;
 use hero_client::{Client, Flow, Since, Watched};
-use hero_protocol::cron::{CronJob, JobTemplate, Missed};
+use hero_protocol::cron::Missed;
 use hero_protocol::event_log::EventFilter;
 use hero_protocol::policy::Policy;
 use hero_protocol::{JobId, NewJob, Status};
-use hero_testkit::{dead_letter, InProcBroker, InProcWorker, RedisServer};
+use hero_testkit::{cron_job, dead_letter, InProcBroker, InProcWorker, RedisServer};
 use hero_worker::{Outcome, Worker};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -177,23 +177,7 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
         .unwrap();
     admin.requeue(&waiting.id, None).await.ok();
     client
-        .cron_add(&CronJob {
-            name: "nightly".into(),
-            schedule: "0 3 * * *".into(),
-            tz: "UTC".into(),
-            missed: Missed::Skip,
-            paused: false,
-            job: JobTemplate {
-                script_type: "c".into(),
-                script: "x".into(),
-                group: None,
-                instance: None,
-                priority: None,
-                timeout_secs: None,
-                retries: 0,
-                tags: Vec::new(),
-            },
-        })
+        .cron_add(&cron_job("nightly", "0 3 * * *", "c", Missed::Skip))
         .await
         .unwrap();
     assert_eq!(admin.cron_list().await.unwrap().len(), 1);

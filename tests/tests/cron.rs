@@ -6,29 +6,13 @@
 use std::time::Duration;
 
 use hero_client::Client;
-use hero_protocol::cron::{CronEntry, CronJob, JobTemplate, Missed};
+use hero_protocol::cron::{CronEntry, CronJob, Missed};
 use hero_testkit::{hero_cli, http_broker, wait_for, RedisServer};
 
 const LIMIT: Duration = Duration::from_secs(40);
 
 fn every_second(name: &str, missed: Missed) -> CronJob {
-    CronJob {
-        name: name.into(),
-        schedule: "every 1s".into(),
-        tz: "UTC".into(),
-        missed,
-        paused: false,
-        job: JobTemplate {
-            script_type: "cr".into(),
-            script: "x".into(),
-            group: None,
-            instance: None,
-            priority: None,
-            timeout_secs: None,
-            retries: 0,
-            tags: Vec::new(),
-        },
-    }
+    hero_testkit::cron_job(name, "every 1s", "cr", missed)
 }
 
 async fn entry(client: &Client, name: &str) -> CronEntry {

@@ -133,3 +133,29 @@ pub async fn record(client: &hero_client::Client, id: &str) -> hero_protocol::Jo
         .await
         .unwrap_or_else(|e| panic!("reading job {id}: {e}"))
 }
+
+/// A recurring job `name` on `schedule` (UTC) that submits script `x` to `script_type`.
+pub fn cron_job(
+    name: &str,
+    schedule: &str,
+    script_type: &str,
+    missed: hero_protocol::cron::Missed,
+) -> hero_protocol::cron::CronJob {
+    hero_protocol::cron::CronJob {
+        name: name.into(),
+        schedule: schedule.into(),
+        tz: "UTC".into(),
+        missed,
+        paused: false,
+        job: hero_protocol::cron::JobTemplate {
+            script_type: script_type.into(),
+            script: "x".into(),
+            group: None,
+            instance: None,
+            priority: None,
+            timeout_secs: None,
+            retries: 0,
+            tags: Vec::new(),
+        },
+    }
+}
