@@ -1,5 +1,5 @@
-#!lua name=hero_v29
-local VERSION = '29'
+#!lua name=hero_v30
+local VERSION = '30'
 -- hero function library: the shared helpers every function may use, one file a topic
 -- (`function/lib/*.lua`, concatenated in this order, then one file per function):
 --   keys.lua          the keys the functions derive instead of taking them in KEYS
@@ -593,6 +593,7 @@ local SUBMIT_FIELDS = {
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
   context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
   unique_ttl = 'count', payload = 'text', limit_key = 'text', batch = 'name',
+  backoff = 'backoff', keep = 'count', keep_failed = 'count',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).
@@ -615,6 +616,20 @@ local function bad_value(kind, v)
     local h = '[0-9a-f]'
     if not string.match(v, '^' .. h .. h .. '%-' .. string.rep(h, 32) .. '%-' .. string.rep(h, 16) .. '%-' .. h .. h .. '$') then
       return 'is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'
+    end
+  elseif kind == 'backoff' then
+    -- a job's own back-off, as a queue policy writes one (`Backoff` in policy.rs)
+    local ok, b = pcall(cjson.decode, v)
+    if not ok or type(b) ~= 'table' then return 'is not a JSON object {kind, base_ms, cap_ms, jitter}' end
+    if b.kind ~= 'fixed' and b.kind ~= 'exponential' then return 'has a kind that is not fixed or exponential' end
+    for _, f in ipairs({ 'base_ms', 'cap_ms' }) do
+      local n = b[f]
+      if (f == 'base_ms' or n ~= nil) and (type(n) ~= 'number' or n < 0 or n ~= math.floor(n)) then
+        return 'has a ' .. f .. ' that is not a whole number of ms'
+      end
+    end
+    if b.jitter ~= nil and (type(b.jitter) ~= 'number' or b.jitter < 0 or b.jitter > 1) then
+      return 'has a jitter that is not a number from 0 to 1'
     end
   elseif kind == 'time' then
     if not string.match(v, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d') then
@@ -642,7 +657,8 @@ end
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
 -- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
--- it names its `created_at` (a submit without one gets the server's time: see hero_submit):
+-- it names its `created_at` (a submit without one gets the server's time: see hero_submit), and
+-- whether it has a retention of its own (`keep`, `keep_failed`: see keep_ttl):
 -- `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call, and in `parsed.good`
 -- the values found good (the caller makes it, { good = {} }, for a call of several jobs: for one
@@ -650,7 +666,7 @@ end
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags, prereqs, batch, dated = nil, nil, nil, nil, nil, false
+  local uniq, uttl, tags, prereqs, batch, dated, kept = nil, nil, nil, nil, nil, false, false
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -689,6 +705,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
       elseif name == 'unique_ttl' then uttl = v
       elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
       elseif name == 'batch' then batch = v
+      elseif name == 'keep' or name == 'keep_failed' then kept = true
       elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
         if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
         prereqs = v
@@ -718,7 +735,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags, prereqs, batch, dated
+  return nil, uniq, uttl, tags, prereqs, batch, dated, kept
 end
 
 -- Ending a job: the reply to a waiting caller, the retention entry, the terminal write.
@@ -792,6 +809,30 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
     push_reply(job_id, reply_key, cfg, status, output, err, wants_reply == '1', true)
   end
   return true
+end
+
+-- A job's own retention (docs/operations.md): `keep` (ms) once it finished, `keep_failed` once it
+-- ended error, each at least KEEP_FLOOR_MS, so that a wait already waiting (which reads the record
+-- when the end's event reaches it) still finds it: 0 means as soon as that is safe. Read only
+-- while some job was ever submitted with one (the config hash's `kept`, set by hero_submit), so a
+-- namespace that never used it pays nothing.
+local KEEP_FLOOR_MS = 10000
+local KEPT_FIELD = 'kept'
+
+-- The TTL (ms) a job that just ended `status` gets: the larger of its own retention and `other`
+-- (its queue policy's, or nil), as a queue policy's retries are a floor under a job's own; nil
+-- when neither sets one (the broker's retention pass deletes it then).
+local function keep_ttl(cfg, job_key, status, other)
+  if setting(cfg, KEPT_FIELD, 0) > 0 then
+    local field = 'keep_failed'
+    if status == 'finished' then field = 'keep' end
+    local own = tonumber(redis.pcall('HGET', job_key, field))
+    if own then
+      own = math.max(own, KEEP_FLOOR_MS)
+      if other == nil or own > (tonumber(other) or 0) then return own end
+    end
+  end
+  return other
 end
 
 -- Entries and the legacy side: what a work stream entry carries, and the dual-push bridge
@@ -886,6 +927,22 @@ local function backoff_ms(b, attempt)
   local t = redis.call('TIME')
   local r = (tonumber(t[2]) % 1000) / 1000
   return math.floor(math.max(base * (1 - j + 2 * j * r), 0))
+end
+
+-- The delay (ms) before the retry of failed attempt `attempt`: the longer of the job's own
+-- back-off (`own`, the record's `backoff` JSON, or nil) and its queue policy's (the policy is a
+-- floor, as its retries are); nil when neither sets one (the caller's time stands).
+local function retry_delay(own, policy, attempt)
+  local d = nil
+  if own then
+    local ok, b = pcall(cjson.decode, own)
+    if ok and type(b) == 'table' then d = backoff_ms(b, attempt) end
+  end
+  if policy and type(policy.backoff) == 'table' then
+    local p = backoff_ms(policy.backoff, attempt)
+    if not d or p > d then d = p end
+  end
+  return d
 end
 
 -- The running count of limit `lim` ({key, max}), dropping the members no longer started when
@@ -1316,6 +1373,14 @@ local function waiting_on_key(config_key)
   return meta_key(config_key, 'waiting_on')
 end
 
+-- A prerequisite's result in its dependent's record, `result:<id>` = `<status>:<output or
+-- error>` (finished or error), so a parent reads its children's results from its own record
+-- (docs/protocol.md §3): however short the children's retention, the parent holds what they
+-- gave it for as long as it is kept itself.
+local function keep_result(dependent_key, id, status, text)
+  redis.pcall('HSET', dependent_key, 'result:' .. id, status .. ':' .. text)
+end
+
 local function waiting_dependents(cfg)
   return setting(cfg, DEPS_FIELD, 0) > 0
 end
@@ -1339,11 +1404,16 @@ local function release_dependents(ctx, ended)
       redis.call('SREM', waiting_on_key(ctx.cfg.key), jid)
       local prefix = string.sub(jk, 1, #jk - #jid)
       local reply_prefix = reply_prefix_of(ns_of(jk, jid))
+      local status, text = 'error', nil
+      if ok then status = 'finished' end
+      local r = redis.pcall('HGET', jk, ok and 'output' or 'error')
+      if type(r) == 'string' then text = r else text = '' end
       for m = 1, #deps, 2 do
         local d, stream = deps[m], deps[m + 1]
         local dkey = prefix .. d
         local f = redis.pcall('HMGET', dkey, 'status', 'reply')
         if not f.err and f[1] == 'waiting' then
+          keep_result(dkey, jid, status, text)
           if ok then
             if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
               -- queued as a submit would queue it: also handed to the legacy list of a
@@ -1594,18 +1664,23 @@ local function flush_tags(index)
 end
 
 -- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
--- have not finished yet, and the first that ended error (nil when none did).
+-- have not finished yet, the first that ended error (nil when none did), and the results of
+-- those that ended, as the new job's record keeps them (result_fields: id, status, text).
 local function prerequisites_state(prefix, list)
-  local left, failed = 0, nil
+  local left, failed, ended = 0, nil, {}
   for _, p in ipairs(list) do
-    local s = redis.pcall('HGET', prefix .. p, 'status')
+    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error')
+    local s = not r.err and r[1]
     if s == 'error' then
       failed = failed or p
-    elseif s ~= 'finished' then
+      ended[#ended + 1] = { p, s, r[3] or '' }
+    elseif s == 'finished' then
+      ended[#ended + 1] = { p, s, r[2] or '' }
+    else
       left = left + 1
     end
   end
-  return left, failed
+  return left, failed, ended
 end
 
 local function hero_submit(keys, args)
@@ -1624,16 +1699,18 @@ local function hero_submit(keys, args)
   local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
   local members = nil -- per job that names a batch: { batch key, batch name }
   local undated = nil -- per job without `created_at`: true (it gets the server's time)
+  local kept = false -- some job has a retention of its own (keep_ttl)
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl, tags, prereqs, bname, dated = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags, prereqs, bname, dated, own_keep = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
     end
+    if own_keep then kept = true end
     if not dated then
       undated = undated or {}
       undated[i] = true
@@ -1726,9 +1803,9 @@ local function hero_submit(keys, args)
     if not existing and unique and unique[i] then
       holder, held = claim_unique(cfg, job_key, job_id, unique[i])
     end
-    local blocked, failed_dep = 0, nil
+    local blocked, failed_dep, results = 0, nil, nil
     if not existing and not holder and deps and deps[i] then
-      blocked, failed_dep = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
+      blocked, failed_dep, results = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
     end
     if existing then
       answers[2 * i - 1], answers[2 * i] = 'exists', existing
@@ -1797,7 +1874,13 @@ local function hero_submit(keys, args)
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     end
+    -- the prerequisites that ended before it, their results in its record (a later end writes
+    -- its own there: release_dependents)
+    if results then
+      for _, r in ipairs(results) do keep_result(job_key, r[1], r[2], r[3]) end
+    end
   end
+  if kept then redis.call('HSETNX', keys[4], KEPT_FIELD, '1') end
   if undated then
     -- a record without `created_at` (a foreign client's) is dated by the server, so that every
     -- record says when it was made
@@ -2258,10 +2341,13 @@ end
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
-  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD })
+  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD, KEPT_FIELD })
   -- the queue policies the completion applies itself (retries, back-off, retention), for a
   -- worker of any language: read only while some queue has one
   local policed = setting(cfg, 'policed', 0) > 0
+  -- some job was submitted with its own retention (keep_ttl in finish.lua)
+  local kept = setting(cfg, KEPT_FIELD, 0) > 0
+  local ended -- the status the job in hand ended with
   local memo = {}
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
@@ -2330,9 +2416,10 @@ local function hero_complete(keys, args)
         -- key holding another type is foreign data, lost for this delivery (pcall, finish).
         local retried = false
         local policy_retry_at = nil
+        ended = 'finished'
         if outcome == 'fail' or outcome == 'retry' or outcome == 'again' then
           -- only a failure needs the budget: a success is recorded without reading the record
-          local f = redis.pcall('HMGET', job_key, 'attempts', 'retries')
+          local f = redis.pcall('HMGET', job_key, 'attempts', 'retries', 'backoff')
           if f.err then
             answer = 'lease_lost'
           else
@@ -2342,11 +2429,11 @@ local function hero_complete(keys, args)
               budget = tonumber(policy.retries)
             end
             retried = outcome == 'again' or (tonumber(f[1]) or 1) <= budget
-            if retried and outcome == 'fail' and policy and type(policy.backoff) == 'table' then
-              -- the policy's back-off, whatever the worker computed
-              local t = redis.call('TIME')
-              local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-              policy_retry_at = tostring(now + backoff_ms(policy.backoff, tonumber(f[1]) or 1))
+            if retried and outcome == 'fail' then
+              -- the job's own back-off and its policy's, the longer delay, whatever the worker
+              -- computed (retry_delay in policy.lua)
+              local delay = retry_delay(f[3], policy, tonumber(f[1]) or 1)
+              if delay then policy_retry_at = tostring(server_ms() + delay) end
             end
             -- a first delivery left no count (see hero_fetch): the next one must count from it
             if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
@@ -2377,6 +2464,7 @@ local function hero_complete(keys, args)
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
+          ended = status
           if finish(job_key, args[11 + a], keys[9 + 3 * i], cfg, status, text, args[12 + a], now_iso) then
             answer = 'completed'
             if ek then
@@ -2395,12 +2483,15 @@ local function hero_complete(keys, args)
         end
       end
       answers[i + 1] = answer
-      local ttl = keep and keep[i]
-      if policed and answer == 'completed' then
-        local policy = stream_policy(keys[2], stream, memo)
-        if policy and tonumber(policy.retention_ms) then ttl = policy.retention_ms end
+      if answer == 'completed' and (keep or policed or kept) then
+        local ttl = keep and keep[i]
+        if policed then
+          local policy = stream_policy(keys[2], stream, memo)
+          if policy and tonumber(policy.retention_ms) then ttl = policy.retention_ms end
+        end
+        if kept then ttl = keep_ttl(cfg, job_key, ended, ttl) end
+        if ttl then redis.call('PEXPIRE', job_key, ttl) end
       end
-      if ttl and answer == 'completed' then redis.call('PEXPIRE', job_key, ttl) end
       local ran_text = args[13 + a]
       if answer == 'completed' or answer == 'retrying' then
         -- sampled inline: a Lua call per job costs more than the sample; a run time the job
@@ -2507,7 +2598,8 @@ end
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- ARGV[6] why: 'stopped' (an operator's stop) or 'timeout' (the broker's time limit: only a
 --   running job is taken, as a failed attempt: retried within its budget (the record's
---   `retries`, or its queue policy's when larger) on the policy's back-off or 1 s doubling,
+--   `retries`, or its queue policy's when larger) on the longer of its own back-off and its
+--   policy's (retry_delay), else 1 s doubling,
 --   else ended with the error `timeout`; a job found anywhere else is 'changed')
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
 -- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
@@ -2520,6 +2612,7 @@ end
 -- 'timeout'); a job past its time limit with retries left is `retried` (r 'timeout', d the retry
 -- time) instead. Through the ended-jobs hook (release_if_any): `dispatched` or `error` per
 -- dependent, `batch_done` per batch completed.
+-- A job submitted with its own retention once failed (`keep_failed`) expires after it (keep_ttl).
 -- Dependents of the stopped job end error, `dependency failed: <id>` (see release_dependents).
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'timeout' (why 'timeout': it ends
@@ -2540,6 +2633,9 @@ local function hero_stop(keys, args)
   -- the one job this call can end; `how` is what the caller is answered
   local function stopped(how)
     finish(job_key, job_id, reply_key, cfg, 'error', why, f[5], now_iso, done)
+    -- a job's own retention once failed holds for a stop too (BullMQ's removeOnFail)
+    local ttl = keep_ttl(cfg, job_key, 'error', nil)
+    if ttl then redis.call('PEXPIRE', job_key, ttl) end
     local worker = nil
     if how == 'interrupted' then worker = f[4] end
     local queue = stream
@@ -2592,7 +2688,7 @@ local function hero_stop(keys, args)
     if why == 'timeout' then
       -- a timeout is a failed attempt: retried within the budget (the record's retries or its
       -- queue policy's, on the policy's back-off or 1 s doubling), ended when it is spent
-      local a = redis.call('HMGET', job_key, 'attempts', 'retries')
+      local a = redis.call('HMGET', job_key, 'attempts', 'retries', 'backoff')
       local attempts = tonumber(a[1]) or 1
       local budget = tonumber(a[2]) or 0
       local policy = setting(cfg, 'policed', 0) > 0 and stream_policy(keys[5], stream, {})
@@ -2600,9 +2696,9 @@ local function hero_stop(keys, args)
         budget = tonumber(policy.retries)
       end
       if attempts <= budget then
-        local b = (policy and type(policy.backoff) == 'table' and policy.backoff)
-          or { kind = 'exponential', base_ms = 1000, cap_ms = 3600000, jitter = 0.2 }
-        local retry_at = server_ms() + backoff_ms(b, attempts)
+        local delay = retry_delay(a[3], policy, attempts)
+          or backoff_ms({ kind = 'exponential', base_ms = 1000, cap_ms = 3600000, jitter = 0.2 }, attempts)
+        local retry_at = server_ms() + delay
         redis.call('HSET', job_key, 'status', 'waiting', 'error', 'timeout', 'run_at', tostring(retry_at),
           'attempts', tostring(attempts), 'updated_at', now_iso)
         redis.call('HDEL', job_key, 'lease', 'entry')
@@ -3085,7 +3181,8 @@ end
 -- An entry is due once it is older than the retention time by Redis's clock (its id). Each job
 -- it names is deleted when its record still says finished or error with the finished_at the
 -- entry carries; any other is left alone: it ran again since (whatever ended it again added a
--- newer entry), or it is gone already. An entry that is not of this form (foreign data) names
+-- newer entry), or it is gone already; a job with a retention of its own (`keep`, `keep_failed`)
+-- and a TTL from it is left to that TTL. An entry that is not of this form (foreign data) names
 -- no job. A deleted job leaves the index of each of its tags (`<ns>:tag:<tag>`). The entries
 -- taken are deleted, and the stream with them once it is empty.
 -- Returns: {entries taken, jobs deleted, 1 when more entries are due, else 0}
@@ -3111,8 +3208,15 @@ local function hero_expire(keys, args)
       for job_id in string.gmatch(ids, '[^ ]+') do
         local job_key = prefix .. job_id
         -- pcall: a job key holding another type is not a job of ours
-        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags')
-        if not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags', 'keep', 'keep_failed')
+        local own = nil -- a retention of its own (keep_ttl): its TTL deletes it, however long
+        if not r.err then
+          if r[1] == 'finished' then own = r[4] else own = r[5] end
+        end
+        if own and redis.call('PTTL', job_key) > 0 then
+          -- kept for its own retention (a job ended where it was not applied has no TTL: the
+          -- broker's retention deletes it as any other)
+        elseif not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
           redis.call('DEL', job_key)
           deleted = deleted + 1
           if r[3] and r[3] ~= '' and r[3] ~= '[]' then
@@ -3198,6 +3302,7 @@ local function hero_dead(keys, args)
         revive_member(cfg, job_key, job_id, 'error')
         redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'error',
           'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken')
+        redis.call('PERSIST', job_key)
         append(stream, group, registry, job_id)
         redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
         log_event(log, 'requeued', job_id, stream, nil, nil, 'dead letter')
@@ -3278,6 +3383,8 @@ local function hero_requeue(keys, args)
     -- an ended member of a batch that is not done is pending in it again
     revive_member(cfg, job_key, job_id, status)
     redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at')
+    -- the TTL its end gave it (its own retention or its queue's) is for an ended job
+    redis.call('PERSIST', job_key)
     from = status
   end
   redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken')
@@ -3542,22 +3649,121 @@ local function hero_batch_ends(keys, args)
   return #ended
 end
 
-redis.register_function{function_name='hero_v29_version', callback=hero_version, flags={'no-writes'}}
-redis.register_function('hero_v29_submit', hero_submit)
-redis.register_function{function_name='hero_v29_fetch', callback=hero_fetch, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v29_complete', callback=hero_complete, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v29_renew', callback=hero_renew, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v29_stop', callback=hero_stop, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v29_recover', callback=hero_recover, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v29_promote', callback=hero_promote, flags={'allow-oom'}}
-redis.register_function('hero_v29_bridge_in', hero_bridge_in)
-redis.register_function('hero_v29_bridge_out', hero_bridge_out)
-redis.register_function('hero_v29_bridge_watch', hero_bridge_watch)
-redis.register_function{function_name='hero_v29_expire', callback=hero_expire, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v29_dead', callback=hero_dead, flags={'allow-oom'}}
-redis.register_function('hero_v29_requeue', hero_requeue)
-redis.register_function('hero_v29_fix', hero_fix)
-redis.register_function('hero_v29_pause', hero_pause)
-redis.register_function('hero_v29_cron', hero_cron)
-redis.register_function('hero_v29_batch', hero_batch)
-redis.register_function('hero_v29_batch_ends', hero_batch_ends)
+-- hero_counts: the job counts of one queue (`<type>[/<group>[/<instance>]]`), per work stream
+-- under it, read in one call so that every language's `Queue` answers the same numbers as
+-- `hero queues` (hero_admin's Inspector reads the same gauges and counters).
+-- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] stats hash
+-- ARGV[1] consumer group  ARGV[2] queue name
+-- Per stream the name covers (registered or paused, any priority): the sizes now, `waiting`
+-- (entries not yet delivered: the group's lag, else the length less the pending), `running`
+-- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
+-- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
+-- reason) and `dead`, and 1 when the stream is paused.
+-- Returns: a flat list, 9 values a stream: stream, waiting, running, delayed, finished, failed,
+-- dead, paused (1 or 0), the age (ms) of its oldest waiting entry (-1 when none waits).
+-- Errors: none of its own; a stream broken by hand reads as empty.
+local function hero_counts(keys, args)
+  local group, name = args[1], args[2]
+  local paused = {}
+  for _, s in ipairs(redis.call('SMEMBERS', keys[2])) do paused[s] = true end
+  local streams = redis.call('SUNION', keys[1], keys[2])
+  table.sort(streams)
+  local out, now = {}, nil
+  for _, s in ipairs(streams) do
+    if covers(name, stream_parts(s)) then
+      local len = redis.pcall('XLEN', s)
+      if type(len) ~= 'number' then len = 0 end
+      local running, lag, last = 0, nil, nil
+      local pending = redis.pcall('XPENDING', s, group)
+      if type(pending) == 'table' and not pending.err then running = tonumber(pending[1]) or 0 end
+      local groups = redis.pcall('XINFO', 'GROUPS', s)
+      if type(groups) == 'table' and not groups.err then
+        for _, gi in ipairs(groups) do
+          local gname, glag, glast = nil, nil, nil
+          for k = 1, #gi, 2 do
+            if gi[k] == 'name' then gname = gi[k + 1]
+            elseif gi[k] == 'lag' then glag = tonumber(gi[k + 1])
+            elseif gi[k] == 'last-delivered-id' then glast = gi[k + 1] end
+          end
+          if gname == group then lag, last = glag, glast end
+        end
+      end
+      local waiting = lag or math.max(len - running, 0)
+      local age = -1
+      if waiting > 0 then
+        local from = '-'
+        if last and last ~= '0-0' then from = '(' .. last end
+        local head = redis.pcall('XRANGE', s, from, '+', 'COUNT', 1)
+        if type(head) == 'table' and not head.err and head[1] then
+          now = now or server_ms()
+          age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
+        end
+      end
+      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead')
+      local p = 0
+      if paused[s] then p = 1 end
+      local n = #out
+      out[n + 1], out[n + 2], out[n + 3] = s, waiting, running
+      out[n + 4], out[n + 5] = math.max(tonumber(c[1]) or 0, 0), tonumber(c[2]) or 0
+      out[n + 6], out[n + 7], out[n + 8], out[n + 9] = tonumber(c[3]) or 0, tonumber(c[4]) or 0, p, age
+    end
+  end
+  return out
+end
+
+-- hero_remove: delete one job that is not queued or running (BullMQ's `job.remove()`): an ended
+-- one (finished or error), or a dead letter's record. A queued or delayed job is stopped first
+-- (hero_stop), so that no stream entry or delayed member outlives its record; the caller does
+-- that, then calls this.
+-- KEYS[1] job hash
+-- ARGV[1] job id
+-- The record goes with its uniqueness key when it still holds it and the index entry of each
+-- of its tags (`<ns>:tag:<tag>`); its results in its dependents' records stay theirs.
+-- Returns: 'removed'; 'running' (started: stop it first, or wait for its end), 'queued'
+-- (waiting or dispatched: stop it first), 'missing' (no such job). Nothing is written but for
+-- 'removed'.
+-- Errors: none of its own.
+local function hero_remove(keys, args)
+  local job_key, job_id = keys[1], args[1]
+  local r = redis.pcall('HMGET', job_key, 'status', 'tags', 'unique')
+  if type(r) ~= 'table' or r.err or not r[1] then return 'missing' end
+  if r[1] == 'started' then return 'running' end
+  if r[1] ~= 'finished' and r[1] ~= 'error' then return 'queued' end
+  local ns = ns_of(job_key, job_id)
+  redis.call('DEL', job_key)
+  if r[2] and r[2] ~= '' and r[2] ~= '[]' then
+    local ok, tags = pcall(cjson.decode, r[2])
+    if ok and type(tags) == 'table' then
+      for _, tag in ipairs(tags) do
+        if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
+      end
+    end
+  end
+  if r[3] and r[3] ~= '' then
+    local ukey = unique_key(ns, r[3])
+    if redis.call('GET', ukey) == job_id then redis.call('DEL', ukey) end
+  end
+  return 'removed'
+end
+
+redis.register_function{function_name='hero_v30_version', callback=hero_version, flags={'no-writes'}}
+redis.register_function('hero_v30_submit', hero_submit)
+redis.register_function{function_name='hero_v30_fetch', callback=hero_fetch, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_complete', callback=hero_complete, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_renew', callback=hero_renew, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_stop', callback=hero_stop, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_recover', callback=hero_recover, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_promote', callback=hero_promote, flags={'allow-oom'}}
+redis.register_function('hero_v30_bridge_in', hero_bridge_in)
+redis.register_function('hero_v30_bridge_out', hero_bridge_out)
+redis.register_function('hero_v30_bridge_watch', hero_bridge_watch)
+redis.register_function{function_name='hero_v30_expire', callback=hero_expire, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_dead', callback=hero_dead, flags={'allow-oom'}}
+redis.register_function('hero_v30_requeue', hero_requeue)
+redis.register_function('hero_v30_fix', hero_fix)
+redis.register_function('hero_v30_pause', hero_pause)
+redis.register_function('hero_v30_cron', hero_cron)
+redis.register_function('hero_v30_batch', hero_batch)
+redis.register_function('hero_v30_batch_ends', hero_batch_ends)
+redis.register_function{function_name='hero_v30_counts', callback=hero_counts, flags={'no-writes'}}
+redis.register_function('hero_v30_remove', hero_remove)

@@ -9,6 +9,7 @@
 //! - [`inspect`]: the read side ([`Inspector`]).
 //! - [`repair`]: the repairs and requeue.
 //! - [`queue`]: pause, resume and policies.
+//! - [`jobs`]: a queue's job counts; a job promoted or removed.
 //! - [`cron`]: recurring jobs as an operator sees them.
 //! - [`shards`]: a sharded namespace's shards and their counts.
 //!
@@ -18,11 +19,13 @@
 
 pub mod cron;
 pub mod inspect;
+pub mod jobs;
 pub mod queue;
 pub mod repair;
 pub mod shards;
 
 pub use inspect::{Inspector, JobSummary, ListFilter, Page};
+pub use jobs::JobCounts;
 pub use repair::{DeadOutcome, Requeued};
 
 use hero_protocol::{ConnectOptions, Keyspace, Redis, Result};

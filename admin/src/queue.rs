@@ -4,10 +4,7 @@
 //! priority.
 
 use hero_protocol::function;
-use hero_protocol::policy::{
-    decode_policy, queue_name, read_policies, Policies, Policy, AGED_FIELD, LIMITED_FIELD,
-    POLICED_FIELD, RATED_FIELD,
-};
+use hero_protocol::policy::{decode_policy, queue_name, read_policies, Policies, Policy};
 use hero_protocol::{Error, Result};
 
 use crate::Admin;
@@ -68,7 +65,7 @@ impl Admin {
         Ok(())
     }
 
-    /// Stores `policy` of `queue` on the other shards, each with its share of the queue's
+    /// Stores `policy` of `queue` on every shard, each with its share of the queue's
     /// concurrency and rate (`split`).
     async fn store_split(&self, queue: &str, policy: &Policy) -> Result<()> {
         if self.others.is_empty() {
@@ -76,20 +73,23 @@ impl Admin {
         }
         let all = std::iter::once((0u16, self)).chain(self.others.iter().map(|(n, a)| (*n, a)));
         for (n, shard) in all {
-            let share = split(policy, n, self.k);
-            let json = serde_json::to_string(&share)
-                .map_err(|e| hero_protocol::reply::unexpected(e.to_string()))?;
-            shard
-                .redis()
-                .query::<()>(
-                    redis::cmd("HSET")
-                        .arg(shard.keys().policy())
-                        .arg(queue)
-                        .arg(json),
-                )
-                .await?;
-            shard.publish_limited().await?;
+            shard.store(queue, &split(policy, n, self.k)).await?;
         }
+        Ok(())
+    }
+
+    /// Stores `policy` as `queue`'s on this shard (`hero_policy`: checked, and the policies
+    /// the functions apply counted again); an empty one clears it.
+    async fn store(&self, queue: &str, policy: &Policy) -> Result<()> {
+        let json = if policy.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(policy)
+                .map_err(|e| hero_protocol::reply::unexpected(e.to_string()))?
+        };
+        self.redis()
+            .query::<String>(&function::set_policy(self.keys(), queue, &json))
+            .await?;
         Ok(())
     }
 }
@@ -119,15 +119,7 @@ impl Admin {
         let json = serde_json::to_string(&merged)
             .map_err(|e| hero_protocol::reply::unexpected(e.to_string()))?;
         if self.others.is_empty() {
-            self.redis()
-                .query::<()>(
-                    redis::cmd("HSET")
-                        .arg(self.keys().policy())
-                        .arg(&name)
-                        .arg(json),
-                )
-                .await?;
-            self.publish_limited().await?;
+            self.store(&name, &merged).await?;
         } else {
             self.redis()
                 .query::<()>(
@@ -142,39 +134,14 @@ impl Admin {
         Ok(merged)
     }
 
-    /// Counts the queues with a concurrency limit into the config hash's `limited`: while it is
-    /// above 0, a fetch that passes no limits (a worker of another language or an older one)
-    /// reads them from the policies itself (`limits_from_policies` in `fetch.lua`), so a limit
-    /// holds whatever the worker.
-    async fn publish_limited(&self) -> Result<()> {
-        let policies = self.policies().await?;
-        let count = |f: fn(&Policy) -> bool| policies.iter().filter(|(_, p)| f(p)).count();
-        self.redis()
-            .query::<()>(
-                redis::cmd("HSET")
-                    .arg(self.keys().config())
-                    .arg(LIMITED_FIELD)
-                    .arg(count(|p| p.concurrency.is_some()))
-                    .arg(RATED_FIELD)
-                    .arg(count(|p| p.rate.is_some() || p.key_rate.is_some()))
-                    .arg(POLICED_FIELD)
-                    .arg(count(|p| {
-                        p.retries.is_some() || p.backoff.is_some() || p.retention_ms.is_some()
-                    }))
-                    .arg(AGED_FIELD)
-                    .arg(count(|p| p.aging_ms.is_some())),
-            )
-            .await
-    }
-
     /// Removes `queue`'s policy: its jobs get the defaults again.
     pub async fn clear_policy(&self, queue: &str) -> Result<bool> {
         let name = queue_name(queue)?;
         let n: u64 = self
             .redis()
-            .query(redis::cmd("HDEL").arg(self.keys().policy()).arg(&name))
+            .query(redis::cmd("HEXISTS").arg(self.keys().policy()).arg(&name))
             .await?;
-        self.publish_limited().await?;
+        self.store(&name, &Policy::default()).await?;
         let _: u64 = self
             .redis()
             .query(
@@ -184,11 +151,7 @@ impl Admin {
             )
             .await?;
         for (_, shard) in &self.others {
-            shard
-                .redis()
-                .query::<u64>(redis::cmd("HDEL").arg(shard.keys().policy()).arg(&name))
-                .await?;
-            shard.publish_limited().await?;
+            shard.store(&name, &Policy::default()).await?;
         }
         Ok(n > 0)
     }

@@ -3,10 +3,48 @@
 //! parent names them as prerequisites, so the graph is whole before any of it can run, and it
 //! cannot hold a cycle (a job only ever waits on jobs submitted before it).
 
+use std::collections::BTreeMap;
+
 use crate::answer::Submitted;
 use crate::client::Client;
-use hero_protocol::error::Result;
+use hero_protocol::error::{Error, Result};
+use hero_protocol::job::ChildResult;
+use hero_protocol::name::JobId;
 use hero_protocol::new_job::NewJob;
+
+impl Client {
+    /// A parent's prerequisites (its children in a flow, or the jobs it was submitted `after`)
+    /// and what each gave: id -> status and output or error (BullMQ's `getChildrenValues`).
+    /// An ended child's result is read from the parent's own record, where its end wrote it, so
+    /// it outlives the child's retention; a child not yet ended answers its status (read from
+    /// its own record, as is one that ended before protocol 30).
+    pub async fn children(&self, parent: &JobId) -> Result<BTreeMap<String, ChildResult>> {
+        let job = self.get(parent).await?;
+        let mut out = job.results;
+        for id in job.prerequisites {
+            if out.contains_key(&id) {
+                continue;
+            }
+            let child = JobId::new(&id)?;
+            match self.get(&child).await {
+                Ok(c) => {
+                    out.insert(
+                        id,
+                        ChildResult {
+                            status: c.status,
+                            output: c.output,
+                            error: c.error,
+                        },
+                    );
+                }
+                // gone before its end reached the parent (deleted by hand): nothing to tell
+                Err(Error::JobNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+}
 
 /// A job and the jobs it waits on.
 #[derive(Clone, Debug)]

@@ -49,10 +49,11 @@ pub use hero_protocol::ConnectOptions as ClientOptions;
 
 // What a producer names with every call, from the protocol crate.
 pub use hero_protocol::{
-    clip, BatchName, Capabilities, ConsumerName, DecodeError, Error, EventKind, GroupName,
-    InstanceName, Job, JobId, Keyspace, LegacyQueue, Namespace, NewJob, NewJobBuilder,
-    PayloadError, Placement, Priority, Progress, Redis, Result, ScriptType, ServerCode, Status,
-    Target, DEFAULT_TIMEOUT, LOG_LINES, LOG_LINE_BYTES, MAX_SCRIPT_BYTES, PROGRESS_MESSAGE_BYTES,
+    clip, Backoff, BackoffKind, BatchName, Capabilities, ChildResult, ConsumerName, DecodeError,
+    Error, EventKind, GroupName, InstanceName, Job, JobId, Keyspace, LegacyQueue, Namespace,
+    NewJob, NewJobBuilder, PayloadError, Placement, Priority, Progress, Redis, Result, ScriptType,
+    ServerCode, Status, Target, DEFAULT_TIMEOUT, LOG_LINES, LOG_LINE_BYTES, MAX_SCRIPT_BYTES,
+    PROGRESS_MESSAGE_BYTES,
 };
 
 // The protocol's modules under their 0.1 paths, for one release (deprecated: use hero_protocol).

@@ -8,7 +8,7 @@ import type { Redis } from "ioredis";
 import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
 
-export const VERSION = "29";
+export const VERSION = "30";
 /** This package's release (package.json says the same: a test holds them equal). */
 export const RELEASE = "0.29.0";
 

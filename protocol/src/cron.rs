@@ -54,6 +54,44 @@ pub struct JobTemplate {
     pub retries: u32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The payload each tick's job carries (MessagePack bytes, base64 in the stored JSON, so
+    /// every language writes it the same way).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "base64_bytes"
+    )]
+    pub payload: Option<Vec<u8>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<crate::policy::Backoff>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_failed_ms: Option<u64>,
+}
+
+/// A template's payload as base64 text in its JSON.
+mod base64_bytes {
+    use base64::Engine;
+
+    pub fn serialize<S: serde::Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(b) => s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        let text: Option<String> = serde::Deserialize::deserialize(d)?;
+        text.map(|t| {
+            base64::engine::general_purpose::STANDARD
+                .decode(t.as_bytes())
+                .map_err(|e| serde::de::Error::custom(format!("the payload is not base64: {e}")))
+        })
+        .transpose()
+    }
 }
 
 impl JobTemplate {
@@ -74,6 +112,18 @@ impl JobTemplate {
         }
         for tag in &self.tags {
             b = b.tag(tag);
+        }
+        if let Some(p) = &self.payload {
+            b = b.payload_bytes(p.clone());
+        }
+        if let Some(bo) = self.backoff {
+            b = b.backoff(bo);
+        }
+        if let Some(ms) = self.keep_ms {
+            b = b.keep(Duration::from_millis(ms));
+        }
+        if let Some(ms) = self.keep_failed_ms {
+            b = b.keep_failed(Duration::from_millis(ms));
         }
         b
     }

@@ -53,7 +53,7 @@ pub use conn::{Capabilities, ConnectOptions, Redis};
 pub use error::{DecodeError, Error, Result, ServerCode};
 pub use event::EventKind;
 pub use job::{
-    clip, Job, PayloadError, Placement, Progress, Status, DEFAULT_TIMEOUT, LOG_LINES,
+    clip, ChildResult, Job, PayloadError, Placement, Progress, Status, DEFAULT_TIMEOUT, LOG_LINES,
     LOG_LINE_BYTES, PROGRESS_MESSAGE_BYTES,
 };
 pub use keys::{Keyspace, LegacyQueue};
@@ -62,3 +62,4 @@ pub use name::{
     Target,
 };
 pub use new_job::{NewJob, NewJobBuilder, MAX_SCRIPT_BYTES};
+pub use policy::{Backoff, BackoffKind};

@@ -127,6 +127,9 @@ pub struct NewJobBuilder {
     prerequisites: Vec<String>,
     /// MessagePack bytes, or why the value would not encode (reported by build)
     payload: Option<std::result::Result<Vec<u8>, String>>,
+    backoff: Option<crate::policy::Backoff>,
+    keep: Option<Duration>,
+    keep_failed: Option<Duration>,
 }
 
 impl NewJobBuilder {
@@ -199,6 +202,33 @@ impl NewJobBuilder {
     /// many jobs sharing it start in a window, whatever worker takes them. 1 to 200 bytes.
     pub fn limit_key(mut self, key: impl Into<String>) -> Self {
         self.limit_key = Some(key.into());
+        self
+    }
+
+    /// A payload already encoded as MessagePack (a recurring job's template keeps it so).
+    pub fn payload_bytes(mut self, bytes: Vec<u8>) -> Self {
+        self.payload = Some(Ok(bytes));
+        self
+    }
+
+    /// Its own back-off between failed attempts (`Backoff::parse("exponential:1s:1m")`): the
+    /// server applies the longer of it and its queue policy's, whatever worker runs it.
+    pub fn backoff(mut self, backoff: crate::policy::Backoff) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// How long it is kept once finished (BullMQ's `removeOnComplete`): `Duration::ZERO` for
+    /// as soon as a waiting caller can no longer miss it (10 s). Its queue policy's retention
+    /// applies when longer (docs/operations.md).
+    pub fn keep(mut self, d: Duration) -> Self {
+        self.keep = Some(d);
+        self
+    }
+
+    /// How long it is kept once it ended error (BullMQ's `removeOnFail`), as [`Self::keep`].
+    pub fn keep_failed(mut self, d: Duration) -> Self {
+        self.keep_failed = Some(d);
         self
     }
 
@@ -355,6 +385,17 @@ impl NewJobBuilder {
         if let Some(name) = self.batch {
             job.batch = Some(crate::name::BatchName::new(name)?.to_string());
         }
+        if let Some(b) = self.backoff {
+            if !(0.0..=1.0).contains(&b.jitter) {
+                return Err(Error::InvalidInput(format!(
+                    "back-off jitter {} is not from 0 to 1",
+                    b.jitter
+                )));
+            }
+            job.backoff = Some(b);
+        }
+        job.keep = self.keep;
+        job.keep_failed = self.keep_failed;
         if let Some(key) = self.limit_key {
             if key.is_empty() || key.len() > 200 {
                 return Err(Error::InvalidInput(format!(

@@ -11,20 +11,22 @@
 
 Layout: `keys` (every key), `protocol` (every server function call, the library of this
 protocol version and its loading), `job` (the record and answers as dataclasses), `client`
-(the producer), `events` (job events for producers, and the waits they wake), `worker`
+(the producer), `queue` (the operator's `Queue`), `options` (durations, back-off, rates), `events` (job events for producers, and the waits they wake), `worker`
 (the worker), `errors`.
 """
 from .client import Client, connect
 from .events import Event, EventLogOff, EventStream
 from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses
-from .job import BatchInfo, Job, Progress, Result, Submitted
+from .job import BatchInfo, ChildResult, Job, Progress, Result, Submitted
 from .keys import Keys
+from .options import Backoff
+from .queue import DeadLetter, JobCounts, Queue, StreamCounts
 from .protocol import RELEASE
 from .protocol import VERSION as PROTOCOL_VERSION
 from .worker import Abort, JobContext, Retry, Worker
 
 __all__ = [
-    "Abort", "BatchInfo", "Client", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
+    "Abort", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
     "JobNotFound", "Keys", "OlderProcesses", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Worker",
     "connect",
 ]

@@ -15,8 +15,9 @@ import redis
 
 from .errors import HeroError, InvalidInput, JobNotFound, OlderProcesses
 from .events import EventStream, Filter, Waiter
-from .job import BatchInfo, Job, Result, Submitted
+from .job import BatchInfo, ChildResult, Job, Result, Submitted
 from .keys import Keys
+from .options import Backoff, duration_ms
 from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms
 from .shards import ShardMap, shard_of_id
 
@@ -180,10 +181,15 @@ class Client:
             unique: str | None = None, unique_ttl: float | None = None, tags: Iterable[str] = (),
             limit_key: str | None = None, env: Mapping[str, str] | None = None, batch: str | None = None,
             caller_id: str = "", context_id: str = "", payload: bytes | None = None,
+            backoff: Backoff | str | dict | None = None, keep: Any = None, keep_failed: Any = None,
             wait: bool = False, route: str | None = None) -> JobSpec:
         """The submit of one job, checked: (id, work stream, run-at ms, record fields). Every
         option of `hero submit`; `delay` in seconds, `at` an aware datetime, `after` the ids of
-        prerequisites, `unique_ttl` in seconds, `route` a route key (docs/sharding.md)."""
+        prerequisites, `unique_ttl` in seconds, `route` a route key (docs/sharding.md);
+        `backoff` its own back-off (a `hero.Backoff` or 'exponential:1s:1m'), `keep` and
+        `keep_failed` how long it is kept once finished / failed (seconds, a timedelta or '1h';
+        0: as soon as a waiting caller cannot miss it), each combined with its queue policy's
+        as docs/operations.md says."""
         job_id = id or str(uuid.uuid4())
         if route is not None and not 1 <= len(route.encode()) <= 200:
             raise InvalidInput("a route key is 1 to 200 bytes")
@@ -238,6 +244,12 @@ class Client:
             fields["batch"] = _name("batch name", batch)
         if payload is not None:
             fields["payload"] = payload
+        if backoff is not None:
+            fields["backoff"] = json.dumps(Backoff.of(backoff).to_json())
+        if keep is not None:
+            fields["keep"] = str(duration_ms("keep", keep))
+        if keep_failed is not None:
+            fields["keep_failed"] = str(duration_ms("keep_failed", keep_failed))
         if wait:
             fields["reply"] = "1"
         run_at = 0
@@ -349,6 +361,22 @@ class Client:
         if not rec:
             raise JobNotFound(job_id)
         return Job.from_record(job_id, rec)
+
+    def children(self, job_id: str) -> dict[str, ChildResult]:
+        """A parent's prerequisites (its flow's children, or the jobs it was submitted
+        `after`) and what each gave, by id (BullMQ's `getChildrenValues`): an ended child's
+        result as its end wrote it into the parent's record (so it outlives the child's
+        retention), a child not yet ended with its status only."""
+        parent = self.get(job_id)
+        out = dict(parent.results)
+        for child in parent.prerequisites:
+            if child not in out:
+                try:
+                    c = self.get(child)
+                except JobNotFound:
+                    continue
+                out[child] = ChildResult(c.status, c.output, c.error)
+        return out
 
     def status(self, job_id: str) -> str:
         s = self.r.hget(self._holder(job_id).job(job_id), "status")

@@ -15,8 +15,27 @@ KNOWN_FIELDS = frozenset((
     "started_at", "finished_at", "env_vars", "prerequisites", "dependencies", "dependents",
     "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
     "unique_ttl", "limit_key", "output", "error", "lease", "entry", "payload", "deps_left",
-    "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken"
+    "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken", "backoff", "keep", "keep_failed"
 ))
+# a prerequisite's result in its dependent's record: `result:<id>` = `<status>:<text>`
+RESULT_PREFIX = "result:"
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """A prerequisite's end as its dependent keeps it: status 'finished' (with `output`) or
+    'error' (with `error`); read from a producer, a child not yet ended has its status only."""
+
+    status: str
+    output: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def parse(cls, value: str) -> "ChildResult | None":
+        status, sep, text = value.partition(":")
+        if not sep or status not in ("finished", "error"):
+            return None
+        return cls(status, text, None) if status == "finished" else cls(status, None, text)
 
 
 @dataclass(frozen=True)
@@ -56,13 +75,18 @@ class Job:
     log: list[str] = field(default_factory=list)
     payload: bytes | None = None
     reply: str = ""
+    backoff: dict | None = None
+    keep: int | None = None
+    keep_failed: int | None = None
+    results: dict[str, ChildResult] = field(default_factory=dict)
     raw: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def unknown_fields(self) -> dict[str, str]:
         """Fields this version does not know, as read: a newer version wrote them. They are
         not bad input (a job carrying them runs), and nothing here removes them."""
-        return {k: v for k, v in self.raw.items() if k not in KNOWN_FIELDS}
+        return {k: v for k, v in self.raw.items() if k not in KNOWN_FIELDS
+                and not (k.startswith(RESULT_PREFIX) and k[len(RESULT_PREFIX):] in self.results)}
 
     @property
     def time_limit(self) -> int:
@@ -108,6 +132,16 @@ class Job:
         except ValueError:
             env = {}
         status = text.get("status", "")
+        results = {}
+        for k, v in text.items():
+            if k.startswith(RESULT_PREFIX):
+                r = ChildResult.parse(v)
+                if r is not None:
+                    results[k[len(RESULT_PREFIX):]] = r
+        try:
+            backoff = json.loads(text["backoff"]) if text.get("backoff") else None
+        except ValueError:
+            backoff = None
         attempts = num("attempts", None)
         if attempts is None:
             attempts = 1 if status in ("started", "finished", "error") and text.get("started_at") else 0
@@ -139,6 +173,10 @@ class Job:
             log=lst("log"),
             payload=payload,
             reply=text.get("reply", ""),
+            backoff=backoff if isinstance(backoff, dict) else None,
+            keep=num("keep", None),
+            keep_failed=num("keep_failed", None),
+            results=results,
             raw=text,
         )
 

@@ -71,6 +71,23 @@ class Keys:
     def queues(self) -> str:
         return f"{self.prefix}:meta:queues"
 
+    def paused_queues(self) -> str:
+        return f"{self.prefix}:meta:queues:paused"
+
+    def paused_names(self) -> str:
+        return f"{self.prefix}:meta:queues:paused:names"
+
+    def whole_policies(self) -> str:
+        """A sharded namespace's policies as set, whole, on shard 0 (each shard's own hash
+        holds its share)."""
+        return f"{self.prefix}:meta:policy:whole"
+
+    def cron(self) -> str:
+        return f"{self.prefix}:meta:cron"
+
+    def cron_next(self) -> str:
+        return f"{self.prefix}:meta:cron:next"
+
     def queue_signal(self) -> str:
         return f"{self.prefix}:meta:queues:new"
 

@@ -15,7 +15,7 @@ import redis
 
 from .keys import GROUP, Keys
 
-VERSION = "29"
+VERSION = "30"
 # this package's release (pyproject.toml says the same: a test holds them equal)
 RELEASE = "0.29.0"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,6 +90,52 @@ class Protocol:
                 json.dumps(on_success) if on_success else ""]
         return [_text(x) if isinstance(x, bytes) else x
                 for x in self.r.fcall(self.fn("batch"), len(keys), *keys, *argv)]
+
+    # -- operator ---------------------------------------------------------------------------
+    def pause(self, name: str, pause: bool) -> int:
+        """hero_pause: pauses or resumes queue `name`; answers the streams it moved."""
+        k = self.keys
+        keys = [k.queues(), k.paused_queues(), k.paused_names(), k.config(), k.events()]
+        return int(self.r.fcall(self.fn("pause"), len(keys), *keys, "pause" if pause else "resume", name))
+
+    def counts(self, name: str) -> list[list[Any]]:
+        """hero_counts (read-only): per work stream of queue `name`, [stream, waiting, running,
+        delayed, finished, failed, dead, paused, oldest waiting ms or -1]."""
+        k = self.keys
+        flat = self.r.fcall_ro(self.fn("counts"), 3, k.queues(), k.paused_queues(), k.stats(), GROUP, name)
+        return [[_text(flat[i]), *[int(x) for x in flat[i + 1:i + 9]]] for i in range(0, len(flat), 9)]
+
+    def set_policy(self, name: str, policy_json: str) -> str:
+        """hero_policy: stores the whole policy of queue `name` on this shard ('' clears it)."""
+        k = self.keys
+        return _text(self.r.fcall(self.fn("policy"), 2, k.policy(), k.config(), name, policy_json))
+
+    def remove(self, job_id: str) -> str:
+        """hero_remove: 'removed', 'running', 'queued' or 'missing'."""
+        return _text(self.r.fcall(self.fn("remove"), 1, self.keys.job(job_id), job_id))
+
+    def requeue(self, job_id: str, old: str, new: str, ctl: str | None, worker: str, cursor: str,
+                target: tuple[str, str, str, int]) -> tuple[str, str]:
+        """hero_requeue: moves a job to the stream `new` of target (type, group, instance,
+        priority), from `old`; answers (requeued | searching | changed | missing, cursor)."""
+        k = self.keys
+        keys = [k.job(job_id), old, new, k.delayed(), k.queues(), k.config(), k.events(), k.stats(),
+                ctl or k.config()]
+        t, g, i, p = target
+        argv = [GROUP, iso(), self.xackdel(), job_id, worker if ctl else "", cursor, t, g, i,
+                "" if p == 5 else str(p)]
+        r = self.r.fcall(self.fn("requeue"), len(keys), *keys, *argv)
+        return _text(r[0]), _text(r[1])
+
+    def dead(self, action: str, letters: Sequence[tuple[str, str, str]]) -> list[str]:
+        """hero_dead of (entry id, job id, its work stream) each: 'retry' or 'purge'."""
+        k = self.keys
+        keys = [k.dead_letter(), k.queues(), k.config(), k.events(), k.stats()]
+        argv: list[Any] = [GROUP, iso(), action]
+        for entry, job_id, stream in letters:
+            keys += [k.job(job_id), stream]
+            argv += [entry, job_id]
+        return [_text(x) for x in self.r.fcall(self.fn("dead"), len(keys), *keys, *argv)]
 
     # -- worker -----------------------------------------------------------------------------
     def fetch(self, streams: Sequence[str], consumer: str, count: int) -> tuple[list, list, list, dict]:

@@ -50,15 +50,14 @@ pub(super) async fn batch(g: &Global, cmd: &BatchCommand) -> Result<i32> {
                 |script: &Option<String>, which: &str| -> Result<Option<hero_protocol::NewJob>> {
                     script
                         .as_ref()
-                        .map(|s| {
-                            a.target
-                                .template(s)
+                        .map(|s| -> Result<hero_protocol::NewJob> {
+                            Ok(a.target
+                                .template(s)?
                                 .builder()
                                 .id(format!("batch-{}-{which}", a.name))
-                                .build()
+                                .build()?)
                         })
                         .transpose()
-                        .map_err(Into::into)
                 };
             let complete = job(&a.on_complete, "complete")?;
             let success = job(&a.on_success, "success")?;

@@ -66,7 +66,7 @@ pub(super) async fn cron(g: &Global, cmd: &CronCommand) -> Result<i32> {
                 tz: a.tz.clone(),
                 missed: Missed::parse(&a.missed)?,
                 paused: false,
-                job: a.target.template(&a.script),
+                job: a.target.template(&a.script)?,
             };
             client.cron_add(&job).await?;
             done("added", &a.name);

@@ -170,6 +170,21 @@ pub enum Command {
     /// Move a job to a queue (its own by default), wherever it is: queued, running (its lease is
     /// revoked), delayed, or ended (it starts over with a fresh attempt budget).
     Requeue(RequeueArgs),
+    /// Queue a delayed job now (a delayed submit, or a retry waiting out its back-off).
+    Promote {
+        /// The job's id.
+        id: String,
+    },
+    /// Delete a job: a queued or delayed one is stopped first; a running one is refused.
+    Remove {
+        /// The job's id.
+        id: String,
+    },
+    /// A parent's prerequisites and what each gave: status and output or error.
+    Children {
+        /// The parent job's id.
+        id: String,
+    },
     /// Mark a job tracked (see them all with `hero jobs --tracked`); --off unmarks it.
     Track {
         /// The job's id.
@@ -360,12 +375,41 @@ pub struct TargetArgs {
     /// Tag (repeatable).
     #[arg(long = "tag")]
     pub tags: Vec<String>,
+    /// A payload beside the script, as JSON (carried as MessagePack, read by the handler as
+    /// any payload): `--payload '{"to":"a@b.c"}'`.
+    #[arg(long, value_parser = parse_json)]
+    pub payload: Option<serde_json::Value>,
+    /// Its own back-off between failed attempts: fixed:<delay> or
+    /// exponential:<base>[:<cap>], optionally ,jitter=0.2 (the longer of it and its queue
+    /// policy's applies).
+    #[arg(long, value_parser = parse_backoff)]
+    pub backoff: Option<hero_protocol::Backoff>,
+    /// Keep it this long once finished (0s: as soon as no waiting caller can miss it, 10 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub keep: Option<std::time::Duration>,
+    /// Keep it this long once it ended error.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub keep_failed: Option<std::time::Duration>,
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not JSON ({e}); quote it, e.g. '{{\"n\": 1}}'"))
+}
+
+fn parse_backoff(s: &str) -> Result<hero_protocol::Backoff, String> {
+    hero_protocol::Backoff::parse(s).map_err(|e| e.to_string())
 }
 
 impl TargetArgs {
     /// The job of `script` these settings describe, as a recurring job keeps it.
-    pub fn template(&self, script: &str) -> hero_protocol::cron::JobTemplate {
-        hero_protocol::cron::JobTemplate {
+    pub fn template(&self, script: &str) -> anyhow::Result<hero_protocol::cron::JobTemplate> {
+        let payload = self
+            .payload
+            .as_ref()
+            .map(rmp_serde::to_vec_named)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--payload does not encode as MessagePack: {e}"))?;
+        Ok(hero_protocol::cron::JobTemplate {
             script_type: self.script_type.clone(),
             script: script.to_string(),
             group: self.group.clone(),
@@ -374,7 +418,11 @@ impl TargetArgs {
             timeout_secs: self.timeout,
             retries: self.retries,
             tags: self.tags.clone(),
-        }
+            payload,
+            backoff: self.backoff,
+            keep_ms: self.keep.map(|d| d.as_millis() as u64),
+            keep_failed_ms: self.keep_failed.map(|d| d.as_millis() as u64),
+        })
     }
 }
 
@@ -574,6 +622,9 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Run(args) => run::run(g, args).await,
         Command::Status(args) => status::status(g, args).await,
         Command::Stop { id } => stop::stop(g, id).await,
+        Command::Promote { id } => stop::promote(g, id).await,
+        Command::Remove { id } => stop::remove(g, id).await,
+        Command::Children { id } => stop::children(g, id).await,
         Command::Jobs(args) => jobs::jobs(g, args).await,
         Command::Events(args) => events::events(g, args).await,
         Command::Queues => queues::queues(g).await,

@@ -51,7 +51,7 @@ impl JobArgs {
         // a span of its own: with --otlp the job joins its trace, and the handler's span with it
         let t = &self.target;
         let _span = tracing::info_span!("hero.submit", script_type = %t.script_type).entered();
-        let mut b = t.template(&script).builder();
+        let mut b = t.template(&script)?.builder();
         for kv in &self.env {
             let (k, v) = kv
                 .split_once('=')

@@ -54,10 +54,13 @@
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
-  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD })
+  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD, KEPT_FIELD })
   -- the queue policies the completion applies itself (retries, back-off, retention), for a
   -- worker of any language: read only while some queue has one
   local policed = setting(cfg, 'policed', 0) > 0
+  -- some job was submitted with its own retention (keep_ttl in finish.lua)
+  local kept = setting(cfg, KEPT_FIELD, 0) > 0
+  local ended -- the status the job in hand ended with
   local memo = {}
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
@@ -126,9 +129,10 @@ local function hero_complete(keys, args)
         -- key holding another type is foreign data, lost for this delivery (pcall, finish).
         local retried = false
         local policy_retry_at = nil
+        ended = 'finished'
         if outcome == 'fail' or outcome == 'retry' or outcome == 'again' then
           -- only a failure needs the budget: a success is recorded without reading the record
-          local f = redis.pcall('HMGET', job_key, 'attempts', 'retries')
+          local f = redis.pcall('HMGET', job_key, 'attempts', 'retries', 'backoff')
           if f.err then
             answer = 'lease_lost'
           else
@@ -138,11 +142,11 @@ local function hero_complete(keys, args)
               budget = tonumber(policy.retries)
             end
             retried = outcome == 'again' or (tonumber(f[1]) or 1) <= budget
-            if retried and outcome == 'fail' and policy and type(policy.backoff) == 'table' then
-              -- the policy's back-off, whatever the worker computed
-              local t = redis.call('TIME')
-              local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-              policy_retry_at = tostring(now + backoff_ms(policy.backoff, tonumber(f[1]) or 1))
+            if retried and outcome == 'fail' then
+              -- the job's own back-off and its policy's, the longer delay, whatever the worker
+              -- computed (retry_delay in policy.lua)
+              local delay = retry_delay(f[3], policy, tonumber(f[1]) or 1)
+              if delay then policy_retry_at = tostring(server_ms() + delay) end
             end
             -- a first delivery left no count (see hero_fetch): the next one must count from it
             if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
@@ -173,6 +177,7 @@ local function hero_complete(keys, args)
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
+          ended = status
           if finish(job_key, args[11 + a], keys[9 + 3 * i], cfg, status, text, args[12 + a], now_iso) then
             answer = 'completed'
             if ek then
@@ -191,12 +196,15 @@ local function hero_complete(keys, args)
         end
       end
       answers[i + 1] = answer
-      local ttl = keep and keep[i]
-      if policed and answer == 'completed' then
-        local policy = stream_policy(keys[2], stream, memo)
-        if policy and tonumber(policy.retention_ms) then ttl = policy.retention_ms end
+      if answer == 'completed' and (keep or policed or kept) then
+        local ttl = keep and keep[i]
+        if policed then
+          local policy = stream_policy(keys[2], stream, memo)
+          if policy and tonumber(policy.retention_ms) then ttl = policy.retention_ms end
+        end
+        if kept then ttl = keep_ttl(cfg, job_key, ended, ttl) end
+        if ttl then redis.call('PEXPIRE', job_key, ttl) end
       end
-      if ttl and answer == 'completed' then redis.call('PEXPIRE', job_key, ttl) end
       local ran_text = args[13 + a]
       if answer == 'completed' or answer == 'retrying' then
         -- sampled inline: a Lua call per job costs more than the sample; a run time the job

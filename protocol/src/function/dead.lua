@@ -59,6 +59,7 @@ local function hero_dead(keys, args)
         revive_member(cfg, job_key, job_id, 'error')
         redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'error',
           'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken')
+        redis.call('PERSIST', job_key)
         append(stream, group, registry, job_id)
         redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
         log_event(log, 'requeued', job_id, stream, nil, nil, 'dead letter')

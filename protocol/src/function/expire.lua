@@ -5,7 +5,8 @@
 -- An entry is due once it is older than the retention time by Redis's clock (its id). Each job
 -- it names is deleted when its record still says finished or error with the finished_at the
 -- entry carries; any other is left alone: it ran again since (whatever ended it again added a
--- newer entry), or it is gone already. An entry that is not of this form (foreign data) names
+-- newer entry), or it is gone already; a job with a retention of its own (`keep`, `keep_failed`)
+-- and a TTL from it is left to that TTL. An entry that is not of this form (foreign data) names
 -- no job. A deleted job leaves the index of each of its tags (`<ns>:tag:<tag>`). The entries
 -- taken are deleted, and the stream with them once it is empty.
 -- Returns: {entries taken, jobs deleted, 1 when more entries are due, else 0}
@@ -31,8 +32,15 @@ local function hero_expire(keys, args)
       for job_id in string.gmatch(ids, '[^ ]+') do
         local job_key = prefix .. job_id
         -- pcall: a job key holding another type is not a job of ours
-        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags')
-        if not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags', 'keep', 'keep_failed')
+        local own = nil -- a retention of its own (keep_ttl): its TTL deletes it, however long
+        if not r.err then
+          if r[1] == 'finished' then own = r[4] else own = r[5] end
+        end
+        if own and redis.call('PTTL', job_key) > 0 then
+          -- kept for its own retention (a job ended where it was not applied has no TTL: the
+          -- broker's retention deletes it as any other)
+        elseif not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
           redis.call('DEL', job_key)
           deleted = deleted + 1
           if r[3] and r[3] ~= '' and r[3] ~= '[]' then

@@ -282,6 +282,9 @@ fn every_builder_follows_its_lua_header() {
                 &[(crate::name::JobId::new("j1").unwrap(), true)],
             ),
         ),
+        (Function::Counts, counts(&keys, "osis/io")),
+        (Function::Remove, remove(&keys, &id)),
+        (Function::Policy, set_policy(&keys, "osis/io", "{}")),
     ];
     let mut wrong = Vec::new();
     for f in Function::ALL {

@@ -15,14 +15,17 @@ mod bridge_in;
 mod bridge_out;
 mod bridge_watch;
 mod complete;
+mod counts;
 mod cron;
 mod dead;
 mod expire;
 mod fetch;
 mod fix;
 mod pause;
+mod policy;
 mod promote;
 mod recover;
+mod remove;
 mod renew;
 mod requeue;
 mod stop;
@@ -37,6 +40,7 @@ pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
 pub use complete::{CompleteBatch, Completion, Ended, Ending, Leased};
+pub use counts::{counts, StreamCounts};
 pub use cron::cron;
 pub use dead::{dead, DeadAction};
 pub use expire::{expire, Expired};
@@ -46,8 +50,10 @@ pub use fetch::{
 };
 pub use fix::{fix, Repair};
 pub use pause::pause;
+pub use policy::set_policy;
 pub use promote::{fail_unqueueable, promote};
 pub use recover::{recover, Recovered, Recovery};
+pub use remove::{remove, Removed};
 pub use renew::{renew, Renewal, Report};
 pub use requeue::requeue;
 pub use stop::{stop, stop_job, StopWhy};
@@ -61,7 +67,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "29"
+        "30"
     };
 }
 
@@ -130,10 +136,13 @@ pub enum Function {
     Cron,
     Batch,
     BatchEnds,
+    Counts,
+    Remove,
+    Policy,
 }
 
 impl Function {
-    pub const ALL: [Function; 19] = [
+    pub const ALL: [Function; 22] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -153,12 +162,15 @@ impl Function {
         Function::Cron,
         Function::Batch,
         Function::BatchEnds,
+        Function::Counts,
+        Function::Remove,
+        Function::Policy,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
     /// (deploy/redis/users.acl's operator) may call it.
     pub fn read_only(self) -> bool {
-        matches!(self, Function::Version)
+        matches!(self, Function::Version | Function::Counts)
     }
 
     /// Runs when Redis is at its maxmemory (`allow-oom`): the calls that move a job already
@@ -202,6 +214,9 @@ impl Function {
             Function::Cron => "cron",
             Function::Batch => "batch",
             Function::BatchEnds => "batch_ends",
+            Function::Counts => "counts",
+            Function::Remove => "remove",
+            Function::Policy => "policy",
         }
     }
 
@@ -227,6 +242,9 @@ impl Function {
             Function::Cron => versioned!("cron"),
             Function::Batch => versioned!("batch"),
             Function::BatchEnds => versioned!("batch_ends"),
+            Function::Counts => versioned!("counts"),
+            Function::Remove => versioned!("remove"),
+            Function::Policy => versioned!("policy"),
         }
     }
 
@@ -251,6 +269,9 @@ impl Function {
             Function::Cron => include_str!("cron.lua"),
             Function::Batch => include_str!("batch.lua"),
             Function::BatchEnds => include_str!("batch_ends.lua"),
+            Function::Counts => include_str!("counts.lua"),
+            Function::Remove => include_str!("remove.lua"),
+            Function::Policy => include_str!("policy.lua"),
         }
     }
 

@@ -6,7 +6,8 @@
 -- ARGV[4] '1' when XACKDEL  ARGV[5] job id
 -- ARGV[6] why: 'stopped' (an operator's stop) or 'timeout' (the broker's time limit: only a
 --   running job is taken, as a failed attempt: retried within its budget (the record's
---   `retries`, or its queue policy's when larger) on the policy's back-off or 1 s doubling,
+--   `retries`, or its queue policy's when larger) on the longer of its own back-off and its
+--   policy's (retry_delay), else 1 s doubling,
 --   else ended with the error `timeout`; a job found anywhere else is 'changed')
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
 -- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
@@ -19,6 +20,7 @@
 -- 'timeout'); a job past its time limit with retries left is `retried` (r 'timeout', d the retry
 -- time) instead. Through the ended-jobs hook (release_if_any): `dispatched` or `error` per
 -- dependent, `batch_done` per batch completed.
+-- A job submitted with its own retention once failed (`keep_failed`) expires after it (keep_ttl).
 -- Dependents of the stopped job end error, `dependency failed: <id>` (see release_dependents).
 -- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
 -- running: it ends error/stopped now and its worker is told), 'timeout' (why 'timeout': it ends
@@ -39,6 +41,9 @@ local function hero_stop(keys, args)
   -- the one job this call can end; `how` is what the caller is answered
   local function stopped(how)
     finish(job_key, job_id, reply_key, cfg, 'error', why, f[5], now_iso, done)
+    -- a job's own retention once failed holds for a stop too (BullMQ's removeOnFail)
+    local ttl = keep_ttl(cfg, job_key, 'error', nil)
+    if ttl then redis.call('PEXPIRE', job_key, ttl) end
     local worker = nil
     if how == 'interrupted' then worker = f[4] end
     local queue = stream
@@ -91,7 +96,7 @@ local function hero_stop(keys, args)
     if why == 'timeout' then
       -- a timeout is a failed attempt: retried within the budget (the record's retries or its
       -- queue policy's, on the policy's back-off or 1 s doubling), ended when it is spent
-      local a = redis.call('HMGET', job_key, 'attempts', 'retries')
+      local a = redis.call('HMGET', job_key, 'attempts', 'retries', 'backoff')
       local attempts = tonumber(a[1]) or 1
       local budget = tonumber(a[2]) or 0
       local policy = setting(cfg, 'policed', 0) > 0 and stream_policy(keys[5], stream, {})
@@ -99,9 +104,9 @@ local function hero_stop(keys, args)
         budget = tonumber(policy.retries)
       end
       if attempts <= budget then
-        local b = (policy and type(policy.backoff) == 'table' and policy.backoff)
-          or { kind = 'exponential', base_ms = 1000, cap_ms = 3600000, jitter = 0.2 }
-        local retry_at = server_ms() + backoff_ms(b, attempts)
+        local delay = retry_delay(a[3], policy, attempts)
+          or backoff_ms({ kind = 'exponential', base_ms = 1000, cap_ms = 3600000, jitter = 0.2 }, attempts)
+        local retry_at = server_ms() + delay
         redis.call('HSET', job_key, 'status', 'waiting', 'error', 'timeout', 'run_at', tostring(retry_at),
           'attempts', tostring(attempts), 'updated_at', now_iso)
         redis.call('HDEL', job_key, 'lease', 'entry')

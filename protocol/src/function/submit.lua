@@ -109,18 +109,23 @@ local function flush_tags(index)
 end
 
 -- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
--- have not finished yet, and the first that ended error (nil when none did).
+-- have not finished yet, the first that ended error (nil when none did), and the results of
+-- those that ended, as the new job's record keeps them (result_fields: id, status, text).
 local function prerequisites_state(prefix, list)
-  local left, failed = 0, nil
+  local left, failed, ended = 0, nil, {}
   for _, p in ipairs(list) do
-    local s = redis.pcall('HGET', prefix .. p, 'status')
+    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error')
+    local s = not r.err and r[1]
     if s == 'error' then
       failed = failed or p
-    elseif s ~= 'finished' then
+      ended[#ended + 1] = { p, s, r[3] or '' }
+    elseif s == 'finished' then
+      ended[#ended + 1] = { p, s, r[2] or '' }
+    else
       left = left + 1
     end
   end
-  return left, failed
+  return left, failed, ended
 end
 
 local function hero_submit(keys, args)
@@ -139,16 +144,18 @@ local function hero_submit(keys, args)
   local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
   local members = nil -- per job that names a batch: { batch key, batch name }
   local undated = nil -- per job without `created_at`: true (it gets the server's time)
+  local kept = false -- some job has a retention of its own (keep_ttl)
   local pos = 2
   for i = 1, n do
     local count = tonumber(args[pos + 2])
     if not count or count % 2 ~= 0 or pos + 2 + count > #args then
       return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
     end
-    local why, uniq, uttl, tags, prereqs, bname, dated = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    local why, uniq, uttl, tags, prereqs, bname, dated, own_keep = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
     if why then
       return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
     end
+    if own_keep then kept = true end
     if not dated then
       undated = undated or {}
       undated[i] = true
@@ -241,9 +248,9 @@ local function hero_submit(keys, args)
     if not existing and unique and unique[i] then
       holder, held = claim_unique(cfg, job_key, job_id, unique[i])
     end
-    local blocked, failed_dep = 0, nil
+    local blocked, failed_dep, results = 0, nil, nil
     if not existing and not holder and deps and deps[i] then
-      blocked, failed_dep = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
+      blocked, failed_dep, results = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
     end
     if existing then
       answers[2 * i - 1], answers[2 * i] = 'exists', existing
@@ -312,7 +319,13 @@ local function hero_submit(keys, args)
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     end
+    -- the prerequisites that ended before it, their results in its record (a later end writes
+    -- its own there: release_dependents)
+    if results then
+      for _, r in ipairs(results) do keep_result(job_key, r[1], r[2], r[3]) end
+    end
   end
+  if kept then redis.call('HSETNX', keys[4], KEPT_FIELD, '1') end
   if undated then
     -- a record without `created_at` (a foreign client's) is dated by the server, so that every
     -- record says when it was made

@@ -74,6 +74,17 @@ impl Job {
         if let Some(b) = &self.batch {
             f.push((F::Batch.name(), b.clone()));
         }
+        if let Some(b) = &self.backoff {
+            f.push((F::Backoff.name(), json(b)));
+        }
+        for (name, keep) in [
+            (F::Keep.name(), self.keep),
+            (F::KeepFailed.name(), self.keep_failed),
+        ] {
+            if let Some(d) = keep {
+                f.push((name, d.as_millis().to_string()));
+            }
+        }
         if !self.env_vars.is_empty() {
             f.push((F::EnvVars.name(), json(&self.env_vars)));
         }
@@ -129,6 +140,7 @@ impl Job {
         let mut r = Slots::new(key);
         let mut any = false;
         let mut unknown_fields = BTreeMap::new();
+        let mut results = BTreeMap::new();
         for (k, v) in fields {
             any = true;
             let k = k.as_ref();
@@ -136,6 +148,17 @@ impl Job {
                 Some(f) => r.values[f as usize] = Some(v.into()),
                 // the bridge's bookkeeping
                 None if IGNORED_FIELDS.contains(&k) => {}
+                None if k.starts_with(super::RESULT_FIELD_PREFIX) => {
+                    let v: String = v.into();
+                    match super::ChildResult::parse(&v) {
+                        Some(c) => {
+                            results.insert(k[super::RESULT_FIELD_PREFIX.len()..].to_string(), c);
+                        }
+                        None => {
+                            unknown_fields.insert(k.to_string(), v);
+                        }
+                    }
+                }
                 None => {
                     unknown_fields.insert(k.to_string(), v.into());
                 }
@@ -258,6 +281,19 @@ impl Job {
             })?),
         };
         let log = r.list(F::Log)?;
+        let backoff = match r.nonempty(F::Backoff) {
+            None => None,
+            Some(s) => Some(
+                serde_json::from_str::<crate::policy::Backoff>(&s).map_err(|e| {
+                    r.err(
+                        F::Backoff,
+                        format!("is not a JSON back-off {{kind, base_ms, cap_ms, jitter}}: {e}"),
+                    )
+                })?,
+            ),
+        };
+        let keep = r.number(F::Keep)?.map(Duration::from_millis);
+        let keep_failed = r.number(F::KeepFailed)?.map(Duration::from_millis);
         Ok(Job {
             id,
             script,
@@ -297,6 +333,10 @@ impl Job {
             batch,
             progress,
             log,
+            backoff,
+            keep,
+            keep_failed,
+            results,
             unknown_fields,
         })
     }

@@ -82,6 +82,9 @@ record_fields! {
     Batch => "batch",
     Progress => "progress",
     Log => "log",
+    Backoff => "backoff",
+    Keep => "keep",
+    KeepFailed => "keep_failed",
 }
 
 /// The legacy bridge's bookkeeping (docs/protocol.md): part of the record, of no use to a

@@ -167,11 +167,58 @@ pub struct Job {
     /// The last lines its handler logged ([`LOG_LINES`] at most, each at most
     /// [`LOG_LINE_BYTES`]).
     pub log: Vec<String>,
+    /// Its own back-off between failed attempts (the longer of it and its queue policy's
+    /// applies: docs/operations.md).
+    pub backoff: Option<crate::policy::Backoff>,
+    /// How long it is kept once finished (its own retention; at least 10 s, and its queue
+    /// policy's when that is longer). `None`: the queue's or the broker's.
+    pub keep: Option<Duration>,
+    /// How long it is kept once it ended error (as `keep`).
+    pub keep_failed: Option<Duration>,
+    /// Its prerequisites' results, by id, as each one's end wrote them into this record
+    /// (`result:<id>`): what a parent reads of its children (`JobContext::children`).
+    pub results: BTreeMap<String, ChildResult>,
     /// Fields this version does not know, as read: a newer version wrote them (SPEC §4.7).
     /// They are not bad input; nothing here acts on them, nothing removes them from Redis,
     /// and `hero status` shows them as they are.
     pub unknown_fields: BTreeMap<String, String>,
 }
+
+/// A prerequisite's end as its dependent keeps it, or, read by a producer, where a child not
+/// yet ended stands (`status` only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildResult {
+    pub status: Status,
+    pub output: Option<String>,
+    pub error: Option<String>,
+}
+
+impl ChildResult {
+    /// The record field's value, `<status>:<output or error>`.
+    pub fn parse(value: &str) -> Option<ChildResult> {
+        let (status, text) = value.split_once(':')?;
+        match status {
+            "finished" => Some(ChildResult {
+                status: Status::Finished,
+                output: Some(text.to_string()),
+                error: None,
+            }),
+            "error" => Some(ChildResult {
+                status: Status::Error,
+                output: None,
+                error: Some(text.to_string()),
+            }),
+            _ => None,
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"status": self.status.as_str(), "output": self.output, "error": self.error})
+    }
+}
+
+/// The record field a prerequisite's result is kept in, `result:<id>`.
+pub const RESULT_FIELD_PREFIX: &str = "result:";
 
 /// How far a running job is, as its handler reported it (`JobContext::progress`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -257,6 +304,10 @@ impl Job {
             "batch": job.batch,
             "progress": job.progress,
             "log": job.log,
+            "backoff": job.backoff,
+            "keep_ms": job.keep.map(|d| d.as_millis() as u64),
+            "keep_failed_ms": job.keep_failed.map(|d| d.as_millis() as u64),
+            "results": job.results.iter().map(|(k, v)| (k.clone(), v.to_json())).collect::<serde_json::Map<_, _>>(),
             "unknown_fields": job.unknown_fields,
         })
     }
@@ -282,6 +333,10 @@ impl Job {
             unique: None,
             unique_ttl: None,
             limit_key: None,
+            backoff: None,
+            keep: None,
+            keep_failed: None,
+            results: BTreeMap::new(),
             created_at: now.clone(),
             updated_at: now,
             started_at: None,

@@ -156,6 +156,10 @@ pub fn cron_job(
             timeout_secs: None,
             retries: 0,
             tags: Vec::new(),
+            payload: None,
+            backoff: None,
+            keep_ms: None,
+            keep_failed_ms: None,
         },
     }
 }

@@ -10,6 +10,7 @@ local SUBMIT_FIELDS = {
   dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
   context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
   unique_ttl = 'count', payload = 'text', limit_key = 'text', batch = 'name',
+  backoff = 'backoff', keep = 'count', keep_failed = 'count',
 }
 
 -- Why the value `v` is not of form `kind` (nil when it is).
@@ -32,6 +33,20 @@ local function bad_value(kind, v)
     local h = '[0-9a-f]'
     if not string.match(v, '^' .. h .. h .. '%-' .. string.rep(h, 32) .. '%-' .. string.rep(h, 16) .. '%-' .. h .. h .. '$') then
       return 'is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'
+    end
+  elseif kind == 'backoff' then
+    -- a job's own back-off, as a queue policy writes one (`Backoff` in policy.rs)
+    local ok, b = pcall(cjson.decode, v)
+    if not ok or type(b) ~= 'table' then return 'is not a JSON object {kind, base_ms, cap_ms, jitter}' end
+    if b.kind ~= 'fixed' and b.kind ~= 'exponential' then return 'has a kind that is not fixed or exponential' end
+    for _, f in ipairs({ 'base_ms', 'cap_ms' }) do
+      local n = b[f]
+      if (f == 'base_ms' or n ~= nil) and (type(n) ~= 'number' or n < 0 or n ~= math.floor(n)) then
+        return 'has a ' .. f .. ' that is not a whole number of ms'
+      end
+    end
+    if b.jitter ~= nil and (type(b.jitter) ~= 'number' or b.jitter < 0 or b.jitter > 1) then
+      return 'has a jitter that is not a number from 0 to 1'
     end
   elseif kind == 'time' then
     if not string.match(v, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d') then
@@ -59,7 +74,8 @@ end
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
 -- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
--- it names its `created_at` (a submit without one gets the server's time: see hero_submit):
+-- it names its `created_at` (a submit without one gets the server's time: see hero_submit), and
+-- whether it has a retention of its own (`keep`, `keep_failed`: see keep_ttl):
 -- `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call, and in `parsed.good`
 -- the values found good (the caller makes it, { good = {} }, for a call of several jobs: for one
@@ -67,7 +83,7 @@ end
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags, prereqs, batch, dated = nil, nil, nil, nil, nil, false
+  local uniq, uttl, tags, prereqs, batch, dated, kept = nil, nil, nil, nil, nil, false, false
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -106,6 +122,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
       elseif name == 'unique_ttl' then uttl = v
       elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
       elseif name == 'batch' then batch = v
+      elseif name == 'keep' or name == 'keep_failed' then kept = true
       elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
         if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
         prereqs = v
@@ -135,5 +152,5 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags, prereqs, batch, dated
+  return nil, uniq, uttl, tags, prereqs, batch, dated, kept
 end

@@ -70,3 +70,27 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
   end
   return true
 end
+
+-- A job's own retention (docs/operations.md): `keep` (ms) once it finished, `keep_failed` once it
+-- ended error, each at least KEEP_FLOOR_MS, so that a wait already waiting (which reads the record
+-- when the end's event reaches it) still finds it: 0 means as soon as that is safe. Read only
+-- while some job was ever submitted with one (the config hash's `kept`, set by hero_submit), so a
+-- namespace that never used it pays nothing.
+local KEEP_FLOOR_MS = 10000
+local KEPT_FIELD = 'kept'
+
+-- The TTL (ms) a job that just ended `status` gets: the larger of its own retention and `other`
+-- (its queue policy's, or nil), as a queue policy's retries are a floor under a job's own; nil
+-- when neither sets one (the broker's retention pass deletes it then).
+local function keep_ttl(cfg, job_key, status, other)
+  if setting(cfg, KEPT_FIELD, 0) > 0 then
+    local field = 'keep_failed'
+    if status == 'finished' then field = 'keep' end
+    local own = tonumber(redis.pcall('HGET', job_key, field))
+    if own then
+      own = math.max(own, KEEP_FLOOR_MS)
+      if other == nil or own > (tonumber(other) or 0) then return own end
+    end
+  end
+  return other
+end

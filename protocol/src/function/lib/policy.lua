@@ -50,6 +50,22 @@ local function backoff_ms(b, attempt)
   return math.floor(math.max(base * (1 - j + 2 * j * r), 0))
 end
 
+-- The delay (ms) before the retry of failed attempt `attempt`: the longer of the job's own
+-- back-off (`own`, the record's `backoff` JSON, or nil) and its queue policy's (the policy is a
+-- floor, as its retries are); nil when neither sets one (the caller's time stands).
+local function retry_delay(own, policy, attempt)
+  local d = nil
+  if own then
+    local ok, b = pcall(cjson.decode, own)
+    if ok and type(b) == 'table' then d = backoff_ms(b, attempt) end
+  end
+  if policy and type(policy.backoff) == 'table' then
+    local p = backoff_ms(policy.backoff, attempt)
+    if not d or p > d then d = p end
+  end
+  return d
+end
+
 -- The running count of limit `lim` ({key, max}), dropping the members no longer started when
 -- it is full.
 local function limit_running(lim, prefix)

@@ -1,0 +1,61 @@
+-- hero_counts: the job counts of one queue (`<type>[/<group>[/<instance>]]`), per work stream
+-- under it, read in one call so that every language's `Queue` answers the same numbers as
+-- `hero queues` (hero_admin's Inspector reads the same gauges and counters).
+-- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] stats hash
+-- ARGV[1] consumer group  ARGV[2] queue name
+-- Per stream the name covers (registered or paused, any priority): the sizes now, `waiting`
+-- (entries not yet delivered: the group's lag, else the length less the pending), `running`
+-- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
+-- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
+-- reason) and `dead`, and 1 when the stream is paused.
+-- Returns: a flat list, 9 values a stream: stream, waiting, running, delayed, finished, failed,
+-- dead, paused (1 or 0), the age (ms) of its oldest waiting entry (-1 when none waits).
+-- Errors: none of its own; a stream broken by hand reads as empty.
+local function hero_counts(keys, args)
+  local group, name = args[1], args[2]
+  local paused = {}
+  for _, s in ipairs(redis.call('SMEMBERS', keys[2])) do paused[s] = true end
+  local streams = redis.call('SUNION', keys[1], keys[2])
+  table.sort(streams)
+  local out, now = {}, nil
+  for _, s in ipairs(streams) do
+    if covers(name, stream_parts(s)) then
+      local len = redis.pcall('XLEN', s)
+      if type(len) ~= 'number' then len = 0 end
+      local running, lag, last = 0, nil, nil
+      local pending = redis.pcall('XPENDING', s, group)
+      if type(pending) == 'table' and not pending.err then running = tonumber(pending[1]) or 0 end
+      local groups = redis.pcall('XINFO', 'GROUPS', s)
+      if type(groups) == 'table' and not groups.err then
+        for _, gi in ipairs(groups) do
+          local gname, glag, glast = nil, nil, nil
+          for k = 1, #gi, 2 do
+            if gi[k] == 'name' then gname = gi[k + 1]
+            elseif gi[k] == 'lag' then glag = tonumber(gi[k + 1])
+            elseif gi[k] == 'last-delivered-id' then glast = gi[k + 1] end
+          end
+          if gname == group then lag, last = glag, glast end
+        end
+      end
+      local waiting = lag or math.max(len - running, 0)
+      local age = -1
+      if waiting > 0 then
+        local from = '-'
+        if last and last ~= '0-0' then from = '(' .. last end
+        local head = redis.pcall('XRANGE', s, from, '+', 'COUNT', 1)
+        if type(head) == 'table' and not head.err and head[1] then
+          now = now or server_ms()
+          age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
+        end
+      end
+      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead')
+      local p = 0
+      if paused[s] then p = 1 end
+      local n = #out
+      out[n + 1], out[n + 2], out[n + 3] = s, waiting, running
+      out[n + 4], out[n + 5] = math.max(tonumber(c[1]) or 0, 0), tonumber(c[2]) or 0
+      out[n + 6], out[n + 7], out[n + 8], out[n + 9] = tonumber(c[3]) or 0, tonumber(c[4]) or 0, p, age
+    end
+  end
+  return out
+end

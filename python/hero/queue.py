@@ -1,0 +1,395 @@
+"""The operator's side of one queue (hero-admin's `Admin` for a script type, as BullMQ's
+`Queue`): pause and resume, job counts, the queue policy, dead letters, a job requeued,
+promoted or removed, and recurring jobs. Thin wrappers over the server functions hero-admin
+calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove), on every
+shard of a sharded namespace.
+
+    q = hero.Queue("email")
+    q.pause(); q.resume()
+    q.job_counts().waiting
+    q.set_policy(retries=5, backoff="exponential:1s:1m", rate="100/s")
+    q.cron_add("nightly", "0 3 * * *", "send_digest", payload=b"...")
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from .client import Client, _name
+from .errors import HeroError, InvalidInput, JobNotFound
+from .options import Backoff, duration_ms, rate
+
+_SCHEDULE = re.compile(r"^(every \S.*|@\w+|(\S+\s+){4,5}\S+)$")
+
+
+@dataclass(frozen=True)
+class StreamCounts:
+    """One work stream of the queue: `waiting`, `running`, `delayed` sizes now; `finished`,
+    `failed`, `dead` counters since the namespace began."""
+
+    stream: str
+    waiting: int
+    running: int
+    delayed: int
+    finished: int
+    failed: int
+    dead: int
+    paused: bool
+    oldest_waiting_ms: int | None
+    shard: int = 0
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """A queue's counts summed over its work streams (every priority, group and instance, every
+    shard): `waiting`, `delayed`, `running` are sizes now; `finished`, `failed`, `dead` the
+    counters `hero queues` shows. `streams` holds each stream's own."""
+
+    waiting: int = 0
+    delayed: int = 0
+    running: int = 0
+    finished: int = 0
+    failed: int = 0
+    dead: int = 0
+    streams: list[StreamCounts] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in ("waiting", "delayed", "running", "finished", "failed", "dead")}
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    entry: str
+    job_id: str
+    reason: str
+    queue: str
+    shard: int = 0
+
+
+_POLICY_FIELDS = ("retries", "backoff", "timeout", "lease", "concurrency", "rate", "key_rate", "retention",
+                  "aging")
+
+
+class Queue:
+    """The operator's handle on queue `type` (or `type/group` with `group=`)."""
+
+    def __init__(self, type: str, url: str | None = None, namespace: str = "hero", *, group: str | None = None,
+                 client: Client | None = None, cluster: bool = False):
+        self.type = _name("script type", type)
+        self.name = type if group is None else f"{type}/{_name('group', group)}"
+        self.client = client if client is not None else Client(url, namespace, cluster=cluster)
+        self.r = self.client.r
+
+    # -- shards -------------------------------------------------------------------------------
+    def _shards(self):
+        """(n, keys, protocol) of every shard served, shard 0 first."""
+        m = self.client.shard_map()
+        ns = m.served() if m.sharded else [0]
+        return [(n, *self.client._shard(n)) for n in ns]
+
+    def _call(self, f):
+        try:
+            return f()
+        except redis.ResponseError as e:
+            raise HeroError.from_server(e) from None
+
+    # -- pause --------------------------------------------------------------------------------
+    def pause(self) -> int:
+        """No worker takes a new job of the queue (running ones finish; submits still queue);
+        lasts until resume(). Answers how many work streams it covers now."""
+        return sum(self._call(lambda p=p: p.pause(self.name, True)) for _, _, p in self._shards())
+
+    def resume(self) -> int:
+        return sum(self._call(lambda p=p: p.pause(self.name, False)) for _, _, p in self._shards())
+
+    # -- counts -------------------------------------------------------------------------------
+    def job_counts(self) -> JobCounts:
+        streams = []
+        for n, _, p in self._shards():
+            for s in self._call(lambda p=p: p.counts(self.name)):
+                streams.append(StreamCounts(s[0], *s[1:7], bool(s[7]), None if s[8] < 0 else s[8], shard=n))
+        total = {k: sum(getattr(s, k) for s in streams)
+                 for k in ("waiting", "delayed", "running", "finished", "failed", "dead")}
+        return JobCounts(**total, streams=streams)
+
+    # -- policy -------------------------------------------------------------------------------
+    def policy(self) -> dict[str, Any]:
+        """The policy set for the queue itself, as stored (ms, `{max, per_ms}` rates, the
+        back-off's JSON form); {} when none."""
+        keys = self.client.keys
+        raw = None
+        if self.client.shard_map().sharded:
+            raw = self.r.hget(keys.whole_policies(), self.name)
+        if raw is None:
+            raw = self.r.hget(keys.policy(), self.name)
+        if not raw:
+            return {}
+        try:
+            p = json.loads(raw)
+        except ValueError:
+            raise HeroError(f"the policy of queue {self.name} is not JSON; set it again with set_policy") from None
+        return p if isinstance(p, dict) else {}
+
+    def set_policy(self, *, retries: int | None = None, backoff: Any = None, timeout: Any = None,
+                   lease: Any = None, concurrency: int | None = None, rate: Any = None, key_rate: Any = None,
+                   retention: Any = None, aging: Any = None) -> dict[str, Any]:
+        """Sets the fields given, keeping the others; answers the whole policy. Durations in
+        seconds (or a timedelta, or '30s'), rates as '100/s', back-off as for submit."""
+        if "/" in self.name and self.name.count("/") > 1:
+            raise InvalidInput("a policy is per type or type/group, not per instance")
+        given: dict[str, Any] = {}
+        if retries is not None:
+            given["retries"] = _whole("retries", retries, 0)
+        if backoff is not None:
+            given["backoff"] = Backoff.of(backoff).to_json()
+        if timeout is not None:
+            given["timeout_ms"] = duration_ms("timeout", timeout)
+        if lease is not None:
+            given["lease_ms"] = duration_ms("lease", lease)
+        if concurrency is not None:
+            given["concurrency"] = _whole("concurrency", concurrency, 1,
+                                          "(to run nothing, pause the queue)")
+        if rate is not None:
+            given["rate"] = _rate("rate", rate)
+        if key_rate is not None:
+            given["key_rate"] = _rate("key_rate", key_rate)
+        if retention is not None:
+            given["retention_ms"] = duration_ms("retention", retention)
+        if aging is not None:
+            given["aging_ms"] = duration_ms("aging", aging)
+            if given["aging_ms"] < 1:
+                raise InvalidInput("aging of 0 would serve every job at the highest level: give a period, e.g. 30s")
+        merged = {**self.policy(), **given}
+        self._store(merged)
+        return merged
+
+    def clear_policy(self) -> bool:
+        """Removes the queue's policy: its jobs get the defaults again."""
+        had = self.r.hexists(self.client.keys.policy(), self.name)
+        self.r.hdel(self.client.keys.whole_policies(), self.name)
+        for _, _, p in self._shards():
+            self._call(lambda p=p: p.set_policy(self.name, ""))
+        return bool(had)
+
+    def _store(self, policy: dict[str, Any]) -> None:
+        shards = self._shards()
+        if len(shards) == 1:
+            self._call(lambda: shards[0][2].set_policy(self.name, json.dumps(policy)))
+            return
+        # each shard enforces its share of a concurrency limit or a rate (hero-admin's `split`)
+        self.r.hset(self.client.keys.whole_policies(), self.name, json.dumps(policy))
+        k = max(1, self.client.shard_map().k)
+        for n, _, p in shards:
+            self._call(lambda p=p, n=n: p.set_policy(self.name, json.dumps(_split(policy, n, k))))
+
+    # -- dead letters -------------------------------------------------------------------------
+    def dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
+        """The queue's dead letters, oldest first (every shard's)."""
+        out = []
+        for n, keys, _ in self._shards():
+            cursor = "-"
+            while len(out) < limit:
+                page = self.r.xrange(keys.dead_letter(), cursor, "+", count=1000)
+                for entry, f in page:
+                    d = {k.decode(): v.decode("utf-8", "replace") for k, v in f.items()}
+                    letter = DeadLetter(entry.decode(), d.get("j", ""), d.get("reason", ""), d.get("queue", ""), n)
+                    if self._covers(letter.queue):
+                        out.append(letter)
+                if len(page) < 1000:
+                    break
+                cursor = "(" + page[-1][0].decode()
+        return out[:limit]
+
+    def retry_dead(self, job_ids: list[str] | None = None) -> dict[str, str]:
+        """Queues the jobs of the queue's dead letters (all, or those of `job_ids`) again with
+        a fresh attempt budget; answers per job: requeued, not_dead, gone, missing."""
+        return self._dead("retry", job_ids)
+
+    def purge_dead(self, job_ids: list[str] | None = None) -> dict[str, str]:
+        """Deletes the queue's dead letters (all, or those of `job_ids`) and their jobs."""
+        return self._dead("purge", job_ids)
+
+    def _dead(self, action: str, job_ids: list[str] | None) -> dict[str, str]:
+        letters = self.dead_letters(limit=1 << 30)
+        if job_ids is not None:
+            wanted = set(job_ids)
+            letters = [d for d in letters if d.job_id in wanted]
+            missing = wanted - {d.job_id for d in letters}
+            if missing:
+                raise InvalidInput(f"job {sorted(missing)[0]} has no dead letter in queue {self.name}")
+        out: dict[str, str] = {}
+        for n, keys, p in self._shards():
+            mine = [d for d in letters if d.shard == n]
+            for i in range(0, len(mine), 100):
+                chunk = mine[i:i + 100]
+                args = [(d.entry, d.job_id, self._stream_of(keys, d.job_id) or keys.job(d.job_id)) for d in chunk]
+                for d, answer in zip(chunk, self._call(lambda p=p, args=args: p.dead(action, args))):
+                    out[d.job_id] = answer
+        return out
+
+    # -- one job ------------------------------------------------------------------------------
+    def requeue(self, job_id: str) -> str:
+        """Moves a job to its own queue again wherever it is (queued, running: its lease is
+        revoked, delayed, ended: a fresh attempt budget); answers the stream it is in now."""
+        keys = self.client._holder(job_id)
+        proto = self._proto_of(keys)
+        cursor = "0-0"
+        for _ in range(10_000):
+            rec = self.r.hmget(keys.job(job_id), ["script_type", "group", "instance", "priority", "worker_id"])
+            if all(x is None for x in rec):
+                raise JobNotFound(job_id)
+            t, g, i, pr, worker = (x.decode() if x else "" for x in rec)
+            if not t:
+                raise InvalidInput(f"job {job_id} names no script type, so it is in no queue of ours")
+            prio = int(pr) if pr.isdigit() else 5
+            stream = keys.work(t, g or None, i or None, prio)
+            parts = worker.split(":")
+            ctl = keys.ctl_instance(t, parts[0], parts[1]) if len(parts) == 3 else None
+            word, nxt = self._call(lambda: proto.requeue(job_id, stream, stream, ctl, worker, cursor,
+                                                         (t, g, i, prio)))
+            if word == "requeued":
+                return stream
+            if word == "missing":
+                raise JobNotFound(job_id)
+            cursor = nxt if word == "searching" else "0-0"
+        raise HeroError(f"job {job_id} kept changing hands while it was being requeued; try again")
+
+    def promote(self, job_id: str) -> None:
+        """Queues a delayed job now (a delayed submit, or a retry waiting out its back-off)."""
+        keys = self.client._holder(job_id)
+        status = self.r.hget(keys.job(job_id), "status")
+        if status is None:
+            raise JobNotFound(job_id)
+        if status != b"waiting" or self.r.zscore(keys.delayed(), job_id) is None:
+            raise InvalidInput(f"job {job_id} is not delayed (it is {status.decode()}): only a delayed job or a "
+                               "retry waiting out its back-off can be promoted")
+        self.requeue(job_id)
+
+    def remove(self, job_id: str) -> None:
+        """Deletes a job (BullMQ's `job.remove()`): a queued or delayed one is stopped first; a
+        running one is refused (stop it first, or wait for its end)."""
+        keys = self.client._holder(job_id)
+        proto = self._proto_of(keys)
+        for _ in range(3):
+            word = self._call(lambda: proto.remove(job_id))
+            if word == "removed":
+                return
+            if word == "missing":
+                raise JobNotFound(job_id)
+            if word == "running":
+                raise InvalidInput(f"job {job_id} is running: stop it first (client.stop), or wait for its end")
+            self.client.stop(job_id)
+        raise HeroError(f"job {job_id} kept changing state while it was being removed; try again")
+
+    # -- recurring jobs -----------------------------------------------------------------------
+    def cron_add(self, name: str, schedule: str, script: str, *, tz: str = "UTC", missed: str = "skip",
+                 payload: bytes | None = None, group: str | None = None, instance: str | None = None,
+                 priority: int | None = None, timeout: int | None = None, retries: int = 0,
+                 tags: list[str] | tuple[str, ...] = (), backoff: Any = None, keep: Any = None,
+                 keep_failed: Any = None) -> None:
+        """Adds (or replaces) recurring job `name` of this queue: `schedule` a cron expression
+        (5 fields, or 6 with seconds first; @hourly ...) read in `tz`, or 'every <duration>';
+        each tick submits `script` with the options given, `payload` included. The brokers
+        check the expression when they read it (`hero cron list` shows the next tick)."""
+        _name("recurring job name", name)
+        if not _SCHEDULE.match(schedule.strip()):
+            raise InvalidInput(f"schedule {schedule!r} is not a cron expression (5 or 6 fields, or @hourly ...) "
+                               "nor 'every <duration>'")
+        if schedule.strip().startswith("every ") and duration_ms("schedule", schedule.strip()[6:]) < 1000:
+            raise InvalidInput(f"schedule {schedule!r}: the shortest interval is 1s")
+        if missed not in ("skip", "catch-up"):
+            raise InvalidInput(f"missed-tick policy {missed!r}: give 'catch-up' or 'skip'")
+        # the submit's own checks, on the job a tick would submit
+        self.client.job(script, self.type, group=group, instance=instance, priority=5 if priority is None else priority,
+                        timeout=timeout, retries=retries, tags=tags, payload=payload, backoff=backoff,
+                        keep=keep, keep_failed=keep_failed)
+        job: dict[str, Any] = {"script_type": self.type, "script": script, "retries": int(retries)}
+        for k, v in (("group", group), ("instance", instance), ("priority", priority), ("timeout_secs", timeout)):
+            if v is not None:
+                job[k] = v
+        if tags:
+            job["tags"] = list(tags)
+        if payload is not None:
+            job["payload"] = base64.b64encode(payload).decode()
+        if backoff is not None:
+            job["backoff"] = Backoff.of(backoff).to_json()
+        if keep is not None:
+            job["keep_ms"] = duration_ms("keep", keep)
+        if keep_failed is not None:
+            job["keep_failed_ms"] = duration_ms("keep_failed", keep_failed)
+        spec = {"name": name, "schedule": schedule, "tz": tz, "missed": missed, "paused": False, "job": job}
+        self.r.hset(self.client.keys.cron(), name, json.dumps(spec))
+
+    def cron_list(self) -> list[dict[str, Any]]:
+        """The queue's recurring jobs, by name: each as stored, with `next_ms`, `fires` and
+        `last_ms` (none before the first broker pass)."""
+        keys = self.client.keys
+        state = {k.decode(): v.decode() for k, v in self.r.hgetall(keys.cron_next()).items()}
+        out = []
+        for name, raw in sorted(self.r.hgetall(keys.cron()).items()):
+            try:
+                spec = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(spec, dict) or spec.get("job", {}).get("script_type") != self.type:
+                continue
+            n = name.decode()
+            num = lambda k: int(state[k]) if state.get(k, "").isdigit() else None  # noqa: E731
+            spec.update(next_ms=num(n), fires=num(f"{n}|fires") or 0, last_ms=num(f"{n}|last"))
+            out.append(spec)
+        return out
+
+    def cron_remove(self, name: str) -> bool:
+        """Removes recurring job `name` (the jobs it fired stay); False when there was none."""
+        keys = self.client.keys
+        removed = self.r.hdel(keys.cron(), name)
+        self.r.hdel(keys.cron_next(), name, f"{name}|fires", f"{name}|last")
+        return bool(removed)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _proto_of(self, keys):
+        for _, k, p in self._shards():
+            if k.prefix == keys.prefix:
+                return p
+        return self.client.proto
+
+    def _covers(self, stream: str) -> bool:
+        """Whether work stream `stream` is under this queue's name."""
+        m = re.search(r":q:work:type:([^:]+)(?::group:([^:]+))?", stream)
+        if not m or m.group(1) != self.type:
+            return False
+        return "/" not in self.name or m.group(2) == self.name.split("/", 1)[1]
+
+    def _stream_of(self, keys, job_id: str) -> str | None:
+        rec = self.r.hmget(keys.job(job_id), ["script_type", "group", "instance", "priority"])
+        t, g, i, p = (x.decode() if x else "" for x in rec)
+        return keys.work(t, g or None, i or None, int(p) if p.isdigit() else 5) if t else None
+
+
+def _whole(what: str, v: Any, least: int, hint: str = "") -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise InvalidInput(f"{what} {v!r} is not a whole number of at least {least} {hint}".strip())
+    return v
+
+
+def _rate(what: str, v: Any) -> dict[str, int]:
+    return rate(what, v)
+
+
+def _split(policy: dict[str, Any], n: int, k: int) -> dict[str, Any]:
+    """Shard n's share of a policy over k active shards (hero-admin's `split`)."""
+    def share(total: int) -> int:
+        if n >= k:
+            return 1
+        return max(1, total // k + (1 if n < total % k else 0))
+    p = dict(policy)
+    if "concurrency" in p:
+        p["concurrency"] = share(p["concurrency"])
+    if "rate" in p:
+        p["rate"] = {**p["rate"], "max": share(p["rate"]["max"])}
+    return p
