@@ -6,7 +6,7 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 
 import { HeroError, InvalidInput, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
-import { BatchInfo, Job, jobFromRecord, Result, Submitted } from "./job.js";
+import { BatchInfo, ChildResult, Job, jobFromRecord, Result, Submitted } from "./job.js";
 import { Keys } from "./keys.js";
 import { encode, Json } from "./msgpack.js";
 import { iso, nowMs, Protocol, text } from "./protocol.js";
@@ -53,6 +53,64 @@ export interface JobOptions {
   payload?: Json;
   /** In a sharded namespace, every job with this key goes to one shard, in submit order. */
   route?: string;
+  /** Its own back-off between failed attempts, as BullMQ writes it: a number (a fixed delay in
+   * ms) or `{ type: "fixed" | "exponential", delay, jitter?, cap? }` (ms; jitter 0 to 1). The
+   * server applies the longer of it and its queue policy's. */
+  backoff?: number | BackoffOptions;
+  /** BullMQ's: `true` removes it once finished (as soon as a waiting caller cannot miss it,
+   * 10 s), `{ age }` keeps it `age` seconds. A count (`5`, `{ count }`) is refused: hero keeps
+   * ended jobs by age. */
+  removeOnComplete?: boolean | KeepJobs;
+  /** As `removeOnComplete`, once it failed. */
+  removeOnFail?: boolean | KeepJobs;
+}
+
+export interface BackoffOptions {
+  type: "fixed" | "exponential";
+  /** ms: the fixed delay, or the first of the doubling ones. */
+  delay?: number;
+  /** 0 to 1: each delay varies by up to this share either way. */
+  jitter?: number;
+  /** ms: the longest delay (exponential). */
+  cap?: number;
+}
+
+export interface KeepJobs {
+  /** Seconds to keep the ended job. */
+  age?: number;
+  count?: number;
+}
+
+/** BullMQ's back-off as the record stores one (`{kind, base_ms, cap_ms, jitter}`). */
+export function backoffJson(b: number | BackoffOptions): { kind: string; base_ms: number; cap_ms: number; jitter: number } {
+  const o: BackoffOptions = typeof b === "number" ? { type: "fixed", delay: b } : b;
+  if (!o || typeof o !== "object" || (o.type !== "fixed" && o.type !== "exponential")) {
+    throw new InvalidInput(`backoff ${JSON.stringify(b)}: give a delay in ms or { type: "fixed" | "exponential", delay }`);
+  }
+  for (const k of Object.keys(o)) {
+    if (!["type", "delay", "jitter", "cap"].includes(k)) throw new InvalidInput(`backoff option ${JSON.stringify(k)} is not one of type, delay, jitter, cap`);
+  }
+  const delay = o.delay ?? 1000;
+  const jitter = o.jitter ?? 0;
+  if (!Number.isFinite(delay) || delay < 0) throw new InvalidInput(`backoff delay ${delay} is not a number of ms`);
+  if (!(jitter >= 0 && jitter <= 1)) throw new InvalidInput(`backoff jitter ${jitter} is not from 0 to 1`);
+  const base = Math.floor(delay);
+  const cap = o.cap !== undefined ? Math.floor(o.cap) : o.type === "fixed" ? base : 3_600_000;
+  return { kind: o.type, base_ms: base, cap_ms: Math.max(cap, base), jitter };
+}
+
+/** BullMQ's removeOnComplete / removeOnFail as a retention in ms (null: the queue's or the
+ * broker's). */
+function keepMs(what: string, v: boolean | KeepJobs | number | undefined): number | null {
+  if (v === undefined || v === false) return null;
+  if (v === true) return 0;
+  if (typeof v === "number" || (typeof v === "object" && v !== null && "count" in v)) {
+    throw new InvalidInput(`${what}: ${JSON.stringify(v)} keeps a count of jobs; hero keeps ended jobs by age: give true or { age: <seconds> }`);
+  }
+  if (typeof v !== "object" || v === null || typeof v.age !== "number" || !(v.age >= 0)) {
+    throw new InvalidInput(`${what}: ${JSON.stringify(v)}; give true or { age: <seconds> }`);
+  }
+  return Math.round(v.age * 1000);
 }
 
 /** A checked submit: what `Protocol.submit` takes, and where it goes. */
@@ -122,7 +180,8 @@ export class Client {
     return this.map;
   }
 
-  private shard(n: number): [Keys, Protocol] {
+  /** @internal shard n's keys and calls. */
+  shard(n: number): [Keys, Protocol] {
     const keys = this.map.keys(this.keys, n);
     let p = this.protos.get(keys.prefix);
     if (!p) {
@@ -141,7 +200,8 @@ export class Client {
   }
 
   /** The keys of the shard that holds job `id`. */
-  private async holder(id: string): Promise<Keys> {
+  /** @internal */
+  async holder(id: string): Promise<Keys> {
     const m = await this.shardMap();
     if (!m.sharded) return this.keys;
     const order = [shardOfId(id), m.home(id), ...m.olderHomes(id), ...[...m.tags.keys()].sort((a, b) => a - b), 0];
@@ -280,6 +340,11 @@ export class Client {
       if (bytes.length > MAX_SCRIPT_BYTES) throw new InvalidInput(`the payload is ${bytes.length} bytes; the limit is ${MAX_SCRIPT_BYTES}`);
       f.push(["payload", bytes]);
     }
+    if (o.backoff !== undefined) f.push(["backoff", JSON.stringify(backoffJson(o.backoff))]);
+    const keep = keepMs("removeOnComplete", o.removeOnComplete);
+    if (keep !== null) f.push(["keep", String(keep)]);
+    const keepFailed = keepMs("removeOnFail", o.removeOnFail);
+    if (keepFailed !== null) f.push(["keep_failed", String(keepFailed)]);
     if (reply) f.push(["reply", "1"]);
     let runAt = 0;
     if (o.at !== undefined) runAt = o.at.getTime();
@@ -295,6 +360,11 @@ export class Client {
       runAt,
       fields: f,
     };
+  }
+
+  /** @internal a job's checked record fields, as a submit would write them. */
+  checkJob(o: JobOptions): { fields: [string, string | Buffer][] } {
+    return this.spec(o);
   }
 
   /** Submits one job; resolves to its id (see `submitMany` for the whole answer). */
@@ -416,6 +486,24 @@ export class Client {
     const rec = (await this.redis.callBuffer("HGETALL", keys.job(id))) as unknown[];
     if (!Array.isArray(rec) || rec.length === 0) throw new JobNotFound(id);
     return jobFromRecord(id, rec);
+  }
+
+  /** A parent's prerequisites (its flow's children, or the jobs it was submitted `after`) and
+   * what each gave, by id: an ended child's result as its end wrote it into the parent's record
+   * (so it outlives the child's retention), a child not yet ended with its status only. */
+  async children(id: string): Promise<Record<string, ChildResult>> {
+    const parent = await this.get(id);
+    const out: Record<string, ChildResult> = { ...parent.results };
+    for (const child of parent.prerequisites) {
+      if (child in out) continue;
+      try {
+        const c = await this.get(child);
+        out[child] = { status: c.status, output: c.output, error: c.error };
+      } catch (e) {
+        if (!(e instanceof JobNotFound)) throw e;
+      }
+    }
+    return out;
   }
 
   async status(id: string): Promise<string> {

@@ -47,3 +47,13 @@ export class JobNotFound extends HeroError {
 
 /** A wait ran out before the job ended. */
 export class WaitTimedOut extends HeroError {}
+
+/** Refuses an option `what` does not know, naming it and what hero calls it (`hints`): a port
+ * from another queue fails at its first wrong line rather than dropping the option. */
+export function strictOptions(what: string, opts: object, known: ReadonlySet<string>, hints: Record<string, string> = {}): void {
+  for (const k of Object.keys(opts ?? {})) {
+    if (!known.has(k)) {
+      throw new InvalidInput(`${what} option ${JSON.stringify(k)} is not one hero knows${hints[k] ? `; use ${hints[k]}` : ""}: the options are ${[...known].join(", ")}`);
+    }
+  }
+}

@@ -16,7 +16,7 @@ import { EventEmitter } from "node:events";
 
 import { Redis } from "ioredis";
 
-import { InvalidInput } from "./errors.js";
+import { InvalidInput, strictOptions } from "./errors.js";
 import { Keys } from "./keys.js";
 import { redisUrl } from "./client.js";
 import { before, BLOCK_MS, COUNT, decodeEntry, Entries, entriesOf, EventLogOff, eventsMax, HeroEvent, logInfo, parseInfo } from "./log.js";
@@ -169,12 +169,7 @@ export class QueueEvents extends EventEmitter {
     private readonly opts: QueueEventsOptions = {},
   ) {
     super();
-    for (const k of Object.keys(opts)) {
-      if (!QUEUE_EVENTS_OPTIONS.has(k)) {
-        const hint: Record<string, string> = { connection: "url", prefix: "namespace", blockingTimeout: "(none: reads block 1 s)" };
-        throw new InvalidInput(`QueueEvents option ${JSON.stringify(k)} is not one hero knows${hint[k] ? `; use ${hint[k]}` : ""}: the options are ${[...QUEUE_EVENTS_OPTIONS].join(", ")}`);
-      }
-    }
+    strictOptions("QueueEvents", opts, QUEUE_EVENTS_OPTIONS, { connection: "url", prefix: "namespace", blockingTimeout: "(none: reads block 1 s)" });
     if (typeof name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(name)) throw new InvalidInput(`script type ${JSON.stringify(name)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
     if (opts.lastEventId !== undefined && !/^(\$|0|\d+(-\d+)?)$/.test(opts.lastEventId)) {
       throw new InvalidInput(`lastEventId ${JSON.stringify(opts.lastEventId)}: give "$" (now), "0" (the oldest kept) or an event id (<ms>-<seq>)`);

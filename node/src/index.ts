@@ -1,12 +1,14 @@
-// hero-broker for Node.js: the producer (`Client`) and the worker (`Worker`) of a hero-broker
-// job queue on Redis.
+// hero-broker for Node.js: the producer (`Client`), the operator's `Queue` and the worker
+// (`Worker`) of a hero-broker job queue on Redis.
 // docs/from-bullmq.md maps BullMQ's names onto these.
 export { Client, redisUrl, MAX_SCRIPT_BYTES } from "./client.js";
 export { Worker, WorkerJob, Retry, Abort, UnrecoverableError } from "./worker.js";
 export type { Handler, WorkerOptions } from "./worker.js";
-export type { JobOptions } from "./client.js";
+export type { JobOptions, BackoffOptions, KeepJobs } from "./client.js";
+export { Queue } from "./queue.js";
+export type { QueueOptions, JobCounts, StreamCounts, PolicyOptions, Policy, DeadLetter, RepeatOptions, JobTemplate } from "./queue.js";
 export { HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
-export type { BatchInfo, Job, Progress, Result, Submitted } from "./job.js";
+export type { BatchInfo, ChildResult, Job, Progress, Result, Submitted } from "./job.js";
 export { Keys } from "./keys.js";
 export { QueueEvents, EventLogOff, decodeEntry } from "./events.js";
 export type { HeroEvent, QueueEventsOptions } from "./events.js";

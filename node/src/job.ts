@@ -36,6 +36,13 @@ export interface Job {
   progress: Progress | null;
   log: string[];
   payload: Buffer | null;
+  /** Its own back-off (`{kind, base_ms, cap_ms, jitter}`), when it was given one. */
+  backoff: { kind: string; base_ms: number; cap_ms: number; jitter: number } | null;
+  /** Its own retention once finished / failed (ms), when it was given one. */
+  keep: number | null;
+  keepFailed: number | null;
+  /** Its prerequisites' results by id, as each one's end wrote them into this record. */
+  results: Record<string, ChildResult>;
   raw: Record<string, string>;
   /** Fields this version does not know, as read: a newer version wrote them. Not bad input
    * (a job carrying them runs), and nothing here removes them. */
@@ -49,8 +56,31 @@ export const KNOWN_FIELDS: ReadonlySet<string> = new Set([
   "started_at", "finished_at", "env_vars", "prerequisites", "dependencies", "dependents",
   "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
   "unique_ttl", "limit_key", "output", "error", "lease", "entry", "payload", "deps_left",
-  "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken",
+  "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken", "backoff", "keep", "keep_failed",
 ]);
+
+/** A prerequisite's end as its dependent keeps it (`result:<id>` = `<status>:<text>`); read
+ * from a producer, a child not yet ended has its status only. */
+export interface ChildResult {
+  status: string;
+  output: string | null;
+  error: string | null;
+}
+
+export const RESULT_PREFIX = "result:";
+
+/** The results a record holds, by prerequisite id. */
+export function resultsOf(text: Record<string, string>): Record<string, ChildResult> {
+  const out: Record<string, ChildResult> = {};
+  for (const [k, v] of Object.entries(text)) {
+    if (!k.startsWith(RESULT_PREFIX)) continue;
+    const at = v.indexOf(":");
+    const status = at < 0 ? "" : v.slice(0, at);
+    if (status === "finished") out[k.slice(RESULT_PREFIX.length)] = { status, output: v.slice(at + 1), error: null };
+    else if (status === "error") out[k.slice(RESULT_PREFIX.length)] = { status, output: null, error: v.slice(at + 1) };
+  }
+  return out;
+}
 
 /** A record as HGETALL answers it through `callBuffer`: field, value, … as Buffers (the flat
  * reply, not ioredis's object, whose reply transform cost the worker a tenth of its time). */
@@ -118,6 +148,14 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
   }
   const status = text.status ?? "";
   const attempts = attemptsOf(text);
+  let backoff = null;
+  try {
+    const b = text.backoff ? JSON.parse(text.backoff) : null;
+    if (b && typeof b === "object" && !Array.isArray(b)) backoff = b;
+  } catch {
+    backoff = null;
+  }
+  const results = resultsOf(text);
   return {
     id: text.id || id,
     status,
@@ -145,8 +183,14 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
     progress,
     log: list("log"),
     payload,
+    backoff,
+    keep: num("keep", null),
+    keepFailed: num("keep_failed", null),
+    results,
     raw: text,
-    unknownFields: Object.fromEntries(Object.entries(text).filter(([k]) => !KNOWN_FIELDS.has(k))),
+    unknownFields: Object.fromEntries(
+      Object.entries(text).filter(([k]) => !KNOWN_FIELDS.has(k) && !(k.startsWith(RESULT_PREFIX) && k.slice(RESULT_PREFIX.length) in results)),
+    ),
   };
 }
 

@@ -64,6 +64,22 @@ export class Keys {
   queues(): string {
     return `${this.prefix}:meta:queues`;
   }
+  pausedQueues(): string {
+    return `${this.prefix}:meta:queues:paused`;
+  }
+  pausedNames(): string {
+    return `${this.prefix}:meta:queues:paused:names`;
+  }
+  /** A sharded namespace's policies as set, whole, on shard 0 (each shard holds its share). */
+  wholePolicies(): string {
+    return `${this.prefix}:meta:policy:whole`;
+  }
+  cron(): string {
+    return `${this.prefix}:meta:cron`;
+  }
+  cronNext(): string {
+    return `${this.prefix}:meta:cron:next`;
+  }
   queueSignal(): string {
     return `${this.prefix}:meta:queues:new`;
   }

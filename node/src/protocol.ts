@@ -94,6 +94,59 @@ export class Protocol {
     const argv = [name, iso(), onComplete ? JSON.stringify(onComplete) : "", onSuccess ? JSON.stringify(onSuccess) : ""];
     return (await this.fcall("batch", keys, argv)) as unknown[];
   }
+  // -- operator -----------------------------------------------------------------------------
+  /** hero_pause: pauses or resumes queue `name`; answers the streams it moved. */
+  async pause(name: string, pause: boolean): Promise<number> {
+    const k = this.keys;
+    const keys = [k.queues(), k.pausedQueues(), k.pausedNames(), k.config(), k.events()];
+    return Number(text(await this.fcall("pause", keys, [pause ? "pause" : "resume", name])));
+  }
+
+  /** hero_counts (read-only): per work stream of queue `name`, [stream, waiting, running,
+   * delayed, finished, failed, dead, paused, oldest waiting ms or -1]. */
+  async counts(name: string): Promise<[string, ...number[]][]> {
+    const k = this.keys;
+    const keys = [k.queues(), k.pausedQueues(), k.stats()];
+    const flat = (await this.redis.callBuffer("FCALL_RO", this.fn("counts"), keys.length, ...keys, GROUP, name)) as unknown[];
+    const out: [string, ...number[]][] = [];
+    for (let i = 0; i < flat.length; i += 9) out.push([text(flat[i]), ...flat.slice(i + 1, i + 9).map((x) => Number(text(x)))]);
+    return out;
+  }
+
+  /** hero_policy: stores the whole policy of queue `name` on this shard ('' clears it). */
+  async setPolicy(name: string, json: string): Promise<string> {
+    const k = this.keys;
+    return text(await this.fcall("policy", [k.policy(), k.config()], [name, json]));
+  }
+
+  /** hero_remove: `removed`, `running`, `queued` or `missing`. */
+  async remove(id: string): Promise<string> {
+    return text(await this.fcall("remove", [this.keys.job(id)], [id]));
+  }
+
+  /** hero_requeue: moves a job from stream `old` to `next` of `target` ([type, group, instance,
+   * priority]); answers [requeued | searching | changed | missing, cursor]. */
+  async requeue(id: string, old: string, next: string, ctl: string | null, worker: string, cursor: string, target: [string, string, string, number]): Promise<[string, string]> {
+    const k = this.keys;
+    const keys = [k.job(id), old, next, k.delayed(), k.queues(), k.config(), k.events(), k.stats(), ctl ?? k.config()];
+    const [t, g, i, p] = target;
+    const argv = [GROUP, iso(), await this.xackdel(), id, ctl ? worker : "", cursor, t, g, i, p === 5 ? "" : String(p)];
+    const r = (await this.fcall("requeue", keys, argv)) as unknown[];
+    return [text(r[0]), text(r[1])];
+  }
+
+  /** hero_dead of [entry id, job id, its work stream] each: `retry` or `purge`. */
+  async dead(action: "retry" | "purge", letters: [string, string, string][]): Promise<string[]> {
+    const k = this.keys;
+    const keys = [k.deadLetter(), k.queues(), k.config(), k.events(), k.stats()];
+    const argv: Arg[] = [GROUP, iso(), action];
+    for (const [entry, id, stream] of letters) {
+      keys.push(k.job(id), stream);
+      argv.push(entry, id);
+    }
+    return ((await this.fcall("dead", keys, argv)) as unknown[]).map(text);
+  }
+
   // -- worker -------------------------------------------------------------------------------
   /** hero_fetch over `streams` in precedence order, asking for the records of every fetch:
    * jobs as [stream index from 0, entry, job id], the wake-up cursors, records in the order of jobs. With

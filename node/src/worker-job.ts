@@ -1,7 +1,7 @@
 // The job a handler is given (`WorkerJob`: BullMQ's `job.data`, `job.updateProgress`, `job.log`,
 // an AbortSignal that fires on stop, time limit, lost lease or shutdown) and the outcomes a
 // handler throws (`Retry`, `Abort`, BullMQ's `UnrecoverableError`).
-import { attemptsOf, Job, jobFromText } from "./job.js";
+import { attemptsOf, Job, jobFromText, resultsOf } from "./job.js";
 import { decode, Json } from "./msgpack.js";
 
 const LOG_LINES = 100;
@@ -51,6 +51,15 @@ export class WorkerJob {
   /** The job record (every field the protocol defines). */
   get record(): Job {
     return (this.parsed ??= jobFromText(this.id, this.fields, this.payload));
+  }
+
+  /** BullMQ's `getChildrenValues`: each finished prerequisite's output by job id (its children
+   * in a flow, or the jobs it was submitted `after`), read from this job's own record, where
+   * each child's end wrote it: no round trip, and it outlives the children's retention. */
+  async getChildrenValues(): Promise<Record<string, string>> {
+    const out: Record<string, string> = {};
+    for (const [id, r] of Object.entries(resultsOf(this.fields))) if (r.status === "finished") out[id] = r.output ?? "";
+    return out;
   }
 
   /** The payload (any JSON value), or null. */

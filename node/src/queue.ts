@@ -1,0 +1,443 @@
+// The operator's side of one queue, BullMQ's `Queue` (hero-admin's `Admin` for a script type):
+// pause and resume, job counts, the queue policy, dead letters, a job requeued, promoted or
+// removed, and recurring jobs (BullMQ's job schedulers). Thin wrappers over the server
+// functions hero-admin calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue,
+// hero_remove), on every shard of a sharded namespace. Options are strict: one hero does not
+// know is an error naming it.
+import { backoffJson, BackoffOptions, Client, JobOptions, KeepJobs } from "./client.js";
+import { HeroError, InvalidInput, JobNotFound, strictOptions } from "./errors.js";
+import { Keys } from "./keys.js";
+import { Json } from "./msgpack.js";
+import { Protocol } from "./protocol.js";
+
+export interface QueueOptions {
+  /** The Redis URL (BullMQ's `connection`). */
+  url?: string;
+  namespace?: string;
+  /** The queue of one group of workers (`<type>/<group>`). */
+  group?: string;
+  /** Share a client's connection. */
+  client?: Client;
+}
+const QUEUE_OPTIONS = new Set(["url", "namespace", "group", "client"]);
+
+/** One work stream: `waiting`, `running`, `delayed` sizes now; `finished`, `failed`, `dead`
+ * counters since the namespace began. */
+export interface StreamCounts {
+  stream: string;
+  waiting: number;
+  running: number;
+  delayed: number;
+  finished: number;
+  failed: number;
+  dead: number;
+  paused: boolean;
+  oldestWaitingMs: number | null;
+  shard: number;
+}
+
+/** A queue's counts summed over its work streams (every priority, group, instance, shard). */
+export interface JobCounts {
+  waiting: number;
+  delayed: number;
+  running: number;
+  finished: number;
+  failed: number;
+  dead: number;
+  streams: StreamCounts[];
+}
+
+/** What `setPolicy` takes: times in ms, rates as BullMQ's limiter (`{ max, duration }`). */
+export interface PolicyOptions {
+  retries?: number;
+  backoff?: number | BackoffOptions;
+  timeout?: number;
+  lease?: number;
+  concurrency?: number;
+  rate?: { max: number; duration: number };
+  keyRate?: { max: number; duration: number };
+  retention?: number;
+  aging?: number;
+}
+const POLICY_OPTIONS = new Set(["retries", "backoff", "timeout", "lease", "concurrency", "rate", "keyRate", "retention", "aging"]);
+
+/** A policy as stored (and as every language shows it): ms, `{max, per_ms}` rates. */
+export type Policy = Record<string, unknown>;
+
+export interface DeadLetter {
+  entry: string;
+  jobId: string;
+  reason: string;
+  queue: string;
+  shard: number;
+}
+
+/** BullMQ's repeat options: `pattern` (cron, 5 or 6 fields) or `every` (ms), in `tz`. */
+export interface RepeatOptions {
+  pattern?: string;
+  every?: number;
+  tz?: string;
+  /** A tick missed while no broker ran: fired once on return (`catch-up`) or not (`skip`). */
+  missed?: "skip" | "catch-up";
+}
+const REPEAT_OPTIONS = new Set(["pattern", "every", "tz", "missed"]);
+
+/** The job each tick submits: BullMQ's `{ name, data, opts }` (`name` is the script). */
+export interface JobTemplate {
+  name?: string;
+  data?: Json;
+  opts?: Pick<JobOptions, "group" | "instance" | "priority" | "timeout" | "retries" | "tags" | "backoff" | "removeOnComplete" | "removeOnFail">;
+}
+const TEMPLATE_OPTIONS = new Set(["name", "data", "opts"]);
+const TEMPLATE_JOB_OPTIONS = new Set(["group", "instance", "priority", "timeout", "retries", "tags", "backoff", "removeOnComplete", "removeOnFail"]);
+
+export class Queue {
+  /** `<type>` or `<type>/<group>`. */
+  readonly queueName: string;
+  private ready: Promise<Client> | null = null;
+  private own = false;
+
+  constructor(
+    readonly name: string,
+    private readonly opts: QueueOptions = {},
+  ) {
+    strictOptions("Queue", opts, QUEUE_OPTIONS, { connection: "url", prefix: "namespace", defaultJobOptions: "(none: give each job its options)" });
+    if (typeof name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(name)) throw new InvalidInput(`script type ${JSON.stringify(name)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
+    if (opts.group !== undefined && !/^[A-Za-z0-9_-]{1,64}$/.test(opts.group)) throw new InvalidInput(`group ${JSON.stringify(opts.group)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
+    this.queueName = opts.group ? `${name}/${opts.group}` : name;
+  }
+
+  /** Resolves once connected (the library loaded when the server lacked it). */
+  async waitUntilReady(): Promise<Client> {
+    if (!this.ready) {
+      if (this.opts.client) this.ready = Promise.resolve(this.opts.client);
+      else {
+        this.own = true;
+        this.ready = Client.connect(this.opts.url, { namespace: this.opts.namespace });
+      }
+    }
+    return this.ready;
+  }
+
+  /** Closes the connection (when this queue opened it). */
+  async close(): Promise<void> {
+    if (this.ready && this.own) await (await this.ready).close();
+  }
+
+  private async shards(): Promise<[number, Keys, Protocol][]> {
+    const c = await this.waitUntilReady();
+    const m = await c.shardMap();
+    return (m.sharded ? m.served() : [0]).map((n) => [n, ...c.shard(n)] as [number, Keys, Protocol]);
+  }
+
+  private async call<T>(f: () => Promise<T>): Promise<T> {
+    try {
+      return await f();
+    } catch (e) {
+      throw HeroError.fromServer(e);
+    }
+  }
+
+  // -- pause ----------------------------------------------------------------------------------
+  /** No worker takes a new job of the queue (running ones finish; submits still queue) until
+   * `resume()`. Resolves to how many work streams it covers. */
+  async pause(): Promise<number> {
+    let n = 0;
+    for (const [, , p] of await this.shards()) n += await this.call(() => p.pause(this.queueName, true));
+    return n;
+  }
+
+  async resume(): Promise<number> {
+    let n = 0;
+    for (const [, , p] of await this.shards()) n += await this.call(() => p.pause(this.queueName, false));
+    return n;
+  }
+
+  // -- counts ---------------------------------------------------------------------------------
+  /** BullMQ's `getJobCounts`: `waiting`, `delayed`, `running` sizes now; `finished`, `failed`,
+   * `dead` counters (`hero queues`' columns), with each stream's own in `streams`. */
+  async getJobCounts(): Promise<JobCounts> {
+    const out: JobCounts = { waiting: 0, delayed: 0, running: 0, finished: 0, failed: 0, dead: 0, streams: [] };
+    for (const [n, , p] of await this.shards()) {
+      for (const [stream, waiting, running, delayed, finished, failed, dead, paused, age] of await this.call(() => p.counts(this.queueName))) {
+        out.streams.push({ stream, waiting, running, delayed, finished, failed, dead, paused: paused === 1, oldestWaitingMs: age < 0 ? null : age, shard: n });
+        out.waiting += waiting;
+        out.delayed += delayed;
+        out.running += running;
+        out.finished += finished;
+        out.failed += failed;
+        out.dead += dead;
+      }
+    }
+    return out;
+  }
+
+  // -- policy ---------------------------------------------------------------------------------
+  /** The policy set for the queue itself, as stored (ms, `{max, per_ms}` rates, the back-off's
+   * `{kind, base_ms, cap_ms, jitter}`); `{}` when none. */
+  async getPolicy(): Promise<Policy> {
+    const c = await this.waitUntilReady();
+    const m = await c.shardMap();
+    let raw: string | null = null;
+    if (m.sharded) raw = await c.redis.hget(c.keys.wholePolicies(), this.queueName);
+    raw ??= await c.redis.hget(c.keys.policy(), this.queueName);
+    if (!raw) return {};
+    try {
+      const p = JSON.parse(raw);
+      return p && typeof p === "object" && !Array.isArray(p) ? p : {};
+    } catch {
+      throw new HeroError(`the policy of queue ${this.queueName} is not JSON; set it again with setPolicy`);
+    }
+  }
+
+  /** Sets the fields given, keeping the others; resolves to the whole policy. */
+  async setPolicy(p: PolicyOptions): Promise<Policy> {
+    strictOptions("setPolicy", p, POLICY_OPTIONS, { limiter: "rate", attempts: "retries (attempts after the first)" });
+    if (this.queueName.split("/").length > 2) throw new InvalidInput("a policy is per type or type/group, not per instance");
+    const whole = (what: string, v: unknown, least: number): number => {
+      if (typeof v !== "number" || !Number.isInteger(v) || v < least) throw new InvalidInput(`${what} ${JSON.stringify(v)} is not a whole number of at least ${least}`);
+      return v;
+    };
+    const rate = (what: string, r: { max: number; duration: number }) => {
+      strictOptions(what, r, new Set(["max", "duration"]));
+      return { max: whole(`${what}.max`, r.max, 1), per_ms: whole(`${what}.duration`, r.duration, 1) };
+    };
+    const given: Policy = {};
+    if (p.retries !== undefined) given.retries = whole("retries", p.retries, 0);
+    if (p.backoff !== undefined) given.backoff = backoffJson(p.backoff);
+    if (p.timeout !== undefined) given.timeout_ms = whole("timeout (ms)", p.timeout, 0);
+    if (p.lease !== undefined) given.lease_ms = whole("lease (ms)", p.lease, 0);
+    if (p.concurrency !== undefined) given.concurrency = whole("concurrency (to run nothing, pause the queue)", p.concurrency, 1);
+    if (p.rate !== undefined) given.rate = rate("rate", p.rate);
+    if (p.keyRate !== undefined) given.key_rate = rate("keyRate", p.keyRate);
+    if (p.retention !== undefined) given.retention_ms = whole("retention (ms)", p.retention, 0);
+    if (p.aging !== undefined) given.aging_ms = whole("aging (ms; 0 would serve every job at the highest level)", p.aging, 1);
+    const merged = { ...(await this.getPolicy()), ...given };
+    await this.store(merged);
+    return merged;
+  }
+
+  /** Removes the queue's policy: its jobs get the defaults again. */
+  async clearPolicy(): Promise<boolean> {
+    const c = await this.waitUntilReady();
+    const had = await c.redis.hexists(c.keys.policy(), this.queueName);
+    await c.redis.hdel(c.keys.wholePolicies(), this.queueName);
+    for (const [, , p] of await this.shards()) await this.call(() => p.setPolicy(this.queueName, ""));
+    return had === 1;
+  }
+
+  private async store(policy: Policy): Promise<void> {
+    const c = await this.waitUntilReady();
+    const shards = await this.shards();
+    if (shards.length === 1) {
+      await this.call(() => shards[0][2].setPolicy(this.queueName, JSON.stringify(policy)));
+      return;
+    }
+    // each shard enforces its share of a concurrency limit or a rate (hero-admin's `split`)
+    await c.redis.hset(c.keys.wholePolicies(), this.queueName, JSON.stringify(policy));
+    const k = Math.max(1, (await c.shardMap()).k);
+    for (const [n, , p] of shards) await this.call(() => p.setPolicy(this.queueName, JSON.stringify(split(policy, n, k))));
+  }
+
+  // -- dead letters ---------------------------------------------------------------------------
+  /** The queue's dead letters, oldest first (every shard's). */
+  async getDeadLetters(limit = 1000): Promise<DeadLetter[]> {
+    const c = await this.waitUntilReady();
+    const out: DeadLetter[] = [];
+    for (const [n, keys] of await this.shards()) {
+      let cursor = "-";
+      while (out.length < limit) {
+        const page = (await c.redis.xrange(keys.deadLetter(), cursor, "+", "COUNT", 1000)) as [string, string[]][];
+        for (const [entry, f] of page) {
+          const d: Record<string, string> = {};
+          for (let i = 0; i + 1 < f.length; i += 2) d[f[i]] = f[i + 1];
+          if (this.covers(d.queue ?? "")) out.push({ entry, jobId: d.j ?? "", reason: d.reason ?? "", queue: d.queue ?? "", shard: n });
+        }
+        if (page.length < 1000) break;
+        cursor = `(${page[page.length - 1][0]}`;
+      }
+    }
+    return out.slice(0, limit);
+  }
+
+  /** Queues the jobs of the queue's dead letters (all, or those of `jobIds`) again with a fresh
+   * attempt budget; resolves to the answer per job (requeued, not_dead, gone, missing). */
+  async retryDead(jobIds?: string[]): Promise<Record<string, string>> {
+    return this.dead("retry", jobIds);
+  }
+
+  /** Deletes the queue's dead letters (all, or those of `jobIds`) and their jobs. */
+  async purgeDead(jobIds?: string[]): Promise<Record<string, string>> {
+    return this.dead("purge", jobIds);
+  }
+
+  private async dead(action: "retry" | "purge", jobIds?: string[]): Promise<Record<string, string>> {
+    const c = await this.waitUntilReady();
+    let letters = await this.getDeadLetters(Number.MAX_SAFE_INTEGER);
+    if (jobIds !== undefined) {
+      const wanted = new Set(jobIds);
+      letters = letters.filter((d) => wanted.has(d.jobId));
+      const missing = jobIds.filter((id) => !letters.some((d) => d.jobId === id));
+      if (missing.length) throw new InvalidInput(`job ${missing[0]} has no dead letter in queue ${this.queueName}`);
+    }
+    const out: Record<string, string> = {};
+    for (const [n, keys, p] of await this.shards()) {
+      const mine = letters.filter((d) => d.shard === n);
+      for (let i = 0; i < mine.length; i += 100) {
+        const chunk = mine.slice(i, i + 100);
+        const args: [string, string, string][] = [];
+        for (const d of chunk) args.push([d.entry, d.jobId, (await streamOf(c, keys, d.jobId)) ?? keys.job(d.jobId)]);
+        const answers = await this.call(() => p.dead(action, args));
+        chunk.forEach((d, j) => (out[d.jobId] = answers[j]));
+      }
+    }
+    return out;
+  }
+
+  // -- one job --------------------------------------------------------------------------------
+  /** Moves a job to its own queue again wherever it is (queued; running: its lease revoked;
+   * delayed; ended: a fresh attempt budget); resolves to the stream it is in now. */
+  async requeue(jobId: string): Promise<string> {
+    const c = await this.waitUntilReady();
+    const keys = await c.holder(jobId);
+    const p = await this.protoOf(keys);
+    let cursor = "0-0";
+    for (let n = 0; n < 10_000; n++) {
+      const rec = await c.redis.hmget(keys.job(jobId), "script_type", "group", "instance", "priority", "worker_id");
+      if (rec.every((x) => x === null)) throw new JobNotFound(jobId);
+      const [t, g, i, pr, worker] = rec.map((x) => x ?? "");
+      if (!t) throw new InvalidInput(`job ${jobId} names no script type, so it is in no queue of ours`);
+      const prio = /^\d$/.test(pr) ? Number(pr) : 5;
+      const stream = keys.work(t, g || null, i || null, prio);
+      const parts = worker.split(":");
+      const ctl = parts.length === 3 ? keys.ctlInstance(t, parts[0], parts[1]) : null;
+      const [word, next] = await this.call(() => p.requeue(jobId, stream, stream, ctl, worker, cursor, [t, g, i, prio]));
+      if (word === "requeued") return stream;
+      if (word === "missing") throw new JobNotFound(jobId);
+      cursor = word === "searching" ? next : "0-0";
+    }
+    throw new HeroError(`job ${jobId} kept changing hands while it was being requeued; try again`);
+  }
+
+  /** BullMQ's `job.promote()`: a delayed job (or a retry waiting out its back-off) queued now. */
+  async promote(jobId: string): Promise<void> {
+    const c = await this.waitUntilReady();
+    const keys = await c.holder(jobId);
+    const status = await c.redis.hget(keys.job(jobId), "status");
+    if (status === null) throw new JobNotFound(jobId);
+    if (status !== "waiting" || (await c.redis.zscore(keys.delayed(), jobId)) === null) {
+      throw new InvalidInput(`job ${jobId} is not delayed (it is ${status}): only a delayed job or a retry waiting out its back-off can be promoted`);
+    }
+    await this.requeue(jobId);
+  }
+
+  /** BullMQ's `remove(jobId)`: deletes a job; a queued or delayed one is stopped first, a
+   * running one refused (stop it first, or wait for its end). */
+  async remove(jobId: string): Promise<void> {
+    const c = await this.waitUntilReady();
+    const keys = await c.holder(jobId);
+    const p = await this.protoOf(keys);
+    for (let i = 0; i < 3; i++) {
+      const word = await this.call(() => p.remove(jobId));
+      if (word === "removed") return;
+      if (word === "missing") throw new JobNotFound(jobId);
+      if (word === "running") throw new InvalidInput(`job ${jobId} is running: stop it first (client.stop), or wait for its end`);
+      await c.stop(jobId);
+    }
+    throw new HeroError(`job ${jobId} kept changing state while it was being removed; try again`);
+  }
+
+  // -- recurring jobs (BullMQ's job schedulers) -----------------------------------------------
+  /** Adds (or replaces) recurring job `id` of this queue: each tick of `repeat` submits the
+   * template's job, its `data` (the payload) and options included. */
+  async upsertJobScheduler(id: string, repeat: RepeatOptions, template: JobTemplate = {}): Promise<void> {
+    strictOptions("repeat", repeat, REPEAT_OPTIONS, { cron: "pattern", limit: "(none)", startDate: "(none)", endDate: "(none)" });
+    strictOptions("job template", template, TEMPLATE_OPTIONS);
+    strictOptions("job template opts", template.opts ?? {}, TEMPLATE_JOB_OPTIONS, { attempts: "retries (attempts after the first)", jobId: "(none: a tick's id is cron-<name>-<tick>)" });
+    if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) throw new InvalidInput(`recurring job name ${JSON.stringify(id)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
+    let schedule: string;
+    if ((repeat.pattern === undefined) === (repeat.every === undefined)) throw new InvalidInput("give repeat.pattern (a cron expression) or repeat.every (ms), one of them");
+    if (repeat.every !== undefined) {
+      if (!Number.isInteger(repeat.every) || repeat.every < 1000) throw new InvalidInput(`repeat.every ${repeat.every}: a whole number of ms, at least 1000`);
+      schedule = `every ${repeat.every}ms`;
+    } else {
+      schedule = String(repeat.pattern).trim();
+      if (!/^(@\w+|(\S+\s+){4,5}\S+)$/.test(schedule)) throw new InvalidInput(`repeat.pattern ${JSON.stringify(repeat.pattern)} is not a cron expression (5 or 6 fields, or @hourly ...)`);
+    }
+    const o = template.opts ?? {};
+    const c = await this.waitUntilReady();
+    // the submit's own checks, on the job a tick would submit
+    const spec = c.checkJob({ type: this.name, script: template.name ?? "", payload: template.data, ...o });
+    const field = (f: string) => spec.fields.find(([k]) => k === f)?.[1];
+    const job: Record<string, unknown> = { script_type: this.name, script: template.name ?? "", retries: o.retries ?? 0 };
+    if (o.group) job.group = o.group;
+    if (o.instance) job.instance = o.instance;
+    if (o.priority !== undefined) job.priority = o.priority;
+    if (o.timeout !== undefined) job.timeout_secs = Math.floor(o.timeout);
+    if (o.tags?.length) job.tags = o.tags;
+    const payload = field("payload");
+    if (payload !== undefined) job.payload = Buffer.from(payload).toString("base64");
+    if (o.backoff !== undefined) job.backoff = backoffJson(o.backoff);
+    if (field("keep") !== undefined) job.keep_ms = Number(field("keep"));
+    if (field("keep_failed") !== undefined) job.keep_failed_ms = Number(field("keep_failed"));
+    const spec2 = { name: id, schedule, tz: repeat.tz ?? "UTC", missed: repeat.missed ?? "skip", paused: false, job };
+    await c.redis.hset(c.keys.cron(), id, JSON.stringify(spec2));
+  }
+
+  /** The queue's recurring jobs by name: each as stored, with `next_ms`, `fires`, `last_ms`. */
+  async getJobSchedulers(): Promise<Record<string, unknown>[]> {
+    const c = await this.waitUntilReady();
+    const state = await c.redis.hgetall(c.keys.cronNext());
+    const all = await c.redis.hgetall(c.keys.cron());
+    const num = (k: string) => (/^\d+$/.test(state[k] ?? "") ? Number(state[k]) : null);
+    const out: Record<string, unknown>[] = [];
+    for (const name of Object.keys(all).sort()) {
+      let spec: Record<string, unknown>;
+      try {
+        spec = JSON.parse(all[name]);
+      } catch {
+        continue;
+      }
+      if ((spec?.job as Record<string, unknown>)?.script_type !== this.name) continue;
+      out.push({ ...spec, next_ms: num(name), fires: num(`${name}|fires`) ?? 0, last_ms: num(`${name}|last`) });
+    }
+    return out;
+  }
+
+  /** Removes recurring job `id` (the jobs it fired stay); false when there was none. */
+  async removeJobScheduler(id: string): Promise<boolean> {
+    const c = await this.waitUntilReady();
+    const removed = await c.redis.hdel(c.keys.cron(), id);
+    await c.redis.hdel(c.keys.cronNext(), id, `${id}|fires`, `${id}|last`);
+    return removed > 0;
+  }
+
+  private async protoOf(keys: Keys): Promise<Protocol> {
+    for (const [, k, p] of await this.shards()) if (k.prefix === keys.prefix) return p;
+    return (await this.shards())[0][2];
+  }
+
+  /** Whether work stream `stream` is under this queue's name. */
+  private covers(stream: string): boolean {
+    const m = /:q:work:type:([^:]+)(?::group:([^:]+))?/.exec(stream);
+    if (!m || m[1] !== this.name) return false;
+    return this.opts.group === undefined || m[2] === this.opts.group;
+  }
+}
+
+async function streamOf(c: Client, keys: Keys, id: string): Promise<string | null> {
+  const [t, g, i, p] = (await c.redis.hmget(keys.job(id), "script_type", "group", "instance", "priority")).map((x) => x ?? "");
+  return t ? keys.work(t, g || null, i || null, /^\d$/.test(p) ? Number(p) : 5) : null;
+}
+
+/** Shard n's share of a policy over k active shards (hero-admin's `split`). */
+function split(policy: Policy, n: number, k: number): Policy {
+  const share = (total: number) => (n >= k ? 1 : Math.max(1, Math.floor(total / k) + (n < total % k ? 1 : 0)));
+  const p: Policy = { ...policy };
+  if (typeof p.concurrency === "number") p.concurrency = share(p.concurrency);
+  const r = p.rate as { max: number; per_ms: number } | undefined;
+  if (r) p.rate = { ...r, max: share(r.max) };
+  return p;
+}
+
+export type { BackoffOptions, KeepJobs };

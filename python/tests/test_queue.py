@@ -1,0 +1,151 @@
+"""hero.Queue, the operator's side of a queue, and the submit options of issue 48 against a real
+redis-server and `hero broker`: pause and resume, counts, the policy set and shown as the Rust
+CLI shows it, dead letters retried and purged, a job promoted and removed, a recurring job with
+a payload, a job's own back-off and retention, and a parent's children's results."""
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+import hero
+from conftest import hero as hero_cli
+from conftest import wait_until
+
+
+class run_worker:
+    """A worker thread for a `with` block: stopped and joined at its end, before the test's
+    Redis goes."""
+
+    def __init__(self, url: str, types: list[str], handler):
+        self.w = hero.Worker(handler, types, url, concurrency=4)
+        self.t = threading.Thread(target=self.w.run, kwargs={"install_signals": False}, daemon=True)
+        self.t.start()
+
+    def __enter__(self):
+        return self.w
+
+    def __exit__(self, *exc):
+        self.w.stop()
+        self.t.join(timeout=30)
+
+
+def test_pause_resume_and_counts(broker):
+    q = hero.Queue("qc", broker)
+    c = q.client
+    for i in range(3):
+        c.submit("x", "qc", id=f"w{i}")
+    c.submit("x", "qc", id="hi", priority=1)
+    c.submit("x", "qc", id="later", delay=3600)
+    counts = q.job_counts()
+    assert counts.as_dict() == {"waiting": 4, "delayed": 1, "running": 0, "finished": 0, "failed": 0, "dead": 0}
+    assert len(counts.streams) == 2
+    assert q.pause() == 2
+    with run_worker(broker, ["qc"], lambda job, ctx: "done"):
+        # paused: nothing starts; the CLI's table says so too
+        rows = json.loads(hero_cli("--json", "queues", url=broker).stdout)
+        assert all(q["paused"] for q in rows["queues"]), rows
+        assert all(s.paused for s in q.job_counts().streams)
+        assert q.job_counts().finished == 0
+        q.resume()
+        wait_until("the four jobs to finish", lambda: q.job_counts().finished == 4)
+        q.promote("later")
+        wait_until("the promoted job to finish", lambda: c.status("later") == "finished")
+        with pytest.raises(hero.InvalidInput, match="not delayed"):
+            q.promote("w0")
+        # remove: an ended job goes, a missing one is JobNotFound
+        q.remove("w0")
+        with pytest.raises(hero.JobNotFound):
+            c.get("w0")
+
+
+def test_the_policy_is_set_checked_and_shown_as_the_cli_shows_it(broker):
+    q = hero.Queue("qp", broker)
+    p = q.set_policy(retries=3, backoff="exponential:100ms:2s,jitter=0", timeout=30, rate="100/s",
+                     concurrency=4, retention="1h", aging=60, key_rate=(5, 1), lease="45s")
+    assert p == {"retries": 3, "backoff": {"kind": "exponential", "base_ms": 100, "cap_ms": 2000, "jitter": 0.0},
+                 "timeout_ms": 30000, "rate": {"max": 100, "per_ms": 1000}, "concurrency": 4,
+                 "retention_ms": 3600000, "aging_ms": 60000, "key_rate": {"max": 5, "per_ms": 1000},
+                 "lease_ms": 45000}
+    shown = json.loads(hero_cli("--json", "queue", "show", "qp", url=broker).stdout)
+    assert shown["policies"] == [{"queue": "qp", "policy": p}], shown
+    assert q.set_policy(retries=1)["rate"] == {"max": 100, "per_ms": 1000}, "the other fields stay"
+    for bad in ({"concurrency": 0}, {"rate": "0/s"}, {"backoff": "linear:1s"}, {"aging": 0}, {"timeout": "soon"}):
+        with pytest.raises(hero.InvalidInput):
+            q.set_policy(**bad)
+    with pytest.raises(TypeError):
+        q.set_policy(attempts=3)  # not an option: an error naming it, never dropped
+    assert q.clear_policy() is True
+    assert q.policy() == {}
+
+
+def test_dead_letters_listed_retried_and_purged(broker):
+    q = hero.Queue("qd", broker)
+    c = q.client
+    # a job whose record is on a worker that vanished, dead-lettered by the CLI's own path
+    for i in range(2):
+        c.submit("x", "qd", id=f"d{i}")
+    r = c.r
+    for i in range(2):
+        entry = r.xadd("hero:meta:dead", {"j": f"d{i}", "reason": "too many deliveries",
+                                          "queue": "hero:q:work:type:qd"})
+        assert entry
+        r.hset(f"hero:job:d{i}", mapping={"status": "error", "error": "dead"})
+    letters = q.dead_letters()
+    assert [d.job_id for d in letters] == ["d0", "d1"]
+    assert q.retry_dead(["d0"]) == {"d0": "requeued"}
+    assert q.purge_dead() == {"d1": "purged"}
+    assert q.dead_letters() == []
+    with pytest.raises(hero.JobNotFound):
+        c.get("d1")
+
+
+def test_a_jobs_own_back_off_retention_and_its_childrens_results(broker):
+    c = hero.Client(broker)
+
+    def handler(job, ctx):
+        if job.script == "fail":
+            raise RuntimeError("always")
+        if job.script == "parent":
+            return ",".join(f"{k}={v.output}" for k, v in sorted(job.results.items()))
+        return "v-" + job.script
+    with run_worker(broker, ["qo"], handler):
+        s = c.submit("fail", "qo", retries=1, backoff=hero.Backoff("fixed", 0.3, jitter=0), keep_failed="2h")
+        assert c.wait(s.id, 20).status == "error"
+        ttl = c.r.pttl(c.keys.job(s.id))
+        assert 7_100_000 < ttl <= 7_200_000, ttl
+        rec = c.get(s.id)
+        assert rec.backoff == {"kind": "fixed", "base_ms": 300, "cap_ms": 300, "jitter": 0} and rec.keep_failed == 7_200_000
+        quick = c.submit("a", "qo", keep=0)
+        assert c.wait(quick.id, 20).output == "v-a"
+        assert 0 < c.r.pttl(c.keys.job(quick.id)) <= 10_000
+        one = c.submit("one", "qo", id="k1", keep=0)
+        c.wait(one.id, 20)
+        parent = c.submit("parent", "qo", id="par", after=["k1"])
+        assert c.wait(parent.id, 20).output == "k1=v-one"
+        c.r.delete(c.keys.job("k1"))
+        kids = c.children("par")
+        assert kids == {"k1": hero.ChildResult("finished", "v-one", None)}
+        for bad in ({"backoff": "soon"}, {"keep": -1}, {"keep_failed": "forever"}):
+            with pytest.raises(hero.InvalidInput):
+                c.submit("x", "qo", **bad)
+
+
+def test_a_recurring_job_carries_its_payload(broker):
+    q = hero.Queue("qr", broker)
+    seen = []
+
+    def handler(job, ctx):
+        seen.append(job.payload)
+        return "ok"
+    with run_worker(broker, ["qr"], handler):
+        q.cron_add("tick", "every 1s", "s", payload=b"\x82\xa1n\x07\xa2to\xa5a@b.c", keep="1h")
+        listed = q.cron_list()
+        assert [e["name"] for e in listed] == ["tick"]
+        wait_until("a tick to run", lambda: seen, limit=20)
+        assert seen[0] == b"\x82\xa1n\x07\xa2to\xa5a@b.c"
+        with pytest.raises(hero.InvalidInput):
+            q.cron_add("bad", "whenever", "s")
+        assert q.cron_remove("tick") is True
+        assert q.cron_list() == []
