@@ -3746,6 +3746,87 @@ local function hero_remove(keys, args)
   return 'removed'
 end
 
+-- hero_policy: store or clear one queue's policy on one shard and count the policies the other
+-- functions apply (the config hash's `limited`, `rated`, `policed`, `aged`: see policy.lua in
+-- the library), so every language sets a policy the same way, checked once, here.
+-- KEYS[1] policy hash  KEYS[2] config hash
+-- ARGV[1] queue name (`<type>` or `<type>/<group>`, as hero_pause names queues)
+-- ARGV[2] policy JSON
+--   the policy whole (the caller merged it with what was set), or '' (or `{}`) to clear it. Fields (all optional): timeout_ms, retries, lease_ms, retention_ms, aging_ms
+--   (whole numbers; aging at least 1), concurrency (at least 1), rate and key_rate ({max, per_ms},
+--   each at least 1), backoff ({kind fixed or exponential, base_ms, cap_ms, jitter 0 to 1}).
+-- Returns: the JSON stored ('' when cleared).
+-- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses; then
+-- nothing is written.
+local POLICY_COUNTS = {
+  { 'limited', { 'concurrency' } },
+  { 'rated', { 'rate', 'key_rate' } },
+  { 'policed', { 'retries', 'backoff', 'retention_ms' } },
+  { 'aged', { 'aging_ms' } },
+}
+
+local function hero_policy(keys, args)
+  local hash, config, name, raw = keys[1], keys[2], args[1], args[2] or ''
+  local function bad(why)
+    return redis.error_reply('HERO_BAD_ARG the policy of queue ' .. tostring(name) .. ': ' .. why)
+  end
+  local t, g = string.match(name or '', '^([%w_%-]+)/?([%w_%-]*)$')
+  if not t then return bad('name it <type> or <type>/<group> (a policy is not per instance)') end
+  local p = {}
+  if raw ~= '' then
+    local ok, d = pcall(cjson.decode, raw)
+    if not ok or type(d) ~= 'table' then return bad('it is not a JSON object') end
+    p = d
+  end
+  local function whole(v, least)
+    return type(v) == 'number' and v == math.floor(v) and v >= (least or 0)
+  end
+  local n = 0
+  for k, v in pairs(p) do
+    n = n + 1
+    if k == 'timeout_ms' or k == 'retries' or k == 'lease_ms' or k == 'retention_ms' then
+      if not whole(v) then return bad(k .. ' is not a whole number') end
+    elseif k == 'aging_ms' then
+      if not whole(v, 1) then return bad('aging_ms is not a whole number of at least 1 (0 would serve every job at the highest level)') end
+    elseif k == 'concurrency' then
+      if not whole(v, 1) then return bad('concurrency is not a whole number of at least 1 (to run nothing, pause the queue)') end
+    elseif k == 'rate' or k == 'key_rate' then
+      if type(v) ~= 'table' or not whole(v.max, 1) or not whole(v.per_ms, 1) then
+        return bad(k .. ' is not {max, per_ms}, each at least 1')
+      end
+    elseif k == 'backoff' then
+      local why = bad_value('backoff', cjson.encode(v))
+      if why then return bad('backoff ' .. why) end
+    else
+      return bad('field ' .. tostring(k) .. ' is not a policy field')
+    end
+  end
+  local stored = ''
+  if n == 0 then
+    redis.call('HDEL', hash, name)
+  else
+    stored = cjson.encode(p)
+    redis.call('HSET', hash, name, stored)
+  end
+  local counts = { 0, 0, 0, 0 }
+  local all = redis.call('HGETALL', hash)
+  for i = 2, #all, 2 do
+    local ok, q = pcall(cjson.decode, all[i])
+    if ok and type(q) == 'table' then
+      for c, spec in ipairs(POLICY_COUNTS) do
+        for _, f in ipairs(spec[2]) do
+          if q[f] ~= nil then
+            counts[c] = counts[c] + 1
+            break
+          end
+        end
+      end
+    end
+  end
+  redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4])
+  return stored
+end
+
 redis.register_function{function_name='hero_v30_version', callback=hero_version, flags={'no-writes'}}
 redis.register_function('hero_v30_submit', hero_submit)
 redis.register_function{function_name='hero_v30_fetch', callback=hero_fetch, flags={'allow-oom'}}
@@ -3767,3 +3848,4 @@ redis.register_function('hero_v30_batch', hero_batch)
 redis.register_function('hero_v30_batch_ends', hero_batch_ends)
 redis.register_function{function_name='hero_v30_counts', callback=hero_counts, flags={'no-writes'}}
 redis.register_function('hero_v30_remove', hero_remove)
+redis.register_function('hero_v30_policy', hero_policy)
