@@ -11,23 +11,10 @@ use hero_broker::config::BrokerConfig;
 use hero_client::Client;
 use hero_protocol::{Job, JobId, NewJob, Status};
 use hero_testkit::work_key;
-use hero_testkit::{InProcBroker, InProcWorker, Proc, RedisServer};
+use hero_testkit::{python, InProcBroker, InProcWorker, Proc, RedisServer};
 use hero_worker::{Outcome, Worker};
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("HERO_INTEROP_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let p = hero_testkit::workspace_root().join("target/interop-venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/interop-setup (scripts/test does) to make the Python environment",
-        p.display()
-    );
-    p
-}
 
 /// A throwaway Redis, a broker whose time-limit pass runs every 200 ms, and a client.
 async fn with_time_limits() -> (RedisServer, InProcBroker, Client) {

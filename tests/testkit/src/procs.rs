@@ -32,6 +32,80 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The Python of hero-py's environment (`scripts/interop-setup` makes it, with the package
+/// installed), or HERO_INTEROP_PYTHON.
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("HERO_INTEROP_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let p = crate::workspace_root().join("target/interop-venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/interop-setup (scripts/test does) to make the Python environment",
+        p.display()
+    );
+    p
+}
+
+/// Node.js, with the node/ package built (`scripts/node-setup` installs Node and builds it).
+pub fn node() -> PathBuf {
+    let dist = crate::workspace_root().join("node/dist/esm/index.js");
+    assert!(
+        dist.exists(),
+        "{} is missing: run scripts/node-setup (scripts/test does) to build the Node package",
+        dist.display()
+    );
+    PathBuf::from("node")
+}
+
+/// Runs `program args` to its end with a time bound: (exit code, stdout, stderr).
+pub fn run_script(program: &Path, args: &[&str], limit: Duration) -> (i32, String, String) {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+    // read both pipes as they fill, so a chatty script cannot block on a full pipe
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{} {args:?} ran longer than {limit:?}", program.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (
+        status.code().unwrap_or(-1),
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    )
+}
+
 /// A child process whose stdout lines are collected as they arrive. Killed when dropped.
 pub struct Proc {
     pub child: Child,

@@ -1,0 +1,11 @@
+// One scenario's answers from the Node package (tests/tests/vocabulary.rs compares them with
+// Rust's and Python's): queue `voc`'s counts, its policy as shown, and parent `flow-p`'s
+// children's results, as JSON on stdout. Usage: node vocabulary.mjs <redis url>
+import { Queue } from "../../node/dist/esm/index.js";
+
+const q = new Queue("voc", { url: process.argv[2] });
+const client = await q.waitUntilReady();
+const { streams, ...counts } = await q.getJobCounts();
+const out = { counts, policy: await q.getPolicy(), children: await client.children("flow-p") };
+process.stdout.write(JSON.stringify(out) + "\n");
+await q.close();
