@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 
-import { Client, QueueEvents, Retry, UnrecoverableError, Worker } from "../dist/esm/index.js";
+import { Client, Queue, QueueEvents, Retry, UnrecoverableError, Worker } from "../dist/esm/index.js";
 import { heroProcess, redisServer, ROOT, waitFor } from "./helpers.mjs";
 
 /** The first backticked name of each cell of `header`'s column, in every table of `doc`. */
@@ -36,7 +36,8 @@ test("every Node name the table gives is called here", () => {
   const names = column(readFileSync(join(ROOT, "docs", "clients.md"), "utf8"), "Node");
   const body = readFileSync(fileURLToPath(import.meta.url), "utf8").split("every capability of the Node column").pop();
   assert.ok(names.length >= 15, names.join(", "));
-  const missing = names.filter((n) => !body.includes(`${callToken(n)}(`));
+  // a call, or a field read
+  const missing = names.filter((n) => !body.includes(`${callToken(n)}(`) && !body.includes(`.${callToken(n)}.`));
   assert.deepEqual(missing, [], "named in docs/clients.md, never called");
 });
 
@@ -51,6 +52,7 @@ test("every capability of the Node column answers against a real broker", async 
       await job.log("a line");
       if (job.script === "retry" && job.attempt < 2) throw new Retry("again", 10);
       if (job.script === "abort") throw new UnrecoverableError("no");
+      if (job.script === "parent") return Object.values(await job.getChildrenValues()).join(",");
       return job.script.toUpperCase();
     },
     { url: redis.url, concurrency: 4 },
@@ -75,6 +77,36 @@ test("every capability of the Node column answers against a real broker", async 
     await client.closeBatch("b1", { onComplete: { type: "c", script: "done" } });
     await waitFor("the batch", async () => (await client.batch("b1")) !== null);
     assert.equal((await client.shardMap()).k, 1);
+    // a flow, a job's own back-off and retention, children's results
+    const child = await client.submit({ type: "c", script: "child" });
+    const parent = await client.submit({ type: "c", script: "parent", after: [child] });
+    assert.equal((await client.wait(parent, 20_000)).output, "CHILD");
+    assert.equal((await client.children(parent))[child].output, "CHILD");
+    assert.ok((await client.run({ type: "c", script: "own", backoff: { type: "fixed", delay: 1000 }, removeOnComplete: { age: 60 }, removeOnFail: true }, 20_000)).ok);
+    // operator
+    const q = new Queue("c", { client });
+    await q.pause();
+    await q.resume();
+    assert.ok((await q.getJobCounts()).finished >= 1);
+    assert.equal((await q.setPolicy({ retries: 2 })).retries, 2);
+    assert.equal((await q.getPolicy()).retries, 2);
+    assert.ok(await q.clearPolicy());
+    const idle = new Queue("dl", { client });
+    for (const id of ["dead-0", "dead-1"]) {
+      await client.submit({ type: "dl", script: "x", id });
+      await client.redis.xadd(client.keys.deadLetter(), "*", "j", id, "reason", "too many deliveries", "queue", client.keys.work("dl"));
+      await client.redis.hset(client.keys.job(id), "status", "error");
+    }
+    assert.equal((await idle.getDeadLetters()).length, 2);
+    assert.deepEqual(await idle.retryDead(["dead-0"]), { "dead-0": "requeued" });
+    assert.deepEqual(await idle.purgeDead(), { "dead-1": "purged" });
+    assert.ok(await idle.requeue("dead-0"));
+    const delayed = await client.submit({ type: "dl", script: "x", delay: 600_000 });
+    await idle.promote(delayed);
+    await idle.remove(delayed);
+    await q.upsertJobScheduler("nightly", { pattern: "0 3 * * *" }, { name: "x", data: { n: 1 } });
+    assert.equal((await q.getJobSchedulers()).length, 1);
+    assert.ok(await q.removeJobScheduler("nightly"));
   } finally {
     await events.close();
     await worker.close();

@@ -39,7 +39,8 @@ def test_every_python_name_the_table_gives_is_called_here():
     with open(__file__, encoding="utf-8") as f:
         body = f.read().split("def test_every_capability_of_the_python_column")[-1]
     assert len(names) >= 15, names
-    missing = [n for n in names if f"{call_token(n)}(" not in body]
+    # a call, or a field read (`job.results.items()`)
+    missing = [n for n in names if f"{call_token(n)}(" not in body and f".{call_token(n)}." not in body]
     assert not missing, f"named in docs/clients.md, never called: {missing}"
 
 
@@ -51,6 +52,8 @@ def test_every_capability_of_the_python_column_answers_against_a_real_broker(bro
             raise hero.Retry("again", 0.01)
         if job.script == "abort":
             raise hero.Abort("no")
+        if job.script == "parent":
+            return ",".join(r.output for r in job.results.values())
         return job.script.upper()
     w = hero.Worker(handler, ["c"], broker, concurrency=4)
     t = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
@@ -76,6 +79,36 @@ def test_every_capability_of_the_python_column_answers_against_a_real_broker(bro
         c.close_batch("b1", on_complete=("done", "c"))
         assert c.batch("b1") is not None
         assert c.shard_map().k == 1
+        # a flow, a job's own back-off and retention, children's results
+        child = c.submit("child", "c")
+        parent = c.submit("parent", "c", after=[child.id])
+        assert c.wait(parent.id, 20).output == "CHILD"
+        assert c.children(parent.id)[child.id].output == "CHILD"
+        assert c.run("own", "c", wait=20, backoff="fixed:1s", keep=60, keep_failed=60).ok
+        # operator
+        q = hero.Queue("c", client=c)
+        q.pause()
+        q.resume()
+        assert q.job_counts().finished >= 1
+        assert q.set_policy(retries=2)["retries"] == 2
+        assert q.policy()["retries"] == 2
+        assert q.clear_policy()
+        idle = hero.Queue("dl", client=c)
+        for i in range(2):
+            c.submit("x", "dl", id=f"dead-{i}")
+            c.r.xadd(c.keys.dead_letter(), {"j": f"dead-{i}", "reason": "too many deliveries",
+                                            "queue": c.keys.work("dl")})
+            c.r.hset(c.keys.job(f"dead-{i}"), "status", "error")
+        assert len(idle.dead_letters()) == 2
+        assert idle.retry_dead(["dead-0"]) == {"dead-0": "requeued"}
+        assert idle.purge_dead() == {"dead-1": "purged"}
+        assert idle.requeue("dead-0")
+        later = c.submit("x", "dl", delay=600).id
+        idle.promote(later)
+        idle.remove(later)
+        q.cron_add("nightly", "0 3 * * *", "x", payload=b"\x01")
+        assert len(q.cron_list()) == 1
+        assert q.cron_remove("nightly")
     finally:
         w.stop()
         t.join(timeout=20)

@@ -66,7 +66,10 @@ fn every_rust_name_the_table_gives_is_called_here() {
         .iter()
         .filter(|n| {
             let t = call_token(n);
-            !body.contains(&format!("{t}(")) && !body.contains(&format!("{t}::"))
+            // a call, a path, or a field read (`job.results.len()`)
+            !body.contains(&format!("{t}("))
+                && !body.contains(&format!("{t}::"))
+                && !body.contains(&format!(".{t}."))
         })
         .collect();
     assert!(
@@ -92,6 +95,7 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
                     Outcome::RetryAfter(Duration::from_millis(10), "again".into())
                 }
                 "abort" => Outcome::Abort("no".into()),
+                "parent" => Outcome::Done(format!("{} children", job.results.len())),
                 s => Outcome::Done(s.to_uppercase()),
             }
         },
@@ -149,7 +153,17 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
     assert!(batch.show().await.unwrap().is_some());
     let flow = Flow::new(job("parent")).child(job("child"));
     let parent = client.submit_flow(&flow).await.unwrap().id;
-    client.wait(&parent, LIMIT).await.unwrap();
+    assert_eq!(
+        client.wait(&parent, LIMIT).await.unwrap().output,
+        "1 children"
+    );
+    assert_eq!(client.children(&parent).await.unwrap().len(), 1);
+    let own = NewJob::builder("c", "own")
+        .backoff(hero_protocol::Backoff::parse("fixed:1s").unwrap())
+        .keep(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    client.run(&own, LIMIT).await.unwrap();
     assert_eq!(client.shard_map().k, 1);
 
     // operator
@@ -176,6 +190,14 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
         .await
         .unwrap();
     admin.requeue(&waiting.id, None).await.ok();
+    assert!(admin.job_counts("idle").await.unwrap().waiting >= 1);
+    let delayed = NewJob::builder("idle", "x")
+        .delay(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let delayed = client.submit(&delayed).await.unwrap().id;
+    admin.promote(&delayed).await.unwrap();
+    admin.remove(&delayed).await.unwrap();
     client
         .cron_add(&cron_job("nightly", "0 3 * * *", "c", Missed::Skip))
         .await
