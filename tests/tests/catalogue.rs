@@ -26,8 +26,10 @@ async fn snapshot(server: &RedisServer) -> BTreeMap<String, Vec<u8>> {
         .unwrap();
     let mut out = BTreeMap::new();
     for k in keys {
+        // what live processes write on their own clock (stats, heartbeats), not job data
         if k.contains(":stats")
             || k.contains(":brokers")
+            || k.contains(":meta:fleet")
             || k.contains(":config")
             || k.contains(":meta:sample")
         {
