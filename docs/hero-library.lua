@@ -3654,7 +3654,8 @@ end
 -- `hero queues` (hero_admin's Inspector reads the same gauges and counters).
 -- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] stats hash
 -- ARGV[1] consumer group  ARGV[2] queue name
--- Per stream the name covers (registered or paused, any priority): the sizes now, `waiting`
+-- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
+-- all wait in the delayed set yet; any priority): the sizes now, `waiting`
 -- (entries not yet delivered: the group's lag, else the length less the pending), `running`
 -- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
 -- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
@@ -3667,6 +3668,16 @@ local function hero_counts(keys, args)
   local paused = {}
   for _, s in ipairs(redis.call('SMEMBERS', keys[2])) do paused[s] = true end
   local streams = redis.call('SUNION', keys[1], keys[2])
+  -- a stream that does not exist yet (its only jobs wait in the delayed set) has stats only
+  local seen = {}
+  for _, s in ipairs(streams) do seen[s] = true end
+  for _, f in ipairs(redis.call('HKEYS', keys[3])) do
+    local s = string.match(f, '^(.*)|delayed$')
+    if s and not seen[s] then
+      seen[s] = true
+      streams[#streams + 1] = s
+    end
+  end
   table.sort(streams)
   local out, now = {}, nil
   for _, s in ipairs(streams) do

@@ -7,7 +7,7 @@
 import { backoffJson, BackoffOptions, Client, JobOptions, KeepJobs } from "./client.js";
 import { HeroError, InvalidInput, JobNotFound, strictOptions } from "./errors.js";
 import { Keys } from "./keys.js";
-import { Json } from "./msgpack.js";
+import { decode, Json } from "./msgpack.js";
 import { Protocol } from "./protocol.js";
 
 export interface QueueOptions {
@@ -384,7 +384,8 @@ export class Queue {
     await c.redis.hset(c.keys.cron(), id, JSON.stringify(spec2));
   }
 
-  /** The queue's recurring jobs by name: each as stored, with `next_ms`, `fires`, `last_ms`. */
+  /** The queue's recurring jobs by name: each as stored, with its payload decoded as `data`,
+   * and `next_ms`, `fires`, `last_ms` (null before the first broker pass). */
   async getJobSchedulers(): Promise<Record<string, unknown>[]> {
     const c = await this.waitUntilReady();
     const state = await c.redis.hgetall(c.keys.cronNext());
@@ -398,8 +399,18 @@ export class Queue {
       } catch {
         continue;
       }
-      if ((spec?.job as Record<string, unknown>)?.script_type !== this.name) continue;
-      out.push({ ...spec, next_ms: num(name), fires: num(`${name}|fires`) ?? 0, last_ms: num(`${name}|last`) });
+      const job = spec?.job as Record<string, unknown> | undefined;
+      if (job?.script_type !== this.name) continue;
+      // its payload stored as base64 MessagePack (every language writes it so): BullMQ's `data`
+      let data: Json = null;
+      if (typeof job.payload === "string") {
+        try {
+          data = decode(Buffer.from(job.payload, "base64"));
+        } catch {
+          data = null;
+        }
+      }
+      out.push({ ...spec, data, next_ms: num(name), fires: num(`${name}|fires`) ?? 0, last_ms: num(`${name}|last`) });
     }
     return out;
   }

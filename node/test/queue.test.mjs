@@ -133,7 +133,8 @@ test("a job scheduler's data reaches its handler", async (t) => {
   const q = new Queue("nr", { url: redis.url });
   t.after(() => q.close());
   await q.upsertJobScheduler("tick", { every: 1000 }, { name: "s", data: { n: 7, to: "a@b.c" }, opts: { removeOnComplete: { age: 3600 } } });
-  assert.deepEqual((await q.getJobSchedulers()).map((s) => s.name), ["tick"]);
+  const listed = await q.getJobSchedulers();
+  assert.deepEqual(listed.map((s) => [s.name, s.data]), [["tick", { n: 7, to: "a@b.c" }]]);
   worker.run();
   await waitFor("a tick to run", async () => seen.length > 0);
   assert.deepEqual(seen[0], { n: 7, to: "a@b.c" });

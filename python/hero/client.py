@@ -243,7 +243,10 @@ class Client:
         if batch is not None:
             fields["batch"] = _name("batch name", batch)
         if payload is not None:
-            fields["payload"] = payload
+            if not isinstance(payload, (bytes, bytearray)):
+                raise InvalidInput(f"payload is {payload.__class__.__name__}: give MessagePack bytes "
+                                   "(msgpack.packb(value)), which handlers in every language read")
+            fields["payload"] = bytes(payload)
         if backoff is not None:
             fields["backoff"] = json.dumps(Backoff.of(backoff).to_json())
         if keep is not None:

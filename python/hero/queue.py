@@ -326,8 +326,8 @@ class Queue:
         self.r.hset(self.client.keys.cron(), name, json.dumps(spec))
 
     def cron_list(self) -> list[dict[str, Any]]:
-        """The queue's recurring jobs, by name: each as stored, with `next_ms`, `fires` and
-        `last_ms` (none before the first broker pass)."""
+        """The queue's recurring jobs, by name: each as stored (its job's `payload` as bytes),
+        with `next_ms`, `fires` and `last_ms` (None before the first broker pass)."""
         keys = self.client.keys
         state = {k.decode(): v.decode() for k, v in self.r.hgetall(keys.cron_next()).items()}
         out = []
@@ -340,6 +340,9 @@ class Queue:
                 continue
             n = name.decode()
             num = lambda k: int(state[k]) if state.get(k, "").isdigit() else None  # noqa: E731
+            if isinstance(spec["job"].get("payload"), str):
+                # stored as base64 (every language writes it so): the bytes, as submit takes them
+                spec["job"]["payload"] = base64.b64decode(spec["job"]["payload"])
             spec.update(next_ms=num(n), fires=num(f"{n}|fires") or 0, last_ms=num(f"{n}|last"))
             out.append(spec)
         return out

@@ -143,6 +143,9 @@ def test_a_recurring_job_carries_its_payload(broker):
         q.cron_add("tick", "every 1s", "s", payload=b"\x82\xa1n\x07\xa2to\xa5a@b.c", keep="1h")
         listed = q.cron_list()
         assert [e["name"] for e in listed] == ["tick"]
+        assert listed[0]["job"]["payload"] == b"\x82\xa1n\x07\xa2to\xa5a@b.c"
+        with pytest.raises(hero.InvalidInput, match="MessagePack bytes"):
+            q.cron_add("dict", "every 1s", "s", payload={"n": 7})
         wait_until("a tick to run", lambda: seen, limit=20)
         assert seen[0] == b"\x82\xa1n\x07\xa2to\xa5a@b.c"
         with pytest.raises(hero.InvalidInput):

@@ -162,9 +162,15 @@ async fn a_jobs_own_retention_expires_it_and_a_waiting_wait_still_reads_its_end(
     let ttl = pttl(&server, &client.keys().job(failed.id())).await;
     assert!(ttl > 7_100_000 && ttl <= 7_200_000, "keep_failed 2h: {ttl}");
     // requeued, it is no longer an ended job: its TTL goes (it would expire while it runs)
-    Admin::from(&client).requeue(failed.id(), None).await.unwrap();
+    Admin::from(&client)
+        .requeue(failed.id(), None)
+        .await
+        .unwrap();
     assert_eq!(pttl(&server, &client.keys().job(failed.id())).await, -1);
-    assert_eq!(client.wait(failed.id(), LIMIT).await.unwrap().status, Status::Error);
+    assert_eq!(
+        client.wait(failed.id(), LIMIT).await.unwrap().status,
+        Status::Error
+    );
     // the queue's retention (1 h) is longer than the job's (1 min): the longer holds
     let short = NewJob::builder("kept", "b")
         .id("kept-1")
@@ -409,6 +415,13 @@ async fn counts_promote_and_remove_through_hero_admin_and_the_cli() {
         "{c:?}"
     );
     assert_eq!(c.streams.len(), 2, "two priorities, two streams: {c:?}");
+    // a queue whose only job waits in the delayed set has no stream yet: counted all the same
+    let only = NewJob::builder("cnt2", "x")
+        .delay(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    client.submit(&only).await.unwrap();
+    assert_eq!(admin.job_counts("cnt2").await.unwrap().delayed, 1);
     let (code, out, err) = hero_cli(&url, &["promote", "w1"]);
     assert_ne!(code, 0, "a job that is not delayed is refused: {out}");
     assert!(err.contains("not delayed (it is dispatched)"), "{err}");
