@@ -143,3 +143,20 @@ test("a job scheduler's data reaches its handler", async (t) => {
   assert.equal(await q.removeJobScheduler("tick"), true);
   assert.deepEqual(await q.getJobSchedulers(), []);
 });
+
+test("the queue reaches every shard of a sharded namespace", async (t) => {
+  const { redis, client } = await setting(t, "ns", null);
+  hero(redis.url, "shards", "set", "3");
+  const q = new Queue("ns", { url: redis.url });
+  t.after(() => q.close());
+  await client.shardMap(true);
+  await client.submitMany(Array.from({ length: 30 }, () => ({ type: "ns", script: "x" })));
+  const counts = await q.getJobCounts();
+  assert.equal(counts.waiting, 30);
+  assert.deepEqual([...new Set(counts.streams.map((s) => s.shard))].sort(), [0, 1, 2]);
+  assert.equal(await q.pause(), 3);
+  assert.equal((await q.setPolicy({ concurrency: 7 })).concurrency, 7);
+  const shown = JSON.parse(hero(redis.url, "--json", "queue", "show", "ns"));
+  assert.equal(shown.policies[0].policy.concurrency, 7);
+  assert.equal(await q.resume(), 3);
+});

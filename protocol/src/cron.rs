@@ -74,6 +74,8 @@ pub struct JobTemplate {
 mod base64_bytes {
     use base64::Engine;
 
+    // serde's `with` hands the field as it is: `&Option<_>`, not `Option<&_>`
+    #[allow(clippy::ref_option)]
     pub fn serialize<S: serde::Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(b) => s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(b)),

@@ -152,3 +152,24 @@ def test_a_recurring_job_carries_its_payload(broker):
             q.cron_add("bad", "whenever", "s")
         assert q.cron_remove("tick") is True
         assert q.cron_list() == []
+
+
+def test_the_queue_reaches_every_shard_of_a_sharded_namespace(broker):
+    hero_cli("shards", "set", "3", url=broker)
+    q = hero.Queue("qs", broker)
+    c = q.client
+    subs = c.submit_many([c.job("x", "qs") for _ in range(30)])
+    assert len({hero.shards.shard_of_id(s.id) or 0 for s in subs}) == 3
+    counts = q.job_counts()
+    assert counts.waiting == 30 and {s.shard for s in counts.streams} == {0, 1, 2}, counts
+    assert q.pause() == 3
+    # each shard holds its share of a concurrency limit; the whole policy is shown as set
+    assert q.set_policy(concurrency=7)["concurrency"] == 7
+    shares = []
+    for n in range(3):
+        keys = c._shard(n)[0]
+        shares.append(json.loads(c.r.hget(keys.policy(), "qs"))["concurrency"])
+    assert sorted(shares) == [2, 2, 3] and q.policy()["concurrency"] == 7
+    shown = json.loads(hero_cli("--json", "queue", "show", "qs", url=broker).stdout)
+    assert shown["policies"][0]["policy"]["concurrency"] == 7, shown
+    assert q.resume() == 3

@@ -4,7 +4,6 @@
 //! both ways, with run-and-wait and fenced completion. `scripts/interop-setup` makes the Python
 //! environment and installs the package into it.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use hero_broker::config::BrokerConfig;

@@ -12,7 +12,7 @@ pub enum BatchCommand {
     /// Close a batch: its callback jobs are submitted once every member ended (--on-complete)
     /// or once every member finished (--on-success; never if one failed). Members may still be
     /// added until then.
-    Close(CloseArgs),
+    Close(Box<CloseArgs>),
     /// A batch's counts (total, pending, finished, failed), state and callback job ids.
     Show {
         /// The batch's name.
