@@ -1,0 +1,347 @@
+"""Tasks, as a Celery user writes them: `app = hero.App(url)`, `@app.task` registers a function
+under a name, `add.delay(2, 3)` sends it with its arguments, `.get(timeout)` is its return
+value, and chains, groups and chords pass results along. A layer over the client and the
+worker, not a second protocol:
+
+- a task's job is a job of script type `queue` (the app's, `"tasks"` by default, or the task's
+  own `queue=`), its `script` the task's name (any text: `proj.tasks.add` as Celery names it),
+  its payload the arguments as MessagePack `{"args": [...], "kwargs": {...}}` (what Rust and
+  Node handlers read as any payload);
+- its output is the return value as JSON (text every reader shows: `hero status`, the
+  dashboard, Rust, Node); a value JSON cannot carry (bytes, a set, an object) fails the attempt
+  naming its type, never a silent `str()`;
+- a task's declared policy (retries, back-off, time limit, priority) travels with each job it
+  sends (the job's own policy, issue 48), so deploys that declare it differently never flap a
+  shared queue policy; the queue's policy, when an operator sets one, is the floor;
+- `autoretry_for` exceptions fail the attempt and are retried within `retries` on the task's
+  back-off; any other exception ends the job at once (Celery's rule), and so does `hero.Abort`;
+- a chain's next task runs after the one before (its prerequisite) and gets that result as its
+  first argument, read from its own record (`job.results`); a chord's callback gets its
+  members' results as a list, in order.
+
+    app = hero.App("redis://127.0.0.1:6379")
+
+    @app.task(retries=3, backoff="exponential:1s:1m", autoretry_for=(IOError,))
+    def add(x, y):
+        return x + y
+
+    assert add.delay(2, 3).get(10) == 5
+    app.worker(concurrency=8).run()    # in the worker process
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Iterable, Sequence
+
+import msgpack
+
+from .client import Client, _name
+from .errors import HeroError, InvalidInput
+from .job import Job
+from .options import Backoff, duration_ms
+from .worker import Abort, JobContext, Retry, Worker
+
+DEFAULT_QUEUE = "tasks"
+# in a payload: the task before in a chain (its result is the first argument), or a chord's
+# members (the list of their results is)
+_CHAIN, _CHORD = "chain", "chord"
+
+
+class TaskError(HeroError):
+    """The task ended `error`: `.reason` is what its job says (the exception's type and message)."""
+
+    def __init__(self, job_id: str, reason: str):
+        super().__init__(f"task {job_id} failed: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+def _json_text(value: Any) -> str:
+    """A return value as the job's output (JSON), or a clear failure naming what JSON lacks."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise Abort(f"the task returned a value JSON cannot carry ({e}); return JSON types "
+                    "(dict, list, str, int, float, bool, None)") from None
+
+
+def _payload(args: Sequence[Any], kwargs: dict[str, Any], chained: str | None = None,
+             chord_of: Sequence[str] = ()) -> bytes:
+    body: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
+    if chained:
+        body[_CHAIN] = chained
+    if chord_of:
+        body[_CHORD] = list(chord_of)
+    try:
+        return msgpack.packb(body, use_bin_type=True)
+    except (TypeError, ValueError) as e:
+        raise InvalidInput(f"a task's arguments must be MessagePack values (dict, list, str, bytes, "
+                           f"int, float, bool, None): {e}") from None
+
+
+@dataclass
+class Signature:
+    """A task with its arguments, not sent yet (Celery's `add.s(2, 3)`): `.delay()` sends it,
+    `|` chains it, `group(...)` and `chord(...)` gather several."""
+
+    task: "Task"
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+
+    def __or__(self, other: "Signature | Chain") -> "Chain":
+        return Chain([self]) | other
+
+    def delay(self) -> "AsyncResult":
+        return self.task.submit(args=self.args, kwargs=self.kwargs, **self.options)
+
+
+class Chain:
+    """Tasks run one after another, each given the result before it as its first argument
+    (Celery's `chain` / `a.s() | b.s()`). `.delay()` sends them all in one call."""
+
+    def __init__(self, steps: list[Signature]):
+        self.steps = steps
+
+    def __or__(self, other: "Signature | Chain") -> "Chain":
+        return Chain(self.steps + (other.steps if isinstance(other, Chain) else [other]))
+
+    def delay(self) -> "AsyncResult":
+        app = self.steps[0].task.app
+        specs, prev = [], None
+        for s in self.steps:
+            spec = s.task._job(s.args, s.kwargs, chained=prev, **s.options)
+            specs.append(spec)
+            prev = spec[0]
+        app.client.submit_many(specs)
+        return AsyncResult(app, prev)
+
+
+def chain(*steps: Signature) -> Chain:
+    return Chain(list(steps))
+
+
+class GroupResult:
+    """The results of a group's members, in order."""
+
+    def __init__(self, results: list["AsyncResult"]):
+        self.results = results
+
+    def get(self, timeout: float = 30.0) -> list[Any]:
+        return [r.get(timeout) for r in self.results]
+
+    @property
+    def ids(self) -> list[str]:
+        return [r.id for r in self.results]
+
+
+class Group:
+    """Tasks sent at once, run in parallel (Celery's `group`)."""
+
+    def __init__(self, members: Iterable[Signature]):
+        self.members = list(members)
+        if not self.members:
+            raise InvalidInput("a group needs at least one task")
+
+    def delay(self) -> GroupResult:
+        app = self.members[0].task.app
+        specs = [m.task._job(m.args, m.kwargs, **m.options) for m in self.members]
+        app.client.submit_many(specs)
+        return GroupResult([AsyncResult(app, s[0]) for s in specs])
+
+
+def group(*members: Signature | Iterable[Signature]) -> Group:
+    if len(members) == 1 and not isinstance(members[0], Signature):
+        return Group(members[0])  # group(generator)
+    return Group(members)  # type: ignore[arg-type]
+
+
+def chord(header: Group | Iterable[Signature], body: Signature) -> "AsyncResult":
+    """Runs `header`'s tasks in parallel, then `body` with the list of their results as its
+    first argument (Celery's `chord(header)(body)`), all sent in one call. A member that fails
+    fails the callback (`dependency failed: <id>`)."""
+    members = header.members if isinstance(header, Group) else list(header)
+    app = body.task.app
+    if not members:
+        raise InvalidInput("a chord needs at least one task before its callback")
+    specs = [m.task._job(m.args, m.kwargs, **m.options) for m in members]
+    specs.append(body.task._job(body.args, body.kwargs, chord_of=[s[0] for s in specs], **body.options))
+    app.client.submit_many(specs)
+    return AsyncResult(app, specs[-1][0])
+
+
+class AsyncResult:
+    """A sent task (Celery's `AsyncResult`): `.get(timeout)` waits for it and answers its return
+    value, or raises `TaskError` with the reason it failed."""
+
+    def __init__(self, app: "App", job_id: str):
+        self.app = app
+        self.id = job_id
+
+    def get(self, timeout: float = 30.0) -> Any:
+        r = self.app.client.wait(self.id, timeout)
+        if r.status != "finished":
+            raise TaskError(self.id, r.error)
+        return json.loads(r.output) if r.output else None
+
+    @property
+    def status(self) -> str:
+        return self.app.client.status(self.id)
+
+    def ready(self) -> bool:
+        return self.status in ("finished", "error")
+
+    def revoke(self) -> str:
+        """Stops it: a queued one never starts, a running one is interrupted."""
+        return self.app.client.stop(self.id)
+
+    def __repr__(self) -> str:
+        return f"<AsyncResult {self.id}>"
+
+
+class Task:
+    """A function registered with `@app.task`; calling it runs it here, `delay` / `submit` send
+    it."""
+
+    def __init__(self, app: "App", fn: Callable, name: str, queue: str, retries: int, backoff: Any,
+                 autoretry_for: tuple[type[BaseException], ...], time_limit: Any, priority: int | None,
+                 keep: Any, keep_failed: Any):
+        self.app, self.fn, self.name, self.queue = app, fn, name, _name("task queue", queue)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidInput(f"task {name}: retries {retries!r} is not a whole number of at least 0")
+        self.retries = retries
+        self.backoff = Backoff.of(backoff) if backoff is not None else None
+        if not all(isinstance(t, type) and issubclass(t, BaseException) for t in autoretry_for):
+            raise InvalidInput(f"task {name}: autoretry_for takes exception classes, got {autoretry_for!r}")
+        self.autoretry_for = tuple(autoretry_for)
+        self.time_limit = None if time_limit is None else max(1, -(-duration_ms("time_limit", time_limit) // 1000))
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9):
+            raise InvalidInput(f"task {name}: priority {priority!r} is not 0 (highest) to 9 (lowest)")
+        self.priority = priority
+        self.keep, self.keep_failed = keep, keep_failed
+        self.__doc__, self.__name__ = fn.__doc__, getattr(fn, "__name__", name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        return Signature(self, args, kwargs)
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        return self.submit(args=args, kwargs=kwargs)
+
+    def apply_async(self, args: Sequence[Any] = (), kwargs: dict | None = None, *, countdown: float | None = None,
+                    eta: datetime | None = None, **options: Any) -> AsyncResult:
+        """Celery's spelling: `countdown` (seconds) is `delay`, `eta` is `at`."""
+        if countdown is not None:
+            options["delay"] = countdown
+        if eta is not None:
+            options["at"] = eta
+        return self.submit(args=args, kwargs=kwargs or {}, **options)
+
+    def submit(self, args: Sequence[Any] = (), kwargs: dict | None = None, **options: Any) -> AsyncResult:
+        """Sends it with `args` and `kwargs`; `options` are the submit's (`delay`, `at`, `id`,
+        `priority`, `unique`, `tags`, ...), over the task's declared ones."""
+        spec = self._job(args, kwargs or {}, **options)
+        s = self.app.client.submit_many([spec])[0]
+        return AsyncResult(self.app, s.id)
+
+    def _job(self, args: Sequence[Any], kwargs: dict, chained: str | None = None, chord_of: Sequence[str] = (),
+             **options: Any):
+        if not isinstance(args, (list, tuple)):
+            raise InvalidInput(f"task {self.name}: args is a list or tuple, got {type(args).__name__}")
+        if not isinstance(kwargs, dict):
+            raise InvalidInput(f"task {self.name}: kwargs is a dict, got {type(kwargs).__name__}")
+        for k in ("payload", "after"):
+            if k in options:
+                raise InvalidInput(f"task {self.name}: {k} is the task's own (its arguments, its chain)")
+        declared: dict[str, Any] = {"retries": self.retries}
+        for k, v in (("backoff", self.backoff), ("timeout", self.time_limit), ("priority", self.priority),
+                     ("keep", self.keep), ("keep_failed", self.keep_failed)):
+            if v is not None:
+                declared[k] = v
+        declared.update(options)
+        after = [chained] if chained else list(chord_of)
+        return self.app.client.job(self.name, self.queue, payload=_payload(args, kwargs, chained, chord_of),
+                                   after=after, **declared)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} on {self.queue}>"
+
+
+class App:
+    """A registry of tasks and the client that sends them (Celery's `Celery(...)`)."""
+
+    def __init__(self, url: str | None = None, namespace: str = "hero", *, queue: str = DEFAULT_QUEUE,
+                 client: Client | None = None):
+        self.queue = _name("task queue", queue)
+        self.namespace = namespace
+        self.url = url
+        self._client = client
+        self.tasks: dict[str, Task] = {}
+
+    @property
+    def client(self) -> Client:
+        """Connected on first use, so defining tasks needs no Redis."""
+        if self._client is None:
+            self._client = Client(self.url, self.namespace)
+        return self._client
+
+    def task(self, fn: Callable | None = None, *, name: str | None = None, queue: str | None = None,
+             retries: int = 0, backoff: Any = None, autoretry_for: Sequence[type[BaseException]] = (),
+             time_limit: Any = None, priority: int | None = None, keep: Any = None,
+             keep_failed: Any = None) -> Any:
+        """Registers `fn` as a task (`@app.task` or `@app.task(retries=3, ...)`). Its name is
+        `name`, else `<module>.<function>` as Celery names it."""
+        def register(f: Callable) -> Task:
+            n = name or f"{f.__module__}.{f.__qualname__}"
+            if not n or len(n.encode()) > 200:
+                raise InvalidInput(f"task name {n!r} is not 1 to 200 bytes")
+            if n in self.tasks:
+                raise InvalidInput(f"task {n} is registered twice: give one of them name=")
+            t = Task(self, f, n, queue or self.queue, retries, backoff, tuple(autoretry_for), time_limit,
+                     priority, keep, keep_failed)
+            self.tasks[n] = t
+            return t
+        return register(fn) if fn is not None else register
+
+    def handler(self, job: Job, ctx: JobContext) -> str:
+        """Runs one task's job: its function by the job's script, its arguments from the
+        payload (and the results of the tasks it follows in a chain or chord)."""
+        t = self.tasks.get(job.script)
+        if t is None:
+            raise Abort(f"no task named {job.script!r} is registered in this worker "
+                        f"(it has {', '.join(sorted(self.tasks)) or 'none'})")
+        try:
+            body = msgpack.unpackb(job.payload or msgpack.packb({}), raw=False)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError) as e:
+            raise Abort(f"the arguments of task {t.name} are not MessagePack: {e}") from None
+        if not isinstance(body, dict):
+            raise Abort(f"the arguments of task {t.name} are not a map of args and kwargs")
+        args, kwargs = list(body.get("args") or []), dict(body.get("kwargs") or {})
+        def result_of(pid: str) -> Any:
+            r = job.results.get(pid)
+            if r is None or r.status != "finished":
+                raise Abort(f"task {t.name}: the result of {pid} is missing from its record")
+            return json.loads(r.output) if r.output else None
+        if body.get(_CHAIN):
+            args.insert(0, result_of(body[_CHAIN]))
+        elif body.get(_CHORD):
+            args.insert(0, [result_of(pid) for pid in body[_CHORD]])
+        try:
+            value = t.fn(*args, **kwargs)
+        except (Abort, Retry):
+            raise
+        except t.autoretry_for:
+            raise  # the worker fails the attempt: retried within the job's budget on its back-off
+        except Exception as e:
+            raise Abort(f"{type(e).__name__}: {e}") from e
+        return _json_text(value)
+
+    def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
+        """A `Worker` serving every registered task's queue (or `queues`); `options` are the
+        Worker's (`concurrency`, `group`, ...)."""
+        qs = list(queues) if queues else sorted({t.queue for t in self.tasks.values()} or {self.queue})
+        return Worker(self.handler, qs, self.url, namespace=self.namespace, **options)
