@@ -14,6 +14,7 @@ protocol version and its loading), `job` (the record and answers as dataclasses)
 (the producer), `queue` (the operator's `Queue`), `options` (durations, back-off, rates), `events` (job events for producers, and the waits they wake), `worker`
 (the worker), `errors`.
 """
+from . import aio
 from .client import Client, connect
 from .events import Event, EventLogOff, EventStream
 from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses
@@ -29,6 +30,6 @@ from .worker import Abort, JobContext, Retry, Worker
 __all__ = [
     "Abort", "App", "AsyncResult", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
     "JobNotFound", "Keys", "OlderProcesses", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Task", "TaskError", "Worker", "chain", "chord", "group",
-    "connect",
+    "aio", "connect",
 ]
 __version__ = RELEASE

@@ -32,15 +32,20 @@ def _name(what: str, v: str) -> str:
     return v
 
 
-def connect(url: str | None = None) -> redis.Redis:
-    """A connection to `url`, else HERO_REDIS_URL, else the local Redis of `hero up` (its URL
-    in ./.hero/redis.url), else redis://127.0.0.1:6379."""
+def resolve_url(url: str | None = None) -> str:
+    """`url`, else HERO_REDIS_URL, else the local Redis of `hero up` (its URL in
+    ./.hero/redis.url), else redis://127.0.0.1:6379."""
     if url is None:
         url = os.environ.get("HERO_REDIS_URL")
     if url is None and os.path.exists(os.path.join(".hero", "redis.url")):
         with open(os.path.join(".hero", "redis.url"), encoding="utf-8") as f:
             url = f.read().strip()
-    return redis.Redis.from_url(url or "redis://127.0.0.1:6379", decode_responses=False)
+    return url or "redis://127.0.0.1:6379"
+
+
+def connect(url: str | None = None) -> redis.Redis:
+    """A connection to `url` as `resolve_url` finds it."""
+    return redis.Redis.from_url(resolve_url(url), decode_responses=False)
 
 
 class JobSpec(tuple):
@@ -48,6 +53,96 @@ class JobSpec(tuple):
     goes in a sharded namespace: its route key, and whether its id was generated."""
     route: str | None = None
     generated: bool = False
+
+
+def job_spec(keys: Keys, script: str, type: str = "rhai", *, id: str | None = None, group: str | None = None,
+        instance: str | None = None, priority: int = 5, timeout: int | None = None, retries: int = 0,
+        delay: float | None = None, at: datetime | None = None, after: Iterable[str] = (),
+        unique: str | None = None, unique_ttl: float | None = None, tags: Iterable[str] = (),
+        limit_key: str | None = None, env: Mapping[str, str] | None = None, batch: str | None = None,
+        caller_id: str = "", context_id: str = "", payload: bytes | None = None,
+        backoff: Backoff | str | dict | None = None, keep: Any = None, keep_failed: Any = None,
+        wait: bool = False, route: str | None = None) -> JobSpec:
+    """The submit of one job, checked: (id, work stream, run-at ms, record fields). Every
+    option of `hero submit`; `delay` in seconds, `at` an aware datetime, `after` the ids of
+    prerequisites, `unique_ttl` in seconds, `route` a route key (docs/sharding.md);
+    `backoff` its own back-off (a `hero.Backoff` or 'exponential:1s:1m'), `keep` and
+    `keep_failed` how long it is kept once finished / failed (seconds, a timedelta or '1h';
+    0: as soon as a waiting caller cannot miss it), each combined with its queue policy's
+    as docs/operations.md says."""
+    job_id = id or str(uuid.uuid4())
+    if route is not None and not 1 <= len(route.encode()) <= 200:
+        raise InvalidInput("a route key is 1 to 200 bytes")
+    if not _JOB_ID.match(job_id):
+        raise InvalidInput(f"job id {job_id!r}: use 1-128 characters of A-Z a-z 0-9 _ - .")
+    _name("script type", type)
+    if instance and not group:
+        raise InvalidInput("an instance needs a group: give group= as well")
+    if group:
+        _name("group", group)
+    if instance:
+        _name("instance", instance)
+    if not 0 <= priority <= 9:
+        raise InvalidInput(f"priority {priority} is out of range: use 0 (highest) to 9 (lowest)")
+    if len(script.encode()) > MAX_SCRIPT_BYTES:
+        raise InvalidInput(f"the script is {len(script.encode())} bytes; the limit is {MAX_SCRIPT_BYTES}")
+    now = iso()
+    fields: dict[str, Any] = {"script": script, "script_type": type, "created_at": now}
+    if group:
+        fields["group"] = group
+    if instance:
+        fields["instance"] = instance
+    if priority != 5:
+        fields["priority"] = str(priority)
+    if timeout is not None:
+        fields["timeout"] = str(int(timeout))
+    if retries:
+        fields["retries"] = str(int(retries))
+    if caller_id:
+        fields["caller_id"] = caller_id
+    if context_id:
+        fields["context_id"] = context_id
+    if env:
+        fields["env_vars"] = json.dumps({str(k): str(v) for k, v in env.items()})
+    after = list(after)
+    if after:
+        fields["prerequisites"] = json.dumps(after)
+    tags = list(tags)
+    if tags:
+        fields["tags"] = json.dumps(tags)
+    if unique is not None:
+        if not 1 <= len(unique.encode()) <= 200:
+            raise InvalidInput("a uniqueness key is 1 to 200 bytes")
+        fields["unique"] = unique
+        if unique_ttl is not None:
+            fields["unique_ttl"] = str(max(1, int(unique_ttl * 1000)))
+    elif unique_ttl is not None:
+        raise InvalidInput("unique_ttl needs a unique key")
+    if limit_key is not None:
+        fields["limit_key"] = limit_key
+    if batch is not None:
+        fields["batch"] = _name("batch name", batch)
+    if payload is not None:
+        if not isinstance(payload, (bytes, bytearray)):
+            raise InvalidInput(f"payload is {payload.__class__.__name__}: give MessagePack bytes "
+                               "(msgpack.packb(value)), which handlers in every language read")
+        fields["payload"] = bytes(payload)
+    if backoff is not None:
+        fields["backoff"] = json.dumps(Backoff.of(backoff).to_json())
+    if keep is not None:
+        fields["keep"] = str(duration_ms("keep", keep))
+    if keep_failed is not None:
+        fields["keep_failed"] = str(duration_ms("keep_failed", keep_failed))
+    if wait:
+        fields["reply"] = "1"
+    run_at = 0
+    if at is not None:
+        run_at = int(at.timestamp() * 1000)
+    elif delay is not None:
+        run_at = now_ms() + int(delay * 1000)
+    spec = JobSpec((job_id, keys.work(type, group, instance, priority), run_at, fields))
+    spec.route, spec.generated = route, id is None
+    return spec
 
 
 class Client:
@@ -175,94 +270,9 @@ class Client:
         return [s for s in out if s is not None]
 
     # -- submit -----------------------------------------------------------------------------
-    def job(self, script: str, type: str = "rhai", *, id: str | None = None, group: str | None = None,
-            instance: str | None = None, priority: int = 5, timeout: int | None = None, retries: int = 0,
-            delay: float | None = None, at: datetime | None = None, after: Iterable[str] = (),
-            unique: str | None = None, unique_ttl: float | None = None, tags: Iterable[str] = (),
-            limit_key: str | None = None, env: Mapping[str, str] | None = None, batch: str | None = None,
-            caller_id: str = "", context_id: str = "", payload: bytes | None = None,
-            backoff: Backoff | str | dict | None = None, keep: Any = None, keep_failed: Any = None,
-            wait: bool = False, route: str | None = None) -> JobSpec:
-        """The submit of one job, checked: (id, work stream, run-at ms, record fields). Every
-        option of `hero submit`; `delay` in seconds, `at` an aware datetime, `after` the ids of
-        prerequisites, `unique_ttl` in seconds, `route` a route key (docs/sharding.md);
-        `backoff` its own back-off (a `hero.Backoff` or 'exponential:1s:1m'), `keep` and
-        `keep_failed` how long it is kept once finished / failed (seconds, a timedelta or '1h';
-        0: as soon as a waiting caller cannot miss it), each combined with its queue policy's
-        as docs/operations.md says."""
-        job_id = id or str(uuid.uuid4())
-        if route is not None and not 1 <= len(route.encode()) <= 200:
-            raise InvalidInput("a route key is 1 to 200 bytes")
-        if not _JOB_ID.match(job_id):
-            raise InvalidInput(f"job id {job_id!r}: use 1-128 characters of A-Z a-z 0-9 _ - .")
-        _name("script type", type)
-        if instance and not group:
-            raise InvalidInput("an instance needs a group: give group= as well")
-        if group:
-            _name("group", group)
-        if instance:
-            _name("instance", instance)
-        if not 0 <= priority <= 9:
-            raise InvalidInput(f"priority {priority} is out of range: use 0 (highest) to 9 (lowest)")
-        if len(script.encode()) > MAX_SCRIPT_BYTES:
-            raise InvalidInput(f"the script is {len(script.encode())} bytes; the limit is {MAX_SCRIPT_BYTES}")
-        now = iso()
-        fields: dict[str, Any] = {"script": script, "script_type": type, "created_at": now}
-        if group:
-            fields["group"] = group
-        if instance:
-            fields["instance"] = instance
-        if priority != 5:
-            fields["priority"] = str(priority)
-        if timeout is not None:
-            fields["timeout"] = str(int(timeout))
-        if retries:
-            fields["retries"] = str(int(retries))
-        if caller_id:
-            fields["caller_id"] = caller_id
-        if context_id:
-            fields["context_id"] = context_id
-        if env:
-            fields["env_vars"] = json.dumps({str(k): str(v) for k, v in env.items()})
-        after = list(after)
-        if after:
-            fields["prerequisites"] = json.dumps(after)
-        tags = list(tags)
-        if tags:
-            fields["tags"] = json.dumps(tags)
-        if unique is not None:
-            if not 1 <= len(unique.encode()) <= 200:
-                raise InvalidInput("a uniqueness key is 1 to 200 bytes")
-            fields["unique"] = unique
-            if unique_ttl is not None:
-                fields["unique_ttl"] = str(max(1, int(unique_ttl * 1000)))
-        elif unique_ttl is not None:
-            raise InvalidInput("unique_ttl needs a unique key")
-        if limit_key is not None:
-            fields["limit_key"] = limit_key
-        if batch is not None:
-            fields["batch"] = _name("batch name", batch)
-        if payload is not None:
-            if not isinstance(payload, (bytes, bytearray)):
-                raise InvalidInput(f"payload is {payload.__class__.__name__}: give MessagePack bytes "
-                                   "(msgpack.packb(value)), which handlers in every language read")
-            fields["payload"] = bytes(payload)
-        if backoff is not None:
-            fields["backoff"] = json.dumps(Backoff.of(backoff).to_json())
-        if keep is not None:
-            fields["keep"] = str(duration_ms("keep", keep))
-        if keep_failed is not None:
-            fields["keep_failed"] = str(duration_ms("keep_failed", keep_failed))
-        if wait:
-            fields["reply"] = "1"
-        run_at = 0
-        if at is not None:
-            run_at = int(at.timestamp() * 1000)
-        elif delay is not None:
-            run_at = now_ms() + int(delay * 1000)
-        spec = JobSpec((job_id, self.keys.work(type, group, instance, priority), run_at, fields))
-        spec.route, spec.generated = route, id is None
-        return spec
+    def job(self, script: str, type: str = "rhai", **options: Any) -> JobSpec:
+        """The submit of one job, checked (see `job_spec` for the options)."""
+        return job_spec(self.keys, script, type, **options)
 
     def submit(self, script: str, type: str = "rhai", **options: Any) -> Submitted:
         """Submits one job (see `job` for the options) and answers its id and status. An id that

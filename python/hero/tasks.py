@@ -30,6 +30,8 @@ worker, not a second protocol:
 """
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -332,6 +334,9 @@ class App:
             args.insert(0, [result_of(pid) for pid in body[_CHORD]])
         try:
             value = t.fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                # an async task runs on this job thread's own event loop, as an async handler does
+                value = asyncio.run(_awaited(value))
         except (Abort, Retry):
             raise
         except t.autoretry_for:
@@ -345,3 +350,7 @@ class App:
         Worker's (`concurrency`, `group`, ...)."""
         qs = list(queues) if queues else sorted({t.queue for t in self.tasks.values()} or {self.queue})
         return Worker(self.handler, qs, self.url, namespace=self.namespace, **options)
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
