@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Sequence
 import redis
 import redis.asyncio as aredis
 
-from .client import JobSpec, _name, job_spec, resolve_url
+from .client import JobSpec, _name, check_options, job_spec, resolve_url
 from .errors import HeroError, InvalidInput, JobNotFound
 from .events import BLOCK_MS, COUNT, NOT_ENDS, POLL, Event, EventStream, Filter, decode
 from .job import Job, Result, Submitted
@@ -95,6 +95,8 @@ class Client:
 
     # -- submit ---------------------------------------------------------------------------------
     def job(self, script: str, type: str = "rhai", **options: Any) -> JobSpec:
+        """The submit of one job, checked, as `hero.Client.job` checks it."""
+        check_options("submit", options)
         return job_spec(self.keys, script, type, **options)
 
     async def submit(self, script: str, type: str = "rhai", **options: Any) -> Submitted:

@@ -2,13 +2,14 @@
 status and record, stop it, and batches."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import random
 import re
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 import redis
@@ -27,7 +28,7 @@ MAX_SCRIPT_BYTES = 1 << 20
 
 
 def _name(what: str, v: str) -> str:
-    if not _NAME.match(v or ""):
+    if not isinstance(v, str) or not _NAME.match(v):
         raise InvalidInput(f"{what} {v!r}: use 1-64 characters of A-Z a-z 0-9 _ -")
     return v
 
@@ -55,35 +56,80 @@ class JobSpec(tuple):
     generated: bool = False
 
 
+# a keyword another queue's users reach for, and what hero calls it
+_HINTS = {"countdown": "delay (seconds)", "eta": "at", "max_retries": "retries", "queue": "type",
+          "task_id": "id", "job_id": "id", "attempts": "retries (attempts after the first)",
+          "depends_on": "after", "kwargs": "payload", "args": "payload", "time_limit": "timeout",
+          "soft_time_limit": "timeout", "expires": "(none: stop it with stop(id))", "data": "payload",
+          "removeOnComplete": "keep", "removeOnFail": "keep_failed", "jobId": "id"}
+
+
+def _text_opt(what: str, v: Any, limit: int = 200) -> str:
+    if not isinstance(v, str):
+        raise InvalidInput(f"{what} is {v.__class__.__name__}: give text")
+    if not 1 <= len(v.encode()) <= limit:
+        raise InvalidInput(f"{what} {v!r} is not 1 to {limit} bytes")
+    return v
+
+
+def _whole(what: str, v: Any, least: int, most: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < least or (most is not None and v > most):
+        span = f"{least} to {most}" if most is not None else f"at least {least}"
+        raise InvalidInput(f"{what} {v!r} is not a whole number {span}")
+    return v
+
+
+def _list_of_text(what: str, v: Any) -> list[str]:
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        raise InvalidInput(f"{what} is {v.__class__.__name__}: give a list of text (a single one in [...])")
+    out = list(v)
+    for x in out:
+        if not isinstance(x, str) or not x:
+            raise InvalidInput(f"{what} holds {x!r}: each is non-empty text")
+    return out
+
+
+def _when_ms(at: Any) -> int:
+    """A run-at time: an aware datetime, or a naive one read as UTC (Celery's rule)."""
+    if not isinstance(at, datetime):
+        raise InvalidInput(f"at is {at.__class__.__name__}: give a datetime (a naive one is read as UTC)")
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return int(at.timestamp() * 1000)
+
+
 def job_spec(keys: Keys, script: str, type: str = "rhai", *, id: str | None = None, group: str | None = None,
-        instance: str | None = None, priority: int = 5, timeout: int | None = None, retries: int = 0,
-        delay: float | None = None, at: datetime | None = None, after: Iterable[str] = (),
-        unique: str | None = None, unique_ttl: float | None = None, tags: Iterable[str] = (),
-        limit_key: str | None = None, env: Mapping[str, str] | None = None, batch: str | None = None,
-        caller_id: str = "", context_id: str = "", payload: bytes | None = None,
-        backoff: Backoff | str | dict | None = None, keep: Any = None, keep_failed: Any = None,
-        wait: bool = False, route: str | None = None) -> JobSpec:
+             instance: str | None = None, priority: int = 5, timeout: Any = None, retries: int = 0,
+             delay: Any = None, at: datetime | None = None, after: Iterable[str] = (),
+             unique: str | None = None, unique_ttl: Any = None, tags: Iterable[str] = (),
+             limit_key: str | None = None, env: Mapping[str, str] | None = None, batch: str | None = None,
+             caller_id: str = "", context_id: str = "", payload: bytes | None = None,
+             backoff: Backoff | str | dict | None = None, keep: Any = None, keep_failed: Any = None,
+             wait: bool = False, route: str | None = None) -> JobSpec:
     """The submit of one job, checked: (id, work stream, run-at ms, record fields). Every
-    option of `hero submit`; `delay` in seconds, `at` an aware datetime, `after` the ids of
-    prerequisites, `unique_ttl` in seconds, `route` a route key (docs/sharding.md);
-    `backoff` its own back-off (a `hero.Backoff` or 'exponential:1s:1m'), `keep` and
-    `keep_failed` how long it is kept once finished / failed (seconds, a timedelta or '1h';
-    0: as soon as a waiting caller cannot miss it), each combined with its queue policy's
-    as docs/operations.md says."""
+    option of `hero submit`. Durations (`timeout`, `delay`, `unique_ttl`, `keep`,
+    `keep_failed`) take seconds, a timedelta or text as the CLI writes it (`"5m"`, `"1h30m"`);
+    `at` a datetime (a naive one is read as UTC); `after` the ids of prerequisites; `route` a
+    route key (docs/sharding.md); `backoff` its own back-off (a `hero.Backoff` or
+    `"exponential:1s:1m"`), combined with its queue policy's as docs/operations.md says."""
+    if not isinstance(script, str):
+        raise InvalidInput(f"script is {script.__class__.__name__}: give text (a value for the handler goes in "
+                           "payload, as MessagePack bytes)")
+    if id is not None and not isinstance(id, str):
+        raise InvalidInput(f"id is {id.__class__.__name__}: give text")
     job_id = id or str(uuid.uuid4())
-    if route is not None and not 1 <= len(route.encode()) <= 200:
-        raise InvalidInput("a route key is 1 to 200 bytes")
+    if route is not None:
+        _text_opt("route key", route)
     if not _JOB_ID.match(job_id):
         raise InvalidInput(f"job id {job_id!r}: use 1-128 characters of A-Z a-z 0-9 _ - .")
     _name("script type", type)
     if instance and not group:
         raise InvalidInput("an instance needs a group: give group= as well")
-    if group:
+    if group is not None:
         _name("group", group)
-    if instance:
+    if instance is not None:
         _name("instance", instance)
-    if not 0 <= priority <= 9:
-        raise InvalidInput(f"priority {priority} is out of range: use 0 (highest) to 9 (lowest)")
+    _whole("priority", priority, 0, 9)
     if len(script.encode()) > MAX_SCRIPT_BYTES:
         raise InvalidInput(f"the script is {len(script.encode())} bytes; the limit is {MAX_SCRIPT_BYTES}")
     now = iso()
@@ -95,31 +141,38 @@ def job_spec(keys: Keys, script: str, type: str = "rhai", *, id: str | None = No
     if priority != 5:
         fields["priority"] = str(priority)
     if timeout is not None:
-        fields["timeout"] = str(int(timeout))
-    if retries:
-        fields["retries"] = str(int(retries))
-    if caller_id:
-        fields["caller_id"] = caller_id
-    if context_id:
-        fields["context_id"] = context_id
+        ms = duration_ms("timeout", timeout)
+        if ms < 1000:
+            raise InvalidInput(f"timeout {timeout!r} is under a second: give at least 1 (seconds) or '1s'")
+        fields["timeout"] = str(-(-ms // 1000))
+    if _whole("retries", retries, 0):
+        fields["retries"] = str(retries)
+    for what, v in (("caller_id", caller_id), ("context_id", context_id)):
+        if not isinstance(v, str):
+            raise InvalidInput(f"{what} is {v.__class__.__name__}: give text")
+        if v:
+            fields[what] = v
     if env:
-        fields["env_vars"] = json.dumps({str(k): str(v) for k, v in env.items()})
-    after = list(after)
+        if not isinstance(env, Mapping):
+            raise InvalidInput(f"env is {env.__class__.__name__}: give a dict of text to text")
+        for k, v in env.items():
+            if not isinstance(k, str) or not k or "=" in k or not isinstance(v, str):
+                raise InvalidInput(f"env {k!r}: {v!r}: names and values are text (a name without '=')")
+        fields["env_vars"] = json.dumps(dict(env))
+    after = _list_of_text("after", after)
     if after:
         fields["prerequisites"] = json.dumps(after)
-    tags = list(tags)
+    tags = _list_of_text("tags", tags)
     if tags:
         fields["tags"] = json.dumps(tags)
     if unique is not None:
-        if not 1 <= len(unique.encode()) <= 200:
-            raise InvalidInput("a uniqueness key is 1 to 200 bytes")
-        fields["unique"] = unique
+        fields["unique"] = _text_opt("uniqueness key", unique)
         if unique_ttl is not None:
-            fields["unique_ttl"] = str(max(1, int(unique_ttl * 1000)))
+            fields["unique_ttl"] = str(max(1, duration_ms("unique_ttl", unique_ttl)))
     elif unique_ttl is not None:
         raise InvalidInput("unique_ttl needs a unique key")
     if limit_key is not None:
-        fields["limit_key"] = limit_key
+        fields["limit_key"] = _text_opt("limit key", limit_key)
     if batch is not None:
         fields["batch"] = _name("batch name", batch)
     if payload is not None:
@@ -136,13 +189,28 @@ def job_spec(keys: Keys, script: str, type: str = "rhai", *, id: str | None = No
     if wait:
         fields["reply"] = "1"
     run_at = 0
+    if at is not None and delay is not None:
+        raise InvalidInput("give delay or at, not both")
     if at is not None:
-        run_at = int(at.timestamp() * 1000)
+        run_at = _when_ms(at)
     elif delay is not None:
-        run_at = now_ms() + int(delay * 1000)
+        run_at = now_ms() + duration_ms("delay", delay)
+    if after and run_at:
+        raise InvalidInput("a job with prerequisites (after) cannot also be delayed: it starts when they finish")
     spec = JobSpec((job_id, keys.work(type, group, instance, priority), run_at, fields))
     spec.route, spec.generated = route, id is None
     return spec
+
+
+_OPTIONS = frozenset(inspect.signature(job_spec).parameters) - {"keys", "script", "type"}
+
+
+def check_options(what: str, options: Mapping[str, Any]) -> None:
+    """Refuses an option `job_spec` does not take, naming it and hero's word for it."""
+    for k in options:
+        if k not in _OPTIONS:
+            hint = f"; use {_HINTS[k]}" if k in _HINTS else ""
+            raise InvalidInput(f"{what} has no option {k!r}{hint}: the options are {', '.join(sorted(_OPTIONS))}")
 
 
 class Client:
@@ -272,6 +340,7 @@ class Client:
     # -- submit -----------------------------------------------------------------------------
     def job(self, script: str, type: str = "rhai", **options: Any) -> JobSpec:
         """The submit of one job, checked (see `job_spec` for the options)."""
+        check_options("submit", options)
         return job_spec(self.keys, script, type, **options)
 
     def submit(self, script: str, type: str = "rhai", **options: Any) -> Submitted:
@@ -416,7 +485,8 @@ class Client:
             try:
                 answer = proto.stop(job_id, stream, ctl, worker)
             except redis.ResponseError as e:
-                raise HeroError.from_server(e) from None
+                err = HeroError.from_server(e)
+                raise (JobNotFound(job_id) if isinstance(err, JobNotFound) else err) from None
             if answer != "changed":
                 return answer
         raise HeroError(f"job {job_id} kept changing hands while it was being stopped; try again")
