@@ -309,6 +309,22 @@ class App:
             return t
         return register(fn) if fn is not None else register
 
+    def beat(self, name: str, schedule: str, task: "Task", args: Sequence[Any] = (), kwargs: dict | None = None,
+             *, tz: str = "UTC", missed: str = "skip") -> None:
+        """A recurring task (Celery's `beat_schedule` entry): each tick of `schedule` (a cron
+        expression read in `tz`, or `every 30s`) sends `task` with `args` and `kwargs` and its
+        declared options, fired by the brokers once however many run."""
+        from .queue import Queue
+        if not isinstance(task, Task):
+            raise InvalidInput(f"beat {name}: task is {task.__class__.__name__}: give a task (@app.task)")
+        opts: dict[str, Any] = {"retries": task.retries}
+        for k, v in (("backoff", task.backoff), ("timeout", task.time_limit), ("priority", task.priority),
+                     ("keep", task.keep), ("keep_failed", task.keep_failed)):
+            if v is not None:
+                opts[k] = v
+        Queue(task.queue, client=self.client).cron_add(name, schedule, task.name, tz=tz, missed=missed,
+                                                       payload=_payload(args, kwargs or {}), **opts)
+
     def handler(self, job: Job, ctx: JobContext) -> str:
         """Runs one task's job: its function by the job's script, its arguments from the
         payload (and the results of the tasks it follows in a chain or chord)."""

@@ -116,6 +116,23 @@ def test_autoretry_for_retries_on_the_back_off_and_other_exceptions_end_the_task
             nowhere.delay().get(10)
 
 
+def test_a_beat_entry_sends_its_task_with_its_arguments(broker):
+    app = make_app(broker)
+    add = app.tasks["test_tasks.make_app.<locals>.add"]
+    app.beat("every-second", "every 1s", add, args=(40, 2))
+    listed = json.loads(hero_cli("--json", "cron", "list", url=broker).stdout)
+    assert [c["name"] for c in listed["cron"]] == ["every-second"], listed
+    with running(app):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done = [j for j in app.client.r.keys("hero:job:cron-every-second-*")]
+            outs = [app.client.r.hget(k, "output") for k in done]
+            if b"42" in outs:
+                break
+            time.sleep(0.1)
+        assert b"42" in outs, outs
+
+
 def test_bad_task_input_is_refused_naming_it(broker):
     app = make_app(broker)
     add = app.tasks["test_tasks.make_app.<locals>.add"]
