@@ -31,8 +31,11 @@ worker, not a second protocol:
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import json
+import pickle
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
@@ -284,6 +287,18 @@ class App:
         self._client = client
         self.tasks: dict[str, Task] = {}
 
+    def __reduce__(self):
+        """Sent by reference, as a process pool's children need it (each imports the module
+        that defines the app, and with it its tasks): the app must be at a module's top level."""
+        for mod_name, mod in list(sys.modules.items()):
+            for attr, v in list(vars(mod).items()) if mod is not None else []:
+                if v is self:
+                    if mod_name == "__mp_main__":
+                        mod_name = "__main__"
+                    return (_app_at, (mod_name, attr))
+        raise pickle.PicklingError("this App is at no module's top level, so a child process cannot import "
+                                   "it: define `app = hero.App(...)` at a module's top level for pool='process'")
+
     @property
     def client(self) -> Client:
         """Connected on first use, so defining tasks needs no Redis."""
@@ -370,3 +385,7 @@ class App:
 
 async def _awaited(value: Any) -> Any:
     return await value
+
+
+def _app_at(module: str, attr: str) -> "App":
+    return getattr(importlib.import_module(module), attr)

@@ -22,6 +22,8 @@ from typing import Any, Callable
 import redis
 
 from .client import _name, connect
+from .errors import InvalidInput
+from .pool import ProcessPool
 from .job import Job
 from .keys import Keys
 from .shards import ShardMap
@@ -117,9 +119,14 @@ class Worker:
                  concurrency: int = 4, lease_ms: int = 30_000, presence_ttl_ms: int = 15_000,
                  shutdown_s: float = 30.0, namespace: str = "hero", r: redis.Redis | None = None,
                  protocol: str = VERSION, library: str = LIBRARY,
-                 on_event: Callable[[str, str, str], None] | None = None):
+                 on_event: Callable[[str, str, str], None] | None = None, pool: str = "thread"):
         self.types = [_name("script type", t) for t in ([types] if isinstance(types, str) else types)]
         self.handler = handler
+        if pool not in ("thread", "process"):
+            raise InvalidInput(f"pool {pool!r}: give 'thread' (handlers on threads) or 'process' (in child "
+                               "processes, killed at a time limit or a stop)")
+        # pool="process": each handler runs in a child process (see pool.py)
+        self._pool = ProcessPool(handler, concurrency) if pool == "process" else None
         self.is_async = inspect.iscoroutinefunction(handler)
         self.r = r if r is not None else connect(url)
         self.keys = Keys(_name("namespace", namespace))
@@ -214,6 +221,8 @@ class Worker:
             self._finished.set()
             for t in threads:
                 t.join(timeout=5)
+            if self._pool is not None and self.keys.prefix == self._base_prefix:
+                self._pool.close()
 
     def _emit(self, kind: str, job_id: str, detail: str = "") -> None:
         if self.on_event is not None:
@@ -294,6 +303,9 @@ class Worker:
 
     # -- run --------------------------------------------------------------------------------
     def _run_job(self, run: _Running) -> None:
+        if self._pool is not None:
+            self._run_in_child(run)
+            return
         ctx = run.ctx
         try:
             if self.is_async:
@@ -309,6 +321,27 @@ class Worker:
             outcome, text, retry_at = "fail", f"{type(e).__name__}: {e}", retry_at_ms(ctx.attempt)
         self._settle(run, outcome, text, retry_at)
         self._slots.release()
+
+    def _run_in_child(self, run: _Running) -> None:
+        """The job in a child process of the pool; a cancelled one (time limit, stop, lost
+        lease, shutdown) has its child killed, and settles as the keeper or the stop says."""
+        try:
+            r = self._pool.run(run.job, run.ctx)
+            kind = r[0]
+            if kind == "done":
+                self._settle(run, "done", r[1], 0)
+            elif kind == "retry":
+                self._settle(run, "retry", r[1], now_ms() + int(r[2] * 1000))
+            elif kind == "abort":
+                self._settle(run, "abort", r[1], 0)
+            elif kind == "fail":
+                self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt))
+            else:  # cancelled: the keeper settled a time limit; a stop records nothing
+                self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt))
+        except Exception as e:  # the pool itself failed (a child could not start): the attempt fails
+            self._settle(run, "fail", f"{type(e).__name__}: {e}", retry_at_ms(run.ctx.attempt))
+        finally:
+            self._slots.release()
 
     def _settle(self, run: _Running, outcome: str, text: str, retry_at: int) -> None:
         """Queues the outcome for the completer, once per run; an interrupted run records none."""
