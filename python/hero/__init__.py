@@ -11,7 +11,9 @@
 
 Layout: `keys` (every key), `protocol` (every server function call, the library of this
 protocol version and its loading), `job` (the record and answers as dataclasses), `client`
-(the producer), `queue` (the operator's `Queue`), `options` (durations, back-off, rates), `events` (job events for producers, and the waits they wake), `worker`
+(the producer), `aio` (the producer on asyncio), `tasks` (`App` and `@app.task`, as Celery's),
+`pool` (handlers in child processes), `queue` (the operator's `Queue`), `options` (durations,
+back-off, rates), `events` (job events for producers, and the waits they wake), `worker`
 (the worker), `errors`.
 """
 from . import aio
