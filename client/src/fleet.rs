@@ -27,6 +27,9 @@ pub fn features_of(job: &NewJob) -> Vec<Feature> {
     if r.batch.is_some() {
         out.push(Feature::Batch);
     }
+    if r.backoff.is_some() || r.keep.is_some() || r.keep_failed.is_some() {
+        out.push(Feature::JobPolicy);
+    }
     out
 }
 

@@ -255,9 +255,10 @@ export class Client {
    * `fleet_lacks` summary in the config hash, read at most every 2 s and only when a job uses
    * such a feature: docs/protocol.md §8). */
   private async checkFleet(specs: Spec[]): Promise<void> {
-    const gated = ["unique", "tags", "limit_key", "batch"];
+    // record field -> the feature the brokers' summary names
+    const gated: Record<string, string> = { unique: "unique", tags: "tags", limit_key: "limit_key", batch: "batch", backoff: "job_policy", keep: "job_policy", keep_failed: "job_policy" };
     const used: [string, string][] = [];
-    for (const s of specs) for (const [k, v] of s.fields) if (gated.includes(k) && v !== "" && v !== "[]") used.push([s.id, k]);
+    for (const s of specs) for (const [k, v] of s.fields) if (k in gated && v !== "" && v !== "[]") used.push([s.id, gated[k]]);
     if (used.length === 0) return;
     if (this.lacks === null || Date.now() - this.lacks.at >= 2000) {
       const raw = await this.redis.hget(this.keys.config(), "fleet_lacks");

@@ -64,16 +64,20 @@ pub enum Feature {
     Progress,
     /// A sharded namespace (release 0.3: shards are read by the clients, not the library).
     Shards,
+    /// A job's own back-off and retention, `backoff`, `keep`, `keep_failed` (30): a worker of
+    /// 29 keeps the fields and runs the job, but its library applies its queue's policy only.
+    JobPolicy,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 6] = [
+    pub const ALL: [Feature; 7] = [
         Feature::Unique,
         Feature::Tags,
         Feature::LimitKey,
         Feature::Batch,
         Feature::Progress,
         Feature::Shards,
+        Feature::JobPolicy,
     ];
 
     /// Its name in the brokers' summary (`Fleet::summary`), which hero-py and Node read.
@@ -85,6 +89,7 @@ impl Feature {
             Feature::Batch => "batch",
             Feature::Progress => "progress",
             Feature::Shards => "shards",
+            Feature::JobPolicy => "job_policy",
         }
     }
 
@@ -96,6 +101,7 @@ impl Feature {
             Feature::Batch => "a batch",
             Feature::Progress => "progress and log lines",
             Feature::Shards => "a sharded namespace",
+            Feature::JobPolicy => "a job's own back-off or retention",
         }
     }
 
@@ -107,6 +113,7 @@ impl Feature {
             Feature::LimitKey => 26,
             Feature::Batch | Feature::Progress => 27,
             Feature::Shards => 28,
+            Feature::JobPolicy => 30,
         }
     }
 }

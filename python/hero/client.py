@@ -357,7 +357,8 @@ class Client:
         return self._submit_on(self.proto, jobs)
 
     # the features a live process older than their protocol would refuse (docs/protocol.md §8)
-    _GATED = (("unique", "unique"), ("tags", "tags"), ("limit_key", "limit_key"), ("batch", "batch"))
+    _GATED = (("unique", "unique"), ("tags", "tags"), ("limit_key", "limit_key"), ("batch", "batch"),
+              ("backoff", "job_policy"), ("keep", "job_policy"), ("keep_failed", "job_policy"))
 
     def _check_fleet(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
         """Refuses a job using a feature the brokers say a live older process lacks (their

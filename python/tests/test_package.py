@@ -373,10 +373,13 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
     wait_until("the brokers' summary", lambda: b"old26" in (r.hget("hero:meta:config", "fleet_lacks") or b""), limit=15)
     with pytest.raises(hero.OlderProcesses, match="old26"):
         hero.Client(broker).submit("x", "py", batch="b1")
+    # a job's own back-off or retention: a library before 30 would not apply it
+    with pytest.raises(hero.OlderProcesses, match="back-off or retention"):
+        hero.Client(broker).submit("x", "py", keep=60)
     node_dist = os.path.join(ROOT, "node", "dist", "esm", "index.js")
     script = (f"import {{ Client }} from {json.dumps(node_dist)};"
               f"const c = await Client.connect({json.dumps(broker)});"
-              "try { await c.submit({ type: 'py', script: 'x', batch: 'b1' }); console.log('accepted'); }"
+              "try { await c.submit({ type: 'py', script: 'x', removeOnComplete: true }); console.log('accepted'); }"
               "catch (e) { console.log(e.name, e.message); } finally { await c.close(); }")
     out = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
     assert out.stdout.startswith("OlderProcesses") and "old26" in out.stdout, out.stdout + out.stderr
