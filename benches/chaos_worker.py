@@ -52,7 +52,8 @@ def main() -> int:
             say("ready")
         elif kind == "started":
             say(f"started {job_id} {int(time.time() * 1000)}")
-        elif kind == "completion" and detail == "completed":
+        # recorded as the job's end (hero-py 0.29 said `completion` / `completed` for both)
+        elif kind in ("finished", "failed") or (kind == "completion" and detail == "completed"):
             with lock:
                 token = tokens.pop(job_id, "")
             line(f"accepted {job_id} {token}\n")

@@ -94,6 +94,19 @@ class JobContext:
         self._cancel.set()
 
 
+
+
+def _ended_as(outcome: str, answer: str) -> str:
+    """The event a recorded outcome is reported as (`on_event`): `finished` (done), `retrying`
+    (failed, to run again), `failed` (ended error), or `lost` (the completion was refused: the
+    job was taken away, e.g. stopped or recovered, and this run's result is not the job's)."""
+    if answer == "retrying":
+        return "retrying"
+    if answer != "completed":
+        return "lost"
+    return "finished" if outcome == "done" else "failed"
+
+
 @dataclass
 class _Running:
     job: Job
@@ -390,7 +403,7 @@ class Worker:
                 with self._lock:
                     self._running.pop(d["id"], None)
                 self.completed += 1
-                self._emit("completion", d["id"], answer)
+                self._emit(_ended_as(d["outcome"], answer), d["id"], d["text"] if d["outcome"] != "done" else answer)
 
     # -- leases, reports, presence, time limits ---------------------------------------------
     def _keeper(self) -> None:

@@ -465,3 +465,24 @@ def test_a_sharded_namespace_is_served_by_the_python_producer_and_worker(broker)
         short.r.close()
     assert {hero.shards.shard_of_id(i) or 0 for i in one_each} == {0, 1, 2}, one_each
     stop(w, t)
+
+
+def test_on_event_reports_each_end_as_what_it_was(broker):
+    redis_url = broker  # the broker promotes the retry
+    c = hero.Client(redis_url)
+    events = []
+
+    def handler(job, ctx):
+        if job.script == "fail":
+            raise ValueError("no")
+        return "ok"
+    w = hero.Worker(handler, ["ev"], redis_url, on_event=lambda k, j, d: events.append((k, j, d)))
+    t = start(w)
+    c.run("ok", "ev", id="e-ok", wait=20)
+    c.run("fail", "ev", id="e-retry", retries=1, wait=20)
+    stop(w, t)
+    kinds = [(k, j) for k, j, _ in events if j.startswith("e-") and k not in ("started",)]
+    assert ("finished", "e-ok") in kinds
+    assert ("retrying", "e-retry") in kinds and ("failed", "e-retry") in kinds, kinds
+    assert ("failed", "e-retry", "ValueError: no") in events
+    assert not [k for k, j in kinds if k == "finished" and j == "e-retry"], "a failure is never reported as finished"
