@@ -220,6 +220,8 @@ class Worker:
             shards = threading.Thread(target=self._serve_shards, daemon=True, name="hero-shards")
             shards.start()
         self._heartbeat()
+        if self._pool is not None and self.keys.prefix == self._base_prefix:
+            self._pool.warm()
         threads = [threading.Thread(target=f, daemon=True, name=n) for f, n in (
             (self._keeper, "hero-keeper"), (self._control, "hero-control"), (self._completer, "hero-completer"))]
         for t in threads:
