@@ -19,6 +19,7 @@ import threading
 from typing import Any, Callable
 
 from .errors import InvalidInput
+from .outcomes import Abort, Retry
 
 _SPAWN = mp.get_context("spawn")
 POLL_S = 0.05
@@ -61,7 +62,6 @@ async def _awaited(value: Any) -> Any:
 
 
 def _child(conn, handler_bytes: bytes) -> None:
-    from .worker import Abort, Retry
     handler = pickle.loads(handler_bytes)
     while True:
         try:

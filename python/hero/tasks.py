@@ -46,7 +46,8 @@ from .client import Client, _name
 from .errors import HeroError, InvalidInput
 from .job import Job
 from .options import Backoff, duration_ms
-from .worker import Abort, JobContext, Retry, Worker
+from .outcomes import Abort, Retry
+from .worker import JobContext, Worker
 
 DEFAULT_QUEUE = "tasks"
 # in a payload: the task before in a chain (its result is the first argument), or a chord's

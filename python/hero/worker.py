@@ -23,6 +23,7 @@ import redis
 
 from .client import _name, connect
 from .errors import InvalidInput
+from .outcomes import Abort, Retry
 from .pool import ProcessPool
 from .job import Job
 from .keys import Keys
@@ -33,16 +34,6 @@ REPORT_EVERY_S = 0.5  # reports gather this long: one call per flush for every j
 LOG_LINES = 100
 
 
-class Retry(Exception):
-    """Raise from a handler: try the job again after `delay` seconds (within its budget)."""
-
-    def __init__(self, reason: str = "retry", delay: float = 1.0):
-        super().__init__(reason)
-        self.delay = delay
-
-
-class Abort(Exception):
-    """Raise from a handler: the job ends error now, whatever its retry budget."""
 
 
 class JobContext:
