@@ -78,8 +78,13 @@ def _files():
         yield LIBRARY
     else:  # building from an sdist, which carries it in the package
         packed = os.path.join(ROOT, LIBRARY[1])
-        if os.path.exists(packed):
-            yield packed, LIBRARY[1]
+        if not os.path.exists(packed):
+            # a package without its library could not load it into a Redis that lacks it
+            raise RuntimeError(
+                "hero-py: the server library hero-library.lua is neither at ../docs/ (a build in the "
+                "repository) nor in hero/ (a build from an sdist): build from the repository's python/, "
+                "or from the sdist it makes (pip wheel ./python, or python -m build --sdist python)")
+        yield packed, LIBRARY[1]
     base = os.path.join(ROOT, PACKAGE)
     for dirpath, _dirs, names in os.walk(base):
         if "__pycache__" in dirpath:

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -486,3 +487,33 @@ def test_on_event_reports_each_end_as_what_it_was(broker):
     assert ("retrying", "e-retry") in kinds and ("failed", "e-retry") in kinds, kinds
     assert ("failed", "e-retry", "ValueError: no") in events
     assert not [k for k, j in kinds if k == "finished" and j == "e-retry"], "a failure is never reported as finished"
+
+
+def test_an_sdist_builds_and_installs_outside_the_repository_and_a_bare_copy_is_refused(tmp_path):
+    """What python/README.md says of installing elsewhere: the sdist carries the server library,
+    so a wheel built from it outside the repository loads it; a copy of python/ alone (no
+    ../docs/hero-library.lua) is refused rather than built without it."""
+    import shutil
+    import tarfile
+    sys.path.insert(0, os.path.join(ROOT, "python", "_build"))
+    try:
+        import backend
+    finally:
+        sys.path.pop(0)
+    sdist = backend.build_sdist(str(tmp_path))
+    with tarfile.open(tmp_path / sdist) as t:
+        names = t.getnames()
+        assert any(n.endswith("hero/hero-library.lua") for n in names), names
+        t.extractall(tmp_path / "unpacked")  # our own archive, just built
+    src = next((tmp_path / "unpacked").iterdir())
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          str(src), "-w", str(tmp_path / "wheels")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    wheel = next((tmp_path / "wheels").glob("hero_py-*.whl"))
+    import zipfile
+    assert "hero/hero-library.lua" in zipfile.ZipFile(wheel).namelist()
+    bare = tmp_path / "bare" / "python"
+    shutil.copytree(os.path.join(ROOT, "python"), bare, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          str(bare), "-w", str(tmp_path / "bare-wheels")], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "hero-library.lua" in out.stderr + out.stdout, out.stderr
