@@ -52,6 +52,7 @@ class Client:
         self._started: asyncio.Future | None = None
         self._waits: dict[str, list[asyncio.Event]] = {}
         self._ready = False
+        self._xackdel: str | None = None
 
     def fn(self, name: str) -> str:
         return f"hero_v{VERSION}_{name}"
@@ -153,12 +154,7 @@ class Client:
             ctl = k.ctl_instance(t, parts[0], parts[1]) if t and len(parts) == 3 else None
             keys = [k.job(job_id), stream, k.delayed(), k.reply(job_id), k.config(), ctl or k.config(),
                     k.retention(), k.events(), k.stats()]
-            xackdel = "0"
-            try:
-                await self.r.execute_command("XACKDEL")
-                xackdel = "1"
-            except redis.ResponseError as e:
-                xackdel = "0" if "unknown command" in str(e).lower() else "1"
+            xackdel = await self._xackdel_flag()
             try:
                 answer = _text(await self.r.fcall(self.fn("stop"), len(keys), *keys, GROUP, worker if ctl else "",
                                                   iso(), xackdel, job_id, "stopped"))
@@ -167,6 +163,16 @@ class Client:
             if answer != "changed":
                 return answer
         raise HeroError(f"job {job_id} kept changing hands while it was being stopped; try again")
+
+    async def _xackdel_flag(self) -> str:
+        """'1' when the server has XACKDEL (asked once), as `Protocol.xackdel`."""
+        if self._xackdel is None:
+            try:
+                await self.r.execute_command("XACKDEL")
+                self._xackdel = "1"
+            except redis.ResponseError as e:
+                self._xackdel = "0" if "unknown command" in str(e).lower() else "1"
+        return self._xackdel
 
     # -- wait -----------------------------------------------------------------------------------
     async def wait(self, job_id: str, wait: float = 30.0) -> Result:

@@ -20,9 +20,10 @@ from typing import Any
 
 import redis
 
-from .client import Client, _name
+from .client import Client, _name, _whole
 from .errors import HeroError, InvalidInput, JobNotFound
-from .options import Backoff, duration_ms, rate
+from .options import Backoff, duration_ms
+from .options import rate as parse_rate  # set_policy takes an argument named rate
 
 _SCHEDULE = re.compile(r"^(every \S.*|@\w+|(\S+\s+){4,5}\S+)$")
 
@@ -69,10 +70,6 @@ class DeadLetter:
     reason: str
     queue: str
     shard: int = 0
-
-
-_POLICY_FIELDS = ("retries", "backoff", "timeout", "lease", "concurrency", "rate", "key_rate", "retention",
-                  "aging")
 
 
 class Queue:
@@ -152,12 +149,11 @@ class Queue:
         if lease is not None:
             given["lease_ms"] = duration_ms("lease", lease)
         if concurrency is not None:
-            given["concurrency"] = _whole("concurrency", concurrency, 1,
-                                          "(to run nothing, pause the queue)")
+            given["concurrency"] = _whole("concurrency (to run nothing, pause the queue)", concurrency, 1)
         if rate is not None:
-            given["rate"] = _rate("rate", rate)
+            given["rate"] = parse_rate("rate", rate)
         if key_rate is not None:
-            given["key_rate"] = _rate("key_rate", key_rate)
+            given["key_rate"] = parse_rate("key_rate", key_rate)
         if retention is not None:
             given["retention_ms"] = duration_ms("retention", retention)
         if aging is not None:
@@ -372,16 +368,6 @@ class Queue:
         rec = self.r.hmget(keys.job(job_id), ["script_type", "group", "instance", "priority"])
         t, g, i, p = (x.decode() if x else "" for x in rec)
         return keys.work(t, g or None, i or None, int(p) if p.isdigit() else 5) if t else None
-
-
-def _whole(what: str, v: Any, least: int, hint: str = "") -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < least:
-        raise InvalidInput(f"{what} {v!r} is not a whole number of at least {least} {hint}".strip())
-    return v
-
-
-def _rate(what: str, v: Any) -> dict[str, int]:
-    return rate(what, v)
 
 
 def _split(policy: dict[str, Any], n: int, k: int) -> dict[str, Any]:

@@ -110,7 +110,7 @@ end
 
 -- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
 -- have not finished yet, the first that ended error (nil when none did), and the results of
--- those that ended, as the new job's record keeps them (result_fields: id, status, text).
+-- those that ended ({id, status, text}), which keep_result writes into the new job's record.
 local function prerequisites_state(prefix, list)
   local left, failed, ended = 0, nil, {}
   for _, p in ipairs(list) do
