@@ -9,10 +9,11 @@ use hero_worker::{JobContext, Outcome};
 /// Runs one job's script to its outcome.
 pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
     let cancel = ctx.cancel.clone();
-    let ctx = ctx.clone();
+    let reporter = ctx.clone();
+    let script = job.script.clone();
     let run = tokio::task::spawn_blocking(move || {
         let mut engine = rhai::Engine::new();
-        register_reports(&mut engine, &ctx);
+        register_reports(&mut engine, &reporter);
         engine.on_progress(move |_| {
             if cancel.is_cancelled() {
                 Some(rhai::Dynamic::UNIT)
@@ -33,10 +34,31 @@ pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
         Ok(Ok(value)) => Outcome::Done(value.to_string()),
         Ok(Err(e)) => match *e {
             rhai::EvalAltResult::ErrorTerminated(..) => Outcome::Abort("stopped".into()),
-            other => Outcome::Fail(format!("script error: {other}")),
+            other => {
+                ctx.trace(script_trace(&other, &script));
+                Outcome::Fail(format!("script error: {other}"))
+            }
         },
         Err(e) => Outcome::Fail(format!("script runner failed: {e}")),
     }
+}
+
+/// A failed script's trace: the error, the functions it was raised in (innermost last), and
+/// the script's line where it was raised.
+fn script_trace(e: &rhai::EvalAltResult, script: &str) -> String {
+    let mut out = format!("script error: {e}");
+    let mut cur = e;
+    while let rhai::EvalAltResult::ErrorInFunctionCall(name, _, inner, at) = cur {
+        out.push_str(&format!("\n  in function {name}, called at {at}"));
+        cur = inner;
+    }
+    let at = cur.position();
+    if let Some(n) = at.line() {
+        if let Some(line) = script.lines().nth(n.saturating_sub(1)) {
+            out.push_str(&format!("\n  at line {n}: {}", line.trim()));
+        }
+    }
+    out
 }
 
 /// `progress(percent, message)` (percent an integer or a float), `progress(percent)` and

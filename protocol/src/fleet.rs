@@ -67,10 +67,13 @@ pub enum Feature {
     /// A job's own back-off and retention, `backoff`, `keep`, `keep_failed` (30): a worker of
     /// 29 keeps the fields and runs the job, but its library applies its queue's policy only.
     JobPolicy,
+    /// A failed attempt's `trace`, written by `hero_complete` for a worker of 30: a reader of 29
+    /// or later keeps it; one before 29 refuses the record, so workers hold traces back.
+    Trace,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 7] = [
+    pub const ALL: [Feature; 8] = [
         Feature::Unique,
         Feature::Tags,
         Feature::LimitKey,
@@ -78,6 +81,7 @@ impl Feature {
         Feature::Progress,
         Feature::Shards,
         Feature::JobPolicy,
+        Feature::Trace,
     ];
 
     /// Its name in the brokers' summary (`Fleet::summary`), which hero-py and Node read.
@@ -90,6 +94,7 @@ impl Feature {
             Feature::Progress => "progress",
             Feature::Shards => "shards",
             Feature::JobPolicy => "job_policy",
+            Feature::Trace => "trace",
         }
     }
 
@@ -102,6 +107,7 @@ impl Feature {
             Feature::Progress => "progress and log lines",
             Feature::Shards => "a sharded namespace",
             Feature::JobPolicy => "a job's own back-off or retention",
+            Feature::Trace => "a failed attempt's trace",
         }
     }
 
@@ -114,6 +120,9 @@ impl Feature {
             Feature::Batch | Feature::Progress => 27,
             Feature::Shards => 28,
             Feature::JobPolicy => 30,
+            // written by workers of 30, kept by every reader of 29 and later (they keep a field
+            // they do not know); a reader before 29 refuses the record
+            Feature::Trace => 29,
         }
     }
 }

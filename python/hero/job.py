@@ -14,7 +14,7 @@ KNOWN_FIELDS = frozenset((
     "retries", "attempts", "run_at", "concurrent", "reply", "created_at", "updated_at",
     "started_at", "finished_at", "env_vars", "prerequisites", "dependencies", "dependents",
     "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
-    "unique_ttl", "limit_key", "output", "error", "lease", "entry", "payload", "deps_left",
+    "unique_ttl", "limit_key", "output", "error", "trace", "lease", "entry", "payload", "deps_left",
     "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken", "backoff", "keep", "keep_failed"
 ))
 # a prerequisite's result in its dependent's record: `result:<id>` = `<status>:<text>`
@@ -63,6 +63,9 @@ class Job:
     prerequisites: list[str] = field(default_factory=list)
     output: str | None = None
     error: str | None = None
+    # the last failed attempt's traceback (a Python traceback, a Node stack, a Rust error chain),
+    # as its worker recorded it: kept when a retry then succeeds
+    trace: str | None = None
     worker_id: str = ""
     lease: str | None = None
     created_at: str = ""
@@ -161,6 +164,7 @@ class Job:
             prerequisites=lst("prerequisites") or lst("dependencies"),
             output=text.get("output"),
             error=text.get("error"),
+            trace=text.get("trace") or None,
             worker_id=text.get("worker_id", ""),
             lease=text.get("lease") or None,
             created_at=text.get("created_at", ""),

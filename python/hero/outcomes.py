@@ -14,3 +14,20 @@ class Retry(Exception):
 
 class Abort(Exception):
     """Raise from a handler: the job ends error now, whatever its retry budget."""
+
+
+# The most of a trace a worker sends (hero_complete keeps as much): a failure's traceback is cut
+# to its last TRACE_MAX bytes, where Python names the exception and the line that raised it.
+TRACE_MAX = 16 * 1024
+
+
+def trace_of(e: BaseException) -> str:
+    """The traceback of a failed attempt as Python prints it, bounded. An `Abort` raised from
+    another exception (a task's failure) shows that exception's traceback: where it failed."""
+    import traceback
+    shown = e.__cause__ if isinstance(e, Abort) and e.__cause__ is not None else e
+    text = "".join(traceback.format_exception(type(shown), shown, shown.__traceback__))
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= TRACE_MAX:
+        return text
+    return "...(cut)\n" + raw[-(TRACE_MAX - 16):].decode("utf-8", "ignore")

@@ -19,7 +19,7 @@ import threading
 from typing import Any, Callable
 
 from .errors import InvalidInput
-from .outcomes import Abort, Retry
+from .outcomes import Abort, Retry, trace_of
 
 _SPAWN = mp.get_context("spawn")
 POLL_S = 0.05
@@ -79,9 +79,9 @@ def _child(conn, handler_bytes: bytes) -> None:
         except Retry as e:
             msg = ("retry", str(e), e.delay)
         except Abort as e:
-            msg = ("abort", str(e))
+            msg = ("abort", str(e), trace_of(e))
         except Exception as e:  # the attempt failed, retried within its budget
-            msg = ("fail", f"{type(e).__name__}: {e}")
+            msg = ("fail", f"{type(e).__name__}: {e}", trace_of(e))
         conn.send(msg)
 
 
@@ -127,8 +127,9 @@ class ProcessPool:
         return _Child(self.handler_bytes)
 
     def run(self, job, ctx) -> tuple:
-        """Runs `job` in a child: ('done', text), ('retry', reason, delay), ('abort', reason),
-        ('fail', text), or ('cancelled', reason) once `ctx` was cancelled (the child killed)."""
+        """Runs `job` in a child: ('done', text), ('retry', reason, delay), ('abort', reason,
+        trace), ('fail', text, trace), or ('cancelled', reason) once `ctx` was cancelled (the child
+        killed)."""
         child = self._take()
         try:
             child.conn.send(job)

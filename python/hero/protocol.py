@@ -171,7 +171,8 @@ class Protocol:
 
     def complete(self, consumer: str, done: Sequence[dict[str, Any]]) -> list[str]:
         """hero_complete of a batch of outcomes, each a dict: id, stream, lease, outcome ('done',
-        'fail', 'retry', 'abort'), text, retry_at (ms), reply (the record's field), ran_ms.
+        'fail', 'retry', 'abort'), text, retry_at (ms), reply (the record's field), ran_ms, and
+        trace (a failure's traceback, or None).
         Answers per job: completed, retrying, already_completed or lease_lost."""
         k = self.keys
         keys = [k.delayed(), k.config(), k.retention(), k.events(), k.stats(), k.queues()]
@@ -182,6 +183,12 @@ class Protocol:
             keys += [k.job(d["id"]), d["stream"], k.reply(d["id"]) if d.get("reply") else d["stream"]]
             argv += [d["lease"], d["outcome"], d["text"], d.get("retry_at", 0), d["id"], d.get("reply", ""),
                      d.get("ran_ms", "")]
+        # then (index, trace) per failure that has a trace: a batch of successes sends none (nor
+        # does a library before 30, which takes no traces: a test speaks it, as an older release)
+        if int(self.version) >= 30:
+            for i, d in enumerate(done):
+                if d.get("trace") and d["outcome"] != "done":
+                    argv += [i, d["trace"]]
         return [_text(x) for x in self.r.fcall(self.fn("complete"), len(keys), *keys, *argv)]
 
     def hand_back(self, stream: str, consumer: str) -> int:

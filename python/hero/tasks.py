@@ -13,6 +13,10 @@ worker, not a second protocol:
 - a task's declared policy (retries, back-off, time limit, priority) travels with each job it
   sends (the job's own policy, issue 48), so deploys that declare it differently never flap a
   shared queue policy; the queue's policy, when an operator sets one, is the floor;
+- a task's `rate` (`"10/m"`, Celery's `rate_limit`) spaces the starts of its jobs on each
+  worker process (Celery's is per worker instance too): a job that comes early waits in its slot,
+  its lease renewed, and the wait counts toward its time limit; a limit over the whole queue is
+  its policy's `rate` (`Queue.set_policy(rate=...)`), kept by the functions;
 - `autoretry_for` exceptions fail the attempt and are retried within `retries` on the task's
   back-off; any other exception ends the job at once (Celery's rule), and so does `hero.Abort`;
 - a chain's next task runs after the one before (its prerequisite) and gets that result as its
@@ -36,6 +40,8 @@ import inspect
 import json
 import pickle
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
@@ -45,7 +51,7 @@ import msgpack
 from .client import Client, _name
 from .errors import HeroError, InvalidInput
 from .job import Job
-from .options import Backoff, duration_ms
+from .options import Backoff, duration_ms, rate as parse_rate
 from .outcomes import Abort, Retry
 from .worker import JobContext, Worker
 
@@ -53,6 +59,24 @@ DEFAULT_QUEUE = "tasks"
 # in a payload: the task before in a chain (its result is the first argument), or a chord's
 # members (the list of their results is)
 _CHAIN, _CHORD = "chain", "chord"
+
+
+class _Spacing:
+    """A task's `rate` on one worker process: starts at least `per_ms / max` apart (Celery's
+    token bucket of one token)."""
+
+    def __init__(self, r: dict[str, int]):
+        self.interval = r["per_ms"] / r["max"] / 1000
+        self.next = 0.0
+        self.lock = threading.Lock()
+
+    def take(self) -> float:
+        """Seconds until this start's turn (0 when now), its turn taken."""
+        with self.lock:
+            now = time.monotonic()
+            at = max(now, self.next)
+            self.next = at + self.interval
+            return at - now
 
 
 class TaskError(HeroError):
@@ -213,7 +237,7 @@ class Task:
 
     def __init__(self, app: "App", fn: Callable, name: str, queue: str, retries: int, backoff: Any,
                  autoretry_for: tuple[type[BaseException], ...], time_limit: Any, priority: int | None,
-                 keep: Any, keep_failed: Any):
+                 keep: Any, keep_failed: Any, rate: Any = None):
         self.app, self.fn, self.name, self.queue = app, fn, name, _name("task queue", queue)
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidInput(f"task {name}: retries {retries!r} is not a whole number of at least 0")
@@ -227,6 +251,8 @@ class Task:
             raise InvalidInput(f"task {name}: priority {priority!r} is not 0 (highest) to 9 (lowest)")
         self.priority = priority
         self.keep, self.keep_failed = keep, keep_failed
+        self.rate = None if rate is None else parse_rate(f"task {name}: rate", rate)
+        self._spacing = _Spacing(self.rate) if self.rate else None
         self.__doc__, self.__name__ = fn.__doc__, getattr(fn, "__name__", name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -310,7 +336,7 @@ class App:
     def task(self, fn: Callable | None = None, *, name: str | None = None, queue: str | None = None,
              retries: int = 0, backoff: Any = None, autoretry_for: Sequence[type[BaseException]] = (),
              time_limit: Any = None, priority: int | None = None, keep: Any = None,
-             keep_failed: Any = None) -> Any:
+             keep_failed: Any = None, rate: Any = None) -> Any:
         """Registers `fn` as a task (`@app.task` or `@app.task(retries=3, ...)`). Its name is
         `name`, else `<module>.<function>` as Celery names it."""
         def register(f: Callable) -> Task:
@@ -320,7 +346,7 @@ class App:
             if n in self.tasks:
                 raise InvalidInput(f"task {n} is registered twice: give one of them name=")
             t = Task(self, f, n, queue or self.queue, retries, backoff, tuple(autoretry_for), time_limit,
-                     priority, keep, keep_failed)
+                     priority, keep, keep_failed, rate)
             self.tasks[n] = t
             return t
         return register(fn) if fn is not None else register
@@ -381,7 +407,19 @@ class App:
         """A `Worker` serving every registered task's queue (or `queues`); `options` are the
         Worker's (`concurrency`, `group`, ...)."""
         qs = list(queues) if queues else sorted({t.queue for t in self.tasks.values()} or {self.queue})
-        return Worker(self.handler, qs, self.url, namespace=self.namespace, **options)
+        w = Worker(self.handler, qs, self.url, namespace=self.namespace, **options)
+        if any(t._spacing for t in self.tasks.values()):
+            # in the worker process, before the job goes to a thread or a child: one pace for all
+            w._throttle = self._pace
+        return w
+
+    def _pace(self, job: Job, ctx: JobContext) -> None:
+        """Holds a job of a task with a `rate` until its turn on this worker process."""
+        t = self.tasks.get(job.script)
+        if t is not None and t._spacing is not None:
+            wait = t._spacing.take()
+            if wait > 0:
+                ctx.wait(wait)
 
 
 async def _awaited(value: Any) -> Any:

@@ -23,7 +23,7 @@ import redis
 
 from .client import _name, connect
 from .errors import InvalidInput
-from .outcomes import Abort, Retry
+from .outcomes import Abort, Retry, trace_of
 from .pool import ProcessPool
 from .job import Job
 from .keys import Keys
@@ -146,6 +146,9 @@ class Worker:
         self.lease_ms = lease_ms
         self._renew_within_ms = lease_ms
         self._hold_reports = False
+        self._hold_traces = False
+        # called on the job's thread before its handler (an App's task rate limits), or None
+        self._throttle: Callable[[Job, JobContext], None] | None = None
         self._policies: dict[str, Any] = {}
         self.presence_ttl_ms = presence_ttl_ms
         self.shutdown_s = shutdown_s
@@ -313,6 +316,9 @@ class Worker:
             self._run_in_child(run)
             return
         ctx = run.ctx
+        trace = None
+        if self._throttle is not None:
+            self._throttle(run.job, ctx)
         try:
             if self.is_async:
                 value = asyncio.run(self.handler(run.job, ctx))
@@ -322,16 +328,19 @@ class Worker:
         except Retry as e:
             outcome, text, retry_at = "retry", str(e), now_ms() + int(e.delay * 1000)
         except Abort as e:
-            outcome, text, retry_at = "abort", str(e), 0
+            outcome, text, retry_at, trace = "abort", str(e), 0, trace_of(e)
         except Exception as e:  # the handler failed: the attempt fails, retried within budget
             outcome, text, retry_at = "fail", f"{type(e).__name__}: {e}", retry_at_ms(ctx.attempt)
-        self._settle(run, outcome, text, retry_at)
+            trace = trace_of(e)
+        self._settle(run, outcome, text, retry_at, trace)
         self._slots.release()
 
     def _run_in_child(self, run: _Running) -> None:
         """The job in a child process of the pool; a cancelled one (time limit, stop, lost
         lease, shutdown) has its child killed, and settles as the keeper or the stop says."""
         try:
+            if self._throttle is not None:
+                self._throttle(run.job, run.ctx)
             r = self._pool.run(run.job, run.ctx)
             kind = r[0]
             if kind == "done":
@@ -339,9 +348,9 @@ class Worker:
             elif kind == "retry":
                 self._settle(run, "retry", r[1], now_ms() + int(r[2] * 1000))
             elif kind == "abort":
-                self._settle(run, "abort", r[1], 0)
+                self._settle(run, "abort", r[1], 0, r[2])
             elif kind == "fail":
-                self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt))
+                self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt), r[2])
             else:  # cancelled: the keeper settled a time limit; a stop records nothing
                 self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt))
         except Exception as e:  # the pool itself failed (a child could not start): the attempt fails
@@ -349,8 +358,9 @@ class Worker:
         finally:
             self._slots.release()
 
-    def _settle(self, run: _Running, outcome: str, text: str, retry_at: int) -> None:
-        """Queues the outcome for the completer, once per run; an interrupted run records none."""
+    def _settle(self, run: _Running, outcome: str, text: str, retry_at: int, trace: str | None = None) -> None:
+        """Queues the outcome for the completer, once per run; an interrupted run records none.
+        A failure's `trace` goes with it, unless a live older process would refuse the field."""
         with run.lock:
             if run.settled:
                 return
@@ -367,6 +377,7 @@ class Worker:
             "id": run.job.id, "stream": self.streams[run.stream_index], "lease": run.entry,
             "outcome": outcome, "text": text, "retry_at": retry_at, "reply": run.job.reply,
             "ran_ms": int((time.monotonic() - run.began) * 1000),
+            "trace": None if self._hold_traces else trace,
         })
 
     # -- complete ---------------------------------------------------------------------------
@@ -464,7 +475,10 @@ class Worker:
         self._renew_within_ms = self._lease_of(brokers, policies)
         self._policies = {(k.decode() if isinstance(k, bytes) else k): v for k, v in (policies or {}).items()}
         # progress and log lines are held back while the brokers say a live worker lacks them
-        self._hold_reports = bool(lacks) and b'"progress"' in (lacks if isinstance(lacks, bytes) else lacks.encode())
+        lacks = (lacks if isinstance(lacks, bytes) else lacks.encode()) if lacks else b""
+        self._hold_reports = b'"progress"' in lacks
+        # a failure's trace, likewise, while a live reader before protocol 29 would refuse it
+        self._hold_traces = b'"trace"' in lacks
 
     def _lease_of(self, brokers, policies) -> int:
         """The shortest of this worker's lease, the brokers' (`lease_ms` in the config hash: what

@@ -153,6 +153,10 @@ def test_a_failing_handler_is_retried_within_its_budget_then_ends_error(redis_ur
     stop(w, t)
     assert c.get("flaky").error == "ValueError: boom"
     assert calls == [1]
+    # the attempt's traceback is stored with it, as Python prints it
+    trace = c.get("flaky").trace
+    assert trace.startswith("Traceback") and 'raise ValueError("boom")' in trace, trace
+    assert trace.rstrip().endswith("ValueError: boom"), trace
 
 
 def test_retries_run_through_the_broker_and_abort_ends_at_once(broker):
@@ -352,6 +356,8 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
     v26 = os.path.join(ROOT, "python", "tests", "fixtures", "hero-library-v26.lua")
     old = hero.Worker(lambda job, ctx: "old", ["py"], broker, protocol="26", library=v26, instance="old26")
     def reporting(job, ctx):
+        if job.script == "fail":
+            raise RuntimeError("failed on purpose")
         ctx.progress(50, "half")
         ctx.log("a line")
         return "new"
@@ -399,6 +405,10 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
         n += 1
         assert n < 40, "reports were never held back"
         time.sleep(0.25)
+    # a failure's traceback too: the worker of 26 refuses a record with a field it does not know
+    c.submit("fail", "py29", id="held-trace")
+    wait_until("it failed", lambda: c.status("held-trace") == "error")
+    assert c.get("held-trace").trace is None
     # and so does the Rust worker (`hero worker`, a Rhai script reporting), by the same summary
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERO_")}
     rust = subprocess.Popen([HERO_BIN, "--redis-url", broker, "worker", "--types", "rh29", "--presence-ms", "900"],
@@ -410,6 +420,9 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
         wait_until("the Rhai job ran", lambda: c.status("rh-held") == "finished")
         held = c.get("rh-held")
         assert held.progress is None and not held.log, (held.progress, held.log)
+        hero_cli("submit", "--type", "rh29", "--id", "rh-trace", 'throw "on purpose"', url=broker)
+        wait_until("the Rhai job failed", lambda: c.status("rh-trace") == "error")
+        assert c.get("rh-trace").trace is None
     finally:
         rust.terminate()
         rust.wait(timeout=20)
@@ -421,6 +434,9 @@ def test_the_fleet_knows_each_process_protocol_and_holds_back_what_an_older_one_
         n += 1
         assert n < 80, "reports were never sent again"
         time.sleep(0.25)
+    c.submit("fail", "py29", id="sent-trace")
+    wait_until("it failed", lambda: c.status("sent-trace") == "error")
+    assert "failed on purpose" in c.get("sent-trace").trace
     accepted = hero_cli("submit", "--type", "py", "--batch", "b1", "--id", "member", "x", url=broker, check=False)
     assert accepted.returncode == 0, accepted.stderr
     wait_until("the members ran", lambda: c.status("member") == "finished" and c.status("py-member") == "finished")

@@ -57,6 +57,9 @@ def test_a_stuck_handler_is_killed_at_its_time_limit_and_at_a_stop(broker):
         assert "a line" in job.log
         bad = c.run("boom", "pp", wait=30)
         assert (bad.status, bad.error) == ("error", "ValueError: boom")
+        # the child's traceback crosses back with the failure
+        trace = c.get(bad.id).trace
+        assert "pool_handlers.py" in trace and 'raise ValueError("boom")' in trace, trace
 
 
 def test_tasks_run_in_the_pool_and_a_stuck_one_ends_at_its_time_limit(broker):

@@ -104,7 +104,14 @@ def test_autoretry_for_retries_on_the_back_off_and_other_exceptions_end_the_task
         r = t["test_tasks.make_app.<locals>.broken"].delay()
         with pytest.raises(hero.TaskError, match="KeyError: 'no such template'"):
             r.get(10)
-        assert app.client.get(r.id).attempts == 1, "not retried: not in autoretry_for"
+        job = app.client.get(r.id)
+        assert job.attempts == 1, "not retried: not in autoretry_for"
+        # the task's own traceback, where it raised, not the layer's
+        assert job.trace.startswith("Traceback (most recent call last):"), job.trace
+        assert 'raise KeyError("no such template")' in job.trace and "in broken" in job.trace, job.trace
+        assert job.trace.rstrip().endswith("KeyError: 'no such template'"), job.trace
+        shown = hero_cli("status", r.id, url=broker).stdout
+        assert "trace of the last failed attempt:" in shown and "in broken" in shown, shown
         with pytest.raises(hero.TaskError, match="JSON cannot carry"):
             t["test_tasks.make_app.<locals>.returns_a_set"].delay().get(10)
         other = hero.App(broker)
@@ -114,6 +121,32 @@ def test_autoretry_for_retries_on_the_back_off_and_other_exceptions_end_the_task
             return 1
         with pytest.raises(hero.TaskError, match="no task named 'not.served'"):
             nowhere.delay().get(10)
+
+
+def test_a_task_rate_spaces_its_starts_on_a_worker(broker):
+    app = hero.App(broker)
+    starts = []
+
+    @app.task(rate="5/s", name="paced")
+    def paced(i):
+        starts.append(time.monotonic())
+        return i
+
+    @app.task(name="free")
+    def free(i):
+        return i
+
+    with running(app):
+        rs = [paced.delay(i) for i in range(6)]
+        assert [r.get(20) for r in rs] == list(range(6))
+        starts.sort()
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        assert all(g > 0.17 for g in gaps), gaps
+        began = time.monotonic()
+        assert [free.delay(i).get(10) for i in range(3)] == [0, 1, 2]
+        assert time.monotonic() - began < 5, "a task without a rate is not paced"
+    with pytest.raises(hero.InvalidInput, match="rate"):
+        app.task(rate="fast", name="bad")(lambda: 1)
 
 
 def test_a_beat_entry_sends_its_task_with_its_arguments(broker):

@@ -178,6 +178,12 @@ async fn record(
         if let Some(ms) = f.retention_ms {
             outcomes.expire_after(ms);
         }
+        if let (Some(trace), false) = (&f.trace, matches!(f.outcome, Outcome::Done(_))) {
+            // held back, as progress is, while a live older process would refuse the field
+            if !s.hold_traces.load(Ordering::Acquire) {
+                outcomes.trace(trace);
+            }
+        }
         sent.push(f);
     }
     if sent.is_empty() {
@@ -238,6 +244,7 @@ async fn record(
         s.emit(WorkerEvent::Completed {
             job_id: f.job_id,
             completion,
+            failed: !matches!(f.outcome, Outcome::Done(_)),
         });
         freed.push(f.permit);
     }

@@ -17,10 +17,14 @@ pub enum WorkerEvent {
         job_id: JobId,
         attempt: u32,
     },
-    /// What `hero_complete` answered for a job's outcome.
+    /// What `hero_complete` answered for a job's outcome: `completion` is whether this
+    /// delivery's outcome was recorded (`Completed`: it ended the job; `Retrying`: a failure
+    /// parked for another attempt), `failed` whether the handler's outcome was a failure. A job
+    /// that ended `error` is `Completed` with `failed: true`, never a success.
     Completed {
         job_id: JobId,
         completion: Completion,
+        failed: bool,
     },
     /// A job's handler was interrupted and its result not recorded.
     Interrupted {

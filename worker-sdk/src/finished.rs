@@ -22,6 +22,8 @@ pub(crate) struct Finished {
     pub again: bool,
     /// The queue policy's retention (ms), when it sets one: the ended job expires then.
     pub retention_ms: Option<u64>,
+    /// The failed attempt's trace, when the handler gave one (stored only with a failure).
+    pub trace: Option<String>,
     /// How long the attempt ran: the sample of the queue's run-time histogram.
     pub ran: std::time::Duration,
     /// Released once the outcome is recorded.

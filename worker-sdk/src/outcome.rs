@@ -46,11 +46,44 @@ impl JobContext {
         self.pending.progress(percent, message.as_ref());
     }
 
+    /// This attempt failed with `e`: [`Outcome::Fail`] with its message, and its error chain
+    /// (`e`, then each `caused by:` source) stored with the job as the attempt's trace, shown by
+    /// `hero status`, the HTTP API and the dashboard. With anyhow: `ctx.fail(err.as_ref())`.
+    pub fn fail(&self, e: &(dyn std::error::Error + 'static)) -> Outcome {
+        self.trace(error_chain(e));
+        Outcome::Fail(e.to_string())
+    }
+
+    /// As [`JobContext::fail`], for a failure no retry can fix: [`Outcome::Abort`].
+    pub fn abort(&self, e: &(dyn std::error::Error + 'static)) -> Outcome {
+        self.trace(error_chain(e));
+        Outcome::Abort(e.to_string())
+    }
+
+    /// Stores `trace` with the job if this attempt fails (kept as its record's `trace`, at
+    /// most 16 KiB; a success ignores it): for a handler that builds its own.
+    pub fn trace(&self, trace: impl Into<String>) {
+        self.pending.set_trace(trace.into());
+    }
+
     /// Appends a line to the job's log (the job keeps its last 100 lines, each cut at 1,000
     /// bytes). Lines are sent in batches, like progress.
     pub fn log(&self, line: impl AsRef<str>) {
         self.pending.log(line.as_ref());
     }
+}
+
+/// `e` and each of its sources, one a line: `e`, then `caused by: <source>`, as a failed
+/// attempt's trace.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str("\ncaused by: ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 pub type BoxFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;

@@ -81,21 +81,27 @@ async fn beat(s: &Shared, started_at: &str) -> hero_protocol::Result<()> {
 }
 
 /// Holds the handlers' reports back while the brokers say a live worker would refuse them
-/// (`progress` in their `fleet_lacks` summary), saying so once each time that begins and ends.
+/// (`progress` in their `fleet_lacks` summary), and the failures' traces while one would refuse
+/// those (`trace`), saying so once each time that begins and ends.
 fn hold_reports(s: &Shared, lacks: Option<&str>) {
     let summary: serde_json::Value = lacks
         .and_then(|l| serde_json::from_str(l).ok())
         .unwrap_or_default();
-    let lacking = &summary[fleet::Feature::Progress.key()];
-    let hold = !lacking.is_null();
-    let was = s.hold_reports.swap(hold, Ordering::AcqRel);
-    if hold && !was {
-        tracing::warn!(
-            processes = %lacking["processes"],
-            "holding back progress and log lines: these live processes of an older protocol would end a job carrying them in error; they are sent again once they are gone"
-        );
-    } else if was && !hold {
-        tracing::info!("no older process is left: progress and log lines are sent again");
+    for (feature, flag, what) in [
+        (fleet::Feature::Progress, &s.hold_reports, "progress and log lines"),
+        (fleet::Feature::Trace, &s.hold_traces, "failed attempts' traces"),
+    ] {
+        let lacking = &summary[feature.key()];
+        let hold = !lacking.is_null();
+        let was = flag.swap(hold, Ordering::AcqRel);
+        if hold && !was {
+            tracing::warn!(
+                processes = %lacking["processes"],
+                "holding back {what}: these live processes of an older protocol would end a job carrying them in error; they are sent again once they are gone"
+            );
+        } else if was && !hold {
+            tracing::info!("no older process is left: {what} are sent again");
+        }
     }
 }
 

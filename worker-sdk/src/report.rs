@@ -1,4 +1,4 @@
-//! What running handlers report of themselves (progress, log lines): kept per job until it is
+//! What running handlers report of themselves (progress, log lines, a failure's trace): kept per job until it is
 //! handed to Redis, coalesced so a handler reporting in a tight loop costs one call per flush
 //! period for the whole worker, and handed over with the lease renewal (`lease`) when one is due
 //! anyway (the flush loop is `lease::flush_reports`). A handler that reports nothing costs
@@ -20,6 +20,9 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
 #[derive(Debug, Default)]
 pub struct Pending {
     report: Mutex<Report>,
+    /// The trace of this attempt's failure, when the handler gave one ([`crate::JobContext::fail`]):
+    /// handed to `hero_complete` with the outcome, never with a renewal.
+    trace: Mutex<Option<String>>,
     /// Wakes the worker's flusher; shared by every job of the worker.
     wake: Arc<Notify>,
 }
@@ -28,6 +31,7 @@ impl Pending {
     pub(crate) fn new(wake: Arc<Notify>) -> Pending {
         Pending {
             report: Mutex::default(),
+            trace: Mutex::default(),
             wake,
         }
     }
@@ -58,6 +62,15 @@ impl Pending {
             r.lines.push(line.to_string());
         }
         self.wake.notify_one();
+    }
+
+    pub(crate) fn set_trace(&self, trace: String) {
+        *self.trace.lock().unwrap_or_else(|e| e.into_inner()) = Some(trace);
+    }
+
+    /// The attempt's trace, once: the outcome takes it.
+    pub(crate) fn take_trace(&self) -> Option<String> {
+        self.trace.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// The reports gathered since the last take, if any.

@@ -38,6 +38,9 @@ pub(crate) struct Shared {
     /// A live process of an older protocol would refuse `progress` and `log`: the handlers'
     /// reports are dropped, not sent (set by the heartbeat: `presence`).
     pub hold_reports: std::sync::atomic::AtomicBool,
+    /// A live process of a protocol before 29 would refuse a record's `trace`: failures are
+    /// recorded without their traces (set by the heartbeat: `presence`).
+    pub hold_traces: std::sync::atomic::AtomicBool,
     /// The brokers' lease (`lease_ms` in the config hash, 0 before it is read): renewals come
     /// within the shortest of it, the worker's own and the queue policies' (read by the
     /// heartbeat: `presence`).

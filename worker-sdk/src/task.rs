@@ -188,7 +188,11 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
             tokio::select! {
                 r = handler => Some(match r {
                     Ok(outcome) => outcome,
-                    Err(panic) => Outcome::Fail(format!("handler panicked: {}", panic_text(&*panic))),
+                    Err(panic) => {
+                        let text = format!("handler panicked: {}", panic_text(&*panic));
+                        running.pending.set_trace(text.clone());
+                        Outcome::Fail(text)
+                    }
                 }),
                 _ = tokio::time::sleep(timeout) => {
                     running.cancel.cancel();
@@ -223,6 +227,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 retry_in: retry.delay,
                 again: retry.by_policy,
                 retention_ms: policy.as_ref().and_then(|p| p.retention_ms),
+                trace: running.pending.take_trace(),
                 ran: began.elapsed(),
                 permit,
             };

@@ -226,6 +226,7 @@ impl Template {
             inflight: InFlight::default(),
             policy: crate::policy::PolicyCache::default(),
             hold_reports: std::sync::atomic::AtomicBool::new(false),
+            hold_traces: std::sync::atomic::AtomicBool::new(false),
             brokers_lease_ms: std::sync::atomic::AtomicU64::new(0),
             handler: self.handler.clone(),
             on_event: self.on_event.clone(),

@@ -1,4 +1,4 @@
-//! `hero status`: a job's status with its progress and log lines, or with --json its whole
+//! `hero status`: a job's status with its progress, log lines and last failure's trace, or with --json its whole
 //! record; with --history, its events from the event log as well; with --follow, the changes
 //! as they come until the job ends.
 
@@ -64,6 +64,7 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
                         println!("  {line}");
                     }
                 }
+                print_trace(&job);
                 // a newer version's fields: shown as they are, acted on by nothing here
                 for (k, v) in &job.unknown_fields {
                     println!("{k} = {v:?} (a field this version does not know)");
@@ -186,12 +187,26 @@ async fn follow(g: &Global, client: &hero_client::Client, id: &JobId) -> Result<
                     hero_protocol::Status::Finished => {
                         println!("output: {}", job.output.as_deref().unwrap_or_default());
                     }
-                    _ => println!("error: {}", job.error.as_deref().unwrap_or_default()),
+                    _ => {
+                        println!("error: {}", job.error.as_deref().unwrap_or_default());
+                        print_trace(&job);
+                    }
                 }
             }
             return Ok(i32::from(job.status != hero_protocol::Status::Finished));
         }
         tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
+/// The last failed attempt's trace, indented under a heading (a finished job shows the failure
+/// it was retried after).
+fn print_trace(job: &hero_protocol::Job) {
+    if let Some(trace) = &job.trace {
+        println!("trace of the last failed attempt:");
+        for line in trace.lines() {
+            println!("  {line}");
+        }
     }
 }
 

@@ -17,6 +17,9 @@
 --   ARGV[9+7i] output or error text  ARGV[10+7i] retry-at ms  ARGV[11+7i] job id
 --   ARGV[12+7i] the job's `reply` field as read with the record ('' when it has none)
 --   ARGV[13+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
+-- then, optionally, pairs ARGV[7+7n+2k] job index i (from 0)  ARGV[8+7n+2k] the trace of that
+--   job's failed attempt (store_trace in finish.lua): only failures that have one, so a batch of
+--   successes passes none and pays nothing (since protocol 30)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried), 'again' (retried at retry-at whatever the record's
@@ -67,8 +70,15 @@ local function hero_complete(keys, args)
   local consumer = args[5]
   local st = stats(keys[5], now_iso)
   local n = (#keys - 6) / 3
-  if n ~= math.floor(n) or #args ~= 6 + 7 * n then
-    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job')
+  local extra = #args - 6 - 7 * n
+  if n ~= math.floor(n) or extra < 0 or extra % 2 ~= 0 then
+    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job, then (index, trace) pairs')
+  end
+  -- the failed attempts' traces, by job index: parsed only when the batch has one
+  local traces = nil
+  if extra > 0 then
+    traces = {}
+    for k = 7 + 7 * n, #args, 2 do traces[tonumber(args[k])] = args[k + 1] end
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
@@ -156,6 +166,7 @@ local function hero_complete(keys, args)
           local retry_at, job_id = policy_retry_at or args[10 + a], args[11 + a]
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
+          store_trace(job_key, traces and traces[i])
           redis.call('ZADD', delayed, retry_at, job_id)
           answer = 'retrying'
           retries = retries + 1
@@ -188,6 +199,7 @@ local function hero_complete(keys, args)
               finished[#finished + 1] = args[11 + a]
             else
               failed = failed + 1
+              store_trace(job_key, traces and traces[i])
               log_event(log, 'error', args[11 + a], stream, consumer, nil, text)
             end
           else

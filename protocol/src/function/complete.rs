@@ -90,6 +90,25 @@ pub struct CompleteBatch<'a> {
     consumer: String,
     /// `<job index> <ms>` pairs: the TTL each such job gets when this call ends it.
     retention: String,
+    /// Per failed attempt that has one, its job index and its trace (the trailing pairs).
+    traces: Vec<(usize, String)>,
+}
+
+/// The most of a trace a call sends (the function keeps as much, `TRACE_MAX` in finish.lua): a
+/// runaway traceback costs neither the round trip nor the record more.
+pub const TRACE_MAX: usize = 16 * 1024;
+
+/// `text` cut to at most [`TRACE_MAX`] bytes, on a character boundary, keeping its start (an
+/// error chain and a stack name the failure first).
+pub fn bounded_trace(text: &str) -> &str {
+    if text.len() <= TRACE_MAX {
+        return text;
+    }
+    let mut end = TRACE_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 impl<'a> CompleteBatch<'a> {
@@ -105,6 +124,7 @@ impl<'a> CompleteBatch<'a> {
             job_args: Vec::new(),
             ids: String::new(),
             retention: String::new(),
+            traces: Vec::new(),
         }
     }
 
@@ -153,6 +173,16 @@ impl<'a> CompleteBatch<'a> {
         }
     }
 
+    /// The job pushed last failed with `trace` (its error chain, traceback or stack): stored in
+    /// its record's `trace` field, bounded. Only failures carry one; a success's is ignored.
+    pub fn trace(&mut self, trace: &str) {
+        if let Some(last) = self.len().checked_sub(1) {
+            if !trace.is_empty() {
+                self.traces.push((last, bounded_trace(trace).to_string()));
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.job_keys.len() / JOB_KEYS.len()
     }
@@ -181,6 +211,11 @@ impl<'a> CompleteBatch<'a> {
             .arg("retention per job", &self.retention);
         for (i, a) in self.job_args.iter().enumerate() {
             c.arg(JOB_ARGS[i % JOB_ARGS.len()], a);
+        }
+        // unlabelled: their positions follow the batch's length, which the header check's
+        // fixed and repeating positions cannot name (the header defines them in words)
+        for (i, t) in &self.traces {
+            c.arg("", i.to_string()).arg("", t);
         }
         c
     }

@@ -158,6 +158,7 @@ fn every_builder_follows_its_lua_header() {
             retry_at_ms: 0,
             ran: Some(std::time::Duration::from_millis(3)),
         });
+        batch.trace("Error: boom");
     }
     let calls = [
         (Function::Version, Call::new(Function::Version, 0)),

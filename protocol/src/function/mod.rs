@@ -39,7 +39,7 @@ pub use batch_ends::batch_ends;
 pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
-pub use complete::{CompleteBatch, Completion, Ended, Ending, Leased};
+pub use complete::{bounded_trace, CompleteBatch, Completion, Ended, Ending, Leased, TRACE_MAX};
 pub use counts::{counts, StreamCounts};
 pub use cron::cron;
 pub use dead::{dead, DeadAction};

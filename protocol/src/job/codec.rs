@@ -267,6 +267,7 @@ impl Job {
         let limit_key = r.nonempty(F::LimitKey);
         let output = r.nonempty(F::Output);
         let error = r.nonempty(F::Error);
+        let trace = r.nonempty(F::Trace);
         let lease = r.nonempty(F::Lease);
         let entry = r.nonempty(F::Entry);
         let payload = r.take(F::Payload).map(String::into_bytes);
@@ -323,6 +324,7 @@ impl Job {
             tags,
             output,
             error,
+            trace,
             attempts,
             lease,
             entry,

@@ -85,6 +85,7 @@ record_fields! {
     Backoff => "backoff",
     Keep => "keep",
     KeepFailed => "keep_failed",
+    Trace => "trace",
 }
 
 /// The legacy bridge's bookkeeping (docs/protocol.md): part of the record, of no use to a

@@ -145,6 +145,10 @@ pub struct Job {
     pub tags: Vec<String>,
     pub output: Option<String>,
     pub error: Option<String>,
+    /// The last failed attempt's trace, as its worker gave it (a Rust error chain, a Python
+    /// traceback, a Node stack; at most 16 KiB): written by `hero_complete` with each failure it
+    /// records, kept when a retry then succeeds.
+    pub trace: Option<String>,
     /// Deliveries so far (incremented when a worker takes it).
     pub attempts: u32,
     /// The fencing token of the current delivery: its stream entry id.
@@ -292,6 +296,7 @@ impl Job {
             "finished_at": job.finished_at,
             "output": job.output,
             "error": job.error,
+            "trace": job.trace,
             "tags": job.tags,
             "env_vars": job.env_vars,
             "caller_id": job.caller_id,
@@ -348,6 +353,7 @@ impl Job {
             tags: Vec::new(),
             output: None,
             error: None,
+            trace: None,
             attempts: 0,
             lease: None,
             entry: None,

@@ -1,5 +1,5 @@
 //! Jobs: the listing (by status, queue, tag or tracked; search by id) and a job's page (record,
-//! progress and log, live while it runs; output, error, history, actions).
+//! progress and log, live while it runs; output, error, the last failure's trace, history, actions).
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -190,6 +190,10 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                 @if !s("error").is_empty() {
                     h3 { "Error" }
                     pre.err #error { (s("error")) }
+                }
+                @if !s("trace").is_empty() {
+                    h3 { "Trace of the last failed attempt" }
+                    pre.err.trace #trace { (s("trace")) }
                 }
             }
             section.card {

@@ -71,6 +71,21 @@ local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply
   return true
 end
 
+-- A failed attempt's trace (a Python traceback, a Node stack, a Rust error chain), as the worker
+-- gave it to hero_complete: kept in the record's `trace` field, cut at TRACE_MAX bytes whatever
+-- the caller sent, so a runaway traceback cannot grow a record without bound. Each failure
+-- hero_complete records replaces it (a failure given none removes it), so the field is always
+-- the last recorded failure's; a success leaves it, as the reason the job was retried.
+local TRACE_MAX = 16384
+
+local function store_trace(job_key, trace)
+  if trace and trace ~= '' then
+    redis.pcall('HSET', job_key, 'trace', string.sub(trace, 1, TRACE_MAX))
+  else
+    redis.pcall('HDEL', job_key, 'trace')
+  end
+end
+
 -- A job's own retention (docs/operations.md): `keep` (ms) once it finished, `keep_failed` once it
 -- ended error, each at least KEEP_FLOOR_MS, so that a wait already waiting (which reads the record
 -- when the end's event reaches it) still finds it: 0 means as soon as that is safe. Read only
