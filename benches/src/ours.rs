@@ -537,9 +537,9 @@ pub async fn bench_worker(client: Client, args: &BenchWorkerArgs) -> Result<i32>
                 WorkerEvent::Started { job_id, .. } => {
                     format!("started {job_id} {}", now_us() / 1000)
                 }
-                WorkerEvent::Completed { job_id, completion, .. }
-                    if completion.as_str() == "completed" =>
-                {
+                WorkerEvent::Completed {
+                    job_id, completion, ..
+                } if completion.as_str() == "completed" => {
                     if let Some(l) = &accepted {
                         l.accepted(job_id.as_str());
                     }

@@ -25,6 +25,9 @@ export interface Job {
   prerequisites: string[];
   output: string | null;
   error: string | null;
+  /** The last failed attempt's stack (BullMQ's name; one entry, or none): a Node stack, a Python
+   * traceback or a Rust error chain, as its worker recorded it, kept when a retry succeeds. */
+  stacktrace: string[];
   workerId: string;
   lease: string | null;
   createdAt: string;
@@ -55,7 +58,7 @@ export const KNOWN_FIELDS: ReadonlySet<string> = new Set([
   "retries", "attempts", "run_at", "concurrent", "reply", "created_at", "updated_at",
   "started_at", "finished_at", "env_vars", "prerequisites", "dependencies", "dependents",
   "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
-  "unique_ttl", "limit_key", "output", "error", "lease", "entry", "payload", "deps_left",
+  "unique_ttl", "limit_key", "output", "error", "trace", "lease", "entry", "payload", "deps_left",
   "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken", "backoff", "keep", "keep_failed",
 ]);
 
@@ -172,6 +175,7 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
     prerequisites: text.prerequisites ? list("prerequisites") : list("dependencies"),
     output: text.output ?? null,
     error: text.error ?? null,
+    stacktrace: text.trace ? [text.trace] : [],
     workerId: text.worker_id ?? "",
     lease: text.lease || null,
     createdAt: text.created_at ?? "",

@@ -6,7 +6,7 @@ import { Redis } from "ioredis";
 
 import { DEFAULT_TIMEOUT_S, numberField, recordText } from "./job.js";
 import { Keys } from "./keys.js";
-import { Done, nowMs, Protocol, RELEASE, retryAtMs, VERSION } from "./protocol.js";
+import { boundedTrace, Done, nowMs, Protocol, RELEASE, retryAtMs, VERSION } from "./protocol.js";
 import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
 
 /** What a lane needs of the worker that owns it (the `Worker`, whose lanes share its slots). */
@@ -59,6 +59,8 @@ export class Lane {
   private leaseMs: number;
   /** Reports are dropped, not sent, while a live older worker would refuse them. */
   private holdReports = false;
+  /** A live reader before protocol 29 would refuse a record's `trace`: failures go without. */
+  private holdTraces = false;
 
   constructor(
     private readonly w: LaneOwner,
@@ -204,6 +206,7 @@ export class Lane {
     // progress and log lines are held back while the brokers say a live worker lacks them
     // (docs/protocol.md §8: it would end a job carrying them in error)
     this.holdReports = !!lacks && lacks.includes('"progress"');
+    this.holdTraces = !!lacks && lacks.includes('"trace"');
     const limits = new Map<string, number>();
     let lease = this.w.settings.leaseMs;
     const configured = Number(brokers);
@@ -228,6 +231,7 @@ export class Lane {
     let outcome: Done["outcome"] = "done";
     let out = "";
     let retryAt = 0;
+    let trace: string | undefined;
     try {
       const value = await this.w.handler(job);
       out = value === undefined || value === null ? "" : typeof value === "string" ? value : JSON.stringify(value);
@@ -239,19 +243,21 @@ export class Lane {
       } else if (e instanceof Abort) {
         outcome = "abort";
         out = e.message;
+        trace = boundedTrace(e);
       } else {
         // the handler failed: the attempt fails, retried within the job's budget or its policy's
         outcome = "fail";
         out = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
         retryAt = retryAtMs(job.attempt);
+        trace = boundedTrace(e);
       }
     }
-    this.settle(run, outcome, out, retryAt);
+    this.settle(run, outcome, out, retryAt, trace);
     this.w.releaseSlots(1);
   }
 
   /** Queues the outcome for the completer, once per run; an interrupted run records none. */
-  private settle(run: Running, outcome: Done["outcome"], out: string, retryAt: number): void {
+  private settle(run: Running, outcome: Done["outcome"], out: string, retryAt: number, trace?: string): void {
     if (run.settled) return;
     run.settled = true;
     const reason = run.job.cancelReason;
@@ -273,6 +279,7 @@ export class Lane {
       retryAt,
       reply: run.job.field("reply"),
       ranMs: Date.now() - run.began,
+      ...(trace && !this.holdTraces ? { trace } : {}),
     });
     this.wake();
   }

@@ -214,6 +214,13 @@ export class Protocol {
       keys.push(k.job(d.id), d.stream, d.reply ? k.reply(d.id) : d.stream);
       argv.push(d.lease, d.outcome, d.text, d.retryAt, d.id, d.reply, d.ranMs);
     }
+    // then (index, trace) per failure that has one: a batch of successes sends none (nor does a
+    // library before 30, which takes no traces)
+    if (Number(this.version) >= 30) {
+      done.forEach((d, i) => {
+        if (d.trace && d.outcome !== "done") argv.push(i, d.trace);
+      });
+    }
     return ((await this.fcall("complete", keys, argv)) as unknown[]).map(text);
   }
 
@@ -242,6 +249,19 @@ export interface Done {
   retryAt: number;
   reply: string;
   ranMs: number;
+  /** A failure's stack, bounded ({@link boundedTrace}); stored as the record's `trace`. */
+  trace?: string;
+}
+
+/** The most of a trace a worker sends (hero_complete keeps as much). */
+export const TRACE_MAX = 16 * 1024;
+
+/** An error's stack (its message when it has none), cut to its first TRACE_MAX bytes: a stack
+ * names the failure and the frame that threw it first. */
+export function boundedTrace(e: unknown): string {
+  const t = e instanceof Error ? (e.stack ?? `${e.name}: ${e.message}`) : String(e);
+  const b = Buffer.from(t, "utf8");
+  return b.length <= TRACE_MAX ? t : b.subarray(0, TRACE_MAX).toString("utf8").replace(/\uFFFD$/, "");
 }
 
 /** 1 s × 2^(attempt-1), ±20 %, capped at an hour: the SDKs' back-off (docs/protocol.md §6). */

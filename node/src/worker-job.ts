@@ -98,6 +98,10 @@ export class WorkerJob {
   get name(): string {
     return this.fields.script_type ?? "";
   }
+  /** The last failed attempt's stack, as BullMQ's `job.stacktrace` (empty on a first run). */
+  get stacktrace(): string[] {
+    return this.fields.trace ? [this.fields.trace] : [];
+  }
   /** 1 for the first run. */
   get attempt(): number {
     return Math.max(1, attemptsOf(this.fields));

@@ -81,7 +81,12 @@ test("a stop aborts the handler's signal and its result is fenced; a time limit 
   await worker.close();
 });
 
-test("a failing handler is retried within its budget; Abort ends it at once", async () => {
+function failOnPurpose() {
+  throw new TypeError("first try fails");
+}
+
+test("a failing handler is retried within its budget, its stack kept; Abort ends it at once", async () => {
+  const seen = [];
   const worker = new Worker(
     "flaky",
     async (job) => {
@@ -89,15 +94,23 @@ test("a failing handler is retried within its budget; Abort ends it at once", as
         const { Abort } = await import("../dist/esm/index.js");
         throw new Abort("no use");
       }
-      if (job.attempt < 2) throw new Error("first try fails");
+      seen.push(job.stacktrace);
+      if (job.attempt < 2) failOnPurpose();
       return `attempt ${job.attempt}`;
     },
     { url: redis.url },
   );
   const r = await client.run({ type: "flaky", script: "x", retries: 2 }, 20_000);
   assert.deepEqual([r.status, r.output], ["finished", "attempt 2"]);
+  // the first attempt's stack, as BullMQ's job.stacktrace: in the record, and in the handler's
+  // job on the retry; kept once the retry succeeded
+  assert.deepEqual(seen[0], []);
+  assert.match(seen[1][0], /^TypeError: first try fails\n\s+at failOnPurpose .*worker\.test\.mjs/);
+  const job = await client.get(r.id);
+  assert.deepEqual(job.stacktrace, seen[1]);
   const a = await client.run({ type: "flaky", script: "abort", retries: 5 }, 20_000);
   assert.deepEqual([a.status, a.error], ["error", "no use"]);
+  assert.match((await client.get(a.id)).stacktrace[0], /^Abort: no use\n\s+at /);
   await worker.close();
 });
 

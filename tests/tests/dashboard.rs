@@ -91,6 +91,22 @@ async fn text_of(b: &Browser, css: &str) -> String {
     el.text().await.expect("element text")
 }
 
+/// A handler's error with a cause: its chain is the failed attempt's trace.
+#[derive(Debug)]
+struct Invoice(std::io::Error);
+
+impl std::fmt::Display for Invoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sending the invoice to the mail relay failed")
+    }
+}
+
+impl std::error::Error for Invoice {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
 /// Waits until a job's page says the job finished (the page follows it, then reloads).
 async fn page_shows_finished(b: &Browser) {
     wait_for(
@@ -192,6 +208,39 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         assert!(history.contains(e), "history shows {e}: {history}");
     }
     shot(&b, "job").await;
+
+    // a failed job's page: its error, and the trace of its last failed attempt
+    let _failing = InProcWorker::spawn(Worker::builder(client.clone()).types(["boom"]).handler(
+        |_, ctx: hero_worker::JobContext| async move {
+            ctx.fail(&Invoice(std::io::Error::other(
+                "connection refused (os error 111)",
+            )))
+        },
+    ));
+    client
+        .submit(
+            &NewJob::builder("boom", "send the invoice")
+                .id("boom-1")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_for("boom-1 to fail", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move {
+            let j = c.get(&JobId::new("boom-1").ok()?).await.ok()?;
+            (j.status == Status::Error).then_some(())
+        }
+    })
+    .await;
+    b.goto(&format!("{base}/jobs/boom-1")).await.unwrap();
+    let trace = text_of(&b, "#trace").await;
+    assert!(
+        trace.contains("connection refused (os error 111)") && trace.contains("caused by:"),
+        "{trace}"
+    );
+    shot(&b, "job-trace").await;
 
     // retry a dead letter from its page, with the token typed into the page
     b.goto(&format!("{base}/jobs/dead-1")).await.unwrap();

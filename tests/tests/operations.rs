@@ -199,9 +199,9 @@ async fn a_dead_letter_retried_runs_once_more_and_a_purged_one_is_gone() {
     );
     let ran = w
         .next(Duration::from_secs(10), |e| match e {
-            WorkerEvent::Completed { job_id, completion, .. } => {
-                Some((job_id.to_string(), *completion))
-            }
+            WorkerEvent::Completed {
+                job_id, completion, ..
+            } => Some((job_id.to_string(), *completion)),
             _ => None,
         })
         .await;

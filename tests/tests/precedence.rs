@@ -263,9 +263,9 @@ async fn group_commit_on_a_durable_redis_keeps_precedence_the_concurrency_bound_
     while recorded.len() < 600 {
         let (id, completion) = w
             .next(Duration::from_secs(20), |e| match e {
-                WorkerEvent::Completed { job_id, completion, .. } => {
-                    Some((job_id.to_string(), *completion))
-                }
+                WorkerEvent::Completed {
+                    job_id, completion, ..
+                } => Some((job_id.to_string(), *completion)),
                 _ => None,
             })
             .await;

@@ -88,8 +88,16 @@ fn hold_reports(s: &Shared, lacks: Option<&str>) {
         .and_then(|l| serde_json::from_str(l).ok())
         .unwrap_or_default();
     for (feature, flag, what) in [
-        (fleet::Feature::Progress, &s.hold_reports, "progress and log lines"),
-        (fleet::Feature::Trace, &s.hold_traces, "failed attempts' traces"),
+        (
+            fleet::Feature::Progress,
+            &s.hold_reports,
+            "progress and log lines",
+        ),
+        (
+            fleet::Feature::Trace,
+            &s.hold_traces,
+            "failed attempts' traces",
+        ),
     ] {
         let lacking = &summary[feature.key()];
         let hold = !lacking.is_null();

@@ -58,7 +58,9 @@ async fn main() -> anyhow::Result<()> {
             line(match e {
                 WorkerEvent::Ready { consumer } => format!("ready {consumer}"),
                 WorkerEvent::Started { job_id, attempt } => format!("started {job_id} {attempt}"),
-                WorkerEvent::Completed { job_id, completion, .. } => {
+                WorkerEvent::Completed {
+                    job_id, completion, ..
+                } => {
                     format!("completion {job_id} {}", completion.as_str())
                 }
                 WorkerEvent::Interrupted { job_id, reason } => {
