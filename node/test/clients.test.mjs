@@ -36,8 +36,8 @@ test("every Node name the table gives is called here", () => {
   const names = column(readFileSync(join(ROOT, "docs", "clients.md"), "utf8"), "Node");
   const body = readFileSync(fileURLToPath(import.meta.url), "utf8").split("every capability of the Node column").pop();
   assert.ok(names.length >= 15, names.join(", "));
-  // a call, or a field read
-  const missing = names.filter((n) => !body.includes(`${callToken(n)}(`) && !body.includes(`.${callToken(n)}.`));
+  // a call, or a field read (`.results.`, `.stacktrace[0]`)
+  const missing = names.filter((n) => !body.includes(`${callToken(n)}(`) && !body.includes(`.${callToken(n)}.`) && !body.includes(`.${callToken(n)}[`));
   assert.deepEqual(missing, [], "named in docs/clients.md, never called");
 });
 
@@ -52,6 +52,7 @@ test("every capability of the Node column answers against a real broker", async 
       await job.log("a line");
       if (job.script === "retry" && job.attempt < 2) throw new Retry("again", 10);
       if (job.script === "abort") throw new UnrecoverableError("no");
+      if (job.script === "fail") throw new RangeError("disk full");
       if (job.script === "parent") return Object.values(await job.getChildrenValues()).join(",");
       return job.script.toUpperCase();
     },
@@ -70,6 +71,8 @@ test("every capability of the Node column answers against a real broker", async 
     assert.equal((await client.get(id)).output, "ONE");
     assert.equal((await client.run({ type: "c", script: "retry", retries: 1 }, 20_000)).status, "finished");
     assert.equal((await client.run({ type: "c", script: "abort" }, 20_000)).status, "error");
+    const failed = await client.run({ type: "c", script: "fail" }, 20_000);
+    assert.match((await client.get(failed.id)).stacktrace[0], /^RangeError: disk full\n\s+at /);
     const later = await client.submit({ type: "c", script: "x", delay: 600_000 });
     assert.equal(await client.stop(later), "cancelled");
     assert.ok((await completed).returnvalue);

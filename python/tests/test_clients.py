@@ -52,6 +52,8 @@ def test_every_capability_of_the_python_column_answers_against_a_real_broker(bro
             raise hero.Retry("again", 0.01)
         if job.script == "abort":
             raise hero.Abort("no")
+        if job.script == "fail":
+            raise OSError("disk full")
         if job.script == "parent":
             return ",".join(r.output for r in job.results.values())
         return job.script.upper()
@@ -69,6 +71,8 @@ def test_every_capability_of_the_python_column_answers_against_a_real_broker(bro
             assert c.get(s.id).output == "ONE"
             assert c.run("retry", "c", wait=20, retries=1).status == "finished"
             assert c.run("abort", "c", wait=20).status == "error"
+            failed = c.run("fail", "c", wait=20)
+            assert c.get(failed.id).trace.rstrip().endswith("OSError: disk full")
             later = c.submit("x", "c", delay=600).id
             assert c.stop(later) == "cancelled"
             e = sub.next(timeout=20)

@@ -95,6 +95,7 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
                     Outcome::RetryAfter(Duration::from_millis(10), "again".into())
                 }
                 "abort" => Outcome::Abort("no".into()),
+                "fail" => ctx.fail(&std::io::Error::other("disk full")),
                 "parent" => Outcome::Done(format!("{} children", job.results.len())),
                 s => Outcome::Done(s.to_uppercase()),
             }
@@ -131,6 +132,9 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
         client.run(&job("abort"), LIMIT).await.unwrap().status,
         Status::Error
     );
+    let failed = client.run(&job("fail"), LIMIT).await.unwrap();
+    let failed = client.get(&failed.id).await.unwrap();
+    assert_eq!(failed.trace.as_deref(), Some("disk full"));
     let later = NewJob::builder("c", "x")
         .delay(Duration::from_secs(600))
         .build()
