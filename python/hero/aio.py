@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Sequence
 import redis
 import redis.asyncio as aredis
 
-from .client import JobSpec, _name, check_options, job_spec, resolve_url
+from .client import JobSpec, _name, check_options, gated, job_spec, read_lacks, refuse_lacking, resolve_url
 from .errors import HeroError, InvalidInput, JobNotFound
 from .events import BLOCK_MS, COUNT, NOT_ENDS, POLL, Event, EventStream, Filter, decode
 from .job import Job, Result, Submitted
@@ -53,6 +53,8 @@ class Client:
         self._waits: dict[str, list[asyncio.Event]] = {}
         self._ready = False
         self._xackdel: str | None = None
+        self._lacks: dict = {}
+        self._lacks_at = -10.0
 
     def fn(self, name: str) -> str:
         return f"hero_v{VERSION}_{name}"
@@ -105,6 +107,12 @@ class Client:
 
     async def submit_many(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
         await self.connect()
+        if gated(jobs):
+            # the brokers' summary of what live older processes lack, read at most every 2 s
+            if time.monotonic() - self._lacks_at >= 2.0:
+                self._lacks = read_lacks(await self.r.hget(self.keys.config(), "fleet_lacks"))
+                self._lacks_at = time.monotonic()
+            refuse_lacking(jobs, self._lacks)
         k = self.keys
         keys = [k.delayed(), k.queues(), k.bridge_registry(), k.config(), k.events(), k.stats()]
         argv: list[Any] = [GROUP]

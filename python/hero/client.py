@@ -213,6 +213,36 @@ def check_options(what: str, options: Mapping[str, Any]) -> None:
             raise InvalidInput(f"{what} has no option {k!r}{hint}: the options are {', '.join(sorted(_OPTIONS))}")
 
 
+# the features a live process older than their protocol would refuse (docs/protocol.md §8)
+_GATED = (("unique", "unique"), ("tags", "tags"), ("limit_key", "limit_key"), ("batch", "batch"),
+          ("backoff", "job_policy"), ("keep", "job_policy"), ("keep_failed", "job_policy"))
+
+
+def gated(jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[tuple[str, str]]:
+    """(job id, feature) for each gated feature the jobs use: a plain job uses none."""
+    return [(job_id, key) for job_id, _, _, fields in jobs for field_name, key in _GATED
+            if fields.get(field_name) not in (None, "", "[]")]
+
+
+def read_lacks(raw: Any) -> dict:
+    """The brokers' `fleet_lacks` summary as read from the config hash."""
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+
+
+def refuse_lacking(jobs: Sequence[tuple[str, str, int, dict[str, Any]]], lacks: dict) -> None:
+    """Raises `OlderProcesses` for the first job using a feature `lacks` names."""
+    for job_id, key in gated(jobs):
+        lack = lacks.get(key)
+        if lack:
+            raise OlderProcesses(
+                f"job {job_id} uses {lack.get('what', key)} (protocol {lack.get('since', '?')} and later), which "
+                f"these live processes do not serve: {', '.join(lack.get('processes', []))}. Upgrade them "
+                "(or wait until they are gone) and send it again; `hero actors` shows each process's protocol")
+
+
 class Client:
     """A producer of one namespace. `url` as for `connect`; `namespace` the key prefix. In a
     sharded namespace (docs/sharding.md) jobs go to the shards as the Rust client sends them:
@@ -356,31 +386,15 @@ class Client:
             return self._submit_sharded(jobs)
         return self._submit_on(self.proto, jobs)
 
-    # the features a live process older than their protocol would refuse (docs/protocol.md §8)
-    _GATED = (("unique", "unique"), ("tags", "tags"), ("limit_key", "limit_key"), ("batch", "batch"),
-              ("backoff", "job_policy"), ("keep", "job_policy"), ("keep_failed", "job_policy"))
-
     def _check_fleet(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
         """Refuses a job using a feature the brokers say a live older process lacks (their
         `fleet_lacks` summary, read at most every 2 s and only when a job uses such a feature)."""
-        used = [(job_id, key) for job_id, _, _, fields in jobs for field_name, key in self._GATED
-                if fields.get(field_name) not in (None, "", "[]")]
-        if not used:
+        if not gated(jobs):
             return
         if time.monotonic() - getattr(self, "_lacks_at", -10.0) >= 2.0:
-            raw = self.r.hget(self.keys.config(), "fleet_lacks")
-            try:
-                self._lacks = json.loads(raw) if raw else {}
-            except ValueError:
-                self._lacks = {}
+            self._lacks = read_lacks(self.r.hget(self.keys.config(), "fleet_lacks"))
             self._lacks_at = time.monotonic()
-        for job_id, key in used:
-            lack = self._lacks.get(key)
-            if lack:
-                raise OlderProcesses(
-                    f"job {job_id} uses {lack.get('what', key)} (protocol {lack.get('since', '?')} and later), which "
-                    f"these live processes do not serve: {', '.join(lack.get('processes', []))}. Upgrade them "
-                    "(or wait until they are gone) and send it again; `hero actors` shows each process's protocol")
+        refuse_lacking(jobs, self._lacks)
 
     def _submit_on(self, proto: Protocol, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
         try:

@@ -56,6 +56,12 @@ def test_the_asyncio_client_awaits_every_call_on_one_loop(broker):
                     if seen.count("finished") >= 2:
                         break
                 assert "submitted" in seen
+                # a feature a live older process lacks is refused, as the threaded client does
+                await c.r.hset("hero:meta:config", "fleet_lacks", '{"job_policy": {"what": "a job\'s own '
+                               'back-off or retention", "since": 30, "processes": ["worker old29"]}}')
+                with pytest.raises(hero.OlderProcesses, match="old29"):
+                    await c.submit("x", "aio", keep=60)
+                await c.r.hdel("hero:meta:config", "fleet_lacks")
         asyncio.run(main())
 
 
