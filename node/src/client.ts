@@ -1,129 +1,23 @@
 // The producer: submit jobs with every option `hero submit` has, run one and wait, read a job's
 // status and record, stop it, and batches; in a sharded namespace each job goes to its shard as
 // the Rust client sends it (docs/sharding.md).
-import { randomUUID } from "node:crypto";
-
 import { Redis } from "ioredis";
 
 import { HeroError, InvalidInput, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
 import { BatchInfo, ChildResult, Job, jobFromRecord, Result, Submitted } from "./job.js";
 import { Keys } from "./keys.js";
-import { encode, Json } from "./msgpack.js";
+import { checkUrl, openRedis, redisUrl } from "./connect.js";
+import { jobSpec, JobOptions, Spec } from "./options.js";
 import { iso, nowMs, Protocol, text } from "./protocol.js";
 import { ShardMap, shardOfId } from "./shards.js";
 import { Waiter } from "./waiter.js";
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const JOB_ID = /^[A-Za-z0-9_.-]{1,128}$/;
-export const MAX_SCRIPT_BYTES = 1 << 20;
 
 function name(what: string, v: string): string {
   if (!NAME.test(v ?? "")) throw new InvalidInput(`${what} ${JSON.stringify(v)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
   return v;
-}
-
-/** The URL: the given one, else HERO_REDIS_URL, else the local Redis of `hero up`. */
-export function redisUrl(url?: string): string {
-  return url ?? process.env.HERO_REDIS_URL ?? "redis://127.0.0.1:6379";
-}
-
-/** Every option of `hero submit`. Times: `delay` in ms (as BullMQ), `at` a Date, `timeout` in
- * seconds (the record's unit), `uniqueTtl` in ms. */
-export interface JobOptions {
-  type: string;
-  script?: string;
-  id?: string;
-  group?: string;
-  instance?: string;
-  priority?: number;
-  timeout?: number;
-  retries?: number;
-  delay?: number;
-  at?: Date;
-  after?: string[];
-  unique?: string;
-  uniqueTtl?: number;
-  tags?: string[];
-  limitKey?: string;
-  env?: Record<string, string>;
-  batch?: string;
-  callerId?: string;
-  contextId?: string;
-  /** Any JSON value, stored as MessagePack (what handlers in every language read). */
-  payload?: Json;
-  /** In a sharded namespace, every job with this key goes to one shard, in submit order. */
-  route?: string;
-  /** Its own back-off between failed attempts, as BullMQ writes it: a number (a fixed delay in
-   * ms) or `{ type: "fixed" | "exponential", delay, jitter?, cap? }` (ms; jitter 0 to 1). The
-   * server applies the longer of it and its queue policy's. */
-  backoff?: number | BackoffOptions;
-  /** BullMQ's: `true` removes it once finished (as soon as a waiting caller cannot miss it,
-   * 10 s), `{ age }` keeps it `age` seconds. A count (`5`, `{ count }`) is refused: hero keeps
-   * ended jobs by age. */
-  removeOnComplete?: boolean | KeepJobs;
-  /** As `removeOnComplete`, once it failed. */
-  removeOnFail?: boolean | KeepJobs;
-}
-
-export interface BackoffOptions {
-  type: "fixed" | "exponential";
-  /** ms: the fixed delay, or the first of the doubling ones. */
-  delay?: number;
-  /** 0 to 1: each delay varies by up to this share either way. */
-  jitter?: number;
-  /** ms: the longest delay (exponential). */
-  cap?: number;
-}
-
-export interface KeepJobs {
-  /** Seconds to keep the ended job. */
-  age?: number;
-  count?: number;
-}
-
-/** BullMQ's back-off as the record stores one (`{kind, base_ms, cap_ms, jitter}`). */
-export function backoffJson(b: number | BackoffOptions): { kind: string; base_ms: number; cap_ms: number; jitter: number } {
-  const o: BackoffOptions = typeof b === "number" ? { type: "fixed", delay: b } : b;
-  if (!o || typeof o !== "object" || (o.type !== "fixed" && o.type !== "exponential")) {
-    throw new InvalidInput(`backoff ${JSON.stringify(b)}: give a delay in ms or { type: "fixed" | "exponential", delay }`);
-  }
-  for (const k of Object.keys(o)) {
-    if (!["type", "delay", "jitter", "cap"].includes(k)) throw new InvalidInput(`backoff option ${JSON.stringify(k)} is not one of type, delay, jitter, cap`);
-  }
-  const delay = o.delay ?? 1000;
-  const jitter = o.jitter ?? 0;
-  if (!Number.isFinite(delay) || delay < 0) throw new InvalidInput(`backoff delay ${delay} is not a number of ms`);
-  if (!(jitter >= 0 && jitter <= 1)) throw new InvalidInput(`backoff jitter ${jitter} is not from 0 to 1`);
-  const base = Math.floor(delay);
-  const cap = o.cap !== undefined ? Math.floor(o.cap) : o.type === "fixed" ? base : 3_600_000;
-  return { kind: o.type, base_ms: base, cap_ms: Math.max(cap, base), jitter };
-}
-
-/** BullMQ's removeOnComplete / removeOnFail as a retention in ms (null: the queue's or the
- * broker's). */
-function keepMs(what: string, v: boolean | KeepJobs | number | undefined): number | null {
-  if (v === undefined || v === false) return null;
-  if (v === true) return 0;
-  if (typeof v === "number" || (typeof v === "object" && v !== null && "count" in v)) {
-    throw new InvalidInput(`${what}: ${JSON.stringify(v)} keeps a count of jobs; hero keeps ended jobs by age: give true or { age: <seconds> }`);
-  }
-  if (typeof v !== "object" || v === null || typeof v.age !== "number" || !(v.age >= 0)) {
-    throw new InvalidInput(`${what}: ${JSON.stringify(v)}; give true or { age: <seconds> }`);
-  }
-  return Math.round(v.age * 1000);
-}
-
-/** A checked submit: what `Protocol.submit` takes, and where it goes. */
-interface Spec {
-  id: string;
-  generated: boolean;
-  route: string | null;
-  type: string;
-  group: string | null;
-  instance: string | null;
-  priority: number;
-  runAt: number;
-  fields: [string, string | Buffer][];
 }
 
 export class Client {
@@ -150,8 +44,7 @@ export class Client {
 
   /** Connects (loading this version's library when the server lacks it). */
   static async connect(url?: string, opts: { namespace?: string; redis?: Redis } = {}): Promise<Client> {
-    const redis = opts.redis ?? new Redis(redisUrl(url), { lazyConnect: true, maxRetriesPerRequest: 3 });
-    if (!opts.redis) await redis.connect();
+    const redis = opts.redis ?? (await openRedis(checkUrl(redisUrl(url))));
     const c = new Client(redis, opts.namespace ?? "hero", false);
     try {
       await c.proto.ensureLibrary();
@@ -280,96 +173,17 @@ export class Client {
     }
   }
 
-  private spec(o: JobOptions, reply = false): Spec {
-    if (!o || typeof o !== "object") throw new InvalidInput("a job is an object: { type, script, ... }");
-    const id = o.id ?? randomUUID();
-    if (!JOB_ID.test(id)) throw new InvalidInput(`job id ${JSON.stringify(id)}: use 1-128 characters of A-Z a-z 0-9 _ - .`);
-    const type = name("script type", o.type);
-    const script = o.script ?? "";
-    if (o.instance && !o.group) throw new InvalidInput("an instance needs a group: give group as well");
-    if (o.group) name("group", o.group);
-    if (o.instance) name("instance", o.instance);
-    const priority = o.priority ?? 5;
-    if (!Number.isInteger(priority) || priority < 0 || priority > 9) {
-      throw new InvalidInput(`priority ${priority} is out of range: use 0 (highest) to 9 (lowest)`);
-    }
-    if (Buffer.byteLength(script) > MAX_SCRIPT_BYTES) {
-      throw new InvalidInput(`the script is ${Buffer.byteLength(script)} bytes; the limit is ${MAX_SCRIPT_BYTES}`);
-    }
-    if (o.route !== undefined && (o.route.length === 0 || Buffer.byteLength(o.route) > 200)) {
-      throw new InvalidInput("a route key is 1 to 200 bytes");
-    }
-    const f: [string, string | Buffer][] = [["script", script], ["script_type", type], ["created_at", iso()]];
-    if (o.group) f.push(["group", o.group]);
-    if (o.instance) f.push(["instance", o.instance]);
-    if (priority !== 5) f.push(["priority", String(priority)]);
-    if (o.timeout !== undefined) {
-      if (!(o.timeout >= 1)) throw new InvalidInput("timeout is in seconds, at least 1");
-      f.push(["timeout", String(Math.floor(o.timeout))]);
-    }
-    if (o.retries) f.push(["retries", String(Math.floor(o.retries))]);
-    if (o.callerId) f.push(["caller_id", o.callerId]);
-    if (o.contextId) f.push(["context_id", o.contextId]);
-    if (o.env && Object.keys(o.env).length) {
-      for (const k of Object.keys(o.env)) {
-        if (!k || k.includes("=")) throw new InvalidInput(`environment variable name ${JSON.stringify(k)} is empty or contains '='`);
-      }
-      f.push(["env_vars", JSON.stringify(o.env)]);
-    }
-    if (o.after?.length) {
-      for (const p of o.after) if (!JOB_ID.test(p)) throw new InvalidInput(`prerequisite ${JSON.stringify(p)} is not a job id`);
-      if (o.delay !== undefined || o.at !== undefined) {
-        throw new InvalidInput("a job with prerequisites cannot also be delayed: it starts when they finish");
-      }
-      f.push(["prerequisites", JSON.stringify(o.after)]);
-    }
-    if (o.tags?.length) f.push(["tags", JSON.stringify(o.tags)]);
-    if (o.unique !== undefined) {
-      if (o.unique.length === 0 || Buffer.byteLength(o.unique) > 200) throw new InvalidInput("a uniqueness key is 1 to 200 bytes");
-      f.push(["unique", o.unique]);
-      if (o.uniqueTtl !== undefined) f.push(["unique_ttl", String(Math.max(1, Math.floor(o.uniqueTtl)))]);
-    } else if (o.uniqueTtl !== undefined) {
-      throw new InvalidInput("uniqueTtl needs a unique key");
-    }
-    if (o.limitKey !== undefined) {
-      if (o.limitKey.length === 0 || Buffer.byteLength(o.limitKey) > 200) throw new InvalidInput("a limit key is 1 to 200 bytes");
-      f.push(["limit_key", o.limitKey]);
-    }
-    if (o.batch !== undefined) f.push(["batch", name("batch name", o.batch)]);
-    if (o.payload !== undefined) {
-      const bytes = encode(o.payload);
-      if (bytes.length > MAX_SCRIPT_BYTES) throw new InvalidInput(`the payload is ${bytes.length} bytes; the limit is ${MAX_SCRIPT_BYTES}`);
-      f.push(["payload", bytes]);
-    }
-    if (o.backoff !== undefined) f.push(["backoff", JSON.stringify(backoffJson(o.backoff))]);
-    const keep = keepMs("removeOnComplete", o.removeOnComplete);
-    if (keep !== null) f.push(["keep", String(keep)]);
-    const keepFailed = keepMs("removeOnFail", o.removeOnFail);
-    if (keepFailed !== null) f.push(["keep_failed", String(keepFailed)]);
-    if (reply) f.push(["reply", "1"]);
-    let runAt = 0;
-    if (o.at !== undefined) runAt = o.at.getTime();
-    else if (o.delay !== undefined) runAt = nowMs() + Math.floor(o.delay);
-    return {
-      id,
-      generated: o.id === undefined,
-      route: o.route ?? null,
-      type,
-      group: o.group ?? null,
-      instance: o.instance ?? null,
-      priority,
-      runAt,
-      fields: f,
-    };
+  private spec(o: JobOptions<unknown>, reply = false): Spec {
+    return jobSpec(o, reply);
   }
 
   /** @internal a job's checked record fields, as a submit would write them. */
-  checkJob(o: JobOptions): { fields: [string, string | Buffer][] } {
+  checkJob(o: JobOptions<unknown>): { fields: [string, string | Buffer][] } {
     return this.spec(o);
   }
 
   /** Submits one job; resolves to its id (see `submitMany` for the whole answer). */
-  async submit(job: JobOptions): Promise<string> {
+  async submit<Data = unknown>(job: JobOptions<Data>): Promise<string> {
     const [s] = await this.submitMany([job]);
     return s.id;
   }
@@ -377,7 +191,7 @@ export class Client {
   /** Submits jobs in one call (one a shard in a sharded namespace); one answer each, in order. An
    * id that exists already changes nothing (`created` false); a held uniqueness key answers the
    * holder (`duplicateOf`). */
-  async submitMany(jobs: JobOptions[], reply = false): Promise<Submitted[]> {
+  async submitMany<Data = unknown>(jobs: JobOptions<Data>[], reply = false): Promise<Submitted[]> {
     const specs = jobs.map((j) => this.spec(j, reply));
     await this.checkFleet(specs);
     const m = await this.shardMap();
@@ -437,7 +251,7 @@ export class Client {
   }
 
   /** Submits a job and waits up to `waitMs` for it to end. */
-  async run(job: JobOptions, waitMs = 30_000): Promise<Result> {
+  async run<Data = unknown>(job: JobOptions<Data>, waitMs = 30_000): Promise<Result> {
     const id = await this.submit(job);
     return this.wait(id, waitMs);
   }

@@ -53,7 +53,31 @@ export class WaitTimedOut extends HeroError {}
 export function strictOptions(what: string, opts: object, known: ReadonlySet<string>, hints: Record<string, string> = {}): void {
   for (const k of Object.keys(opts ?? {})) {
     if (!known.has(k)) {
-      throw new InvalidInput(`${what} option ${JSON.stringify(k)} is not one hero knows${hints[k] ? `; use ${hints[k]}` : ""}: the options are ${[...known].join(", ")}`);
+      const near = hints[k] ?? nearest(k, known);
+      throw new InvalidInput(`${what} option ${JSON.stringify(k)} is not one hero knows${near ? `; use ${near}` : ""}: the options are ${[...known].join(", ")}`);
     }
   }
+}
+
+/** The known name a typo most likely meant (at most two edits away, ignoring case), if any. */
+function nearest(k: string, known: ReadonlySet<string>): string | undefined {
+  let best: [number, string] | undefined;
+  for (const name of known) {
+    const d = distance(k.toLowerCase(), name.toLowerCase());
+    if (d <= 2 && d < k.length && (!best || d < best[0])) best = [d, name];
+  }
+  return best?.[1];
+}
+
+/** Levenshtein distance, with a swap of neighbours as one edit (`dealy` is one from `delay`). */
+function distance(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i][j] = Math.min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.length][b.length];
 }

@@ -18,7 +18,7 @@ import { Redis } from "ioredis";
 
 import { InvalidInput, strictOptions } from "./errors.js";
 import { Keys } from "./keys.js";
-import { redisUrl } from "./client.js";
+import { checkUrl, duplicate, openRedis, redisUrl } from "./connect.js";
 import { before, BLOCK_MS, COUNT, decodeEntry, Entries, entriesOf, EventLogOff, eventsMax, HeroEvent, logInfo, parseInfo } from "./log.js";
 import { ShardMap } from "./shards.js";
 
@@ -62,7 +62,7 @@ class Reader {
     readonly shard: number,
     private readonly filter: Filter,
   ) {
-    this.conn = base.duplicate();
+    this.conn = duplicate(base);
   }
 
   async open(lastEventId: string): Promise<void> {
@@ -157,7 +157,8 @@ const QUEUE_EVENTS_OPTIONS = new Set(["url", "namespace", "lastEventId", "autoru
 
 /** A subscription to a script type's job events, as BullMQ's QueueEvents. */
 export class QueueEvents extends EventEmitter {
-  private readonly base: Redis;
+  private base: Redis | null = null;
+  private readonly url: string;
   private readonly readers: Reader[] = [];
   private closing = false;
   private ready: Promise<void> | null = null;
@@ -175,9 +176,7 @@ export class QueueEvents extends EventEmitter {
       throw new InvalidInput(`lastEventId ${JSON.stringify(opts.lastEventId)}: give "$" (now), "0" (the oldest kept) or an event id (<ms>-<seq>)`);
     }
     this.keys = new Keys(opts.namespace ?? "hero");
-    this.base = new Redis(redisUrl(opts.url), { lazyConnect: true, maxRetriesPerRequest: 3 });
-    // errors are `error` events (and `waitUntilReady()`'s rejection), never unhandled ones
-    this.base.on("error", () => undefined);
+    this.url = checkUrl(redisUrl(opts.url));
     if (opts.autorun ?? true) this.run().catch((e) => this.emit("error", e));
   }
 
@@ -193,7 +192,8 @@ export class QueueEvents extends EventEmitter {
   }
 
   private async start(): Promise<void> {
-    await this.base.connect();
+    // errors are `error` events (and `waitUntilReady()`'s rejection), never unhandled ones
+    this.base = await openRedis(this.url);
     const map = ShardMap.parse(await this.base.hgetall(this.keys.shardMap()));
     const filter: Filter = { type: this.name, ...(this.opts.group ? { queue: `${this.name}/${this.opts.group}` } : {}), ...(this.opts.jobId ? { jobId: this.opts.jobId } : {}) };
     for (const n of map.sharded ? map.served() : [0]) {
@@ -277,7 +277,7 @@ export class QueueEvents extends EventEmitter {
     await this.ready?.catch(() => undefined);
     for (const r of this.readers) r.conn.disconnect();
     await Promise.all(this.loops);
-    this.base.disconnect();
+    this.base?.disconnect();
   }
 }
 

@@ -1,10 +1,12 @@
 // hero-broker for Node.js: the producer (`Client`), the operator's `Queue` and the worker
 // (`Worker`) of a hero-broker job queue on Redis.
 // docs/from-bullmq.md maps BullMQ's names onto these.
-export { Client, redisUrl, MAX_SCRIPT_BYTES } from "./client.js";
+export { Client } from "./client.js";
+export { redisUrl } from "./connect.js";
+export { MAX_SCRIPT_BYTES } from "./options.js";
 export { Worker, WorkerJob, Retry, Abort, UnrecoverableError } from "./worker.js";
 export type { Handler, WorkerOptions } from "./worker.js";
-export type { JobOptions, BackoffOptions, KeepJobs } from "./client.js";
+export type { JobOptions, BackoffOptions, KeepJobs } from "./options.js";
 export { Queue } from "./queue.js";
 export type { QueueOptions, JobCounts, StreamCounts, PolicyOptions, Policy, DeadLetter, RepeatOptions, JobTemplate } from "./queue.js";
 export { HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
@@ -14,5 +16,5 @@ export { QueueEvents, EventLogOff, decodeEntry } from "./events.js";
 export type { HeroEvent, QueueEventsOptions } from "./events.js";
 export { VERSION as PROTOCOL_VERSION } from "./protocol.js";
 export { ShardMap, shardOfId, fnv1a, jump } from "./shards.js";
-export { encode as encodePayload, decode as decodePayload } from "./msgpack.js";
-export type { Json } from "./msgpack.js";
+export { encode as encodePayload, decode as decodePayload, Ext } from "./msgpack.js";
+export type { Json, Payload } from "./msgpack.js";

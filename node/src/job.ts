@@ -17,6 +17,7 @@ export interface Job {
   group: string | null;
   instance: string | null;
   priority: number;
+  /** The time limit it names, in ms (the record keeps whole seconds); null: its queue policy's, else 300 s. */
   timeout: number | null;
   retries: number;
   attempts: number;
@@ -167,7 +168,7 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
     group: text.group || null,
     instance: text.instance || null,
     priority: num("priority", 5) ?? 5,
-    timeout: num("timeout", null),
+    timeout: ((t) => (t === null ? null : t * 1000))(num("timeout", null)),
     retries: num("retries", 0) ?? 0,
     attempts,
     env,

@@ -5,6 +5,7 @@
 import { Redis } from "ioredis";
 
 import { DEFAULT_TIMEOUT_S, numberField, recordText } from "./job.js";
+import { duplicate } from "./connect.js";
 import { Keys } from "./keys.js";
 import { boundedTrace, Done, nowMs, Protocol, RELEASE, retryAtMs, VERSION } from "./protocol.js";
 import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
@@ -24,6 +25,8 @@ export interface LaneOwner {
   releaseSlots(n: number): void;
   presence(running: number): string;
   emit(event: string | symbol, ...args: unknown[]): boolean;
+  /** An error of the worker's: its `error` event, or a logged line when no one listens. */
+  fail(e: unknown): void;
 }
 
 /** Reports gather this long: one call per flush for every job at once. */
@@ -76,7 +79,7 @@ export class Lane {
   }
 
   async start(): Promise<void> {
-    this.control = this.redis.duplicate();
+    this.control = duplicate(this.redis, (e) => this.w.fail(e));
     await this.heartbeat();
     await this.readPolicies();
     // two fetches under way, as the Rust worker: the next is in Redis while this process starts
@@ -91,7 +94,7 @@ export class Lane {
   // -- fetch ----------------------------------------------------------------------------------
   private async fetchLoop(): Promise<void> {
     const max = Math.max(8, Math.floor(this.w.concurrency / 2));
-    const blocking = this.redis.duplicate();
+    const blocking = duplicate(this.redis, (e) => this.w.fail(e));
     let full = false;
     while (!this.w.isStopping) {
       // under a backlog, let the handlers that end in this turn free their slots first, so a
@@ -115,7 +118,7 @@ export class Lane {
         }
       } catch (e) {
         this.w.releaseSlots(free);
-        this.w.emit("error", e);
+        this.w.fail(e);
         await sleep(1000, () => this.w.isStopping);
         continue;
       }
@@ -320,7 +323,7 @@ export class Lane {
         answers = await this.proto.complete(this.w.consumer, batch);
         break;
       } catch (e) {
-        this.w.emit("error", e);
+        this.w.fail(e);
         await sleep(delay, () => false);
         delay = Math.min(delay * 2, 5000);
       }
@@ -371,7 +374,7 @@ export class Lane {
           lastReport = now;
         }
       } catch (e) {
-        this.w.emit("error", e);
+        this.w.fail(e);
       }
     }
   }

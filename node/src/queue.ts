@@ -4,10 +4,11 @@
 // functions hero-admin calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue,
 // hero_remove), on every shard of a sharded namespace. Options are strict: one hero does not
 // know is an error naming it.
-import { backoffJson, BackoffOptions, Client, JobOptions, KeepJobs } from "./client.js";
+import { Client } from "./client.js";
+import { backoffJson, BackoffOptions, JobOptions, KeepJobs } from "./options.js";
 import { HeroError, InvalidInput, JobNotFound, strictOptions } from "./errors.js";
 import { Keys } from "./keys.js";
-import { decode, Json } from "./msgpack.js";
+import { decode } from "./msgpack.js";
 import { Protocol } from "./protocol.js";
 
 export interface QueueOptions {
@@ -85,7 +86,7 @@ const REPEAT_OPTIONS = new Set(["pattern", "every", "tz", "missed"]);
 /** The job each tick submits: BullMQ's `{ name, data, opts }` (`name` is the script). */
 export interface JobTemplate {
   name?: string;
-  data?: Json;
+  data?: unknown;
   opts?: Pick<JobOptions, "group" | "instance" | "priority" | "timeout" | "retries" | "tags" | "backoff" | "removeOnComplete" | "removeOnFail">;
 }
 const TEMPLATE_OPTIONS = new Set(["name", "data", "opts"]);
@@ -373,7 +374,7 @@ export class Queue {
     if (o.group) job.group = o.group;
     if (o.instance) job.instance = o.instance;
     if (o.priority !== undefined) job.priority = o.priority;
-    if (o.timeout !== undefined) job.timeout_secs = Math.floor(o.timeout);
+    if (field("timeout") !== undefined) job.timeout_secs = Number(field("timeout"));
     if (o.tags?.length) job.tags = o.tags;
     const payload = field("payload");
     if (payload !== undefined) job.payload = Buffer.from(payload).toString("base64");
@@ -402,12 +403,12 @@ export class Queue {
       const job = spec?.job as Record<string, unknown> | undefined;
       if (job?.script_type !== this.name) continue;
       // its payload stored as base64 MessagePack (every language writes it so): BullMQ's `data`
-      let data: Json = null;
+      let data: unknown = null;
       if (typeof job.payload === "string") {
         try {
           data = decode(Buffer.from(job.payload, "base64"));
-        } catch {
-          data = null;
+        } catch (e) {
+          throw new InvalidInput(`recurring job ${name}: its stored payload is not MessagePack (${e instanceof Error ? e.message : e}); add it again`);
         }
       }
       out.push({ ...spec, data, next_ms: num(name), fires: num(`${name}|fires`) ?? 0, last_ms: num(`${name}|last`) });

@@ -4,6 +4,7 @@
 // nobody waits; the next wait starts it again from a fresh cursor.
 import { Redis } from "ioredis";
 
+import { duplicate } from "./connect.js";
 import { Keys } from "./keys.js";
 import { BLOCK_MS, COUNT, decodeEntry, entriesOf, eventsMax, logInfo, NOT_ENDS } from "./log.js";
 
@@ -49,8 +50,7 @@ export class Waiter {
 
   private async take(): Promise<void> {
     if (!this.conn) {
-      this.conn = this.base.duplicate();
-      this.conn.on("error", () => undefined);
+      this.conn = duplicate(this.base);
     }
     this.on = (await eventsMax(this.conn, this.keys)) > 0;
     this.cursor = (await logInfo(this.conn, this.keys.events())).last;

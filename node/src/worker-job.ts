@@ -2,7 +2,7 @@
 // an AbortSignal that fires on stop, time limit, lost lease or shutdown) and the outcomes a
 // handler throws (`Retry`, `Abort`, BullMQ's `UnrecoverableError`).
 import { attemptsOf, Job, jobFromText, resultsOf } from "./job.js";
-import { decode, Json } from "./msgpack.js";
+import { decode } from "./msgpack.js";
 
 const LOG_LINES = 100;
 
@@ -25,8 +25,8 @@ export class Abort extends Error {
 /** BullMQ's name for [`Abort`]. */
 export const UnrecoverableError = Abort;
 
-/** The job a handler is given. */
-export class WorkerJob {
+/** The job a handler is given; `Data` is its payload's type (`job.data`). */
+export class WorkerJob<Data = any> {
   /** Why `signal` fired (`stopped`, `timeout`, `lost`, `shutdown`), once it has. */
   cancelReason: string | null = null;
   /** Made when a handler first asks for `signal`: an AbortController per job was a twentieth
@@ -38,7 +38,7 @@ export class WorkerJob {
   deadline = 0;
 
   private parsed: Job | null = null;
-  private decoded: { data: Json } | null = null;
+  private decoded: { data: Data } | null = null;
 
   /** @internal from the record's fields as text (see `recordText`): the rest is parsed when
    * asked for, since a handler that reads only `data` should not pay for the whole record. */
@@ -62,18 +62,20 @@ export class WorkerJob {
     return out;
   }
 
-  /** The payload (any JSON value), or null. */
-  get data(): Json {
+  /** The payload, each value of its own type (a Date, a Buffer, a Map, a BigInt beyond 2^53:
+   * see msgpack.ts), or null when the job has none. A payload that is not MessagePack throws
+   * `Abort` (the job ends error, naming why: no retry can change its bytes). */
+  get data(): Data {
     if (this.decoded === null) {
-      let data: Json = null;
+      let data: unknown = null;
       if (this.payload) {
         try {
           data = decode(this.payload);
-        } catch {
-          data = null;
+        } catch (e) {
+          throw new Abort(`the payload of job ${this.id} is not MessagePack: ${e instanceof Error ? e.message : e}`);
         }
       }
-      this.decoded = { data };
+      this.decoded = { data: data as Data };
     }
     return this.decoded.data;
   }
@@ -134,4 +136,6 @@ export class WorkerJob {
   }
 }
 
-export type Handler = (job: WorkerJob) => Promise<unknown> | unknown;
+/** A handler: given the job, it answers the output (`Result`: a string as it is, anything else
+ * as JSON) or throws. */
+export type Handler<Data = any, Result = unknown> = (job: WorkerJob<Data>) => Promise<Result> | Result;

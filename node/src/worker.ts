@@ -10,10 +10,11 @@ import { randomBytes } from "node:crypto";
 
 import { Redis } from "ioredis";
 
-import { InvalidInput } from "./errors.js";
+import { InvalidInput, strictOptions } from "./errors.js";
+import { millis, whole } from "./options.js";
 import { Keys } from "./keys.js";
 import { iso, Protocol, RELEASE, VERSION } from "./protocol.js";
-import { redisUrl } from "./client.js";
+import { checkUrl, openRedis, redisUrl } from "./connect.js";
 import { ShardMap } from "./shards.js";
 import { Lane, sleep } from "./lane.js";
 import type { Handler } from "./worker-job.js";
@@ -22,6 +23,26 @@ export { Abort, Retry, UnrecoverableError, WorkerJob } from "./worker-job.js";
 export type { Handler } from "./worker-job.js";
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+const WORKER_OPTIONS: ReadonlySet<string> = new Set(["url", "namespace", "group", "instance", "concurrency", "leaseMs", "presenceTtlMs", "shutdownMs", "autorun"]);
+
+/** BullMQ's Worker options and what hero calls them (or why it has none). */
+const WORKER_HINTS: Record<string, string> = {
+  connection: "url (a Redis URL: redis://host:port)",
+  prefix: "namespace",
+  limiter: "a queue policy, kept by the server for every worker: new Queue(type, { url }).setPolicy({ rate: { max, duration } })",
+  lockDuration: "leaseMs",
+  lockRenewTime: "(none: the lease is renewed every third of leaseMs)",
+  stalledInterval: "(none: `hero broker` recovers a silent worker's jobs after presenceTtlMs)",
+  maxStalledCount: "a queue policy's retries (a recovered job counts an attempt)",
+  removeOnComplete: "the submit option removeOnComplete",
+  removeOnFail: "the submit option removeOnFail",
+  runRetryDelay: "(none: a failed fetch backs off on its own)",
+  useWorkerThreads: "(none: run several Worker processes)",
+  skipStalledCheck: "(none)",
+  drainDelay: "(none: an idle worker blocks on Redis until a job comes)",
+  name: "instance",
+};
 
 export interface WorkerOptions {
   /** Redis URL (default HERO_REDIS_URL, else redis://127.0.0.1:6379). */
@@ -39,7 +60,10 @@ export interface WorkerOptions {
   autorun?: boolean;
 }
 
-export class Worker extends EventEmitter {
+/** A worker of `types`: `new Worker<Data, Result>(type, async (job) => result, { url,
+ * concurrency })`. `Data` is what its jobs' `data` is (their payload's type), `Result` what the
+ * handler returns. */
+export class Worker<Data = any, Result = unknown> extends EventEmitter {
   readonly types: string[];
   readonly group: string;
   readonly instance: string;
@@ -54,8 +78,23 @@ export class Worker extends EventEmitter {
   private running: Promise<void> | null = null;
   private readonly startedAt = iso();
 
-  constructor(types: string | string[], readonly handler: Handler, opts: WorkerOptions = {}) {
+  private lastLogged: [string, number] | null = null;
+  private readonly ready: Promise<void>;
+  private markStarted!: () => void;
+  private markFailed!: (e: unknown) => void;
+
+  constructor(types: string | string[], readonly handler: Handler<Data, Result>, opts: WorkerOptions = {}) {
     super();
+    if (typeof handler !== "function") {
+      throw new InvalidInput(`new Worker(type, handler, options): the handler is ${handler === undefined ? "missing" : `a ${typeof handler}`}; give an async function (job) => result${typeof handler === "string" ? " (a processor file path, BullMQ's sandbox, is not supported: import its function)" : ""}`);
+    }
+    if (opts === null || typeof opts !== "object") throw new InvalidInput("Worker options are an object: { url, concurrency, ... }");
+    strictOptions("Worker", opts, WORKER_OPTIONS, WORKER_HINTS);
+    this.ready = new Promise<void>((resolve, reject) => {
+      this.markStarted = resolve;
+      this.markFailed = reject;
+    });
+    this.ready.catch(() => undefined);
     this.types = (Array.isArray(types) ? types : [types]).map((t) => {
       if (!NAME.test(t)) throw new InvalidInput(`script type ${JSON.stringify(t)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
       return t;
@@ -66,12 +105,12 @@ export class Worker extends EventEmitter {
     for (const [what, v] of [["group", this.group], ["instance", this.instance], ["namespace", opts.namespace ?? "hero"]]) {
       if (!NAME.test(v)) throw new InvalidInput(`${what} ${JSON.stringify(v)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
     }
-    this.concurrency = opts.concurrency ?? 1;
-    if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new InvalidInput("concurrency must be at least 1");
+    this.concurrency = whole("concurrency", opts.concurrency ?? 1, 1);
+    for (const k of ["leaseMs", "presenceTtlMs", "shutdownMs"] as const) if (opts[k] !== undefined) millis(k, opts[k]);
     this.free = this.concurrency;
     this.consumer = `${this.group}:${this.instance}:${randomBytes(4).toString("hex")}`;
     this.opts = {
-      url: redisUrl(opts.url),
+      url: checkUrl(redisUrl(opts.url)),
       namespace: opts.namespace ?? "hero",
       group: this.group,
       concurrency: this.concurrency,
@@ -81,14 +120,41 @@ export class Worker extends EventEmitter {
     };
     if (this.opts.leaseMs < 300 || this.opts.presenceTtlMs < 300) throw new InvalidInput("leaseMs and presenceTtlMs must be at least 300");
     if (opts.autorun ?? true) {
-      // an error at start is an `error` event (and `run()`'s rejection), never an unhandled one
-      this.run().catch((e) => this.emit("error", e));
+      // an error at start is an `error` event (or one logged line) and `waitUntilReady()`'s
+      // rejection, never an unhandled one
+      this.run().catch((e) => this.fail(e));
+    }
+  }
+
+  /** Resolves once the worker fetches (connected, registered); rejects with why it could not
+   * start (a `HeroError` naming the URL when Redis cannot be reached). */
+  async waitUntilReady(): Promise<void> {
+    if (!this.running) this.run().catch(() => undefined);
+    await this.ready;
+  }
+
+  /** @internal an error of the worker's: its `error` event when someone listens; otherwise one
+   * line on stderr (the same message at most once a minute), never a crash of the process
+   * (EventEmitter throws an `error` no one listens to). */
+  fail(e: unknown): void {
+    if (this.listenerCount("error") > 0) {
+      this.emit("error", e);
+      return;
+    }
+    const msg = e instanceof Error ? e.message : String(e);
+    const now = Date.now();
+    if (this.lastLogged?.[0] !== msg || now - this.lastLogged[1] > 60_000) {
+      this.lastLogged = [msg, now];
+      console.error(`hero-broker worker ${this.consumer}: ${msg} (listen with worker.on("error", ...) to handle it)`);
     }
   }
 
   /** Starts the worker (once); resolves when it has closed. */
   run(): Promise<void> {
-    if (!this.running) this.running = this.serve();
+    if (!this.running) {
+      this.running = this.serve();
+      this.running.catch((e) => this.markFailed(e));
+    }
     return this.running;
   }
 
@@ -115,8 +181,7 @@ export class Worker extends EventEmitter {
   }
 
   private async serve(): Promise<void> {
-    this.redis = new Redis(this.opts.url, { lazyConnect: true, maxRetriesPerRequest: null });
-    await this.redis.connect();
+    this.redis = await openRedis(this.opts.url, { blocking: true, onError: (e) => this.fail(e) });
     const base = new Keys(this.opts.namespace);
     try {
       await new Protocol(this.redis, base).ensureLibrary();
@@ -132,6 +197,7 @@ export class Worker extends EventEmitter {
         }
       };
       await add();
+      this.markStarted();
       this.emit("ready");
       // shards added while it runs are served within 2 s
       while (!this.stopping) {
@@ -141,7 +207,7 @@ export class Worker extends EventEmitter {
           map = ShardMap.parse(await this.redis.hgetall(base.shardMap()));
           await add();
         } catch (e) {
-          this.emit("error", e);
+          this.fail(e);
         }
       }
       await Promise.all([...this.lanes.values()].map((l) => l.finish()));

@@ -30,7 +30,7 @@ test("a submit writes every option and refuses bad input", async () => {
     script: "1",
     group: "g1",
     priority: 2,
-    timeout: 60,
+    timeout: 60_000,
     retries: 3,
     delay: 60_000,
     tags: ["a", "b"],
@@ -44,7 +44,7 @@ test("a submit writes every option and refuses bad input", async () => {
   assert.equal(job.scriptType, "rhai");
   assert.equal(job.group, "g1");
   assert.equal(job.priority, 2);
-  assert.equal(job.timeout, 60);
+  assert.equal(job.timeout, 60_000);
   assert.equal(job.retries, 3);
   assert.deepEqual(job.tags, ["a", "b"]);
   assert.deepEqual(job.env, { K: "v" });

@@ -74,7 +74,7 @@ test("a stop aborts the handler's signal and its result is fenced; a time limit 
   const j = await client.get(id);
   assert.equal(j.status, "error");
   assert.notEqual(j.output, "finished anyway", "the late result was not recorded");
-  const limited = await client.submit({ type: "slow", timeout: 1 });
+  const limited = await client.submit({ type: "slow", timeout: 1000 });
   const r = await client.wait(limited, 20_000);
   assert.equal(r.status, "error");
   assert.match(r.error, /timeout/);
