@@ -156,6 +156,34 @@ export interface QueueEventsOptions {
 const QUEUE_EVENTS_OPTIONS = new Set(["url", "namespace", "lastEventId", "autorun", "group", "jobId"]);
 
 /** A subscription to a script type's job events, as BullMQ's QueueEvents. */
+/** QueueEvents' events and their arguments (BullMQ's shapes; `id` is the event's id in the
+ * log, for `lastEventId`): `events.on("completed", ({ jobId, returnvalue }) => …)` is typed by
+ * them. */
+export interface QueueEventsListener {
+  completed: (args: { jobId: string; returnvalue: string | null }, id: string) => void;
+  failed: (args: { jobId: string; failedReason: string }, id: string) => void;
+  active: (args: { jobId: string; prev: string }, id: string) => void;
+  waiting: (args: { jobId: string }, id: string) => void;
+  delayed: (args: { jobId: string; delay: number }, id: string) => void;
+  retried: (args: { jobId: string; attempt?: number; failedReason?: string }, id: string) => void;
+  /** A job recovered from a dead worker. */
+  stalled: (args: { jobId: string }, id: string) => void;
+  /** A job stopped. */
+  removed: (args: { jobId: string }, id: string) => void;
+  progress: (args: { jobId: string; data: unknown }, id: string) => void;
+  /** It fell behind the log's cap: `missed` events are gone. */
+  gap: (args: { missed: number; shard: number }, id: string) => void;
+  /** Every event, as the log holds it. */
+  event: (e: HeroEvent, id: string) => void;
+  error: (error: Error) => void;
+}
+
+export interface QueueEvents {
+  on<E extends keyof QueueEventsListener>(event: E, listener: QueueEventsListener[E]): this;
+  once<E extends keyof QueueEventsListener>(event: E, listener: QueueEventsListener[E]): this;
+  off<E extends keyof QueueEventsListener>(event: E, listener: QueueEventsListener[E]): this;
+}
+
 export class QueueEvents extends EventEmitter {
   private base: Redis | null = null;
   private readonly url: string;

@@ -39,6 +39,10 @@ interface Running {
   entry: string;
   began: number;
   settled: boolean;
+  /** What the handler returned, or threw: the worker's `completed` and `failed` events carry
+   * them as they were (the record holds their text). */
+  value?: unknown;
+  error?: unknown;
 }
 
 /** The worker on one shard: its keys, streams, connections, running jobs and completions. */
@@ -237,8 +241,10 @@ export class Lane {
     let trace: string | undefined;
     try {
       const value = await this.w.handler(job);
+      run.value = value;
       out = value === undefined || value === null ? "" : typeof value === "string" ? value : JSON.stringify(value);
     } catch (e) {
+      run.error = e;
       if (e instanceof Retry) {
         outcome = "retry";
         out = e.message;
@@ -333,8 +339,8 @@ export class Lane {
       this.running.delete(d.id);
       const answer = answers[i];
       const job = run?.job;
-      if (answer === "completed" && d.outcome === "done") this.w.emit("completed", job, d.text);
-      else if (answer === "completed" || answer === "retrying") this.w.emit("failed", job, new Error(d.text), answer);
+      if (answer === "completed" && d.outcome === "done") this.w.emit("completed", job, run ? run.value : d.text);
+      else if (answer === "completed" || answer === "retrying") this.w.emit("failed", job, run?.error instanceof Error ? run.error : new Error(d.text), answer);
       else this.w.emit("fenced", job, answer);
     });
   }

@@ -10,7 +10,7 @@ import { LIBRARY_SOURCE } from "./library.generated.js";
 
 export const VERSION = "30";
 /** This package's release (package.json says the same: a test holds them equal). */
-export const RELEASE = "0.29.0";
+export const RELEASE = "1.0.0";
 
 type Arg = string | number | Buffer;
 

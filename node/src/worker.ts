@@ -17,7 +17,7 @@ import { iso, Protocol, RELEASE, VERSION } from "./protocol.js";
 import { checkUrl, openRedis, redisUrl } from "./connect.js";
 import { ShardMap } from "./shards.js";
 import { Lane, sleep } from "./lane.js";
-import type { Handler } from "./worker-job.js";
+import type { Handler, WorkerJob } from "./worker-job.js";
 
 export { Abort, Retry, UnrecoverableError, WorkerJob } from "./worker-job.js";
 export type { Handler } from "./worker-job.js";
@@ -58,6 +58,32 @@ export interface WorkerOptions {
   shutdownMs?: number;
   /** Start at once (default true, as BullMQ); else call `run()`. */
   autorun?: boolean;
+}
+
+/** The worker's events and their arguments (BullMQ's names): `worker.on("completed", (job,
+ * result) => …)` is typed by them. */
+export interface WorkerListener<Data = any, Result = unknown> {
+  /** Connected and registered: it fetches. */
+  ready: () => void;
+  /** A job's handler starts. */
+  active: (job: WorkerJob<Data>) => void;
+  /** A job finished: what its handler returned. */
+  completed: (job: WorkerJob<Data>, result: Result) => void;
+  /** An attempt failed (`answer`: `completed` when that ended the job, `retrying` when it runs
+   * again): what its handler threw. */
+  failed: (job: WorkerJob<Data> | undefined, error: Error, answer: "completed" | "retrying") => void;
+  /** A late result refused: `lost` (a renewal found the job taken away) or `lease_lost`. */
+  fenced: (job: WorkerJob<Data> | undefined, why: string) => void;
+  /** A failing call of the worker's (it goes on, backing off). */
+  error: (error: Error) => void;
+  /** Closed: how many jobs went back to their queues. */
+  closed: (handedBack: number) => void;
+}
+
+export interface Worker<Data = any, Result = unknown> {
+  on<E extends keyof WorkerListener<Data, Result>>(event: E, listener: WorkerListener<Data, Result>[E]): this;
+  once<E extends keyof WorkerListener<Data, Result>>(event: E, listener: WorkerListener<Data, Result>[E]): this;
+  off<E extends keyof WorkerListener<Data, Result>>(event: E, listener: WorkerListener<Data, Result>[E]): this;
 }
 
 /** A worker of `types`: `new Worker<Data, Result>(type, async (job) => result, { url,

@@ -1,9 +1,10 @@
-// What a registry would serve is what `npm pack` makes: the tarball installs into a fresh
-// project with `npm install <tarball>`, brings ioredis, and works from CommonJS `require` and
-// ESM `import`, types included.
+// What a registry would serve is what `npm pack` makes, from a copy of the package's folder
+// alone (outside the repository: the build reads nothing beside it): the tarball installs into a
+// fresh project with `npm install <tarball>`, brings ioredis, and works from CommonJS `require`
+// and ESM `import`, types included.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -26,8 +27,15 @@ after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-test("the packed tarball installs into a fresh project; the README's example runs as written", async () => {
-  const pkg = join(ROOT, "node");
+test("a copy of the folder packs; the tarball installs into a fresh project; the README's example runs as written", async () => {
+  // the folder as a user would have it from git: its sources, no dist, no repository around it
+  const pkg = join(dir, "hero-broker-copy");
+  for (const f of ["src", "scripts", "package.json", "package-lock.json", "tsconfig.json", "README.md", "LICENSE", "hero-library.lua"]) {
+    cpSync(join(ROOT, "node", f), join(pkg, f), { recursive: true });
+  }
+  rmSync(join(pkg, "src", "library.generated.ts"), { force: true });
+  // its dev dependencies (TypeScript) as `npm install` would have put them
+  symlinkSync(join(ROOT, "node", "node_modules"), join(pkg, "node_modules"));
   const name = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], { cwd: pkg, encoding: "utf8" }).trim().split("\n").pop();
   const tarball = join(dir, name);
   assert.ok(existsSync(tarball), tarball);

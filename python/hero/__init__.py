@@ -23,6 +23,7 @@ from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProce
 from .job import BatchInfo, ChildResult, Job, Progress, Result, Submitted
 from .keys import Keys
 from .options import Backoff
+from .payload import pack, unpack
 from .queue import DeadLetter, JobCounts, Queue, StreamCounts
 from .tasks import App, AsyncResult, Task, TaskError, chain, chord, group
 from .protocol import RELEASE
@@ -30,6 +31,7 @@ from .protocol import VERSION as PROTOCOL_VERSION
 from .worker import Abort, JobContext, Retry, Worker
 
 __all__ = [
+    "pack", "unpack",
     "Abort", "App", "AsyncResult", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
     "JobNotFound", "Keys", "OlderProcesses", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Task", "TaskError", "Worker", "chain", "chord", "group",
     "aio", "connect",

@@ -92,6 +92,13 @@ class Job:
                 and not (k.startswith(RESULT_PREFIX) and k[len(RESULT_PREFIX):] in self.results)}
 
     @property
+    def data(self) -> Any:
+        """The payload decoded (`hero.unpack`): a Node `Date` as an aware datetime, a `Buffer` as
+        bytes, a `Map` as a dict, a `BigInt` as an int; None without one."""
+        from .payload import unpack
+        return unpack(self.payload)
+
+    @property
     def time_limit(self) -> int:
         return self.timeout if self.timeout is not None else DEFAULT_TIMEOUT_S
 

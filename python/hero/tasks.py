@@ -53,6 +53,7 @@ from .errors import HeroError, InvalidInput
 from .job import Job
 from .options import Backoff, duration_ms, rate as parse_rate
 from .outcomes import Abort, Retry
+from .payload import pack, unpack
 from .worker import JobContext, Worker
 
 DEFAULT_QUEUE = "tasks"
@@ -105,7 +106,7 @@ def _payload(args: Sequence[Any], kwargs: dict[str, Any], chained: str | None = 
     if chord_of:
         body[_CHORD] = list(chord_of)
     try:
-        return msgpack.packb(body, use_bin_type=True)
+        return pack(body)
     except (TypeError, ValueError) as e:
         raise InvalidInput(f"a task's arguments must be MessagePack values (dict, list, str, bytes, "
                            f"int, float, bool, None): {e}") from None
@@ -375,7 +376,7 @@ class App:
             raise Abort(f"no task named {job.script!r} is registered in this worker "
                         f"(it has {', '.join(sorted(self.tasks)) or 'none'})")
         try:
-            body = msgpack.unpackb(job.payload or msgpack.packb({}), raw=False)
+            body = unpack(job.payload) if job.payload else {}
         except (ValueError, msgpack.ExtraData, msgpack.FormatError) as e:
             raise Abort(f"the arguments of task {t.name} are not MessagePack: {e}") from None
         if not isinstance(body, dict):

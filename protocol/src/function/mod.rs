@@ -500,21 +500,25 @@ mod tests {
     }
 
     /// Clients in other languages load the library from `docs/hero-library.lua` (the Python
-    /// package's wheel packs it from there); it must be this version's, and the package must
-    /// speak it. `HERO_WRITE_LIBRARY=1 cargo test -p hero-protocol shipped` writes it anew.
+    /// package's wheel packs it from there) and `node/hero-library.lua` (inside the Node
+    /// package's folder, so it builds and packs from that folder alone); each must be this
+    /// version's, and the packages must speak it. `HERO_WRITE_LIBRARY=1 cargo test -p
+    /// hero-protocol shipped` writes both anew.
     #[test]
     fn the_shipped_library_file_is_this_versions_library() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let path = root.join("docs/hero-library.lua");
-        if std::env::var_os("HERO_WRITE_LIBRARY").is_some() {
-            std::fs::write(&path, library_source()).expect("write docs/hero-library.lua");
+        for file in ["docs/hero-library.lua", "node/hero-library.lua"] {
+            let path = root.join(file);
+            if std::env::var_os("HERO_WRITE_LIBRARY").is_some() {
+                std::fs::write(&path, library_source()).expect("write the shipped library");
+            }
+            let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                shipped == library_source(),
+                "{file} is not the library of version {LIBRARY_VERSION}: run \
+                 HERO_WRITE_LIBRARY=1 cargo test -p hero-protocol shipped"
+            );
         }
-        let shipped = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            shipped == library_source(),
-            "docs/hero-library.lua is not the library of version {LIBRARY_VERSION}: run \
-             HERO_WRITE_LIBRARY=1 cargo test -p hero-protocol shipped"
-        );
         let py = std::fs::read_to_string(root.join("python/hero/protocol.py")).unwrap_or_default();
         assert!(
             py.contains(&format!("VERSION = \"{LIBRARY_VERSION}\"")),

@@ -1,0 +1,3889 @@
+#!lua name=hero_v30
+local VERSION = '30'
+-- hero function library: the shared helpers every function may use, one file a topic
+-- (`function/lib/*.lua`, concatenated in this order, then one file per function):
+--   keys.lua          the keys the functions derive instead of taking them in KEYS
+--   streams.lua       acknowledging and trimming work stream entries
+--   settings.lua      the broker's settings in the config hash
+--   events.lua        the event log (log_event, log_shared)
+--   stats.lua         stats kept on write (tally, histogram, flush_stats) and Redis's clock
+--   registry.lua      the queue registry, paused queues, appending a job to a work stream
+--   checks.lua        what a submitted record may hold (refuse)
+--   finish.lua        ending a job: the reply to a waiting caller, retention
+--   legacy.lua        entries' fields, the dual-push bridge to legacy lists
+--   policy.lua        queue policies: back-off, limits, rates, key rates, priority aging
+--   batches.lua       batches: members counted as they end, callbacks once
+--   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
+--   records.lua       a job's record as a fetch reads it and hands it back (read_job, as_leased)
+-- A helper that writes events or stats says which in its comment ("Writes events:", "Writes
+-- stats:"), and so does the header of every function that calls it (the header check holds
+-- both to the code).
+--
+-- Every key a function touches is passed in KEYS, except a job hash or reply list named by a
+-- stream entry; those are built from a prefix in ARGV (built by the client's keys module) and
+-- share the namespace's hash slot. Errors are raised as 'HERO_<CODE> message'.
+
+-- The keys the functions derive rather than take in KEYS, each built here and only here, the
+-- way the client's keys module builds it (`functions::keys` holds the two sides equal): the
+-- namespace part `<ns>:` of a job key `<ns>:job:<id>` (of the job prefix, with id ''), and
+-- the keys beside it.
+local function ns_of(job_key, job_id)
+  return string.sub(job_key, 1, #job_key - #job_id - 4)
+end
+
+local function tag_key(ns, tag)
+  return ns .. 'tag:' .. tag
+end
+
+local function unique_key(ns, key)
+  return ns .. 'unique:' .. key
+end
+
+-- The per-minute stats hash of the minute holding `now_iso` (its first 16 characters,
+-- `2026-11-23T11:40`: `keys::minute_of`).
+local function minute_key(stats_key, now_iso)
+  return stats_key .. ':' .. string.sub(now_iso, 1, 16)
+end
+
+-- The registry's companions (`<registry>` is `<ns>:meta:queues`): its signal stream
+-- (`Keyspace::queue_signal`), the paused streams (`paused_queues`) and names (`paused_names`).
+local function queue_signal_key(registry)
+  return registry .. ':new'
+end
+
+local function paused_key(registry)
+  return registry .. ':paused'
+end
+
+local function paused_names_key(registry)
+  return registry .. ':paused:names'
+end
+
+-- The reply lists' prefix `<ns>:q:reply:` (`Keyspace::reply`), for a job named by an entry or
+-- a dependents hash rather than in KEYS.
+local function reply_prefix_of(ns)
+  return ns .. 'q:reply:'
+end
+
+-- The dual-push registry `<ns>:meta:bridge` (`Keyspace::bridge_registry`), beside the queue
+-- registry `<ns>:meta:queues`: a call that queues a job it was not given in KEYS (a released
+-- dependent) finds there whether its stream is dual-pushed.
+local function bridge_registry_of(registry)
+  return string.sub(registry, 1, #registry - 6) .. 'bridge'
+end
+
+-- The key `<ns>:meta:<name>` beside the config hash `<ns>:meta:config`: every `meta` key a
+-- function derives goes through here (the named helpers below and in batches.lua and
+-- dependencies.lua).
+local function meta_key(config_key, name)
+  return string.sub(config_key, 1, #config_key - 6) .. name
+end
+
+-- The queue policies hash `<ns>:meta:policy` (`Keyspace::policy`) and a queue's running set
+-- `<ns>:meta:limit:<queue>` (`Keyspace::limit`), beside the config hash `<ns>:meta:config`.
+local function policy_key_of(config_key)
+  return meta_key(config_key, 'policy')
+end
+
+local function limit_key_of(config_key, queue)
+  return meta_key(config_key, 'limit:' .. queue)
+end
+
+-- A queue's rate log `<ns>:meta:rate:<queue>` (`Keyspace::rate`): the jobs it started, by ms;
+-- a limit key's within a queue is `<ns>:meta:rate:<queue>|<limit key>`.
+local function rate_key_of(config_key, queue)
+  return meta_key(config_key, 'rate:' .. queue)
+end
+
+-- The delayed set `<ns>:meta:delayed` (`Keyspace::delayed`), beside the config hash.
+local function delayed_key_of(config_key)
+  return meta_key(config_key, 'delayed')
+end
+
+-- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
+local function is_bridge_consumer(name)
+  return string.sub(name, 1, 7) == 'bridge:'
+end
+
+-- Work stream entries: acknowledged, deleted and trimmed so that a done entry never stays in
+-- a work stream.
+
+-- Calls f(from, to) over runs of ids short enough for Lua's stack (unpack of a long list fails).
+local function in_runs(ids, f)
+  for from = 1, #ids, 1000 do
+    f(from, math.min(#ids, from + 999))
+  end
+end
+
+-- Acknowledge and delete delivered entries of one stream: a done entry never stays in a work
+-- stream.
+local function ack_del_many(stream, group, ids, xackdel)
+  in_runs(ids, function(from, to)
+    if xackdel == '1' then
+      redis.call('XACKDEL', stream, group, 'IDS', to - from + 1, unpack(ids, from, to))
+    else
+      redis.call('XACK', stream, group, unpack(ids, from, to))
+      redis.call('XDEL', stream, unpack(ids, from, to))
+    end
+  end)
+end
+
+local function ack_del(stream, group, id, xackdel)
+  ack_del_many(stream, group, { id }, xackdel)
+end
+
+-- The stream id right after `id` ('<ms>-<seq>').
+local function next_id(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return string.format('%d-%d', tonumber(ms), tonumber(seq) + 1)
+end
+
+-- Whether stream id `a` ('<ms>-<seq>') is at or after `b`, by number.
+local function stream_id_at_least(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  ams, aseq, bms, bseq = tonumber(ams), tonumber(aseq), tonumber(bms), tonumber(bseq)
+  if not (ams and bms) then return false end
+  return ams > bms or (ams == bms and aseq >= bseq)
+end
+
+-- Acknowledge delivered entries of one stream. Returns how many of them were pending.
+local function ack(stream, group, ids)
+  local acked = 0
+  in_runs(ids, function(from, to)
+    acked = acked + redis.call('XACK', stream, group, unpack(ids, from, to))
+  end)
+  return acked
+end
+
+-- Trim a stream of the entries `ids` just acknowledged and of every other done entry. XDEL
+-- would seek each id (a scan inside its node, ~2 us each); XTRIM MINID drops runs from the head.
+-- Entries are delivered in id order, so every entry below the oldest pending one (or, with
+-- nothing pending, up to the group's last delivered one) was delivered and acknowledged:
+-- nothing waiting or running is trimmed. An entry of `ids` behind an older job still running
+-- is deleted by id, so every path that acknowledges an entry also deletes it. A few
+-- entries (up to TRIM_BY_ID, as at light load) are deleted by id alone: one call, where the
+-- trim asks XPENDING and XINFO first. Where the server has XACKDEL (Redis 8.2) deleting by id
+-- is cheap, and each entry goes at once instead.
+local TRIM_BY_ID = 8
+local function trim_done(stream, group, ids, xackdel)
+  if #ids == 0 then return end
+  if #ids <= TRIM_BY_ID then
+    redis.call('XDEL', stream, unpack(ids))
+    return
+  end
+  if xackdel == '1' then
+    in_runs(ids, function(from, to)
+      redis.call('XDEL', stream, unpack(ids, from, to))
+    end)
+    return
+  end
+  local pending = redis.call('XPENDING', stream, group)
+  local bound
+  if pending[1] > 0 then
+    bound = pending[2]
+  else
+    for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+      local name, last
+      for k = 1, #g, 2 do
+        if g[k] == 'name' then name = g[k + 1] elseif g[k] == 'last-delivered-id' then last = g[k + 1] end
+      end
+      if name == group and last then bound = next_id(last) end
+    end
+  end
+  if bound then
+    redis.call('XTRIM', stream, 'MINID', bound)
+    -- ids of the same length compare as text (the ms part has 13 digits until the year 2286,
+    -- so the same length means the same length of sequence too); of different lengths they are
+    -- told apart by number (stream_id_at_least), which is rare: a per-id parse cost a batch 7 k
+    -- instructions a job. With nothing pending, the bound is past every delivered entry.
+    local behind = nil
+    if pending[1] > 0 then
+      local nb = #bound
+      for k = 1, #ids do
+        local id = ids[k]
+        if (#id == nb and id >= bound) or (#id ~= nb and stream_id_at_least(id, bound)) then
+          behind = behind or {}
+          behind[#behind + 1] = id
+        end
+      end
+    end
+    if behind then
+      in_runs(behind, function(from, to) redis.call('XDEL', stream, unpack(behind, from, to)) end)
+    end
+  else
+    in_runs(ids, function(from, to) redis.call('XDEL', stream, unpack(ids, from, to)) end)
+  end
+end
+
+-- Acknowledge a batch of done entries of one stream, then trim it (see trim_done).
+local function ack_trim(stream, group, ids, xackdel)
+  if xackdel == '1' then
+    ack_del_many(stream, group, ids, xackdel)
+    return
+  end
+  ack(stream, group, ids)
+  trim_done(stream, group, ids, xackdel)
+end
+
+-- The settings the broker publishes in the config hash, each read at most once per call.
+-- `prefetch` (optional) names the fields the call reads for sure, read with one HMGET: at one
+-- job a call every command counts (a `redis.call` costs Redis ~4 us before its own work).
+local function settings(config, prefetch)
+  local cfg = { key = config }
+  if prefetch then
+    local r = redis.call('HMGET', config, unpack(prefetch))
+    local raw = {}
+    for k, f in ipairs(prefetch) do raw[f] = r[k] or false end
+    cfg.raw = raw
+  end
+  return cfg
+end
+
+-- A field's text as the config hash holds it (nil when absent), prefetched or read now.
+local function raw_setting(cfg, field)
+  local raw = cfg.raw
+  if raw and raw[field] ~= nil then return raw[field] or nil end
+  return redis.call('HGET', cfg.key, field)
+end
+
+local function setting(cfg, field, default)
+  local v = cfg[field]
+  if v == nil then
+    v = tonumber(raw_setting(cfg, field)) or default
+    cfg[field] = v
+  end
+  return v
+end
+
+-- A numeric setting as the text a command argument takes, formatted once per call: Redis turns a
+-- Lua number argument into text with printf, which is a visible cost when done once per job.
+local function setting_arg(cfg, field, default)
+  local args = cfg.args
+  if not args then
+    args = {}
+    cfg.args = args
+  end
+  local v = args[field]
+  if v == nil then
+    v = string.format('%d', setting(cfg, field, default))
+    args[field] = v
+  end
+  return v
+end
+
+-- A text setting ('' when the broker has not published it).
+local function setting_text(cfg, field)
+  local v = cfg[field]
+  if v == nil then
+    v = raw_setting(cfg, field) or ''
+    cfg[field] = v
+  end
+  return v
+end
+
+-- The event log: every change of a job's state is logged by the call that makes it (so there is no
+-- event without its change, and no change without its event), in a stream capped at about
+-- `events_max` entries (a broker setting, 10000 by default; 0 turns the log off). An entry has
+-- `e` the event, `j` the job id and, where they apply, `q` the work stream, `w` the worker
+-- (consumer name, or a legacy worker id), `a` the attempt, `r` the reason or detail, `d` the time
+-- (ms) a waiting job is due. The entry id is the time of the change.
+-- Jobs of one call that share event, stream and worker, and have no reason or due time, share one
+-- entry: `j` then holds their ids and `a` their attempts, each separated by single spaces. An
+-- entry per job cost Redis ~20 k instructions a job per event (a third more for the worker path);
+-- a shared one costs ~1 k.
+local function event_log(key, cfg)
+  local max = setting_arg(cfg, 'events_max', 10000)
+  if max == '0' then return false end
+  return { key = key, max = max }
+end
+
+-- One entry of its own, written now. Returns its id (Redis's clock now: callers that need the
+-- time read it there instead of calling TIME), nil when the log is off.
+local function log_event(log, event, job_id, queue, worker, attempt, reason, due)
+  if not log then return nil end
+  local f = { 'XADD', log.key, 'MAXLEN', '~', log.max, '*', 'e', event, 'j', job_id }
+  if queue and queue ~= '' then f[#f + 1] = 'q'; f[#f + 1] = queue end
+  if worker and worker ~= '' then f[#f + 1] = 'w'; f[#f + 1] = worker end
+  if attempt then f[#f + 1] = 'a'; f[#f + 1] = attempt end
+  if reason and reason ~= '' then f[#f + 1] = 'r'; f[#f + 1] = reason end
+  if due then f[#f + 1] = 'd'; f[#f + 1] = due end
+  return redis.call(unpack(f))
+end
+
+-- The shared entry of `ids` (a list of job ids of one stream and worker, with their `attempts`
+-- when given): one entry for all but those whose id holds a space (a legacy id), which get one of
+-- their own. The hot functions collect the lists inline as they go: calling a helper per job cost
+-- Redis ~5 k instructions a job. Returns the id of the last entry written (see log_event).
+local function log_shared(log, event, ids, queue, worker, attempts)
+  if not log or #ids == 0 then return nil end
+  -- one search of the ids run together instead of one an id (a C call a job): only when some
+  -- id holds a space is each one looked at
+  if not string.find(table.concat(ids), ' ', 1, true) then
+    return log_event(log, event, table.concat(ids, ' '), queue, worker,
+      attempts and table.concat(attempts, ' '))
+  end
+  for k = 1, #ids do
+    if string.find(ids[k], ' ', 1, true) then
+      local plain, plain_attempts = {}, {}
+      for m = 1, #ids do
+        if string.find(ids[m], ' ', 1, true) then
+          log_event(log, event, ids[m], queue, worker, attempts and attempts[m])
+        else
+          plain[#plain + 1] = ids[m]
+          if attempts then plain_attempts[#plain_attempts + 1] = attempts[m] end
+        end
+      end
+      if attempts then attempts = plain_attempts end
+      ids = plain
+      if #ids == 0 then return nil end
+      break
+    end
+  end
+  local a = nil
+  if attempts then a = table.concat(attempts, ' ') end
+  return log_event(log, event, table.concat(ids, ' '), queue, worker, a)
+end
+
+-- Stats kept on write, so that reading them costs O(queues), never O(jobs). In the stats hash,
+-- per work stream `<stream>`: counters `<stream>|finished`, `|failed` (ended error, whatever the
+-- reason), `|retried`, `|recovered`, `|dead`, the gauge `|delayed` (jobs of the stream waiting in
+-- the delayed set), and histograms `<stream>|wait|<b>` (dispatch to start) and `<stream>|run|<b>`
+-- (start to end), where bucket b holds the times of [2^b - 1, 2^(b+1) - 1) ms, and their totals
+-- `<stream>|wait|sum`, `<stream>|run|sum` (ms: a Prometheus histogram has a sum). The counters that
+-- make rates are also counted per minute in `<stats hash>:<minute>`, the minute as the first 16
+-- characters of the call's now ISO 8601 (`2026-11-23T11:40`: no clock read), which expires two
+-- hours after its first write. A call gathers its increments and writes each field once.
+local function stats(key, now_iso)
+  local minute = nil
+  if now_iso then minute = minute_key(key, now_iso) end
+  return { key = key, at = minute, inc = {}, order = {}, minute = {}, morder = {} }
+end
+
+local function tally(st, stream, name, n, per_minute)
+  local f = stream .. '|' .. name
+  local v = st.inc[f]
+  if v == nil then
+    st.order[#st.order + 1] = f
+    v = 0
+  end
+  st.inc[f] = v + n
+  if per_minute then
+    v = st.minute[f]
+    if v == nil then
+      st.morder[#st.morder + 1] = f
+      v = 0
+    end
+    st.minute[f] = v + n
+  end
+end
+
+local LN2 = 0.6931471805599453 -- ln 2 (math is not reachable while the library loads)
+
+-- The histogram `name` (wait or run) of `stream` in this call: the callers add a sample of t ms
+-- inline as `h[b] = (h[b] or 0) + 1`, b = floor(log2(t + 1)) (bucket b holds [2^b - 1, 2^(b+1) - 1)),
+-- and t to `h.sum`.
+local function histogram(st, stream, name)
+  local h = { prefix = stream .. '|' .. name .. '|', sum = 0 }
+  st.hists = st.hists or {}
+  st.hists[#st.hists + 1] = h
+  return h
+end
+
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it (for the rare call
+-- that has no caller's time to use).
+local function iso_now()
+  local t = redis.call('TIME')
+  local secs = tonumber(t[1])
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  -- civil date of a day count (Howard Hinnant's algorithm)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if m > 12 then m = m - 12 end
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
+    math.floor(rem % 3600 / 60), rem % 60, math.floor(tonumber(t[2]) / 1000))
+end
+
+local function flush_stats(st)
+  for _, f in ipairs(st.order) do
+    redis.call('HINCRBY', st.key, f, st.inc[f])
+  end
+  if #st.morder > 0 and st.at then
+    local fresh = false
+    for _, f in ipairs(st.morder) do
+      -- the field's first write this minute is the one whose total is its own increment: the
+      -- key's TTL is set then, not on every call (a command a call at low rates)
+      if redis.call('HINCRBY', st.at, f, st.minute[f]) == st.minute[f] then fresh = true end
+    end
+    if fresh then redis.call('EXPIRE', st.at, 7200) end
+  end
+  for _, h in ipairs(st.hists or {}) do
+    for b, n in pairs(h) do
+      if b ~= 'prefix' and n ~= 0 then redis.call('HINCRBY', st.key, h.prefix .. b, n) end
+    end
+  end
+  st.inc, st.order, st.minute, st.morder, st.hists = {}, {}, {}, {}, nil
+end
+
+-- The queue registry: which work streams exist, which are paused, and appending a job.
+
+-- The parts of a work stream key, `<prefix>:q:work:type:<t>[:group:<g>[:inst:<i>]][:prio:<p>]`,
+-- as { prefix, type, group, instance, priority } (group, instance false when absent; priority
+-- '5' when absent), or false when the key is not of this form. Parsed once per stream per call.
+local function stream_parts(stream)
+  local prefix, rest = string.match(stream, '^(.*):q:work:type:(.+)$')
+  if not prefix then return false end
+  local p = { prefix = prefix, group = false, instance = false, priority = '5' }
+  local path, prio = string.match(rest, '^(.-):prio:(%d)$')
+  if path then rest, p.priority = path, prio end
+  local t, g = string.match(rest, '^([^:]+):group:(.+)$')
+  if t then
+    p.type = t
+    local g2, i = string.match(g, '^([^:]+):inst:([^:]+)$')
+    if g2 then p.group, p.instance = g2, i else p.group = g end
+  else
+    p.type = rest
+  end
+  return p
+end
+
+-- Paused queues (see hero_pause): `<registry>:paused:names` holds the names an operator paused,
+-- `<type>`, `<type>/<group>` or `<type>/<group>/<instance>`, each covering every stream under
+-- it at any priority; `<registry>:paused` holds the streams so covered, moved out of the
+-- registry, so the fetch (which asks the registry) skips them at no cost of its own.
+-- Whether the name `name` covers the stream of parts `p` (see stream_parts).
+local function covers(name, p)
+  if not p then return false end
+  local t, rest = string.match(name, '^([^/]+)/?(.*)$')
+  if t ~= p.type then return false end
+  if rest == '' then return true end
+  local g, i = string.match(rest, '^([^/]+)/?(.*)$')
+  if g ~= p.group then return false end
+  return i == '' or i == p.instance
+end
+
+-- Wakes the workers blocked on the registry's signal stream: `stream` joined the registry (new,
+-- or resumed), or left it (paused). They watch only the streams that existed at their last
+-- fetch, and a worker that names only the registered streams (hero_fetch's ARGV[9]) learns from
+-- the signal's last id that its list is out of date: every change of the registry announces.
+local function announce(registry, stream)
+  redis.call('XADD', queue_signal_key(registry), 'MAXLEN', '~', '100', '*', 's', stream)
+end
+
+-- Whether a paused name covers `stream`. Asked only when a stream joins the registry (a new
+-- stream, or one of a paused queue that a submit appended to), never on the hot path.
+local function paused_by(registry, stream)
+  if redis.call('SISMEMBER', paused_key(registry), stream) == 1 then return true end
+  local names = redis.call('SMEMBERS', paused_names_key(registry))
+  if #names == 0 then return false end
+  local p = stream_parts(stream)
+  for _, name in ipairs(names) do
+    if covers(name, p) then return true end
+  end
+  return false
+end
+
+-- Append a job id to a work stream, creating the stream, its group and its registry entry on
+-- first use (the registry names every work stream: the fetch and recovery read it). Returns the
+-- new entry id. `known` (optional) is a per-call set of streams already seen, so a batch onto one
+-- stream asks once, not once per job. A registered stream is taken to have its group: one that
+-- was deleted or lost its group by hand gets it back at the next fetch (see hero_fetch), which
+-- spares every submit an EXISTS. The entry tells the fetch what it would otherwise read from
+-- the record: `attempts` (optional) is the count made so far, for a job queued again after a
+-- delivery (field `a`), and `dual` marks a job also pushed to a legacy list (field `b`).
+local function append(stream, group, registry, job_id, known, attempts, dual)
+  if not (known and known[stream]) then
+    if redis.call('SADD', registry, stream) == 1 then
+      -- new, or a stream made by hand (or whose registration was lost): it becomes a queue
+      -- here, with its group (which a stream made by hand may have already)
+      if redis.call('EXISTS', stream) == 0 then
+        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+      else
+        redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+      end
+      -- a queue an operator paused stays out of the registry the fetch reads (see hero_pause);
+      -- any other new stream is announced to the workers waiting without watching it
+      if paused_by(registry, stream) then
+        redis.call('SMOVE', registry, paused_key(registry), stream)
+      else
+        announce(registry, stream)
+      end
+    end
+    if known then known[stream] = true end
+  end
+  if dual then
+    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
+    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
+  end
+  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
+  return redis.call('XADD', stream, '*', 'j', job_id)
+end
+
+-- the id of the stream's last entry into cursors[i] (left as it is when the stream is empty or
+-- not a stream)
+local function cursor_of(cursors, i, stream)
+  local last = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+  if type(last) == 'table' and last[1] then cursors[i] = last[1][1] end
+end
+
+-- The wake-up cursors of a fetch that came up short. A registered stream's cursor is its last
+-- entry (the last read, when the read reached the end). An unregistered one is '0-0' (XREAD from
+-- there blocks until its first entry) unless something made it by hand with entries in it, which
+-- must not wake the worker at once, over and over: one EXISTS asks that of all of them (a worker
+-- names 30 streams a type; an XREVRANGE each cost Redis 10 calls a job at 5,000 jobs/s). Only
+-- streams that can deliver are watched: a registered one (from its last entry, '0-0' when empty)
+-- and one made by hand with entries; the others get '' (not watched: an XREAD BLOCK over 30
+-- streams cost Redis ~50 us a wake, most of it for streams that never get an entry). A stream
+-- that appears later announces itself on the registry's signal stream (`<registry>:new`, see
+-- append), whose cursor comes last.
+local function wake_cursors(f)
+  local cursors, keys, n, last_read, present = {}, f.keys, f.n, f.last_read, f.present
+  local unregistered, made = {}, 0
+  for i = 1, n do
+    cursors[i] = ''
+    if last_read[i] then
+      cursors[i] = last_read[i]
+    elseif present[i] == 1 then
+      cursors[i] = '0-0'
+      cursor_of(cursors, i, keys[i + 4])
+    else
+      unregistered[#unregistered + 1] = keys[i + 4]
+    end
+  end
+  for from = 1, #unregistered, 1000 do
+    made = made + redis.call('EXISTS', unpack(unregistered, from, math.min(#unregistered, from + 999)))
+  end
+  if made > 0 then
+    for i = 1, n do
+      if present[i] ~= 1 then cursor_of(cursors, i, keys[i + 4]) end
+    end
+  end
+  if f.signal then
+    cursors[n + 1] = f.signal
+  else
+    cursors[n + 1] = '0-0'
+    cursor_of(cursors, n + 1, queue_signal_key(keys[1]))
+  end
+  return cursors
+end
+
+-- What a submitted record may hold, and the form of each value: the checks a worker's decoder
+-- makes (docs/protocol.md §3), made at submit so that a bad job from any language fails there,
+-- loudly, before anything of its batch is written. A field named `x_...` or `x-...` is an
+-- extension, stored and ignored. The system's own fields (status, attempts, lease, ...) are the
+-- functions' to write.
+local SUBMIT_FIELDS = {
+  id = 'text', script = 'text', script_type = 'name', group = 'name', instance = 'name',
+  priority = 'level', timeout = 'count', retries = 'count', concurrent = 'bool', reply = 'reply',
+  created_at = 'time', updated_at = 'time', env_vars = 'object', prerequisites = 'list',
+  dependencies = 'list', dependents = 'list', tags = 'list', caller_id = 'text',
+  context_id = 'text', log_path = 'text', traceparent = 'trace', unique = 'text',
+  unique_ttl = 'count', payload = 'text', limit_key = 'text', batch = 'name',
+  backoff = 'backoff', keep = 'count', keep_failed = 'count',
+}
+
+-- Why the value `v` is not of form `kind` (nil when it is).
+local function bad_value(kind, v)
+  if kind == 'text' then return nil end
+  if kind == 'name' then
+    if #v < 1 or #v > 64 or not string.match(v, '^[%w_%-]+$') then
+      return 'is not 1-64 characters of [A-Za-z0-9_-]'
+    end
+  elseif kind == 'level' then
+    if not string.match(v, '^%d$') then return 'is not a priority level 0 to 9' end
+  elseif kind == 'count' then
+    if not string.match(v, '^%d+$') then return 'is not a whole number' end
+  elseif kind == 'bool' then
+    if v ~= 'true' and v ~= 'false' then return 'is not true or false' end
+  elseif kind == 'reply' then
+    if v ~= '1' and v ~= '' then return 'is not 1' end
+  elseif kind == 'trace' then
+    -- W3C trace context: version-trace id-parent id-flags, lowercase hex
+    local h = '[0-9a-f]'
+    if not string.match(v, '^' .. h .. h .. '%-' .. string.rep(h, 32) .. '%-' .. string.rep(h, 16) .. '%-' .. h .. h .. '$') then
+      return 'is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'
+    end
+  elseif kind == 'backoff' then
+    -- a job's own back-off, as a queue policy writes one (`Backoff` in policy.rs)
+    local ok, b = pcall(cjson.decode, v)
+    if not ok or type(b) ~= 'table' then return 'is not a JSON object {kind, base_ms, cap_ms, jitter}' end
+    if b.kind ~= 'fixed' and b.kind ~= 'exponential' then return 'has a kind that is not fixed or exponential' end
+    for _, f in ipairs({ 'base_ms', 'cap_ms' }) do
+      local n = b[f]
+      if (f == 'base_ms' or n ~= nil) and (type(n) ~= 'number' or n < 0 or n ~= math.floor(n)) then
+        return 'has a ' .. f .. ' that is not a whole number of ms'
+      end
+    end
+    if b.jitter ~= nil and (type(b.jitter) ~= 'number' or b.jitter < 0 or b.jitter > 1) then
+      return 'has a jitter that is not a number from 0 to 1'
+    end
+  elseif kind == 'time' then
+    if not string.match(v, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d') then
+      return 'is not an RFC 3339 timestamp'
+    end
+  elseif v ~= '' then
+    local ok, t = pcall(cjson.decode, v)
+    if not ok or type(t) ~= 'table' then return 'is not JSON ' .. kind end
+    local n = 0
+    for k, x in pairs(t) do
+      n = n + 1
+      if type(x) ~= 'string' then return 'holds a value that is not a string' end
+      if kind == 'object' and type(k) ~= 'string' then return 'is not a JSON object' end
+    end
+    if kind == 'list' and n ~= #t then return 'is not a JSON array' end
+  end
+  return nil
+end
+
+-- A queue as a refusal names it: group and instance `none` where there is none.
+local function queue_text(stype, grp, inst, prio)
+  return 'type ' .. tostring(stype) .. ', group ' .. (grp or 'none') .. ', instance ' ..
+    (inst or 'none') .. ', priority ' .. tostring(prio)
+end
+
+-- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
+-- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
+-- it names its `created_at` (a submit without one gets the server's time: see hero_submit), and
+-- whether it has a retention of its own (`keep`, `keep_failed`: see keep_ttl):
+-- `args` from `from` to `to` are its field/value pairs, `stream`
+-- its work stream; `parsed` caches stream_parts per stream for the call, and in `parsed.good`
+-- the values found good (the caller makes it, { good = {} }, for a call of several jobs: for one
+-- job the tables would cost more than they save). Written out for the common case, a few fields of plain text: a table
+-- or a string built per job here cost Redis several thousand instructions a job.
+local function refuse(job_id, stream, args, from, to, parsed)
+  local script, stype, grp, inst, prio = nil, nil, false, false, '5'
+  local uniq, uttl, tags, prereqs, batch, dated, kept = nil, nil, nil, nil, nil, false, false
+  for k = from, to, 2 do
+    local name, v = args[k], args[k + 1]
+    local kind = SUBMIT_FIELDS[name]
+    if not kind then
+      local p = string.sub(name, 1, 2)
+      if p ~= 'x_' and p ~= 'x-' then
+        return 'field `' .. name .. '` is not a field a submit may write (an extension is named x_...)'
+      end
+    else
+      if kind ~= 'text' then
+        -- the jobs of a batch mostly carry the same values (a type, tags, a timestamp of the
+        -- same millisecond): each value is checked once a call per form (`parsed.good`, form ->
+        -- value -> true); a JSON value is decoded to be checked, a pattern matched
+        local memo = parsed.good
+        local good = memo and memo[kind]
+        if memo and not good then
+          good = {}
+          memo[kind] = good
+        end
+        if not (good and good[v]) then
+          local why = bad_value(kind, v)
+          if why then return 'field `' .. name .. '` ' .. why end
+          if good then good[v] = true end
+        end
+      end
+      if name == 'script' then script = v
+      elseif name == 'script_type' then stype = v
+      elseif name == 'group' then grp = v
+      elseif name == 'instance' then inst = v
+      elseif name == 'priority' then prio = v
+      elseif name == 'created_at' then dated = true
+      elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
+      elseif name == 'unique' then
+        if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
+        uniq = v
+      elseif name == 'unique_ttl' then uttl = v
+      elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
+      elseif name == 'batch' then batch = v
+      elseif name == 'keep' or name == 'keep_failed' then kept = true
+      elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
+        if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
+        prereqs = v
+      end
+    end
+  end
+  if not script then return 'field `script` is missing' end
+  if not stype then return 'field `script_type` is missing' end
+  if inst and not grp then
+    return 'field `instance` needs a `group`: an instance is named within its group (queue <type>/<group>/<instance>)'
+  end
+  local p = parsed[stream]
+  if p == nil then
+    p = stream_parts(stream)
+    parsed[stream] = p
+  end
+  if not p then
+    return 'its stream ' .. stream .. ' is not a work stream (its record names ' ..
+      queue_text(stype, grp, inst, prio) .. ')'
+  end
+  if p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
+    return 'its stream ' .. stream .. ' is the queue of ' ..
+      queue_text(p.type, p.group, p.instance, p.priority) .. ', but its record names ' ..
+      queue_text(stype, grp, inst, prio)
+  end
+  if uttl and not uniq then return 'field `unique_ttl` needs a `unique` key' end
+  if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
+    return 'field `unique_ttl` is not at least 1 (ms)'
+  end
+  return nil, uniq, uttl, tags, prereqs, batch, dated, kept
+end
+
+-- Ending a job: the reply to a waiting caller, the retention entry, the terminal write.
+
+-- Answer a waiting caller: the JSON reply on the canonical list and, in compatibility mode
+-- (the broker published the legacy reply prefix), the bare text on the legacy list
+-- `hero:reply:<id>` that seed-001 callers BLPOP.
+-- A job moved in from a legacy list has reply 'legacy': only the legacy list is answered.
+-- A reply key holding another type (foreign data) gets no answer, and fails nothing: callers
+-- such as hero_complete have acknowledged entries before they answer.
+local function push_reply(job_id, reply_key, cfg, status, output, err, canonical, legacy_too)
+  local ttl = setting_arg(cfg, 'reply_ttl_ms', 3600000)
+  local function answer(key, text)
+    local pushed = redis.pcall('LPUSH', key, text)
+    if type(pushed) ~= 'table' then redis.call('PEXPIRE', key, ttl) end
+  end
+  if canonical then
+    answer(reply_key, cjson.encode({ status = status, output = output, error = err }))
+  end
+  local legacy = setting_text(cfg, 'legacy_reply_prefix')
+  if legacy_too and legacy ~= '' then
+    local text = output
+    if status ~= 'finished' then text = err end
+    answer(legacy .. job_id, text)
+  end
+end
+
+-- The jobs one call ends, for the retention stream: a job gets no TTL of its own (a PEXPIRE per
+-- job was 8 % of the worker path's cost to Redis); the call adds one entry naming all of them,
+-- and the broker deletes them once the retention time has passed (hero_expire). Every job a call
+-- ends shares its `finished_at`, `now_iso`, which the entry carries so that a job ended again
+-- later (retried by hand) is not deleted early on the strength of the older entry.
+local function retained(stream, now_iso)
+  return { key = stream, t = now_iso, ids = {} }
+end
+
+-- One retention entry (hero_expire reads it): `t` the finished_at, `j` the ids joined by spaces.
+local function add_retention_entry(stream, now_iso, joined_ids)
+  redis.call('XADD', stream, '*', 't', now_iso, 'j', joined_ids)
+end
+
+local function flush_retained(done)
+  if #done.ids > 0 then add_retention_entry(done.key, done.t, table.concat(done.ids, ' ')) end
+end
+
+-- Register a job that just ended (its finished_at = done.t) for retention.
+local function retain(done, job_key, job_id, cfg)
+  if string.find(job_id, ' ', 1, true) then
+    -- a legacy job id with a space cannot go into the entry's list: it gets a TTL instead
+    redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
+  else
+    done.ids[#done.ids + 1] = job_id
+  end
+end
+
+-- Write a terminal status at finished_at = now_iso, and answer a waiting caller. finished_at is
+-- the record's updated_at from then on (a reader takes the latest of the timestamps). `done`
+-- registers the job for retention (see retained); nil when the caller names its jobs in a
+-- retention entry itself. Returns false, having written nothing, when the job key holds another
+-- type (foreign data): a caller that did not read the record first must not fail the rest of its
+-- call on it.
+local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso, done)
+  local field = 'error'
+  if status == 'finished' then field = 'output' end
+  local w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  if type(w) == 'table' and w.err then return false end
+  if done then retain(done, job_key, job_id, cfg) end
+  if wants_reply == '1' or wants_reply == 'legacy' then
+    local output, err = '', ''
+    if field == 'output' then output = text else err = text end
+    push_reply(job_id, reply_key, cfg, status, output, err, wants_reply == '1', true)
+  end
+  return true
+end
+
+-- A failed attempt's trace (a Python traceback, a Node stack, a Rust error chain), as the worker
+-- gave it to hero_complete: kept in the record's `trace` field, cut at TRACE_MAX bytes whatever
+-- the caller sent, so a runaway traceback cannot grow a record without bound. Each failure
+-- hero_complete records replaces it (a failure given none removes it), so the field is always
+-- the last recorded failure's; a success leaves it, as the reason the job was retried.
+local TRACE_MAX = 16384
+
+local function store_trace(job_key, trace)
+  if trace and trace ~= '' then
+    redis.pcall('HSET', job_key, 'trace', string.sub(trace, 1, TRACE_MAX))
+  else
+    redis.pcall('HDEL', job_key, 'trace')
+  end
+end
+
+-- A job's own retention (docs/operations.md): `keep` (ms) once it finished, `keep_failed` once it
+-- ended error, each at least KEEP_FLOOR_MS, so that a wait already waiting (which reads the record
+-- when the end's event reaches it) still finds it: 0 means as soon as that is safe. Read only
+-- while some job was ever submitted with one (the config hash's `kept`, set by hero_submit), so a
+-- namespace that never used it pays nothing.
+local KEEP_FLOOR_MS = 10000
+local KEPT_FIELD = 'kept'
+
+-- The TTL (ms) a job that just ended `status` gets: the larger of its own retention and `other`
+-- (its queue policy's, or nil), as a queue policy's retries are a floor under a job's own; nil
+-- when neither sets one (the broker's retention pass deletes it then).
+local function keep_ttl(cfg, job_key, status, other)
+  if setting(cfg, KEPT_FIELD, 0) > 0 then
+    local field = 'keep_failed'
+    if status == 'finished' then field = 'keep' end
+    local own = tonumber(redis.pcall('HGET', job_key, field))
+    if own then
+      own = math.max(own, KEEP_FLOOR_MS)
+      if other == nil or own > (tonumber(other) or 0) then return own end
+    end
+  end
+  return other
+end
+
+-- Entries and the legacy side: what a work stream entry carries, and the dual-push bridge
+-- that hands a job to a legacy list as well.
+
+-- What a work stream entry carries (see append): the job id ('' when it has none), the
+-- attempts made before this delivery (nil on a first one), whether it was dual-pushed, and
+-- whether it is a wake-up (`w`: hero_pause's resume writes one to wake the workers blocked on
+-- the stream; it names no job).
+local function entry_fields(f)
+  local job_id, attempts, dual, wake = '', nil, false, false
+  for k = 1, #f, 2 do
+    local name = f[k]
+    if name == 'j' then job_id = f[k + 1]
+    elseif name == 'a' then attempts = f[k + 1]
+    elseif name == 'b' then dual = true
+    elseif name == 'w' then wake = true end
+  end
+  return job_id, attempts, dual, wake
+end
+
+-- The dual-push mapping of `stream` (its JSON from the registry `bridges`, decoded), or false;
+-- asked only while the broker published any (`bridged` in the config hash), and once per
+-- stream per call (`memo`, a table the call keeps, remembers it in `memo.dual`).
+local function dual_push_mapping(cfg, bridges, stream, memo)
+  memo.dual = memo.dual or {}
+  local m = memo.dual[stream]
+  if m == nil then
+    local raw = setting(cfg, 'bridged', 0) > 0 and redis.call('HGET', bridges, stream)
+    m = raw and cjson.decode(raw) or false
+    memo.dual[stream] = m
+  end
+  return m
+end
+
+-- Hands a dual-pushed job, queued as `entry`, to its mapping's legacy list as well: the record
+-- names the list, its stop queue and the legacy worker, and the bridge tracks it until
+-- `pickup_ms` from `now_ms` (docs/protocol.md §7).
+local function hand_to_legacy(job_key, job_id, m, entry, now_ms)
+  redis.call('HSET', job_key, 'id', job_id, 'entry', entry, 'bridge', m.list, 'bridge_stop', m.stop, 'worker_id', m.worker)
+  redis.call('LPUSH', m.list, job_id)
+  redis.call('ZADD', m.track, now_ms + m.pickup_ms, job_id)
+end
+
+-- Queue policies, read by the functions only while some queue has a policy they apply (the
+-- config hash's counters `policed`, `limited`, `rated`, `aged`), so a namespace without
+-- policies pays nothing: a stream's policy (stream_policy), the retry back-off (backoff_ms), and
+-- what the fetch enforces: concurrency limits (limit_running), rates and key rates (rate_room,
+-- key_room), and priority aging (aging_order), all read by queue_policies.
+
+-- The queue policy of a work stream as the workers read it (`Policies::of`): its type's, with
+-- its group's fields over it; nil without one. `memo` (a table the call keeps) caches it per
+-- stream. Read only while some queue has a policy the functions apply (`policed` in the config
+-- hash), so a namespace without policies pays nothing.
+local function stream_policy(config_key, stream, memo)
+  memo.policies = memo.policies or {}
+  local p = memo.policies[stream]
+  if p ~= nil then return p or nil end
+  local t = string.match(stream, ':q:work:type:([^:]+)')
+  local g = string.match(stream, ':group:([^:]+)')
+  p = false
+  if t then
+    local key = policy_key_of(config_key)
+    local function read(q)
+      local raw = redis.call('HGET', key, q)
+      local ok, d = pcall(cjson.decode, raw or 'null')
+      if ok and type(d) == 'table' then return d end
+      return nil
+    end
+    local merged = read(t)
+    if g then
+      local over = read(t .. '/' .. g)
+      if over then
+        merged = merged or {}
+        for k, v in pairs(over) do merged[k] = v end
+      end
+    end
+    p = merged or false
+  end
+  memo.policies[stream] = p
+  return p or nil
+end
+
+-- The delay (ms) of the retry of failed attempt `attempt` (1 for the first) under back-off `b`
+-- (`Backoff::delay`: fixed or doubling, capped, ± jitter), the jitter's draw from Redis's
+-- clock (the functions have no other entropy).
+local function backoff_ms(b, attempt)
+  local base = tonumber(b.base_ms) or 1000
+  if b.kind == 'exponential' then base = base * 2 ^ math.min(math.max(attempt - 1, 0), 40) end
+  base = math.min(base, tonumber(b.cap_ms) or base)
+  local j = math.min(math.max(tonumber(b.jitter) or 0, 0), 1)
+  local t = redis.call('TIME')
+  local r = (tonumber(t[2]) % 1000) / 1000
+  return math.floor(math.max(base * (1 - j + 2 * j * r), 0))
+end
+
+-- The delay (ms) before the retry of failed attempt `attempt`: the longer of the job's own
+-- back-off (`own`, the record's `backoff` JSON, or nil) and its queue policy's (the policy is a
+-- floor, as its retries are); nil when neither sets one (the caller's time stands).
+local function retry_delay(own, policy, attempt)
+  local d = nil
+  if own then
+    local ok, b = pcall(cjson.decode, own)
+    if ok and type(b) == 'table' then d = backoff_ms(b, attempt) end
+  end
+  if policy and type(policy.backoff) == 'table' then
+    local p = backoff_ms(policy.backoff, attempt)
+    if not d or p > d then d = p end
+  end
+  return d
+end
+
+-- The running count of limit `lim` ({key, max}), dropping the members no longer started when
+-- it is full.
+local function limit_running(lim, prefix)
+  local n = redis.call('ZCARD', lim.key)
+  if n >= lim.max then
+    for _, id in ipairs(redis.call('ZRANGE', lim.key, 0, -1)) do
+      local s = redis.pcall('HGET', prefix .. id, 'status')
+      if s ~= 'started' then
+        redis.call('ZREM', lim.key, id)
+        n = n - 1
+      end
+    end
+  end
+  return n
+end
+
+-- The limits of `streams` (KEYS from 5 on) as the queue policies set them, for a fetch that
+-- passed none (a worker of another language, or older than protocol 23): each stream's queue
+-- is read from its key (`<ns>:q:work:type:<t>[:group:<g>...]`), and its group's policy, else its
+-- type's, gives the limit. Only while some queue has one (`limited` in the config hash).
+--
+-- Rates, the same way: a queue whose policy sets `rate` ({max, per_ms}) starts at most `max` of
+-- its jobs in any `per_ms` (a sliding window: the sorted set `<ns>:meta:rate:<queue>` of the
+-- jobs started, by ms), whatever the worker; read while some queue has one (`rated`).
+-- A queue's `key_rate` does the same per limit key (a job's `limit_key`): a job whose key has no
+-- room is not started but parked in the delayed set until the window has room, its entry
+-- acknowledged; the broker's promote queues it again then.
+-- And the aging periods (ms, when `want_aging`: see aging_order).
+-- Returns the limits (when `want_limits`), the rates, the key rates and the aging periods, by
+-- stream index, or nil.
+local function queue_policies(keys, want_limits, want_rates, want_aging)
+  local limits, rates, keyrates, agings, by_queue, policies = nil, nil, nil, nil, {}, policy_key_of(keys[2])
+  local function policy_of(queue)
+    local p = by_queue[queue]
+    if p == nil then
+      local raw = redis.call('HGET', policies, queue)
+      local ok, decoded = pcall(cjson.decode, raw or 'null')
+      p = (ok and type(decoded) == 'table' and decoded) or false
+      by_queue[queue] = p
+    end
+    return p
+  end
+  -- the policy that sets `field` for a stream: its group's, else its type's
+  local function covering(t, g, field)
+    if t and g then
+      local p = policy_of(t .. '/' .. g)
+      if p and p[field] then return t .. '/' .. g, p[field] end
+    end
+    if t then
+      local p = policy_of(t)
+      if p and p[field] then return t, p[field] end
+    end
+    return nil
+  end
+  local by_key = {}
+  local function shared(key, make)
+    local x = by_key[key]
+    if not x then
+      x = make()
+      by_key[key] = x
+    end
+    return x
+  end
+  for i = 5, #keys do
+    local t = string.match(keys[i], ':q:work:type:([^:]+)')
+    local g = string.match(keys[i], ':group:([^:]+)')
+    if want_limits then
+      local queue, max = covering(t, g, 'concurrency')
+      if queue and tonumber(max) then
+        limits = limits or {}
+        limits[i - 4] = shared(limit_key_of(keys[2], queue), function()
+          return { key = limit_key_of(keys[2], queue), max = tonumber(max) }
+        end)
+      end
+    end
+    if want_rates then
+      local queue, rate = covering(t, g, 'rate')
+      if queue and type(rate) == 'table' and tonumber(rate.max) and tonumber(rate.per_ms) then
+        rates = rates or {}
+        rates[i - 4] = shared(rate_key_of(keys[2], queue), function()
+          return { key = rate_key_of(keys[2], queue), max = tonumber(rate.max), per = tonumber(rate.per_ms) }
+        end)
+      end
+      local kqueue, krate = covering(t, g, 'key_rate')
+      if kqueue and type(krate) == 'table' and tonumber(krate.max) and tonumber(krate.per_ms) then
+        keyrates = keyrates or {}
+        keyrates[i - 4] = shared(rate_key_of(keys[2], kqueue) .. '|', function()
+          return { prefix = rate_key_of(keys[2], kqueue) .. '|', max = tonumber(krate.max),
+            per = tonumber(krate.per_ms), by_key = {} }
+        end)
+      end
+    end
+    if want_aging then
+      local _, period = covering(t, g, 'aging_ms')
+      if tonumber(period) and tonumber(period) > 0 then
+        agings = agings or {}
+        agings[i - 4] = tonumber(period)
+      end
+    end
+  end
+  return limits, rates, keyrates, agings
+end
+
+-- The order to walk the streams in when some have aged (nil: as given). A stream of level p > 0
+-- with an aging period whose oldest undelivered entry (the one after its group's last
+-- delivered) has waited k whole periods ranks as level max(0, p - k), ahead of the streams of
+-- its tier really at that level; the rest keep their order. Costs two commands per registered
+-- stream with a period, and only while some queue has one.
+local function aging_order(keys, n, present, agings, group)
+  local rank, moved, now = {}, false, nil
+  for i = 1, n do
+    local key = keys[i + 4]
+    local tier = 3
+    if string.find(key, ':inst:', 1, true) then tier = 1
+    elseif string.find(key, ':group:', 1, true) then tier = 2 end
+    local level = tonumber(string.match(key, ':prio:(%d)$')) or 5
+    local at, aged = level, 1
+    local period = agings[i]
+    if period and present[i] == 1 and level > 0 then
+      local last = nil
+      local groups = redis.pcall('XINFO', 'GROUPS', key)
+      if type(groups) == 'table' and not groups.err then
+        for _, gi in ipairs(groups) do
+          local name, delivered = nil, nil
+          for k = 1, #gi, 2 do
+            if gi[k] == 'name' then name = gi[k + 1]
+            elseif gi[k] == 'last-delivered-id' then delivered = gi[k + 1] end
+          end
+          if name == group then last = delivered end
+        end
+      end
+      if last then
+        local head = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
+        if head[1] then
+          now = now or server_ms()
+          local born = tonumber(string.match(head[1][1], '^(%d+)')) or now
+          local k = math.floor((now - born) / period)
+          if k > 0 then
+            at, aged, moved = math.max(0, level - k), 0, true
+          end
+        end
+      end
+    end
+    rank[i] = { tier, at, aged, i }
+  end
+  if not moved then return nil end
+  local order = {}
+  for i = 1, n do order[i] = i end
+  table.sort(order, function(a, b)
+    local x, y = rank[a], rank[b]
+    for k = 1, 4 do
+      if x[k] ~= y[k] then return x[k] < y[k] end
+    end
+    return false
+  end)
+  return order
+end
+
+
+-- How many more jobs rate `r` lets start now (its log trimmed to the window first).
+local function rate_room(r, now)
+  if not r.used then
+    redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - r.per)
+    r.used = redis.call('ZCARD', r.key)
+  end
+  return r.max - r.used
+end
+
+-- Whether limit key `lk` of key rate `kr` has room now; the rate log of each key is trimmed and
+-- counted once per call.
+local function key_room(kr, lk, now)
+  local r = kr.by_key[lk]
+  if not r then
+    r = { key = kr.prefix .. lk, max = kr.max, per = kr.per }
+    kr.by_key[lk] = r
+  end
+  return rate_room(r, now) > 0, r
+end
+
+-- How many entries a stream under limit `lim` and rate `rate` may be read for now: what the fetch still wants, within its
+-- concurrency limit and its rate (0: held back, and f.limited says so).
+local function room_of(f, lim, rate)
+  local asked = f.want
+  if lim then
+    asked = math.min(asked, lim.max - lim.running)
+    if asked <= 0 then
+      f.limited = 1
+      return 0
+    end
+  end
+  if rate then
+    f.now_ms = f.now_ms or server_ms()
+    asked = math.min(asked, rate_room(rate, f.now_ms))
+    if asked <= 0 then
+      f.limited = 1
+      return 0
+    end
+  end
+  return asked
+end
+
+-- A job whose limit key has no room in this window: parked until the oldest start in it leaves,
+-- as a delayed job (the broker's promote queues it again), not started.
+-- Writes stats: `delayed`.
+local function park(f, stream, id, job_id, before, keylog)
+  ack_del(stream, f.group, id, f.xackdel)
+  local job_key = f.prefix .. job_id
+  local oldest = redis.call('ZRANGE', keylog.key, 0, 0, 'WITHSCORES')
+  local run_at = (tonumber(oldest[2]) or f.now_ms) + keylog.per
+  if before and tonumber(before) then
+    redis.call('HSET', job_key, 'status', 'waiting', 'run_at', tostring(run_at), 'attempts', before)
+  else
+    redis.call('HSET', job_key, 'status', 'waiting', 'run_at', tostring(run_at))
+  end
+  redis.call('ZADD', delayed_key_of(f.keys[2]), run_at, job_id)
+  tally(f.st, stream, 'delayed', 1)
+  f.parked = true
+end
+
+-- A job a fetch just leased, counted against its queue's concurrency limit (`lim`), rate and
+-- its limit key's rate (`keylog`).
+local function count_start(f, lim, rate, keylog, job_id)
+  if lim then
+    f.now_ms = f.now_ms or server_ms()
+    redis.call('ZADD', lim.key, f.now_ms, job_id)
+    lim.running = lim.running + 1
+  end
+  if rate then
+    redis.call('ZADD', rate.key, f.now_ms, job_id)
+    redis.call('PEXPIRE', rate.key, rate.per)
+    rate.used = rate.used + 1
+  end
+  if keylog then
+    redis.call('ZADD', keylog.key, f.now_ms, job_id)
+    redis.call('PEXPIRE', keylog.key, keylog.per)
+    keylog.used = keylog.used + 1
+  end
+end
+
+-- hero function library, shared helpers continued: batches (a set of jobs that calls back once
+-- every member ended), used by hero_submit, hero_batch, and every call that ends or revives a
+-- job (through release_if_any, hero_dead, hero_requeue).
+
+-- A batch is the hash `<ns>:batch:<name>` (`Keyspace::batch`): `total`, `pending`, `finished`,
+-- `failed` (members so far, and how many of them have not ended, finished, ended error),
+-- `created_at`, then once closed `closed` ('1') and the callback specs `on_complete` /
+-- `on_success`, and once done `done_at` and the callback job ids `complete_id` / `success_id`.
+-- A member's record names it (`batch`). The submit that creates a member counts it; the call
+-- that ends a member counts its end, and the call in which a closed batch has no member pending
+-- submits its callbacks, in the same call: each batch calls back exactly once, however many
+-- brokers and workers run. A member ended and queued again (a dead letter retried, a requeue)
+-- is pending again while its batch is not done.
+-- A callback spec is JSON the client built with its keys module: `id`, `key` (its job hash),
+-- `stream`, `registry`, `group`, `fields` (field, value, ... of its record): nothing is derived
+-- here. Its job gets env vars BATCH (its name), BATCH_TOTAL, BATCH_FINISHED and
+-- BATCH_FAILED beside its own.
+-- The count of batches not done is the config hash's `batches`: while it is 0 no call that ends
+-- jobs asks their records for a batch.
+local BATCHES_FIELD = 'batches'
+
+local function batch_key(ns, name)
+  return ns .. 'batch:' .. name
+end
+
+-- The index of batches `<ns>:meta:batches` (`Keyspace::batches`), a zset name -> created ms,
+-- beside the config hash.
+local function batches_key_of(config_key)
+  return meta_key(config_key, 'batches')
+end
+
+local function open_batches(cfg)
+  return setting(cfg, BATCHES_FIELD, 0) > 0
+end
+
+-- Whether batch `bkey` is done (its callbacks submitted): no member may join it then.
+local function batch_done(bkey)
+  return redis.call('HEXISTS', bkey, 'done_at') == 1
+end
+
+-- Counts a new member into batch `name` (created with its first member); `ended` when it
+-- ended error in the call that created it (a failed prerequisite).
+local function join_batch(config_key, bkey, name, ended, now_iso)
+  if redis.call('HSETNX', bkey, 'created_at', now_iso) == 1 then
+    redis.call('ZADD', batches_key_of(config_key), server_ms(), name)
+    redis.call('HINCRBY', config_key, BATCHES_FIELD, 1)
+  end
+  redis.call('HINCRBY', bkey, 'total', 1)
+  if ended then
+    redis.call('HINCRBY', bkey, 'failed', 1)
+  else
+    redis.call('HINCRBY', bkey, 'pending', 1)
+  end
+end
+
+-- Submits one callback job of batch `name` (counts `b`) from its spec; returns its id, or nil
+-- for a spec that does not decode (written by hand).
+-- Writes events: `batch_done`.
+local function submit_callback(ctx, spec_json, name, b, which)
+  local ok, spec = pcall(cjson.decode, spec_json)
+  if not ok or type(spec) ~= 'table' or type(spec.fields) ~= 'table' or not spec.key then return nil end
+  local env = {}
+  local fields = { 'status', 'dispatched' }
+  local f = spec.fields
+  for k = 1, #f, 2 do
+    if f[k] == 'env_vars' then
+      local ok2, e = pcall(cjson.decode, f[k + 1])
+      if ok2 and type(e) == 'table' then env = e end
+    else
+      fields[#fields + 1] = f[k]
+      fields[#fields + 1] = f[k + 1]
+    end
+  end
+  env.BATCH = name
+  env.BATCH_TOTAL = tostring(b.total)
+  env.BATCH_FINISHED = tostring(b.finished)
+  env.BATCH_FAILED = tostring(b.failed)
+  fields[#fields + 1] = 'env_vars'
+  fields[#fields + 1] = cjson.encode(env)
+  fields[#fields + 1] = 'created_at'
+  fields[#fields + 1] = ctx.now_iso
+  redis.call('HSET', spec.key, unpack(fields))
+  append(spec.stream, spec.group, spec.registry, spec.id)
+  log_event(ctx.log, 'batch_done', spec.id, spec.stream, nil, nil,
+    'batch ' .. name .. ' ' .. which .. ': ' .. b.finished .. ' finished, ' .. b.failed .. ' failed')
+  return spec.id
+end
+
+-- Submits the callbacks of batch `name` when it is closed and no member is pending: on_complete
+-- always, on_success only when no member failed. The batch is done then, and expires after the
+-- retention time. Returns true when it called back here.
+-- Writes events: `batch_done`.
+local function settle_batch(ctx, bkey, name)
+  local r = redis.call('HMGET', bkey, 'closed', 'pending', 'finished', 'failed', 'total',
+    'on_complete', 'on_success', 'done_at')
+  if r[1] ~= '1' or (tonumber(r[2]) or 0) > 0 or r[8] then return false end
+  local b = { finished = tonumber(r[3]) or 0, failed = tonumber(r[4]) or 0, total = tonumber(r[5]) or 0 }
+  local done = { 'done_at', ctx.now_iso }
+  if r[6] then
+    local id = submit_callback(ctx, r[6], name, b, 'on_complete')
+    if id then done[#done + 1] = 'complete_id'; done[#done + 1] = id end
+  end
+  if r[7] and b.failed == 0 then
+    local id = submit_callback(ctx, r[7], name, b, 'on_success')
+    if id then done[#done + 1] = 'success_id'; done[#done + 1] = id end
+  end
+  redis.call('HSET', bkey, unpack(done))
+  redis.call('HINCRBY', ctx.cfg.key, BATCHES_FIELD, -1)
+  redis.call('PEXPIRE', bkey, setting_arg(ctx.cfg, 'retention_ms', 86400000))
+  return true
+end
+
+-- Counts the ends of the jobs in `ended` ({job key, job id, ok}) into their batches, then
+-- settles each batch touched. Called only while some batch is not done; one HGET per job.
+-- Writes events: `batch_done`.
+local function count_batch_ends(ctx, ended)
+  local touched, order = {}, {}
+  for k = 1, #ended do
+    local jk, jid, ok = ended[k][1], ended[k][2], ended[k][3]
+    local name = redis.pcall('HGET', jk, 'batch')
+    if type(name) == 'string' and name ~= '' then
+      local bkey = batch_key(ns_of(jk, jid), name)
+      -- one read: the batch exists (it has a total) and is not done
+      local b = redis.call('HMGET', bkey, 'total', 'done_at')
+      if b[1] and not b[2] then
+        redis.call('HINCRBY', bkey, 'pending', -1)
+        if ok then
+          redis.call('HINCRBY', bkey, 'finished', 1)
+        else
+          redis.call('HINCRBY', bkey, 'failed', 1)
+        end
+        if not touched[bkey] then
+          touched[bkey] = true
+          order[#order + 1] = { bkey, name }
+        end
+      end
+    end
+  end
+  for _, t in ipairs(order) do settle_batch(ctx, t[1], t[2]) end
+end
+
+-- A member that had ended (`was`: 'finished' or 'error') is queued again: pending again in its
+-- batch while the batch is not done.
+local function revive_member(cfg, job_key, job_id, was)
+  if not open_batches(cfg) then return end
+  local name = redis.pcall('HGET', job_key, 'batch')
+  if type(name) ~= 'string' or name == '' then return end
+  local bkey = batch_key(ns_of(job_key, job_id), name)
+  local b = redis.call('HMGET', bkey, 'total', 'done_at')
+  if not b[1] or b[2] then return end
+  if was == 'finished' then
+    redis.call('HINCRBY', bkey, 'finished', -1)
+  else
+    redis.call('HINCRBY', bkey, 'failed', -1)
+  end
+  redis.call('HINCRBY', bkey, 'pending', 1)
+end
+
+-- hero function library, shared helpers continued: dependencies (prerequisites and their
+-- dependents), used by hero_submit, hero_complete, hero_stop and hero_recover; the end of a
+-- batch's member is counted through the same hook (release_if_any, see batches.lua).
+
+-- Dependencies. A job submitted with prerequisites that have not all finished waits (status
+-- waiting, `deps_left` the number still unfinished) and is named in the dependents hash of
+-- each of them, `<ns>:deps:<prerequisite id>` (dependent id -> its work stream). The call that
+-- ends a prerequisite releases its dependents in the same call (release_dependents): finished,
+-- each one's count goes down and the one that reaches 0 is queued; ended error, each one ends
+-- error `dependency failed: <id>`, and so do theirs, transitively. A call that ends jobs asks
+-- whether any of them has dependents with one EXISTS over their hashes, so a job without any
+-- costs its call nothing per job. Prerequisites must exist when their dependent is submitted,
+-- and a record's list never changes, so no cycle can form.
+local function deps_key(job_key, job_id)
+  return ns_of(job_key, job_id) .. 'deps:' .. job_id
+end
+
+-- The count of jobs that have a dependents hash is the config hash's field `deps` (read with
+-- the settings, so the hot completion asks nothing more of it), and a call that ends jobs looks
+-- for dependents only while it is above 0. It may only run high (a dependents hash deleted by
+-- hand), which costs the look, never a release.
+local DEPS_FIELD = 'deps'
+
+-- The set of the prerequisites that have a dependents hash, `<ns>:meta:waiting_on`
+-- (`Keyspace::waiting_on`), beside the config hash: kept with the count above, on the
+-- dependency paths only, so listing the jobs waiting on prerequisites reads it rather than
+-- scanning every key.
+local function waiting_on_key(config_key)
+  return meta_key(config_key, 'waiting_on')
+end
+
+-- A prerequisite's result in its dependent's record, `result:<id>` = `<status>:<output or
+-- error>` (finished or error), so a parent reads its children's results from its own record
+-- (docs/protocol.md §3): however short the children's retention, the parent holds what they
+-- gave it for as long as it is kept itself.
+local function keep_result(dependent_key, id, status, text)
+  redis.pcall('HSET', dependent_key, 'result:' .. id, status .. ':' .. text)
+end
+
+local function waiting_dependents(cfg)
+  return setting(cfg, DEPS_FIELD, 0) > 0
+end
+
+-- Releases the dependents of each job of `ended` ({job key, job id, ok}: ok true when it
+-- finished, false when it ended error). `ctx`: cfg, log, st (stats), done (retained), now_iso,
+-- and, to queue a released job, registry and group. A dependent failed here releases its own
+-- dependents (failing them), breadth first, so a chain of any length ends in this one call.
+-- Writes events: `dispatched` (a dependent released), `error` (a dependent failed).
+-- Writes stats: `failed`.
+local function release_dependents(ctx, ended)
+  local k = 1
+  while k <= #ended do
+    local jk, jid, ok = ended[k][1], ended[k][2], ended[k][3]
+    k = k + 1
+    local dk = deps_key(jk, jid)
+    local deps = redis.pcall('HGETALL', dk)
+    if not deps.err and #deps > 0 then
+      redis.call('DEL', dk)
+      redis.call('HINCRBY', ctx.cfg.key, DEPS_FIELD, -1)
+      redis.call('SREM', waiting_on_key(ctx.cfg.key), jid)
+      local prefix = string.sub(jk, 1, #jk - #jid)
+      local reply_prefix = reply_prefix_of(ns_of(jk, jid))
+      local status, text = 'error', nil
+      if ok then status = 'finished' end
+      local r = redis.pcall('HGET', jk, ok and 'output' or 'error')
+      if type(r) == 'string' then text = r else text = '' end
+      for m = 1, #deps, 2 do
+        local d, stream = deps[m], deps[m + 1]
+        local dkey = prefix .. d
+        local f = redis.pcall('HMGET', dkey, 'status', 'reply')
+        if not f.err and f[1] == 'waiting' then
+          keep_result(dkey, jid, status, text)
+          if ok then
+            if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
+              -- queued as a submit would queue it: also handed to the legacy list of a
+              -- dual-push mapping of its stream (see hero_submit)
+              local m = dual_push_mapping(ctx.cfg, bridge_registry_of(ctx.registry), stream, ctx)
+              local entry = append(stream, ctx.group, ctx.registry, d, nil, nil, m and true)
+              redis.call('HSET', dkey, 'status', 'dispatched', 'updated_at', ctx.now_iso)
+              redis.call('HDEL', dkey, 'deps_left')
+              if m then hand_to_legacy(dkey, d, m, entry, server_ms()) end
+              log_event(ctx.log, 'dispatched', d, stream, nil, nil, 'prerequisites finished')
+            end
+          else
+            local reason = 'dependency failed: ' .. jid
+            redis.call('HDEL', dkey, 'deps_left')
+            finish(dkey, d, reply_prefix .. d, ctx.cfg, 'error', reason, f[2], ctx.now_iso, ctx.done)
+            log_event(ctx.log, 'error', d, stream, nil, nil, reason)
+            tally(ctx.st, stream, 'failed', 1, true)
+            ended[#ended + 1] = { dkey, d, false }
+          end
+        end
+      end
+    end
+  end
+end
+
+-- Releases the dependents of the jobs a call ended, when any has some, and counts the ends
+-- into their batches, when any batch is open: `jk`, `ji` their keys and ids, `ok` per job true
+-- when it finished. One EXISTS asks for all their dependents (parallel lists, not a table per
+-- job: a hot call ends many). A dependent failed in the release is counted into its batch too.
+-- Writes events: `dispatched`, `error` (dependents released or failed), `batch_done`.
+-- Writes stats: `failed`.
+local function release_if_any(ctx, jk, ji, ok)
+  if #jk == 0 then return end
+  local ended = nil
+  if waiting_dependents(ctx.cfg) then
+    local ks = {}
+    for k = 1, #jk do ks[k] = deps_key(jk[k], ji[k]) end
+    local n = 0
+    in_runs(ks, function(from, to) n = n + redis.call('EXISTS', unpack(ks, from, to)) end)
+    if n > 0 then
+      ended = {}
+      for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+      release_dependents(ctx, ended)
+    end
+  end
+  if open_batches(ctx.cfg) then
+    if not ended then
+      ended = {}
+      for k = 1, #jk do ended[k] = { jk[k], ji[k], ok[k] } end
+    end
+    count_batch_ends(ctx, ended)
+  end
+end
+
+-- Whether a call that ends jobs must collect them for release_if_any: some job has dependents,
+-- or some batch is open.
+local function collect_ended(cfg)
+  return waiting_dependents(cfg) or open_batches(cfg)
+end
+
+-- A job's record as a fetch reads it and hands it back: the one read of an entry's job
+-- (read_job), and a record read whole patched as the lease left it (as_leased).
+
+-- The status (and what else the checks need) of the job an entry names, in one read: the
+-- legacy list of a dual-pushed job (the entry says which), the limit key under a key rate, or,
+-- when a short fetch hands records back, the record whole (not its status now and the record
+-- after the write). Nothing can raise before the lease's single write, so a corrupt record
+-- never leaves a half-applied fetch. Returns status, bridge, err, rec.
+local function read_job(job_key, dual, whole_now, keyrate)
+  if dual then
+    local r = redis.pcall('HMGET', job_key, 'status', 'bridge')
+    return r[1], r[2], r.err, nil
+  elseif whole_now then
+    local rec = redis.pcall('HGETALL', job_key)
+    if rec.err then return nil, nil, rec.err, rec end
+    local status = nil
+    if keyrate then keyrate.lk = nil end
+    for k = 1, #rec, 2 do
+      if rec[k] == 'status' then status = rec[k + 1] end
+      if keyrate and rec[k] == 'limit_key' then keyrate.lk = rec[k + 1] end
+    end
+    return status, nil, nil, rec
+  end
+  local r = redis.pcall('HMGET', job_key, 'status', 'limit_key')
+  keyrate.lk = r[2]
+  return r[1], nil, r.err, nil
+end
+
+-- The record of a job leased with a whole read (`rec`, HGETALL's pairs) as the lease's HSET left
+-- it, for a fetch to hand back: the lease's fields replaced where the record has them, appended in
+-- the HSET's order where it has not. Compared by name in one pass: a table of the fields a job
+-- (and a list literal to walk) cost more than the compares.
+local function as_leased(rec, id, consumer, now_iso, counted)
+  local attempts = counted and tostring(counted + 1) or nil
+  local status, lease, worker, started, tries = false, false, false, false, not attempts
+  for k = 1, #rec, 2 do
+    local name = rec[k]
+    if name == 'status' then
+      rec[k + 1], status = 'started', true
+    elseif name == 'lease' then
+      rec[k + 1], lease = id, true
+    elseif name == 'worker_id' then
+      rec[k + 1], worker = consumer, true
+    elseif name == 'started_at' then
+      rec[k + 1], started = now_iso, true
+    elseif name == 'attempts' and attempts then
+      rec[k + 1], tries = attempts, true
+    end
+  end
+  if not status then
+    rec[#rec + 1] = 'status'
+    rec[#rec + 1] = 'started'
+  end
+  if not lease then
+    rec[#rec + 1] = 'lease'
+    rec[#rec + 1] = id
+  end
+  if not worker then
+    rec[#rec + 1] = 'worker_id'
+    rec[#rec + 1] = consumer
+  end
+  if not started then
+    rec[#rec + 1] = 'started_at'
+    rec[#rec + 1] = now_iso
+  end
+  if not tries then
+    rec[#rec + 1] = 'attempts'
+    rec[#rec + 1] = attempts
+  end
+  return rec
+end
+
+-- hero_version: the version of this library, so a client can tell a stale one from its own.
+-- KEYS: none.  ARGV: none.
+-- Returns: the version string.
+local function hero_version(keys, args)
+  return VERSION
+end
+
+-- hero_submit: store new jobs and queue them, or park them in the delayed set. One call takes
+-- a whole batch, so a producer's bulk submit costs one function call, not one per job.
+-- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
+--   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
+-- KEYS[4] config hash  KEYS[5] event log  KEYS[6] stats hash
+--   then per job i = 0, 1, ...: KEYS[7+2i] job hash  KEYS[8+2i] its work stream
+-- A job queued now gets status 'dispatched'; its record does not name its stream entry (the
+-- entry names the job), except on a stream the bridge registry names: such a job is also pushed
+-- (LPUSH) to that legacy list, with `entry` = its entry id, `bridge` = the list, `bridge_stop` =
+-- the legacy stop queue and `worker_id` = the legacy worker id, and tracked in the mapping's
+-- zset; whichever side takes it first runs it, and the bridge deletes the entry the other side
+-- never read.
+-- ARGV[1] consumer group
+--   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
+--   follow, and those n values: field, value pairs of the job record (without status / entry);
+--   a record without `created_at` is given the server's time now (since protocol 29)
+-- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
+-- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
+-- `error` (r the reason) for a new job whose prerequisite already failed; `batch_done` (j the
+-- callback job, r the batch) when a batch it joins is done in this call.
+-- Batches: a job whose record names a `batch` is counted into it (`<ns>:batch:<name>`, made
+-- with its first member and named in `<ns>:meta:batches`); a batch that is done (its callbacks
+-- submitted) takes no member: HERO_INVALID_JOB (see batches.lua).
+-- Prerequisites (`prerequisites` or `dependencies`, a JSON array of job ids): each must exist or
+-- come earlier in the batch, else HERO_INVALID_JOB. A job whose prerequisites all finished is
+-- queued as any other; one with some unfinished waits for them (status waiting, see
+-- release_dependents); one with a prerequisite that ended error ends error at once,
+-- `dependency failed: <id>`. Such a job cannot also be delayed. Each prerequisite's record
+-- names the new job in its `dependents` field (a JSON array, in submit order).
+-- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
+-- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
+-- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
+-- is idempotent); 'duplicate:<id>', that job's status when the record's `unique` key is held by
+-- job <id>, still queued or running (nothing is written: see claim_unique).
+-- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
+-- not in pairs; HERO_INVALID_JOB when a record is one a worker would refuse (see refuse in the
+-- prelude: an unknown field, a value of the wrong form, a stream other than the one the record
+-- names); then nothing of the batch is written.
+-- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
+-- another job that is still waiting, dispatched or started, that job's id and status (the
+-- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
+-- (the job's `unique_ttl` ms, or the broker's retention time, read once a call through `cfg`),
+-- and nil. A holder that ended or is gone releases the key to the next submit: nothing on the
+-- job path has to clear it. The common case, a key no one holds, is one SET NX GET (Redis 7.0
+-- takes NX with GET): taken, and nil back; only a key someone holds is looked at further.
+local function claim_unique(cfg, job_key, job_id, u)
+  local ukey = unique_key(ns_of(job_key, job_id), u[1])
+  local ttl = u[2] or setting_arg(cfg, 'retention_ms', 86400000)
+  local holder = redis.call('SET', ukey, job_id, 'NX', 'GET', 'PX', ttl)
+  if not holder then return nil end
+  if holder ~= job_id then
+    local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
+    if status == 'waiting' or status == 'dispatched' or status == 'started' then
+      return holder, status
+    end
+  end
+  redis.call('SET', ukey, job_id, 'PX', ttl)
+  return nil
+end
+
+-- Names a new job in the `dependents` field of each of its prerequisites (docs/protocol.md §3),
+-- a JSON array grown in place as text: no decode of the list, so a prerequisite with many
+-- dependents costs each submit a string copy, not a parse. A field that is not an array (edited
+-- by hand) is left as it is; a key of another type is skipped (pcall).
+local function note_dependent(prefix, deps, job_id)
+  local quoted = cjson.encode(job_id)
+  for _, d in ipairs(deps) do
+    local k = prefix .. d
+    local cur = redis.pcall('HGET', k, 'dependents')
+    if cur == false or cur == '[]' then
+      redis.call('HSET', k, 'dependents', '[' .. quoted .. ']')
+    elseif type(cur) == 'string' and string.sub(cur, 1, 1) == '[' and string.sub(cur, -1) == ']' then
+      redis.call('HSET', k, 'dependents', string.sub(cur, 1, -2) .. ',' .. quoted .. ']')
+    end
+  end
+end
+
+-- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set beside
+-- `<ns>:job:<id>`), so listing by tag reads the index, not every job. Only a tagged job pays, and
+-- a batch pays one SADD a tag, not one a job and tag: the ids are gathered in `index.ids` (tag
+-- key -> ids; `index.order`, the keys in first-seen order) and written by flush_tags. A batch's
+-- jobs mostly carry the same tags, so each distinct JSON text is decoded once (`index.decoded`).
+local function index_tags(index, job_key, job_id, tags)
+  local ns = ns_of(job_key, job_id)
+  local list = index.decoded[tags]
+  if not list then
+    list = cjson.decode(tags)
+    index.decoded[tags] = list
+  end
+  for _, t in ipairs(list) do
+    local k = tag_key(ns, t)
+    local ids = index.ids[k]
+    if not ids then
+      ids = {}
+      index.ids[k] = ids
+      index.order[#index.order + 1] = k
+    end
+    ids[#ids + 1] = job_id
+  end
+end
+
+local function flush_tags(index)
+  for _, k in ipairs(index.order) do
+    local ids = index.ids[k]
+    for from = 1, #ids, 1000 do
+      redis.call('SADD', k, unpack(ids, from, math.min(#ids, from + 999)))
+    end
+  end
+end
+
+-- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
+-- have not finished yet, the first that ended error (nil when none did), and the results of
+-- those that ended ({id, status, text}), which keep_result writes into the new job's record.
+local function prerequisites_state(prefix, list)
+  local left, failed, ended = 0, nil, {}
+  for _, p in ipairs(list) do
+    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error')
+    local s = not r.err and r[1]
+    if s == 'error' then
+      failed = failed or p
+      ended[#ended + 1] = { p, s, r[3] or '' }
+    elseif s == 'finished' then
+      ended[#ended + 1] = { p, s, r[2] or '' }
+    else
+      left = left + 1
+    end
+  end
+  return left, failed, ended
+end
+
+local function hero_submit(keys, args)
+  local delayed, registry, bridges = keys[1], keys[2], keys[3]
+  local group = args[1]
+  local n = (#keys - 6) / 2
+  if n ~= math.floor(n) then
+    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 6')
+  end
+  -- check the whole batch before the first write
+  local at = {}
+  local parsed = { good = n > 1 and {} or nil } -- stream -> its parts (see stream_parts); good: see refuse
+  local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
+  local tagged = nil -- per job with tags: their JSON array (checked by refuse)
+  local deps = nil -- per job with prerequisites: their ids, each once
+  local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
+  local members = nil -- per job that names a batch: { batch key, batch name }
+  local undated = nil -- per job without `created_at`: true (it gets the server's time)
+  local kept = false -- some job has a retention of its own (keep_ttl)
+  local pos = 2
+  for i = 1, n do
+    local count = tonumber(args[pos + 2])
+    if not count or count % 2 ~= 0 or pos + 2 + count > #args then
+      return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
+    end
+    local why, uniq, uttl, tags, prereqs, bname, dated, own_keep = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    if why then
+      return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+    end
+    if own_keep then kept = true end
+    if not dated then
+      undated = undated or {}
+      undated[i] = true
+    end
+    if bname then
+      local bkey = batch_key(ns_of(keys[5 + 2 * i], args[pos]), bname)
+      if batch_done(bkey) then
+        return redis.error_reply('HERO_INVALID_JOB job ' .. args[pos] .. ': batch ' .. bname ..
+          ' is done (its callbacks were submitted): a new member needs a new batch')
+      end
+      members = members or {}
+      members[i] = { bkey, bname }
+    end
+    if prereqs then
+      -- each must exist already, or come earlier in this batch (a flow: children first): a
+      -- job can only wait on jobs older than itself, so no cycle can form
+      local job_key, job_id = keys[5 + 2 * i], args[pos]
+      local prefix = string.sub(job_key, 1, #job_key - #job_id)
+      local list, seen = {}, {}
+      if not batch then
+        batch = {}
+        for k = 1, i - 1 do batch[args[at[k]]] = true end
+      end
+      if tonumber(args[pos + 1]) and tonumber(args[pos + 1]) > 0 then
+        return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': a job with prerequisites cannot also be delayed')
+      end
+      for _, p in ipairs(cjson.decode(prereqs)) do
+        if not seen[p] then
+          seen[p] = true
+          list[#list + 1] = p
+          if not batch[p] and redis.call('EXISTS', prefix .. p) == 0 then
+            return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': prerequisite ' .. p ..
+              ' does not exist (submit it first, or earlier in the same batch)')
+          end
+        end
+      end
+      deps = deps or {}
+      deps[i] = list
+    end
+    if batch then batch[args[pos]] = true end
+    if uniq then
+      unique = unique or {}
+      unique[i] = { uniq, uttl }
+    end
+    if tags then
+      tagged = tagged or {}
+      tagged[i] = tags
+    end
+    at[i] = pos
+    pos = pos + 3 + count
+  end
+  if pos ~= #args + 1 then
+    return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
+  end
+  local answers = {}
+  -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
+  -- with the registry); while none, a submit asks the registry nothing
+  local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'retention_ms' } or { 'events_max', 'bridged' })
+  -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it
+  local tag_index = tagged and { ids = {}, order = {}, decoded = {} }
+  local log = event_log(keys[5], cfg)
+  local st = nil -- stats, when a job of the batch is delayed
+  local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
+  local dual = {} -- per stream: its dual-push mapping, or false; read once per call
+  local known = {} -- streams seen to exist in this call
+  local bridged = setting(cfg, 'bridged', 0) > 0 -- see dual_push_mapping
+  local now_ms
+  -- Whether any job of the batch exists already, with one EXISTS over all their keys: a new
+  -- job's id is new, and asking each record for its status cost a call a job (a third of the
+  -- submit's calls at 5,000 jobs/s). Only when some key exists is each one asked; a job written
+  -- earlier in this call is asked too (an id given twice in one batch).
+  local taken = 0
+  do
+    local job_keys = {}
+    for i = 1, n do job_keys[i] = keys[5 + 2 * i] end
+    for from = 1, n, 1000 do
+      taken = taken + redis.call('EXISTS', unpack(job_keys, from, math.min(n, from + 999)))
+    end
+  end
+  local written = {} -- job keys written in this call
+  for i = 1, n do
+    local job_key, stream = keys[5 + 2 * i], keys[6 + 2 * i]
+    local p = at[i]
+    local job_id, run_at_text, count = args[p], args[p + 1], tonumber(args[p + 2])
+    local run_at = tonumber(run_at_text)
+    local existing = nil
+    if taken > 0 or written[job_key] then existing = redis.call('HGET', job_key, 'status') end
+    written[job_key] = true
+    local holder, held = nil, nil
+    if not existing and unique and unique[i] then
+      holder, held = claim_unique(cfg, job_key, job_id, unique[i])
+    end
+    local blocked, failed_dep, results = 0, nil, nil
+    if not existing and not holder and deps and deps[i] then
+      blocked, failed_dep, results = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
+    end
+    if existing then
+      answers[2 * i - 1], answers[2 * i] = 'exists', existing
+    elseif holder then
+      answers[2 * i - 1], answers[2 * i] = 'duplicate:' .. holder, held
+    elseif failed_dep then
+      -- a prerequisite ended error already: so does this job, at once, with the reason
+      local reason = 'dependency failed: ' .. failed_dep
+      redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso_now(), unpack(args, p + 3, p + 2 + count))
+      redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
+      log_event(log, 'error', job_id, stream, nil, nil, reason)
+      answers[2 * i - 1], answers[2 * i] = 'created', 'error'
+    elseif blocked > 0 then
+      -- waits for its prerequisites: each names it in its dependents hash, and the call that
+      -- ends the last one queues it (see release_dependents)
+      redis.call('HSET', job_key, 'status', 'waiting', 'deps_left', blocked, unpack(args, p + 3, p + 2 + count))
+      local prefix = string.sub(job_key, 1, #job_key - #job_id)
+      for _, d in ipairs(deps[i]) do
+        local s = redis.call('HGET', prefix .. d, 'status')
+        if s ~= 'finished' then
+          local dk = deps_key(prefix .. d, d)
+          if redis.call('EXISTS', dk) == 0 then
+            redis.call('HINCRBY', keys[4], DEPS_FIELD, 1)
+            redis.call('SADD', waiting_on_key(keys[4]), d)
+          end
+          redis.call('HSET', dk, job_id, stream)
+        end
+      end
+      log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
+      answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+    elseif run_at and run_at > 0 then
+      redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
+      redis.call('ZADD', delayed, run_at, job_id)
+      st = st or stats(keys[6])
+      tally(st, stream, 'delayed', 1)
+      log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
+      answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+    else
+      -- the common case written out: no dual-push mapping, the stream registered earlier in
+      -- this call (two Lua calls a job cost ~1.6 k instructions)
+      local m = bridged and dual_push_mapping(cfg, bridges, stream, dual)
+      local entry
+      if not m and known[stream] then
+        entry = redis.call('XADD', stream, '*', 'j', job_id)
+      else
+        entry = append(stream, group, registry, job_id, known, nil, m and true)
+      end
+      if m then
+        now_ms = now_ms or server_ms()
+        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
+        hand_to_legacy(job_key, job_id, m, entry, now_ms)
+      else
+        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
+      end
+      if log then
+        local ids = submitted[stream]
+        if not ids then
+          ids = {}
+          submitted[stream] = ids
+          order[#order + 1] = stream
+        end
+        ids[#ids + 1] = job_id
+      end
+      answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
+      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+    end
+    -- the prerequisites that ended before it, their results in its record (a later end writes
+    -- its own there: release_dependents)
+    if results then
+      for _, r in ipairs(results) do keep_result(job_key, r[1], r[2], r[3]) end
+    end
+  end
+  if kept then redis.call('HSETNX', keys[4], KEPT_FIELD, '1') end
+  if undated then
+    -- a record without `created_at` (a foreign client's) is dated by the server, so that every
+    -- record says when it was made
+    local now_iso = iso_now()
+    for i in pairs(undated) do
+      if answers[2 * i - 1] == 'created' then redis.call('HSETNX', keys[5 + 2 * i], 'created_at', now_iso) end
+    end
+  end
+  if members then
+    -- each new member counts in its batch; one that ended at once (a failed prerequisite)
+    -- counts as failed, and may be what its closed batch waited for
+    local ctx = nil
+    for i = 1, n do
+      local m = members[i]
+      if m and answers[2 * i - 1] == 'created' then
+        local now_iso = iso_now()
+        join_batch(keys[4], m[1], m[2], answers[2 * i] == 'error', now_iso)
+        if answers[2 * i] == 'error' then
+          ctx = ctx or { cfg = settings(keys[4]), log = log, now_iso = now_iso }
+          settle_batch(ctx, m[1], m[2])
+        end
+      end
+    end
+  end
+  if deps then
+    for i = 1, n do
+      if deps[i] and answers[2 * i - 1] == 'created' then
+        local job_key, job_id = keys[5 + 2 * i], args[at[i]]
+        note_dependent(string.sub(job_key, 1, #job_key - #job_id), deps[i], job_id)
+      end
+    end
+  end
+  if tag_index then flush_tags(tag_index) end
+  for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
+  if st then flush_stats(st) end
+  return answers
+end
+
+-- hero_fetch: claim up to COUNT jobs for one consumer, taking streams strictly in the order given
+-- (the caller orders them instance -> group -> type, priority 0 first). Per entry it reads the
+-- job's status only; the entry itself says how many attempts came before and whether the job was
+-- dual-pushed (see append).
+-- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log  KEYS[4] stats hash
+-- KEYS[5..n+4] work streams in precedence order
+-- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
+-- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- ARGV[7] concurrency limits: '' for none, else `<stream index> <max> <limit key>` triples
+--   joined by spaces, for the streams of queues whose policy limits how many of their jobs run
+--   at once across all workers (a worker that passes '' while some queue has a limit, the config
+--   hash's `limited` above 0, gets the limits the policies set: see limits_from_policies). A
+--   limit key (a sorted set, job id -> ms leased) is shared by
+--   every stream the limit covers; the fetch takes from such a stream no more than the limit
+--   leaves, adds what it leases, and when the set is full drops the members no longer started
+--   (ended, stopped or recovered since) before it counts: O(limit), only at the limit.
+-- ARGV[8] records: '1' asks a fetch that comes up short to hand back the records of the jobs
+--   it leased (see records below); '2' asks every fetch to (since protocol 29: a client whose
+--   per-command cost is high, as Node's, saves a command a job; Redis spends about what the
+--   separate reads cost it); absent or '' for none.
+-- ARGV[9] registry cursor: absent or '' to name every stream the caller serves, as above. '*'
+--   does the same and also answers which of them are registered (see registered below), so
+--   that the caller can name only those from then on: with the id of the registry's signal
+--   stream `<registry>:new` that the answer carried, KEYS[5..] are the registered streams only,
+--   and while that id is still the signal's last (no stream registered, paused or resumed
+--   since) they are read without asking the registry; once it moved, the fetch claims nothing
+--   and answers registered = 'stale' with the new id: the caller names every stream again
+--   ('*'). A worker naming 300 streams of which one holds work so passes one key, not 300 (each
+--   FCALL key costs Redis ~3 k instructions, the registry question and the wake-up cursors of
+--   the others more).
+-- Priority aging: while some queue's policy sets `aging_ms` (the config hash's `aged` above 0),
+--   a stream of such a queue whose oldest undelivered entry has waited k periods is walked as
+--   if k levels higher (not above 0) within its tier (instance, group, type): before the first
+--   stream of its tier at that level, so a steady flow of higher-priority work starves no level
+--   (see aging_order).
+-- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock);
+-- the stream's `delayed` gauge up for a job parked by its limit key's rate (see park).
+-- Events: `started` per job leased (q, w the consumer, a the attempt).
+-- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
+--   records, and with ARGV[9] given a sixth and seventh, signal and registered
+--   jobs: flat list of stream index (1..n: 1 is KEYS[5], the first stream), entry id, job id, three items
+--         per job now leased to the consumer (flat because every Lua table costs Redis more
+--         than the three values): the fetch wrote status started, lease = entry id,
+--         worker_id = consumer, started_at (the record's updated_at from then on) and, from
+--         the second delivery on, attempts = the count the entry carries + 1 (the first writes
+--         none: a started record without attempts is on its first). Unless records (below)
+--         hold it, the caller reads the record itself (one HGETALL per job, pipelined), and
+--         runs the job only while that record still says started with this lease: a stop or
+--         recovery in between took it away. Handing a record back from here costs Redis about
+--         twice as much as the plain read, so only a short fetch does, when asked;
+--   dropped: list of {stream index, entry id, job id, reason} for entries acknowledged and
+--         deleted unclaimed: reason 'missing' (no job hash, or one without a status),
+--         'foreign' (the job key holds another type), 'stale' (the job is no longer dispatched:
+--         stopped, or already taken through another entry) or 'legacy' (a dual-pushed job a
+--         legacy actor took from its list first);
+--   cursors: empty when COUNT jobs were claimed, else per stream the id of its last entry
+--         ('0-0' when empty), or '' for a stream not worth watching (not registered, no
+--         entries), then one more: the cursor of the registry's signal stream `<registry>:new`,
+--         which gets an entry whenever a stream is registered. XREAD BLOCK from these ids (the
+--         watched streams and the signal) wakes on any later entry, and on a new stream;
+--   limited: 1 when a concurrency limit held jobs back (no new entry will wake the caller
+--         when a slot frees: it looks again soon), else 0;
+--   records: empty when the fetch claimed COUNT jobs (unless ARGV[8] is '2'); else per job leased, in the order of
+--         jobs, its record as HGETALL gives it (read after the lease was written, so it carries
+--         it). A short fetch is a worker keeping up with its queues, where the job's start
+--         waits on the read: handing the records back here saves that round trip (at 5,000
+--         jobs/s a third of the worker's path from wake-up to start); a full fetch is a
+--         backlog, where the plain reads cost Redis less and the start waits on no one. A
+--         job read from a stream that came up short is read whole instead of its status
+--         alone, and its record handed back as written: one call a job fewer where it counts;
+--   signal: the id of the registry's signal stream's last entry ('0-0' when it has none);
+--   registered: with ARGV[9] '*', the indexes (1..n) of the registered streams given; with an
+--         id, empty, or 'stale' when the registry moved since that id (nothing was claimed).
+-- Which streams exist is asked of the registry with one SMISMEMBER: append registers a stream in
+-- the call that creates it (recovery walks the same set), and one question for every stream
+-- costs Redis less than an EXISTS per stream (a worker names 30 streams per type, most of them
+-- never used). A registered stream that was deleted, or lost its group, by hand gets its group
+-- back here, from the stream's start: what a submit appended since is delivered.
+-- A job is queued through one entry at a time, except when it was stopped while queued and then
+-- queued again: the stop leaves the old entry behind (the record does not name its entry), and
+-- whichever of the two is read first runs the job; the other is dropped as stale.
+-- Errors: none of its own.
+-- One fetch's state, by name. What the caller asked: group, consumer, want (how many more jobs
+-- it takes), prefix (of job keys), now_iso, xackdel, whole (hand a short fetch's records back),
+-- always (hand every fetch's records back),
+-- since (the registry cursor). What the policies say: limits (stream index -> {key, max,
+-- running}, shared per key), rates, keyrates, agings. What the call gathers for its reply: jobs
+-- (stream index, entry id, job id: three items a job), attempts and recs (per job leased),
+-- dropped, last_read (per stream read to its end: its last entry), limited, signal, present (per
+-- stream: 1 when registered).
+-- The table is made once and filled anew by each call (every field set here, those a call may
+-- not set to nil): a table of this size made per call cost Redis ~20 k instructions a call in
+-- garbage collection (a fetch of one job costs ~250 k).
+local FETCH = {}
+-- The empty list a reply carries when nothing was dropped (only read, never written).
+local NONE = {}
+local function fetch_state(keys, args)
+  local f = FETCH
+  f.keys, f.n, f.group, f.consumer, f.want = keys, #keys - 4, args[1], args[2], tonumber(args[3])
+  f.prefix, f.now_iso, f.xackdel = args[4], args[5], args[6]
+  f.always = args[8] == '2'
+  f.whole = f.always or args[8] == '1'
+  f.since, f.limited, f.parked, f.now_ms, f.st = args[9] or '', 0, false, nil, stats(keys[4])
+  f.jobs, f.dropped, f.attempts, f.recs, f.last_read = {}, nil, {}, {}, {}
+  f.regrouped, f.present, f.limits = nil, {}, nil
+  f.rates, f.keyrates, f.agings = nil, nil, nil
+  if args[7] and args[7] ~= '' then
+    local limits, by_key = {}, {}
+    for i, max, key in string.gmatch(args[7], '(%d+) (%d+) (%S+)') do
+      local lim = by_key[key]
+      if not lim then
+        lim = { key = key, max = tonumber(max) }
+        by_key[key] = lim
+      end
+      limits[tonumber(i)] = lim
+    end
+    f.limits = limits
+  end
+  f.cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged' })
+  f.log = event_log(keys[3], f.cfg)
+  local want_limits = not f.limits and setting(f.cfg, 'limited', 0) > 0
+  local want_rates = setting(f.cfg, 'rated', 0) > 0
+  local want_aging = setting(f.cfg, 'aged', 0) > 0
+  if want_limits or want_aging or want_rates then
+    local l
+    l, f.rates, f.keyrates, f.agings = queue_policies(keys, want_limits, want_rates, want_aging)
+    f.limits = f.limits or l
+  end
+  return f
+end
+
+-- Which streams given are registered (f.present), and the registry's signal when the caller
+-- keeps a registry cursor; false when that cursor is stale (the fetch then claims nothing). In
+-- runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack), written
+-- out: in_runs' closure and copying the answers cost 0.8 k instructions per job here.
+local function read_registry(f)
+  local keys, since, signal = f.keys, f.since, nil
+  if since ~= '' then
+    signal = '0-0'
+    local last = redis.call('XREVRANGE', queue_signal_key(keys[1]), '+', '-', 'COUNT', 1)
+    if last[1] then signal = last[1][1] end
+  end
+  f.signal = signal
+  if since ~= '' and since ~= '*' then
+    if since ~= signal then return false end
+    local present = f.present
+    for i = 1, f.n do present[i] = 1 end
+  else
+    for from = 5, #keys, 1000 do
+      local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
+      if from == 5 then f.present = r else for k = 1, #r do f.present[from - 5 + k] = r[k] end end
+    end
+  end
+  return true
+end
+
+-- An entry acknowledged and deleted unclaimed, for the reply's dropped list.
+local function drop(f, i, stream, id, job_id, why)
+  ack_del(stream, f.group, id, f.xackdel)
+  local dropped = f.dropped
+  if not dropped then
+    dropped = {}
+    f.dropped = dropped
+  end
+  dropped[#dropped + 1] = { i, id, job_id, why }
+end
+
+-- Stream i's new entries, up to `asked`; nil when it has none (or is not a stream). A registered
+-- stream deleted, or its group destroyed, by hand gets its group back from the stream's start (a
+-- submit since may have re-made the stream without one), and the read is made again.
+local function read_new(f, i, stream, asked)
+  local group, consumer = f.group, f.consumer
+  local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
+  if type(res) == 'table' and res.err and string.find(res.err, 'NOGROUP', 1, true)
+    and not (f.regrouped and f.regrouped[i]) then
+    f.regrouped = f.regrouped or {}
+    f.regrouped[i] = true
+    redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+    res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', stream, '>')
+  end
+  if type(res) ~= 'table' or res.err or #res[1][2] == 0 then return nil end
+  return res[1][2]
+end
+
+-- Claims from registered stream i until the fetch has all it wants, the stream runs dry, or a
+-- limit or rate holds the rest back. Each entry's job is leased to the consumer when it is
+-- still dispatched (and its limit key has room), else dropped or parked. The entries are taken
+-- in this loop, with the call's state in locals: a Lua call or a table field per job costs
+-- Redis ~0.8 k instructions a job, a tenth of what the fetch spends on a job.
+local function claim_from(f, i)
+  local stream, group, consumer, prefix = f.keys[i + 4], f.group, f.consumer, f.prefix
+  local now_iso, xackdel, jobs, attempts = f.now_iso, f.xackdel, f.jobs, f.attempts
+  local lim = f.limits and f.limits[i]
+  if lim and not lim.running then lim.running = limit_running(lim, prefix) end
+  local rate, keyrate = f.rates and f.rates[i], f.keyrates and f.keyrates[i]
+  while f.want > 0 do
+    local asked = (lim or rate) and room_of(f, lim, rate) or f.want
+    if asked <= 0 then return end
+    local read = read_new(f, i, stream, asked)
+    if not read then return end
+    local short = #read < asked
+    if short then
+      -- every new entry was read: the last is the stream's last, the wake-up cursor (no
+      -- XREVRANGE for it), and another read would come back empty
+      f.last_read[i] = read[#read][1]
+    end
+    local whole_now, want = f.whole and (short or f.always), f.want
+    for k = 1, #read do -- not ipairs: its iterator is a C call an entry
+      local e = read[k]
+      local id, fields = e[1], e[2]
+      -- an entry of a first delivery names the job only: read here, not through entry_fields
+      local job_id, before, dual, wake
+      if #fields == 2 and fields[1] == 'j' then job_id = fields[2] else job_id, before, dual, wake = entry_fields(fields) end
+      local job_key = prefix .. job_id
+      local status, bridge, err, rec
+      if not (wake or dual or whole_now or keyrate) then
+        -- the common case, written out
+        local r = redis.pcall('HGET', job_key, 'status')
+        if type(r) == 'table' then err = r.err else status = r end
+      elseif not wake then
+        status, bridge, err, rec = read_job(job_key, dual, whole_now, keyrate)
+      end
+      local keylog, room = nil, true
+      if status == 'dispatched' and not err and keyrate and keyrate.lk and not dual then
+        f.now_ms = f.now_ms or server_ms()
+        room, keylog = key_room(keyrate, keyrate.lk, f.now_ms)
+      end
+      if wake then
+        -- a resumed queue's wake-up (see hero_pause): it woke us, and names no job
+        ack_del(stream, group, id, xackdel)
+      elseif err then
+        -- the key holds something other than a hash: foreign data, never a job of ours, and it
+        -- must not stop this fetch for every entry behind it
+        drop(f, i, stream, id, job_id, 'foreign')
+      elseif not status then
+        drop(f, i, stream, id, job_id, 'missing')
+      elseif status ~= 'dispatched' then
+        drop(f, i, stream, id, job_id, 'stale')
+      elseif not room then
+        park(f, stream, id, job_id, before, keylog)
+      elseif bridge and bridge ~= '' and redis.call('LREM', bridge, 1, job_id) == 0 then
+        -- dual-pushed, and a legacy actor popped it from its list first: it is theirs
+        drop(f, i, stream, id, job_id, 'legacy')
+      else
+        -- one HSET with its arguments spelled out: building a table to unpack costs more than
+        -- the command
+        local counted = before and tonumber(before)
+        if counted then
+          redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+            'started_at', now_iso, 'attempts', tostring(counted + 1))
+        else
+          redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
+            'started_at', now_iso)
+        end
+        if bridge and bridge ~= '' then
+          -- taken back from the legacy list above: no longer the legacy side's
+          redis.call('HSET', job_key, 'bridge', '')
+        end
+        local n = #jobs
+        jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
+        attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
+        if rec then f.recs[#attempts] = as_leased(rec, id, consumer, now_iso, counted) end
+        want = want - 1
+        if lim or rate or keylog then count_start(f, lim, rate, keylog, job_id) end
+      end
+    end
+    f.want = want
+    if f.last_read[i] then return end
+  end
+end
+
+-- The jobs leased: their `started` events, one shared entry per stream (the jobs of a stream
+-- are contiguous in jobs; the entry's id is Redis's clock now: no TIME call for the samples),
+-- and each job's wait, its entry's age, sampled inline (a Lua call per job cost more). Entries
+-- of one read mostly share their millisecond (a producer's batch is appended in one call), so
+-- the wait and its bucket are worked out once per distinct millisecond of a stream's jobs and
+-- counted for the run of jobs that share it: the log and the float division per job were most
+-- of what a sample cost.
+-- Writes events: `started`.
+-- Writes stats: `wait`.
+local function record_started(f)
+  local jobs, keys, attempts, log, st = f.jobs, f.keys, f.attempts, f.log, f.st
+  local now_ms, k = f.now_ms, 1
+  while log and k <= #jobs do
+    local i, ids, att = jobs[k], {}, {}
+    while k <= #jobs and jobs[k] == i do
+      ids[#ids + 1] = jobs[k + 2]
+      att[#att + 1] = attempts[(k + 2) / 3]
+      k = k + 3
+    end
+    local logged = log_shared(log, 'started', ids, keys[i + 4], f.consumer, att)
+    if logged and not now_ms then now_ms = tonumber(string.match(logged, '^(%d+)')) end
+  end
+  now_ms = now_ms or server_ms()
+  f.now_ms = now_ms
+  -- the run of jobs sharing one entry millisecond (`last`) of one stream (`at`): `run` jobs
+  -- that waited `waited` ms, bucket `b`, added to `waits` when the run ends
+  local waits, at, last, waited, b, run = nil, nil, nil, 0, 0, 0
+  for j = 1, #jobs, 3 do
+    local ms = string.match(jobs[j + 1], '^%d+')
+    if jobs[j] ~= at or ms ~= last then
+      if run > 0 then
+        waits[b] = (waits[b] or 0) + run
+        waits.sum = waits.sum + waited * run
+      end
+      if jobs[j] ~= at then
+        at = jobs[j]
+        waits = histogram(st, keys[at + 4], 'wait')
+      end
+      last, run, b = ms, 0, 0
+      waited = now_ms - (tonumber(ms) or now_ms)
+      if waited > 0 then b = math.floor(math.log(waited + 1) / LN2) else waited = 0 end
+    end
+    run = run + 1
+  end
+  if run > 0 then
+    waits[b] = (waits[b] or 0) + run
+    waits.sum = waits.sum + waited * run
+  end
+end
+
+-- The reply, positional on the wire (see Returns): four parts, a fifth (records) when asked for
+-- records or given a registry cursor, and a sixth and seventh with a registry cursor.
+local function fetch_reply(f, cursors, registered)
+  local jobs, dropped, limited, signal = f.jobs, f.dropped or NONE, f.limited, f.signal
+  if not f.whole and not signal then return { jobs, dropped, cursors, limited } end
+  local records = {}
+  if f.whole and (f.want > 0 or f.always) then
+    local recs, prefix = f.recs, f.prefix
+    for k = 3, #jobs, 3 do
+      records[#records + 1] = recs[#records + 1] or redis.call('HGETALL', prefix .. jobs[k])
+    end
+  end
+  if not signal then return { jobs, dropped, cursors, limited, records } end
+  if not registered then
+    registered = {}
+    if f.since == '*' then
+      local present = f.present
+      for i = 1, f.n do
+        if present[i] == 1 then registered[#registered + 1] = i end
+      end
+    end
+  end
+  return { jobs, dropped, cursors, limited, records, signal, registered }
+end
+
+local function hero_fetch(keys, args)
+  local f = fetch_state(keys, args)
+  if not read_registry(f) then
+    return fetch_reply(f, {}, 'stale')
+  end
+  local present, want = f.present, f.want
+  local order = f.agings and aging_order(keys, f.n, present, f.agings, f.group)
+  for oi = 1, f.n do
+    if want <= 0 then break end
+    local i = order and order[oi] or oi
+    if present[i] == 1 then
+      claim_from(f, i)
+      want = f.want
+    end
+  end
+  if #f.jobs > 0 then record_started(f) end
+  if #f.jobs > 0 or f.parked then flush_stats(f.st) end
+  return fetch_reply(f, f.want > 0 and wake_cursors(f) or {}, nil)
+end
+
+-- hero_complete: record the end of one or more deliveries, each fenced by its lease. A worker
+-- records a whole batch of outcomes in one call: the settings are read once, and each stream's
+-- entries are acknowledged with one command and trimmed with another (see trim_done).
+-- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
+-- KEYS[5] stats hash  KEYS[6] queue registry set
+--   then per job i = 0, 1, ...: KEYS[7+3i] job hash  KEYS[8+3i] its work stream
+--   KEYS[9+3i] its reply list: touched only when ARGV[12+7i] is not '', so a caller completing
+--   a job no one waits on may pass any key of the namespace there, as the workers pass the
+--   job's stream (a key the call already holds: one string a job fewer for Redis to make)
+-- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
+-- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
+-- ARGV[5] consumer name (for the event log)
+-- ARGV[6] retention per job: `<i> <ms>` pairs joined by spaces ('' when no job has one), the
+--   TTL (PEXPIRE) a job of index i (from 0) gets in this call when it ends here: its queue
+--   policy keeps ended jobs shorter than the broker's retention
+--   then per job i: ARGV[7+7i] lease (the delivery's entry id)  ARGV[8+7i] outcome
+--   ARGV[9+7i] output or error text  ARGV[10+7i] retry-at ms  ARGV[11+7i] job id
+--   ARGV[12+7i] the job's `reply` field as read with the record ('' when it has none)
+--   ARGV[13+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
+-- then, optionally, pairs ARGV[7+7n+2k] job index i (from 0)  ARGV[8+7n+2k] the trace of that
+--   job's failed attempt (store_trace in finish.lua): only failures that have one, so a batch of
+--   successes passes none and pays nothing (since protocol 30)
+--   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
+--   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
+--   'abort' (error text, never retried), 'again' (retried at retry-at whatever the record's
+--   budget: the worker applied its queue policy's larger budget)
+-- The fence: a delivery's entry stays pending in the group exactly as long as its lease holds,
+-- because whatever takes a started job away (recovery, stop, dead-lettering) acknowledges its
+-- entry in the same call. So one XACK per stream acknowledges the batch and proves every lease
+-- in it at once; only when it acknowledged fewer entries than it was given are the records
+-- read, to tell the deliveries that still hold their job from the ones that lost it.
+-- Policies: while some queue has one the functions apply (`policed` in the config hash), a
+-- failure's budget is the larger of the record's `retries` and its queue policy's, its retry
+-- time the policy's back-off when it sets one, and a job this call ends expires after the
+-- policy's `retention_ms`: every worker, of any language, gets them.
+-- Retention: the batch is named in one entry of the retention stream as the caller joined it
+-- (ARGV[4] as given; joining it here costs Redis ~2 k instructions a job). A job of the batch this call
+-- does not end is named too, and harmlessly: hero_expire deletes only a job whose record
+-- carries the entry's finished_at, and only this call wrote that one. A job id holds no space
+-- (the worker completes valid ids only); checking the list here would cost Redis more than the
+-- PEXPIRE it replaces (string.gsub over it: ~4 k instructions a job), so an id with a space from
+-- a foreign caller is split, and that job is simply never deleted.
+-- Stats: per stream, `finished`, `failed` and `retried` (each per minute too), the `delayed`
+-- gauge for a retry, and a `run` sample per job recorded.
+-- Dependents and batches: the jobs waiting on those this call ends are released in it, and the
+-- ends are counted into their batches, whose callbacks are submitted when the last member ends
+-- (release_if_any in dependencies.lua); while no job anywhere has dependents and no batch is
+-- open (the config hash's `deps` and `batches`, read with the settings), the call asks nothing
+-- more.
+-- Events: per job this call ends or parks, `finished`, `error` (r the error) or `retried` (r the
+-- error, d the retry time); q its stream, w the consumer. Through the ended-jobs hook
+-- (release_if_any): `dispatched` or `error` per dependent released or failed, `batch_done` per
+-- batch this call completes.
+-- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
+-- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
+-- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
+-- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
+-- jobs; then nothing is written.
+local function hero_complete(keys, args)
+  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD, KEPT_FIELD })
+  -- the queue policies the completion applies itself (retries, back-off, retention), for a
+  -- worker of any language: read only while some queue has one
+  local policed = setting(cfg, 'policed', 0) > 0
+  -- some job was submitted with its own retention (keep_ttl in finish.lua)
+  local kept = setting(cfg, KEPT_FIELD, 0) > 0
+  local ended -- the status the job in hand ended with
+  local memo = {}
+  local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
+  local log = event_log(keys[4], cfg)
+  local consumer = args[5]
+  local st = stats(keys[5], now_iso)
+  local n = (#keys - 6) / 3
+  local extra = #args - 6 - 7 * n
+  if n ~= math.floor(n) or extra < 0 or extra % 2 ~= 0 then
+    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job, then (index, trace) pairs')
+  end
+  -- the failed attempts' traces, by job index: parsed only when the batch has one
+  local traces = nil
+  if extra > 0 then
+    traces = {}
+    for k = 7 + 7 * n, #args, 2 do traces[tonumber(args[k])] = args[k + 1] end
+  end
+  -- check every outcome before the first write, and group the batch by stream, each job
+  -- keeping its place in the answers
+  local streams, batches = {}, {}
+  for i = 0, n - 1 do
+    local outcome = args[8 + 7 * i]
+    if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' and outcome ~= 'again' then
+      return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
+    end
+    local stream = keys[8 + 3 * i]
+    local b = batches[stream]
+    if not b then
+      b = { ids = {}, jobs = {} }
+      batches[stream] = b
+      streams[#streams + 1] = stream
+    end
+    local k = #b.ids + 1
+    b.ids[k], b.jobs[k] = args[7 + 7 * i], i
+  end
+  -- the queue policies' retention, by job index: parsed only when a job of the batch has one
+  local keep = nil
+  if args[6] ~= '' then
+    keep = {}
+    for i, ms in string.gmatch(args[6], '(%d+) (%d+)') do keep[tonumber(i)] = ms end
+  end
+  local answers = {}
+  -- the jobs this call ends (key, id, finished), collected only while some job has dependents
+  -- or some batch is open (read with the settings: a plain batch pays nothing per job)
+  local ek = nil
+  if collect_ended(cfg) then ek = {} end
+  local ei, eo = {}, {}
+  for _, stream in ipairs(streams) do
+    local b = batches[stream]
+    local finished = {} -- for the event log's shared entry of this stream
+    local failed, retries, runs = 0, 0, nil
+    local last_ran, ran, ran_bucket = nil, nil, 0 -- the last run-time sample's text, number, bucket
+    local all_held = ack(stream, group, b.ids) == #b.ids
+    local jobs = b.jobs
+    for k = 1, #jobs do -- not ipairs: its iterator is a C call a job
+      local i = jobs[k]
+      local a = 7 * i
+      local job_key, outcome, text = keys[7 + 3 * i], args[8 + a], args[9 + a]
+      local answer
+      if not all_held then
+        local lease = args[7 + a]
+        -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
+        -- the whole batch of other workers' jobs with it
+        local f = redis.pcall('HMGET', job_key, 'status', 'lease')
+        if f.err or not f[1] or f[2] ~= lease then
+          answer = 'lease_lost'
+        elseif f[1] ~= 'started' then
+          answer = 'already_completed'
+        end
+      end
+      if not answer then
+        -- The entries were acknowledged already: from here on nothing may raise, or the jobs
+        -- after this one would stay started with no pending entry for recovery to find. A job
+        -- key holding another type is foreign data, lost for this delivery (pcall, finish).
+        local retried = false
+        local policy_retry_at = nil
+        ended = 'finished'
+        if outcome == 'fail' or outcome == 'retry' or outcome == 'again' then
+          -- only a failure needs the budget: a success is recorded without reading the record
+          local f = redis.pcall('HMGET', job_key, 'attempts', 'retries', 'backoff')
+          if f.err then
+            answer = 'lease_lost'
+          else
+            local budget = tonumber(f[2]) or 0
+            local policy = policed and stream_policy(keys[2], stream, memo)
+            if policy and tonumber(policy.retries) and tonumber(policy.retries) > budget then
+              budget = tonumber(policy.retries)
+            end
+            retried = outcome == 'again' or (tonumber(f[1]) or 1) <= budget
+            if retried and outcome == 'fail' then
+              -- the job's own back-off and its policy's, the longer delay, whatever the worker
+              -- computed (retry_delay in policy.lua)
+              local delay = retry_delay(f[3], policy, tonumber(f[1]) or 1)
+              if delay then policy_retry_at = tostring(server_ms() + delay) end
+            end
+            -- a first delivery left no count (see hero_fetch): the next one must count from it
+            if retried and not f[1] then redis.call('HSET', job_key, 'attempts', '1') end
+          end
+        end
+        if retried then
+          local retry_at, job_id = policy_retry_at or args[10 + a], args[11 + a]
+          redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
+          redis.call('HDEL', job_key, 'lease', 'entry')
+          store_trace(job_key, traces and traces[i])
+          redis.call('ZADD', delayed, retry_at, job_id)
+          answer = 'retrying'
+          retries = retries + 1
+          log_event(log, 'retried', job_id, stream, consumer, nil, text, retry_at)
+        elseif not answer and outcome == 'done' and args[12 + a] == '' then
+          -- a success no one waits on, the common case, is written here: through finish it costs
+          -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
+          local w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
+          if type(w) == 'table' and w.err then
+            answer = 'lease_lost'
+          else
+            answer = 'completed'
+            finished[#finished + 1] = args[11 + a]
+            if ek then
+              local e = #ek + 1
+              ek[e], ei[e], eo[e] = job_key, args[11 + a], true
+            end
+          end
+        elseif not answer then
+          local status = 'error'
+          if outcome == 'done' then status = 'finished' end
+          ended = status
+          if finish(job_key, args[11 + a], keys[9 + 3 * i], cfg, status, text, args[12 + a], now_iso) then
+            answer = 'completed'
+            if ek then
+              local e = #ek + 1
+              ek[e], ei[e], eo[e] = job_key, args[11 + a], status == 'finished'
+            end
+            if status == 'finished' then
+              finished[#finished + 1] = args[11 + a]
+            else
+              failed = failed + 1
+              store_trace(job_key, traces and traces[i])
+              log_event(log, 'error', args[11 + a], stream, consumer, nil, text)
+            end
+          else
+            answer = 'lease_lost'
+          end
+        end
+      end
+      answers[i + 1] = answer
+      if answer == 'completed' and (keep or policed or kept) then
+        local ttl = keep and keep[i]
+        if policed then
+          local policy = stream_policy(keys[2], stream, memo)
+          if policy and tonumber(policy.retention_ms) then ttl = policy.retention_ms end
+        end
+        if kept then ttl = keep_ttl(cfg, job_key, ended, ttl) end
+        if ttl then redis.call('PEXPIRE', job_key, ttl) end
+      end
+      local ran_text = args[13 + a]
+      if answer == 'completed' or answer == 'retrying' then
+        -- sampled inline: a Lua call per job costs more than the sample; a run time the job
+        -- before gave too (most of a batch, for short jobs) reuses its number and bucket
+        if ran_text ~= last_ran then
+          last_ran, ran = ran_text, tonumber(ran_text)
+          if ran and ran > 0 then ran_bucket = math.floor(math.log(ran + 1) / LN2) else ran_bucket = 0 end
+        end
+        if ran then
+          runs = runs or histogram(st, stream, 'run')
+          if ran > 0 then runs.sum = runs.sum + ran end
+          runs[ran_bucket] = (runs[ran_bucket] or 0) + 1
+        end
+      end
+    end
+    trim_done(stream, group, b.ids, xackdel)
+    log_shared(log, 'finished', finished, stream, consumer)
+    if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
+    if failed > 0 then tally(st, stream, 'failed', failed, true) end
+    if retries > 0 then
+      tally(st, stream, 'retried', retries, true)
+      tally(st, stream, 'delayed', retries)
+    end
+  end
+  if ek then
+    local done = retained(keys[3], now_iso)
+    release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = keys[6],
+      group = group }, ek, ei, eo)
+    flush_retained(done)
+  end
+  flush_stats(st)
+  if n > 0 then add_retention_entry(keys[3], now_iso, ids) end
+  return answers
+end
+
+-- hero_renew: keep a running delivery from being recovered, fenced by its lease, and record what
+-- its handler reported since the last call (progress, log lines), so a report rides on the
+-- renewal a long job makes anyway and a handler that reports nothing costs nothing more.
+-- KEYS[1] job hash  KEYS[2] work stream  KEYS[3] event log (only with a report)
+-- KEYS[4] config hash (only with a report)
+-- ARGV[1] lease (entry id)  ARGV[2] consumer group  ARGV[3] consumer name
+-- ARGV[4] job id (only with a report, for the event log)
+-- ARGV[5] progress: '' for none, else a JSON object {"percent": 0-100, "message": "..."}
+-- ARGV[6..] log lines, oldest first: appended to the record's `log` (a JSON array of strings),
+--   which keeps its last LOG_LINES
+-- Events: with a report, `progress` (r the progress JSON) and `logged` (r the lines joined by
+--   newlines); w the consumer.
+-- Returns: 'ok' (idle time reset, the report recorded), 'stopped' (the job ended while running,
+-- e.g. stopped: the handler should be interrupted), 'lost' (another delivery owns the job, or it
+-- is gone); a report is recorded only with 'ok'.
+-- Errors: HERO_BAD_ARG for a progress that is not a JSON object with a number percent.
+local LOG_LINES = 100
+
+local function hero_renew(keys, args)
+  local job_key, stream = keys[1], keys[2]
+  local lease, group, consumer = args[1], args[2], args[3]
+  local progress = args[5]
+  if progress and progress ~= '' then
+    local ok, p = pcall(cjson.decode, progress)
+    if not ok or type(p) ~= 'table' or type(p.percent) ~= 'number' then
+      return redis.error_reply('HERO_BAD_ARG progress is not a JSON object with a number percent')
+    end
+  end
+  local f = redis.call('HMGET', job_key, 'status', 'lease')
+  if not f[1] or f[2] ~= lease then return 'lost' end
+  if f[1] ~= 'started' then return 'stopped' end
+  local claimed = redis.call('XCLAIM', stream, group, consumer, 0, lease, 'JUSTID')
+  if #claimed == 0 then return 'lost' end
+  if #args < 4 then return 'ok' end
+  local log = event_log(keys[3], settings(keys[4], { 'events_max' }))
+  local job_id = args[4]
+  if progress and progress ~= '' then
+    redis.call('HSET', job_key, 'progress', progress)
+    log_event(log, 'progress', job_id, stream, consumer, nil, progress)
+  end
+  if #args > 5 then
+    local lines = {}
+    local kept = redis.call('HGET', job_key, 'log')
+    if kept then
+      local ok, old = pcall(cjson.decode, kept)
+      if ok and type(old) == 'table' then lines = old end
+    end
+    local new = {}
+    for k = 6, #args do
+      lines[#lines + 1] = args[k]
+      new[#new + 1] = args[k]
+    end
+    if #lines > LOG_LINES then
+      local tail = {}
+      for k = #lines - LOG_LINES + 1, #lines do tail[#tail + 1] = lines[k] end
+      lines = tail
+    end
+    redis.call('HSET', job_key, 'log', cjson.encode(lines))
+    log_event(log, 'logged', job_id, stream, consumer, nil, table.concat(new, '\n'))
+  end
+  return 'ok'
+end
+
+-- hero_stop: stop a job wherever it is.
+-- KEYS[1] job hash  KEYS[2] its work stream  KEYS[3] delayed zset  KEYS[4] reply list
+-- KEYS[5] config hash  KEYS[6] control list of the worker the caller saw running it ('' allowed
+-- when it saw none)  KEYS[7] retention stream  KEYS[8] event log  KEYS[9] stats hash
+-- ARGV[1] consumer group  ARGV[2] worker_id the caller saw ('' for none)  ARGV[3] now ISO 8601
+-- ARGV[4] '1' when XACKDEL  ARGV[5] job id
+-- ARGV[6] why: 'stopped' (an operator's stop) or 'timeout' (the broker's time limit: only a
+--   running job is taken, as a failed attempt: retried within its budget (the record's
+--   `retries`, or its queue policy's when larger) on the longer of its own back-off and its
+--   policy's (retry_delay), else 1 s doubling,
+--   else ended with the error `timeout`; a job found anywhere else is 'changed')
+-- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
+-- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
+-- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
+-- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
+-- other stays until a worker reads it, finds the job stopped and drops it.
+-- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job;
+-- for a timeout retried, `retried` (per minute too) and the `delayed` gauge up.
+-- Events: `stopped` (q, w the worker when it was running, r 'cancelled', 'interrupted' or
+-- 'timeout'); a job past its time limit with retries left is `retried` (r 'timeout', d the retry
+-- time) instead. Through the ended-jobs hook (release_if_any): `dispatched` or `error` per
+-- dependent, `batch_done` per batch completed.
+-- A job submitted with its own retention once failed (`keep_failed`) expires after it (keep_ttl).
+-- Dependents of the stopped job end error, `dependency failed: <id>` (see release_dependents).
+-- Returns: 'cancelled' (it was queued or delayed and will never start), 'interrupted' (it was
+-- running: it ends error/stopped now and its worker is told), 'timeout' (why 'timeout': it ends
+-- error/timeout now and its worker is told), 'already_completed', or 'changed' (it started on
+-- another worker since the caller looked, or is not running for a time limit: look again).
+-- Errors: HERO_JOB_NOT_FOUND when there is no such job.
+local function hero_stop(keys, args)
+  local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
+  local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
+  local why = args[6]
+  if why ~= 'stopped' and why ~= 'timeout' then
+    return redis.error_reply('HERO_BAD_ARG why is ' .. tostring(why) .. ', not stopped or timeout')
+  end
+  local f = redis.call('HMGET', job_key, 'status', 'entry', 'lease', 'worker_id', 'reply', 'bridge', 'bridge_stop')
+  local was_delayed = false -- a waiting job in the delayed set (else it waits on prerequisites)
+  local done = retained(keys[7], now_iso)
+  local log = event_log(keys[8], cfg)
+  -- the one job this call can end; `how` is what the caller is answered
+  local function stopped(how)
+    finish(job_key, job_id, reply_key, cfg, 'error', why, f[5], now_iso, done)
+    -- a job's own retention once failed holds for a stop too (BullMQ's removeOnFail)
+    local ttl = keep_ttl(cfg, job_key, 'error', nil)
+    if ttl then redis.call('PEXPIRE', job_key, ttl) end
+    local worker = nil
+    if how == 'interrupted' then worker = f[4] end
+    local queue = stream
+    if stream == job_key then queue = nil end
+    if why == 'timeout' then how = 'timeout' end
+    log_event(log, 'stopped', job_id, queue, worker, nil, how)
+    local st = stats(keys[9], now_iso)
+    if queue then
+      tally(st, queue, 'failed', 1, true)
+      if f[1] == 'waiting' and was_delayed then tally(st, queue, 'delayed', -1) end
+    end
+    -- its dependents cannot run now: they end error too
+    release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso }, { job_key }, { job_id }, { false })
+    flush_retained(done)
+    flush_stats(st)
+    return how
+  end
+  local status = f[1]
+  if not status then
+    return redis.error_reply('HERO_JOB_NOT_FOUND no job hash at ' .. job_key)
+  end
+  if status == 'finished' or status == 'error' then return 'already_completed' end
+  -- the time limit ends a running job only, the one delivery the caller saw
+  if why == 'timeout' and (status ~= 'started' or (f[4] or '') ~= seen_worker or ctl == '') then
+    return 'changed'
+  end
+  if (f[6] or '') ~= '' and (status == 'dispatched' or status == 'started') then
+    local answer = 'cancelled'
+    if redis.call('LREM', f[6], 0, job_id) == 0 then
+      answer = 'interrupted'
+      if (f[7] or '') ~= '' then redis.call('LPUSH', f[7], job_id) end
+    end
+    -- the entry the legacy side holds: the bridge's delivery (lease), or a dual-pushed job's
+    -- unread entry
+    local held = f[3]
+    if (held or '') == '' then held = f[2] end
+    if (held or '') ~= '' then ack_del(stream, group, held, xackdel) end
+    return stopped(answer)
+  end
+  if status == 'waiting' then
+    was_delayed = redis.call('ZREM', delayed, job_id) == 1
+    redis.call('HDEL', job_key, 'deps_left')
+  elseif status == 'dispatched' then
+    if f[2] then ack_del(stream, group, f[2], xackdel) end
+  elseif status == 'started' then
+    if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
+    ack_del(stream, group, f[3], xackdel)
+    redis.call('LPUSH', ctl, job_id)
+    redis.call('PEXPIRE', ctl, 3600000)
+    if why == 'timeout' then
+      -- a timeout is a failed attempt: retried within the budget (the record's retries or its
+      -- queue policy's, on the policy's back-off or 1 s doubling), ended when it is spent
+      local a = redis.call('HMGET', job_key, 'attempts', 'retries', 'backoff')
+      local attempts = tonumber(a[1]) or 1
+      local budget = tonumber(a[2]) or 0
+      local policy = setting(cfg, 'policed', 0) > 0 and stream_policy(keys[5], stream, {})
+      if policy and tonumber(policy.retries) and tonumber(policy.retries) > budget then
+        budget = tonumber(policy.retries)
+      end
+      if attempts <= budget then
+        local delay = retry_delay(a[3], policy, attempts)
+          or backoff_ms({ kind = 'exponential', base_ms = 1000, cap_ms = 3600000, jitter = 0.2 }, attempts)
+        local retry_at = server_ms() + delay
+        redis.call('HSET', job_key, 'status', 'waiting', 'error', 'timeout', 'run_at', tostring(retry_at),
+          'attempts', tostring(attempts), 'updated_at', now_iso)
+        redis.call('HDEL', job_key, 'lease', 'entry')
+        redis.call('ZADD', delayed, retry_at, job_id)
+        log_event(log, 'retried', job_id, stream, f[4], nil, 'timeout', retry_at)
+        local st = stats(keys[9], now_iso)
+        tally(st, stream, 'retried', 1, true)
+        tally(st, stream, 'delayed', 1)
+        flush_stats(st)
+        return 'timeout'
+      end
+      stopped('interrupted')
+      return 'timeout'
+    end
+    return stopped('interrupted')
+  end
+  return stopped('cancelled')
+end
+
+-- hero_recover: put abandoned deliveries of one work stream back into it (same stream, same
+-- targeting, a new entry), or dead-letter them past the attempt budget.
+-- KEYS[1] work stream  KEYS[2] dead-letter stream  KEYS[3] config hash  KEYS[4] retention stream
+-- KEYS[5] event log  KEYS[6] stats hash
+-- ARGV[1] consumer group  ARGV[2] mode: 'consumer' (the pending entries of consumer ARGV[3],
+--         which is dead or handing its jobs back) or 'idle' (entries idle for ARGV[4] ms, listed
+--         with XPENDING IDLE from cursor ARGV[9] and claimed as consumer ARGV[3]; entries held by
+--         the legacy bridge, consumers named 'bridge:...', are skipped: the bridge's watch
+--         decides when a legacy actor abandoned a job)
+-- ARGV[3] consumer  ARGV[4] min idle ms  ARGV[5] count  ARGV[6] job key prefix
+-- ARGV[7] reply key prefix  ARGV[8] max attempts  ARGV[9] cursor ('0-0' to start)
+-- ARGV[10] '1' to hand back (the delivery does not count as an attempt)  ARGV[11] now ISO 8601
+-- ARGV[12] '1' when XACKDEL
+-- Stats: the stream's `recovered`, or `dead` and `failed` (per minute too), per job.
+-- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
+-- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason). Through the ended-jobs hook
+-- (release_if_any): `dispatched` or `error` per dependent, `batch_done` per batch completed.
+-- Dependents of a dead-lettered job end error, `dependency failed: <id>`.
+-- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
+-- consumer is deleted from the group once it owns nothing.
+-- Errors: HERO_BAD_ARG for an unknown mode.
+local function hero_recover(keys, args)
+  local stream, dead, cfg = keys[1], keys[2], settings(keys[3])
+  local group, mode, consumer, min_idle, count = args[1], args[2], args[3], args[4], tonumber(args[5])
+  local prefix, reply_prefix, max_attempts, cursor = args[6], args[7], tonumber(args[8]), args[9]
+  local handback, now_iso, xackdel = args[10], args[11], args[12]
+  local done = retained(keys[4], now_iso)
+  local log = event_log(keys[5], cfg)
+  local how = 'presence'
+  if mode == 'idle' then how = 'idle' elseif handback == '1' then how = 'handback' end
+  local owners = {} -- entry id -> the consumer that held it
+  local memo = {} -- the stream's queue policy, read once
+  local st = stats(keys[6], now_iso)
+  if redis.call('EXISTS', stream) == 0 then return { 0, 0, 0, '0-0' } end
+  local ids, next_cursor = {}, '0-0'
+  if mode == 'consumer' then
+    for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', count, consumer)) do
+      ids[#ids + 1] = p[1]
+      owners[p[1]] = consumer
+    end
+    if #ids == count then next_cursor = ids[#ids] end
+  elseif mode == 'idle' then
+    local from = '-'
+    if cursor ~= '0-0' then from = cursor end
+    local listed = redis.call('XPENDING', stream, group, 'IDLE', min_idle, from, '+', count)
+    for _, p in ipairs(listed) do
+      if not is_bridge_consumer(p[2]) then
+        local claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, p[1], 'JUSTID')
+        if claimed[1] then
+          ids[#ids + 1] = p[1]
+          owners[p[1]] = p[2]
+        end
+      end
+    end
+    if #listed == count then next_cursor = next_id(listed[#listed][1]) end
+  else
+    return redis.error_reply('HERO_BAD_ARG unknown mode ' .. tostring(mode))
+  end
+  local requeued, dead_n, dropped = 0, 0, 0
+  local ek, ei, eo = {}, {}, {} -- the jobs dead-lettered, whose dependents fail with them
+  for _, id in ipairs(ids) do
+    local entry = redis.call('XRANGE', stream, id, id)
+    local job_id
+    if entry[1] then job_id = entry_fields(entry[1][2]) end
+    if job_id == '' then job_id = nil end
+    local job_key = prefix .. (job_id or '')
+    -- pcall: a job key holding another type is foreign data; its entry is dropped like one
+    -- naming no job, instead of failing the recovery of every entry after it
+    local j = job_id and redis.pcall('HMGET', job_key, 'status', 'lease', 'attempts', 'retries', 'reply')
+    ack_del(stream, group, id, xackdel)
+    if j and not j.err and j[1] == 'started' and j[2] == id then
+      -- a started record without a count is on its first delivery (see hero_fetch)
+      local attempts = tonumber(j[3]) or 1
+      if handback == '1' and tonumber(j[3]) then
+        -- computed here, not with HINCRBY: nothing may raise once the entry is acknowledged
+        attempts = attempts - 1
+        redis.call('HSET', job_key, 'attempts', attempts)
+      elseif handback ~= '1' and not j[3] then
+        -- the abandoned first delivery counts: the next fetch adds one to this
+        redis.call('HSET', job_key, 'attempts', '1')
+      end
+      -- the budget is the record's retries or its queue policy's, whichever is larger
+      local retries = tonumber(j[4]) or 0
+      if setting(cfg, 'policed', 0) > 0 then
+        local policy = stream_policy(keys[3], stream, memo)
+        if policy and tonumber(policy.retries) and tonumber(policy.retries) > retries then
+          retries = tonumber(policy.retries)
+        end
+      end
+      local limit = math.max(max_attempts, retries + 1)
+      if handback ~= '1' and attempts >= limit then
+        local reason = 'abandoned after ' .. attempts .. ' attempts'
+        redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
+        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done)
+        log_event(log, 'dead', job_id, stream, owners[id], tostring(attempts), reason)
+        dead_n = dead_n + 1
+        ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false
+      else
+        -- the entry carries the count for the next fetch; a first delivery handed back has none
+        if handback == '1' and not tonumber(j[3]) then
+          redis.call('XADD', stream, '*', 'j', job_id)
+        else
+          redis.call('XADD', stream, '*', 'j', job_id, 'a', tostring(attempts))
+        end
+        redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
+        redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry')
+        log_event(log, 'recovered', job_id, stream, owners[id], tostring(attempts), how)
+        requeued = requeued + 1
+      end
+    else
+      dropped = dropped + 1
+    end
+  end
+  if mode == 'consumer' and next_cursor == '0-0' then
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
+  elseif mode == 'idle' then
+    -- the claimer held what it claimed only inside this call
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
+  end
+  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso }, ek, ei, eo)
+  flush_retained(done)
+  if requeued > 0 and handback ~= '1' then tally(st, stream, 'recovered', requeued, true) end
+  if dead_n > 0 then
+    tally(st, stream, 'dead', dead_n, true)
+    tally(st, stream, 'failed', dead_n, true)
+  end
+  flush_stats(st)
+  return { requeued, dead_n, dropped, next_cursor }
+end
+
+-- hero_promote: move one due job from the delayed set into its work stream; or, when the broker
+-- found no queue to move it to (its record names no valid script type), end it `error` instead.
+-- KEYS[1] delayed zset  KEYS[2] job hash  KEYS[3] work stream (the job hash with ARGV[4])
+-- KEYS[4] queue registry set  KEYS[5] config hash  KEYS[6] event log  KEYS[7] stats hash
+-- KEYS[8] reply list  KEYS[9] retention stream
+-- ARGV[1] job id  ARGV[2] consumer group  ARGV[3] now ISO 8601
+-- ARGV[4] why it cannot be queued ('' or absent to promote it): the job ends `error` with it
+-- Stats: the stream's `delayed` gauge down by one when promoted (or when the job was no longer
+-- waiting: it left the delayed set all the same); a job ended for ARGV[4] counts as `failed`
+-- (per minute too) under the stream '' (it names none).
+-- Events: `dispatched` (q) when promoted; `error` (r the reason) when ended for ARGV[4]. Through
+-- the ended-jobs hook (release_if_any): `dispatched` or `error` per dependent, `batch_done` per
+-- batch completed.
+-- Returns: 'promoted', 'failed' (ended for ARGV[4]), 'gone' (another broker promoted it, or it
+-- was stopped), 'skipped' (the job is no longer waiting or its hash is gone; the stale member
+-- was removed).
+-- Errors: none of its own.
+local function hero_promote(keys, args)
+  local delayed, job_key, stream, registry = keys[1], keys[2], keys[3], keys[4]
+  local job_id, group, now_iso = args[1], args[2], args[3]
+  if redis.call('ZREM', delayed, job_id) == 0 then return 'gone' end
+  local why = args[4] or ''
+  if why ~= '' then
+    -- nothing to queue it to: it ends error, with its event, its count and its dependents
+    local f = redis.pcall('HMGET', job_key, 'status', 'reply')
+    if type(f) ~= 'table' or f.err or f[1] ~= 'waiting' then return 'skipped' end
+    local cfg = settings(keys[5])
+    local done, log, st = retained(keys[9], now_iso), event_log(keys[6], cfg), stats(keys[7], now_iso)
+    finish(job_key, job_id, keys[8], cfg, 'error', why, f[2], now_iso, done)
+    log_event(log, 'error', job_id, nil, nil, nil, why)
+    tally(st, '', 'failed', 1, true)
+    release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso }, { job_key }, { job_id }, { false })
+    flush_retained(done)
+    flush_stats(st)
+    return 'failed'
+  end
+  local f = redis.call('HMGET', job_key, 'status', 'attempts')
+  local st = stats(keys[7])
+  tally(st, stream, 'delayed', -1)
+  flush_stats(st)
+  if f[1] ~= 'waiting' then return 'skipped' end
+  append(stream, group, registry, job_id, nil, f[2] or nil)
+  redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
+  redis.call('HDEL', job_key, 'run_at')
+  log_event(event_log(keys[6], settings(keys[5])), 'dispatched', job_id, stream)
+  return 'promoted'
+end
+
+-- hero_bridge_in: move ids that legacy producers pushed to a legacy list into the canonical work
+-- stream of the mapping, oldest first. Each id leaves the list and enters the stream in the same
+-- call, so a crash of the broker between calls leaves it in exactly one of the two.
+-- KEYS[1] legacy list  KEYS[2] work stream  KEYS[3] queue registry set  KEYS[4] dead-letter stream
+-- KEYS[5] config hash  KEYS[6] event log
+-- ARGV[1] consumer group  ARGV[2] most ids to move  ARGV[3] job key prefix  ARGV[4] script type
+-- ARGV[5] group ('' for none)  ARGV[6] instance ('' for none)  ARGV[7] now ISO 8601
+-- Per id: the job hash (seed-001 fields are enough) gets status 'dispatched', the
+-- mapping's script_type / group / instance, reply 'legacy' (a seed-001 caller may BLPOP
+-- hero:reply:<id>: in compatibility mode it gets the bare result there, and nothing is pushed
+-- to the canonical reply list no one waits on) and updated_at; leftovers of an earlier run (lease, output, error,
+-- finished_at) are removed, so a legacy requeue of a crashed job runs it again. The worker that
+-- takes it checks the rest of the record: a malformed one ends `error` with the reason.
+-- An id with no job hash, or one of a job a worker of ours runs (started, with a lease), goes
+-- to the dead-letter stream with the reason instead. A job still queued in a stream gets a
+-- second entry: whichever is read first runs it, the other is dropped as stale.
+-- Events: `bridged_in` (q the stream, r the legacy list) per id moved, `dead` (r the reason)
+-- per id dead-lettered.
+-- Returns: {moved, dead, blocked}: blocked is 1 when the oldest id is a job the bridge handed
+-- to this list's legacy actors (it stays where it is, for them).
+-- Errors: none of its own.
+local function hero_bridge_in(keys, args)
+  local list, stream, registry, dead = keys[1], keys[2], keys[3], keys[4]
+  local group, max, prefix = args[1], tonumber(args[2]), args[3]
+  local stype, tgroup, tinst, now_iso = args[4], args[5], args[6], args[7]
+  local moved, dead_n, blocked = 0, 0, 0
+  local log = event_log(keys[6], settings(keys[5]))
+  for _ = 1, max do
+    local job_id = redis.call('RPOP', list)
+    if not job_id then break end
+    local job_key = prefix .. job_id
+    local f = redis.call('HMGET', job_key, 'status', 'lease', 'bridge', 'attempts')
+    if (f[3] or '') ~= '' then
+      redis.call('RPUSH', list, job_id)
+      blocked = 1
+      break
+    end
+    local reason
+    if redis.call('EXISTS', job_key) == 0 then
+      reason = 'no job hash at ' .. job_key
+    elseif f[1] == 'started' and (f[2] or '') ~= '' then
+      reason = 'pushed to ' .. list .. ' while a worker runs it'
+    end
+    if reason then
+      redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
+      log_event(log, 'dead', job_id, nil, nil, nil, reason)
+      dead_n = dead_n + 1
+    else
+      append(stream, group, registry, job_id, nil, f[4] or nil)
+      local w = { 'status', 'dispatched', 'script_type', stype, 'reply', 'legacy', 'updated_at', now_iso }
+      if tgroup ~= '' then w[#w + 1] = 'group'; w[#w + 1] = tgroup end
+      if tinst ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = tinst end
+      redis.call('HDEL', job_key, 'lease', 'entry', 'output', 'error', 'finished_at', 'started_at')
+      redis.call('HSET', job_key, unpack(w))
+      log_event(log, 'bridged_in', job_id, stream, nil, nil, list)
+      moved = moved + 1
+    end
+  end
+  return { moved, dead_n, blocked }
+end
+
+-- hero_bridge_out: hand jobs of a canonical work stream to the legacy actors of a legacy list.
+-- The bridge reads them as its own consumer (named 'bridge:...'), so each stays pending in the
+-- stream until the job hash says finished or error (see hero_bridge_watch).
+-- KEYS[1] work stream  KEYS[2] legacy list  KEYS[3] the mapping's tracking zset
+-- KEYS[4] config hash  KEYS[5] event log
+-- ARGV[1] consumer group  ARGV[2] bridge consumer  ARGV[3] most jobs  ARGV[4] job key prefix
+-- ARGV[5] now ISO 8601  ARGV[6] pickup deadline ms (now + pickup time)  ARGV[7] legacy worker id
+-- ARGV[8] legacy stop queue  ARGV[9] '1' when XACKDEL
+-- Per job: status 'dispatched' (what seed-001 actors expect to find), lease = entry,
+-- attempts + 1, worker_id = the legacy worker id, bridge = the list, bridge_stop = the stop
+-- queue, bridge_taken = ''; LPUSH of the id to the list; tracked until the pickup deadline.
+-- Entries naming no job hash, or a job that is no longer dispatched, are dropped.
+-- Events: `bridged_out` (q, w the legacy worker id, a the attempt, r the legacy list) per job.
+-- Returns: {handed out, dropped}
+-- Errors: none of its own.
+local function hero_bridge_out(keys, args)
+  local stream, list, track = keys[1], keys[2], keys[3]
+  local group, consumer, want, prefix = args[1], args[2], tonumber(args[3]), args[4]
+  local now_iso, deadline, worker, stop_queue, xackdel = args[5], args[6], args[7], args[8], args[9]
+  if redis.call('EXISTS', stream) == 0 then return { 0, 0 } end
+  local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
+  if not res then return { 0, 0 } end
+  local handed, dropped = 0, 0
+  local log = event_log(keys[5], settings(keys[4]))
+  for _, e in ipairs(res[1][2]) do
+    local id = e[1]
+    local job_id = entry_fields(e[2])
+    local job_key = prefix .. job_id
+    local f = redis.call('HMGET', job_key, 'status', 'attempts')
+    if f[1] ~= 'dispatched' then
+      ack_del(stream, group, id, xackdel)
+      dropped = dropped + 1
+    else
+      local attempts = tonumber(f[2])
+      -- `id` too: a submit leaves it out, and seed-001 actors read it from the record
+      local w = { 'id', job_id, 'status', 'dispatched', 'lease', id, 'worker_id', worker, 'bridge', list,
+        'bridge_stop', stop_queue, 'bridge_taken', '', 'updated_at', now_iso }
+      local attempt = nil
+      if attempts or not f[2] then
+        attempt = tostring((attempts or 0) + 1)
+        w[#w + 1] = 'attempts'; w[#w + 1] = attempt
+      end
+      redis.call('HSET', job_key, unpack(w))
+      redis.call('LPUSH', list, job_id)
+      redis.call('ZADD', track, deadline, job_id)
+      log_event(log, 'bridged_out', job_id, stream, worker, attempt, list)
+      handed = handed + 1
+    end
+  end
+  return { handed, dropped }
+end
+
+-- hero_bridge_watch: follow the jobs a legacy list's actors hold (handed out by
+-- hero_bridge_out, or dual-pushed by hero_submit) until their job hash says they ended, and
+-- take back the ones a legacy actor never picked up or abandoned.
+-- KEYS[1] tracking zset (job id -> next deadline ms)  KEYS[2] legacy list  KEYS[3] work stream
+-- KEYS[4] queue registry set  KEYS[5] config hash  KEYS[6] dead-letter stream
+-- KEYS[7] retention stream  KEYS[8] event log  KEYS[9] stats hash
+-- ARGV[1] consumer group  ARGV[2] job key prefix  ARGV[3] reply key prefix  ARGV[4] now ISO 8601
+-- ARGV[5] now ms  ARGV[6] pickup time ms  ARGV[7] max attempts  ARGV[8] '1' for a dual-push
+-- mapping  ARGV[9] '1' when XACKDEL  ARGV[10] most jobs to look at  ARGV[11] rank to start at
+-- Per tracked job, by what its hash says:
+--   gone, or `bridge` empty (a new worker took it, or it was taken back): no longer tracked;
+--   finished / error (a legacy actor recorded it, or it was stopped): the bridge's stream entry
+--     is acknowledged (or the unread dual-push entry deleted); if no function ended it,
+--     finished_at, the retention clock and the canonical JSON reply are added (the legacy actor
+--     answered hero:reply:<id> itself);
+--   dispatched, past the pickup deadline, still in the list: taken out of the list; a dual-push
+--     job stays in its stream for new workers, an outbound one is queued again (new entry) or,
+--     past the attempt budget, ends error 'no legacy actor took it from <list> within <t> s';
+--   started, or dispatched but no longer in the list (popped, not yet marked): taken; the
+--     deadline becomes now + the job's timeout (started_at set; a dual-push job counts an
+--     attempt here);
+--   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
+--     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
+--     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
+-- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
+-- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
+-- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
+-- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget;
+-- through the ended-jobs hook (release_if_any), `dispatched` or `error` per dependent and
+-- `batch_done` per batch completed.
+-- Dependents of a job a legacy actor ended (or that was dead-lettered here) are released with it.
+-- Returns: {ended, requeued, failed, next rank (0 when the whole set was seen)}
+-- Errors: none of its own.
+local function hero_bridge_watch(keys, args)
+  local track, list, stream, registry, cfg, dead = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
+  local group, prefix, reply_prefix, now_iso = args[1], args[2], args[3], args[4]
+  local now_ms, pickup_ms, max_attempts = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
+  local dual, xackdel, count, from = args[8] == '1', args[9], tonumber(args[10]), tonumber(args[11])
+  local done = retained(keys[7], now_iso)
+  local log = event_log(keys[8], cfg)
+  local st = stats(keys[9], now_iso)
+  local tracked = redis.call('ZRANGE', track, from, from + count - 1, 'WITHSCORES')
+  local ended, requeued, failed, removed = 0, 0, 0, 0
+  local ek, ei, eo = {}, {}, {} -- the jobs ended here, whose dependents are released with them
+
+  -- the stream entry the legacy side held: acknowledged if the bridge read it (its delivery is
+  -- the lease), else the unread entry of a dual-pushed job (the record names it) is deleted
+  local function release(lease, entry)
+    if lease and lease ~= '' then
+      ack_trim(stream, group, { lease }, xackdel)
+    elseif entry and entry ~= '' then
+      redis.call('XDEL', stream, entry)
+    end
+  end
+
+  local function untrack(job_id)
+    redis.call('ZREM', track, job_id)
+    removed = removed + 1
+  end
+
+  -- back into the stream, or error past the budget
+  local function take_back(job_id, job_key, f, attempts, reason)
+    release(f[3], f[4])
+    local limit = math.max(max_attempts, (tonumber(f[6]) or 0) + 1)
+    if attempts >= limit then
+      redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
+      redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
+      finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
+      log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
+      ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false
+      tally(st, stream, 'dead', 1, true)
+      tally(st, stream, 'failed', 1, true)
+      untrack(job_id)
+      failed = failed + 1
+      return
+    end
+    local new = append(stream, group, registry, job_id, nil, tostring(attempts), dual)
+    redis.call('HSET', job_key, 'status', 'dispatched', 'lease', '', 'bridge_taken', '',
+      'updated_at', now_iso)
+    if dual then
+      redis.call('HSET', job_key, 'entry', new)
+      redis.call('LPUSH', list, job_id)
+      redis.call('ZADD', track, now_ms + pickup_ms, job_id)
+    else
+      redis.call('HSET', job_key, 'bridge', '')
+      redis.call('HDEL', job_key, 'entry')
+      untrack(job_id)
+    end
+    log_event(log, 'recovered', job_id, stream, nil, tostring(attempts), reason)
+    tally(st, stream, 'recovered', 1, true)
+    requeued = requeued + 1
+  end
+
+  for k = 1, #tracked, 2 do
+    local job_id, due = tracked[k], tonumber(tracked[k + 1]) <= now_ms
+    local job_key = prefix .. job_id
+    -- 1 status 2 bridge 3 lease 4 entry 5 attempts 6 retries 7 reply 8 timeout 9 finished_at
+    -- 10 bridge_taken 11 output 12 error
+    local f = redis.call('HMGET', job_key, 'status', 'bridge', 'lease', 'entry', 'attempts', 'retries',
+      'reply', 'timeout', 'finished_at', 'bridge_taken', 'output', 'error')
+    local status = f[1]
+    local timeout_s = tonumber(f[8]) or 300
+    if not status or (f[2] or '') ~= list then
+      untrack(job_id)
+    elseif status == 'finished' or status == 'error' then
+      release(f[3], f[4])
+      redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
+      if not f[9] then
+        redis.call('HSET', job_key, 'finished_at', now_iso, 'updated_at', now_iso)
+        retain(done, job_key, job_id, cfg)
+        ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, status == 'finished'
+        if f[7] == '1' then
+          push_reply(job_id, reply_prefix .. job_id, cfg, status, f[11] or '', f[12] or '', true, false)
+        end
+        if status == 'finished' then
+          log_event(log, 'finished', job_id, stream, nil, nil, list)
+          tally(st, stream, 'finished', 1, true)
+        else
+          log_event(log, 'error', job_id, stream, nil, nil, f[12] or '')
+          tally(st, stream, 'failed', 1, true)
+        end
+      end
+      untrack(job_id)
+      ended = ended + 1
+    elseif f[10] ~= '1' then
+      local taken = status == 'started'
+      if not taken and due then
+        if redis.call('LREM', list, 1, job_id) == 1 then
+          if dual then
+            redis.call('HSET', job_key, 'bridge', '')
+            untrack(job_id)
+          else
+            take_back(job_id, job_key, f, tonumber(f[5]) or 1,
+              'no legacy actor took it from ' .. list .. ' within ' .. (pickup_ms / 1000) .. ' s')
+          end
+        else
+          taken = true
+        end
+      end
+      if taken then
+        local w = { 'bridge_taken', '1', 'started_at', now_iso }
+        local attempt = f[5]
+        if dual then
+          attempt = tostring((tonumber(f[5]) or 0) + 1)
+          w[#w + 1] = 'attempts'; w[#w + 1] = attempt
+        end
+        redis.call('HSET', job_key, unpack(w))
+        log_event(log, 'started', job_id, stream, nil, attempt, list)
+        redis.call('ZADD', track, now_ms + timeout_s * 1000, job_id)
+      end
+    elseif due then
+      take_back(job_id, job_key, f, tonumber(f[5]) or 1,
+        'abandoned after ' .. (tonumber(f[5]) or 1) .. ' attempts: legacy actor of ' .. list ..
+        ' did not finish within ' .. timeout_s .. ' s')
+    end
+  end
+  release_if_any({ cfg = cfg, log = log, st = st, done = done, now_iso = now_iso, registry = registry,
+    group = group }, ek, ei, eo)
+  flush_retained(done)
+  flush_stats(st)
+  local next_rank = 0
+  if #tracked == 2 * count then next_rank = from + count - removed end
+  return { ended, requeued, failed, next_rank }
+end
+
+-- hero_expire: delete the ended jobs whose retention time has passed, oldest first, as the
+-- retention stream names them (one entry per call that ended jobs: see retained in the prelude).
+-- KEYS[1] retention stream
+-- ARGV[1] job key prefix  ARGV[2] retention ms  ARGV[3] most entries to take in this call
+-- An entry is due once it is older than the retention time by Redis's clock (its id). Each job
+-- it names is deleted when its record still says finished or error with the finished_at the
+-- entry carries; any other is left alone: it ran again since (whatever ended it again added a
+-- newer entry), or it is gone already; a job with a retention of its own (`keep`, `keep_failed`)
+-- and a TTL from it is left to that TTL. An entry that is not of this form (foreign data) names
+-- no job. A deleted job leaves the index of each of its tags (`<ns>:tag:<tag>`). The entries
+-- taken are deleted, and the stream with them once it is empty.
+-- Returns: {entries taken, jobs deleted, 1 when more entries are due, else 0}
+-- Errors: none of its own.
+local function hero_expire(keys, args)
+  local stream, prefix = keys[1], args[1]
+  local ns = ns_of(prefix, '')
+  local retention_ms, count = tonumber(args[2]), tonumber(args[3])
+  local now = redis.call('TIME')
+  local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
+  if cutoff < 0 then return { 0, 0, 0 } end
+  -- pcall: a retention key holding another type (foreign data) holds no job of ours
+  local entries = redis.pcall('XRANGE', stream, '-', string.format('%d', cutoff), 'COUNT', count)
+  if entries.err or #entries == 0 then return { 0, 0, 0 } end
+  local deleted = 0
+  for _, e in ipairs(entries) do
+    local t, ids
+    local f = e[2]
+    for k = 1, #f, 2 do
+      if f[k] == 't' then t = f[k + 1] elseif f[k] == 'j' then ids = f[k + 1] end
+    end
+    if t and ids then
+      for job_id in string.gmatch(ids, '[^ ]+') do
+        local job_key = prefix .. job_id
+        -- pcall: a job key holding another type is not a job of ours
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags', 'keep', 'keep_failed')
+        local own = nil -- a retention of its own (keep_ttl): its TTL deletes it, however long
+        if not r.err then
+          if r[1] == 'finished' then own = r[4] else own = r[5] end
+        end
+        if own and redis.call('PTTL', job_key) > 0 then
+          -- kept for its own retention (a job ended where it was not applied has no TTL: the
+          -- broker's retention deletes it as any other)
+        elseif not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
+          redis.call('DEL', job_key)
+          deleted = deleted + 1
+          if r[3] and r[3] ~= '' and r[3] ~= '[]' then
+            -- out of its tags' indexes with it (a record's tags were checked at submit; one
+            -- written by hand that does not decode leaves its index entries to the lister)
+            local ok, tags = pcall(cjson.decode, r[3])
+            if ok and type(tags) == 'table' then
+              for _, tag in ipairs(tags) do
+                if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+  -- entries are taken from the head, so everything up to the last one taken goes
+  redis.call('XTRIM', stream, 'MINID', next_id(entries[#entries][1]))
+  if redis.call('XLEN', stream) == 0 then redis.call('DEL', stream) end
+  local more = 0
+  if #entries == count then more = 1 end
+  return { #entries, deleted, more }
+end
+
+-- hero_dead: retry or purge dead letters. A retry takes the job out of the dead-letter stream and
+-- queues it again with a fresh attempt budget in the same call, so it is never in both or in
+-- neither; a purge deletes the entries and the jobs they name.
+-- KEYS[1] dead-letter stream  KEYS[2] queue registry set  KEYS[3] config hash  KEYS[4] event log
+-- KEYS[5] stats hash
+--   then per dead letter i = 0, 1, ...: KEYS[6+2i] job hash  KEYS[7+2i] its work stream
+-- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] action: 'retry' or 'purge'
+--   then per dead letter i: ARGV[4+2i] dead-letter entry id  ARGV[5+2i] job id
+-- Per dead letter, by what its entry and record say:
+--   the entry is gone, or names another job: 'missing' (nothing written);
+--   retry, a record that ended error: the entry is deleted; the record loses its run (attempts,
+--     lease, worker_id, entry, output, error, started_at, finished_at) and is dispatched to its
+--     work stream as a new entry, pending again in its batch while the batch is not done:
+--     'requeued';
+--   retry, a record that is not error (it ran again since, or was changed by hand): 'not_dead'
+--     (nothing written);
+--   retry, no record: the entry is deleted: 'gone';
+--   purge: the entry is deleted, and the record with it while it still says error: 'purged'.
+-- Stats: the stream's `dead` and `failed` counts stay (they count what happened); nothing else.
+-- Events: `requeued` (q, r 'dead letter') per retried job; `purged` (r 'dead letter') per purge.
+-- Returns: one answer per dead letter, in order.
+-- Errors: HERO_BAD_ARG for an unknown action or KEYS and ARGV that do not describe the same
+-- dead letters; then nothing is written.
+local function hero_dead(keys, args)
+  local dead, registry, cfg = keys[1], keys[2], settings(keys[3])
+  local group, now_iso, action = args[1], args[2], args[3]
+  local n = (#keys - 5) / 2
+  if n ~= math.floor(n) or #args ~= 3 + 2 * n then
+    return redis.error_reply('HERO_BAD_ARG dead takes 5 keys and 3 arguments, then 2 keys and 2 arguments per dead letter')
+  end
+  if action ~= 'retry' and action ~= 'purge' then
+    return redis.error_reply('HERO_BAD_ARG unknown action ' .. tostring(action))
+  end
+  local log = event_log(keys[4], cfg)
+  local answers = {}
+  for i = 0, n - 1 do
+    local job_key, stream = keys[6 + 2 * i], keys[7 + 2 * i]
+    local entry_id, job_id = args[4 + 2 * i], args[5 + 2 * i]
+    local entry = redis.call('XRANGE', dead, entry_id, entry_id)
+    local named = entry[1] and entry_fields(entry[1][2])
+    local answer
+    if named ~= job_id then
+      answer = 'missing'
+    else
+      local r = redis.pcall('HGET', job_key, 'status')
+      local status = type(r) == 'string' and r or nil
+      if action == 'purge' then
+        redis.call('XDEL', dead, entry_id)
+        if status == 'error' then redis.call('DEL', job_key) end
+        log_event(log, 'purged', job_id, nil, nil, nil, 'dead letter')
+        answer = 'purged'
+      elseif type(r) == 'table' or status == nil then
+        redis.call('XDEL', dead, entry_id)
+        answer = 'gone'
+      elseif status ~= 'error' then
+        answer = 'not_dead'
+      else
+        redis.call('XDEL', dead, entry_id)
+        revive_member(cfg, job_key, job_id, 'error')
+        redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'error',
+          'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken')
+        redis.call('PERSIST', job_key)
+        append(stream, group, registry, job_id)
+        redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
+        log_event(log, 'requeued', job_id, stream, nil, nil, 'dead letter')
+        answer = 'requeued'
+      end
+    end
+    answers[i + 1] = answer
+  end
+  return answers
+end
+
+-- hero_requeue: move one job to a queue (the same one or another), wherever it is now, so that
+-- it is never in two queues or in none.
+-- KEYS[1] job hash  KEYS[2] its current work stream  KEYS[3] the work stream to move it to
+-- KEYS[4] delayed zset  KEYS[5] queue registry set  KEYS[6] config hash  KEYS[7] event log
+-- KEYS[8] stats hash  KEYS[9] control list of the worker the caller saw running it (any key of
+-- the namespace when it saw none)
+-- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when XACKDEL  ARGV[4] job id
+-- ARGV[5] worker_id the caller saw ('' for none)  ARGV[6] cursor: the entry id to look for the
+-- queued job's entry from ('0-0' to start)  ARGV[7] script type  ARGV[8] group ('' for none)
+-- ARGV[9] instance ('' for none)  ARGV[10] priority level ('' for the default)
+-- By what the record says:
+--   waiting (delayed or retry back-off): it leaves the delayed set and is queued now;
+--   dispatched: its entry in the current stream is found (a queued record does not name it: the
+--     stream is read from the cursor, 1000 entries per call at most) and deleted, then it is
+--     queued anew; no entry found to the end: it is queued all the same (it was in no stream);
+--   started: its delivery is acknowledged and deleted (the lease is revoked: the worker's
+--     completion answers lease_lost and its renewal lost), its worker is told through its control
+--     list, and it is queued anew, attempts kept;
+--   finished or error: queued anew with a fresh attempt budget (attempts, output, error,
+--     started_at, finished_at cleared); pending again in its batch while the batch is not done.
+-- The record takes the new target (script_type, group, instance, priority), status dispatched.
+-- Stats: the current stream's `delayed` gauge down for a waiting job.
+-- Events: `requeued` (q the new stream, r where it was taken from).
+-- Returns: {answer, cursor}: 'requeued'; 'searching' with the cursor to call again from (the
+-- entry was not among the entries read); 'changed' (it started on another worker since the
+-- caller looked: look again); 'missing' (no such job).
+-- Errors: none of its own.
+local function hero_requeue(keys, args)
+  local job_key, old, new, delayed, registry = keys[1], keys[2], keys[3], keys[4], keys[5]
+  local cfg, ctl = settings(keys[6]), keys[9]
+  local group, now_iso, xackdel, job_id, seen_worker, cursor = args[1], args[2], args[3], args[4], args[5], args[6]
+  local f = redis.pcall('HMGET', job_key, 'status', 'lease', 'worker_id', 'entry')
+  if type(f) ~= 'table' or f.err or not f[1] then return { 'missing', '' } end
+  local status, from = f[1], 'queued'
+  if status == 'waiting' then
+    redis.call('ZREM', delayed, job_id)
+    local st = stats(keys[8])
+    tally(st, old, 'delayed', -1)
+    flush_stats(st)
+    from = 'delayed'
+  elseif status == 'dispatched' then
+    local entry = f[4]
+    if not entry or entry == '' then
+      -- the record does not name its entry: read the stream for it, a page per call
+      local start = '-'
+      if cursor ~= '0-0' then start = '(' .. cursor end
+      local page = redis.pcall('XRANGE', old, start, '+', 'COUNT', 1000)
+      if type(page) == 'table' and not page.err then
+        for _, e in ipairs(page) do
+          if entry_fields(e[2]) == job_id then entry = e[1] break end
+        end
+        if not entry and #page == 1000 then return { 'searching', page[#page][1] } end
+      end
+    end
+    if entry and entry ~= '' then redis.call('XDEL', old, entry) end
+  elseif status == 'started' then
+    if (f[3] or '') ~= seen_worker then return { 'changed', '' } end
+    if (f[2] or '') ~= '' then ack_del(old, group, f[2], xackdel) end
+    -- the revoked delivery counts: a first one left no count (see hero_fetch)
+    if not redis.call('HGET', job_key, 'attempts') then redis.call('HSET', job_key, 'attempts', '1') end
+    if seen_worker ~= '' and ctl ~= keys[6] then
+      redis.call('LPUSH', ctl, job_id)
+      redis.call('PEXPIRE', ctl, 3600000)
+    end
+    from = 'revoked from ' .. seen_worker
+  else
+    -- an ended member of a batch that is not done is pending in it again
+    revive_member(cfg, job_key, job_id, status)
+    redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at')
+    -- the TTL its end gave it (its own retention or its queue's) is for an ended job
+    redis.call('PERSIST', job_key)
+    from = status
+  end
+  redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken')
+  local w = { 'status', 'dispatched', 'updated_at', now_iso, 'script_type', args[7] }
+  if args[8] ~= '' then w[#w + 1] = 'group'; w[#w + 1] = args[8] end
+  if args[9] ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = args[9] end
+  if args[10] ~= '' then w[#w + 1] = 'priority'; w[#w + 1] = args[10] end
+  redis.call('HSET', job_key, unpack(w))
+  local drop = {}
+  if args[8] == '' then drop[#drop + 1] = 'group' end
+  if args[9] == '' then drop[#drop + 1] = 'instance' end
+  if args[10] == '' then drop[#drop + 1] = 'priority' end
+  if #drop > 0 then redis.call('HDEL', job_key, unpack(drop)) end
+  -- the entry carries the attempts so far for the next fetch to add to (see append)
+  local attempts = redis.call('HGET', job_key, 'attempts')
+  append(new, group, registry, job_id, nil, attempts)
+  log_event(event_log(keys[7], cfg), 'requeued', job_id, new, nil, nil, from)
+  return { 'requeued', '' }
+end
+
+-- hero_fix: repair one inconsistency `hero audit` found, re-checked here so that a repair of
+-- something that changed since the audit read it is a no-op.
+-- KEYS[1] the work stream (or any key of the namespace where none applies)  KEYS[2] job hash
+-- (or any key)  KEYS[3] delayed zset  KEYS[4] queue registry set  KEYS[5] config hash
+-- KEYS[6] event log  KEYS[7] the key to repair (a reply list, for 'reply_ttl'; else any key)
+-- ARGV[1] consumer group  ARGV[2] what: 'stale_entry', 'lost_job', 'unleased_job',
+-- 'stale_delay', 'reply_ttl' or 'idle_consumer'  ARGV[3] the entry id ('stale_entry',
+-- 'unleased_job': the job's lease), the job id ('lost_job', 'stale_delay'), or the consumer
+-- ('idle_consumer')  ARGV[4] job id where there is one ('' else)  ARGV[5] now ISO 8601
+-- ARGV[6] '1' when XACKDEL
+-- What each repairs, when it still holds:
+--   stale_entry: a pending entry that is no job's delivery (no `j`, no record, a key of another
+--     type, or a record that is not started with this entry as its lease): acknowledged and
+--     deleted;
+--   lost_job: a record `dispatched` with no entry in its stream: queued again (a new entry);
+--   unleased_job: a record `started` whose lease is not pending in its stream (nothing would ever
+--     recover it): queued again, its attempt counted;
+--   stale_delay: a member of the delayed set whose record is not `waiting`: removed;
+--   reply_ttl: a reply list without a TTL: given the reply TTL;
+--   idle_consumer: a consumer that holds nothing: deleted from the group.
+-- Events: `requeued` (q, r 'audit') for lost_job and unleased_job.
+-- Returns: 'fixed', or 'unchanged' when the inconsistency no longer holds.
+-- Errors: HERO_BAD_ARG for an unknown what.
+local function hero_fix(keys, args)
+  local stream, job_key, delayed, registry = keys[1], keys[2], keys[3], keys[4]
+  local cfg, target = settings(keys[5]), keys[7]
+  local group, what, ref, job_id, now_iso, xackdel = args[1], args[2], args[3], args[4], args[5], args[6]
+  local function record(...)
+    local r = redis.pcall('HMGET', job_key, ...)
+    if type(r) ~= 'table' or r.err then return nil end
+    return r
+  end
+  if what == 'stale_entry' then
+    local e = redis.call('XRANGE', stream, ref, ref)
+    if not e[1] then return 'unchanged' end
+    local named = entry_fields(e[1][2])
+    if named ~= '' and named == job_id then
+      local f = record('status', 'lease')
+      if f and f[1] == 'started' and f[2] == ref then return 'unchanged' end
+    end
+    ack_del(stream, group, ref, xackdel)
+    return 'fixed'
+  elseif what == 'lost_job' or what == 'unleased_job' then
+    local f = record('status', 'lease', 'attempts')
+    if not f then return 'unchanged' end
+    if what == 'lost_job' then
+      if f[1] ~= 'dispatched' then return 'unchanged' end
+    else
+      if f[1] ~= 'started' or (f[2] or '') == '' then return 'unchanged' end
+      local p = redis.call('XPENDING', stream, group, f[2], f[2], 1)
+      if p[1] then return 'unchanged' end
+      local attempts = tonumber(f[3]) or 1
+      redis.call('HSET', job_key, 'attempts', tostring(attempts))
+      f[3] = tostring(attempts)
+    end
+    redis.call('HDEL', job_key, 'lease', 'worker_id', 'entry')
+    redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
+    append(stream, group, registry, job_id, nil, f[3])
+    log_event(event_log(keys[6], cfg), 'requeued', job_id, stream, nil, nil, 'audit')
+    return 'fixed'
+  elseif what == 'stale_delay' then
+    local f = record('status')
+    if f and f[1] == 'waiting' then return 'unchanged' end
+    if redis.call('ZREM', delayed, ref) == 0 then return 'unchanged' end
+    return 'fixed'
+  elseif what == 'reply_ttl' then
+    if redis.call('PTTL', target) ~= -1 then return 'unchanged' end
+    redis.call('PEXPIRE', target, setting_arg(cfg, 'reply_ttl_ms', 3600000))
+    return 'fixed'
+  elseif what == 'idle_consumer' then
+    local p = redis.call('XPENDING', stream, group, '-', '+', 1, ref)
+    if p[1] then return 'unchanged' end
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, ref)
+    return 'fixed'
+  end
+  return redis.error_reply('HERO_BAD_ARG unknown repair ' .. tostring(what))
+end
+
+-- hero_pause: pause or resume a queue. A paused queue's work streams leave the registry the
+-- fetch reads for `<registry>:paused`, so no worker takes a new job from them (the ones running
+-- finish) while submits, promotions and recoveries still append to them; resuming moves them
+-- back and appends a wake-up entry (`w`) to each stream that holds entries, which wakes the
+-- workers blocked on it at once (the fetch acknowledges and deletes it). A stream that joins
+-- the registry later under a paused name is moved at once (see append in the prelude).
+-- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] paused names set
+-- KEYS[4] config hash  KEYS[5] event log
+-- ARGV[1] 'pause' or 'resume'  ARGV[2] queue name: `<type>`, `<type>/<group>` or
+--   `<type>/<group>/<instance>`, covering every stream under it at any priority
+-- A stream stays paused while any paused name covers it: resuming `osis` leaves `osis/io`
+-- paused when it was paused by name.
+-- Events: `paused` or `resumed` (j the queue name, r how many streams moved).
+-- Returns: how many streams moved.
+-- Errors: HERO_BAD_ARG for an action other than pause or resume.
+local function hero_pause(keys, args)
+  local registry, paused, names = keys[1], keys[2], keys[3]
+  local action, name = args[1], args[2]
+  local moved = 0
+  if action == 'pause' then
+    redis.call('SADD', names, name)
+    for _, s in ipairs(redis.call('SMEMBERS', registry)) do
+      if covers(name, stream_parts(s)) then
+        redis.call('SMOVE', registry, paused, s)
+        moved = moved + 1
+      end
+    end
+    -- the registry changed: a worker naming only the registered streams must drop these
+    if moved > 0 then announce(registry, name) end
+  elseif action == 'resume' then
+    redis.call('SREM', names, name)
+    local still = redis.call('SMEMBERS', names)
+    for _, s in ipairs(redis.call('SMEMBERS', paused)) do
+      local p = stream_parts(s)
+      if covers(name, p) then
+        local held = false
+        for _, other in ipairs(still) do
+          if covers(other, p) then held = true end
+        end
+        if not held then
+          redis.call('SMOVE', paused, registry, s)
+          if redis.call('XLEN', s) > 0 then redis.call('XADD', s, '*', 'w', '1') end
+          announce(registry, s)
+          moved = moved + 1
+        end
+      end
+    end
+  else
+    return redis.error_reply('HERO_BAD_ARG pause takes pause or resume, not ' .. tostring(action))
+  end
+  log_event(event_log(keys[5], settings(keys[4])), action .. 'd', name, nil, nil, nil, tostring(moved))
+  return moved
+end
+
+-- hero_cron: claim one tick of a recurring job, and fire it, atomically. Every broker computes
+-- the same next tick from the schedule; the first whose call finds the tick it expects in the
+-- next-tick hash moves it on (compare-and-set), and only that call submits the tick's job, so
+-- each tick fires once however many brokers run, and a broker that dies mid-pass leaves
+-- nothing half done (no lock, no TTL to lapse).
+-- KEYS[1] cron next-tick hash  KEYS[2..9] hero_submit's keys for one job
+-- ARGV[1] name  ARGV[2] the tick the caller expects ('' before the first)
+-- ARGV[3] the tick after it  ARGV[4] 'fire' (submit the job) or 'skip' (move on only: a tick
+--   missed under the skip policy, or the first claim)
+-- ARGV[5..] hero_submit's arguments for one job
+-- Counts in the hash: `<name>|fires` (ticks fired) and `<name>|last` (the last tick fired).
+-- Returns: {'claimed', the next tick} or {'taken', the tick another broker moved it to}.
+-- Errors: those of hero_submit (then nothing is claimed).
+local function hero_cron(keys, args)
+  local next_hash, name, expected, after, action = keys[1], args[1], args[2], args[3], args[4]
+  local current = redis.call('HGET', next_hash, name) or ''
+  if current ~= expected then return { 'taken', current } end
+  if action == 'fire' then
+    local r = hero_submit({ unpack(keys, 2) }, { unpack(args, 5) })
+    if r.err then return r end
+    redis.call('HINCRBY', next_hash, name .. '|fires', 1)
+    redis.call('HSET', next_hash, name .. '|last', expected)
+  end
+  redis.call('HSET', next_hash, name, after)
+  return { 'claimed', after }
+end
+
+-- hero_batch: close a batch, naming the callback jobs to submit once every member ended. A batch
+-- closed with no member pending (every one ended already, or none was added) calls back in this
+-- very call; else the call that ends its last pending member does (see batches.lua). Members
+-- may still be added while it is not done, and closing again replaces the callbacks.
+-- KEYS[1] batch hash  KEYS[2] config hash  KEYS[3] batch index (zset)  KEYS[4] event log
+-- ARGV[1] batch name  ARGV[2] now ISO 8601
+-- ARGV[3] on_complete: the callback spec to submit once every member ended ('' for none)
+-- ARGV[4] on_success: the callback spec to submit once every member ended and none failed
+--   ('' for none); a spec is JSON: id, key, stream, registry, group, fields (see batches.lua)
+-- Events: `batch_done` per callback job submitted (j its id, q its stream, r the batch and
+--   its counts).
+-- Returns: {state, total, pending, finished, failed, complete_id, success_id}: state 'open'
+-- (members are pending), 'done' (called back in this call) or 'already_done' (it had called
+-- back before: nothing written); an id is '' where no such callback was submitted.
+-- Errors: HERO_BAD_ARG when neither callback is given.
+local function hero_batch(keys, args)
+  local bkey, config, index, name, now_iso = keys[1], keys[2], keys[3], args[1], args[2]
+  local on_complete, on_success = args[3], args[4]
+  if on_complete == '' and on_success == '' then
+    return redis.error_reply('HERO_BAD_ARG a batch closes with an on_complete or an on_success callback')
+  end
+  local cfg = settings(config)
+  local state = 'open'
+  if batch_done(bkey) then
+    state = 'already_done'
+  else
+    if redis.call('HSETNX', bkey, 'created_at', now_iso) == 1 then
+      redis.call('ZADD', index, server_ms(), name)
+      redis.call('HINCRBY', config, BATCHES_FIELD, 1)
+    end
+    local w = { 'closed', '1' }
+    if on_complete ~= '' then w[#w + 1] = 'on_complete'; w[#w + 1] = on_complete end
+    if on_success ~= '' then w[#w + 1] = 'on_success'; w[#w + 1] = on_success end
+    redis.call('HSET', bkey, unpack(w))
+    if on_complete == '' then redis.call('HDEL', bkey, 'on_complete') end
+    if on_success == '' then redis.call('HDEL', bkey, 'on_success') end
+    local ctx = { cfg = cfg, log = event_log(keys[4], cfg), now_iso = now_iso }
+    if settle_batch(ctx, bkey, name) then state = 'done' end
+  end
+  local r = redis.call('HMGET', bkey, 'total', 'pending', 'finished', 'failed', 'complete_id', 'success_id')
+  return { state, tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0,
+    r[5] or '', r[6] or '' }
+end
+
+-- hero_batch_ends: count into their batches the ends that a library of protocol 26 or older
+-- recorded without counting them (it knows no batches), as the broker finds them in the event
+-- log: `finished` and `error` events written for a worker the fleet says speaks such a
+-- protocol. Each end is counted once: the call moves the brokers' cursor over the event log in
+-- the same step, and only from the cursor it expects (a second broker's call over the same
+-- events answers 'moved' and counts nothing).
+-- KEYS[1] config hash  KEYS[2] event log
+-- KEYS[3..] job hash, one per job
+-- ARGV[1] now ISO 8601  ARGV[2] the cursor expected ('' before the first call)
+-- ARGV[3] the cursor after these events
+--   then per job, in the order of KEYS: its id, and '1' when its event was `finished`, '0' for
+--   `error`
+-- A job is counted only while its record still says what its event said (not queued again
+-- since), into a batch its record names that is not done.
+-- Events: `batch_done` per callback job submitted (j its id, q its stream, r the batch and
+--   its counts).
+-- Returns: how many of the jobs still ended as their events said, or 'moved' when the cursor
+-- was not the one expected (nothing counted).
+-- Errors: none of its own.
+local BATCH_ENDS_CURSOR = 'batch_ends_cursor'
+local function hero_batch_ends(keys, args)
+  local config, now_iso, expected, after = keys[1], args[1], args[2], args[3]
+  local cur = redis.call('HGET', config, BATCH_ENDS_CURSOR) or ''
+  if cur ~= expected then return 'moved' end
+  redis.call('HSET', config, BATCH_ENDS_CURSOR, after)
+  local cfg = settings(config)
+  local ended = {}
+  for i = 3, #keys do
+    local k = 2 * (i - 3)
+    local job_id, ok = args[4 + k], args[5 + k] == '1'
+    local status = redis.pcall('HGET', keys[i], 'status')
+    if (ok and status == 'finished') or (not ok and status == 'error') then
+      ended[#ended + 1] = { keys[i], job_id, ok }
+    end
+  end
+  if #ended > 0 and open_batches(cfg) then
+    count_batch_ends({ cfg = cfg, log = event_log(keys[2], cfg), now_iso = now_iso }, ended)
+  end
+  return #ended
+end
+
+-- hero_counts: the job counts of one queue (`<type>[/<group>[/<instance>]]`), per work stream
+-- under it, read in one call so that every language's `Queue` answers the same numbers as
+-- `hero queues` (hero_admin's Inspector reads the same gauges and counters).
+-- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] stats hash
+-- ARGV[1] consumer group  ARGV[2] queue name
+-- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
+-- all wait in the delayed set yet; any priority): the sizes now, `waiting`
+-- (entries not yet delivered: the group's lag, else the length less the pending), `running`
+-- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
+-- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
+-- reason) and `dead`, and 1 when the stream is paused.
+-- Returns: a flat list, 9 values a stream: stream, waiting, running, delayed, finished, failed,
+-- dead, paused (1 or 0), the age (ms) of its oldest waiting entry (-1 when none waits).
+-- Errors: none of its own; a stream broken by hand reads as empty.
+local function hero_counts(keys, args)
+  local group, name = args[1], args[2]
+  local paused = {}
+  for _, s in ipairs(redis.call('SMEMBERS', keys[2])) do paused[s] = true end
+  local streams = redis.call('SUNION', keys[1], keys[2])
+  -- a stream that does not exist yet (its only jobs wait in the delayed set) has stats only
+  local seen = {}
+  for _, s in ipairs(streams) do seen[s] = true end
+  for _, f in ipairs(redis.call('HKEYS', keys[3])) do
+    local s = string.match(f, '^(.*)|delayed$')
+    if s and not seen[s] then
+      seen[s] = true
+      streams[#streams + 1] = s
+    end
+  end
+  table.sort(streams)
+  local out, now = {}, nil
+  for _, s in ipairs(streams) do
+    if covers(name, stream_parts(s)) then
+      local len = redis.pcall('XLEN', s)
+      if type(len) ~= 'number' then len = 0 end
+      local running, lag, last = 0, nil, nil
+      local pending = redis.pcall('XPENDING', s, group)
+      if type(pending) == 'table' and not pending.err then running = tonumber(pending[1]) or 0 end
+      local groups = redis.pcall('XINFO', 'GROUPS', s)
+      if type(groups) == 'table' and not groups.err then
+        for _, gi in ipairs(groups) do
+          local gname, glag, glast = nil, nil, nil
+          for k = 1, #gi, 2 do
+            if gi[k] == 'name' then gname = gi[k + 1]
+            elseif gi[k] == 'lag' then glag = tonumber(gi[k + 1])
+            elseif gi[k] == 'last-delivered-id' then glast = gi[k + 1] end
+          end
+          if gname == group then lag, last = glag, glast end
+        end
+      end
+      local waiting = lag or math.max(len - running, 0)
+      local age = -1
+      if waiting > 0 then
+        local from = '-'
+        if last and last ~= '0-0' then from = '(' .. last end
+        local head = redis.pcall('XRANGE', s, from, '+', 'COUNT', 1)
+        if type(head) == 'table' and not head.err and head[1] then
+          now = now or server_ms()
+          age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
+        end
+      end
+      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead')
+      local p = 0
+      if paused[s] then p = 1 end
+      local n = #out
+      out[n + 1], out[n + 2], out[n + 3] = s, waiting, running
+      out[n + 4], out[n + 5] = math.max(tonumber(c[1]) or 0, 0), tonumber(c[2]) or 0
+      out[n + 6], out[n + 7], out[n + 8], out[n + 9] = tonumber(c[3]) or 0, tonumber(c[4]) or 0, p, age
+    end
+  end
+  return out
+end
+
+-- hero_remove: delete one job that is not queued or running (BullMQ's `job.remove()`): an ended
+-- one (finished or error), or a dead letter's record. A queued or delayed job is stopped first
+-- (hero_stop), so that no stream entry or delayed member outlives its record; the caller does
+-- that, then calls this.
+-- KEYS[1] job hash
+-- ARGV[1] job id
+-- The record goes with its uniqueness key when it still holds it and the index entry of each
+-- of its tags (`<ns>:tag:<tag>`); its results in its dependents' records stay theirs.
+-- Returns: 'removed'; 'running' (started: stop it first, or wait for its end), 'queued'
+-- (waiting or dispatched: stop it first), 'missing' (no such job). Nothing is written but for
+-- 'removed'.
+-- Errors: none of its own.
+local function hero_remove(keys, args)
+  local job_key, job_id = keys[1], args[1]
+  local r = redis.pcall('HMGET', job_key, 'status', 'tags', 'unique')
+  if type(r) ~= 'table' or r.err or not r[1] then return 'missing' end
+  if r[1] == 'started' then return 'running' end
+  if r[1] ~= 'finished' and r[1] ~= 'error' then return 'queued' end
+  local ns = ns_of(job_key, job_id)
+  redis.call('DEL', job_key)
+  if r[2] and r[2] ~= '' and r[2] ~= '[]' then
+    local ok, tags = pcall(cjson.decode, r[2])
+    if ok and type(tags) == 'table' then
+      for _, tag in ipairs(tags) do
+        if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
+      end
+    end
+  end
+  if r[3] and r[3] ~= '' then
+    local ukey = unique_key(ns, r[3])
+    if redis.call('GET', ukey) == job_id then redis.call('DEL', ukey) end
+  end
+  return 'removed'
+end
+
+-- hero_policy: store or clear one queue's policy on one shard and count the policies the other
+-- functions apply (the config hash's `limited`, `rated`, `policed`, `aged`: see policy.lua in
+-- the library), so every language sets a policy the same way, checked once, here.
+-- KEYS[1] policy hash  KEYS[2] config hash
+-- ARGV[1] queue name (`<type>` or `<type>/<group>`, as hero_pause names queues)
+-- ARGV[2] policy JSON
+--   the policy whole (the caller merged it with what was set), or '' (or `{}`) to clear it. Fields (all optional): timeout_ms, retries, lease_ms, retention_ms, aging_ms
+--   (whole numbers; aging at least 1), concurrency (at least 1), rate and key_rate ({max, per_ms},
+--   each at least 1), backoff ({kind fixed or exponential, base_ms, cap_ms, jitter 0 to 1}).
+-- Returns: the JSON stored ('' when cleared).
+-- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses; then
+-- nothing is written.
+local POLICY_COUNTS = {
+  { 'limited', { 'concurrency' } },
+  { 'rated', { 'rate', 'key_rate' } },
+  { 'policed', { 'retries', 'backoff', 'retention_ms' } },
+  { 'aged', { 'aging_ms' } },
+}
+
+local function hero_policy(keys, args)
+  local hash, config, name, raw = keys[1], keys[2], args[1], args[2] or ''
+  local function bad(why)
+    return redis.error_reply('HERO_BAD_ARG the policy of queue ' .. tostring(name) .. ': ' .. why)
+  end
+  local t, g = string.match(name or '', '^([%w_%-]+)/?([%w_%-]*)$')
+  if not t then return bad('name it <type> or <type>/<group> (a policy is not per instance)') end
+  local p = {}
+  if raw ~= '' then
+    local ok, d = pcall(cjson.decode, raw)
+    if not ok or type(d) ~= 'table' then return bad('it is not a JSON object') end
+    p = d
+  end
+  local function whole(v, least)
+    return type(v) == 'number' and v == math.floor(v) and v >= (least or 0)
+  end
+  local n = 0
+  for k, v in pairs(p) do
+    n = n + 1
+    if k == 'timeout_ms' or k == 'retries' or k == 'lease_ms' or k == 'retention_ms' then
+      if not whole(v) then return bad(k .. ' is not a whole number') end
+    elseif k == 'aging_ms' then
+      if not whole(v, 1) then return bad('aging_ms is not a whole number of at least 1 (0 would serve every job at the highest level)') end
+    elseif k == 'concurrency' then
+      if not whole(v, 1) then return bad('concurrency is not a whole number of at least 1 (to run nothing, pause the queue)') end
+    elseif k == 'rate' or k == 'key_rate' then
+      if type(v) ~= 'table' or not whole(v.max, 1) or not whole(v.per_ms, 1) then
+        return bad(k .. ' is not {max, per_ms}, each at least 1')
+      end
+    elseif k == 'backoff' then
+      local why = bad_value('backoff', cjson.encode(v))
+      if why then return bad('backoff ' .. why) end
+    else
+      return bad('field ' .. tostring(k) .. ' is not a policy field')
+    end
+  end
+  local stored = ''
+  if n == 0 then
+    redis.call('HDEL', hash, name)
+  else
+    stored = cjson.encode(p)
+    redis.call('HSET', hash, name, stored)
+  end
+  local counts = { 0, 0, 0, 0 }
+  local all = redis.call('HGETALL', hash)
+  for i = 2, #all, 2 do
+    local ok, q = pcall(cjson.decode, all[i])
+    if ok and type(q) == 'table' then
+      for c, spec in ipairs(POLICY_COUNTS) do
+        for _, f in ipairs(spec[2]) do
+          if q[f] ~= nil then
+            counts[c] = counts[c] + 1
+            break
+          end
+        end
+      end
+    end
+  end
+  redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4])
+  return stored
+end
+
+redis.register_function{function_name='hero_v30_version', callback=hero_version, flags={'no-writes'}}
+redis.register_function('hero_v30_submit', hero_submit)
+redis.register_function{function_name='hero_v30_fetch', callback=hero_fetch, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_complete', callback=hero_complete, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_renew', callback=hero_renew, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_stop', callback=hero_stop, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_recover', callback=hero_recover, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_promote', callback=hero_promote, flags={'allow-oom'}}
+redis.register_function('hero_v30_bridge_in', hero_bridge_in)
+redis.register_function('hero_v30_bridge_out', hero_bridge_out)
+redis.register_function('hero_v30_bridge_watch', hero_bridge_watch)
+redis.register_function{function_name='hero_v30_expire', callback=hero_expire, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v30_dead', callback=hero_dead, flags={'allow-oom'}}
+redis.register_function('hero_v30_requeue', hero_requeue)
+redis.register_function('hero_v30_fix', hero_fix)
+redis.register_function('hero_v30_pause', hero_pause)
+redis.register_function('hero_v30_cron', hero_cron)
+redis.register_function('hero_v30_batch', hero_batch)
+redis.register_function('hero_v30_batch_ends', hero_batch_ends)
+redis.register_function{function_name='hero_v30_counts', callback=hero_counts, flags={'no-writes'}}
+redis.register_function('hero_v30_remove', hero_remove)
+redis.register_function('hero_v30_policy', hero_policy)

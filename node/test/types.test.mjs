@@ -1,0 +1,99 @@
+// The type declarations as a TypeScript user compiles against them (tsc --noEmit, strict): an
+// `interface` payload type-checks through `submit<Data>`, `Worker<Data, Result>` and
+// `job.data`; the worker's and QueueEvents' events are typed; a wrong payload, an unknown
+// option and a wrong listener are compile errors (each line marked @ts-expect-error, which tsc
+// refuses when the line compiles).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { ROOT } from "./helpers.mjs";
+
+const SOURCE = `
+import { Client, QueueEvents, Worker, WorkerJob } from "hero-broker";
+
+interface Email {
+  to: string;
+  subject: string;
+  sentAt: Date;
+  attachments?: Buffer[];
+}
+
+interface Sent {
+  messageId: string;
+}
+
+export async function app(url: string): Promise<void> {
+  const client = await Client.connect(url);
+  const id: string = await client.submit<Email>({ type: "emails", payload: { to: "a@b.c", subject: "hi", sentAt: new Date() }, delay: 5000, retries: 2 });
+  // @ts-expect-error the payload is not an Email
+  await client.submit<Email>({ type: "emails", payload: { to: 1 } });
+  // @ts-expect-error BullMQ's attempts is not an option
+  await client.submit({ type: "emails", attempts: 3 });
+
+  const worker = new Worker<Email, Sent>("emails", async (job: WorkerJob<Email>) => {
+    const to: string = job.data.to;
+    const when: Date = job.data.sentAt;
+    return { messageId: to + when.getTime() };
+  }, { url, concurrency: 4 });
+  // @ts-expect-error the handler must return a Sent
+  new Worker<Email, Sent>("emails", async () => 42, { url });
+  // @ts-expect-error limiter is no Worker option
+  new Worker("emails", async () => 1, { limiter: { max: 1, duration: 1000 } });
+  worker.on("completed", (job, result) => {
+    const s: string = result.messageId;
+    const subject: string = job.data.subject;
+    void s;
+    void subject;
+  });
+  worker.on("failed", (_job, error) => {
+    const m: string = error.message;
+    void m;
+  });
+  // @ts-expect-error a completed result is a Sent, not a number
+  worker.on("completed", (_job, result: number) => void result);
+
+  const events = new QueueEvents("emails", { url });
+  events.on("completed", ({ jobId, returnvalue }) => {
+    const j: string = jobId;
+    const r: string | null = returnvalue;
+    void j;
+    void r;
+  });
+  // @ts-expect-error failed carries failedReason, not returnvalue
+  events.on("failed", ({ returnvalue }) => void returnvalue);
+  void id;
+}
+`;
+
+test("an interface payload type-checks through submit, Worker and job.data; events are typed", () => {
+  const dir = mkdtempSync(join(tmpdir(), "hero-node-types-"));
+  try {
+    writeFileSync(join(dir, "app.ts"), SOURCE);
+    writeFileSync(
+      join(dir, "tsconfig.json"),
+      JSON.stringify({
+        compilerOptions: {
+          strict: true,
+          noEmit: true,
+          target: "ES2022",
+          module: "ES2022",
+          moduleResolution: "bundler",
+          types: ["node"],
+          typeRoots: [join(ROOT, "node", "node_modules", "@types")],
+          baseUrl: dir,
+          paths: { "hero-broker": [join(ROOT, "node", "dist", "types", "index.d.ts")] },
+        },
+        files: ["app.ts"],
+      }),
+    );
+    const tsc = join(ROOT, "node", "node_modules", "typescript", "bin", "tsc");
+    const r = spawnSync(process.execPath, [tsc, "-p", dir], { encoding: "utf8", timeout: 120_000 });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
