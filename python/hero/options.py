@@ -103,6 +103,8 @@ def rate(what: str, v: Any) -> dict[str, int]:
     elif isinstance(v, str) and "/" in v:
         m, _, w = v.partition("/")
         w = w.strip()
+        # Celery's spelled-out windows: 10/minute is 10/m
+        w = {"second": "s", "sec": "s", "minute": "m", "min": "m", "hour": "h", "day": "d"}.get(w, w)
         try:
             mx = int(m)
         except ValueError:

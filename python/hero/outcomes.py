@@ -25,8 +25,12 @@ def trace_of(e: BaseException) -> str:
     """The traceback of a failed attempt as Python prints it, bounded. An `Abort` raised from
     another exception (a task's failure) shows that exception's traceback: where it failed."""
     import traceback
-    shown = e.__cause__ if isinstance(e, Abort) and e.__cause__ is not None else e
-    text = "".join(traceback.format_exception(type(shown), shown, shown.__traceback__))
+    shown, tb = e, e.__traceback__
+    if isinstance(e, Abort) and e.__cause__ is not None:
+        # the task's exception, from the task's own frame on (not the layer that called it)
+        shown = e.__cause__
+        tb = shown.__traceback__.tb_next if shown.__traceback__ and shown.__traceback__.tb_next else shown.__traceback__
+    text = "".join(traceback.format_exception(type(shown), shown, tb))
     raw = text.encode("utf-8", "replace")
     if len(raw) <= TRACE_MAX:
         return text

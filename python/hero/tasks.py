@@ -62,6 +62,23 @@ DEFAULT_QUEUE = "tasks"
 _CHAIN, _CHORD = "chain", "chord"
 
 
+# Celery's task options and hero's word for each (or why there is none)
+_CELERY_TASK_OPTIONS = {
+    "max_retries": "retries",
+    "rate_limit": "rate (per worker process, as Celery's)",
+    "retry_backoff": "backoff (e.g. 'exponential:1s:10m')",
+    "retry_backoff_max": "backoff (its cap: 'exponential:1s:10m')",
+    "retry_jitter": "backoff (hero.Backoff(..., jitter=0.2))",
+    "default_retry_delay": "backoff ('fixed:30s')",
+    "soft_time_limit": "time_limit (the child is killed at it with pool='process')",
+    "bind": "(none: a task gets its arguments only; raise hero.Retry(reason, delay) to retry)",
+    "acks_late": "(none needed: a job is acknowledged only once it ended, and recovered if its worker dies)",
+    "ignore_result": "keep=0 (the result is deleted 10 s after the end)",
+    "expires": "(none: stop it with AsyncResult.revoke())",
+    "serializer": "(none: arguments are MessagePack)",
+}
+
+
 class _Spacing:
     """A task's `rate` on one worker process: starts at least `per_ms / max` apart (Celery's
     token bucket of one token)."""
@@ -337,9 +354,17 @@ class App:
     def task(self, fn: Callable | None = None, *, name: str | None = None, queue: str | None = None,
              retries: int = 0, backoff: Any = None, autoretry_for: Sequence[type[BaseException]] = (),
              time_limit: Any = None, priority: int | None = None, keep: Any = None,
-             keep_failed: Any = None, rate: Any = None) -> Any:
+             keep_failed: Any = None, rate: Any = None, **celery: Any) -> Any:
         """Registers `fn` as a task (`@app.task` or `@app.task(retries=3, ...)`). Its name is
-        `name`, else `<module>.<function>` as Celery names it."""
+        `name`, else `<module>.<function>` as Celery names it. Celery's option names are refused
+        naming hero's (`max_retries` → `retries`)."""
+        for k in celery:
+            hint = _CELERY_TASK_OPTIONS.get(k)
+            raise InvalidInput(f"@app.task has no option {k!r}" + (f"; use {hint}" if hint else "") +
+                               ": the options are name, queue, retries, backoff, autoretry_for, time_limit, "
+                               "priority, keep, keep_failed, rate")
+        if isinstance(autoretry_for, type):
+            autoretry_for = (autoretry_for,)
         def register(f: Callable) -> Task:
             n = name or f"{f.__module__}.{f.__qualname__}"
             if not n or len(n.encode()) > 200:
@@ -360,6 +385,10 @@ class App:
         from .queue import Queue
         if not isinstance(task, Task):
             raise InvalidInput(f"beat {name}: task is {task.__class__.__name__}: give a task (@app.task)")
+        if not isinstance(args, (list, tuple)):
+            raise InvalidInput(f"beat {name}: args is a list or tuple, got {args.__class__.__name__}")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise InvalidInput(f"beat {name}: kwargs is a dict, got {kwargs.__class__.__name__}")
         opts: dict[str, Any] = {"retries": task.retries}
         for k, v in (("backoff", task.backoff), ("timeout", task.time_limit), ("priority", task.priority),
                      ("keep", task.keep), ("keep_failed", task.keep_failed)):

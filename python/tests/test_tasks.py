@@ -110,6 +110,7 @@ def test_autoretry_for_retries_on_the_back_off_and_other_exceptions_end_the_task
         assert job.trace.startswith("Traceback (most recent call last):"), job.trace
         assert 'raise KeyError("no such template")' in job.trace and "in broken" in job.trace, job.trace
         assert job.trace.rstrip().endswith("KeyError: 'no such template'"), job.trace
+        assert "hero/tasks.py" not in job.trace, job.trace
         shown = hero_cli("status", r.id, url=broker).stdout
         assert "trace of the last failed attempt:" in shown and "in broken" in shown, shown
         with pytest.raises(hero.TaskError, match="JSON cannot carry"):
@@ -181,3 +182,12 @@ def test_bad_task_input_is_refused_naming_it(broker):
         app.task(name="a", autoretry_for=("IOError",))(lambda: 1)
     with pytest.raises(hero.InvalidInput, match="payload is the task's own"):
         add.submit(args=(1, 2), payload=b"x")
+    # Celery's words name hero's
+    with pytest.raises(hero.InvalidInput, match="no option 'max_retries'; use retries"):
+        app.task(name="m", max_retries=3)(lambda: 1)
+    with pytest.raises(hero.InvalidInput, match="'bind'.*hero.Retry"):
+        app.task(name="b", bind=True)(lambda self: 1)
+    assert app.task(name="one-class", autoretry_for=ConnectionError)(lambda: 1).autoretry_for == (ConnectionError,)
+    assert app.task(name="spelled", rate="10/minute")(lambda: 1).rate == {"max": 10, "per_ms": 60_000}
+    with pytest.raises(hero.InvalidInput, match="args is a list or tuple, got str"):
+        app.beat("b", "every 5s", add, args="hello")
