@@ -669,7 +669,7 @@ async fn a_failure_stores_its_trace_bounded_and_the_next_failure_replaces_it() {
     );
     let _: () = raw.hset(trace_of("tr"), "status", "started").await.unwrap();
     let _: () = raw.hset(trace_of("tr"), "lease", "9-9").await.unwrap();
-    let mut again = complete_by_hand(&c, "tr", &stream, &stream, "9-9", "fail");
+    let again = complete_by_hand(&c, "tr", &stream, &stream, "9-9", "fail");
     let v: redis::Value = c.redis().query(&again).await.unwrap();
     let _ = Completion::decode_many(&v, 1).unwrap();
     let gone: Option<String> = raw.hget(trace_of("tr"), "trace").await.unwrap();
