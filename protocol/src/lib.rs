@@ -18,6 +18,8 @@
 //! - [`policy`]: a queue's policy as workers, brokers and the functions read it.
 //! - [`batch`]: a batch's hash as it reads back; [`cron`]: a recurring job's spec and state.
 //! - [`recovery`]: the cursor loop that takes deliveries back (broker recovery, worker hand-back).
+//! - [`timestamp`]: MessagePack's timestamp extension and `bin` as Rust values ([`timestamp::Timestamp`],
+//!   [`timestamp::Bin`]), for payloads a Node `Date` / `Buffer` or a Python `datetime` / `bytes` wrote.
 //! - [`trace`]: W3C trace context carried from the submit into the worker's span.
 //! - [`stats`]: the stats kept on write: their field names and their reading.
 //! - [`event`]: the kinds of event the functions log ([`EventKind`]).
@@ -46,6 +48,7 @@ pub mod recovery;
 pub mod reply;
 pub mod shard;
 pub mod stats;
+pub mod timestamp;
 pub mod trace;
 mod wire;
 

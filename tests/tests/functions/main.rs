@@ -22,6 +22,7 @@ mod recover;
 mod renew;
 mod stop;
 mod submit;
+mod trace;
 
 async fn client(server: &RedisServer) -> Client {
     Client::connect(&server.url()).await.expect("connect")
