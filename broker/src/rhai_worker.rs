@@ -10,7 +10,6 @@ use hero_worker::{JobContext, Outcome};
 pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
     let cancel = ctx.cancel.clone();
     let reporter = ctx.clone();
-    let script = job.script.clone();
     let run = tokio::task::spawn_blocking(move || {
         let mut engine = rhai::Engine::new();
         register_reports(&mut engine, &reporter);
@@ -28,14 +27,21 @@ pub async fn handle(job: Job, ctx: JobContext) -> Outcome {
             .map(|(k, v)| (k.as_str().into(), v.clone().into()))
             .collect();
         scope.push_constant("env", env);
-        engine.eval_with_scope::<rhai::Dynamic>(&mut scope, &job.script)
+        // the trace is made here, from the script the closure owns, and only for a failure:
+        // a success pays for no copy of its script
+        engine
+            .eval_with_scope::<rhai::Dynamic>(&mut scope, &job.script)
+            .map_err(|e| {
+                let trace = script_trace(&e, &job.script);
+                (e, trace)
+            })
     });
     match run.await {
         Ok(Ok(value)) => Outcome::Done(value.to_string()),
-        Ok(Err(e)) => match *e {
+        Ok(Err((e, trace))) => match *e {
             rhai::EvalAltResult::ErrorTerminated(..) => Outcome::Abort("stopped".into()),
             other => {
-                ctx.trace(script_trace(&other, &script));
+                ctx.trace(trace);
                 Outcome::Fail(format!("script error: {other}"))
             }
         },

@@ -178,8 +178,9 @@ async fn record(
         if let Some(ms) = f.retention_ms {
             outcomes.expire_after(ms);
         }
-        if let (Some(trace), false) = (&f.trace, matches!(f.outcome, Outcome::Done(_))) {
-            // held back, as progress is, while a live older process would refuse the field
+        // only a failure carries one (task.rs); held back, as progress is, while a live older
+        // process would refuse the field
+        if let Some(trace) = &f.trace {
             if !s.hold_traces.load(Ordering::Acquire) {
                 outcomes.trace(trace);
             }

@@ -217,6 +217,11 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 crate::lease::renew_each(&s, vec![(held, Some(report))]).await;
             }
             let retry = crate::policy::shape(policy.as_ref(), attempt, retries, &outcome);
+            // a success reads no trace (no lock a job on the hot path)
+            let trace = match &outcome {
+                Outcome::Done(_) => None,
+                _ => running.pending.take_trace(),
+            };
             let finished = Finished {
                 job_id,
                 stream: running.stream,
@@ -227,7 +232,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
                 retry_in: retry.delay,
                 again: retry.by_policy,
                 retention_ms: policy.as_ref().and_then(|p| p.retention_ms),
-                trace: running.pending.take_trace(),
+                trace,
                 ran: began.elapsed(),
                 permit,
             };
