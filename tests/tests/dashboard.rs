@@ -16,7 +16,7 @@ use hero_testkit::{
 };
 use hero_worker::{Outcome, Worker};
 
-const TOKEN: &str = "dash-token";
+const TOKEN: &str = "dash-token-0123456789";
 
 fn shots_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");

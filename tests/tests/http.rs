@@ -13,7 +13,7 @@ use hero_testkit::{
 };
 use serde_json::Value;
 
-const TOKEN: &str = "s3cret-token";
+const TOKEN: &str = "s3cret-token-0123456789";
 
 /// A GET with the admin token.
 async fn get(base: &str, path: &str) -> (u16, Value) {

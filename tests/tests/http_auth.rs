@@ -13,7 +13,7 @@ use hero_testkit::{
 };
 use serde_json::{json, Value};
 
-const TOKEN: &str = "s3cret-token";
+const TOKEN: &str = "s3cret-token-0123456789";
 
 /// A GET with the admin token.
 async fn get(base: &str, path: &str) -> (u16, Value) {
@@ -101,11 +101,14 @@ async fn mutating_endpoints_need_the_token_and_bad_input_changes_nothing() {
     let r = http_client()
         .post(format!("{base}/api/dead/retry"))
         .header("authorization", format!("Bearer {TOKEN}"))
+        .header("content-type", "application/json")
         .body(huge)
         .send()
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 413, "an oversized body is refused");
+    let v: serde_json::Value = r.json().await.expect("413 is answered in JSON");
+    assert!(v["error"].as_str().unwrap().contains("64 KiB"), "{v}");
     assert_eq!(snapshot(&base).await, before, "nothing changed");
 
     // with the token: each mutating endpoint does its work
@@ -175,7 +178,7 @@ async fn a_non_loopback_bind_without_a_token_is_refused_and_without_one_configur
             "--http",
             "0.0.0.0:0",
             "--http-token",
-            "t",
+            TOKEN,
             "--http-open",
         ],
     );
@@ -211,10 +214,10 @@ async fn a_non_loopback_bind_without_a_token_is_refused_and_without_one_configur
 /// Nobody reads a job's secrets without the admin token asking for them: without a token a
 /// read is refused, the read-only token sees `env_vars` values as `***` and may not run the
 /// audit or change anything, the admin token sees them only with `?reveal=1`; a browser that
-/// opens the printed link gets a cookie and the page without the token in its address.
+/// opens the printed link gets a session cookie (not the token) and the page without the token in its address.
 #[tokio::test]
 async fn reads_need_a_token_and_env_values_stay_redacted_unless_the_admin_asks() {
-    const READ: &str = "read-only-token";
+    const READ: &str = "read-only-token-0123456789";
     let server = RedisServer::start();
     let url = server.url();
     let client = Client::connect(&url).await.unwrap();
@@ -280,8 +283,11 @@ async fn reads_need_a_token_and_env_values_stay_redacted_unless_the_admin_asks()
     assert_eq!(r.headers()["location"], "/jobs/secret-1");
     let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(
-        cookie.starts_with("hero_token=") && cookie.contains("HttpOnly"),
-        "{cookie}"
+        cookie.starts_with("hero_session=")
+            && cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict")
+            && !cookie.contains(READ),
+        "a signed session, never the token: {cookie}"
     );
     let r = http_client()
         .get(format!("{base}/jobs/secret-1"))

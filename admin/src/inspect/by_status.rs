@@ -51,6 +51,7 @@ impl Inspector {
             Some(rest) => {
                 let (i, id) = rest
                     .split_once(':')
+                    .filter(|(_, id)| super::is_entry_id(id))
                     .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?;
                 (
                     i.parse::<usize>()
@@ -136,9 +137,12 @@ impl Inspector {
         let rank = match cursor {
             None => Some(0),
             Some(c) => match c.strip_prefix("z:") {
+                // a rank past any set's size is no cursor a page gave (and would overflow)
                 Some(n) => Some(
                     n.parse::<usize>()
-                        .map_err(|_| super::bad_cursor(cursor.unwrap_or_default()))?,
+                        .ok()
+                        .filter(|r| *r <= u32::MAX as usize)
+                        .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?,
                 ),
                 None => None,
             },
@@ -164,6 +168,7 @@ impl Inspector {
         }
         let scan = cursor
             .and_then(|c| c.strip_prefix("d:"))
+            .filter(|n| n.parse::<u64>().is_ok())
             .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?;
         self.waiting_on_prerequisites(scan, limit).await
     }
@@ -209,6 +214,7 @@ impl Inspector {
             Some(c) => format!(
                 "({}",
                 c.strip_prefix("r:")
+                    .filter(|e| super::is_entry_id(e))
                     .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?
             ),
         };

@@ -35,13 +35,18 @@ pub(super) fn on_off(s: &str) -> std::result::Result<bool, String> {
 
 impl BrokerArgs {
     pub(super) fn http_config(&self) -> Result<crate::http::HttpConfig> {
-        Ok(crate::http::HttpConfig::parse(
+        let mut cfg = crate::http::HttpConfig::parse(
             &self.http,
             self.http_token.clone(),
             self.http_token_file.as_deref(),
             self.http_read_token.clone(),
             self.http_open,
-        )?)
+        )?;
+        cfg.hosts.clone_from(&self.http_hosts);
+        cfg.behind_tls = self.http_behind_tls;
+        cfg.max_connections = self.http_max_connections;
+        cfg.check()?;
+        Ok(cfg)
     }
 
     pub(super) fn config(&self, file: Option<&std::path::Path>) -> Result<BrokerConfig> {

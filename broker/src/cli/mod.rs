@@ -64,7 +64,8 @@ pub struct Global {
     /// Sentinels names (redis+sentinel://host:port,host:port/<master name>[/db]), or a cluster's
     /// seeds (redis+cluster://host:port,host:port). Default: the Redis `hero up` started from
     /// this directory, else redis://127.0.0.1:6379.
-    #[arg(long, global = true, env = "HERO_REDIS_URL")]
+    // hide_env_values: clap would print the variable's value, password and all, in --help
+    #[arg(long, global = true, env = "HERO_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
     /// Redis Cluster: the URL's hosts are seeds and the namespace is a hash tag ({hero}:…), so
     /// it lives on one shard (implied by redis+cluster://).
@@ -123,11 +124,13 @@ pub struct Global {
     pub replica_fsync: bool,
     /// Export trace spans over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off
     /// when unset.
+    // a collector's URL may carry credentials: --help must not print them
     #[arg(
         long,
         global = true,
         env = "OTEL_EXPORTER_OTLP_ENDPOINT",
-        value_name = "URL"
+        value_name = "URL",
+        hide_env_values = true
     )]
     pub otlp: Option<String>,
 }
@@ -302,6 +305,20 @@ pub struct BrokerArgs {
     /// token). Never the default.
     #[arg(long, env = "HERO_HTTP_OPEN")]
     pub http_open: bool,
+    /// A host name (or address) browsers may reach the broker by (repeatable; the `Host` they
+    /// send). Default: localhost, 127.0.0.1, [::1] and the --http address; with a wildcard
+    /// address, localhost and any IP address. Others are refused (421): a defence against DNS
+    /// rebinding.
+    #[arg(long = "http-host", env = "HERO_HTTP_HOST", value_delimiter = ',', value_name = "HOST")]
+    pub http_hosts: Vec<String>,
+    /// Browsers reach the broker through a TLS proxy: the session cookie is `__Host-` and
+    /// `Secure`, and answers carry Strict-Transport-Security.
+    #[arg(long, env = "HERO_HTTP_BEHIND_TLS")]
+    pub http_behind_tls: bool,
+    /// Connections served at once; past it the idle ones are closed first (at most the open-file
+    /// limit allows).
+    #[arg(long, env = "HERO_HTTP_MAX_CONNECTIONS", default_value_t = crate::http::DEFAULT_MAX_CONNECTIONS)]
+    pub http_max_connections: usize,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -14,7 +14,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::Stream;
-use hero_admin::inspect::{DeadLetter, EventFilter, ListFilter};
+use hero_admin::inspect::{AuditReport, DeadLetter, EventFilter, Finding, ListFilter};
 use hero_protocol::{JobId, Priority, ScriptType, Status, Target};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -26,7 +26,7 @@ pub const REDACTED: &str = "***";
 
 /// The audit's bounds over HTTP: it is the one O(jobs) read, so a page of findings and a time
 /// limit keep one request from loading Redis for long.
-const AUDIT_LIMIT: usize = 1000;
+pub(crate) const AUDIT_LIMIT: usize = 1000;
 const AUDIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 type ApiResult = Result<Json<Value>, ApiError>;
@@ -335,60 +335,35 @@ async fn events(State(app): State<App>, Query(q): Query<EventsQuery>) -> ApiResu
     })))
 }
 
-/// Server-Sent Events: one `event` message per job event from now on, woken by XREAD BLOCK on a
-/// connection of the stream's own (no polling), a keep-alive comment every 15 s; the stream
-/// ends when the broker stops. On a busy system it is a live view, not a full tail: at most
-/// [`STREAM_ENTRIES`] of the newest log entries every [`STREAM_EVERY`] (an open dashboard
-/// streaming every event at 28,000 jobs/s took a third off the benchmark's end-to-end rate;
-/// `hero events --follow` is the full tail).
-pub const STREAM_ENTRIES: usize = 20;
-pub const STREAM_EVERY: Duration = Duration::from_millis(250);
-
+/// Server-Sent Events: one `event` message per job event from now on that passes the query's
+/// filter, from the process's one reader of the log ([`super::feed`]), a keep-alive comment
+/// every 15 s; the stream ends when the broker stops. A stream that falls behind skips to the
+/// newest events: it is a live view (`hero events --follow` is the full tail).
 async fn event_stream(
     State(app): State<App>,
     Query(q): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let filter = q.filter()?;
-    let follower = hero_admin::Inspector::from(&app.client)
-        .follow(filter, "$")
-        .await?;
+    let rx = app.feed.subscribe().await?;
+    let keys = app.client.keys().clone();
     let stop = app.stop.clone();
     let stream = futures::stream::unfold(
-        (
-            follower,
-            std::collections::VecDeque::new(),
-            stop,
-            None::<std::time::Instant>,
-        ),
-        |(mut f, mut queued, stop, mut last_read)| async move {
+        (rx, filter, keys, stop),
+        |(mut rx, filter, keys, stop)| async move {
             loop {
-                if let Some(e) = queued.pop_front() {
-                    let ev: hero_admin::inspect::Event = e;
-                    let msg = SseEvent::default()
-                        .event("event")
-                        .data(ev.to_json().to_string());
-                    return Some((Ok(msg), (f, queued, stop, last_read)));
-                }
-                if let Some(left) = last_read.and_then(|t| STREAM_EVERY.checked_sub(t.elapsed())) {
-                    tokio::select! {
-                        () = stop.cancelled() => return None,
-                        () = tokio::time::sleep(left) => {}
-                    }
-                }
-                let batch = tokio::select! {
+                let got = tokio::select! {
                     () = stop.cancelled() => return None,
-                    b = f.next_latest(STREAM_ENTRIES) => b,
+                    got = rx.recv() => got,
                 };
-                last_read = Some(std::time::Instant::now());
-                match batch {
-                    Ok(events) => queued.extend(events),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "event stream: reading the log failed; retrying");
-                        tokio::select! {
-                            () = stop.cancelled() => return None,
-                            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        }
+                match got {
+                    Ok(ev) if filter.matches(&keys, &ev) => {
+                        let msg = SseEvent::default()
+                            .event("event")
+                            .data(ev.to_json().to_string());
+                        return Some((Ok(msg), (rx, filter, keys, stop)));
                     }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                 }
             }
         },
@@ -426,9 +401,12 @@ async fn audit(
     bounded_audit(&app, false, q.limit).await
 }
 
-/// Runs the audit (and its fixes) within [`AUDIT_TIMEOUT`], answering at most `limit` findings.
-async fn bounded_audit(app: &App, fix: bool, limit: Option<usize>) -> ApiResult {
-    let limit = limit.unwrap_or(AUDIT_LIMIT).clamp(1, AUDIT_LIMIT);
+/// Runs the audit (and its fixes) within [`AUDIT_TIMEOUT`], else 503 with the advice to run it
+/// from a shell; the dashboard's audit page runs it through here too.
+pub(crate) async fn timed_audit(
+    app: &App,
+    fix: bool,
+) -> Result<(AuditReport, Vec<(Finding, bool)>), ApiError> {
     let ran = tokio::time::timeout(
         AUDIT_TIMEOUT,
         hero_admin::Admin::from(&app.client).audit(fix, &|_| {}),
@@ -440,7 +418,13 @@ async fn bounded_audit(app: &App, fix: bool, limit: Option<usize>) -> ApiResult 
             format!("the audit did not finish within {AUDIT_TIMEOUT:?}: run `hero audit` from a shell for a namespace this large"),
         ));
     };
-    let (mut report, fixed) = done?;
+    Ok(done?)
+}
+
+/// Runs the audit (and its fixes) within [`AUDIT_TIMEOUT`], answering at most `limit` findings.
+async fn bounded_audit(app: &App, fix: bool, limit: Option<usize>) -> ApiResult {
+    let limit = limit.unwrap_or(AUDIT_LIMIT).clamp(1, AUDIT_LIMIT);
+    let (mut report, fixed) = timed_audit(app, fix).await?;
     let mut v = report.to_json(&fixed);
     let total = report.findings.len();
     report.findings.truncate(limit);

@@ -3,20 +3,26 @@
 //! `hero_admin::inspect` and changes it only through `hero_admin::repair` and the client's
 //! server-function calls, so it holds no state: any number of brokers may serve it at once.
 //! This module owns the server's settings, the bind rules (no non-loopback address without an
-//! admin token), who may do what (`guard`: every request but the health checks and the static
-//! assets needs a token; the read-only token reads with `env_vars` values redacted, the admin
-//! token also changes jobs, runs the audit and may reveal them) and the JSON error type.
+//! admin token, no token shorter than [`MIN_TOKEN_LEN`]), the shared state of every handler and
+//! the JSON error type. Who may do what is [`access`]'s (tokens, sessions, the Host allow-list,
+//! the same-origin rule for changes); [`session`] signs the dashboard's cookie; [`server`]
+//! accepts connections within their limits; [`headers`] puts the security headers on every
+//! answer and turns the framework's plain-text refusals into this API's JSON; [`feed`] reads
+//! the event log once per process for every open live stream.
 
+pub mod access;
 pub mod api;
 pub mod dashboard;
+pub mod feed;
+pub mod headers;
 pub mod metrics;
+pub mod server;
+pub mod session;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::Next;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hero_client::Client;
@@ -28,8 +34,12 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:7700";
 /// Request bodies larger than this are refused with 413 before they are read whole.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// The cookie a browser keeps the token in once it opened a link carrying `?token=`.
-pub const TOKEN_COOKIE: &str = "hero_token";
+/// A configured token shorter than this is refused at start: a token is the only thing between
+/// the port and every job, and 16 characters of a random alphabet resist guessing over HTTP.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// Connections served at once by default (`--http-max-connections`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// Where and how the broker serves HTTP.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +56,13 @@ pub struct HttpConfig {
     /// No admin token was configured, so one was made at start: it is printed with the
     /// address, as Jupyter does, and known to no one else.
     pub generated: bool,
+    /// The `Host` names browsers may use (`--http-host`); empty: the defaults of
+    /// [`access::HostRule`].
+    pub hosts: Vec<String>,
+    /// Reached through a TLS proxy: `__Host-` secure cookies, HSTS, https origins.
+    pub behind_tls: bool,
+    /// Connections served at once (`--http-max-connections`; at least 1).
+    pub max_connections: usize,
 }
 
 /// What a request may do, from the token it carries.
@@ -79,6 +96,12 @@ pub enum HttpError {
     OpenNotLoopback(SocketAddr),
     #[error("--http-read-token is the same as the admin token: give the read-only token a value of its own")]
     SameTokens,
+    #[error("the {which} is {len} characters: give at least {MIN_TOKEN_LEN} (e.g. `openssl rand -hex 16`), or leave it unset on a loopback address and use the link the broker prints")]
+    ShortToken { which: &'static str, len: usize },
+    #[error("--http-host {0:?} is not a host name or address: give a name such as hero.example.com, or an address such as 10.0.0.5 or [::1], without a scheme or port")]
+    BadHost(String),
+    #[error("--http-max-connections must be at least 1")]
+    NoConnections,
 }
 
 impl HttpConfig {
@@ -120,6 +143,9 @@ impl HttpConfig {
             read_token: read_token.filter(|t| !t.is_empty()),
             open,
             generated: false,
+            hosts: Vec::new(),
+            behind_tls: false,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         };
         cfg.check()?;
         if cfg.addr.is_some() && cfg.token.is_none() {
@@ -135,6 +161,18 @@ impl HttpConfig {
         if self.token.is_some() && self.token == self.read_token {
             return Err(HttpError::SameTokens);
         }
+        for (which, t) in [("admin token", &self.token), ("read-only token", &self.read_token)] {
+            if let Some(t) = t.as_deref().filter(|t| t.chars().count() < MIN_TOKEN_LEN) {
+                return Err(HttpError::ShortToken {
+                    which,
+                    len: t.chars().count(),
+                });
+            }
+        }
+        if self.max_connections == 0 {
+            return Err(HttpError::NoConnections);
+        }
+        access::HostRule::new(&self.hosts, self.addr)?;
         match self.addr {
             Some(a) if !a.ip().is_loopback() && self.token.is_none() => {
                 Err(HttpError::OpenWithoutToken(a))
@@ -154,143 +192,21 @@ impl HttpConfig {
     }
 }
 
-/// What every handler shares: the client (a multiplexed connection) and the tokens.
+/// What every handler shares: the client (a multiplexed connection), the tokens, the rules for
+/// hosts and origins, and the one event-log reader of this process.
 #[derive(Clone)]
 pub struct App {
     pub client: Client,
     token: Option<Arc<str>>,
     read_token: Option<Arc<str>>,
     open: bool,
+    behind_tls: bool,
+    hosts: Arc<access::HostRule>,
+    /// The live event feed every open stream (SSE) subscribes to.
+    pub feed: feed::Feed,
     /// Cancelled when the broker stops: live streams (SSE) end then, so shutdown never waits
     /// on an open dashboard.
     pub stop: CancellationToken,
-}
-
-impl App {
-    /// The token a request carries: `Authorization: Bearer <token>`, else the cookie a link
-    /// with `?token=` set.
-    fn presented(headers: &HeaderMap) -> Option<&str> {
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        bearer.or_else(|| {
-            headers
-                .get_all(header::COOKIE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(';'))
-                .find_map(|c| c.trim().strip_prefix(TOKEN_COOKIE)?.strip_prefix('='))
-        })
-    }
-
-    /// The role of a token: 403 for one that is neither.
-    fn role_of(&self, given: &str) -> Result<Role, ApiError> {
-        let is = |t: &Option<Arc<str>>| {
-            t.as_ref()
-                .is_some_and(|t| constant_time_eq(t.as_bytes(), given.as_bytes()))
-        };
-        if is(&self.token) {
-            Ok(Role::Admin)
-        } else if is(&self.read_token) {
-            Ok(Role::Read)
-        } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "the token is neither the broker's --http-token nor its --http-read-token",
-            ))
-        }
-    }
-
-    /// What a request may do: 401 without a token (unless reads are open), 403 with a wrong one.
-    pub fn role(&self, headers: &HeaderMap) -> Result<Role, ApiError> {
-        match Self::presented(headers) {
-            Some(given) => self.role_of(given),
-            None if self.open => Ok(Role::Read),
-            None => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "this broker needs a token: send Authorization: Bearer <token> (its --http-token, or --http-read-token to read), or open the link it printed at start (…/?token=…)",
-            )),
-        }
-    }
-
-    /// Endpoints that change jobs, run the audit or reveal `env_vars`: the admin token only.
-    pub fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        match self.role(headers) {
-            Ok(Role::Admin) => Ok(()),
-            Ok(Role::Read) if Self::presented(headers).is_none() => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "this endpoint needs the admin token: send Authorization: Bearer <token> (the broker's --http-token)",
-            )),
-            Ok(Role::Read) => Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "the read-only token may not do this: it needs the broker's --http-token",
-            )),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-/// Every request but the health checks and the static assets passes here: a `?token=` link
-/// sets the cookie and sends the browser on without the token in its address; a request
-/// without a valid token is answered 401 or 403 before any handler reads Redis.
-async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    if matches!(path, "/healthz" | "/readyz") || path.starts_with("/assets/") {
-        return next.run(req).await;
-    }
-    let query_token = req.uri().query().and_then(|q| {
-        q.split('&')
-            .find_map(|kv| kv.strip_prefix("token="))
-            .map(str::to_string)
-    });
-    // a browser's page gets a page back; the API, /metrics and the event stream get JSON
-    let page = !(path.starts_with("/api/") || path == "/metrics");
-    let refuse = |e: ApiError| {
-        if page {
-            dashboard::sign_in(e)
-        } else {
-            e.into_response()
-        }
-    };
-    if let Some(given) = query_token {
-        if let Err(e) = app.role_of(&given) {
-            return refuse(e);
-        }
-        let rest: Vec<&str> = req
-            .uri()
-            .query()
-            .unwrap_or_default()
-            .split('&')
-            .filter(|kv| !kv.starts_with("token=") && !kv.is_empty())
-            .collect();
-        let to = if rest.is_empty() {
-            path.to_string()
-        } else {
-            format!("{path}?{}", rest.join("&"))
-        };
-        let cookie = format!("{TOKEN_COOKIE}={given}; Path=/; HttpOnly; SameSite=Strict");
-        let mut resp = axum::response::Redirect::to(&to).into_response();
-        if let Ok(v) = HeaderValue::from_str(&cookie) {
-            resp.headers_mut().insert(header::SET_COOKIE, v);
-        }
-        return resp;
-    }
-    match app.role(req.headers()) {
-        Ok(role) => {
-            let mut req = req;
-            req.extensions_mut().insert(role);
-            next.run(req).await
-        }
-        Err(e) => refuse(e),
-    }
-}
-
-/// Compares without stopping at the first difference, so response times say nothing of how
-/// much of a guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// An error answered as JSON `{"error": "..."}` with its status.
@@ -337,12 +253,14 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The whole router: API, metrics and health, dashboard.
+/// The whole router: API, metrics and health, dashboard, sign-in; every answer passes the
+/// access guard and gets the security headers.
 pub fn router(app: App) -> Router {
     Router::new()
         .merge(api::routes())
         .merge(metrics::routes())
         .merge(dashboard::routes())
+        .merge(access::routes())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -356,7 +274,11 @@ pub fn router(app: App) -> Router {
             )
         })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), access::guard))
+        .layer(axum::middleware::from_fn_with_state(
+            app.behind_tls,
+            headers::secure,
+        ))
         .with_state(app)
 }
 
@@ -378,21 +300,20 @@ pub async fn serve(
     let bound = listener
         .local_addr()
         .map_err(|source| HttpError::Bind { addr, source })?;
+    let hosts = access::HostRule::new(&cfg.hosts, Some(bound))?;
+    tracing::info!(accepted = %hosts.describe(), "HTTP: browsers may name this broker as");
     let app = App {
+        feed: feed::Feed::new(client.clone(), stop.clone()),
         client,
         token: cfg.token.as_deref().map(Arc::from),
         read_token: cfg.read_token.as_deref().map(Arc::from),
         open: cfg.open,
+        behind_tls: cfg.behind_tls,
+        hosts: Arc::new(hosts),
         stop: stop.clone(),
     };
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, router(app))
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the HTTP server stopped");
-        }
-    });
+    let limits = server::Limits::new(cfg.max_connections);
+    let task = tokio::spawn(server::run(listener, router(app), limits, stop));
     tracing::info!(url = %format!("http://{bound}/"), "serving HTTP");
     Ok(Some((bound, task)))
 }

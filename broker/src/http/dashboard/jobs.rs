@@ -9,7 +9,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::super::api::JobsQuery;
-use super::{feed, job_link, page, status_pill, urlencode, when, ApiError, App, Page};
+use super::{feed, job_link, page, shown, status_pill, urlencode, when, ApiError, App, Page};
 
 const STATUSES: [&str; 5] = ["waiting", "dispatched", "started", "finished", "error"];
 
@@ -96,7 +96,7 @@ fn job_row(j: &JobSummary) -> Markup {
             td { (j.updated_at) }
             td.mono { (j.worker) }
             td { (j.tags.join(", ")) }
-            td.err { (j.error) }
+            td.err { (shown(&j.error)) }
         }
     }
 }
@@ -179,21 +179,21 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                 @let log: Vec<&str> = v["log"].as_array().map(|a| a.iter().filter_map(|l| l.as_str()).collect()).unwrap_or_default();
                 div #job-log-box hidden[log.is_empty()] {
                     h3 { "Log" }
-                    pre #job-log { (log.join("\n")) }
+                    pre #job-log { (shown(&log.join("\n"))) }
                 }
                 h3 { "Script" }
-                pre { (s("script")) }
+                pre { (shown(&s("script"))) }
                 @if !s("output").is_empty() {
                     h3 { "Output" }
-                    pre #output { (s("output")) }
+                    pre #output { (shown(&s("output"))) }
                 }
                 @if !s("error").is_empty() {
                     h3 { "Error" }
-                    pre.err #error { (s("error")) }
+                    pre.err #error { (shown(&s("error"))) }
                 }
                 @if !s("trace").is_empty() {
                     h3 { "Trace of the last failed attempt" }
-                    pre.err.trace #trace { (s("trace")) }
+                    pre.err.trace #trace { (shown(&s("trace"))) }
                 }
             }
             section.card {

@@ -94,9 +94,9 @@ impl IntoResponse for PageError {
 
 type Page = Result<Html<String>, PageError>;
 
-/// What a browser gets for a page without a valid token: why, and a field to give one (it
-/// comes back as `?token=`, which sets the cookie).
-pub(crate) fn sign_in(e: ApiError) -> Response {
+/// What a browser gets for a page without a valid token: why, and a form to sign in (a POST, so
+/// the token stays out of the address and the history); `next` is the page to go on to.
+pub(crate) fn sign_in(e: ApiError, next: &str) -> Response {
     let body = layout(
         "Token needed",
         "",
@@ -104,10 +104,11 @@ pub(crate) fn sign_in(e: ApiError) -> Response {
             div.empty {
                 h2 { (e.status.as_u16()) " " (e.status.canonical_reason().unwrap_or("")) }
                 p { (e.message) }
-                form method="get" action="/" #sign-in {
-                    input type="password" name="token" placeholder="token" autocomplete="off";
+                form method="post" action="/sign-in" #sign-in {
+                    input type="password" name="token" placeholder="token" autocomplete="off" aria-label="token";
+                    input type="hidden" name="next" value=(next);
                     " "
-                    button.primary type="submit" { "Open the dashboard" }
+                    button.primary type="submit" { "Sign in" }
                 }
             }
         },
@@ -149,6 +150,9 @@ fn layout(title: &str, active: &str, content: Markup) -> Markup {
                         input #token type="password" placeholder="API token" autocomplete="off" aria-label="API token";
                         button type="submit" { "Save" }
                     }
+                    form.sign-out method="post" action="/sign-out" {
+                        button type="submit" title="End this browser's session" { "Sign out" }
+                    }
                 }
                 div #flash role="status" aria-live="polite" {}
                 main { (content) }
@@ -175,6 +179,29 @@ fn ms_text(ms: Option<u64>) -> String {
 fn when(ms: u64) -> String {
     let iso = clock::iso(ms);
     iso.replace('T', " ").trim_end_matches('Z').to_string()
+}
+
+/// Characters that reorder the text around them (U+202E shows "txt.exe" as "exe.txt"): in
+/// outputs, errors, scripts and logs a worker or submitter wrote, each is shown as a marked
+/// `U+XXXX` instead of taking effect.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text written by jobs, with bidi controls shown, not obeyed (maud escapes the HTML).
+fn shown(text: &str) -> Markup {
+    if !text.contains(is_bidi_control) {
+        return html! { (text) };
+    }
+    html! {
+        @for (i, part) in text.split(is_bidi_control).enumerate() {
+            @if i > 0 {
+                @let c = text.match_indices(is_bidi_control).nth(i - 1).map_or('?', |(_, m)| m.chars().next().unwrap_or('?'));
+                span.bidi title="a bidirectional control character, shown instead of obeyed" { (format!("U+{:04X}", c as u32)) }
+            }
+            (part)
+        }
+    }
 }
 
 fn job_link(id: &str) -> Markup {

@@ -5,7 +5,8 @@ use hero_admin::inspect::{DeadLetter, Event};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::{feed, job_link, page, when, App, Page};
+use super::super::api::AUDIT_LIMIT;
+use super::{feed, job_link, page, shown, when, App, Page};
 
 pub(super) async fn dead(State(app): State<App>) -> Page {
     let letters = hero_admin::Inspector::from(&app.client)
@@ -48,7 +49,7 @@ fn dead_row(app: &App, d: &DeadLetter) -> Markup {
             td { (job_link(&d.job_id)) }
             td { (when(d.at_ms())) }
             td { (app.client.keys().queue_name(&d.queue)) }
-            td.err { (d.reason) }
+            td.err { (shown(&d.reason)) }
             td.actions {
                 button data-post="/api/dead/retry" data-body=(body) { "Retry" }
                 button.danger data-post="/api/dead/purge" data-body=(body) data-confirm="Delete this job for good?" { "Purge" }
@@ -70,12 +71,7 @@ pub(super) async fn audit(
     let report = if q.run.is_some() {
         // the one O(jobs) read: the admin token only
         app.authorize(&headers)?;
-        Some(
-            hero_admin::Admin::from(&app.client)
-                .audit(false, &|_| {})
-                .await?
-                .0,
-        )
+        Some(super::super::api::timed_audit(&app, false).await?.0)
     } else {
         None
     };
@@ -115,7 +111,7 @@ pub(super) async fn audit(
                         div.scroll { table {
                             thead { tr { th { "Class" } th { "Job" } th { "Key" } th { "Consumer" } th { "Detail" } } }
                             tbody {
-                                @for f in r.inconsistencies() {
+                                @for f in r.inconsistencies().take(AUDIT_LIMIT) {
                                     tr {
                                         td { (f.class.as_str()) }
                                         td { @if let Some(j) = &f.job { (job_link(j)) } }
@@ -126,6 +122,9 @@ pub(super) async fn audit(
                                 }
                             }
                         } }
+                        @if r.inconsistencies().count() > AUDIT_LIMIT {
+                            p.notice #audit-truncated { "The first " (AUDIT_LIMIT) " are shown; `hero audit` in a shell lists them all." }
+                        }
                     }
                 }
             }
@@ -157,7 +156,7 @@ pub(super) async fn events(State(app): State<App>) -> Page {
                                     td { (job_link(&e.job_id)) }
                                     td { (e.queue.as_deref().map(|q| app.client.keys().queue_name(q)).unwrap_or_default()) }
                                     td.mono { (e.worker.clone().unwrap_or_default()) }
-                                    td { (e.reason.clone().unwrap_or_default()) }
+                                    td { (shown(e.reason.as_deref().unwrap_or_default())) }
                                 }
                             }
                         }

@@ -1,0 +1,166 @@
+//! Accepting HTTP connections within limits, so that clients who connect and say nothing cannot
+//! take the port (or the process's file descriptors) away from everyone else.
+//!
+//! - A request's headers must arrive within [`HEADER_TIMEOUT`], counted from when the connection
+//!   starts waiting for them: a new connection, and a kept-alive one between requests, so an
+//!   idle connection closes after that long too.
+//! - At most [`Limits::max_connections`] connections are open at once, lowered to what the
+//!   open-file limit leaves room for. At the cap the server asks every connection to close once
+//!   it is idle (hyper closes an idle one at once, a busy one after its answer), as nginx reuses
+//!   idle connections, then accepts the next.
+//! - On stop, no new connection is accepted and open ones get [`DRAIN`] to finish.
+//!
+//! axum's own `serve` has no header timeout and no cap, hence this loop over hyper.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// How long a client has to send a request's headers, and how long a kept-alive connection may
+/// sit idle.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long open connections get to finish when the broker stops.
+pub const DRAIN: Duration = Duration::from_secs(5);
+
+/// File descriptors kept out of the cap for Redis connections, logs and the listener.
+const RESERVED_FDS: u64 = 64;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+}
+
+/// The process's soft limit on open files.
+fn open_file_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own and reads nothing else.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } == 0;
+    (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
+impl Limits {
+    /// `wanted` connections at once, or fewer when the open-file limit has no room for them.
+    pub fn new(wanted: usize) -> Limits {
+        let mut max = wanted.max(1);
+        if let Some(files) = open_file_limit() {
+            let room = usize::try_from(files.saturating_sub(RESERVED_FDS).max(8)).unwrap_or(max);
+            if room < max {
+                tracing::warn!(
+                    wanted,
+                    open_file_limit = files,
+                    serving = room,
+                    "HTTP: the open-file limit leaves room for fewer connections than asked; raise it (ulimit -n) to serve more"
+                );
+                max = room;
+            }
+        }
+        Limits {
+            max_connections: max,
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop`.
+pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // a new value asks every connection to close once idle
+    let (shed, _) = watch::channel(0u64);
+    let mut conns = tokio::task::JoinSet::new();
+    let accept_failing = AtomicBool::new(false);
+    let at_cap_said = AtomicBool::new(false);
+    loop {
+        while conns.try_join_next().is_some() {}
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if !at_cap_said.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        max = limits.max_connections,
+                        "HTTP: at the connection cap; closing idle connections to make room (said once)"
+                    );
+                }
+                shed.send_modify(|g| *g += 1);
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    s = slots.clone().acquire_owned() => match s {
+                        Ok(s) => s,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                if accept_failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!("HTTP: accepting connections again");
+                }
+                stream
+            }
+            Err(e) => {
+                // out of file descriptors, most often: wait for some to close, say it once
+                if !accept_failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "HTTP: cannot accept a connection; retrying (said once until it works)");
+                }
+                drop(slot);
+                shed.send_modify(|g| *g += 1);
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                }
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let mut shed_rx = shed.subscribe();
+        let stop = stop.clone();
+        conns.spawn(async move {
+            let _slot = slot;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let mut closing = false;
+            loop {
+                tokio::select! {
+                    _ = &mut conn => break,
+                    () = stop.cancelled(), if !closing => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    changed = shed_rx.changed(), if !closing => {
+                        if changed.is_ok() {
+                            closing = true;
+                            conn.as_mut().graceful_shutdown();
+                        }
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(DRAIN, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::info!(left = conns.len(), "HTTP: connections still open after {DRAIN:?} at stop; closing them");
+        conns.abort_all();
+    }
+}
