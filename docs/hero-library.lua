@@ -796,11 +796,17 @@ end
 -- registers the job for retention (see retained); nil when the caller names its jobs in a
 -- retention entry itself. Returns false, having written nothing, when the job key holds another
 -- type (foreign data): a caller that did not read the record first must not fail the rest of its
--- call on it.
-local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso, done)
+-- call on it. `dead` (a dead-letter entry id, or nil) is written as the record's `dead` in the
+-- same HSET: the index by which a reader finds the job's letter without scanning the stream.
+local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso, done, dead)
   local field = 'error'
   if status == 'finished' then field = 'output' end
-  local w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  local w
+  if dead then
+    w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso, 'dead', dead)
+  else
+    w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  end
   if type(w) == 'table' and w.err then return false end
   if done then retain(done, job_key, job_id, cfg) end
   if wants_reply == '1' or wants_reply == 'legacy' then
@@ -2762,7 +2768,8 @@ end
 -- Events: per job, `recovered` (q, w the consumer it was taken from, a the attempts made, r
 -- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason). Through the ended-jobs hook
 -- (release_if_any): `dispatched` or `error` per dependent, `batch_done` per batch completed.
--- Dependents of a dead-lettered job end error, `dependency failed: <id>`.
+-- Dependents of a dead-lettered job end error, `dependency failed: <id>`. A dead-lettered job's
+-- record names its letter: `dead` = the entry id (protocol 30), written with its end.
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.
 -- Errors: HERO_BAD_ARG for an unknown mode.
@@ -2837,8 +2844,8 @@ local function hero_recover(keys, args)
       local limit = math.max(max_attempts, retries + 1)
       if handback ~= '1' and attempts >= limit then
         local reason = 'abandoned after ' .. attempts .. ' attempts'
-        redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
-        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done)
+        local letter = redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
+        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done, letter)
         log_event(log, 'dead', job_id, stream, owners[id], tostring(attempts), reason)
         dead_n = dead_n + 1
         ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false
@@ -2937,8 +2944,10 @@ end
 -- finished_at) are removed, so a legacy requeue of a crashed job runs it again. The worker that
 -- takes it checks the rest of the record: a malformed one ends `error` with the reason.
 -- An id with no job hash, or one of a job a worker of ours runs (started, with a lease), goes
--- to the dead-letter stream with the reason instead. A job still queued in a stream gets a
--- second entry: whichever is read first runs it, the other is dropped as stale.
+-- to the dead-letter stream with the reason instead (its record, if any, is not written: there
+-- is none, or it is a running job's that a worker reads, so it gets no `dead` index; readers
+-- find such a letter by their bounded look at the newest letters). A job still queued in a
+-- stream gets a second entry: whichever is read first runs it, the other is dropped as stale.
 -- Events: `bridged_in` (q the stream, r the legacy list) per id moved, `dead` (r the reason)
 -- per id dead-lettered.
 -- Returns: {moved, dead, blocked}: blocked is 1 when the oldest id is a job the bridge handed
@@ -3060,6 +3069,7 @@ end
 --   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
 --     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
+--   A dead-lettered job's record names its letter: `dead` = the entry id (protocol 30).
 -- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
@@ -3101,8 +3111,8 @@ local function hero_bridge_watch(keys, args)
     release(f[3], f[4])
     local limit = math.max(max_attempts, (tonumber(f[6]) or 0) + 1)
     if attempts >= limit then
-      redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
-      redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
+      local letter = redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
+      redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '', 'dead', letter)
       finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
       log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
       ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false
@@ -3279,8 +3289,9 @@ end
 -- Per dead letter, by what its entry and record say:
 --   the entry is gone, or names another job: 'missing' (nothing written);
 --   retry, a record that ended error: the entry is deleted; the record loses its run (attempts,
---     lease, worker_id, entry, output, error, started_at, finished_at) and is dispatched to its
---     work stream as a new entry, pending again in its batch while the batch is not done:
+--     lease, worker_id, entry, output, error, started_at, finished_at) and its letter's index
+--     (`dead`, protocol 30) and is dispatched to its work stream as a new entry, pending again
+--     in its batch while the batch is not done:
 --     'requeued';
 --   retry, a record that is not error (it ran again since, or was changed by hand): 'not_dead'
 --     (nothing written);
@@ -3328,7 +3339,7 @@ local function hero_dead(keys, args)
         redis.call('XDEL', dead, entry_id)
         revive_member(cfg, job_key, job_id, 'error')
         redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'error',
-          'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken')
+          'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken', 'dead')
         redis.call('PERSIST', job_key)
         append(stream, group, registry, job_id)
         redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)
@@ -3360,7 +3371,9 @@ end
 --     completion answers lease_lost and its renewal lost), its worker is told through its control
 --     list, and it is queued anew, attempts kept;
 --   finished or error: queued anew with a fresh attempt budget (attempts, output, error,
---     started_at, finished_at cleared); pending again in its batch while the batch is not done.
+--     started_at, finished_at cleared; and `dead`, the index of its dead letter, which stays in
+--     the dead-letter stream: the job is no longer dead); pending again in its batch while the
+--     batch is not done.
 -- The record takes the new target (script_type, group, instance, priority), status dispatched.
 -- Stats: the current stream's `delayed` gauge down for a waiting job.
 -- Events: `requeued` (q the new stream, r where it was taken from).
@@ -3409,7 +3422,7 @@ local function hero_requeue(keys, args)
   else
     -- an ended member of a batch that is not done is pending in it again
     revive_member(cfg, job_key, job_id, status)
-    redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at')
+    redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at', 'dead')
     -- the TTL its end gave it (its own retention or its queue's) is for an ended job
     redis.call('PERSIST', job_key)
     from = status

@@ -15,7 +15,8 @@ KNOWN_FIELDS = frozenset((
     "started_at", "finished_at", "env_vars", "prerequisites", "dependencies", "dependents",
     "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
     "unique_ttl", "limit_key", "output", "error", "trace", "lease", "entry", "payload", "deps_left",
-    "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken", "backoff", "keep", "keep_failed"
+    "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken", "dead", "backoff", "keep",
+    "keep_failed"
 ))
 # a prerequisite's result in its dependent's record: `result:<id>` = `<status>:<text>`
 RESULT_PREFIX = "result:"

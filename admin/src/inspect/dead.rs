@@ -1,5 +1,6 @@
-//! Reading the dead-letter stream (`hero:meta:dead`): its entries a page at a time, and the one
-//! that names a job.
+//! Reading the dead-letter stream (`hero:meta:dead`): its entries a page at a time, and the ones
+//! that name given jobs, found through the index the functions keep in each dead-lettered
+//! job's record (`dead`, the entry id: protocol 30) rather than by scanning the stream.
 
 use redis::Value;
 
@@ -133,14 +134,19 @@ impl Inspector {
         }
     }
 
-    /// The dead letters of `ids`, in order; `Err(id)` names the first without one.
+    /// The dead letters of `ids`, in order; `Err(id)` names the first without one. Costs
+    /// O(ids), never a scan per id: one pipeline reads every record's `dead` (the entry id of
+    /// its letter), one more reads those entries, and at most one bounded read of the newest
+    /// letters serves every record that names none (see [`Inspector::dead_letter`]); per shard
+    /// in a sharded namespace.
     pub async fn dead_letters_of(
         &self,
         ids: &[String],
     ) -> Result<std::result::Result<Vec<DeadLetter>, String>> {
+        let found = self.dead_letters_found(ids).await?;
         let mut letters = Vec::with_capacity(ids.len());
-        for id in ids {
-            match self.dead_letter(id).await? {
+        for (id, d) in ids.iter().zip(found) {
+            match d {
                 Some(d) => letters.push(d),
                 None => return Ok(Err(id.clone())),
             }
@@ -148,54 +154,141 @@ impl Inspector {
         Ok(Ok(letters))
     }
 
-    /// The latest dead letter naming `job_id`, if any (a scan of the stream, newest first; of
-    /// every shard's in a sharded namespace).
+    /// The latest dead letter naming `job_id`, if any (of every shard's stream in a sharded
+    /// namespace). Found through the index the functions keep (protocol 30): the record's
+    /// `dead` names its letter's entry, so this costs an HMGET and an XRANGE of that one entry,
+    /// however many letters the stream holds; a letter trimmed from the stream answers `None`.
+    /// A record that names none (no record, one ended `error` or one a worker runs: its letter,
+    /// if any, was written by a process older than protocol 30, or by the bridge refusing a
+    /// legacy push) is looked for among the newest [`FALLBACK_LETTERS`] letters only, one
+    /// bounded XREVRANGE: an older letter is still listed by [`Inspector::dead_letters`] (`hero
+    /// dead list`), never found here by scanning the whole stream.
     pub async fn dead_letter(&self, job_id: &str) -> Result<Option<DeadLetter>> {
+        let found = self.dead_letters_found(&[job_id.to_string()]).await?;
+        Ok(found.into_iter().next().flatten())
+    }
+
+    /// Per id, its latest letter over every shard.
+    async fn dead_letters_found(&self, ids: &[String]) -> Result<Vec<Option<DeadLetter>>> {
         if self.others.is_empty() {
-            return self.dead_letter_here(job_id).await;
+            return self.letters_of_here(ids).await;
         }
-        let mut newest: Option<DeadLetter> = None;
+        let mut newest: Vec<Option<DeadLetter>> = vec![None; ids.len()];
         for (n, shard) in self.shards() {
-            if let Some(mut d) = shard.dead_letter_here(job_id).await? {
+            for (best, found) in newest.iter_mut().zip(shard.letters_of_here(ids).await?) {
+                let Some(mut d) = found else { continue };
                 d.shard = n;
-                if newest
+                if best
                     .as_ref()
                     .is_none_or(|b| entry_order(&d.entry) > entry_order(&b.entry))
                 {
-                    newest = Some(d);
+                    *best = Some(d);
                 }
             }
         }
         Ok(newest)
     }
 
-    async fn dead_letter_here(&self, job_id: &str) -> Result<Option<DeadLetter>> {
-        let mut end = "+".to_string();
-        loop {
+    /// Per id, its letter in this shard's stream: by the record's index, else (for a record that
+    /// may have a letter written without one) among the newest letters.
+    async fn letters_of_here(&self, ids: &[String]) -> Result<Vec<Option<DeadLetter>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("HMGET")
+                .arg(self.keys.job_unchecked(id))
+                .arg(DEAD_FIELD)
+                .arg("status");
+        }
+        // per id: the entry its record names, or whether a letter without one may exist
+        let mut named: Vec<Option<String>> = Vec::with_capacity(ids.len());
+        let mut unindexed = vec![false; ids.len()];
+        for (i, r) in self.redis.pipeline(&pipe).await?.into_iter().enumerate() {
+            // a job key holding another type is foreign data: as good as no record
+            let fields = r
+                .ok()
+                .and_then(|v| {
+                    reply::array(&v)
+                        .ok()
+                        .map(|a| a.iter().map(|f| reply::text(f).ok()).collect::<Vec<_>>())
+                })
+                .unwrap_or_default();
+            let entry = fields.first().cloned().flatten();
+            let status = fields.get(1).cloned().flatten();
+            match entry.filter(|e| super::is_entry_id(e)) {
+                Some(e) => named.push(Some(e)),
+                None => {
+                    named.push(None);
+                    unindexed[i] = may_have_unindexed_letter(status.as_deref());
+                }
+            }
+        }
+        let mut found: Vec<Option<DeadLetter>> = vec![None; ids.len()];
+        if named.iter().any(Option::is_some) {
+            let mut pipe = redis::pipe();
+            for e in named.iter().flatten() {
+                pipe.cmd("XRANGE")
+                    .arg(self.keys.dead_letter())
+                    .arg(e)
+                    .arg(e);
+            }
+            let mut replies = self.redis.pipeline(&pipe).await?.into_iter();
+            for (i, e) in named.iter().enumerate() {
+                if e.is_none() {
+                    continue;
+                }
+                let v = replies.next().unwrap_or(Ok(Value::Nil))?;
+                // trimmed (or purged by hand): no letter; one naming another job is not its own
+                found[i] = reply::array(&v)?
+                    .first()
+                    .and_then(DeadLetter::decode)
+                    .filter(|d| d.job_id == ids[i]);
+            }
+        }
+        if unindexed.iter().any(|u| *u) {
             let v: Value = self
                 .redis
                 .query(
                     redis::cmd("XREVRANGE")
                         .arg(self.keys.dead_letter())
-                        .arg(&end)
+                        .arg("+")
                         .arg("-")
                         .arg("COUNT")
-                        .arg(1000),
+                        .arg(FALLBACK_LETTERS),
                 )
                 .await?;
-            let page: Vec<DeadLetter> = reply::array(&v)?
-                .iter()
-                .filter_map(DeadLetter::decode)
-                .collect();
-            if let Some(d) = page.iter().find(|d| d.job_id == job_id) {
-                return Ok(Some(d.clone()));
+            // newest first: the first letter naming a job is its latest
+            let mut newest: std::collections::HashMap<String, DeadLetter> =
+                std::collections::HashMap::new();
+            for d in reply::array(&v)?.iter().filter_map(DeadLetter::decode) {
+                newest.entry(d.job_id.clone()).or_insert(d);
             }
-            match page.last() {
-                Some(last) if page.len() == 1000 => end = format!("({}", last.entry),
-                _ => return Ok(None),
+            for (i, id) in ids.iter().enumerate() {
+                if unindexed[i] {
+                    found[i] = newest.get(id).cloned();
+                }
             }
         }
+        Ok(found)
     }
+}
+
+/// The record field that names a dead-lettered job's letter (its entry id), written by the
+/// functions that dead-letter a job (protocol 30: `hero_recover`, `hero_bridge_watch`) and
+/// removed by a retry (`hero_dead`) or a requeue.
+pub const DEAD_FIELD: &str = "dead";
+
+/// How many of the newest letters a reader looks through for a job whose record names none.
+pub const FALLBACK_LETTERS: usize = 1000;
+
+/// Whether a record of `status` (`None`: no record) that names no letter may still have one: a
+/// letter written before protocol 30 names a job that ended `error`, and the bridge's refusal of
+/// a legacy push names a job with no record or one a worker runs. A queued or finished job has
+/// none (a retry or a requeue made it so), so its page costs no read of the stream.
+fn may_have_unindexed_letter(status: Option<&str>) -> bool {
+    matches!(status, None | Some("error") | Some("started"))
 }
 
 /// An entry id as (ms, sequence), to order entries of several streams by time.

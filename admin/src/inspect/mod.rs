@@ -14,7 +14,7 @@ mod queues;
 
 pub use actors::{Actor, Holding};
 pub use audit::{AuditReport, Class, Finding};
-pub use dead::DeadLetter;
+pub use dead::{DeadLetter, DEAD_FIELD, FALLBACK_LETTERS};
 pub use events::{Event, EventFilter, EventFollower};
 pub use queues::{Minute, QueueStats};
 

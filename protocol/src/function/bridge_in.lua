@@ -12,8 +12,10 @@
 -- finished_at) are removed, so a legacy requeue of a crashed job runs it again. The worker that
 -- takes it checks the rest of the record: a malformed one ends `error` with the reason.
 -- An id with no job hash, or one of a job a worker of ours runs (started, with a lease), goes
--- to the dead-letter stream with the reason instead. A job still queued in a stream gets a
--- second entry: whichever is read first runs it, the other is dropped as stale.
+-- to the dead-letter stream with the reason instead (its record, if any, is not written: there
+-- is none, or it is a running job's that a worker reads, so it gets no `dead` index; readers
+-- find such a letter by their bounded look at the newest letters). A job still queued in a
+-- stream gets a second entry: whichever is read first runs it, the other is dropped as stale.
 -- Events: `bridged_in` (q the stream, r the legacy list) per id moved, `dead` (r the reason)
 -- per id dead-lettered.
 -- Returns: {moved, dead, blocked}: blocked is 1 when the oldest id is a job the bridge handed

@@ -9,8 +9,9 @@
 -- Per dead letter, by what its entry and record say:
 --   the entry is gone, or names another job: 'missing' (nothing written);
 --   retry, a record that ended error: the entry is deleted; the record loses its run (attempts,
---     lease, worker_id, entry, output, error, started_at, finished_at) and is dispatched to its
---     work stream as a new entry, pending again in its batch while the batch is not done:
+--     lease, worker_id, entry, output, error, started_at, finished_at) and its letter's index
+--     (`dead`, protocol 30) and is dispatched to its work stream as a new entry, pending again
+--     in its batch while the batch is not done:
 --     'requeued';
 --   retry, a record that is not error (it ran again since, or was changed by hand): 'not_dead'
 --     (nothing written);
@@ -58,7 +59,7 @@ local function hero_dead(keys, args)
         redis.call('XDEL', dead, entry_id)
         revive_member(cfg, job_key, job_id, 'error')
         redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'error',
-          'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken')
+          'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken', 'dead')
         redis.call('PERSIST', job_key)
         append(stream, group, registry, job_id)
         redis.call('HSET', job_key, 'status', 'dispatched', 'updated_at', now_iso)

@@ -17,7 +17,9 @@
 --     completion answers lease_lost and its renewal lost), its worker is told through its control
 --     list, and it is queued anew, attempts kept;
 --   finished or error: queued anew with a fresh attempt budget (attempts, output, error,
---     started_at, finished_at cleared); pending again in its batch while the batch is not done.
+--     started_at, finished_at cleared; and `dead`, the index of its dead letter, which stays in
+--     the dead-letter stream: the job is no longer dead); pending again in its batch while the
+--     batch is not done.
 -- The record takes the new target (script_type, group, instance, priority), status dispatched.
 -- Stats: the current stream's `delayed` gauge down for a waiting job.
 -- Events: `requeued` (q the new stream, r where it was taken from).
@@ -66,7 +68,7 @@ local function hero_requeue(keys, args)
   else
     -- an ended member of a batch that is not done is pending in it again
     revive_member(cfg, job_key, job_id, status)
-    redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at')
+    redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at', 'dead')
     -- the TTL its end gave it (its own retention or its queue's) is for an ended job
     redis.call('PERSIST', job_key)
     from = status

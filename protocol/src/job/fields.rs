@@ -88,9 +88,10 @@ record_fields! {
     Trace => "trace",
 }
 
-/// The legacy bridge's bookkeeping (docs/protocol.md): part of the record, of no use to a
-/// handler.
-pub(super) const IGNORED_FIELDS: [&str; 3] = ["bridge", "bridge_stop", "bridge_taken"];
+/// The functions' bookkeeping (docs/protocol.md §3): the legacy bridge's, and `dead`, the entry
+/// id of the job's dead letter (protocol 30; `hero_admin::Inspector::dead_letter` reads it).
+/// Part of the record, of no use to a handler.
+pub(super) const IGNORED_FIELDS: [&str; 4] = ["bridge", "bridge_stop", "bridge_taken", "dead"];
 
 /// The values of one record by field, each taken once, and the decoding of each form with an
 /// error naming the key and the field. One slot per known field rather than a map of every

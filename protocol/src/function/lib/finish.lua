@@ -56,11 +56,17 @@ end
 -- registers the job for retention (see retained); nil when the caller names its jobs in a
 -- retention entry itself. Returns false, having written nothing, when the job key holds another
 -- type (foreign data): a caller that did not read the record first must not fail the rest of its
--- call on it.
-local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso, done)
+-- call on it. `dead` (a dead-letter entry id, or nil) is written as the record's `dead` in the
+-- same HSET: the index by which a reader finds the job's letter without scanning the stream.
+local function finish(job_key, job_id, reply_key, cfg, status, text, wants_reply, now_iso, done, dead)
   local field = 'error'
   if status == 'finished' then field = 'output' end
-  local w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  local w
+  if dead then
+    w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso, 'dead', dead)
+  else
+    w = redis.pcall('HSET', job_key, 'status', status, field, text, 'finished_at', now_iso)
+  end
   if type(w) == 'table' and w.err then return false end
   if done then retain(done, job_key, job_id, cfg) end
   if wants_reply == '1' or wants_reply == 'legacy' then
