@@ -53,16 +53,21 @@ fn canonical(host: &str) -> Option<String> {
             IpAddr::V6(v6) => format!("[{v6}]"),
         });
     }
-    let name_ok = h
-        .split('.')
-        .all(|label| !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+    let name_ok = h.split('.').all(|label| {
+        !label.is_empty()
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    });
     name_ok.then_some(h)
 }
 
 /// The host part of a `Host` header (or an origin's authority): without the port.
 fn host_part(authority: &str) -> &str {
     if authority.starts_with('[') {
-        return authority.find(']').map_or(authority, |end| &authority[..=end]);
+        return authority
+            .find(']')
+            .map_or(authority, |end| &authority[..=end]);
     }
     match authority.rsplit_once(':') {
         Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
@@ -106,14 +111,17 @@ impl HostRule {
         let Some(h) = canonical(host_part(host)) else {
             return false;
         };
-        self.names.contains(&h) || (self.any_ip && h.trim_matches(['[', ']']).parse::<IpAddr>().is_ok())
+        self.names.contains(&h)
+            || (self.any_ip && h.trim_matches(['[', ']']).parse::<IpAddr>().is_ok())
     }
 
     /// What is accepted, for the start-up log.
     pub fn describe(&self) -> String {
         let mut text = self.names.join(", ");
         if self.any_ip {
-            text.push_str(" and any IP address (a wildcard --http address: name DNS names with --http-host)");
+            text.push_str(
+                " and any IP address (a wildcard --http address: name DNS names with --http-host)",
+            );
         }
         text
     }
@@ -224,10 +232,16 @@ pub fn local_path(to: &str) -> String {
 /// comes from (`Sec-Fetch-Site`, `Origin`); a page on another port of this host is another
 /// origin though the same site, so only `same-origin` passes.
 fn foreign_origin(headers: &HeaderMap) -> Option<String> {
-    let text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
     if let Some(site) = text("sec-fetch-site") {
         if !matches!(site, "same-origin" | "none") {
-            return Some(format!("the browser says this request came from a {site} page"));
+            return Some(format!(
+                "the browser says this request came from a {site} page"
+            ));
         }
     }
     let host = text(header::HOST.as_str()).unwrap_or_default();
@@ -241,8 +255,9 @@ fn foreign_origin(headers: &HeaderMap) -> Option<String> {
         return None;
     }
     let by_cookie = bearer(headers).is_none() && session::presented(headers).is_some();
-    (by_cookie && text("sec-fetch-site").is_none())
-        .then(|| "a browser's change must name its origin (Origin), and this one names none".to_string())
+    (by_cookie && text("sec-fetch-site").is_none()).then(|| {
+        "a browser's change must name its origin (Origin), and this one names none".to_string()
+    })
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -265,7 +280,11 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
         .headers()
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
-        .or_else(|| req.uri().authority().map(axum::http::uri::Authority::as_str))
+        .or_else(|| {
+            req.uri()
+                .authority()
+                .map(axum::http::uri::Authority::as_str)
+        })
         .unwrap_or_default()
         .to_string();
     if !app.hosts.allows(&host) {
@@ -375,7 +394,11 @@ async fn sign_in(State(app): State<App>, raw: Bytes) -> Response {
             "/",
         );
     };
-    let next = local_path(if form.next.is_empty() { "/" } else { &form.next });
+    let next = local_path(if form.next.is_empty() {
+        "/"
+    } else {
+        &form.next
+    });
     match app.role_of(form.token.trim()) {
         Ok(role) => {
             let mut resp = Redirect::to(&next).into_response();
@@ -404,10 +427,22 @@ mod tests {
     #[test]
     fn hosts_by_default_are_loopback_names_and_the_bound_address() {
         let r = HostRule::new(&[], Some("127.0.0.1:7700".parse().unwrap())).unwrap();
-        for ok in ["localhost:7700", "LOCALHOST", "127.0.0.1:7700", "[::1]:7700", "localhost."] {
+        for ok in [
+            "localhost:7700",
+            "LOCALHOST",
+            "127.0.0.1:7700",
+            "[::1]:7700",
+            "localhost.",
+        ] {
             assert!(r.allows(ok), "{ok}");
         }
-        for no in ["evil.example:7700", "127.0.0.1.nip.io:7700", "", "10.0.0.5:7700", "localhost:x"] {
+        for no in [
+            "evil.example:7700",
+            "127.0.0.1.nip.io:7700",
+            "",
+            "10.0.0.5:7700",
+            "localhost:x",
+        ] {
             assert!(!r.allows(no), "{no}");
         }
         let wild = HostRule::new(&[], Some("0.0.0.0:7700".parse().unwrap())).unwrap();
@@ -426,6 +461,9 @@ mod tests {
         assert_eq!(local_path("/\\evil.example"), "/evil.example");
         assert_eq!(local_path("https://evil.example"), "/");
         assert_eq!(local_path("/jobs?status=error"), "/jobs?status=error");
-        assert_eq!(without_token("/jobs?token=x&status=error"), "/jobs?status=error");
+        assert_eq!(
+            without_token("/jobs?token=x&status=error"),
+            "/jobs?status=error"
+        );
     }
 }

@@ -79,10 +79,7 @@ async fn as_json_error(resp: Response) -> Response {
                 said.trim_start_matches("Failed to deserialize query string: ")
             )
         }
-        _ if said.is_empty() => status
-            .canonical_reason()
-            .unwrap_or("refused")
-            .to_string(),
+        _ if said.is_empty() => status.canonical_reason().unwrap_or("refused").to_string(),
         _ => said,
     };
     ApiError::new(status, message).into_response()

@@ -161,7 +161,10 @@ impl HttpConfig {
         if self.token.is_some() && self.token == self.read_token {
             return Err(HttpError::SameTokens);
         }
-        for (which, t) in [("admin token", &self.token), ("read-only token", &self.read_token)] {
+        for (which, t) in [
+            ("admin token", &self.token),
+            ("read-only token", &self.read_token),
+        ] {
             if let Some(t) = t.as_deref().filter(|t| t.chars().count() < MIN_TOKEN_LEN) {
                 return Err(HttpError::ShortToken {
                     which,

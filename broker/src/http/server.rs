@@ -155,12 +155,13 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
         });
     }
     drop(listener);
-    let drained = tokio::time::timeout(DRAIN, async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
+    let drained =
+        tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
-        tracing::info!(left = conns.len(), "HTTP: connections still open after {DRAIN:?} at stop; closing them");
+        tracing::info!(
+            left = conns.len(),
+            "HTTP: connections still open after {DRAIN:?} at stop; closing them"
+        );
         conns.abort_all();
     }
 }

@@ -9,6 +9,7 @@
 //! `http` (a broker with its HTTP face), `proxy` (a TCP proxy that throws network faults), `data` (keys and planted states), `wait` (bounded
 //! waits). Everything is re-exported here, so a test imports from the crate's root.
 
+mod browser;
 mod data;
 mod http;
 mod inproc;
@@ -20,6 +21,7 @@ mod sharded;
 mod topology;
 mod wait;
 
+pub use browser::*;
 pub use data::*;
 pub use http::*;
 pub use inproc::*;

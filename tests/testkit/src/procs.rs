@@ -1,6 +1,7 @@
 //! Child processes of the workspace's binaries (`hero`, `hero-test-worker`): found next to the
-//! test executable, started with their stdout collected line by line and killed when dropped;
-//! the CLI run as a command; and what the test binaries use to talk back (`say`, `flags`).
+//! test executable, started with their stdout (and, when asked, stderr) collected line by line
+//! and killed when dropped; the CLI run as a command; and what the test binaries use to talk
+//! back (`say`, `flags`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -106,19 +107,46 @@ pub fn run_script(program: &Path, args: &[&str], limit: Duration) -> (i32, Strin
     )
 }
 
-/// A child process whose stdout lines are collected as they arrive. Killed when dropped.
+/// A child process whose stdout lines (and, from [`Proc::spawn_with_stderr`], its stderr
+/// lines too) are collected as they arrive. Killed when dropped.
 pub struct Proc {
     pub child: Child,
     lines: Arc<Mutex<VecDeque<String>>>,
     all: Arc<Mutex<Vec<String>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Proc {
     pub fn spawn(program: &Path, args: &[&str], envs: &[(&str, &str)], cwd: Option<&Path>) -> Proc {
+        Self::start(program, args, envs, cwd, false)
+    }
+
+    /// As [`Proc::spawn`], with stderr's lines collected with stdout's (for a test of what a
+    /// process logs), instead of passed through to the test's own stderr.
+    pub fn spawn_with_stderr(
+        program: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        cwd: Option<&Path>,
+    ) -> Proc {
+        Self::start(program, args, envs, cwd, true)
+    }
+
+    fn start(
+        program: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        cwd: Option<&Path>,
+        with_stderr: bool,
+    ) -> Proc {
         let mut cmd = Command::new(program);
         cmd.args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if with_stderr {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .stdin(Stdio::null());
         for (k, v) in envs {
             cmd.env(k, v);
@@ -129,21 +157,44 @@ impl Proc {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
-        let stdout = child.stdout.take().expect("stdout");
         let lines = Arc::new(Mutex::new(VecDeque::new()));
         let all = Arc::new(Mutex::new(Vec::new()));
-        let (l, a) = (lines.clone(), all.clone());
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                a.lock().expect("lines").push(line.clone());
-                l.lock().expect("lines").push_back(line);
-            }
-        });
-        Proc { child, lines, all }
+        let collect = |pipe: Box<dyn std::io::Read + Send>| {
+            let (l, a) = (lines.clone(), all.clone());
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                    a.lock().expect("lines").push(line.clone());
+                    l.lock().expect("lines").push_back(line);
+                }
+            })
+        };
+        let mut readers = vec![collect(Box::new(child.stdout.take().expect("stdout")))];
+        if let Some(stderr) = child.stderr.take() {
+            readers.push(collect(Box::new(stderr)));
+        }
+        Proc {
+            child,
+            lines,
+            all,
+            readers,
+        }
+    }
+
+    /// Every line the process wrote, to its end: call it once the process exited. Waits
+    /// (bounded) until its pipes are read to the end (a child of its own still holding one
+    /// fails the wait).
+    pub async fn output_to_end(&mut self, limit: Duration) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        while !self.readers.iter().all(|r| r.is_finished()) {
+            assert!(
+                Instant::now() < deadline,
+                "the output of process {} was not closed within {limit:?}",
+                self.pid()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.output()
     }
 
     pub fn pid(&self) -> u32 {

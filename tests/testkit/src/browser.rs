@@ -1,0 +1,74 @@
+//! A real browser for the dashboard's tests: headless Chromium (Debian's `chromium`) driven
+//! through WebDriver (`chromedriver`, by fantoccini), and screenshots under
+//! `target/screenshots/` to look at.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fantoccini::{Client as Browser, ClientBuilder};
+
+use crate::{free_port, wait_for, Proc};
+
+/// Where screenshots go (`target/screenshots/`), made if missing.
+pub fn shots_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/screenshots");
+    std::fs::create_dir_all(&dir).expect("create target/screenshots");
+    dir
+}
+
+/// A screenshot of what `b` shows, as `target/screenshots/<name>.png`.
+pub async fn shot(b: &Browser, name: &str) {
+    let png = b.screenshot().await.expect("screenshot");
+    std::fs::write(shots_dir().join(format!("{name}.png")), png).expect("write screenshot");
+}
+
+/// chromedriver on a free port, and a headless Chromium session through it at 1280×800 (`dark`:
+/// with the system's dark colour scheme).
+pub async fn browser(dark: bool) -> (Proc, Browser, PathBuf) {
+    let port = free_port();
+    let driver = Proc::spawn(
+        std::path::Path::new("/usr/bin/chromedriver"),
+        &[&format!("--port={port}")],
+        &[],
+        None,
+    );
+    wait_for(
+        "chromedriver to listen",
+        Duration::from_secs(20),
+        || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    let profile = std::env::temp_dir().join(format!("hero-chromium-{}-{port}", std::process::id()));
+    let mut args = vec![
+        "--headless=new".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-dev-shm-usage".into(),
+        "--window-size=1280,800".into(),
+        "--no-first-run".into(),
+        "--disable-quic".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    if dark {
+        args.push("--force-dark-mode".into());
+    }
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({ "binary": "/usr/bin/chromium", "args": args }),
+    );
+    let b = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a Chromium session through chromedriver (scripts/browser-setup installs both)");
+    (driver, b, profile)
+}
