@@ -58,7 +58,7 @@ pub fn init(otlp: Option<&str>) -> Result<Telemetry, TelemetryError> {
         .with_endpoint(url)
         .build()
         .map_err(|e| TelemetryError {
-            endpoint: endpoint.to_string(),
+            endpoint: hero_protocol::shown_url(endpoint),
             reason: e.to_string(),
         })?;
     let provider = SdkTracerProvider::builder()

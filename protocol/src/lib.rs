@@ -14,7 +14,8 @@
 //! - [`reply`]: readers of Redis replies, each naming what it expected when a reply is not it.
 //! - [`conn`]: connections (the lane, a multiplexed redis-rs one, dedicated ones for blocking
 //!   calls), server capabilities, and [`ConnectOptions`]; `wire` is the lane's socket and
-//!   RESP2 decoder.
+//!   RESP2 decoder; [`shown_url`], a URL with its password as `***`, the one way any hero
+//!   process prints a URL.
 //! - [`policy`]: a queue's policy as workers, brokers and the functions read it.
 //! - [`batch`]: a batch's hash as it reads back; [`cron`]: a recurring job's spec and state.
 //! - [`recovery`]: the cursor loop that takes deliveries back (broker recovery, worker hand-back).
@@ -52,7 +53,7 @@ pub mod timestamp;
 pub mod trace;
 mod wire;
 
-pub use conn::{Capabilities, ConnectOptions, Redis};
+pub use conn::{shown_url, Capabilities, ConnectOptions, Redis};
 pub use error::{DecodeError, Error, Result, ServerCode};
 pub use event::EventKind;
 pub use job::{

@@ -75,7 +75,10 @@ concurrency = 16
         !text.contains("s3cret") && !text.contains("tok-123"),
         "{text}"
     );
-    assert!(text.contains("redis://***@127.0.0.1:6390"), "{text}");
+    assert!(
+        text.contains("redis://hero-broker:***@127.0.0.1:6390"),
+        "{text}"
+    );
 }
 
 #[test]

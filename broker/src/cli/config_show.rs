@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 
 use anyhow::Result;
+use hero_protocol::conn::{shown_url, HIDDEN};
 
 use super::context::resolve_url;
 use super::{Command, Global};
@@ -20,10 +21,10 @@ pub(super) fn show(g: &Global) -> Result<i32> {
         super::file::parse(argv).map_err(|e| anyhow::anyhow!("{e}"))
     };
     let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
-    let mask = |s: &Option<String>| s.as_ref().map(|_| "***".to_string());
+    let mask = |s: &Option<String>| s.as_ref().map(|_| HIDDEN.to_string());
     let mut out = serde_json::json!({
         "config_file": path(&g.config),
-        "redis_url": hero_protocol::conn::redacted(&resolve_url(g)),
+        "redis_url": shown_url(&resolve_url(g)),
         "namespace": g.namespace,
         "cluster": g.cluster,
         "pool_size": g.pool_size,
@@ -33,7 +34,7 @@ pub(super) fn show(g: &Global) -> Result<i32> {
         "tls_ca": path(&g.tls_ca),
         "tls_cert": path(&g.tls_cert),
         "tls_key": path(&g.tls_key),
-        "otlp": g.otlp,
+        "otlp": g.otlp.as_deref().map(shown_url),
     });
     if let Command::Broker(b) = as_command("broker")?.command {
         let cfg = b.config(g.config.as_deref())?;

@@ -73,8 +73,13 @@ pub fn config_path(m: &ArgMatches) -> Option<PathBuf> {
 fn from_file(path: &Path, given: &ArgMatches) -> Result<Vec<(String, Vec<OsString>)>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
-    let table: toml::Table =
-        toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not valid TOML: {}",
+            path.display(),
+            crate::config::toml_error(&text, &e)
+        )
+    })?;
     let root = Cli::command();
     let (sub_name, sub_given) = match given.subcommand() {
         Some((n, m)) => (Some(n.to_string()), Some(m)),
@@ -168,9 +173,11 @@ fn push(
             toml::Value::Integer(i) => i.to_string(),
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
+            // the type, not the value: it may be a secret's
             other => bail!(
-                "{}: key `{key}`: {other:?} is not a plain value",
-                path.display()
+                "{}: key `{key}`: a {} is not a plain value",
+                path.display(),
+                other.type_str()
             ),
         })
     };

@@ -41,9 +41,20 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
             worker.run(stop.cancelled_owned()).await
         }));
     }
-    let where_redis = match &local {
-        Some(l) => format!("{url} (local, data in {})", l.dir.display()),
-        None => url.clone(),
+    // The URL is printed for the user to reach this Redis again: whole when `hero up` made it
+    // (a local server, no password), else with its password as *** and the place that holds
+    // the real one, so the banner (often pasted into a chat or a ticket) carries no secret.
+    let shown = hero_protocol::shown_url(&url);
+    let (where_redis, try_with) = match &local {
+        Some(l) => (
+            format!("{url} (local, data in {})", l.dir.display()),
+            format!("from this directory, or with HERO_REDIS_URL={url}"),
+        ),
+        None if shown == url => (url.clone(), format!("with HERO_REDIS_URL={url}")),
+        None => {
+            let (from, try_with) = url_source(g, &url);
+            (format!("{shown} (the password as in {from})"), try_with)
+        }
     };
     println!("hero is up");
     println!("  redis:     {where_redis}");
@@ -60,7 +71,7 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
         "  workers:   {} x rhai, concurrency {}",
         args.workers, args.concurrency
     );
-    println!("  try:       hero run --type rhai '40 + 2'   (from this directory, or with HERO_REDIS_URL={url})");
+    println!("  try:       hero run --type rhai '40 + 2'   ({try_with})");
     println!("ready");
     stop.cancelled().await;
     eprintln!("stopping");
@@ -79,4 +90,28 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
         local.stop(&base).await;
     }
     Ok(0)
+}
+
+/// Where the Redis URL came from, as the user gave it (clap merged the flag, the variable and
+/// the file into one value: the flag first, then the variable, then the file), and how another
+/// `hero` command gets the same URL.
+fn url_source(g: &Global, url: &str) -> (String, String) {
+    let flag = std::env::args_os()
+        .any(|a| a == "--redis-url" || a.to_string_lossy().starts_with("--redis-url="));
+    if !flag && std::env::var("HERO_REDIS_URL").is_ok_and(|v| v == url) {
+        return (
+            "HERO_REDIS_URL".into(),
+            "in a shell with the same HERO_REDIS_URL".into(),
+        );
+    }
+    match &g.config {
+        Some(file) if !flag => (
+            format!("redis_url of {}", file.display()),
+            format!("with --config {}", file.display()),
+        ),
+        _ => (
+            "--redis-url".into(),
+            "with HERO_REDIS_URL set to that --redis-url".into(),
+        ),
+    }
 }

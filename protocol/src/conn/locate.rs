@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, Value};
 
-use super::node::{client_for, redacted};
+use super::node::client_for;
+use super::shown::shown_url;
 use super::tls::Tls;
 use crate::error::{Error, Result};
 
@@ -34,11 +35,20 @@ pub(crate) enum Endpoint {
 }
 
 /// The parts of a URL that every node of a deployment shares: `scheme://[auth@]<addr>[/db]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Its `Debug` hides the password `auth` may hold.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct NodeUrl {
     scheme: &'static str,
     auth: String,
     db: String,
+}
+
+impl std::fmt::Debug for NodeUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("NodeUrl")
+            .field(&shown_url(&self.at("<addr>")))
+            .finish()
+    }
 }
 
 impl NodeUrl {
@@ -54,7 +64,7 @@ impl Endpoint {
         let bad = |why: &str| {
             Error::InvalidInput(format!(
                 "{}: {why}. Write redis://host:port, redis+sentinel://host:port,host:port/<master name>, or redis+cluster://host:port,host:port",
-                redacted(url)
+                shown_url(url)
             ))
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
@@ -156,7 +166,7 @@ impl Endpoint {
 
 fn no_master(node: &NodeUrl, asked: &[String], why: Vec<String>) -> Error {
     Error::Unreachable {
-        url: redacted(&node.at(&asked.join(","))),
+        url: shown_url(&node.at(&asked.join(","))),
         reason: format!("no master found ({})", why.join("; ")),
     }
 }

@@ -29,13 +29,14 @@ mod blocking;
 mod locate;
 mod node;
 mod options;
+mod shown;
 mod tls;
 
 pub use blocking::Blocking;
 use locate::Endpoint;
-pub use node::redacted;
 use node::{Node, MAX_BLOCK, POOL_WAIT};
 pub use options::ConnectOptions;
+pub use shown::{shown_url, HIDDEN};
 pub use tls::Tls;
 
 /// What the server supports beyond Redis 7.0, detected with COMMAND INFO, and how it persists.
@@ -137,7 +138,7 @@ impl Redis {
         if !tls.is_empty() && !url.starts_with("rediss") {
             return Err(Error::InvalidInput(format!(
                 "TLS certificates were given for {}, which is not a rediss:// URL",
-                redacted(url)
+                shown_url(url)
             )));
         }
         let master = endpoint.master(slot_key, tls).await?;
@@ -202,13 +203,13 @@ impl Redis {
 
     /// The URL without its password, for messages.
     pub fn url(&self) -> String {
-        redacted(&self.url)
+        shown_url(&self.url)
     }
 
     /// The URL of the server the calls go to now (the master of the moment), without its
     /// password.
     pub fn node_url(&self) -> String {
-        redacted(&self.node().url)
+        shown_url(&self.node().url)
     }
 
     pub fn caps(&self) -> Capabilities {
@@ -294,7 +295,7 @@ impl Redis {
             return Ok(());
         }
         let node = Node::connect(&master, &place.tls, place.pool_size).await?;
-        tracing::info!(from = %redacted(&failed.url), to = %redacted(&master), "the namespace's master moved; calls go to the new one");
+        tracing::info!(from = %shown_url(&failed.url), to = %shown_url(&master), "the namespace's master moved; calls go to the new one");
         *place.node.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(node);
         Ok(())
     }
@@ -472,16 +473,4 @@ fn writes(cmd: &redis::Cmd) -> bool {
 /// The shared connection died under this call; the connection manager is reconnecting.
 fn broken(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn url_password_is_redacted_in_messages() {
-        assert_eq!(
-            super::node::redacted("redis://u:secret@h:1/0"),
-            "redis://***@h:1/0"
-        );
-        assert_eq!(super::node::redacted("redis://h:1"), "redis://h:1");
-    }
 }

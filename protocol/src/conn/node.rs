@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, FromRedisValue, Value};
 
+use super::shown::shown_url;
 use super::tls::Tls;
 use crate::error::{Error, Result};
 use crate::wire::Lane;
@@ -122,7 +123,7 @@ pub(super) fn client_for(url: &str, tls: &Tls) -> Result<redis::Client> {
         // a URL that does not parse is not a server that cannot be reached
         redis::ErrorKind::InvalidClientConfig => Error::InvalidInput(format!(
             "{} is not a valid Redis URL ({e}). Write redis://host:port[/db], rediss://… for TLS, redis+sentinel://host:port,host:port/<master name> or redis+cluster://host:port,host:port",
-            redacted(url)
+            shown_url(url)
         )),
         _ => unreachable(url, e.to_string()),
     })
@@ -132,23 +133,13 @@ pub(super) fn unreachable(url: &str, reason: String) -> Error {
     // a refused certificate is not an unreachable server: say what to fix
     if reason.contains("certificate") || reason.contains("UnknownIssuer") {
         Error::Tls {
-            url: redacted(url),
+            url: shown_url(url),
             reason,
         }
     } else {
         Error::Unreachable {
-            url: redacted(url),
+            url: shown_url(url),
             reason,
         }
-    }
-}
-
-/// The URL with its user and password masked, for messages and `hero config show`.
-pub fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
     }
 }

@@ -9,8 +9,9 @@ use crate::name::Namespace;
 
 use super::{names_cluster, Redis, Replicas, Tls, DEFAULT_POOL_SIZE};
 
-/// Connection options.
-#[derive(Clone, Debug)]
+/// Connection options. Their `Debug` shows the URL without its password (`shown_url`): a
+/// `{:?}` of them in a log line or a panic must not print it.
+#[derive(Clone)]
 pub struct ConnectOptions {
     pub url: String,
     pub namespace: String,
@@ -25,6 +26,19 @@ pub struct ConnectOptions {
     /// Connections for blocking waits (a worker holds two per namespace; each `Client::wait`
     /// and event follower one while it waits).
     pub pool_size: usize,
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("url", &super::shown_url(&self.url))
+            .field("namespace", &self.namespace)
+            .field("cluster", &self.cluster)
+            .field("tls", &self.tls)
+            .field("replicas", &self.replicas)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
 }
 
 impl ConnectOptions {
