@@ -1,7 +1,7 @@
 //! Workers as an operator sees them: the live ones from their presence keys, and the ones whose
 //! presence expired but whose consumer still holds pending entries (gone: the broker's recovery
-//! will take their jobs back). Costs a SCAN over presence keys and one XPENDING summary per
-//! queue, never a read per job.
+//! will take their jobs back). Costs a read of the registries, a GET per worker and queue type
+//! (`presence`) and one XPENDING summary per queue, never a read per job nor a SCAN per call.
 
 use std::collections::BTreeMap;
 
@@ -74,38 +74,16 @@ impl Inspector {
     }
 
     /// Every live worker and every gone one that still holds jobs, live first, by consumer.
+    /// The live ones are read by name from the registries (`presence::live_presence`); only a
+    /// worker that registers nowhere needs the process's shared, bounded SCAN, continued at most
+    /// every `presence::SCAN_REFRESH`: never a walk of the keyspace per call. A one-shot process
+    /// (`hero actors`) makes one such bounded refresh (50,000 keys), so a worker that registers
+    /// nowhere, in a larger keyspace, may show only to a process that keeps asking (the HTTP
+    /// face).
     pub async fn actors(&self) -> Result<Vec<Actor>> {
-        // presence: one key per type served, the same JSON in each; a SCAN, never KEYS
-        let mut presence: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-        let mut cursor = "0".to_string();
-        loop {
-            let (next, keys) = self
-                .scan_page(&cursor, &self.keys.presence_pattern(), 1000, None)
-                .await?;
-            if !keys.is_empty() {
-                let mut pipe = redis::pipe();
-                for k in &keys {
-                    pipe.cmd("GET").arg(k);
-                }
-                for r in self.redis.pipeline(&pipe).await? {
-                    let Ok(text) = r.and_then(|v| reply::text(&v)) else {
-                        continue;
-                    };
-                    let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
-                        continue;
-                    };
-                    if let Some(c) = json.get("consumer").and_then(|c| c.as_str()) {
-                        presence.entry(c.to_string()).or_insert(json);
-                    }
-                }
-            }
-            if next == "0" {
-                break;
-            }
-            cursor = next;
-        }
         // holdings: the pending summary of every queue names its consumers and their counts
         let streams = self.queue_streams().await?;
+        let presence = self.live_presence(&streams).await?;
         let mut pipe = redis::pipe();
         for s in &streams {
             pipe.cmd("XPENDING").arg(s).arg(CONSUMER_GROUP);

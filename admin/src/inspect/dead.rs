@@ -288,7 +288,7 @@ pub const FALLBACK_LETTERS: usize = 1000;
 /// a legacy push names a job with no record or one a worker runs. A queued or finished job has
 /// none (a retry or a requeue made it so), so its page costs no read of the stream.
 fn may_have_unindexed_letter(status: Option<&str>) -> bool {
-    matches!(status, None | Some("error") | Some("started"))
+    matches!(status, None | Some("error" | "started"))
 }
 
 /// An entry id as (ms, sequence), to order entries of several streams by time.

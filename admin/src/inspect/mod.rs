@@ -1,8 +1,10 @@
 //! The read side (after asynq's Inspector): questions an operator asks of the whole system
 //! rather than of one job, answered from Redis without changing it. Listing lives here (by
 //! status in `by_status`), the event log in `events`, queue stats in `queues`, the workers in
-//! `actors`, dead letters in `dead`, batches in `batches`, the audit in `audit`. Each costs Redis O(queues + workers
-//! + page), never O(jobs), except listing every job and the audit.
+//! `actors` (their presence found by name, and by one bounded scan the process shares, in
+//! `presence`), dead letters in `dead`, batches in `batches`, the audit in `audit`. Each costs
+//! Redis O(queues + workers + page), never O(jobs) nor a walk of the keyspace per question,
+//! except listing every job and the audit.
 
 mod actors;
 mod audit;
@@ -10,12 +12,14 @@ mod batches;
 mod by_status;
 mod dead;
 mod events;
+mod presence;
 mod queues;
 
 pub use actors::{Actor, Holding};
 pub use audit::{AuditReport, Class, Finding};
 pub use dead::{DeadLetter, DEAD_FIELD, FALLBACK_LETTERS};
 pub use events::{Event, EventFilter, EventFollower};
+pub use presence::{PresenceScan, SCAN_CALLS, SCAN_COUNT, SCAN_REFRESH};
 pub use queues::{Minute, QueueStats};
 
 use hero_protocol::conn::Redis;
