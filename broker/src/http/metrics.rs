@@ -50,7 +50,8 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready when Redis answers and this version's function library is loaded.
+/// Ready when Redis answers and this version's function library is loaded. Answered without a
+/// token (probes carry none), so a failure says what is wrong but not Redis's error text.
 async fn readyz(State(app): State<App>) -> Response {
     let version: Result<String, _> = app
         .client
@@ -72,13 +73,26 @@ async fn readyz(State(app): State<App>) -> Response {
             ),
         )
         .into_response(),
-        Err(e) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {e}"),
-        )
-        .into_response(),
+        // the error's text (an address, a server's words) is for the log, not for a probe that
+        // carries no token: the process's outage account logs it (at once, then every 30 s)
+        Err(e) => {
+            hero_protocol::outage::report("the readiness check", &e);
+            let error = if e.is_retryable() {
+                NOT_REACHABLE
+            } else {
+                "Redis answered the readiness check with an error: see the broker's log"
+            };
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(serde_json::json!({ "ready": false, "error": error })),
+            )
+                .into_response()
+        }
     }
 }
+
+/// What `/readyz` answers while Redis is out of reach.
+pub const NOT_REACHABLE: &str = "Redis is not reachable: see the broker's log";
 
 async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     let inspector = hero_admin::Inspector::from(&app.client);
