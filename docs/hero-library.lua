@@ -791,6 +791,16 @@ local function retain(done, job_key, job_id, cfg)
   end
 end
 
+-- The index of a dead letter to write into its job's record (`dead`, the entry id `letter`), or
+-- nil while a reader older than protocol 29 is live (the brokers' `fleet_lacks` names `trace`,
+-- the feature of 29 such a reader lacks): it refuses a record field it does not know, and a
+-- reader finds an unindexed letter among the newest ones instead.
+local function dead_index(cfg, letter)
+  local lacks = raw_setting(cfg, 'fleet_lacks')
+  if lacks and string.find(lacks, '"trace"', 1, true) then return nil end
+  return letter
+end
+
 -- Write a terminal status at finished_at = now_iso, and answer a waiting caller. finished_at is
 -- the record's updated_at from then on (a reader takes the latest of the timestamps). `done`
 -- registers the job for retention (see retained); nil when the caller names its jobs in a
@@ -2769,7 +2779,8 @@ end
 -- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason). Through the ended-jobs hook
 -- (release_if_any): `dispatched` or `error` per dependent, `batch_done` per batch completed.
 -- Dependents of a dead-lettered job end error, `dependency failed: <id>`. A dead-lettered job's
--- record names its letter: `dead` = the entry id (protocol 30), written with its end.
+-- record names its letter: `dead` = the entry id (protocol 30), written with its end (not
+-- while a reader older than 29 is live: see dead_index).
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.
 -- Errors: HERO_BAD_ARG for an unknown mode.
@@ -2845,7 +2856,7 @@ local function hero_recover(keys, args)
       if handback ~= '1' and attempts >= limit then
         local reason = 'abandoned after ' .. attempts .. ' attempts'
         local letter = redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
-        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done, letter)
+        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done, dead_index(cfg, letter))
         log_event(log, 'dead', job_id, stream, owners[id], tostring(attempts), reason)
         dead_n = dead_n + 1
         ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false
@@ -3069,7 +3080,8 @@ end
 --   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
 --     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
---   A dead-lettered job's record names its letter: `dead` = the entry id (protocol 30).
+--   A dead-lettered job's record names its letter: `dead` = the entry id (protocol 30; not while
+--     a reader older than 29 is live: see dead_index).
 -- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
@@ -3112,7 +3124,12 @@ local function hero_bridge_watch(keys, args)
     local limit = math.max(max_attempts, (tonumber(f[6]) or 0) + 1)
     if attempts >= limit then
       local letter = redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
-      redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '', 'dead', letter)
+      local index = dead_index(cfg, letter)
+      if index then
+        redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '', 'dead', index)
+      else
+        redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
+      end
       finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
       log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
       ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false

@@ -213,3 +213,32 @@ async fn a_letter_without_an_index_is_found_only_among_the_newest_1000() {
     let listed = inspector.dead_letters(None, 1).await.unwrap();
     assert_eq!(listed[0].job_id, "old-far", "hero dead list still shows it");
 }
+
+#[tokio::test]
+async fn a_dead_letter_is_not_indexed_while_a_reader_older_than_29_is_live() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.conn().await;
+    // what the brokers publish while a process of 28 lives: such a reader refuses an unknown field
+    let lacks = r#"{"trace":{"what":"a failed attempt's trace","since":29,"processes":["worker w (0.3.0, protocol 28)"]}}"#;
+    let _: () = redis::cmd("HSET")
+        .arg(keys().config())
+        .arg("fleet_lacks")
+        .arg(lacks)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    dead_letter(&client, "dl", "unindexed").await;
+    let named: Option<String> = redis::cmd("HGET")
+        .arg(job_key("unindexed"))
+        .arg("dead")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(named, None, "no field an older reader would refuse");
+    let found = hero_admin::Inspector::from(&client)
+        .dead_letter("unindexed")
+        .await
+        .unwrap();
+    assert!(found.is_some(), "found among the newest letters");
+}

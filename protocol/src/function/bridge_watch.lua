@@ -22,7 +22,8 @@
 --   taken and past that deadline: the legacy actor is gone: queued again (new entry; dual-push
 --     mappings push it to the list again) or, past the attempt budget, dead-lettered and ended
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
---   A dead-lettered job's record names its letter: `dead` = the entry id (protocol 30).
+--   A dead-lettered job's record names its letter: `dead` = the entry id (protocol 30; not while
+--     a reader older than 29 is live: see dead_index).
 -- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
@@ -65,7 +66,12 @@ local function hero_bridge_watch(keys, args)
     local limit = math.max(max_attempts, (tonumber(f[6]) or 0) + 1)
     if attempts >= limit then
       local letter = redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', list)
-      redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '', 'dead', letter)
+      local index = dead_index(cfg, letter)
+      if index then
+        redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '', 'dead', index)
+      else
+        redis.call('HSET', job_key, 'bridge', '', 'bridge_taken', '')
+      end
       finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, f[7], now_iso, done)
       log_event(log, 'dead', job_id, stream, nil, tostring(attempts), reason)
       ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false

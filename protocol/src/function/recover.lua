@@ -16,7 +16,8 @@
 -- 'presence', 'idle' or 'handback') or `dead` (q, w, r the reason). Through the ended-jobs hook
 -- (release_if_any): `dispatched` or `error` per dependent, `batch_done` per batch completed.
 -- Dependents of a dead-lettered job end error, `dependency failed: <id>`. A dead-lettered job's
--- record names its letter: `dead` = the entry id (protocol 30), written with its end.
+-- record names its letter: `dead` = the entry id (protocol 30), written with its end (not
+-- while a reader older than 29 is live: see dead_index).
 -- Returns: {requeued, dead, dropped, next cursor ('0-0' when done)}. In 'consumer' mode the
 -- consumer is deleted from the group once it owns nothing.
 -- Errors: HERO_BAD_ARG for an unknown mode.
@@ -92,7 +93,7 @@ local function hero_recover(keys, args)
       if handback ~= '1' and attempts >= limit then
         local reason = 'abandoned after ' .. attempts .. ' attempts'
         local letter = redis.call('XADD', dead, '*', 'j', job_id, 'reason', reason, 'queue', stream)
-        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done, letter)
+        finish(job_key, job_id, reply_prefix .. job_id, cfg, 'error', reason, j[5], now_iso, done, dead_index(cfg, letter))
         log_event(log, 'dead', job_id, stream, owners[id], tostring(attempts), reason)
         dead_n = dead_n + 1
         ek[#ek + 1], ei[#ei + 1], eo[#eo + 1] = job_key, job_id, false

@@ -51,6 +51,16 @@ local function retain(done, job_key, job_id, cfg)
   end
 end
 
+-- The index of a dead letter to write into its job's record (`dead`, the entry id `letter`), or
+-- nil while a reader older than protocol 29 is live (the brokers' `fleet_lacks` names `trace`,
+-- the feature of 29 such a reader lacks): it refuses a record field it does not know, and a
+-- reader finds an unindexed letter among the newest ones instead.
+local function dead_index(cfg, letter)
+  local lacks = raw_setting(cfg, 'fleet_lacks')
+  if lacks and string.find(lacks, '"trace"', 1, true) then return nil end
+  return letter
+end
+
 -- Write a terminal status at finished_at = now_iso, and answer a waiting caller. finished_at is
 -- the record's updated_at from then on (a reader takes the latest of the timestamps). `done`
 -- registers the job for retention (see retained); nil when the caller names its jobs in a
