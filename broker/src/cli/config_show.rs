@@ -50,6 +50,9 @@ pub(super) fn show(g: &Global) -> Result<i32> {
             "http_token_file": path(&b.http_token_file),
             "http_read_token": mask(&b.http_read_token),
             "http_open": b.http_open,
+            "http_hosts": b.http_hosts,
+            "http_behind_tls": b.http_behind_tls,
+            "http_max_connections": b.http_max_connections,
             "bridges": cfg.bridges.iter().map(|m| format!("{m:?}")).collect::<Vec<_>>(),
             "legacy_replies": cfg.legacy_replies(),
         });

@@ -309,7 +309,12 @@ pub struct BrokerArgs {
     /// send). Default: localhost, 127.0.0.1, [::1] and the --http address; with a wildcard
     /// address, localhost and any IP address. Others are refused (421): a defence against DNS
     /// rebinding.
-    #[arg(long = "http-host", env = "HERO_HTTP_HOST", value_delimiter = ',', value_name = "HOST")]
+    #[arg(
+        long = "http-host",
+        env = "HERO_HTTP_HOST",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
     pub http_hosts: Vec<String>,
     /// Browsers reach the broker through a TLS proxy: the session cookie is `__Host-` and
     /// `Secure`, and answers carry Strict-Transport-Security.

@@ -237,8 +237,12 @@ fn foreign_origin(headers: &HeaderMap) -> Option<String> {
             .get(name)
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
-    if let Some(site) = text("sec-fetch-site") {
-        if !matches!(site, "same-origin" | "none") {
+    // a browser that sends Sec-Fetch-Site says where the request came from, and a page cannot
+    // forge it; `Origin` may then be `null` for the dashboard's own forms
+    match text("sec-fetch-site") {
+        Some("same-origin") => return None,
+        Some("none") | None => {}
+        Some(site) => {
             return Some(format!(
                 "the browser says this request came from a {site} page"
             ));

@@ -2,7 +2,7 @@
 //! API's JSON.
 //!
 //! - The dashboard loads only its own script and style, is framed by no page (a framed "Purge
-//!   all" button can be clicked through a decoy), sends no Referer, and is kept in no cache
+//!   all" button can be clicked through a decoy), sends no Referer to another origin, and is kept in no cache
 //!   (pages show scripts, outputs and env values). Static assets keep their short cache.
 //! - The framework answers some refusals itself in plain text (a body over the limit, a query
 //!   that does not parse): they are rewritten as `{"error": "..."}` with the same status, so
@@ -27,7 +27,7 @@ pub async fn secure(State(behind_tls): State<bool>, req: Request, next: Next) ->
         (header::CONTENT_SECURITY_POLICY, CSP),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
     ];
     for (name, value) in fixed {
         h.insert(name, HeaderValue::from_static(value));
