@@ -288,6 +288,16 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
     )
     .await;
     assert_eq!(code, 401, "signed with another token");
+    // a cookie of the same name set by a page on another port (sent first) hides nothing
+    let tossed = format!("hero_session=v1.a.99999999999999.00; {cookie}");
+    let (code, _, _) = send(
+        reqwest::Method::GET,
+        &page(&base_a),
+        &[("cookie", &tossed)],
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "the operator's own session among a tossed one");
     let raised = cookie.replacen("v1.r.", "v1.a.", 1);
     let (code, _, _) = send(
         reqwest::Method::GET,

@@ -173,18 +173,20 @@ impl App {
         if let Some(given) = bearer(headers) {
             return self.role_of(given);
         }
-        let session = session::presented(headers);
-        if let Some(role) =
-            session.and_then(|s| session::verify(s, clock::now_ms(), |r| self.token_of(r)))
-        {
-            return Ok(role);
+        let now = clock::now_ms();
+        let mut session = false;
+        for s in session::presented(headers) {
+            session = true;
+            if let Some(role) = session::verify(s, now, |r| self.token_of(r)) {
+                return Ok(role);
+            }
         }
         if self.open {
             return Ok(Role::Read);
         }
         Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
-            if session.is_some() {
+            if session {
                 "the session has expired (or the broker's token changed): sign in again with the token, or send Authorization: Bearer <token>"
             } else {
                 "this broker needs a token: send Authorization: Bearer <token> (its --http-token, or --http-read-token to read), or open the link it printed at start (…/?token=…)"
@@ -197,7 +199,7 @@ impl App {
     pub fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         match self.role(headers) {
             Ok(Role::Admin) => Ok(()),
-            Ok(Role::Read) if bearer(headers).is_none() && session::presented(headers).is_none() => {
+            Ok(Role::Read) if bearer(headers).is_none() && session::presented(headers).next().is_none() => {
                 Err(ApiError::new(
                     StatusCode::UNAUTHORIZED,
                     "this endpoint needs the admin token: send Authorization: Bearer <token> (the broker's --http-token)",
@@ -258,7 +260,7 @@ fn foreign_origin(headers: &HeaderMap) -> Option<String> {
         }
         return None;
     }
-    let by_cookie = bearer(headers).is_none() && session::presented(headers).is_some();
+    let by_cookie = bearer(headers).is_none() && session::presented(headers).next().is_some();
     (by_cookie && text("sec-fetch-site").is_none()).then(|| {
         "a browser's change must name its origin (Origin), and this one names none".to_string()
     })
@@ -291,7 +293,12 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
         })
         .unwrap_or_default()
         .to_string();
-    if !app.hosts.allows(&host) {
+    // an absolute-form request (`GET http://name/ HTTP/1.1`) names its host twice: both count
+    let named = req
+        .uri()
+        .authority()
+        .map(axum::http::uri::Authority::as_str);
+    if !app.hosts.allows(&host) || named.is_some_and(|a| !app.hosts.allows(a)) {
         return ApiError::new(
             StatusCode::MISDIRECTED_REQUEST,
             format!("this broker is not served as {host:?}: it answers to {}; an operator adds a name with --http-host", app.hosts.describe()),

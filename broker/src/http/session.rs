@@ -112,14 +112,16 @@ pub fn clear_cookie(behind_tls: bool) -> String {
     }
 }
 
-/// The session a request's cookies carry (either name: a proxy may be added in front later).
-pub fn presented(headers: &axum::http::HeaderMap) -> Option<&str> {
+/// The sessions a request's cookies carry (either name: a proxy may be added in front later).
+/// Every one is offered: a page on another port of the host can set a cookie of the same name
+/// that the browser sends first, and it must not hide the operator's own.
+pub fn presented(headers: &axum::http::HeaderMap) -> impl Iterator<Item = &str> {
     headers
         .get_all(axum::http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| {
+        .filter_map(|c| {
             let (name, value) = c.trim().split_once('=')?;
             (name == COOKIE || name == HOST_COOKIE).then_some(value)
         })
