@@ -141,7 +141,7 @@ impl Inspector {
                 Some(n) => Some(
                     n.parse::<usize>()
                         .ok()
-                        .filter(|r| *r <= u32::MAX as usize)
+                        .filter(|r| u32::try_from(*r).is_ok())
                         .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?,
                 ),
                 None => None,

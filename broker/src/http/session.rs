@@ -45,7 +45,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())
@@ -134,6 +134,7 @@ mod tests {
     const ADMIN: &str = "admin-token-0123456789";
     const READ: &str = "read-token-0123456789";
 
+    #[allow(clippy::unnecessary_wraps)] // the shape `verify` takes
     fn tokens(role: Role) -> Option<&'static str> {
         Some(match role {
             Role::Admin => ADMIN,
