@@ -7,7 +7,8 @@
 //!   one `every` helper.
 //! - [`bridge`]: the legacy bridge: [`bridge::mapping`] (flags and config file), and the
 //!   inbound, outbound and watch loops.
-//! - [`config`]: the broker's settings.
+//! - [`config`]: the broker's settings; [`toml_error`]: a configuration file's TOML error
+//!   without the line it quotes.
 //! - [`local_redis`]: the `redis-server` child of `hero up` (and of the benchmark).
 //! - [`rhai_worker`]: the built-in Rhai handler.
 //! - [`telemetry`]: the binary's log lines and, when configured, OTLP trace export.
@@ -30,6 +31,7 @@ pub mod local_redis;
 pub mod loops;
 pub mod rhai_worker;
 pub mod telemetry;
+pub mod toml_error;
 
 /// README.md's Rust example, compiled by the doc tests so the front page cannot rot.
 #[cfg(doctest)]

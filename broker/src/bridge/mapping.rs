@@ -204,7 +204,7 @@ pub fn load_file(path: &Path) -> Result<(Vec<BridgeMapping>, Option<bool>), Brid
     };
     let text = std::fs::read_to_string(path).map_err(|e| file_err(e.to_string()))?;
     let cfg: FileConfig =
-        toml::from_str(&text).map_err(|e| file_err(crate::config::toml_error(&text, &e)))?;
+        toml::from_str(&text).map_err(|e| file_err(crate::toml_error::toml_error(&text, &e)))?;
     let mut mappings = Vec::new();
     let (mut listed, mut legacy_replies) = (cfg.bridge, cfg.legacy_replies);
     if let Some(b) = cfg.broker {

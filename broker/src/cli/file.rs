@@ -77,7 +77,7 @@ fn from_file(path: &Path, given: &ArgMatches) -> Result<Vec<(String, Vec<OsStrin
         anyhow::anyhow!(
             "{} is not valid TOML: {}",
             path.display(),
-            crate::config::toml_error(&text, &e)
+            crate::toml_error::toml_error(&text, &e)
         )
     })?;
     let root = Cli::command();
