@@ -1,6 +1,8 @@
 //! The HTTP face's limits against a real broker (issue 51, findings 4 and 5): 21 live streams
-//! share one reader of the event log and none is refused; 220 sockets that connect and say
-//! nothing, under `ulimit -n 200`, do not take the port.
+//! share one reader of the event log and none is refused, and past 64 the next is refused
+//! rather than holding a connection; 220 sockets that connect and say nothing, under
+//! `ulimit -n 200`, do not take the port, nor do 100 that send their headers a byte at a time,
+//! nor a body that never ends.
 
 use std::time::Duration;
 
@@ -42,6 +44,26 @@ async fn twenty_one_live_streams_share_one_reader_and_none_starves() {
         .submit(&NewJob::builder("feed", "x").id("feed-1").build().unwrap())
         .await
         .unwrap();
+    // past the most a broker serves, the next stream is refused at once
+    let mut more = Vec::new();
+    for _ in streams.len()..64 {
+        more.push(
+            http_client()
+                .get(format!("{base}/api/events/stream"))
+                .bearer_auth(READ)
+                .send()
+                .await
+                .unwrap(),
+        );
+    }
+    let refused = http_client()
+        .get(format!("{base}/api/events/stream"))
+        .bearer_auth(READ)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 503);
+    drop(more);
     for (i, mut r) in streams.into_iter().enumerate() {
         let mut seen = String::new();
         let got = tokio::time::timeout(Duration::from_secs(10), async {
@@ -112,5 +134,49 @@ async fn idle_sockets_cannot_take_the_port() {
     assert!(
         matches!(closed, Ok(Ok(_) | Err(_))),
         "a header that never ends is cut off within the header timeout"
+    );
+}
+
+/// Clients that send their headers a byte at a time fill the cap, and the oldest are closed to
+/// make room; a body that never ends is cut off once the headers are in.
+#[tokio::test]
+async fn half_sent_headers_and_bodies_cannot_take_the_port() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = RedisServer::start();
+    let url = server.url();
+    let (_broker, base) = http_broker(&url, Some(TOKEN), &["--http-max-connections", "32"]).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut slow = Vec::new();
+    for _ in 0..100 {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await {
+            let _ = s
+                .write_all(b"GET /api/queues HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: ")
+                .await;
+            slow.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await; // older than the shedding age
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        http_client().get(format!("{base}/healthz")).send(),
+    )
+    .await;
+    assert!(
+        matches!(&r, Ok(Ok(resp)) if resp.status().as_u16() == 200),
+        "/healthz behind 100 half-sent headers at a cap of 32: {r:?}"
+    );
+    drop(slow);
+    let mut body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    body.write_all(
+        b"POST /sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 65000\r\n\r\ntoken=",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), body.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        read.is_ok() && text.contains(" 408 "),
+        "a body that never ends: {text}"
     );
 }

@@ -164,7 +164,8 @@ async fn changes_come_from_this_origin_as_json_and_the_sign_in_is_a_post() {
     let track = format!("{base}/api/jobs/q1-0/track");
     let json = ("content-type", "application/json");
     let bearer = format!("Bearer {TOKEN}");
-    let refused: [&[(&str, &str)]; 6] = [
+    let refused: [&[(&str, &str)]; 7] = [
+        &[("cookie", &cookie), ("sec-fetch-site", "none"), json],
         &[("cookie", &cookie), ("origin", "http://evil.example"), json],
         &[("cookie", &cookie), ("origin", "http://127.0.0.1:1"), json],
         &[("cookie", &cookie), ("sec-fetch-site", "same-site"), json],
@@ -211,6 +212,52 @@ async fn changes_come_from_this_origin_as_json_and_the_sign_in_is_a_post() {
     );
     assert_eq!(tracked(&base).await, 2);
 
+    // a page of another port may not make the browser fetch with the session (an image, a
+    // no-cors fetch of the audit); following a link here shows a page but runs no audit
+    let subresource = [
+        ("cookie", cookie.as_str()),
+        ("sec-fetch-site", "same-site"),
+        ("sec-fetch-mode", "no-cors"),
+    ];
+    for path in ["/audit?run=1", "/api/audit", "/api/queues"] {
+        let (code, _, body) = send(
+            reqwest::Method::GET,
+            &format!("{base}{path}"),
+            &subresource,
+            "",
+        )
+        .await;
+        assert_eq!(code, 403, "{path}: {body}");
+    }
+    let (code, _, page) = send(
+        reqwest::Method::GET,
+        &format!("{base}/audit?run=1"),
+        &[
+            ("cookie", &cookie),
+            ("sec-fetch-site", "same-site"),
+            ("sec-fetch-mode", "navigate"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        !page.contains("audit-result"),
+        "a link from another site runs no audit"
+    );
+    let (code, _, body) = send(
+        reqwest::Method::GET,
+        &format!("{base}/api/queues"),
+        &[
+            ("authorization", &bearer),
+            ("host", &host),
+            ("host", "evil.example"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 400, "two Host headers: {body}");
+
     // the sign-in page posts its form; a wrong token gets it again, no cookie
     let (code, _, page) = send(reqwest::Method::GET, &format!("{base}/jobs"), &[], "").await;
     assert_eq!(code, 401);
@@ -254,6 +301,24 @@ async fn changes_come_from_this_origin_as_json_and_the_sign_in_is_a_post() {
     )
     .await;
     assert_eq!(code, 403, "a sign-in from another origin (login CSRF)");
+    for next in [
+        "%2F%09%2Fevil.example",
+        "%2F%5C%09%5Cevil.example",
+        "%2F%7F",
+    ] {
+        let (code, headers, _) = send(
+            reqwest::Method::POST,
+            &sign_in,
+            &[form, ("origin", &origin)],
+            &format!("token={TOKEN}&next={next}"),
+        )
+        .await;
+        assert_eq!(
+            (code, headers["location"].to_str().unwrap()),
+            (303, "/"),
+            "{next}"
+        );
+    }
 }
 
 /// Finding 2: the cookie is a signed, expiring session, not the token: the token never travels
@@ -307,6 +372,15 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
     )
     .await;
     assert_eq!(code, 401, "a read session altered to admin");
+    let other_name = cookie.replacen("hero_session=", "__Host-hero_session=", 1);
+    let (code, _, _) = send(
+        reqwest::Method::GET,
+        &page(&base_a),
+        &[("cookie", &other_name)],
+        "",
+    )
+    .await;
+    assert_eq!(code, 401, "only the name this deployment sets is read");
     let old = format!("hero_token={TOKEN}");
     let (code, _, _) = send(
         reqwest::Method::GET,

@@ -26,7 +26,10 @@ use axum::Router;
 use hero_protocol::clock;
 use serde::Deserialize;
 
-use super::{dashboard, session, ApiError, App, HttpError, Role};
+use super::{dashboard, session, ApiError, App, HttpError, Role, MAX_BODY_BYTES};
+
+/// How long a request's body may take to arrive, once its headers have.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The host names (or addresses) a request may name in its `Host` header.
 #[derive(Debug, Clone)]
@@ -175,7 +178,7 @@ impl App {
         }
         let now = clock::now_ms();
         let mut session = false;
-        for s in session::presented(headers) {
+        for s in session::presented(headers, self.behind_tls) {
             session = true;
             if let Some(role) = session::verify(s, now, |r| self.token_of(r)) {
                 return Ok(role);
@@ -199,7 +202,7 @@ impl App {
     pub fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         match self.role(headers) {
             Ok(Role::Admin) => Ok(()),
-            Ok(Role::Read) if bearer(headers).is_none() && session::presented(headers).next().is_none() => {
+            Ok(Role::Read) if bearer(headers).is_none() && session::presented(headers, self.behind_tls).next().is_none() => {
                 Err(ApiError::new(
                     StatusCode::UNAUTHORIZED,
                     "this endpoint needs the admin token: send Authorization: Bearer <token> (the broker's --http-token)",
@@ -222,9 +225,10 @@ impl App {
 }
 
 /// A path of this server to send a browser to: `//evil.example/` and `/\evil.example` would
-/// leave it, so leading slashes and backslashes fold into one slash.
+/// leave it, so leading slashes and backslashes fold into one slash; a control character
+/// (a browser drops a tab from a URL, so `/\t/evil.example` leaves too) sends to `/`.
 pub fn local_path(to: &str) -> String {
-    if !to.starts_with('/') || to.contains(['\r', '\n']) {
+    if !to.starts_with('/') || to.contains(|c: char| c.is_control()) {
         return "/".to_string();
     }
     format!("/{}", to.trim_start_matches(['/', '\\']))
@@ -232,8 +236,9 @@ pub fn local_path(to: &str) -> String {
 
 /// Why a change is refused as coming from elsewhere, if it is: a browser names where a request
 /// comes from (`Sec-Fetch-Site`, `Origin`); a page on another port of this host is another
-/// origin though the same site, so only `same-origin` passes.
-fn foreign_origin(headers: &HeaderMap) -> Option<String> {
+/// origin though the same site, so only `same-origin` passes. Behind TLS the origin's scheme
+/// must be https. A change that only a session cookie authenticates must name its origin.
+fn foreign_origin(headers: &HeaderMap, behind_tls: bool) -> Option<String> {
     let text = |name| {
         headers
             .get(name)
@@ -241,7 +246,8 @@ fn foreign_origin(headers: &HeaderMap) -> Option<String> {
     };
     // a browser that sends Sec-Fetch-Site says where the request came from, and a page cannot
     // forge it; `Origin` may then be `null` for the dashboard's own forms
-    match text("sec-fetch-site") {
+    let site = text("sec-fetch-site");
+    match site {
         Some("same-origin") => return None,
         Some("none") | None => {}
         Some(site) => {
@@ -252,18 +258,68 @@ fn foreign_origin(headers: &HeaderMap) -> Option<String> {
     }
     let host = text(header::HOST.as_str()).unwrap_or_default();
     if let Some(origin) = text(header::ORIGIN.as_str()) {
-        let authority = origin
-            .strip_prefix("https://")
-            .or_else(|| origin.strip_prefix("http://"));
+        let authority = if behind_tls {
+            origin.strip_prefix("https://")
+        } else {
+            origin
+                .strip_prefix("https://")
+                .or_else(|| origin.strip_prefix("http://"))
+        };
         if !authority.is_some_and(|a| a.eq_ignore_ascii_case(host)) {
             return Some(format!("it came from the page of {origin}, not of {host}"));
         }
         return None;
     }
-    let by_cookie = bearer(headers).is_none() && session::presented(headers).next().is_some();
-    (by_cookie && text("sec-fetch-site").is_none()).then(|| {
+    let by_cookie =
+        bearer(headers).is_none() && session::presented(headers, behind_tls).next().is_some();
+    by_cookie.then(|| {
         "a browser's change must name its origin (Origin), and this one names none".to_string()
     })
+}
+
+/// A request only a session cookie authenticates, sent by a page of another site (another port
+/// of this host is one) as a subresource (an image, a `no-cors` fetch): refused, so such a page
+/// cannot make the operator's browser run heavy reads (`/audit?run=1`). Following a link here
+/// (a navigation) is allowed; it reads a page the other site cannot see.
+fn foreign_subresource(headers: &HeaderMap, behind_tls: bool) -> bool {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    matches!(text("sec-fetch-site"), Some("same-site" | "cross-site"))
+        && text("sec-fetch-mode") != Some("navigate")
+        && bearer(headers).is_none()
+        && session::presented(headers, behind_tls).next().is_some()
+}
+
+/// Whether the request came from this origin (or was typed or bookmarked): for what a
+/// navigation from another site must not set off.
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    matches!(
+        headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
+        None | Some("same-origin" | "none")
+    )
+}
+
+/// The request with its body read whole within [`BODY_TIMEOUT`] (and [`MAX_BODY_BYTES`]): a
+/// client that sends a body a byte at a time holds a connection no longer than its headers.
+async fn with_body(req: Request) -> Result<Request, ApiError> {
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, axum::body::Body::from(bytes))),
+        Ok(Err(_)) => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is over {} KiB (or was cut off): send less",
+                MAX_BODY_BYTES / 1024
+            ),
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the request body did not arrive within {BODY_TIMEOUT:?}"),
+        )),
+    }
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -293,6 +349,9 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
         })
         .unwrap_or_default()
         .to_string();
+    if req.headers().get_all(header::HOST).iter().count() > 1 {
+        return ApiError::bad_request("the request names its Host twice").into_response();
+    }
     // an absolute-form request (`GET http://name/ HTTP/1.1`) names its host twice: both count
     let named = req
         .uri()
@@ -310,7 +369,7 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
     }
     let change = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if change {
-        if let Some(why) = foreign_origin(req.headers()) {
+        if let Some(why) = foreign_origin(req.headers(), app.behind_tls) {
             return ApiError::new(
                 StatusCode::FORBIDDEN,
                 format!("refused a change from another origin: {why}. Changes come from the dashboard's own pages, or from programs with Authorization: Bearer <token>"),
@@ -325,8 +384,18 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
             .into_response();
         }
     }
+    if foreign_subresource(req.headers(), app.behind_tls) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "refused: a page of another site (or another port of this host) asked for this with the operator's session; open the dashboard itself",
+        )
+        .into_response();
+    }
     if matches!(path.as_str(), "/sign-in" | "/sign-out") {
-        return next.run(req).await;
+        return match with_body(req).await {
+            Ok(req) => next.run(req).await,
+            Err(e) => e.into_response(),
+        };
     }
     // a browser's page gets a page back; the API, /metrics and the event stream get JSON
     let page = !(path.starts_with("/api/") || path == "/metrics");
@@ -361,6 +430,13 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
         Ok(role) => {
             let mut req = req;
             req.extensions_mut().insert(role);
+            if change {
+                // only now, with the request's credentials checked, is its body waited for
+                req = match with_body(req).await {
+                    Ok(req) => req,
+                    Err(e) => return e.into_response(),
+                };
+            }
             next.run(req).await
         }
         Err(e) => refuse(e),

@@ -407,6 +407,12 @@ pub(crate) async fn timed_audit(
     app: &App,
     fix: bool,
 ) -> Result<(AuditReport, Vec<(Finding, bool)>), ApiError> {
+    let Ok(_one) = app.audit.try_acquire() else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "an audit is running in this broker: ask again when it has finished (one at a time: it reads every job)",
+        ));
+    };
     let ran = tokio::time::timeout(
         AUDIT_TIMEOUT,
         hero_admin::Admin::from(&app.client).audit(fix, &|_| {}),

@@ -24,6 +24,11 @@ use super::ApiError;
 pub const READ_ENTRIES: usize = 100;
 pub const READ_EVERY: Duration = Duration::from_millis(250);
 
+/// Live streams open at once per process: a stream is never idle, so the connection cap cannot
+/// close one to make room, and without a cap of their own a read-only token (or open reads)
+/// could hold every connection with them.
+pub const MAX_STREAMS: usize = 64;
+
 /// Events a slow stream may fall behind by before it skips to the newest.
 const BACKLOG: usize = 4096;
 
@@ -49,6 +54,12 @@ impl Feed {
     pub async fn subscribe(&self) -> Result<broadcast::Receiver<Arc<Event>>, ApiError> {
         let mut live = self.live.lock().await;
         if let Some(tx) = live.as_ref() {
+            if tx.receiver_count() >= MAX_STREAMS {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    format!("{MAX_STREAMS} live event streams are open in this broker, the most it serves: close a dashboard tab, or follow the log with `hero events --follow`"),
+                ));
+            }
             return Ok(tx.subscribe());
         }
         let follower = hero_admin::Inspector::from(&self.client)

@@ -207,6 +207,8 @@ pub struct App {
     hosts: Arc<access::HostRule>,
     /// The live event feed every open stream (SSE) subscribes to.
     pub feed: feed::Feed,
+    /// One audit at a time per process: it is the one O(jobs) read.
+    pub audit: Arc<tokio::sync::Semaphore>,
     /// Cancelled when the broker stops: live streams (SSE) end then, so shutdown never waits
     /// on an open dashboard.
     pub stop: CancellationToken,
@@ -307,6 +309,7 @@ pub async fn serve(
     tracing::info!(accepted = %hosts.describe(), "HTTP: browsers may name this broker as");
     let app = App {
         feed: feed::Feed::new(client.clone(), stop.clone()),
+        audit: Arc::new(tokio::sync::Semaphore::new(1)),
         client,
         token: cfg.token.as_deref().map(Arc::from),
         read_token: cfg.read_token.as_deref().map(Arc::from),

@@ -7,21 +7,24 @@
 //! - At most [`Limits::max_connections`] connections are open at once, lowered to what the
 //!   open-file limit leaves room for. At the cap the server asks every connection to close once
 //!   it is idle (hyper closes an idle one at once, a busy one after its answer), as nginx reuses
-//!   idle connections, then accepts the next.
+//!   idle connections, and closes the oldest that have been open [`SHED_AGE`] without a
+//!   complete request (a client sending its headers a byte at a time), then accepts the next.
+//! - A request's body must arrive within `access::BODY_TIMEOUT` once its credentials passed.
 //! - On stop, no new connection is accepted and open ones get [`DRAIN`] to finish.
 //!
 //! axum's own `serve` has no header timeout and no cap, hence this loop over hyper.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
+use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 /// How long a client has to send a request's headers, and how long a kept-alive connection may
 /// sit idle.
@@ -29,6 +32,15 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long open connections get to finish when the broker stops.
 pub const DRAIN: Duration = Duration::from_secs(5);
+
+/// A connection open this long without one complete request may be closed at the cap.
+pub const SHED_AGE: Duration = Duration::from_secs(1);
+
+/// How often the accept loop looks again for connections to close while at the cap.
+const SHED_EVERY: Duration = Duration::from_millis(200);
+
+/// Connections without a complete request closed at most per look at the cap.
+const SHED_BATCH: usize = 32;
 
 /// File descriptors kept out of the cap for Redis connections, logs and the listener.
 const RESERVED_FDS: u64 = 64;
@@ -77,6 +89,9 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
     // a new value asks every connection to close once idle
     let (shed, _) = watch::channel(0u64);
     let mut conns = tokio::task::JoinSet::new();
+    // per connection: when it opened, whether a request of it reached the router, its task
+    let mut opened: std::collections::VecDeque<(Instant, Arc<AtomicBool>, AbortHandle)> =
+        std::collections::VecDeque::new();
     let accept_failing = AtomicBool::new(false);
     let at_cap_said = AtomicBool::new(false);
     loop {
@@ -91,12 +106,29 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
                     );
                 }
                 shed.send_modify(|g| *g += 1);
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    s = slots.clone().acquire_owned() => match s {
-                        Ok(s) => s,
-                        Err(_) => break,
-                    },
+                // until a slot frees, every SHED_EVERY: the oldest connections that have been
+                // open SHED_AGE without a complete request go
+                let slot = loop {
+                    opened.retain(|(_, _, task)| !task.is_finished());
+                    let now = Instant::now();
+                    for (_, _, task) in opened
+                        .iter()
+                        .filter(|(at, served, _)| {
+                            !served.load(Ordering::Relaxed) && now.duration_since(*at) >= SHED_AGE
+                        })
+                        .take(SHED_BATCH)
+                    {
+                        task.abort();
+                    }
+                    tokio::select! {
+                        () = stop.cancelled() => break None,
+                        s = slots.clone().acquire_owned() => break s.ok(),
+                        () = tokio::time::sleep(SHED_EVERY) => {}
+                    }
+                };
+                match slot {
+                    Some(slot) => slot,
+                    None => break,
                 }
             }
         };
@@ -125,10 +157,18 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        let served = Arc::new(AtomicBool::new(false));
+        let service = {
+            let served = served.clone();
+            let router = router.clone();
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                served.store(true, Ordering::Relaxed);
+                router.clone().oneshot(req.map(axum::body::Body::new))
+            })
+        };
         let mut shed_rx = shed.subscribe();
         let stop = stop.clone();
-        conns.spawn(async move {
+        let task = conns.spawn(async move {
             let _slot = slot;
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -153,6 +193,11 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
                 }
             }
         });
+        opened.push_back((Instant::now(), served, task));
+        if opened.len() > 2 * limits.max_connections {
+            // ended connections leave their entries behind: swept once there are as many
+            opened.retain(|(_, _, task)| !task.is_finished());
+        }
     }
     drop(listener);
     let drained =

@@ -15,8 +15,9 @@ use ring::hmac;
 
 use super::Role;
 
-/// How long a session lasts from sign-in: a working day, then the token again.
-pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
+/// How long a session lasts from sign-in, then the token again: short, because on plain HTTP a
+/// cookie reaches every port of the host (docs/http.md "Threat model").
+pub const SESSION_TTL: Duration = Duration::from_secs(2 * 3600);
 
 /// The cookie's name over plain HTTP.
 pub const COOKIE: &str = "hero_session";
@@ -112,18 +113,20 @@ pub fn clear_cookie(behind_tls: bool) -> String {
     }
 }
 
-/// The sessions a request's cookies carry (either name: a proxy may be added in front later).
-/// Every one is offered: a page on another port of the host can set a cookie of the same name
-/// that the browser sends first, and it must not hide the operator's own.
-pub fn presented(headers: &axum::http::HeaderMap) -> impl Iterator<Item = &str> {
+/// The sessions a request's cookies carry under the one name this deployment sets (`__Host-`
+/// behind TLS, so a cookie tossed by a sibling host without the prefix is never read). Every
+/// one is offered: a page on another port of the host can set a cookie of the same name that
+/// the browser sends first, and it must not hide the operator's own.
+pub fn presented(headers: &axum::http::HeaderMap, behind_tls: bool) -> impl Iterator<Item = &str> {
+    let wanted = if behind_tls { HOST_COOKIE } else { COOKIE };
     headers
         .get_all(axum::http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .filter_map(|c| {
+        .filter_map(move |c| {
             let (name, value) = c.trim().split_once('=')?;
-            (name == COOKIE || name == HOST_COOKIE).then_some(value)
+            (name == wanted).then_some(value)
         })
 }
 

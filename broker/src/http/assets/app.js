@@ -64,6 +64,13 @@ function setupButtons() {
   });
 }
 
+// Bidirectional control characters (U+202E shows "txt.exe" as "exe.txt") in text a job or
+// worker wrote are shown as a marked U+XXXX, never obeyed, as the server renders them.
+const BIDI = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+function visible(text) {
+  return String(text).replace(BIDI, (c) => "[U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "]");
+}
+
 function feedItem(ev) {
   const li = document.createElement("li");
   const t = document.createElement("span");
@@ -74,10 +81,10 @@ function feedItem(ev) {
   const job = document.createElement("a");
   job.href = "/jobs/" + encodeURIComponent(ev.job);
   job.className = "mono";
-  job.textContent = ev.job;
+  job.textContent = visible(ev.job);
   const q = document.createElement("span");
   q.className = "q";
-  q.textContent = (ev.queue || "").replace(/^.*:q:work:type:/, "").replace(":group:", "/").replace(":inst:", "/") + (ev.reason ? " · " + ev.reason : "");
+  q.textContent = visible((ev.queue || "").replace(/^.*:q:work:type:/, "").replace(":group:", "/").replace(":inst:", "/") + (ev.reason ? " · " + ev.reason : ""));
   li.append(t, name, job, q);
   return li;
 }
@@ -142,11 +149,11 @@ function setupJobRefresh() {
         document.getElementById("progress").hidden = false;
         document.getElementById("progress-bar").value = p.percent;
         document.getElementById("progress-text").textContent =
-          Math.round(p.percent) + "% " + (p.message || "");
+          Math.round(p.percent) + "% " + visible(p.message || "");
       }
       if (job.log && job.log.length) {
         document.getElementById("job-log-box").hidden = false;
-        document.getElementById("job-log").textContent = job.log.join("\n");
+        document.getElementById("job-log").textContent = visible(job.log.join("\n"));
       }
       if (job.status !== card.dataset.status) {
         card.dataset.status = job.status;

@@ -94,8 +94,8 @@ fn job_row(j: &JobSummary) -> Markup {
             td.n { (j.priority) }
             td.n { (j.attempts) }
             td { (j.updated_at) }
-            td.mono { (j.worker) }
-            td { (j.tags.join(", ")) }
+            td.mono { (shown(&j.worker)) }
+            td { (shown(&j.tags.join(", "))) }
             td.err { (shown(&j.error)) }
         }
     }
@@ -142,14 +142,14 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                     }
                 }
                 @if let Some(d) = &dead {
-                    p.notice { "Dead-lettered " (when(d.at_ms())) ": " (d.reason) }
+                    p.notice { "Dead-lettered " (when(d.at_ms())) ": " (shown(&d.reason)) }
                 }
                 dl.record {
                     @for k in ["script_type", "group", "instance", "priority", "attempts", "retries", "timeout", "worker_id", "created_at", "started_at", "finished_at", "caller_id", "context_id", "traceparent"] {
                         @let val = &v[k];
                         @if !val.is_null() && val.as_str() != Some("") {
                             dt { (k) }
-                            dd.mono { (val.as_str().map_or_else(|| val.to_string(), str::to_string)) }
+                            dd.mono { (shown(&val.as_str().map_or_else(|| val.to_string(), str::to_string))) }
                         }
                     }
                     @if let Some(b) = v["batch"].as_str() {
@@ -158,7 +158,7 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                     }
                     @if let Some(tags) = v["tags"].as_array().filter(|t| !t.is_empty()) {
                         dt { "tags" }
-                        dd { (tags.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(", ")) }
+                        dd { (shown(&tags.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(", "))) }
                     }
                     // a newer version's fields, as they are
                     @if let Some(unknown) = v["unknown_fields"].as_object() {
@@ -174,7 +174,7 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                     h3 { "Progress" }
                     progress #progress-bar max="100" value=(percent.unwrap_or(0.0)) {}
                     " "
-                    span #progress-text { (percent.map(|p| format!("{p:.0}%")).unwrap_or_default()) " " (message) }
+                    span #progress-text { (percent.map(|p| format!("{p:.0}%")).unwrap_or_default()) " " (shown(message)) }
                 }
                 @let log: Vec<&str> = v["log"].as_array().map(|a| a.iter().filter_map(|l| l.as_str()).collect()).unwrap_or_default();
                 div #job-log-box hidden[log.is_empty()] {
@@ -209,9 +209,9 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
                                     td { (when(e["at_ms"].as_u64().unwrap_or(0))) }
                                     td { (e["event"].as_str().unwrap_or("")) }
                                     td { (e["queue"].as_str().map(|q| app.client.keys().queue_name(q)).unwrap_or_default()) }
-                                    td.mono { (e["worker"].as_str().unwrap_or("")) }
+                                    td.mono { (shown(e["worker"].as_str().unwrap_or(""))) }
                                     td.n { (e["attempt"].as_u64().map(|a| a.to_string()).unwrap_or_default()) }
-                                    td { (e["reason"].as_str().unwrap_or("")) }
+                                    td { (shown(e["reason"].as_str().unwrap_or(""))) }
                                 }
                             }
                         }

@@ -68,7 +68,8 @@ pub(super) async fn audit(
     headers: axum::http::HeaderMap,
     Query(q): Query<AuditQuery>,
 ) -> Page {
-    let report = if q.run.is_some() {
+    // a link from another site (another port of this host is one) shows the page, never runs it
+    let report = if q.run.is_some() && super::super::access::same_origin(&headers) {
         // the one O(jobs) read: the admin token only
         app.authorize(&headers)?;
         Some(super::super::api::timed_audit(&app, false).await?.0)
@@ -155,7 +156,7 @@ pub(super) async fn events(State(app): State<App>) -> Page {
                                     td { span class=(format!("pill {}", e.kind().map_or("wait", |k| k.tone()))) { (e.event) } }
                                     td { (job_link(&e.job_id)) }
                                     td { (e.queue.as_deref().map(|q| app.client.keys().queue_name(q)).unwrap_or_default()) }
-                                    td.mono { (e.worker.clone().unwrap_or_default()) }
+                                    td.mono { (shown(e.worker.as_deref().unwrap_or_default())) }
                                     td { (shown(e.reason.as_deref().unwrap_or_default())) }
                                 }
                             }
