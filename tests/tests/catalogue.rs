@@ -454,7 +454,7 @@ async fn every_bad_input_ends_in_a_clear_error_and_changes_nothing() {
     );
 
     // the HTTP API: a broker with an admin token
-    let (broker, base) = http_broker(&url, Some("catalogue-token"), &[]).await;
+    let (broker, base) = http_broker(&url, Some("catalogue-admin-token"), &[]).await;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -521,12 +521,12 @@ async fn every_bad_input_ends_in_a_clear_error_and_changes_nothing() {
     ] {
         let url = format!("{base}{path}");
         let mut req = if post {
-            http.post(&url)
+            http.post(&url).header("content-type", "application/json")
         } else {
             http.get(&url)
         };
         if token {
-            req = req.bearer_auth("catalogue-token");
+            req = req.bearer_auth("catalogue-admin-token");
         }
         let r = req.send().await.unwrap();
         let code = r.status().as_u16();

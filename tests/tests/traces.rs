@@ -50,7 +50,7 @@ async fn a_failed_attempt_keeps_its_error_chain_for_hero_status_the_api_and_its_
     let server = RedisServer::start();
     let url = server.url();
     let client = Client::connect(&url).await.unwrap();
-    let (_broker, base) = http_broker(&url, Some("t"), &[]).await;
+    let (_broker, base) = http_broker(&url, Some("traces-admin-token"), &[]).await;
     let mut w = InProcWorker::spawn(Worker::builder(client.clone()).types(["reports"]).handler(
         |job: hero_protocol::Job, ctx: hero_worker::JobContext| async move {
             let err = Render {
@@ -142,7 +142,7 @@ async fn a_failed_attempt_keeps_its_error_chain_for_hero_status_the_api_and_its_
         v["trace"],
         "rendering the report failed\ncaused by: disk full"
     );
-    let (status, v) = api_get(&base, "/api/jobs/flaky", Some("t")).await;
+    let (status, v) = api_get(&base, "/api/jobs/flaky", Some("traces-admin-token")).await;
     assert_eq!(status, 200);
     assert_eq!(v["status"], "finished");
     assert_eq!(

@@ -376,13 +376,6 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
             )
             .into_response();
         }
-        if path.starts_with("/api/") && !is_json(req.headers()) {
-            return ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "a change to the API is sent as JSON: add Content-Type: application/json (the body may be empty or {})",
-            )
-            .into_response();
-        }
     }
     if foreign_subresource(req.headers(), app.behind_tls) {
         return ApiError::new(
@@ -430,6 +423,19 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
         Ok(role) => {
             let mut req = req;
             req.extensions_mut().insert(role);
+            if change && path.starts_with("/api/") {
+                // every change of the API is the admin's: the read-only token is told so first
+                if let Err(e) = app.authorize(req.headers()) {
+                    return e.into_response();
+                }
+                if !is_json(req.headers()) {
+                    return ApiError::new(
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        "a change to the API is sent as JSON: add Content-Type: application/json (the body may be empty or {})",
+                    )
+                    .into_response();
+                }
+            }
             if change {
                 // only now, with the request's credentials checked, is its body waited for
                 req = match with_body(req).await {
