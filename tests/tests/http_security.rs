@@ -9,52 +9,13 @@ use fantoccini::Locator;
 use hero_client::Client;
 use hero_protocol::NewJob;
 use hero_testkit::{
-    api_get, api_post, browser, hero_cli, http_broker, http_client, known_api_state, run_to_finish,
-    shot, wait_for, InProcWorker, RedisServer,
+    api_get, api_post, browser, hero_cli, http_broker, http_client, known_api_state, no_redirect,
+    run_to_finish, send, session, shot, wait_for, InProcWorker, RedisServer,
 };
 use hero_worker::{Outcome, Worker};
-use reqwest::header::HeaderMap;
 
 const TOKEN: &str = "security-admin-token-0123";
 const READ: &str = "security-read-token-0123";
-
-/// A client that does not follow redirects.
-fn no_redirect() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
-
-/// The session cookie (`name=value`) a browser gets from the printed link.
-async fn session(base: &str, token: &str) -> String {
-    let r = no_redirect()
-        .get(format!("{base}/?token={token}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 303);
-    let c = r.headers()["set-cookie"].to_str().unwrap();
-    c.split(';').next().unwrap().to_string()
-}
-
-/// A request with exactly these headers: status, headers, body.
-async fn send(
-    method: reqwest::Method,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, HeaderMap, String) {
-    let mut req = no_redirect().request(method, url).body(body.to_string());
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    (status, headers, r.text().await.unwrap())
-}
 
 async fn tracked(base: &str) -> usize {
     let (_, v) = api_get(base, "/api/jobs?tracked=1", Some(TOKEN)).await;

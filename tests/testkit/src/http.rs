@@ -41,6 +41,44 @@ pub fn http_client() -> reqwest::Client {
         .expect("an HTTP client")
 }
 
+/// A client that does not follow redirects.
+pub fn no_redirect() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// The session cookie (`name=value`) a browser gets from the printed link.
+pub async fn session(base: &str, token: &str) -> String {
+    let r = no_redirect()
+        .get(format!("{base}/?token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let c = r.headers()["set-cookie"].to_str().unwrap();
+    c.split(';').next().unwrap().to_string()
+}
+
+/// A request with exactly these headers: status, headers, body.
+pub async fn send(
+    method: reqwest::Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut req = no_redirect().request(method, url).body(body.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.text().await.unwrap())
+}
+
 /// A GET of the API with `token` (none: no Authorization header): the status and the JSON body.
 pub async fn api_get(base: &str, path: &str, token: Option<&str>) -> (u16, Value) {
     let mut req = http_client().get(format!("{base}{path}"));
