@@ -26,6 +26,7 @@ use axum::Router;
 use hero_protocol::clock;
 use serde::Deserialize;
 
+use super::origin::{bearer, foreign_origin, foreign_subresource};
 use super::{dashboard, session, ApiError, App, HttpError, Role, MAX_BODY_BYTES};
 
 /// How long a request's body may take to arrive, once its headers have.
@@ -136,14 +137,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-}
-
 impl App {
     fn token_of(&self, role: Role) -> Option<&str> {
         match role {
@@ -232,74 +225,6 @@ pub fn local_path(to: &str) -> String {
         return "/".to_string();
     }
     format!("/{}", to.trim_start_matches(['/', '\\']))
-}
-
-/// Why a change is refused as coming from elsewhere, if it is: a browser names where a request
-/// comes from (`Sec-Fetch-Site`, `Origin`); a page on another port of this host is another
-/// origin though the same site, so only `same-origin` passes. Behind TLS the origin's scheme
-/// must be https. A change that only a session cookie authenticates must name its origin.
-fn foreign_origin(headers: &HeaderMap, behind_tls: bool) -> Option<String> {
-    let text = |name| {
-        headers
-            .get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-    };
-    // a browser that sends Sec-Fetch-Site says where the request came from, and a page cannot
-    // forge it; `Origin` may then be `null` for the dashboard's own forms
-    let site = text("sec-fetch-site");
-    match site {
-        Some("same-origin") => return None,
-        Some("none") | None => {}
-        Some(site) => {
-            return Some(format!(
-                "the browser says this request came from a {site} page"
-            ));
-        }
-    }
-    let host = text(header::HOST.as_str()).unwrap_or_default();
-    if let Some(origin) = text(header::ORIGIN.as_str()) {
-        let authority = if behind_tls {
-            origin.strip_prefix("https://")
-        } else {
-            origin
-                .strip_prefix("https://")
-                .or_else(|| origin.strip_prefix("http://"))
-        };
-        if !authority.is_some_and(|a| a.eq_ignore_ascii_case(host)) {
-            return Some(format!("it came from the page of {origin}, not of {host}"));
-        }
-        return None;
-    }
-    let by_cookie =
-        bearer(headers).is_none() && session::presented(headers, behind_tls).next().is_some();
-    by_cookie.then(|| {
-        "a browser's change must name its origin (Origin), and this one names none".to_string()
-    })
-}
-
-/// A request only a session cookie authenticates, sent by a page of another site (another port
-/// of this host is one) as a subresource (an image, a `no-cors` fetch): refused, so such a page
-/// cannot make the operator's browser run heavy reads (`/audit?run=1`). Following a link here
-/// (a navigation) is allowed; it reads a page the other site cannot see.
-fn foreign_subresource(headers: &HeaderMap, behind_tls: bool) -> bool {
-    let text = |name| {
-        headers
-            .get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-    };
-    matches!(text("sec-fetch-site"), Some("same-site" | "cross-site"))
-        && text("sec-fetch-mode") != Some("navigate")
-        && bearer(headers).is_none()
-        && session::presented(headers, behind_tls).next().is_some()
-}
-
-/// Whether the request came from this origin (or was typed or bookmarked): for what a
-/// navigation from another site must not set off.
-pub fn same_origin(headers: &HeaderMap) -> bool {
-    matches!(
-        headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
-        None | Some("same-origin" | "none")
-    )
 }
 
 /// The request with its body read whole within [`BODY_TIMEOUT`] (and [`MAX_BODY_BYTES`]): a

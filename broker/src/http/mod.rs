@@ -5,7 +5,8 @@
 //! This module owns the server's settings, the bind rules (no non-loopback address without an
 //! admin token, no token shorter than [`MIN_TOKEN_LEN`]), the shared state of every handler and
 //! the JSON error type. Who may do what is [`access`]'s (tokens, sessions, the Host allow-list,
-//! the same-origin rule for changes); [`session`] signs the dashboard's cookie; [`server`]
+//! the same-origin rule for changes, by what [`origin`] reads of where a request came from);
+//! [`session`] signs the dashboard's cookie; [`server`]
 //! accepts connections within their limits; [`headers`] puts the security headers on every
 //! answer and turns the framework's plain-text refusals into this API's JSON; [`feed`] reads
 //! the event log once per process for every open live stream.
@@ -16,6 +17,7 @@ pub mod dashboard;
 pub mod feed;
 pub mod headers;
 pub mod metrics;
+pub mod origin;
 pub mod server;
 pub mod session;
 

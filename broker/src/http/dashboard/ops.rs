@@ -69,7 +69,7 @@ pub(super) async fn audit(
     Query(q): Query<AuditQuery>,
 ) -> Page {
     // a link from another site (another port of this host is one) shows the page, never runs it
-    let report = if q.run.is_some() && super::super::access::same_origin(&headers) {
+    let report = if q.run.is_some() && super::super::origin::same_origin(&headers) {
         // the one O(jobs) read: the admin token only
         app.authorize(&headers)?;
         Some(super::super::api::timed_audit(&app, false).await?.0)
