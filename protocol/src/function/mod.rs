@@ -107,6 +107,8 @@ const PRELUDE: &str = concat!(
     "\n",
     include_str!("lib/policy.lua"),
     "\n",
+    include_str!("lib/gate.lua"),
+    "\n",
     include_str!("lib/batches.lua"),
     "\n",
     include_str!("lib/dependencies.lua"),

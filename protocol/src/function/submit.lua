@@ -293,19 +293,18 @@ local function hero_submit(keys, args)
     else
       -- the common case written out: no dual-push mapping, the stream registered earlier in
       -- this call (two Lua calls a job cost ~1.6 k instructions)
+      -- the record first: a fair queue's gate reads its limit key (see append)
       local m = bridged and dual_push_mapping(cfg, bridges, stream, dual)
+      redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       local entry
-      if not m and known[stream] then
+      if not m and known[stream] == true then
         entry = redis.call('XADD', stream, '*', 'j', job_id)
       else
         entry = append(stream, group, registry, job_id, known, nil, m and true)
       end
       if m then
         now_ms = now_ms or server_ms()
-        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
         hand_to_legacy(job_key, job_id, m, entry, now_ms)
-      else
-        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       end
       if log then
         local ids = submitted[stream]

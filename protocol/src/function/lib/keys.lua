@@ -5,11 +5,12 @@
 --   settings.lua      the broker's settings in the config hash
 --   events.lua        the event log (log_event, log_shared)
 --   stats.lua         stats kept on write (tally, histogram, flush_stats) and Redis's clock
---   registry.lua      the queue registry, paused queues, appending a job to a work stream
+--   registry.lua      the queue registry, paused queues, registering a work stream
 --   checks.lua        what a submitted record may hold (refuse)
 --   finish.lua        ending a job: the reply to a waiting caller, retention
 --   legacy.lua        entries' fields, the dual-push bridge to legacy lists
 --   policy.lua        queue policies: back-off, limits, rates, key rates, priority aging
+--   gate.lua          appending a job to a work stream, through a fair queue's gate
 --   batches.lua       batches: members counted as they end, callbacks once
 --   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
 --   records.lua       a job's record as a fetch reads it and hands it back (read_job, as_leased)
@@ -96,6 +97,23 @@ end
 -- The delayed set `<ns>:meta:delayed` (`Keyspace::delayed`), beside the config hash.
 local function delayed_key_of(config_key)
   return meta_key(config_key, 'delayed')
+end
+
+-- The namespace part `<ns>:` of the queue registry `<ns>:meta:queues`, for the keys a function
+-- queueing a job it was not given in KEYS derives: its record `<ns>:job:<id>`
+-- (`Keyspace::job`) and the stats hash `<ns>:meta:stats` (`Keyspace::stats`).
+local function ns_of_registry(registry)
+  return string.sub(registry, 1, #registry - 11)
+end
+
+-- A fair stream's gate (`Keyspace::fair_ring`, `Keyspace::fair_lane`): the ring of limit keys
+-- with jobs waiting `<stream>:fair`, and a key's lane `<stream>:fair:<key>` ('' for no key).
+local function fair_ring_of(stream)
+  return stream .. ':fair'
+end
+
+local function fair_lane_of(stream, key)
+  return stream .. ':fair:' .. key
 end
 
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).

@@ -56,15 +56,13 @@ local function paused_by(registry, stream)
   return false
 end
 
--- Append a job id to a work stream, creating the stream, its group and its registry entry on
--- first use (the registry names every work stream: the fetch and recovery read it). Returns the
--- new entry id. `known` (optional) is a per-call set of streams already seen, so a batch onto one
--- stream asks once, not once per job. A registered stream is taken to have its group: one that
--- was deleted or lost its group by hand gets it back at the next fetch (see hero_fetch), which
--- spares every submit an EXISTS. The entry tells the fetch what it would otherwise read from
--- the record: `attempts` (optional) is the count made so far, for a job queued again after a
--- delivery (field `a`), and `dual` marks a job also pushed to a legacy list (field `b`).
-local function append(stream, group, registry, job_id, known, attempts, dual)
+-- Make a work stream a queue on first use: the stream, its group and its registry entry (the
+-- registry names every work stream: the fetch and recovery read it). `known` (optional) is a
+-- per-call set of streams already seen, so a batch onto one stream asks once, not once per
+-- job. A registered stream is taken to have its group: one that was deleted or lost its group
+-- by hand gets it back at the next fetch (see hero_fetch), which spares every submit an EXISTS.
+-- Appending a job is gate.lua's `append`.
+local function register(stream, group, registry, known)
   if not (known and known[stream]) then
     if redis.call('SADD', registry, stream) == 1 then
       -- new, or a stream made by hand (or whose registration was lost): it becomes a queue
@@ -84,12 +82,6 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
     end
     if known then known[stream] = true end
   end
-  if dual then
-    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
-    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
-  end
-  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
-  return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
 -- the id of the stream's last entry into cursors[i] (left as it is when the stream is empty or
