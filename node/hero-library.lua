@@ -7,11 +7,12 @@ local VERSION = '30'
 --   settings.lua      the broker's settings in the config hash
 --   events.lua        the event log (log_event, log_shared)
 --   stats.lua         stats kept on write (tally, histogram, flush_stats) and Redis's clock
---   registry.lua      the queue registry, paused queues, appending a job to a work stream
+--   registry.lua      the queue registry, paused queues, registering a work stream
 --   checks.lua        what a submitted record may hold (refuse)
 --   finish.lua        ending a job: the reply to a waiting caller, retention
 --   legacy.lua        entries' fields, the dual-push bridge to legacy lists
 --   policy.lua        queue policies: back-off, limits, rates, key rates, priority aging
+--   gate.lua          appending a job to a work stream, through a fair queue's gate
 --   batches.lua       batches: members counted as they end, callbacks once
 --   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
 --   records.lua       a job's record as a fetch reads it and hands it back (read_job, as_leased)
@@ -98,6 +99,23 @@ end
 -- The delayed set `<ns>:meta:delayed` (`Keyspace::delayed`), beside the config hash.
 local function delayed_key_of(config_key)
   return meta_key(config_key, 'delayed')
+end
+
+-- The namespace part `<ns>:` of the queue registry `<ns>:meta:queues`, for the keys a function
+-- queueing a job it was not given in KEYS derives: its record `<ns>:job:<id>`
+-- (`Keyspace::job`) and the stats hash `<ns>:meta:stats` (`Keyspace::stats`).
+local function ns_of_registry(registry)
+  return string.sub(registry, 1, #registry - 11)
+end
+
+-- A fair stream's gate (`Keyspace::fair_ring`, `Keyspace::fair_lane`): the ring of limit keys
+-- with jobs waiting `<stream>:fair`, and a key's lane `<stream>:fair:<key>` ('' for no key).
+local function fair_ring_of(stream)
+  return stream .. ':fair'
+end
+
+local function fair_lane_of(stream, key)
+  return stream .. ':fair:' .. key
 end
 
 -- Whether a consumer is the legacy bridge's (`keys::BRIDGE_CONSUMER_PREFIX`).
@@ -497,15 +515,13 @@ local function paused_by(registry, stream)
   return false
 end
 
--- Append a job id to a work stream, creating the stream, its group and its registry entry on
--- first use (the registry names every work stream: the fetch and recovery read it). Returns the
--- new entry id. `known` (optional) is a per-call set of streams already seen, so a batch onto one
--- stream asks once, not once per job. A registered stream is taken to have its group: one that
--- was deleted or lost its group by hand gets it back at the next fetch (see hero_fetch), which
--- spares every submit an EXISTS. The entry tells the fetch what it would otherwise read from
--- the record: `attempts` (optional) is the count made so far, for a job queued again after a
--- delivery (field `a`), and `dual` marks a job also pushed to a legacy list (field `b`).
-local function append(stream, group, registry, job_id, known, attempts, dual)
+-- Make a work stream a queue on first use: the stream, its group and its registry entry (the
+-- registry names every work stream: the fetch and recovery read it). `known` (optional) is a
+-- per-call set of streams already seen, so a batch onto one stream asks once, not once per
+-- job. A registered stream is taken to have its group: one that was deleted or lost its group
+-- by hand gets it back at the next fetch (see hero_fetch), which spares every submit an EXISTS.
+-- Appending a job is gate.lua's `append`.
+local function register(stream, group, registry, known)
   if not (known and known[stream]) then
     if redis.call('SADD', registry, stream) == 1 then
       -- new, or a stream made by hand (or whose registration was lost): it becomes a queue
@@ -525,12 +541,6 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
     end
     if known then known[stream] = true end
   end
-  if dual then
-    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
-    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
-  end
-  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
-  return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
 -- the id of the stream's last entry into cursors[i] (left as it is when the stream is empty or
@@ -1215,6 +1225,110 @@ local function count_start(f, lim, rate, keylog, job_id)
   end
 end
 
+-- Appending a job to a work stream, and fair share within a queue (ARCHITECTURE.md "Fair share
+-- within a queue"). A stream whose queue policy sets `fair` has a gate in front of it: a job
+-- queued there waits in its limit key's lane `<stream>:fair:<key>` (FIFO; '' for a job without
+-- a key), and the key waits in the stream's ring `<stream>:fair` while its lane has jobs. The
+-- fetch releases jobs onto the stream in turns, as many as it is about to claim (release), so
+-- the stream itself stays first in, first out and everything that reads it (pending lists,
+-- recovery, trimming, the audit) is unchanged. Nothing here is read while no queue is fair (the
+-- config hash's `fair` counts them).
+
+-- The policy of `stream`'s queue when it is fair, else nil. `memo` is a per-call table (see
+-- stream_policy), `config_key` the config hash, `fair_on` whether any queue is fair.
+local function fair_policy(config_key, stream, memo, fair_on)
+  if not fair_on then return nil end
+  local p = stream_policy(config_key, stream, memo)
+  if p and p.fair then return p end
+  return nil
+end
+
+-- Whether any queue of the namespace is fair: one HGET, asked once per call (memo.fair_on).
+local function any_fair(registry, memo)
+  local on = memo and memo.fair_on
+  if on == nil then
+    on = (tonumber(redis.call('HGET', ns_of_registry(registry) .. 'meta:config', 'fair')) or 0) > 0
+    if memo then memo.fair_on = on end
+  end
+  return on
+end
+
+-- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`.
+-- A worker sleeps on a fair stream only after a fetch found its gate empty (a fetch that came up
+-- short released all it could), so the workers are woken with a wake-up entry (`w`, as a resumed
+-- queue's: the fetch acknowledges and deletes it) only when the gate was empty: when the ring
+-- gets its first key.
+-- Writes stats: `fair` (the stream's gauge of jobs in its gate).
+local function gate(registry, stream, job_id, attempts)
+  local ns = ns_of_registry(registry)
+  local key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or ''
+  local item = job_id
+  if attempts then item = job_id .. ' ' .. attempts end
+  if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1
+    and redis.call('RPUSH', fair_ring_of(stream), key) == 1 then
+    redis.call('XADD', stream, '*', 'w', '1')
+  end
+  redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
+end
+
+-- Append a job id to a work stream, registering the stream on first use (register). Returns
+-- the new entry id, or nil when the stream is fair and the job went into its gate (the record
+-- must be written first: the gate reads its limit key). `known` (optional) is the call's set
+-- of streams already seen; a fair stream is marked 'fair' in it (not true), so a caller's
+-- shortcut for streams it knows (`known[stream] == true`: XADD directly) skips it. The entry
+-- tells the fetch what it would otherwise read from the record: `attempts` (optional) is the
+-- count made so far, for a job queued again after a delivery (field `a`), and `dual` marks a
+-- job also pushed to a legacy list (field `b`; a bridged queue is never fair).
+local function append(stream, group, registry, job_id, known, attempts, dual)
+  register(stream, group, registry, known)
+  if not dual and any_fair(registry, known) then
+    local memo = known or {}
+    if fair_policy(ns_of_registry(registry) .. 'meta:config', stream, memo, true) then
+      if known then known[stream] = 'fair' end
+      gate(registry, stream, job_id, attempts)
+      return nil
+    end
+  end
+  if dual then
+    if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts, 'b', '1') end
+    return redis.call('XADD', stream, '*', 'j', job_id, 'b', '1')
+  end
+  if attempts then return redis.call('XADD', stream, '*', 'j', job_id, 'a', attempts) end
+  return redis.call('XADD', stream, '*', 'j', job_id)
+end
+
+-- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns: the ring's
+-- head key gives up to its weight of jobs (policy `p`'s `fair_weights`, default 1; a turn is at
+-- most what this fetch still wants) and goes back to the ring's tail while its lane has jobs.
+-- O(jobs moved + turns), whatever the number of keys. Returns how many it moved.
+-- Writes stats: `fair` (down by the jobs moved).
+local function release(st, stream, p, d)
+  local ring, moved, weights = fair_ring_of(stream), 0, p.fair_weights
+  while moved < d do
+    local key = redis.call('LPOP', ring)
+    if not key then break end
+    local lane = fair_lane_of(stream, key)
+    local n = math.min(type(weights) == 'table' and tonumber(weights[key]) or 1, d - moved)
+    local items = redis.call('LPOP', lane, n)
+    if items then
+      for k = 1, #items do
+        local id, a = string.match(items[k], '^(%S+) ?(%S*)$')
+        if id then
+          if a ~= '' then
+            redis.call('XADD', stream, '*', 'j', id, 'a', a)
+          else
+            redis.call('XADD', stream, '*', 'j', id)
+          end
+        end
+      end
+      moved = moved + #items
+      if #items == n and redis.call('LLEN', lane) > 0 then redis.call('RPUSH', ring, key) end
+    end
+  end
+  if moved > 0 then tally(st, stream, 'fair', -moved) end
+  return moved
+end
+
 -- hero function library, shared helpers continued: batches (a set of jobs that calls back once
 -- every member ended), used by hero_submit, hero_batch, and every call that ends or revives a
 -- job (through release_if_any, hero_dead, hero_requeue).
@@ -1879,19 +1993,18 @@ local function hero_submit(keys, args)
     else
       -- the common case written out: no dual-push mapping, the stream registered earlier in
       -- this call (two Lua calls a job cost ~1.6 k instructions)
+      -- the record first: a fair queue's gate reads its limit key (see append)
       local m = bridged and dual_push_mapping(cfg, bridges, stream, dual)
+      redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       local entry
-      if not m and known[stream] then
+      if not m and known[stream] == true then
         entry = redis.call('XADD', stream, '*', 'j', job_id)
       else
         entry = append(stream, group, registry, job_id, known, nil, m and true)
       end
       if m then
         now_ms = now_ms or server_ms()
-        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
         hand_to_legacy(job_key, job_id, m, entry, now_ms)
-      else
-        redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       end
       if log then
         local ids = submitted[stream]
@@ -1986,7 +2099,8 @@ end
 --   stream of its tier at that level, so a steady flow of higher-priority work starves no level
 --   (see aging_order).
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock);
--- the stream's `delayed` gauge up for a job parked by its limit key's rate (see park).
+-- the stream's `delayed` gauge up for a job parked by its limit key's rate (see park); a fair
+-- queue's `fair` gauge down by the jobs released from its gate (see release).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
 --   records, and with ARGV[9] given a sixth and seventh, signal and registered
@@ -2068,7 +2182,8 @@ local function fetch_state(keys, args)
     end
     f.limits = limits
   end
-  f.cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged' })
+  f.cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged', 'fair' })
+  f.policies, f.released = nil, false
   f.log = event_log(keys[3], f.cfg)
   local want_limits = not f.limits and setting(f.cfg, 'limited', 0) > 0
   local want_rates = setting(f.cfg, 'rated', 0) > 0
@@ -2145,10 +2260,24 @@ local function claim_from(f, i)
   local lim = f.limits and f.limits[i]
   if lim and not lim.running then lim.running = limit_running(lim, prefix) end
   local rate, keyrate = f.rates and f.rates[i], f.keyrates and f.keyrates[i]
+  local fair = fair_policy(f.keys[2], stream, f, setting(f.cfg, 'fair', 0) > 0)
   while f.want > 0 do
     local asked = (lim or rate) and room_of(f, lim, rate) or f.want
     if asked <= 0 then return end
     local read = read_new(f, i, stream, asked)
+    if fair and (not read or #read < asked) then
+      -- a fair queue's stream holds only what was released: release what this read lacks
+      local got = read and #read or 0
+      if release(f.st, stream, fair, asked - got) > 0 then
+        f.released = true
+        local more = read_new(f, i, stream, asked - got)
+        if more and read then
+          for k = 1, #more do read[#read + 1] = more[k] end
+        elseif more then
+          read = more
+        end
+      end
+    end
     if not read then return end
     local short = #read < asked
     if short then
@@ -2312,7 +2441,7 @@ local function hero_fetch(keys, args)
     end
   end
   if #f.jobs > 0 then record_started(f) end
-  if #f.jobs > 0 or f.parked then flush_stats(f.st) end
+  if #f.jobs > 0 or f.parked or f.released then flush_stats(f.st) end
   return fetch_reply(f, f.want > 0 and wake_cursors(f) or {}, nil)
 end
 
@@ -3082,7 +3211,8 @@ end
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
 --   A dead-lettered job's record names its letter: `dead` = the entry id (protocol 30; not while
 --     a reader older than 29 is live: see dead_index).
--- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
+-- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back;
+-- `fair` when a job taken back goes into a fair queue's gate.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
 -- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget;
@@ -3713,7 +3843,8 @@ end
 -- ARGV[1] consumer group  ARGV[2] queue name
 -- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
 -- all wait in the delayed set yet; any priority): the sizes now, `waiting`
--- (entries not yet delivered: the group's lag, else the length less the pending), `running`
+-- (entries not yet delivered: the group's lag, else the length less the pending, plus a fair
+-- queue's jobs in its gate: the stats gauge `fair`), `running`
 -- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
 -- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
 -- reason) and `dead`, and 1 when the stream is paused.
@@ -3767,7 +3898,9 @@ local function hero_counts(keys, args)
           age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
         end
       end
-      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead')
+      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead', s .. '|fair')
+      -- a fair queue's jobs in its gate wait too (gate.lua): its gauge
+      waiting = waiting + math.max(tonumber(c[5]) or 0, 0)
       local p = 0
       if paused[s] then p = 1 end
       local n = #out
@@ -3815,14 +3948,16 @@ local function hero_remove(keys, args)
 end
 
 -- hero_policy: store or clear one queue's policy on one shard and count the policies the other
--- functions apply (the config hash's `limited`, `rated`, `policed`, `aged`: see policy.lua in
+-- functions apply (the config hash's `limited`, `rated`, `policed`, `aged`, `fair`: see policy.lua in
 -- the library), so every language sets a policy the same way, checked once, here.
 -- KEYS[1] policy hash  KEYS[2] config hash
 -- ARGV[1] queue name (`<type>` or `<type>/<group>`, as hero_pause names queues)
 -- ARGV[2] policy JSON
 --   the policy whole (the caller merged it with what was set), or '' (or `{}`) to clear it. Fields (all optional): timeout_ms, retries, lease_ms, retention_ms, aging_ms
 --   (whole numbers; aging at least 1), concurrency (at least 1), rate and key_rate ({max, per_ms},
---   each at least 1), backoff ({kind fixed or exponential, base_ms, cap_ms, jitter 0 to 1}).
+--   each at least 1), backoff ({kind fixed or exponential, base_ms, cap_ms, jitter 0 to 1}),
+--   fair (true: the queue's keys are served in turns, see gate.lua) and fair_weights ({limit
+--   key: turns}, each at least 1).
 -- Returns: the JSON stored ('' when cleared).
 -- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses; then
 -- nothing is written.
@@ -3831,6 +3966,7 @@ local POLICY_COUNTS = {
   { 'rated', { 'rate', 'key_rate' } },
   { 'policed', { 'retries', 'backoff', 'retention_ms' } },
   { 'aged', { 'aging_ms' } },
+  { 'fair', { 'fair' } },
 }
 
 local function hero_policy(keys, args)
@@ -3862,6 +3998,15 @@ local function hero_policy(keys, args)
       if type(v) ~= 'table' or not whole(v.max, 1) or not whole(v.per_ms, 1) then
         return bad(k .. ' is not {max, per_ms}, each at least 1')
       end
+    elseif k == 'fair' then
+      if v ~= true then return bad('fair is true or absent (clear the policy field to serve the queue first in, first out)') end
+    elseif k == 'fair_weights' then
+      if type(v) ~= 'table' then return bad('fair_weights is not an object of limit key -> turns') end
+      for key, w in pairs(v) do
+        if type(key) ~= 'string' or string.find(key, '[%s]') or not whole(w, 1) then
+          return bad('fair_weights gives ' .. tostring(key) .. ' ' .. tostring(w) .. ': each limit key needs a whole number of turns of at least 1')
+        end
+      end
     elseif k == 'backoff' then
       local why = bad_value('backoff', cjson.encode(v))
       if why then return bad('backoff ' .. why) end
@@ -3876,7 +4021,7 @@ local function hero_policy(keys, args)
     stored = cjson.encode(p)
     redis.call('HSET', hash, name, stored)
   end
-  local counts = { 0, 0, 0, 0 }
+  local counts = { 0, 0, 0, 0, 0 }
   local all = redis.call('HGETALL', hash)
   for i = 2, #all, 2 do
     local ok, q = pcall(cjson.decode, all[i])
@@ -3891,7 +4036,7 @@ local function hero_policy(keys, args)
       end
     end
   end
-  redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4])
+  redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4], 'fair', counts[5])
   return stored
 end
 

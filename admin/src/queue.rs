@@ -115,6 +115,20 @@ impl Admin {
                 "concurrency 0 would run nothing: pause the queue instead (hero pause)".into(),
             ));
         }
+        if policy.fair == Some(true) {
+            // a worker before 30 would never release the gate's jobs: refused while one is live
+            hero_protocol::fleet::Fleet::read(self.redis(), self.keys())
+                .await?
+                .require(
+                    &format!("queue {name}"),
+                    &[hero_protocol::fleet::Feature::Fair],
+                )?;
+        }
+        if policy.fair == Some(false) {
+            return Err(Error::InvalidInput(
+                "fair is set with true; to serve the queue first in, first out again, clear its policy (hero queue clear) and set the rest again".into(),
+            ));
+        }
         let merged = self.policy(&name).await?.merged(policy);
         let json = serde_json::to_string(&merged)
             .map_err(|e| hero_protocol::reply::unexpected(e.to_string()))?;

@@ -70,10 +70,14 @@ pub enum Feature {
     /// A failed attempt's `trace`, written by `hero_complete` for a worker of 30: a reader of 29
     /// or later keeps it; one before 29 refuses the record, so workers hold traces back.
     Trace,
+    /// Fair share within a queue (30): a fair queue's jobs wait in its gate, which only a fetch
+    /// of 30 or later releases; a worker before 30 would serve the queue's stream and never its
+    /// gate.
+    Fair,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 8] = [
+    pub const ALL: [Feature; 9] = [
         Feature::Unique,
         Feature::Tags,
         Feature::LimitKey,
@@ -82,6 +86,7 @@ impl Feature {
         Feature::Shards,
         Feature::JobPolicy,
         Feature::Trace,
+        Feature::Fair,
     ];
 
     /// Its name in the brokers' summary (`Fleet::summary`), which hero-py and Node read.
@@ -95,6 +100,7 @@ impl Feature {
             Feature::Shards => "shards",
             Feature::JobPolicy => "job_policy",
             Feature::Trace => "trace",
+            Feature::Fair => "fair",
         }
     }
 
@@ -108,6 +114,7 @@ impl Feature {
             Feature::Shards => "a sharded namespace",
             Feature::JobPolicy => "a job's own back-off or retention",
             Feature::Trace => "a failed attempt's trace",
+            Feature::Fair => "fair share within a queue (--fair)",
         }
     }
 
@@ -123,6 +130,7 @@ impl Feature {
             // written by workers of 30, kept by every reader of 29 and later (they keep a field
             // they do not know); a reader before 29 refuses the record
             Feature::Trace => 29,
+            Feature::Fair => 30,
         }
     }
 }

@@ -23,6 +23,10 @@ pub const POLICED_FIELD: &str = "policed";
 /// fetch asks how long the head of each aging stream has waited (`aging_order` in `fetch.lua`).
 pub const AGED_FIELD: &str = "aged";
 
+/// The config hash's field counting the fair queues: while it is above 0, appending a job asks
+/// whether its stream's queue is fair (its gate, `gate.lua`) and the fetch releases from gates.
+pub const FAIR_FIELD: &str = "fair";
+
 /// The canonical name of a queue as pause and policy keep it: `<type>[/<group>[/<instance>]]`,
 /// checked (a priority is not part of it: a control covers every level).
 pub fn queue_name(queue: &str) -> Result<String> {
@@ -203,6 +207,14 @@ pub struct Policy {
     /// higher-priority work cannot starve a level forever. Off when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aging_ms: Option<u64>,
+    /// Fair share: within each priority level, the queue's jobs are served by their limit key
+    /// in turns (round robin), not first in, first out (ARCHITECTURE.md "Fair share within a
+    /// queue"). `Some(true)` only: clearing is clearing the policy's field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair: Option<bool>,
+    /// Turns per round of a limit key under fair share (default 1 each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_weights: Option<std::collections::BTreeMap<String, u32>>,
 }
 
 impl Policy {
@@ -213,7 +225,7 @@ impl Policy {
     /// `self` with every field `other` sets replaced by its value.
     pub fn merged(mut self, other: &Policy) -> Policy {
         macro_rules! take {
-            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f.clone_from(&other.$f); } )* };
         }
         take!(
             timeout_ms,
@@ -224,7 +236,9 @@ impl Policy {
             concurrency,
             rate,
             key_rate,
-            aging_ms
+            aging_ms,
+            fair,
+            fair_weights
         );
         self
     }

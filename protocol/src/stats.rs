@@ -23,6 +23,8 @@ pub const RECOVERED: &str = "recovered";
 pub const DEAD: &str = "dead";
 /// Gauge: jobs of the stream waiting in the delayed set.
 pub const DELAYED: &str = "delayed";
+/// Gauge: jobs of a fair stream waiting in its gate (`gate.lua`), not yet on the stream.
+pub const FAIR: &str = "fair";
 /// Histogram of dispatch-to-start times: `<stream>|wait|<bucket>`, `<stream>|wait|sum`.
 pub const WAIT: &str = "wait";
 /// Histogram of start-to-end times.
@@ -101,6 +103,9 @@ pub struct StreamStats {
     pub dead: u64,
     /// A gauge, so it may read below 0 after a hand edit; shown as it is.
     pub delayed: i64,
+    /// A fair stream's jobs in its gate (a gauge, as `delayed`): waiting, though not on the
+    /// stream.
+    pub gated: i64,
     pub wait: Histogram,
     pub run: Histogram,
     /// The broker's depth sample (minute hashes only).
@@ -122,6 +127,7 @@ impl StreamStats {
             RECOVERED => self.recovered += count,
             DEAD => self.dead += count,
             DELAYED => self.delayed += n,
+            FAIR => self.gated += n,
             WAITING_SAMPLE => *self.waiting.get_or_insert(0) += count,
             other => match other.split_once(SEPARATOR) {
                 Some((WAIT, part)) => self.wait.add(part, count),

@@ -47,6 +47,7 @@ async fn the_three_languages_answer_one_scenario_alike() {
                 retention_ms: Some(3_600_000),
                 aging_ms: Some(60_000),
                 lease_ms: Some(45_000),
+                ..Policy::default()
             },
         )
         .await

@@ -307,6 +307,8 @@ impl QueueStats {
         self.recovered = t.recovered;
         self.dead = t.dead;
         self.delayed = t.delayed;
+        // a fair queue's jobs in its gate wait, though not on its stream
+        self.waiting += t.gated.max(0) as u64;
         self.wait = t.wait.clone();
         self.run = t.run.clone();
     }

@@ -87,6 +87,29 @@ pub struct SetArgs {
     /// higher, one more level per further period (e.g. 30s), so no level starves.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub aging: Option<std::time::Duration>,
+    /// Fair share: within each priority level, serve the queue's jobs by their --limit-key (the
+    /// customer) in turns, not first in, first out; jobs without a key are one key of their own.
+    #[arg(long)]
+    pub fair: bool,
+    /// Turns per round of one limit key under --fair (repeatable): <key>=<n>, e.g. gold=3.
+    #[arg(long = "fair-weight", value_name = "KEY=N", value_parser = parse_weight)]
+    pub fair_weights: Vec<(String, u32)>,
+}
+
+fn parse_weight(s: &str) -> std::result::Result<(String, u32), String> {
+    let (k, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: give <limit key>=<turns>, e.g. gold=3"))?;
+    let n: u32 = n
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("{s:?}: the turns are a whole number of at least 1"))?;
+    if k.trim().is_empty() || k.contains(char::is_whitespace) {
+        return Err(format!("{s:?}: name the limit key before the ="));
+    }
+    Ok((k.trim().to_string(), n))
 }
 
 fn parse_rate(s: &str) -> std::result::Result<hero_protocol::policy::Rate, String> {
@@ -112,9 +135,12 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
                 rate: a.rate,
                 key_rate: a.key_rate,
                 aging_ms: ms(a.aging),
+                fair: a.fair.then_some(true),
+                fair_weights: (!a.fair_weights.is_empty())
+                    .then(|| a.fair_weights.iter().cloned().collect()),
             };
             if set.is_empty() {
-                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate, --key-rate, --aging");
+                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate, --key-rate, --aging, --fair, --fair-weight");
             }
             let name = hero_protocol::policy::queue_name(&a.queue)?;
             let now = hero_admin::Admin::from(&client)
@@ -192,7 +218,7 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
             )
         };
         println!(
-            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}, rate {}, key rate {}, aging {}",
+            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}, rate {}, key rate {}, aging {}, fair {}",
             d(p.timeout_ms),
             p.retries.map_or_else(|| "-".to_string(), |r| r.to_string()),
             d(p.lease_ms),
@@ -202,6 +228,17 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
             rate(p.rate),
             rate(p.key_rate),
             d(p.aging_ms),
+            match (p.fair, &p.fair_weights) {
+                (Some(true), Some(w)) => format!(
+                    "on ({})",
+                    w.iter()
+                        .map(|(k, n)| format!("{k}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                (Some(true), None) => "on".to_string(),
+                _ => "-".to_string(),
+            },
         );
     }
     Ok(0)

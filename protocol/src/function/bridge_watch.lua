@@ -24,7 +24,8 @@
 --     error 'abandoned after <n> attempts: legacy actor of <list> did not finish within <t> s'.
 --   A dead-lettered job's record names its letter: `dead` = the entry id (protocol 30; not while
 --     a reader older than 29 is live: see dead_index).
--- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back.
+-- Stats: the stream's `finished`, `failed`, `recovered` and `dead` as jobs end or come back;
+-- `fair` when a job taken back goes into a fair queue's gate.
 -- Events: `started` (r the legacy list, a the attempt of a dual-pushed job) when a legacy actor
 -- took a job; `finished` or `error` (r the error) when it ended one no function had ended;
 -- `recovered` (q, a, r why) when a job is taken back; `dead` (q, r the reason) past the budget;

@@ -5,7 +5,8 @@
 -- ARGV[1] consumer group  ARGV[2] queue name
 -- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
 -- all wait in the delayed set yet; any priority): the sizes now, `waiting`
--- (entries not yet delivered: the group's lag, else the length less the pending), `running`
+-- (entries not yet delivered: the group's lag, else the length less the pending, plus a fair
+-- queue's jobs in its gate: the stats gauge `fair`), `running`
 -- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
 -- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
 -- reason) and `dead`, and 1 when the stream is paused.
@@ -59,7 +60,9 @@ local function hero_counts(keys, args)
           age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
         end
       end
-      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead')
+      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead', s .. '|fair')
+      -- a fair queue's jobs in its gate wait too (gate.lua): its gauge
+      waiting = waiting + math.max(tonumber(c[5]) or 0, 0)
       local p = 0
       if paused[s] then p = 1 end
       local n = #out

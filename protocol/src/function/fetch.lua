@@ -34,7 +34,8 @@
 --   stream of its tier at that level, so a steady flow of higher-priority work starves no level
 --   (see aging_order).
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock);
--- the stream's `delayed` gauge up for a job parked by its limit key's rate (see park).
+-- the stream's `delayed` gauge up for a job parked by its limit key's rate (see park); a fair
+-- queue's `fair` gauge down by the jobs released from its gate (see release).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
 --   records, and with ARGV[9] given a sixth and seventh, signal and registered
@@ -116,7 +117,8 @@ local function fetch_state(keys, args)
     end
     f.limits = limits
   end
-  f.cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged' })
+  f.cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged', 'fair' })
+  f.policies, f.released = nil, false
   f.log = event_log(keys[3], f.cfg)
   local want_limits = not f.limits and setting(f.cfg, 'limited', 0) > 0
   local want_rates = setting(f.cfg, 'rated', 0) > 0
@@ -193,10 +195,24 @@ local function claim_from(f, i)
   local lim = f.limits and f.limits[i]
   if lim and not lim.running then lim.running = limit_running(lim, prefix) end
   local rate, keyrate = f.rates and f.rates[i], f.keyrates and f.keyrates[i]
+  local fair = fair_policy(f.keys[2], stream, f, setting(f.cfg, 'fair', 0) > 0)
   while f.want > 0 do
     local asked = (lim or rate) and room_of(f, lim, rate) or f.want
     if asked <= 0 then return end
     local read = read_new(f, i, stream, asked)
+    if fair and (not read or #read < asked) then
+      -- a fair queue's stream holds only what was released: release what this read lacks
+      local got = read and #read or 0
+      if release(f.st, stream, fair, asked - got) > 0 then
+        f.released = true
+        local more = read_new(f, i, stream, asked - got)
+        if more and read then
+          for k = 1, #more do read[#read + 1] = more[k] end
+        elseif more then
+          read = more
+        end
+      end
+    end
     if not read then return end
     local short = #read < asked
     if short then
@@ -360,6 +376,6 @@ local function hero_fetch(keys, args)
     end
   end
   if #f.jobs > 0 then record_started(f) end
-  if #f.jobs > 0 or f.parked then flush_stats(f.st) end
+  if #f.jobs > 0 or f.parked or f.released then flush_stats(f.st) end
   return fetch_reply(f, f.want > 0 and wake_cursors(f) or {}, nil)
 end

@@ -1,12 +1,14 @@
 -- hero_policy: store or clear one queue's policy on one shard and count the policies the other
--- functions apply (the config hash's `limited`, `rated`, `policed`, `aged`: see policy.lua in
+-- functions apply (the config hash's `limited`, `rated`, `policed`, `aged`, `fair`: see policy.lua in
 -- the library), so every language sets a policy the same way, checked once, here.
 -- KEYS[1] policy hash  KEYS[2] config hash
 -- ARGV[1] queue name (`<type>` or `<type>/<group>`, as hero_pause names queues)
 -- ARGV[2] policy JSON
 --   the policy whole (the caller merged it with what was set), or '' (or `{}`) to clear it. Fields (all optional): timeout_ms, retries, lease_ms, retention_ms, aging_ms
 --   (whole numbers; aging at least 1), concurrency (at least 1), rate and key_rate ({max, per_ms},
---   each at least 1), backoff ({kind fixed or exponential, base_ms, cap_ms, jitter 0 to 1}).
+--   each at least 1), backoff ({kind fixed or exponential, base_ms, cap_ms, jitter 0 to 1}),
+--   fair (true: the queue's keys are served in turns, see gate.lua) and fair_weights ({limit
+--   key: turns}, each at least 1).
 -- Returns: the JSON stored ('' when cleared).
 -- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses; then
 -- nothing is written.
@@ -15,6 +17,7 @@ local POLICY_COUNTS = {
   { 'rated', { 'rate', 'key_rate' } },
   { 'policed', { 'retries', 'backoff', 'retention_ms' } },
   { 'aged', { 'aging_ms' } },
+  { 'fair', { 'fair' } },
 }
 
 local function hero_policy(keys, args)
@@ -46,6 +49,15 @@ local function hero_policy(keys, args)
       if type(v) ~= 'table' or not whole(v.max, 1) or not whole(v.per_ms, 1) then
         return bad(k .. ' is not {max, per_ms}, each at least 1')
       end
+    elseif k == 'fair' then
+      if v ~= true then return bad('fair is true or absent (clear the policy field to serve the queue first in, first out)') end
+    elseif k == 'fair_weights' then
+      if type(v) ~= 'table' then return bad('fair_weights is not an object of limit key -> turns') end
+      for key, w in pairs(v) do
+        if type(key) ~= 'string' or string.find(key, '[%s]') or not whole(w, 1) then
+          return bad('fair_weights gives ' .. tostring(key) .. ' ' .. tostring(w) .. ': each limit key needs a whole number of turns of at least 1')
+        end
+      end
     elseif k == 'backoff' then
       local why = bad_value('backoff', cjson.encode(v))
       if why then return bad('backoff ' .. why) end
@@ -60,7 +72,7 @@ local function hero_policy(keys, args)
     stored = cjson.encode(p)
     redis.call('HSET', hash, name, stored)
   end
-  local counts = { 0, 0, 0, 0 }
+  local counts = { 0, 0, 0, 0, 0 }
   local all = redis.call('HGETALL', hash)
   for i = 2, #all, 2 do
     local ok, q = pcall(cjson.decode, all[i])
@@ -75,6 +87,6 @@ local function hero_policy(keys, args)
       end
     end
   end
-  redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4])
+  redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4], 'fair', counts[5])
   return stored
 end

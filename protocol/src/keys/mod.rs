@@ -276,6 +276,17 @@ impl Keyspace {
     }
 
     /// Set: every work stream that exists, so the broker can walk them without SCAN.
+    /// A fair stream's ring: the limit keys with jobs in its gate, in turn (`gate.lua`).
+    pub fn fair_ring(&self, stream: &str) -> String {
+        format!("{stream}:fair")
+    }
+
+    /// A fair stream's lane of one limit key ('' for jobs without one): its gated jobs, FIFO,
+    /// each `<id>` or `<id> <attempts>`.
+    pub fn fair_lane(&self, stream: &str, limit_key: &str) -> String {
+        format!("{stream}:fair:{limit_key}")
+    }
+
     pub fn queues(&self) -> String {
         format!("{}:meta:queues", self.prefix)
     }

@@ -282,9 +282,37 @@ impl Inspector {
             });
             match last {
                 Some(last) if entries.len() == PAGE => start = format!("({last}"),
-                _ => return Ok(jobs),
+                _ => break,
             }
         }
+        // a fair queue's jobs waiting in its gate are queued too, though not yet on the stream
+        let ring: Vec<String> = self
+            .redis
+            .query(
+                redis::cmd("LRANGE")
+                    .arg(self.keys.fair_ring(stream))
+                    .arg(0)
+                    .arg(-1),
+            )
+            .await
+            .unwrap_or_default();
+        for key in ring {
+            let lane: Vec<String> = self
+                .redis
+                .query(
+                    redis::cmd("LRANGE")
+                        .arg(self.keys.fair_lane(stream, &key))
+                        .arg(0)
+                        .arg(-1),
+                )
+                .await
+                .unwrap_or_default();
+            jobs.extend(
+                lane.iter()
+                    .filter_map(|item| item.split(' ').next().map(str::to_string)),
+            );
+        }
+        Ok(jobs)
     }
 }
 

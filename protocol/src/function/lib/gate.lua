@@ -26,27 +26,22 @@ local function any_fair(registry, memo)
   return on
 end
 
--- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`,
--- and once per call and stream wakes the workers blocked on the stream with a wake-up entry
--- (`w`, as a resumed queue's: the fetch acknowledges and deletes it).
+-- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`.
+-- A worker sleeps on a fair stream only after a fetch found its gate empty (a fetch that came up
+-- short released all it could), so the workers are woken with a wake-up entry (`w`, as a resumed
+-- queue's: the fetch acknowledges and deletes it) only when the gate was empty: when the ring
+-- gets its first key.
 -- Writes stats: `fair` (the stream's gauge of jobs in its gate).
-local function gate(registry, stream, job_id, attempts, memo)
+local function gate(registry, stream, job_id, attempts)
   local ns = ns_of_registry(registry)
   local key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or ''
   local item = job_id
   if attempts then item = job_id .. ' ' .. attempts end
-  if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1 then
-    redis.call('RPUSH', fair_ring_of(stream), key)
+  if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1
+    and redis.call('RPUSH', fair_ring_of(stream), key) == 1 then
+    redis.call('XADD', stream, '*', 'w', '1')
   end
   redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
-  local woke = memo and memo.woke
-  if not (woke and woke[stream]) then
-    redis.call('XADD', stream, '*', 'w', '1')
-    if memo then
-      memo.woke = woke or {}
-      memo.woke[stream] = true
-    end
-  end
 end
 
 -- Append a job id to a work stream, registering the stream on first use (register). Returns
@@ -63,7 +58,7 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
     local memo = known or {}
     if fair_policy(ns_of_registry(registry) .. 'meta:config', stream, memo, true) then
       if known then known[stream] = 'fair' end
-      gate(registry, stream, job_id, attempts, memo)
+      gate(registry, stream, job_id, attempts)
       return nil
     end
   end
