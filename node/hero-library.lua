@@ -1089,6 +1089,16 @@ local function queue_policies(keys, want_limits, want_rates, want_aging)
   return limits, rates, keyrates, agings
 end
 
+-- The age (ms) of the job a fair stream's gate serves next (its ring's head key's oldest), or
+-- nil when the gate is empty (gate.lua): what priority aging reads for a fair stream, whose stream holds
+-- only the jobs released.
+local function gate_head_ms(stream)
+  local key = redis.call('LINDEX', fair_ring_of(stream), 0)
+  if not key then return nil end
+  local item = redis.call('LINDEX', fair_lane_of(stream, key), 0)
+  return item and tonumber(string.match(item, '^%S+ (%d+)'))
+end
+
 -- The order to walk the streams in when some have aged (nil: as given). A stream of level p > 0
 -- with an aging period whose oldest undelivered entry (the one after its group's last
 -- delivered) has waited k whole periods ranks as level max(0, p - k), ahead of the streams of
@@ -1119,9 +1129,10 @@ local function aging_order(keys, n, present, agings, group)
       end
       if last then
         local head = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
-        if head[1] then
+        -- a fair stream holds only what was released: its gate's next job ages it
+        local born = head[1] and tonumber(string.match(head[1][1], '^(%d+)')) or gate_head_ms(key)
+        if born then
           now = now or server_ms()
-          local born = tonumber(string.match(head[1][1], '^(%d+)')) or now
           local k = math.floor((now - born) / period)
           if k > 0 then
             at, aged, moved = math.max(0, level - k), 0, true
@@ -1228,11 +1239,14 @@ end
 -- Appending a job to a work stream, and fair share within a queue (ARCHITECTURE.md "Fair share
 -- within a queue"). A stream whose queue policy sets `fair` has a gate in front of it: a job
 -- queued there waits in its limit key's lane `<stream>:fair:<key>` (FIFO; '' for a job without
--- a key), and the key waits in the stream's ring `<stream>:fair` while its lane has jobs. The
--- fetch releases jobs onto the stream in turns, as many as it is about to claim (release), so
--- the stream itself stays first in, first out and everything that reads it (pending lists,
--- recovery, trimming, the audit) is unchanged. Nothing here is read while no queue is fair (the
--- config hash's `fair` counts them).
+-- a key; items `<job id> <ms queued>[ <attempts>]`), and the key waits in the stream's ring
+-- `<stream>:fair` while its lane has jobs. The fetch releases jobs onto the stream in turns, as
+-- many as it is about to claim (release), so the stream itself stays first in, first out and
+-- everything that reads it (pending lists, recovery, trimming, the audit) is unchanged. A key
+-- held by `hero pause <type> --key` (the set `<ns>:meta:held`, members `<queue>|<key>`) leaves
+-- the ring until it is resumed; a key at its queue's `key_concurrency` keeps its place but is
+-- passed over. Nothing here is read while no queue is fair (the config hash's `fair` counts
+-- them).
 
 -- The policy of `stream`'s queue when it is fair, else nil. `memo` is a per-call table (see
 -- stream_policy), `config_key` the config hash, `fair_on` whether any queue is fair.
@@ -1253,20 +1267,50 @@ local function any_fair(registry, memo)
   return on
 end
 
--- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`.
--- A worker sleeps on a fair stream only after a fetch found its gate empty (a fetch that came up
--- short released all it could), so the workers are woken with a wake-up entry (`w`, as a resumed
--- queue's: the fetch acknowledges and deletes it) only when the gate was empty: when the ring
--- gets its first key.
+-- The queue names that cover `stream` (`<type>`, `<type>/<group>`, `<type>/<group>/<inst>`),
+-- most specific last: the names a held key may be held under.
+local function names_of(stream)
+  local p = stream_parts(stream)
+  if not p then return {}, '' end
+  local out = { p.type }
+  if p.group then
+    out[2] = p.type .. '/' .. p.group
+    if p.instance then out[3] = out[2] .. '/' .. p.instance end
+  end
+  return out, p.prefix
+end
+
+-- Whether limit key `key` of `stream`'s queue is held (paused by key) under any name covering it.
+local function held(stream, key)
+  local names, ns = names_of(stream)
+  if #names == 0 then return false end
+  local ask = {}
+  for k = 1, #names do ask[k] = names[k] .. '|' .. key end
+  for _, m in ipairs(redis.call('SMISMEMBER', ns .. ':meta:held', unpack(ask))) do
+    if m == 1 then return true end
+  end
+  return false
+end
+
+-- Puts `key` at the back of fair stream `stream`'s ring; the first key of an empty ring wakes
+-- the workers with a wake-up entry (`w`, as a resumed queue's: the fetch acknowledges and
+-- deletes it), for a worker sleeps on a fair stream only after a fetch found its gate empty.
+local function ring_in(stream, key)
+  if redis.call('RPUSH', fair_ring_of(stream), key) == 1 then
+    redis.call('XADD', stream, '*', 'w', '1')
+  end
+end
+
+-- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`;
+-- its key joins the ring when the lane was empty, unless the key is held.
 -- Writes stats: `fair` (the stream's gauge of jobs in its gate).
 local function gate(registry, stream, job_id, attempts)
   local ns = ns_of_registry(registry)
   local key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or ''
-  local item = job_id
-  if attempts then item = job_id .. ' ' .. attempts end
-  if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1
-    and redis.call('RPUSH', fair_ring_of(stream), key) == 1 then
-    redis.call('XADD', stream, '*', 'w', '1')
+  local item = job_id .. ' ' .. server_ms()
+  if attempts then item = item .. ' ' .. attempts end
+  if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1 and not held(stream, key) then
+    ring_in(stream, key)
   end
   redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
 end
@@ -1297,28 +1341,60 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
   return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
+-- The running set of limit key `key` under policy `p`'s `key_concurrency` for `stream`:
+-- `<ns>:meta:limit:<queue>|<key>`, the queue being the name whose own policy sets it (the
+-- group's, else the type's); nil without one.
+local function key_cap_set(config_key, stream, p, key)
+  if not tonumber(p.key_concurrency) then return nil end
+  local q = p.kc_queue
+  if not q then
+    local names = names_of(stream)
+    q = names[1] or ''
+    if names[2] then
+      local raw = redis.call('HGET', policy_key_of(config_key), names[2])
+      local ok, d = pcall(cjson.decode, raw or 'null')
+      if ok and type(d) == 'table' and d.key_concurrency then q = names[2] end
+    end
+    p.kc_queue = q
+  end
+  return limit_key_of(config_key, q) .. '|' .. key
+end
+
 -- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns: the ring's
 -- head key gives up to its weight of jobs (policy `p`'s `fair_weights`, default 1; a turn is at
--- most what this fetch still wants) and goes back to the ring's tail while its lane has jobs.
--- O(jobs moved + turns), whatever the number of keys. Returns how many it moved.
+-- most what this fetch still wants, and within `key_concurrency` the room its key has left) and
+-- goes back to the ring's tail while its lane has jobs. A key with no room keeps its place at
+-- the tail; at most d + 32 turns are looked at. O(jobs moved + turns), whatever the number of
+-- keys. Returns how many it moved, and whether a key's concurrency held jobs back.
 -- Writes stats: `fair` (down by the jobs moved).
-local function release(st, stream, p, d)
-  local ring, moved, weights = fair_ring_of(stream), 0, p.fair_weights
-  while moved < d do
+local function release(st, config_key, prefix, stream, p, d)
+  local ring, moved, weights, capped, turns = fair_ring_of(stream), 0, p.fair_weights, false, 0
+  local cap = tonumber(p.key_concurrency)
+  while moved < d and turns < d + 32 do
+    turns = turns + 1
     local key = redis.call('LPOP', ring)
     if not key then break end
     local lane = fair_lane_of(stream, key)
     local n = math.min(type(weights) == 'table' and tonumber(weights[key]) or 1, d - moved)
-    local items = redis.call('LPOP', lane, n)
-    if items then
+    local running = cap and { key = key_cap_set(config_key, stream, p, key), max = cap }
+    if running then n = math.min(n, cap - limit_running(running, prefix)) end
+    local items = n > 0 and redis.call('LPOP', lane, n)
+    if n <= 0 then
+      capped = true
+      redis.call('RPUSH', ring, key)
+    elseif items then
+      local ms = running and server_ms()
       for k = 1, #items do
-        local id, a = string.match(items[k], '^(%S+) ?(%S*)$')
+        local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
         if id then
           if a ~= '' then
             redis.call('XADD', stream, '*', 'j', id, 'a', a)
           else
             redis.call('XADD', stream, '*', 'j', id)
           end
+          -- released to be claimed by this fetch at once: it runs (a stale one is dropped
+          -- from the set when the set is next full, see limit_running)
+          if running then redis.call('ZADD', running.key, ms, id) end
         end
       end
       moved = moved + #items
@@ -1326,7 +1402,25 @@ local function release(st, stream, p, d)
     end
   end
   if moved > 0 then tally(st, stream, 'fair', -moved) end
-  return moved
+  return moved, capped
+end
+
+-- Takes job `job_id`, queued with limit key `key`, out of fair stream `stream`'s gate (a
+-- requeue moving it elsewhere): its lane is read whole (an operator's action, O(lane)), and a
+-- lane left empty takes its key out of the ring. Returns whether it was there.
+-- Writes stats: `fair` (down by one when it was).
+local function ungate(st, stream, job_id, key)
+  local lane = fair_lane_of(stream, key)
+  local items = redis.call('LRANGE', lane, 0, -1)
+  for k = 1, #items do
+    if string.match(items[k], '^(%S+)') == job_id then
+      redis.call('LREM', lane, 1, items[k])
+      if redis.call('LLEN', lane) == 0 then redis.call('LREM', fair_ring_of(stream), 0, key) end
+      tally(st, stream, 'fair', -1)
+      return true
+    end
+  end
+  return false
 end
 
 -- hero function library, shared helpers continued: batches (a set of jobs that calls back once
@@ -2268,7 +2362,9 @@ local function claim_from(f, i)
     if fair and (not read or #read < asked) then
       -- a fair queue's stream holds only what was released: release what this read lacks
       local got = read and #read or 0
-      if release(f.st, stream, fair, asked - got) > 0 then
+      local moved, capped = release(f.st, f.keys[2], prefix, stream, fair, asked - got)
+      if capped then f.limited = 1 end
+      if moved > 0 then
         f.released = true
         local more = read_new(f, i, stream, asked - got)
         if more and read then
@@ -3511,7 +3607,8 @@ end
 -- ARGV[9] instance ('' for none)  ARGV[10] priority level ('' for the default)
 -- By what the record says:
 --   waiting (delayed or retry back-off): it leaves the delayed set and is queued now;
---   dispatched: its entry in the current stream is found (a queued record does not name it: the
+--   dispatched: taken out of the current stream's gate when its queue is fair and it waits
+--     there (gate.lua), else its entry in the current stream is found (a queued record does not name it: the
 --     stream is read from the cursor, 1000 entries per call at most) and deleted, then it is
 --     queued anew; no entry found to the end: it is queued all the same (it was in no stream);
 --   started: its delivery is acknowledged and deleted (the lease is revoked: the worker's
@@ -3522,7 +3619,8 @@ end
 --     the dead-letter stream: the job is no longer dead); pending again in its batch while the
 --     batch is not done.
 -- The record takes the new target (script_type, group, instance, priority), status dispatched.
--- Stats: the current stream's `delayed` gauge down for a waiting job.
+-- Stats: the current stream's `delayed` gauge down for a waiting job, its `fair` gauge down
+-- for a job taken out of its gate.
 -- Events: `requeued` (q the new stream, r where it was taken from).
 -- Returns: {answer, cursor}: 'requeued'; 'searching' with the cursor to call again from (the
 -- entry was not among the entries read); 'changed' (it started on another worker since the
@@ -3543,7 +3641,18 @@ local function hero_requeue(keys, args)
     from = 'delayed'
   elseif status == 'dispatched' then
     local entry = f[4]
-    if not entry or entry == '' then
+    -- a fair queue's job may wait in its gate rather than the stream (gate.lua)
+    local lane_key = redis.call('HGET', job_key, 'limit_key') or ''
+    if redis.call('EXISTS', fair_lane_of(old, lane_key)) == 1 then
+      local st = stats(keys[8])
+      if ungate(st, old, job_id, lane_key) then
+        flush_stats(st)
+        entry = 'gated'
+      end
+    end
+    if entry == 'gated' then
+      entry = nil
+    elseif not entry or entry == '' then
       -- the record does not name its entry: read the stream for it, a page per call
       local start = '-'
       if cursor ~= '0-0' then start = '(' .. cursor end
@@ -3680,15 +3789,38 @@ end
 -- KEYS[4] config hash  KEYS[5] event log
 -- ARGV[1] 'pause' or 'resume'  ARGV[2] queue name: `<type>`, `<type>/<group>` or
 --   `<type>/<group>/<instance>`, covering every stream under it at any priority
+-- ARGV[3] limit key (optional, since protocol 30): pause or resume that key of a fair queue
+--   only. A paused key is held (`<ns>:meta:held`, members `<name>|<key>`): its jobs stay in their lanes
+--   of the fair streams the name covers (gate.lua), out of the ring, while the other keys flow;
+--   resuming puts it back at the ring's tail of each such stream where it has jobs.
 -- A stream stays paused while any paused name covers it: resuming `osis` leaves `osis/io`
 -- paused when it was paused by name.
--- Events: `paused` or `resumed` (j the queue name, r how many streams moved).
--- Returns: how many streams moved.
+-- Events: `paused` or `resumed` (j the queue name, r how many streams moved, or `key <key>`).
+-- Returns: how many streams moved (for a key, how many streams it was held or resumed in).
 -- Errors: HERO_BAD_ARG for an action other than pause or resume.
 local function hero_pause(keys, args)
   local registry, paused, names = keys[1], keys[2], keys[3]
-  local action, name = args[1], args[2]
+  local action, name, key = args[1], args[2], args[3]
   local moved = 0
+  if key and (action == 'pause' or action == 'resume') then
+    local held_set = meta_key(keys[4], 'held')
+    if action == 'pause' then redis.call('SADD', held_set, name .. '|' .. key)
+    else redis.call('SREM', held_set, name .. '|' .. key) end
+    for _, s in ipairs(redis.call('SUNION', registry, paused)) do
+      if covers(name, stream_parts(s)) and redis.call('EXISTS', fair_lane_of(s, key)) == 1 then
+        local ring = fair_ring_of(s)
+        if action == 'pause' then
+          redis.call('LREM', ring, 0, key)
+          moved = moved + 1
+        elseif not held(s, key) and not redis.call('LPOS', ring, key) then
+          ring_in(s, key)
+          moved = moved + 1
+        end
+      end
+    end
+    log_event(event_log(keys[5], settings(keys[4])), action .. 'd', name, nil, nil, nil, 'key ' .. key)
+    return moved
+  end
   if action == 'pause' then
     redis.call('SADD', names, name)
     for _, s in ipairs(redis.call('SMEMBERS', registry)) do
@@ -3956,8 +4088,9 @@ end
 --   the policy whole (the caller merged it with what was set), or '' (or `{}`) to clear it. Fields (all optional): timeout_ms, retries, lease_ms, retention_ms, aging_ms
 --   (whole numbers; aging at least 1), concurrency (at least 1), rate and key_rate ({max, per_ms},
 --   each at least 1), backoff ({kind fixed or exponential, base_ms, cap_ms, jitter 0 to 1}),
---   fair (true: the queue's keys are served in turns, see gate.lua) and fair_weights ({limit
---   key: turns}, each at least 1).
+--   fair (true: the queue's keys are served in turns, see gate.lua), fair_weights ({limit
+--   key: turns}, each at least 1) and key_concurrency (at least 1: running jobs of one limit
+--   key across every worker; only with fair, on this policy or its type's).
 -- Returns: the JSON stored ('' when cleared).
 -- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses; then
 -- nothing is written.
@@ -4007,6 +4140,14 @@ local function hero_policy(keys, args)
           return bad('fair_weights gives ' .. tostring(key) .. ' ' .. tostring(w) .. ': each limit key needs a whole number of turns of at least 1')
         end
       end
+    elseif k == 'key_concurrency' then
+      if not whole(v, 1) then return bad('key_concurrency is not a whole number of at least 1 (to run none of a key, pause the key)') end
+      local fair = p.fair
+      if not fair and g ~= '' then
+        local ok, tp = pcall(cjson.decode, redis.call('HGET', hash, t) or 'null')
+        fair = ok and type(tp) == 'table' and tp.fair
+      end
+      if not fair then return bad('key_concurrency needs fair share: a key\'s jobs wait in its lane of the gate until it has room (set fair too: hero queue set ' .. t .. ' --fair)') end
     elseif k == 'backoff' then
       local why = bad_value('backoff', cjson.encode(v))
       if why then return bad('backoff ' .. why) end

@@ -215,6 +215,10 @@ pub struct Policy {
     /// Turns per round of a limit key under fair share (default 1 each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_weights: Option<std::collections::BTreeMap<String, u32>>,
+    /// At most this many running jobs of one limit key across every worker (fair queues only:
+    /// a key's jobs wait in its lane of the gate until it has room).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_concurrency: Option<u32>,
 }
 
 impl Policy {
@@ -238,7 +242,8 @@ impl Policy {
             key_rate,
             aging_ms,
             fair,
-            fair_weights
+            fair_weights,
+            key_concurrency
         );
         self
     }

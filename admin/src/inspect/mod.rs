@@ -2,7 +2,7 @@
 //! rather than of one job, answered from Redis without changing it. Listing lives here (by
 //! status in `by_status`), the event log in `events`, queue stats in `queues`, the workers in
 //! `actors` (their presence found by name, and by one bounded scan the process shares, in
-//! `presence`), dead letters in `dead`, batches in `batches`, the audit in `audit`. Each costs
+//! `presence`), dead letters in `dead`, a fair queue's keys in `fair`, batches in `batches`, the audit in `audit`. Each costs
 //! Redis O(queues + workers + page), never O(jobs) nor a walk of the keyspace per question,
 //! except listing every job and the audit.
 
@@ -12,6 +12,7 @@ mod batches;
 mod by_status;
 mod dead;
 mod events;
+mod fair;
 mod presence;
 mod queues;
 
@@ -19,6 +20,7 @@ pub use actors::{Actor, Holding};
 pub use audit::{AuditReport, Class, Finding};
 pub use dead::{DeadLetter, DEAD_FIELD, FALLBACK_LETTERS};
 pub use events::{Event, EventFilter, EventFollower};
+pub use fair::{FairKeys, KeyWaiting};
 pub use presence::{PresenceScan, SCAN_CALLS, SCAN_COUNT, SCAN_REFRESH};
 pub use queues::{Minute, QueueStats};
 

@@ -47,6 +47,9 @@ pub struct QueueStats {
     pub oldest_waiting_ms: Option<u64>,
     /// No worker takes a new job from it (`hero pause`).
     pub paused: bool,
+    /// A fair queue's limit keys with jobs waiting in its gate (its ring's length: a held key
+    /// is not counted); 0 for a queue served first in, first out.
+    pub keys: u64,
 }
 
 impl QueueStats {
@@ -76,6 +79,7 @@ impl QueueStats {
             "wait": hist(&self.wait),
             "run": hist(&self.run),
             "paused": self.paused,
+            "keys": self.keys,
         })
     }
 }
@@ -204,7 +208,7 @@ impl Inspector {
             );
         }
         for s in &streams {
-            Gauges::ask(&mut pipe, s);
+            Gauges::ask(&mut pipe, s, &self.keys.fair_ring(s));
         }
         let mut replies = self.redis.pipeline(&pipe).await?.into_iter();
         let mut next = || {
@@ -224,7 +228,7 @@ impl Inspector {
         let mut queues = Vec::with_capacity(streams.len());
         let mut last_delivered = Vec::with_capacity(streams.len());
         for stream in &streams {
-            let g = Gauges::decode(next(), next(), next());
+            let g = Gauges::decode(next(), next(), next(), next());
             let mut q = QueueStats {
                 name: self.keys.queue_name(stream),
                 stream: stream.clone(),
@@ -232,6 +236,7 @@ impl Inspector {
                 running: g.running,
                 done_per_minute: *done.get(stream).unwrap_or(&0) as f64 / RATE_MINUTES as f64,
                 paused: paused.contains(stream),
+                keys: g.keys,
                 ..QueueStats::default()
             };
             if let Some(t) = totals.get(stream) {
@@ -297,6 +302,7 @@ impl QueueStats {
         self.run.absorb(&o.run);
         self.oldest_waiting_ms = self.oldest_waiting_ms.max(o.oldest_waiting_ms);
         self.paused |= o.paused;
+        self.keys += o.keys;
     }
 
     /// The counters and histograms the functions keep for this queue's stream.
@@ -324,23 +330,32 @@ struct Gauges {
     /// The group's lag: entries not yet delivered (absent when Redis cannot tell).
     lag: Option<u64>,
     last_delivered: Option<String>,
+    /// The fair gate's ring length: keys with work.
+    keys: u64,
 }
 
 impl Gauges {
-    /// Adds the three reads [`Gauges::decode`] takes, in its order.
-    fn ask(pipe: &mut redis::Pipeline, stream: &str) {
+    /// Adds the four reads [`Gauges::decode`] takes, in its order.
+    fn ask(pipe: &mut redis::Pipeline, stream: &str, ring: &str) {
         pipe.cmd("XLEN").arg(stream);
         pipe.cmd("XPENDING").arg(stream).arg(CONSUMER_GROUP);
         pipe.cmd("XINFO").arg("GROUPS").arg(stream);
+        pipe.cmd("LLEN").arg(ring);
     }
 
-    /// XLEN, the XPENDING summary (`[count, lowest, highest, consumers]`) and XINFO GROUPS
-    /// (a map per group, read by field name). A stream deleted or broken by hand answers
+    /// XLEN, the XPENDING summary (`[count, lowest, highest, consumers]`), XINFO GROUPS
+    /// (a map per group, read by field name) and the fair ring's LLEN. A stream deleted or broken by hand answers
     /// errors: it reads as empty.
-    fn decode(len: Result<Value>, pending: Result<Value>, groups: Result<Value>) -> Gauges {
+    fn decode(
+        len: Result<Value>,
+        pending: Result<Value>,
+        groups: Result<Value>,
+        ring: Result<Value>,
+    ) -> Gauges {
         let count = |v: &Value| reply::int(v).ok().map(|n| n.max(0) as u64);
         let mut g = Gauges {
             len: len.ok().as_ref().and_then(count).unwrap_or(0),
+            keys: ring.ok().as_ref().and_then(count).unwrap_or(0),
             running: pending
                 .ok()
                 .and_then(|v| reply::array(&v).ok()?.first().and_then(count))
@@ -406,18 +421,22 @@ mod tests {
             ]),
         ]);
         let pending = Value::Array(vec![Value::Int(4), bulk("5-0"), bulk("7-0"), Value::Nil]);
-        let g = Gauges::decode(Ok(Value::Int(9)), Ok(pending), Ok(groups));
+        let g = Gauges::decode(Ok(Value::Int(9)), Ok(pending), Ok(groups), Ok(Value::Int(2)));
         assert_eq!(
             g,
             Gauges {
                 len: 9,
                 running: 4,
                 lag: Some(3),
-                last_delivered: Some("7-0".into())
+                last_delivered: Some("7-0".into()),
+                keys: 2,
             }
         );
         let gone = || Err(hero_protocol::reply::unexpected("NOGROUP"));
-        assert_eq!(Gauges::decode(gone(), gone(), gone()), Gauges::default());
+        assert_eq!(
+            Gauges::decode(gone(), gone(), gone(), gone()),
+            Gauges::default()
+        );
     }
 
     #[test]

@@ -168,8 +168,16 @@ pub enum Command {
     #[command(after_long_help = examples::EVENTS)]
     Events(EventsArgs),
     /// Every queue: waiting, delayed, running, failed, dead, done per minute, wait and run
-    /// times, the oldest waiting job's age.
-    Queues,
+    /// times, the oldest waiting job's age (and a fair queue's keys with work).
+    Queues {
+        /// A fair queue's limit keys instead: how many have jobs waiting, the --top with the
+        /// most, and the paused ones (<type>[/<group>[/<instance>]]).
+        #[arg(long, value_name = "QUEUE")]
+        keys: Option<String>,
+        /// How many keys --keys lists.
+        #[arg(long, default_value_t = 10, requires = "keys")]
+        top: usize,
+    },
     /// Live workers from their presence, and gone ones that still hold jobs.
     Actors,
     /// Move a job to a queue (its own by default), wherever it is: queued, running (its lease is
@@ -220,6 +228,9 @@ pub enum Command {
     Pause {
         /// <type>[/<group>[/<instance>]]: every stream under it, at every priority.
         queue: String,
+        /// Pause only this limit key of a fair queue: its jobs wait while the other keys flow.
+        #[arg(long)]
+        key: Option<String>,
     },
     /// A queue's policy: default timeout, retry budget, back-off, lease, retention, and a
     /// concurrency limit across all workers.
@@ -229,6 +240,9 @@ pub enum Command {
     Resume {
         /// <type>[/<group>[/<instance>]], as it was paused.
         queue: String,
+        /// Resume only this limit key of a fair queue (paused with `hero pause --key`).
+        #[arg(long)]
+        key: Option<String>,
     },
     /// Batches: close one with its callback jobs (run once every member ended), show one,
     /// list them. Members join with `hero submit --batch NAME`.
@@ -511,17 +525,21 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Children { id } => stop::children(g, id).await,
         Command::Jobs(args) => jobs::jobs(g, args).await,
         Command::Events(args) => events::events(g, args).await,
-        Command::Queues => queues::queues(g).await,
+        Command::Queues { keys: None, .. } => queues::queues(g).await,
+        Command::Queues {
+            keys: Some(q),
+            top,
+        } => queues::keys(g, q, *top).await,
         Command::Actors => actors::actors(g).await,
         Command::Dead(cmd) => dead::dead(g, cmd).await,
         Command::Audit { fix } => audit::audit(g, *fix).await,
         Command::Requeue(args) => requeue::requeue(g, args).await,
         Command::Track { id, off } => jobs::track(g, id, !*off).await,
-        Command::Pause { queue: q } => queue::pause(g, q, true).await,
+        Command::Pause { queue: q, key } => queue::pause(g, q, key.as_deref(), true).await,
         Command::Queue(cmd) => queue::queue(g, cmd).await,
         Command::Cron(cmd) => cron::cron(g, cmd).await,
         Command::Config(ConfigCommand::Show) => config_show::show(g),
-        Command::Resume { queue: q } => queue::pause(g, q, false).await,
+        Command::Resume { queue: q, key } => queue::pause(g, q, key.as_deref(), false).await,
         Command::Batch(cmd) => batch::batch(g, cmd).await,
         Command::Shards(cmd) => shards::shards(g, cmd).await,
     }

@@ -6,9 +6,27 @@ use anyhow::Result;
 use super::context::{connect, resolve_url};
 use super::Global;
 
-pub(super) async fn pause(g: &Global, queue: &str, on: bool) -> Result<i32> {
+pub(super) async fn pause(g: &Global, queue: &str, key: Option<&str>, on: bool) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
     let name = hero_protocol::policy::queue_name(queue)?;
+    if let Some(key) = key {
+        let admin = hero_admin::Admin::from(&client);
+        let n = if on {
+            admin.pause_key(&name, key).await?
+        } else {
+            admin.resume_key(&name, key).await?
+        };
+        let word = if on { "paused" } else { "resumed" };
+        if g.json {
+            println!(
+                "{}",
+                serde_json::json!({"queue": name, "key": key, "paused": on, "streams": n})
+            );
+        } else {
+            println!("{name}: key {key:?} {word} (it has jobs in {n} work streams)");
+        }
+        return Ok(0);
+    }
     let moved = if on {
         hero_admin::Admin::from(&client).pause(&name).await?
     } else {
@@ -94,6 +112,9 @@ pub struct SetArgs {
     /// Turns per round of one limit key under --fair (repeatable): <key>=<n>, e.g. gold=3.
     #[arg(long = "fair-weight", value_name = "KEY=N", value_parser = parse_weight)]
     pub fair_weights: Vec<(String, u32)>,
+    /// At most this many running jobs of one limit key across every worker (with --fair).
+    #[arg(long = "key-concurrency", value_name = "N")]
+    pub key_concurrency: Option<u32>,
 }
 
 fn parse_weight(s: &str) -> std::result::Result<(String, u32), String> {
@@ -138,9 +159,10 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
                 fair: a.fair.then_some(true),
                 fair_weights: (!a.fair_weights.is_empty())
                     .then(|| a.fair_weights.iter().cloned().collect()),
+                key_concurrency: a.key_concurrency,
             };
             if set.is_empty() {
-                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate, --key-rate, --aging, --fair, --fair-weight");
+                anyhow::bail!("nothing to set: give at least one of --timeout, --retries, --backoff, --lease, --retention, --concurrency, --rate, --key-rate, --aging, --fair, --fair-weight, --key-concurrency");
             }
             let name = hero_protocol::policy::queue_name(&a.queue)?;
             let now = hero_admin::Admin::from(&client)
@@ -218,7 +240,7 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
             )
         };
         println!(
-            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}, rate {}, key rate {}, aging {}, fair {}",
+            "{q}: timeout {}, retries {}, backoff {backoff}, lease {}, retention {}, concurrency {}, rate {}, key rate {}, aging {}, fair {}, key concurrency {}",
             d(p.timeout_ms),
             p.retries.map_or_else(|| "-".to_string(), |r| r.to_string()),
             d(p.lease_ms),
@@ -239,6 +261,8 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
                 (Some(true), None) => "on".to_string(),
                 _ => "-".to_string(),
             },
+            p.key_concurrency
+                .map_or_else(|| "-".to_string(), |n| n.to_string()),
         );
     }
     Ok(0)

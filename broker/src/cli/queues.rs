@@ -1,4 +1,5 @@
-//! `hero queues`: every queue with its gauges, counters, rate and times.
+//! `hero queues`: every queue with its gauges, counters, rate and times; `--keys`: a fair
+//! queue's limit keys.
 
 use anyhow::Result;
 
@@ -41,28 +42,70 @@ pub(super) async fn queues(g: &Global) -> Result<i32> {
                 times(&q.run),
                 q.oldest_waiting_ms.map_or_else(|| "-".to_string(), ms),
                 if q.paused { "yes" } else { "no" }.to_string(),
+                q.keys.to_string(),
             ]
         })
         .collect();
-    print!(
-        "{}",
-        render(
-            &[
-                text("QUEUE"),
-                num("WAITING"),
-                num("DELAYED"),
-                num("RUNNING"),
-                num("FINISHED"),
-                num("FAILED"),
-                num("DEAD"),
-                num("DONE/MIN"),
-                num("WAIT p50/p99"),
-                num("RUN p50/p99"),
-                num("OLDEST"),
-                text("PAUSED"),
-            ],
-            &rows
-        )
-    );
+    // the KEYS column only where fair share is in use
+    let fair = queues.iter().any(|q| q.keys > 0);
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|mut r| {
+            if !fair {
+                r.pop();
+            }
+            r
+        })
+        .collect();
+    let mut columns = vec![
+        text("QUEUE"),
+        num("WAITING"),
+        num("DELAYED"),
+        num("RUNNING"),
+        num("FINISHED"),
+        num("FAILED"),
+        num("DEAD"),
+        num("DONE/MIN"),
+        num("WAIT p50/p99"),
+        num("RUN p50/p99"),
+        num("OLDEST"),
+        text("PAUSED"),
+    ];
+    if fair {
+        columns.push(num("KEYS"));
+    }
+    print!("{}", render(&columns, &rows));
+    Ok(0)
+}
+
+/// `hero queues --keys <queue>`: a fair queue's keys with work, the `top` with the most jobs
+/// waiting, and its paused keys.
+pub(super) async fn keys(g: &Global, queue: &str, top: usize) -> Result<i32> {
+    let client = connect(g, &resolve_url(g)).await?;
+    let name = hero_protocol::policy::queue_name(queue)?;
+    let k = hero_admin::Inspector::from(&client)
+        .fair_keys(&name, top)
+        .await?;
+    if g.json {
+        let mut v = k.to_json();
+        v["queue"] = serde_json::json!(name);
+        println!("{v}");
+        return Ok(0);
+    }
+    println!("{name}: {} keys with jobs waiting", k.keys);
+    if !k.top.is_empty() {
+        let rows: Vec<Vec<String>> = k
+            .top
+            .iter()
+            .map(|w| {
+                let key = if w.key.is_empty() { "(no key)".to_string() } else { w.key.clone() };
+                vec![key, w.waiting.to_string()]
+            })
+            .collect();
+        print!("{}", render(&[text("KEY"), num("WAITING")], &rows));
+    }
+    for h in &k.held {
+        println!("paused: {h}");
+    }
     Ok(0)
 }

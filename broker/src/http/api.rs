@@ -34,6 +34,7 @@ type ApiResult = Result<Json<Value>, ApiError>;
 pub fn routes() -> Router<App> {
     Router::new()
         .route("/api/queues", get(queues))
+        .route("/api/keys", get(fair_keys))
         .route("/api/actors", get(actors))
         .route("/api/shards", get(shards))
         .route("/api/jobs", get(jobs))
@@ -88,6 +89,24 @@ async fn queues(State(app): State<App>) -> ApiResult {
     Ok(Json(json!({
         "queues": queues.iter().map(hero_admin::inspect::QueueStats::to_json).collect::<Vec<_>>()
     })))
+}
+
+#[derive(Deserialize)]
+struct KeysQuery {
+    queue: String,
+    top: Option<usize>,
+}
+
+/// A fair queue's limit keys with work (`hero queues --keys`): `?queue=<name>&top=<n>`.
+async fn fair_keys(State(app): State<App>, Query(q): Query<KeysQuery>) -> ApiResult {
+    let name = hero_protocol::policy::queue_name(&q.queue)?;
+    let top = q.top.unwrap_or(10).min(1000);
+    let k = hero_admin::Inspector::from(&app.client)
+        .fair_keys(&name, top)
+        .await?;
+    let mut v = k.to_json();
+    v["queue"] = json!(name);
+    Ok(Json(v))
 }
 
 async fn shards(State(app): State<App>) -> ApiResult {

@@ -203,7 +203,9 @@ local function claim_from(f, i)
     if fair and (not read or #read < asked) then
       -- a fair queue's stream holds only what was released: release what this read lacks
       local got = read and #read or 0
-      if release(f.st, stream, fair, asked - got) > 0 then
+      local moved, capped = release(f.st, f.keys[2], prefix, stream, fair, asked - got)
+      if capped then f.limited = 1 end
+      if moved > 0 then
         f.released = true
         local more = read_new(f, i, stream, asked - got)
         if more and read then

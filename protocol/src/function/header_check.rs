@@ -256,7 +256,7 @@ fn every_builder_follows_its_lua_header() {
                 &[("1-0", &id, &stream), ("2-0", &id, &stream)],
             ),
         ),
-        (Function::Pause, pause(&keys, "osis/io", true)),
+        (Function::Pause, pause_key(&keys, "osis/io", "acme", true)),
         (
             Function::Cron,
             cron(&keys, "nightly", Some(1000), 2000, &job, true),

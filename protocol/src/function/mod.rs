@@ -49,7 +49,7 @@ pub use fetch::{
     Records, RegistryCursor, RegistryView,
 };
 pub use fix::{fix, Repair};
-pub use pause::pause;
+pub use pause::{pause, pause_key};
 pub use policy::set_policy;
 pub use promote::{fail_unqueueable, promote};
 pub use recover::{recover, Recovered, Recovery};

@@ -8,15 +8,38 @@
 -- KEYS[4] config hash  KEYS[5] event log
 -- ARGV[1] 'pause' or 'resume'  ARGV[2] queue name: `<type>`, `<type>/<group>` or
 --   `<type>/<group>/<instance>`, covering every stream under it at any priority
+-- ARGV[3] limit key (optional, since protocol 30): pause or resume that key of a fair queue
+--   only. A paused key is held (`<ns>:meta:held`, members `<name>|<key>`): its jobs stay in their lanes
+--   of the fair streams the name covers (gate.lua), out of the ring, while the other keys flow;
+--   resuming puts it back at the ring's tail of each such stream where it has jobs.
 -- A stream stays paused while any paused name covers it: resuming `osis` leaves `osis/io`
 -- paused when it was paused by name.
--- Events: `paused` or `resumed` (j the queue name, r how many streams moved).
--- Returns: how many streams moved.
+-- Events: `paused` or `resumed` (j the queue name, r how many streams moved, or `key <key>`).
+-- Returns: how many streams moved (for a key, how many streams it was held or resumed in).
 -- Errors: HERO_BAD_ARG for an action other than pause or resume.
 local function hero_pause(keys, args)
   local registry, paused, names = keys[1], keys[2], keys[3]
-  local action, name = args[1], args[2]
+  local action, name, key = args[1], args[2], args[3]
   local moved = 0
+  if key and (action == 'pause' or action == 'resume') then
+    local held_set = meta_key(keys[4], 'held')
+    if action == 'pause' then redis.call('SADD', held_set, name .. '|' .. key)
+    else redis.call('SREM', held_set, name .. '|' .. key) end
+    for _, s in ipairs(redis.call('SUNION', registry, paused)) do
+      if covers(name, stream_parts(s)) and redis.call('EXISTS', fair_lane_of(s, key)) == 1 then
+        local ring = fair_ring_of(s)
+        if action == 'pause' then
+          redis.call('LREM', ring, 0, key)
+          moved = moved + 1
+        elseif not held(s, key) and not redis.call('LPOS', ring, key) then
+          ring_in(s, key)
+          moved = moved + 1
+        end
+      end
+    end
+    log_event(event_log(keys[5], settings(keys[4])), action .. 'd', name, nil, nil, nil, 'key ' .. key)
+    return moved
+  end
   if action == 'pause' then
     redis.call('SADD', names, name)
     for _, s in ipairs(redis.call('SMEMBERS', registry)) do

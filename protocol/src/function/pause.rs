@@ -19,3 +19,12 @@ pub fn pause(keys: &Keyspace, name: &str, pause: bool) -> Call {
     .arg("queue name", name);
     c
 }
+
+/// Pauses (`pause` true) or resumes one limit key of the fair queue `name`: its jobs stay in the
+/// gate while the queue's other keys flow (`gate.lua`); answers in how many work streams it was
+/// held or resumed. Since protocol 30.
+pub fn pause_key(keys: &Keyspace, name: &str, key: &str, pause: bool) -> Call {
+    let mut c = self::pause(keys, name, pause);
+    c.arg("limit key", key);
+    c
+}

@@ -7,8 +7,9 @@
 --   the policy whole (the caller merged it with what was set), or '' (or `{}`) to clear it. Fields (all optional): timeout_ms, retries, lease_ms, retention_ms, aging_ms
 --   (whole numbers; aging at least 1), concurrency (at least 1), rate and key_rate ({max, per_ms},
 --   each at least 1), backoff ({kind fixed or exponential, base_ms, cap_ms, jitter 0 to 1}),
---   fair (true: the queue's keys are served in turns, see gate.lua) and fair_weights ({limit
---   key: turns}, each at least 1).
+--   fair (true: the queue's keys are served in turns, see gate.lua), fair_weights ({limit
+--   key: turns}, each at least 1) and key_concurrency (at least 1: running jobs of one limit
+--   key across every worker; only with fair, on this policy or its type's).
 -- Returns: the JSON stored ('' when cleared).
 -- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses; then
 -- nothing is written.
@@ -58,6 +59,14 @@ local function hero_policy(keys, args)
           return bad('fair_weights gives ' .. tostring(key) .. ' ' .. tostring(w) .. ': each limit key needs a whole number of turns of at least 1')
         end
       end
+    elseif k == 'key_concurrency' then
+      if not whole(v, 1) then return bad('key_concurrency is not a whole number of at least 1 (to run none of a key, pause the key)') end
+      local fair = p.fair
+      if not fair and g ~= '' then
+        local ok, tp = pcall(cjson.decode, redis.call('HGET', hash, t) or 'null')
+        fair = ok and type(tp) == 'table' and tp.fair
+      end
+      if not fair then return bad('key_concurrency needs fair share: a key\'s jobs wait in its lane of the gate until it has room (set fair too: hero queue set ' .. t .. ' --fair)') end
     elseif k == 'backoff' then
       local why = bad_value('backoff', cjson.encode(v))
       if why then return bad('backoff ' .. why) end

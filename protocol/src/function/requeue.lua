@@ -10,7 +10,8 @@
 -- ARGV[9] instance ('' for none)  ARGV[10] priority level ('' for the default)
 -- By what the record says:
 --   waiting (delayed or retry back-off): it leaves the delayed set and is queued now;
---   dispatched: its entry in the current stream is found (a queued record does not name it: the
+--   dispatched: taken out of the current stream's gate when its queue is fair and it waits
+--     there (gate.lua), else its entry in the current stream is found (a queued record does not name it: the
 --     stream is read from the cursor, 1000 entries per call at most) and deleted, then it is
 --     queued anew; no entry found to the end: it is queued all the same (it was in no stream);
 --   started: its delivery is acknowledged and deleted (the lease is revoked: the worker's
@@ -21,7 +22,8 @@
 --     the dead-letter stream: the job is no longer dead); pending again in its batch while the
 --     batch is not done.
 -- The record takes the new target (script_type, group, instance, priority), status dispatched.
--- Stats: the current stream's `delayed` gauge down for a waiting job.
+-- Stats: the current stream's `delayed` gauge down for a waiting job, its `fair` gauge down
+-- for a job taken out of its gate.
 -- Events: `requeued` (q the new stream, r where it was taken from).
 -- Returns: {answer, cursor}: 'requeued'; 'searching' with the cursor to call again from (the
 -- entry was not among the entries read); 'changed' (it started on another worker since the
@@ -42,7 +44,18 @@ local function hero_requeue(keys, args)
     from = 'delayed'
   elseif status == 'dispatched' then
     local entry = f[4]
-    if not entry or entry == '' then
+    -- a fair queue's job may wait in its gate rather than the stream (gate.lua)
+    local lane_key = redis.call('HGET', job_key, 'limit_key') or ''
+    if redis.call('EXISTS', fair_lane_of(old, lane_key)) == 1 then
+      local st = stats(keys[8])
+      if ungate(st, old, job_id, lane_key) then
+        flush_stats(st)
+        entry = 'gated'
+      end
+    end
+    if entry == 'gated' then
+      entry = nil
+    elseif not entry or entry == '' then
       -- the record does not name its entry: read the stream for it, a page per call
       local start = '-'
       if cursor ~= '0-0' then start = '(' .. cursor end

@@ -275,18 +275,24 @@ impl Keyspace {
         format!("{}:meta:consumers", self.prefix)
     }
 
-    /// Set: every work stream that exists, so the broker can walk them without SCAN.
     /// A fair stream's ring: the limit keys with jobs in its gate, in turn (`gate.lua`).
     pub fn fair_ring(&self, stream: &str) -> String {
         format!("{stream}:fair")
     }
 
     /// A fair stream's lane of one limit key ('' for jobs without one): its gated jobs, FIFO,
-    /// each `<id>` or `<id> <attempts>`.
+    /// each `<id> <ms queued>` or `<id> <ms queued> <attempts>`.
     pub fn fair_lane(&self, stream: &str, limit_key: &str) -> String {
         format!("{stream}:fair:{limit_key}")
     }
 
+    /// Set: the limit keys paused in fair queues (`hero pause <type> --key`), members
+    /// `<queue name>|<limit key>`; their jobs stay in their lanes (`gate.lua`).
+    pub fn held(&self) -> String {
+        format!("{}:meta:held", self.prefix)
+    }
+
+    /// Set: every work stream that exists, so the broker can walk them without SCAN.
     pub fn queues(&self) -> String {
         format!("{}:meta:queues", self.prefix)
     }

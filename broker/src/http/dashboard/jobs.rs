@@ -31,10 +31,25 @@ pub(super) async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> 
             keep("tracked", &q.tracked)
         )
     });
+    let fair = match q.queue.as_deref().filter(|v| !v.is_empty()) {
+        Some(name) => match hero_protocol::policy::queue_name(name) {
+            Ok(name) => Some((
+                hero_admin::Inspector::from(&app.client)
+                    .fair_keys(&name, 10)
+                    .await?,
+                name,
+            )),
+            Err(_) => None,
+        },
+        None => None,
+    };
     page(
         "Jobs",
         "/jobs",
         html! {
+            @if let Some((k, name)) = fair.as_ref().filter(|(k, _)| k.keys > 0 || !k.held.is_empty()) {
+                (fair_keys(name, k))
+            }
             section.card {
                 h2 { "Find a job" }
                 form.inline action="/find" method="get" #find-job {
@@ -83,6 +98,32 @@ pub(super) async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> 
             }
         },
     )
+}
+
+/// A fair queue's keys with work (`hero queues --keys`): the queue page's card.
+fn fair_keys(name: &str, k: &hero_admin::inspect::FairKeys) -> Markup {
+    html! {
+        section.card #fair-keys {
+            h2 { "Keys with work in " (name) }
+            p { (k.keys) " limit keys have jobs waiting; they are served in turns (fair share)." }
+            @if !k.top.is_empty() {
+                div.scroll { table #keys {
+                    thead { tr { th { "Key" } th.n { "Waiting" } } }
+                    tbody {
+                        @for w in &k.top {
+                            tr data-key=(w.key) {
+                                td { @if w.key.is_empty() { em { "(no key)" } } @else { (shown(&w.key)) } }
+                                td.n { (w.waiting) }
+                            }
+                        }
+                    }
+                } }
+            }
+            @for h in &k.held {
+                p { span.pill.wait { "paused" } " " (shown(h)) }
+            }
+        }
+    }
 }
 
 fn job_row(j: &JobSummary) -> Markup {

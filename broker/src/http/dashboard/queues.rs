@@ -8,6 +8,8 @@ use maud::{html, Markup};
 use super::{chart, feed, ms_text, page, quantile, urlencode, App, Page};
 
 fn queues_table(queues: &[QueueStats]) -> Markup {
+    // the Keys column only where fair share is in use
+    let fair = queues.iter().any(|q| q.keys > 0);
     html! {
         div.scroll {
             table #queues {
@@ -36,6 +38,7 @@ fn queues_table(queues: &[QueueStats]) -> Markup {
                             td {
                                 @if q.paused { span.pill.wait { "paused" } } @else { span.pill.ok { "active" } }
                             }
+                            @if fair { td.n data-f="keys" { (q.keys) } }
                         }
                     }
                 }

@@ -1,11 +1,14 @@
 -- Appending a job to a work stream, and fair share within a queue (ARCHITECTURE.md "Fair share
 -- within a queue"). A stream whose queue policy sets `fair` has a gate in front of it: a job
 -- queued there waits in its limit key's lane `<stream>:fair:<key>` (FIFO; '' for a job without
--- a key), and the key waits in the stream's ring `<stream>:fair` while its lane has jobs. The
--- fetch releases jobs onto the stream in turns, as many as it is about to claim (release), so
--- the stream itself stays first in, first out and everything that reads it (pending lists,
--- recovery, trimming, the audit) is unchanged. Nothing here is read while no queue is fair (the
--- config hash's `fair` counts them).
+-- a key; items `<job id> <ms queued>[ <attempts>]`), and the key waits in the stream's ring
+-- `<stream>:fair` while its lane has jobs. The fetch releases jobs onto the stream in turns, as
+-- many as it is about to claim (release), so the stream itself stays first in, first out and
+-- everything that reads it (pending lists, recovery, trimming, the audit) is unchanged. A key
+-- held by `hero pause <type> --key` (the set `<ns>:meta:held`, members `<queue>|<key>`) leaves
+-- the ring until it is resumed; a key at its queue's `key_concurrency` keeps its place but is
+-- passed over. Nothing here is read while no queue is fair (the config hash's `fair` counts
+-- them).
 
 -- The policy of `stream`'s queue when it is fair, else nil. `memo` is a per-call table (see
 -- stream_policy), `config_key` the config hash, `fair_on` whether any queue is fair.
@@ -26,20 +29,50 @@ local function any_fair(registry, memo)
   return on
 end
 
--- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`.
--- A worker sleeps on a fair stream only after a fetch found its gate empty (a fetch that came up
--- short released all it could), so the workers are woken with a wake-up entry (`w`, as a resumed
--- queue's: the fetch acknowledges and deletes it) only when the gate was empty: when the ring
--- gets its first key.
+-- The queue names that cover `stream` (`<type>`, `<type>/<group>`, `<type>/<group>/<inst>`),
+-- most specific last: the names a held key may be held under.
+local function names_of(stream)
+  local p = stream_parts(stream)
+  if not p then return {}, '' end
+  local out = { p.type }
+  if p.group then
+    out[2] = p.type .. '/' .. p.group
+    if p.instance then out[3] = out[2] .. '/' .. p.instance end
+  end
+  return out, p.prefix
+end
+
+-- Whether limit key `key` of `stream`'s queue is held (paused by key) under any name covering it.
+local function held(stream, key)
+  local names, ns = names_of(stream)
+  if #names == 0 then return false end
+  local ask = {}
+  for k = 1, #names do ask[k] = names[k] .. '|' .. key end
+  for _, m in ipairs(redis.call('SMISMEMBER', ns .. ':meta:held', unpack(ask))) do
+    if m == 1 then return true end
+  end
+  return false
+end
+
+-- Puts `key` at the back of fair stream `stream`'s ring; the first key of an empty ring wakes
+-- the workers with a wake-up entry (`w`, as a resumed queue's: the fetch acknowledges and
+-- deletes it), for a worker sleeps on a fair stream only after a fetch found its gate empty.
+local function ring_in(stream, key)
+  if redis.call('RPUSH', fair_ring_of(stream), key) == 1 then
+    redis.call('XADD', stream, '*', 'w', '1')
+  end
+end
+
+-- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`;
+-- its key joins the ring when the lane was empty, unless the key is held.
 -- Writes stats: `fair` (the stream's gauge of jobs in its gate).
 local function gate(registry, stream, job_id, attempts)
   local ns = ns_of_registry(registry)
   local key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or ''
-  local item = job_id
-  if attempts then item = job_id .. ' ' .. attempts end
-  if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1
-    and redis.call('RPUSH', fair_ring_of(stream), key) == 1 then
-    redis.call('XADD', stream, '*', 'w', '1')
+  local item = job_id .. ' ' .. server_ms()
+  if attempts then item = item .. ' ' .. attempts end
+  if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1 and not held(stream, key) then
+    ring_in(stream, key)
   end
   redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
 end
@@ -70,28 +103,60 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
   return redis.call('XADD', stream, '*', 'j', job_id)
 end
 
+-- The running set of limit key `key` under policy `p`'s `key_concurrency` for `stream`:
+-- `<ns>:meta:limit:<queue>|<key>`, the queue being the name whose own policy sets it (the
+-- group's, else the type's); nil without one.
+local function key_cap_set(config_key, stream, p, key)
+  if not tonumber(p.key_concurrency) then return nil end
+  local q = p.kc_queue
+  if not q then
+    local names = names_of(stream)
+    q = names[1] or ''
+    if names[2] then
+      local raw = redis.call('HGET', policy_key_of(config_key), names[2])
+      local ok, d = pcall(cjson.decode, raw or 'null')
+      if ok and type(d) == 'table' and d.key_concurrency then q = names[2] end
+    end
+    p.kc_queue = q
+  end
+  return limit_key_of(config_key, q) .. '|' .. key
+end
+
 -- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns: the ring's
 -- head key gives up to its weight of jobs (policy `p`'s `fair_weights`, default 1; a turn is at
--- most what this fetch still wants) and goes back to the ring's tail while its lane has jobs.
--- O(jobs moved + turns), whatever the number of keys. Returns how many it moved.
+-- most what this fetch still wants, and within `key_concurrency` the room its key has left) and
+-- goes back to the ring's tail while its lane has jobs. A key with no room keeps its place at
+-- the tail; at most d + 32 turns are looked at. O(jobs moved + turns), whatever the number of
+-- keys. Returns how many it moved, and whether a key's concurrency held jobs back.
 -- Writes stats: `fair` (down by the jobs moved).
-local function release(st, stream, p, d)
-  local ring, moved, weights = fair_ring_of(stream), 0, p.fair_weights
-  while moved < d do
+local function release(st, config_key, prefix, stream, p, d)
+  local ring, moved, weights, capped, turns = fair_ring_of(stream), 0, p.fair_weights, false, 0
+  local cap = tonumber(p.key_concurrency)
+  while moved < d and turns < d + 32 do
+    turns = turns + 1
     local key = redis.call('LPOP', ring)
     if not key then break end
     local lane = fair_lane_of(stream, key)
     local n = math.min(type(weights) == 'table' and tonumber(weights[key]) or 1, d - moved)
-    local items = redis.call('LPOP', lane, n)
-    if items then
+    local running = cap and { key = key_cap_set(config_key, stream, p, key), max = cap }
+    if running then n = math.min(n, cap - limit_running(running, prefix)) end
+    local items = n > 0 and redis.call('LPOP', lane, n)
+    if n <= 0 then
+      capped = true
+      redis.call('RPUSH', ring, key)
+    elseif items then
+      local ms = running and server_ms()
       for k = 1, #items do
-        local id, a = string.match(items[k], '^(%S+) ?(%S*)$')
+        local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
         if id then
           if a ~= '' then
             redis.call('XADD', stream, '*', 'j', id, 'a', a)
           else
             redis.call('XADD', stream, '*', 'j', id)
           end
+          -- released to be claimed by this fetch at once: it runs (a stale one is dropped
+          -- from the set when the set is next full, see limit_running)
+          if running then redis.call('ZADD', running.key, ms, id) end
         end
       end
       moved = moved + #items
@@ -99,5 +164,23 @@ local function release(st, stream, p, d)
     end
   end
   if moved > 0 then tally(st, stream, 'fair', -moved) end
-  return moved
+  return moved, capped
+end
+
+-- Takes job `job_id`, queued with limit key `key`, out of fair stream `stream`'s gate (a
+-- requeue moving it elsewhere): its lane is read whole (an operator's action, O(lane)), and a
+-- lane left empty takes its key out of the ring. Returns whether it was there.
+-- Writes stats: `fair` (down by one when it was).
+local function ungate(st, stream, job_id, key)
+  local lane = fair_lane_of(stream, key)
+  local items = redis.call('LRANGE', lane, 0, -1)
+  for k = 1, #items do
+    if string.match(items[k], '^(%S+)') == job_id then
+      redis.call('LREM', lane, 1, items[k])
+      if redis.call('LLEN', lane) == 0 then redis.call('LREM', fair_ring_of(stream), 0, key) end
+      tally(st, stream, 'fair', -1)
+      return true
+    end
+  end
+  return false
 end

@@ -169,6 +169,16 @@ local function queue_policies(keys, want_limits, want_rates, want_aging)
   return limits, rates, keyrates, agings
 end
 
+-- The age (ms) of the job a fair stream's gate serves next (its ring's head key's oldest), or
+-- nil when the gate is empty (gate.lua): what priority aging reads for a fair stream, whose stream holds
+-- only the jobs released.
+local function gate_head_ms(stream)
+  local key = redis.call('LINDEX', fair_ring_of(stream), 0)
+  if not key then return nil end
+  local item = redis.call('LINDEX', fair_lane_of(stream, key), 0)
+  return item and tonumber(string.match(item, '^%S+ (%d+)'))
+end
+
 -- The order to walk the streams in when some have aged (nil: as given). A stream of level p > 0
 -- with an aging period whose oldest undelivered entry (the one after its group's last
 -- delivered) has waited k whole periods ranks as level max(0, p - k), ahead of the streams of
@@ -199,9 +209,10 @@ local function aging_order(keys, n, present, agings, group)
       end
       if last then
         local head = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
-        if head[1] then
+        -- a fair stream holds only what was released: its gate's next job ages it
+        local born = head[1] and tonumber(string.match(head[1][1], '^(%d+)')) or gate_head_ms(key)
+        if born then
           now = now or server_ms()
-          local born = tonumber(string.match(head[1][1], '^(%d+)')) or now
           local k = math.floor((now - born) / period)
           if k > 0 then
             at, aged, moved = math.max(0, level - k), 0, true
