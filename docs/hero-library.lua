@@ -1294,9 +1294,11 @@ end
 
 -- Puts `key` at the back of fair stream `stream`'s ring; the first key of an empty ring wakes
 -- the workers with a wake-up entry (`w`, as a resumed queue's: the fetch acknowledges and
--- deletes it), for a worker sleeps on a fair stream only after a fetch found its gate empty.
-local function ring_in(stream, key)
-  if redis.call('RPUSH', fair_ring_of(stream), key) == 1 then
+-- deletes it), for a worker sleeps on a fair stream only after a fetch found its gate empty. A
+-- paused stream (out of the registry `registry`) gets none: resuming it wakes them.
+local function ring_in(stream, key, registry)
+  if redis.call('RPUSH', fair_ring_of(stream), key) == 1
+    and redis.call('SISMEMBER', registry, stream) == 1 then
     redis.call('XADD', stream, '*', 'w', '1')
   end
 end
@@ -1310,7 +1312,7 @@ local function gate(registry, stream, job_id, attempts)
   local item = job_id .. ' ' .. server_ms()
   if attempts then item = item .. ' ' .. attempts end
   if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1 and not held(stream, key) then
-    ring_in(stream, key)
+    ring_in(stream, key, registry)
   end
   redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
 end
@@ -1362,28 +1364,39 @@ end
 
 -- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns: the ring's
 -- head key gives up to its weight of jobs (policy `p`'s `fair_weights`, default 1; a turn is at
--- most what this fetch still wants, and within `key_concurrency` the room its key has left) and
--- goes back to the ring's tail while its lane has jobs. A key with no room keeps its place at
--- the tail; at most d + 32 turns are looked at. O(jobs moved + turns), whatever the number of
--- keys. Returns how many it moved, and whether a key's concurrency held jobs back.
+-- most what this fetch still wants, and under `key_concurrency` the room its key has left) and
+-- goes back to the ring's tail while its lane has jobs. A key with no room goes back to the
+-- tail too; meeting it again means every key was looked at, and the release stops. The room is
+-- counted once per key and call (limit_running drops the members no longer started, and the
+-- jobs released here start only when this fetch claims them). O(jobs moved + turns), whatever
+-- the number of keys. Returns how many it moved, and whether a key's concurrency held jobs
+-- back.
 -- Writes stats: `fair` (down by the jobs moved).
 local function release(st, config_key, prefix, stream, p, d)
-  local ring, moved, weights, capped, turns = fair_ring_of(stream), 0, p.fair_weights, false, 0
-  local cap = tonumber(p.key_concurrency)
-  while moved < d and turns < d + 32 do
-    turns = turns + 1
+  local ring, moved, weights = fair_ring_of(stream), 0, p.fair_weights
+  local cap, rooms, capped = tonumber(p.key_concurrency), nil, false
+  while moved < d do
     local key = redis.call('LPOP', ring)
     if not key then break end
     local lane = fair_lane_of(stream, key)
     local n = math.min(type(weights) == 'table' and tonumber(weights[key]) or 1, d - moved)
-    local running = cap and { key = key_cap_set(config_key, stream, p, key), max = cap }
-    if running then n = math.min(n, cap - limit_running(running, prefix)) end
+    local set
+    if cap then
+      rooms = rooms or {}
+      set = key_cap_set(config_key, stream, p, key)
+      if rooms[key] == nil then rooms[key] = cap - limit_running({ key = set, max = cap }, prefix) end
+      if rooms[key] <= 0 then
+        redis.call('RPUSH', ring, key)
+        if capped and capped[key] then break end
+        capped = capped or {}
+        capped[key] = true
+        n = 0
+      end
+      n = math.min(n, rooms[key])
+    end
     local items = n > 0 and redis.call('LPOP', lane, n)
-    if n <= 0 then
-      capped = true
-      redis.call('RPUSH', ring, key)
-    elseif items then
-      local ms = running and server_ms()
+    if items then
+      local ms = set and server_ms()
       for k = 1, #items do
         local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
         if id then
@@ -1392,17 +1405,18 @@ local function release(st, config_key, prefix, stream, p, d)
           else
             redis.call('XADD', stream, '*', 'j', id)
           end
-          -- released to be claimed by this fetch at once: it runs (a stale one is dropped
-          -- from the set when the set is next full, see limit_running)
-          if running then redis.call('ZADD', running.key, ms, id) end
+          -- released to be claimed by this fetch at once: it runs (a stale one leaves the set
+          -- when the set is next full, see limit_running)
+          if set then redis.call('ZADD', set, ms, id) end
         end
       end
       moved = moved + #items
+      if set then rooms[key] = rooms[key] - #items end
       if #items == n and redis.call('LLEN', lane) > 0 then redis.call('RPUSH', ring, key) end
     end
   end
   if moved > 0 then tally(st, stream, 'fair', -moved) end
-  return moved, capped
+  return moved, capped ~= false
 end
 
 -- Takes job `job_id`, queued with limit key `key`, out of fair stream `stream`'s gate (a
@@ -3797,12 +3811,23 @@ end
 -- paused when it was paused by name.
 -- Events: `paused` or `resumed` (j the queue name, r how many streams moved, or `key <key>`).
 -- Returns: how many streams moved (for a key, how many streams it was held or resumed in).
--- Errors: HERO_BAD_ARG for an action other than pause or resume.
+-- Errors: HERO_BAD_ARG for an action other than pause or resume, and for a key of a queue that
+-- is not fair (neither its type's policy nor its group's sets fair).
 local function hero_pause(keys, args)
   local registry, paused, names = keys[1], keys[2], keys[3]
   local action, name, key = args[1], args[2], args[3]
   local moved = 0
   if key and (action == 'pause' or action == 'resume') then
+    -- only a fair queue's gate holds one key's jobs back: its type's policy or its group's
+    local pkey, fair = policy_key_of(keys[4]), false
+    local t, g = string.match(name, '^([^/]+)/?([^/]*)')
+    for _, q in ipairs({ t or name, (g and g ~= '') and (t .. '/' .. g) or nil }) do
+      local ok, d = pcall(cjson.decode, redis.call('HGET', pkey, q) or 'null')
+      if ok and type(d) == 'table' and d.fair then fair = true end
+    end
+    if not fair then
+      return redis.error_reply('HERO_BAD_ARG queue ' .. name .. ' is not fair: only a fair queue\'s gate holds one key\'s jobs back (hero queue set ' .. tostring(t) .. ' --fair), or pause the whole queue')
+    end
     local held_set = meta_key(keys[4], 'held')
     if action == 'pause' then redis.call('SADD', held_set, name .. '|' .. key)
     else redis.call('SREM', held_set, name .. '|' .. key) end
@@ -3813,7 +3838,7 @@ local function hero_pause(keys, args)
           redis.call('LREM', ring, 0, key)
           moved = moved + 1
         elseif not held(s, key) and not redis.call('LPOS', ring, key) then
-          ring_in(s, key)
+          ring_in(s, key, registry)
           moved = moved + 1
         end
       end
@@ -3843,7 +3868,10 @@ local function hero_pause(keys, args)
         end
         if not held then
           redis.call('SMOVE', paused, registry, s)
-          if redis.call('XLEN', s) > 0 then redis.call('XADD', s, '*', 'w', '1') end
+          -- a fair stream's jobs may all wait in its gate (gate.lua)
+          if redis.call('XLEN', s) > 0 or redis.call('EXISTS', fair_ring_of(s)) == 1 then
+            redis.call('XADD', s, '*', 'w', '1')
+          end
           announce(registry, s)
           moved = moved + 1
         end
@@ -4092,8 +4120,10 @@ end
 --   key: turns}, each at least 1) and key_concurrency (at least 1: running jobs of one limit
 --   key across every worker; only with fair, on this policy or its type's).
 -- Returns: the JSON stored ('' when cleared).
--- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses; then
--- nothing is written.
+-- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses, and for
+-- fair share while the brokers' `fleet_lacks` names a live older process that lacks it, or on a
+-- queue the legacy bridge dual-pushes (the bridge registry `<ns>:meta:bridge`); then nothing is
+-- written.
 local POLICY_COUNTS = {
   { 'limited', { 'concurrency' } },
   { 'rated', { 'rate', 'key_rate' } },
@@ -4153,6 +4183,21 @@ local function hero_policy(keys, args)
       if why then return bad('backoff ' .. why) end
     else
       return bad('field ' .. tostring(k) .. ' is not a policy field')
+    end
+  end
+  if p.fair then
+    -- refused here, for every language: what an older process or a legacy actor cannot serve
+    local ok, lacks = pcall(cjson.decode, redis.call('HGET', config, 'fleet_lacks') or '{}')
+    local lack = ok and type(lacks) == 'table' and lacks.fair
+    if type(lack) == 'table' then
+      local who = type(lack.processes) == 'table' and table.concat(lack.processes, ', ') or 'some'
+      return bad('fair share needs every live process at protocol 30 or later, and these are older: ' .. who .. ' (upgrade them, or wait until they are gone; hero actors shows each one\'s protocol)')
+    end
+    for _, s in ipairs(redis.call('HKEYS', meta_key(config, 'bridge'))) do
+      local sp = stream_parts(s)
+      if sp and sp.type == t and (g == '' or sp.group == g) then
+        return bad('it is bridged to a legacy list (' .. s .. '), whose legacy actors pop in their own order, so it cannot be served fairly: stop bridging it or leave it first in, first out')
+      end
     end
   end
   local stored = ''

@@ -24,8 +24,8 @@ impl Admin {
     }
 
     /// Pauses one limit key of a fair queue: its jobs wait in the gate (`gate.lua`) while the
-    /// queue's other keys flow; lasts until [`Admin::resume_key`]. Refused for a queue that is
-    /// not fair (only the gate can hold a key's jobs back). Answers in how many work streams
+    /// queue's other keys flow; lasts until [`Admin::resume_key`]. Refused (by `hero_pause`) for
+    /// a queue that is not fair: only the gate can hold a key's jobs back. Answers in how many work streams
     /// the key had jobs.
     pub async fn pause_key(&self, queue: &str, key: &str) -> Result<u64> {
         self.key_call(queue, key, true).await
@@ -38,17 +38,6 @@ impl Admin {
 
     async fn key_call(&self, queue: &str, key: &str, pause: bool) -> Result<u64> {
         let name = queue_name(queue)?;
-        let t = name.split('/').next().unwrap_or(&name);
-        let fair = self.policy(t).await?.fair == Some(true)
-            || (name.contains('/') && {
-                let g: Vec<&str> = name.splitn(3, '/').collect();
-                self.policy(&format!("{}/{}", g[0], g[1])).await?.fair == Some(true)
-            });
-        if !fair {
-            return Err(Error::InvalidInput(format!(
-                "queue {name} is not fair: only a fair queue's gate can hold one key's jobs back (hero queue set {t} --fair), or pause the whole queue (hero pause {name})"
-            )));
-        }
         hero_protocol::fleet::Fleet::read(self.redis(), self.keys())
             .await?
             .require(
@@ -181,9 +170,6 @@ impl Admin {
                     &[hero_protocol::fleet::Feature::Fair],
                 )?;
         }
-        if policy.fair == Some(true) {
-            self.refuse_bridged(&name).await?;
-        }
         if policy.fair == Some(false) {
             return Err(Error::InvalidInput(
                 "fair is set with true; to serve the queue first in, first out again, clear its policy (hero queue clear) and set the rest again".into(),
@@ -206,26 +192,6 @@ impl Admin {
         }
         self.store_split(&name, &merged).await?;
         Ok(merged)
-    }
-
-    /// Refuses fair share for a queue the legacy bridge dual-pushes (its submits also go to a
-    /// legacy list a legacy actor pops in its own order, which no gate can hold back).
-    async fn refuse_bridged(&self, name: &str) -> Result<()> {
-        let bridged: Vec<String> = self
-            .redis()
-            .query(redis::cmd("HKEYS").arg(self.keys().bridge_registry()))
-            .await?;
-        let under = |q: &str| q == name || q.strip_prefix(name).is_some_and(|r| r.starts_with('/'));
-        if let Some(s) = bridged
-            .iter()
-            .find(|s| under(self.keys().queue_name(s).split(" prio ").next().unwrap_or("")))
-        {
-            return Err(Error::InvalidInput(format!(
-                "queue {name} is bridged to a legacy list ({}): legacy actors pop that list in its own order, so it cannot be served fairly; stop bridging it (the broker's --bridge settings) or leave it first in, first out",
-                self.keys().queue_name(s)
-            )));
-        }
-        Ok(())
     }
 
     /// Removes `queue`'s policy: its jobs get the defaults again.

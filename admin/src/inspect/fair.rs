@@ -25,12 +25,12 @@ pub struct KeyWaiting {
 /// under the name) and shards.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FairKeys {
-    /// Distinct limit keys with jobs waiting in a gate (a held key's jobs wait but do not
-    /// count: it has no turn).
+    /// Distinct limit keys with jobs waiting in a gate, paused ones included.
     pub keys: u64,
     /// The keys with the most jobs waiting, most first (ties by key).
     pub top: Vec<KeyWaiting>,
-    /// The keys paused by `hero pause <queue> --key`, as `<queue name>|<key>`.
+    /// The keys paused by `hero pause <queue> --key` under or over this queue, as `<queue
+    /// name>|<key>`.
     pub held: Vec<String>,
 }
 
@@ -58,15 +58,20 @@ impl Inspector {
         let mut by_key: HashMap<String, u64> = HashMap::new();
         let mut held = Vec::new();
         for (_, shard) in self.shards() {
-            shard.fair_keys_here(queue, &mut by_key).await?;
             let members: Vec<String> = shard
                 .redis
                 .query(redis::cmd("SMEMBERS").arg(shard.keys.held()))
                 .await?;
-            held.extend(members.into_iter().filter(|m| {
-                m.rsplit_once('|')
-                    .is_some_and(|(q, _)| q == queue || under(q, queue))
-            }));
+            let here: Vec<String> = members
+                .into_iter()
+                .filter(|m| m.split_once('|').is_some_and(|(q, _)| under(q, queue) || under(queue, q)))
+                .collect();
+            let held_keys: Vec<String> = here
+                .iter()
+                .filter_map(|m| m.split_once('|').map(|(_, k)| k.to_string()))
+                .collect();
+            shard.fair_keys_here(queue, &held_keys, &mut by_key).await?;
+            held.extend(here);
         }
         held.sort();
         held.dedup();
@@ -84,16 +89,23 @@ impl Inspector {
         })
     }
 
-    /// Adds this shard's keys of `queue` with their waiting jobs to `by_key`.
-    async fn fair_keys_here(&self, queue: &str, by_key: &mut HashMap<String, u64>) -> Result<()> {
+    /// Adds this shard's keys of `queue` with their waiting jobs to `by_key`: those in each
+    /// gate's ring, and the `held` keys (out of the rings while paused).
+    async fn fair_keys_here(
+        &self,
+        queue: &str,
+        held: &[String],
+        by_key: &mut HashMap<String, u64>,
+    ) -> Result<()> {
         for stream in self.queue_streams().await? {
             if !under(&self.keys.queue_name(&stream), queue) {
                 continue;
             }
-            let ring: Vec<String> = self
+            let mut ring: Vec<String> = self
                 .redis
                 .query(redis::cmd("LRANGE").arg(self.keys.fair_ring(&stream)).arg(0).arg(-1))
                 .await?;
+            ring.extend(held.iter().cloned());
             let mut here: HashMap<String, u64> = HashMap::new();
             for page in ring.chunks(PAGE) {
                 let mut pipe = redis::pipe();
@@ -103,8 +115,11 @@ impl Inspector {
                 let replies = self.redis.pipeline(&pipe).await?;
                 for (key, n) in page.iter().zip(replies) {
                     let n = reply::int(&n?)?.max(0) as u64;
-                    // a key twice in one ring is one lane, counted once
-                    here.insert(key.clone(), n);
+                    // a key twice in one ring is one lane, counted once; a held key's lane
+                    // may be empty here
+                    if n > 0 {
+                        here.insert(key.clone(), n);
+                    }
                 }
             }
             for (key, n) in here {

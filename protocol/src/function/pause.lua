@@ -16,12 +16,23 @@
 -- paused when it was paused by name.
 -- Events: `paused` or `resumed` (j the queue name, r how many streams moved, or `key <key>`).
 -- Returns: how many streams moved (for a key, how many streams it was held or resumed in).
--- Errors: HERO_BAD_ARG for an action other than pause or resume.
+-- Errors: HERO_BAD_ARG for an action other than pause or resume, and for a key of a queue that
+-- is not fair (neither its type's policy nor its group's sets fair).
 local function hero_pause(keys, args)
   local registry, paused, names = keys[1], keys[2], keys[3]
   local action, name, key = args[1], args[2], args[3]
   local moved = 0
   if key and (action == 'pause' or action == 'resume') then
+    -- only a fair queue's gate holds one key's jobs back: its type's policy or its group's
+    local pkey, fair = policy_key_of(keys[4]), false
+    local t, g = string.match(name, '^([^/]+)/?([^/]*)')
+    for _, q in ipairs({ t or name, (g and g ~= '') and (t .. '/' .. g) or nil }) do
+      local ok, d = pcall(cjson.decode, redis.call('HGET', pkey, q) or 'null')
+      if ok and type(d) == 'table' and d.fair then fair = true end
+    end
+    if not fair then
+      return redis.error_reply('HERO_BAD_ARG queue ' .. name .. ' is not fair: only a fair queue\'s gate holds one key\'s jobs back (hero queue set ' .. tostring(t) .. ' --fair), or pause the whole queue')
+    end
     local held_set = meta_key(keys[4], 'held')
     if action == 'pause' then redis.call('SADD', held_set, name .. '|' .. key)
     else redis.call('SREM', held_set, name .. '|' .. key) end
@@ -32,7 +43,7 @@ local function hero_pause(keys, args)
           redis.call('LREM', ring, 0, key)
           moved = moved + 1
         elseif not held(s, key) and not redis.call('LPOS', ring, key) then
-          ring_in(s, key)
+          ring_in(s, key, registry)
           moved = moved + 1
         end
       end
@@ -62,7 +73,10 @@ local function hero_pause(keys, args)
         end
         if not held then
           redis.call('SMOVE', paused, registry, s)
-          if redis.call('XLEN', s) > 0 then redis.call('XADD', s, '*', 'w', '1') end
+          -- a fair stream's jobs may all wait in its gate (gate.lua)
+          if redis.call('XLEN', s) > 0 or redis.call('EXISTS', fair_ring_of(s)) == 1 then
+            redis.call('XADD', s, '*', 'w', '1')
+          end
           announce(registry, s)
           moved = moved + 1
         end

@@ -11,8 +11,10 @@
 --   key: turns}, each at least 1) and key_concurrency (at least 1: running jobs of one limit
 --   key across every worker; only with fair, on this policy or its type's).
 -- Returns: the JSON stored ('' when cleared).
--- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses; then
--- nothing is written.
+-- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses, and for
+-- fair share while the brokers' `fleet_lacks` names a live older process that lacks it, or on a
+-- queue the legacy bridge dual-pushes (the bridge registry `<ns>:meta:bridge`); then nothing is
+-- written.
 local POLICY_COUNTS = {
   { 'limited', { 'concurrency' } },
   { 'rated', { 'rate', 'key_rate' } },
@@ -72,6 +74,21 @@ local function hero_policy(keys, args)
       if why then return bad('backoff ' .. why) end
     else
       return bad('field ' .. tostring(k) .. ' is not a policy field')
+    end
+  end
+  if p.fair then
+    -- refused here, for every language: what an older process or a legacy actor cannot serve
+    local ok, lacks = pcall(cjson.decode, redis.call('HGET', config, 'fleet_lacks') or '{}')
+    local lack = ok and type(lacks) == 'table' and lacks.fair
+    if type(lack) == 'table' then
+      local who = type(lack.processes) == 'table' and table.concat(lack.processes, ', ') or 'some'
+      return bad('fair share needs every live process at protocol 30 or later, and these are older: ' .. who .. ' (upgrade them, or wait until they are gone; hero actors shows each one\'s protocol)')
+    end
+    for _, s in ipairs(redis.call('HKEYS', meta_key(config, 'bridge'))) do
+      local sp = stream_parts(s)
+      if sp and sp.type == t and (g == '' or sp.group == g) then
+        return bad('it is bridged to a legacy list (' .. s .. '), whose legacy actors pop in their own order, so it cannot be served fairly: stop bridging it or leave it first in, first out')
+      end
     end
   end
   local stored = ''

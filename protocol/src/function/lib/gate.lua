@@ -56,9 +56,11 @@ end
 
 -- Puts `key` at the back of fair stream `stream`'s ring; the first key of an empty ring wakes
 -- the workers with a wake-up entry (`w`, as a resumed queue's: the fetch acknowledges and
--- deletes it), for a worker sleeps on a fair stream only after a fetch found its gate empty.
-local function ring_in(stream, key)
-  if redis.call('RPUSH', fair_ring_of(stream), key) == 1 then
+-- deletes it), for a worker sleeps on a fair stream only after a fetch found its gate empty. A
+-- paused stream (out of the registry `registry`) gets none: resuming it wakes them.
+local function ring_in(stream, key, registry)
+  if redis.call('RPUSH', fair_ring_of(stream), key) == 1
+    and redis.call('SISMEMBER', registry, stream) == 1 then
     redis.call('XADD', stream, '*', 'w', '1')
   end
 end
@@ -72,7 +74,7 @@ local function gate(registry, stream, job_id, attempts)
   local item = job_id .. ' ' .. server_ms()
   if attempts then item = item .. ' ' .. attempts end
   if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1 and not held(stream, key) then
-    ring_in(stream, key)
+    ring_in(stream, key, registry)
   end
   redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
 end
@@ -124,28 +126,39 @@ end
 
 -- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns: the ring's
 -- head key gives up to its weight of jobs (policy `p`'s `fair_weights`, default 1; a turn is at
--- most what this fetch still wants, and within `key_concurrency` the room its key has left) and
--- goes back to the ring's tail while its lane has jobs. A key with no room keeps its place at
--- the tail; at most d + 32 turns are looked at. O(jobs moved + turns), whatever the number of
--- keys. Returns how many it moved, and whether a key's concurrency held jobs back.
+-- most what this fetch still wants, and under `key_concurrency` the room its key has left) and
+-- goes back to the ring's tail while its lane has jobs. A key with no room goes back to the
+-- tail too; meeting it again means every key was looked at, and the release stops. The room is
+-- counted once per key and call (limit_running drops the members no longer started, and the
+-- jobs released here start only when this fetch claims them). O(jobs moved + turns), whatever
+-- the number of keys. Returns how many it moved, and whether a key's concurrency held jobs
+-- back.
 -- Writes stats: `fair` (down by the jobs moved).
 local function release(st, config_key, prefix, stream, p, d)
-  local ring, moved, weights, capped, turns = fair_ring_of(stream), 0, p.fair_weights, false, 0
-  local cap = tonumber(p.key_concurrency)
-  while moved < d and turns < d + 32 do
-    turns = turns + 1
+  local ring, moved, weights = fair_ring_of(stream), 0, p.fair_weights
+  local cap, rooms, capped = tonumber(p.key_concurrency), nil, false
+  while moved < d do
     local key = redis.call('LPOP', ring)
     if not key then break end
     local lane = fair_lane_of(stream, key)
     local n = math.min(type(weights) == 'table' and tonumber(weights[key]) or 1, d - moved)
-    local running = cap and { key = key_cap_set(config_key, stream, p, key), max = cap }
-    if running then n = math.min(n, cap - limit_running(running, prefix)) end
+    local set
+    if cap then
+      rooms = rooms or {}
+      set = key_cap_set(config_key, stream, p, key)
+      if rooms[key] == nil then rooms[key] = cap - limit_running({ key = set, max = cap }, prefix) end
+      if rooms[key] <= 0 then
+        redis.call('RPUSH', ring, key)
+        if capped and capped[key] then break end
+        capped = capped or {}
+        capped[key] = true
+        n = 0
+      end
+      n = math.min(n, rooms[key])
+    end
     local items = n > 0 and redis.call('LPOP', lane, n)
-    if n <= 0 then
-      capped = true
-      redis.call('RPUSH', ring, key)
-    elseif items then
-      local ms = running and server_ms()
+    if items then
+      local ms = set and server_ms()
       for k = 1, #items do
         local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
         if id then
@@ -154,17 +167,18 @@ local function release(st, config_key, prefix, stream, p, d)
           else
             redis.call('XADD', stream, '*', 'j', id)
           end
-          -- released to be claimed by this fetch at once: it runs (a stale one is dropped
-          -- from the set when the set is next full, see limit_running)
-          if running then redis.call('ZADD', running.key, ms, id) end
+          -- released to be claimed by this fetch at once: it runs (a stale one leaves the set
+          -- when the set is next full, see limit_running)
+          if set then redis.call('ZADD', set, ms, id) end
         end
       end
       moved = moved + #items
+      if set then rooms[key] = rooms[key] - #items end
       if #items == n and redis.call('LLEN', lane) > 0 then redis.call('RPUSH', ring, key) end
     end
   end
   if moved > 0 then tally(st, stream, 'fair', -moved) end
-  return moved, capped
+  return moved, capped ~= false
 end
 
 -- Takes job `job_id`, queued with limit key `key`, out of fair stream `stream`'s gate (a
