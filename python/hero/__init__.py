@@ -12,14 +12,15 @@
 Layout: `keys` (every key), `protocol` (every server function call, the library of this
 protocol version and its loading), `job` (the record and answers as dataclasses), `client`
 (the producer), `aio` (the producer on asyncio), `tasks` (`App` and `@app.task`, as Celery's),
-`pool` (handlers in child processes), `queue` (the operator's `Queue`), `options` (durations,
-back-off, rates), `events` (job events for producers, and the waits they wake), `worker`
-(the worker), `errors`.
+`pool` (handlers in child processes), `queue` (the operator's `Queue`), `fair` (a fair
+queue's keys with work), `options` (durations, back-off, rates), `events` (job events for
+producers, and the waits they wake), `worker` (the worker), `errors`.
 """
 from . import aio
 from .client import Client, connect
 from .events import Event, EventLogOff, EventStream
 from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses
+from .fair import FairKeys, KeyWaiting
 from .job import BatchInfo, ChildResult, Job, Progress, Result, Submitted
 from .keys import Keys
 from .options import Backoff
@@ -32,8 +33,8 @@ from .worker import Abort, JobContext, Retry, Worker
 
 __all__ = [
     "pack", "unpack",
-    "Abort", "App", "AsyncResult", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
-    "JobNotFound", "Keys", "OlderProcesses", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Task", "TaskError", "Worker", "chain", "chord", "group",
+    "Abort", "App", "AsyncResult", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "FairKeys", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
+    "JobNotFound", "KeyWaiting", "Keys", "OlderProcesses", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Task", "TaskError", "Worker", "chain", "chord", "group",
     "aio", "connect",
 ]
 __version__ = RELEASE

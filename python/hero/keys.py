@@ -68,6 +68,30 @@ class Keys:
         """Hash: the live processes of protocol 29 and later, name -> JSON (docs/protocol.md §2)."""
         return f"{self.prefix}:meta:fleet"
 
+    def queue_name(self, stream: str) -> str:
+        """How an operator names the queue of work stream `stream`: `<type>[/<group>[/<instance>]]`,
+        with ` prio <n>` at another level than the default (the Rust `Keyspace::queue_name`);
+        any other key comes back as it is."""
+        head = f"{self.prefix}:q:work:type:"
+        if not stream.startswith(head):
+            return stream
+        path, sep, prio = stream[len(head):].partition(":prio:")
+        name = path.replace(":group:", "/", 1).replace(":inst:", "/", 1)
+        return f"{name} prio {prio}" if sep else name
+
+    def fair_ring(self, stream: str) -> str:
+        """List: a fair stream's ring, the limit keys with jobs in its gate, in turn (gate.lua)."""
+        return f"{stream}:fair"
+
+    def fair_lane(self, stream: str, limit_key: str) -> str:
+        """List: a fair stream's lane of one limit key ('' for the jobs without one): its gated
+        jobs, first in, first out."""
+        return f"{stream}:fair:{limit_key}"
+
+    def held(self) -> str:
+        """Set: the limit keys paused in fair queues, members `<queue name>|<limit key>`."""
+        return f"{self.prefix}:meta:held"
+
     def queues(self) -> str:
         return f"{self.prefix}:meta:queues"
 

@@ -98,6 +98,13 @@ class Protocol:
         keys = [k.queues(), k.paused_queues(), k.paused_names(), k.config(), k.events()]
         return int(self.r.fcall(self.fn("pause"), len(keys), *keys, "pause" if pause else "resume", name))
 
+    def pause_key(self, name: str, key: str, pause: bool) -> int:
+        """hero_pause with a limit key (protocol 30): holds or releases that key of fair queue
+        `name` only; answers in how many streams it was held or put back in turn."""
+        k = self.keys
+        keys = [k.queues(), k.paused_queues(), k.paused_names(), k.config(), k.events()]
+        return int(self.r.fcall(self.fn("pause"), len(keys), *keys, "pause" if pause else "resume", name, key))
+
     def counts(self, name: str) -> list[list[Any]]:
         """hero_counts (read-only): per work stream of queue `name`, [stream, waiting, running,
         delayed, finished, failed, dead, paused, oldest waiting ms or -1]."""

@@ -1,6 +1,7 @@
 """The operator's side of one queue (hero-admin's `Admin` for a script type, as BullMQ's
-`Queue`): pause and resume, job counts, the queue policy, dead letters, a job requeued,
-promoted or removed, and recurring jobs. Thin wrappers over the server functions hero-admin
+`Queue`): pause and resume (the whole queue, or one limit key of a fair queue), job counts, the
+keys with work of a fair queue, the queue policy, dead letters, a job requeued, promoted or
+removed, and recurring jobs. Thin wrappers over the server functions hero-admin
 calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove), on every
 shard of a sharded namespace.
 
@@ -8,6 +9,8 @@ shard of a sharded namespace.
     q.pause(); q.resume()
     q.job_counts().waiting
     q.set_policy(retries=5, backoff="exponential:1s:1m", rate="100/s")
+    q.set_policy(fair=True, fair_weights={"gold": 3}, key_concurrency=2)
+    q.keys().top; q.pause_key("acme"); q.resume_key("acme")
     q.cron_add("nightly", "0 3 * * *", "send_digest", payload=b"...")
 """
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any
 
 import redis
 
-from .client import Client, _name, _whole
-from .errors import HeroError, InvalidInput, JobNotFound
+from .client import Client, _name, _whole, read_lacks
+from .errors import HeroError, InvalidInput, JobNotFound, OlderProcesses
+from .fair import FairKeys, fair_keys
 from .options import Backoff, duration_ms
 from .options import rate as parse_rate  # set_policy takes an argument named rate
 
@@ -104,6 +108,39 @@ class Queue:
     def resume(self) -> int:
         return sum(self._call(lambda p=p: p.pause(self.name, False)) for _, _, p in self._shards())
 
+    def pause_key(self, key: str) -> int:
+        """Holds one limit key of a fair queue: its jobs wait in the gate while the queue's
+        other keys flow (running ones finish; submits still queue); lasts until resume_key(),
+        across restarts. '' names the jobs without a key. Refused (InvalidInput) for a queue
+        that is not fair: only the gate can hold a key's jobs back. Answers in how many work
+        streams the key had jobs."""
+        return self._key_call(key, True)
+
+    def resume_key(self, key: str) -> int:
+        """Releases a limit key held by pause_key(): it gets its turns again where it has jobs;
+        answers in how many work streams it was put back in turn."""
+        return self._key_call(key, False)
+
+    def _key_call(self, key: str, pause: bool) -> int:
+        if not isinstance(key, str) or len(key.encode()) > 200:
+            raise InvalidInput(f"limit key {key!r}: give text of at most 200 bytes ('' for the jobs without one)")
+        # as hero-admin: a worker before protocol 30 would not honour the hold
+        lack = read_lacks(self.r.hget(self.client.keys.config(), "fleet_lacks")).get("fair")
+        if lack:
+            raise OlderProcesses(
+                f"pausing a key of queue {self.name} uses fair share (protocol 30 and later), which these live "
+                f"processes do not serve: {', '.join(lack.get('processes', []))}. Upgrade them (or wait until "
+                "they are gone); `hero actors` shows each process's protocol")
+        return sum(self._call(lambda p=p: p.pause_key(self.name, key, pause)) for _, _, p in self._shards())
+
+    def keys(self, top: int = 10) -> FairKeys:
+        """The limit keys of a fair queue with jobs waiting in its gates (every priority, group
+        and instance under the name, every shard): how many, the `top` with the most (most
+        first, ties by key) and the keys held by pause_key(), as `hero queues --keys` shows
+        them. An operator's question: it reads every key with work, so not for a job's path."""
+        _whole("top", top, 0)
+        return fair_keys(self.r, [k for _, k, _ in self._shards()], self.name, top)
+
     # -- counts -------------------------------------------------------------------------------
     def job_counts(self) -> JobCounts:
         streams = []
@@ -134,9 +171,17 @@ class Queue:
 
     def set_policy(self, *, retries: int | None = None, backoff: Any = None, timeout: Any = None,
                    lease: Any = None, concurrency: int | None = None, rate: Any = None, key_rate: Any = None,
-                   retention: Any = None, aging: Any = None) -> dict[str, Any]:
+                   retention: Any = None, aging: Any = None, fair: bool | None = None,
+                   fair_weights: dict[str, int] | None = None, key_concurrency: int | None = None) -> dict[str, Any]:
         """Sets the fields given, keeping the others; answers the whole policy. Durations in
-        seconds (or a timedelta, or '30s'), rates as '100/s', back-off as for submit."""
+        seconds (or a timedelta, or '30s'), rates as '100/s', back-off as for submit.
+
+        Fair share: `fair=True` serves the queue's jobs by their limit key in turns within each
+        priority level (jobs without a key are one key of their own), so one busy customer
+        cannot starve the others; to serve it first in, first out again, clear the policy.
+        `fair_weights` gives a key more turns per round ({"gold": 3}; {} drops the weights);
+        `key_concurrency` caps the running jobs of one key across every worker (fair queues
+        only: the server refuses it unless this policy or its type's sets fair)."""
         if "/" in self.name and self.name.count("/") > 1:
             raise InvalidInput("a policy is per type or type/group, not per instance")
         given: dict[str, Any] = {}
@@ -160,7 +205,19 @@ class Queue:
             given["aging_ms"] = duration_ms("aging", aging)
             if given["aging_ms"] < 1:
                 raise InvalidInput("aging of 0 would serve every job at the highest level: give a period, e.g. 30s")
+        if fair is not None:
+            if fair is not True:
+                raise InvalidInput(f"fair {fair!r}: fair is set with True; to serve the queue first in, first out "
+                                   "again, clear its policy (clear_policy) and set the rest again")
+            given["fair"] = True
+        if fair_weights is not None:
+            given["fair_weights"] = _weights(fair_weights)
+        if key_concurrency is not None:
+            given["key_concurrency"] = _whole("key_concurrency (to run none of a key, pause the key)",
+                                              key_concurrency, 1)
         merged = {**self.policy(), **given}
+        if merged.get("fair_weights") == {}:
+            merged.pop("fair_weights")
         self._store(merged)
         return merged
 
@@ -177,11 +234,14 @@ class Queue:
         if len(shards) == 1:
             self._call(lambda: shards[0][2].set_policy(self.name, json.dumps(policy)))
             return
-        # each shard enforces its share of a concurrency limit or a rate (hero-admin's `split`)
-        self.r.hset(self.client.keys.whole_policies(), self.name, json.dumps(policy))
+        # each shard enforces its share of a concurrency limit or a rate (hero-admin's `split`);
+        # the whole is written once shard 0 took its share, so a policy the server refuses
+        # (checked the same on every shard) leaves nothing written
         k = max(1, self.client.shard_map().k)
-        for n, _, p in shards:
+        for i, (n, _, p) in enumerate(shards):
             self._call(lambda p=p, n=n: p.set_policy(self.name, json.dumps(_split(policy, n, k))))
+            if i == 0:
+                self.r.hset(self.client.keys.whole_policies(), self.name, json.dumps(policy))
 
     # -- dead letters -------------------------------------------------------------------------
     def dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
@@ -370,8 +430,24 @@ class Queue:
         return keys.work(t, g or None, i or None, int(p) if p.isdigit() else 5) if t else None
 
 
+def _weights(weights: Any) -> dict[str, int]:
+    """fair_weights checked as the server checks it: each limit key (text, no blanks) with a
+    whole number of turns of at least 1; the error names the key, for a dict of many."""
+    if not isinstance(weights, dict):
+        raise InvalidInput(f"fair_weights is {weights.__class__.__name__}: give a dict of limit key -> turns")
+    for key, turns in weights.items():
+        if not isinstance(key, str) or not key or any(c.isspace() for c in key):
+            raise InvalidInput(f"fair_weights key {key!r}: name a limit key (text without blanks)")
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+            raise InvalidInput(f"fair_weights gives limit key {key!r} {turns!r} turns: each limit key needs a "
+                               "whole number of turns of at least 1")
+    return dict(weights)
+
+
 def _split(policy: dict[str, Any], n: int, k: int) -> dict[str, Any]:
-    """Shard n's share of a policy over k active shards (hero-admin's `split`)."""
+    """Shard n's share of a policy over k active shards (hero-admin's `split`). Fair share's
+    fields are whole on every shard: the jobs of one limit key share a shard (their key's
+    home), so its key_concurrency and weights hold there."""
     def share(total: int) -> int:
         if n >= k:
             return 1

@@ -1,11 +1,13 @@
 """hero.Queue, the operator's side of a queue, and the submit options of issue 48 against a real
 redis-server and `hero broker`: pause and resume, counts, the policy set and shown as the Rust
 CLI shows it, dead letters retried and purged, a job promoted and removed, a recurring job with
-a payload, a job's own back-off and retention, and a parent's children's results."""
+a payload, a job's own back-off and retention, a parent's children's results, and fair share
+(issue 52): its policy fields, the keys with work, one key held and released."""
 from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -173,3 +175,94 @@ def test_the_queue_reaches_every_shard_of_a_sharded_namespace(broker):
     shown = json.loads(hero_cli("--json", "queue", "show", "qs", url=broker).stdout)
     assert shown["policies"][0]["policy"]["concurrency"] == 7, shown
     assert q.resume() == 3
+
+
+def test_a_fair_queue_counts_its_keys_and_holds_one_while_the_others_run(broker):
+    q = hero.Queue("fq", broker)
+    c = q.client
+    # refusals: a key of a first-in, first-out queue, a key's cap without fair, fair off, bad weights
+    with pytest.raises(hero.InvalidInput, match="is not fair"):
+        q.pause_key("A")
+    with pytest.raises(hero.InvalidInput, match="key_concurrency needs fair share"):
+        q.set_policy(key_concurrency=2)
+    assert q.policy() == {}, "a refused policy writes nothing"
+    with pytest.raises(hero.InvalidInput, match="clear its policy"):
+        q.set_policy(fair=False)
+    with pytest.raises(hero.InvalidInput, match="'gold'"):
+        q.set_policy(fair=True, fair_weights={"silver": 2, "gold": 0})
+    for bad in ({"key_concurrency": 0}, {"fair_weights": {"a b": 1}}, {"fair_weights": [("a", 1)]}):
+        with pytest.raises(hero.InvalidInput):
+            q.set_policy(fair=True, **bad)
+    p = q.set_policy(fair=True, key_concurrency=2, fair_weights={"B": 2})
+    assert p == {"fair": True, "key_concurrency": 2, "fair_weights": {"B": 2}}
+    shown = json.loads(hero_cli("--json", "queue", "show", "fq", url=broker).stdout)
+    assert shown["policies"] == [{"queue": "fq", "policy": p}], shown
+    # a group's key cap rides on its type's fair share
+    assert hero.Queue("fq", broker, group="g").set_policy(key_concurrency=1) == {"key_concurrency": 1}
+    assert q.pause_key("A") == 0, "A has no jobs yet: held, in no stream"
+    jobs = [c.job("x", "fq", id=f"A-{i}", limit_key="A") for i in range(10)]
+    jobs += [c.job("x", "fq", id=f"A-p{i}", limit_key="A", priority=1) for i in range(2)]
+    jobs += [c.job("x", "fq", id=f"B-{i}", limit_key="B") for i in range(6)]
+    jobs += [c.job("x", "fq", id=f"C-{i}", limit_key="C") for i in range(2)]
+    jobs += [c.job("x", "fq", id=f"none-{i}") for i in range(2)]
+    c.submit_many(jobs)
+    # summed over both priority levels; ties by key ('' for the jobs without one)
+    want = hero.FairKeys(4, [hero.KeyWaiting("A", 12), hero.KeyWaiting("B", 6), hero.KeyWaiting("", 2),
+                             hero.KeyWaiting("C", 2)], ["fq|A"])
+    assert q.keys() == want
+    assert q.keys(top=1) == hero.FairKeys(4, [hero.KeyWaiting("A", 12)], ["fq|A"])
+    cli = json.loads(hero_cli("--json", "queues", "--keys", "fq", url=broker).stdout)
+    assert cli == {"queue": "fq", **want.as_dict()}, "as the Rust CLI counts them"
+    lock, started, running, most = threading.Lock(), [], {}, {}
+
+    def handler(job, ctx):
+        key = job.id.split("-")[0]
+        with lock:
+            started.append(job.id)
+            running[key] = running.get(key, 0) + 1
+            most[key] = max(most.get(key, 0), running[key])
+        time.sleep(0.05)
+        with lock:
+            running[key] -= 1
+        return "ok"
+    with run_worker(broker, ["fq"], handler):
+        wait_until("B's, C's and the keyless jobs to start", lambda: len(started) >= 10)
+        time.sleep(0.5)  # a few more fetches: A stays held
+        with lock:
+            assert len(started) == 10 and not any(s.startswith("A-") for s in started), started
+        assert q.keys().top[0] == hero.KeyWaiting("A", 12)
+        assert q.job_counts().waiting == 12, "the held key's jobs count as waiting"
+        assert q.resume_key("A") == 2, "A is back in turn in both of its streams"
+        wait_until("A's jobs to run once resumed", lambda: q.job_counts().finished == 22)
+    assert sorted(started) == sorted(j[0] for j in jobs), "every job ran once"
+    assert max(most.values()) == 2 and most["A"] == 2, most
+    assert q.keys() == hero.FairKeys(0, [], [])
+
+
+def test_fair_share_on_a_sharded_namespace(broker):
+    hero_cli("shards", "set", "3", url=broker)
+    q = hero.Queue("fs", broker)
+    c = q.client
+    p = q.set_policy(fair=True, key_concurrency=3, concurrency=7)
+    # the concurrency is split; fair share's fields are whole on every shard (a key has one home)
+    shares = [json.loads(c.r.hget(c._shard(n)[0].policy(), "fs")) for n in range(3)]
+    assert [(s["fair"], s["key_concurrency"]) for s in shares] == [(True, 3)] * 3
+    assert sorted(s["concurrency"] for s in shares) == [2, 2, 3] and q.policy() == p
+    keys = [f"k{i}" for i in range(8)]
+    c.submit_many([c.job("x", "fs", limit_key=k) for k in keys for _ in range(int(k[1:]) + 1)])
+    assert len({c._map.home(k) for k in keys}) > 1, "the keys live on more than one shard"
+    got = q.keys(top=3)
+    assert (got.keys, got.top) == (8, [hero.KeyWaiting("k7", 8), hero.KeyWaiting("k6", 7), hero.KeyWaiting("k5", 6)])
+    assert q.pause_key("k7") == 1 and q.keys().held == ["fs|k7"]
+    assert q.resume_key("k7") == 1 and q.keys().held == []
+
+
+def test_a_name_covers_the_streams_under_it():
+    # as the Rust admin's fair.rs reads names: a queue covers its groups and instances at any
+    # priority, never a longer name that merely starts the same
+    under, k = hero.fair.under, hero.Keys()
+    assert under("osis", "osis") and under("osis prio 2", "osis") and under("osis/io/a", "osis")
+    assert under("osis/io", "osis/io") and not under("osis2", "osis") and not under("osis", "osis/io")
+    assert k.queue_name(k.work("osis", "io", "3")) == "osis/io/3"
+    assert k.queue_name(k.work("osis", "io", priority=0)) == "osis/io prio 0"
+    assert k.queue_name("other:key") == "other:key"
