@@ -12,10 +12,12 @@
 //! - `scale`: `--namespaces N`, scale-out over the shards of a Redis Cluster.
 //! - `sharded`: `--only sharded`, one queue over K shards, each redis-server CPU-capped.
 //! - `watch`: the `wait` and `events` scenarios (waits and subscriptions).
+//! - `fair`: `--only fair`, fair share within a queue on and off.
 
 mod bench;
 mod ceiling;
 mod chaos;
+mod fair;
 mod ours;
 mod peer;
 mod probe;
@@ -98,6 +100,9 @@ fn main() {
             }
             Some(Child::Chaos(args)) => chaos::run(&args).await,
             None if cli.bench.namespaces > 0 => scale::run(&cli.bench, cli.json).await,
+            None if cli.bench.only.contains(&scenario::Scenario::Fair) => {
+                fair::run(&cli.bench, cli.json).await
+            }
             None if cli.bench.only.contains(&scenario::Scenario::Sharded) => {
                 sharded::run(&cli.bench, cli.json).await
             }

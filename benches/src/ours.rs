@@ -223,8 +223,12 @@ impl Ours {
             Scenario::Memory => self.memory(probe, &mut fig).await?,
             Scenario::Wait => self.wait_after_submit(&mut fig).await?,
             Scenario::Events => self.events(probe, &mut fig).await?,
-            Scenario::Sharded => {
-                anyhow::bail!("the sharded scenario runs alone: hero-bench --only sharded")
+            Scenario::Sharded | Scenario::Fair => {
+                anyhow::bail!(
+                    "the {} scenario runs alone: hero-bench --only {}",
+                    scenario.name(),
+                    scenario.name()
+                )
             }
             Scenario::Ceiling | Scenario::CeilingLatency => {
                 anyhow::bail!("the ceiling scenarios are not hero's (see ceiling.rs)")

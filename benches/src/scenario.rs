@@ -40,6 +40,9 @@ pub enum Scenario {
     /// One queue spread over K shards of a local cluster, each held to `--shard-cpu`, for each
     /// K of `--shards` → jobs/s, Redis and client CPU per job (run alone: `--only sharded`).
     Sharded,
+    /// One key's backlog of 50,000 jobs, then 20 keys' 100 each, fair share on and off → jobs/s,
+    /// the time until the small keys are done, Jain's index (run alone: `--only fair`).
+    Fair,
 }
 
 impl Scenario {
@@ -71,6 +74,7 @@ impl Scenario {
             Scenario::Wait => "wait",
             Scenario::Events => "events",
             Scenario::Sharded => "sharded",
+            Scenario::Fair => "fair",
         }
     }
 

@@ -14,7 +14,8 @@
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry);
 --   a record without `created_at` is given the server's time now (since protocol 29)
--- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
+-- Stats: the stream's `delayed` gauge for a job parked in the delayed set; a fair queue's `fair`
+-- gauge up for each job its gate took (see gate).
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
 -- `error` (r the reason) for a new job whose prerequisite already failed; `batch_done` (j the
 -- callback job, r the batch) when a batch it joins is done in this call.
@@ -220,7 +221,9 @@ local function hero_submit(keys, args)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
-  local known = {} -- streams seen to exist in this call
+  -- streams seen to exist in this call; `gated` counts the jobs a fair queue's gate took (see
+  -- gate), written once at the end
+  local known = { gated = {} }
   local bridged = setting(cfg, 'bridged', 0) > 0 -- see dual_push_mapping
   local now_ms
   -- Whether any job of the batch exists already, with one EXISTS over all their keys: a new
@@ -300,6 +303,12 @@ local function hero_submit(keys, args)
       if not m and known[stream] == true then
         entry = redis.call('XADD', stream, '*', 'j', job_id)
       else
+        -- a fair stream's gate files the job by its limit key: given here, not read back
+        local lk = ''
+        for q = p + 3, p + 1 + count, 2 do
+          if args[q] == 'limit_key' then lk = args[q + 1] end
+        end
+        known.lk = lk
         entry = append(stream, group, registry, job_id, known, nil, m and true)
       end
       if m then
@@ -360,5 +369,6 @@ local function hero_submit(keys, args)
   if tag_index then flush_tags(tag_index) end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
   if st then flush_stats(st) end
+  if next(known.gated) then flush_gated(known, keys[6]) end
   return answers
 end

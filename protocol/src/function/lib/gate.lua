@@ -66,17 +66,38 @@ local function ring_in(stream, key, registry)
 end
 
 -- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`;
--- its key joins the ring when the lane was empty, unless the key is held.
+-- its key joins the ring when the lane was empty, unless the key is held. `memo` is the call's
+-- table (append's `known`) or nil: a submit of many jobs gives the limit key (`memo.lk`, else
+-- the record is asked), reads the clock once, and counts the gauge in `memo.gated` to write
+-- once at its end (flush_gated).
 -- Writes stats: `fair` (the stream's gauge of jobs in its gate).
-local function gate(registry, stream, job_id, attempts)
+local function gate(registry, stream, job_id, attempts, memo)
   local ns = ns_of_registry(registry)
-  local key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or ''
-  local item = job_id .. ' ' .. server_ms()
+  local key = memo and memo.lk
+  if not key then key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or '' end
+  local ms = memo and memo.gate_ms
+  if not ms then
+    ms = server_ms()
+    if memo then memo.gate_ms = ms end
+  end
+  local item = job_id .. ' ' .. ms
   if attempts then item = item .. ' ' .. attempts end
   if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1 and not held(stream, key) then
     ring_in(stream, key, registry)
   end
-  redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
+  local gated = memo and memo.gated
+  if gated then
+    gated[stream] = (gated[stream] or 0) + 1
+  else
+    redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
+  end
+end
+
+-- Writes the `fair` gauges a call counted in `memo.gated` (see gate) to the stats hash `stats`.
+local function flush_gated(memo, stats_key)
+  for stream, n in pairs(memo.gated) do
+    redis.call('HINCRBY', stats_key, stream .. '|fair', n)
+  end
 end
 
 -- Append a job id to a work stream, registering the stream on first use (register). Returns
@@ -93,7 +114,7 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
     local memo = known or {}
     if fair_policy(ns_of_registry(registry) .. 'meta:config', stream, memo, true) then
       if known then known[stream] = 'fair' end
-      gate(registry, stream, job_id, attempts)
+      gate(registry, stream, job_id, attempts, known)
       return nil
     end
   end
@@ -124,61 +145,90 @@ local function key_cap_set(config_key, stream, p, key)
   return limit_key_of(config_key, q) .. '|' .. key
 end
 
--- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns: the ring's
--- head key gives up to its weight of jobs (policy `p`'s `fair_weights`, default 1; a turn is at
--- most what this fetch still wants, and under `key_concurrency` the room its key has left) and
--- goes back to the ring's tail while its lane has jobs. A key with no room goes back to the
--- tail too; meeting it again means every key was looked at, and the release stops. The room is
--- counted once per key and call (limit_running drops the members no longer started, and the
--- jobs released here start only when this fetch claims them). O(jobs moved + turns), whatever
--- the number of keys. Returns how many it moved, and whether a key's concurrency held jobs
--- back.
+-- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns (round robin
+-- over the ring's keys, a key's turn giving its weight of jobs: policy `p`'s `fair_weights`,
+-- default 1), the turns of a pass counted at once rather than walked one by one: up to `d`
+-- keys leave the ring's head, each is asked for as many jobs as its turns within `d` come to
+-- (whole rounds, then the turns left over in ring order) with one LPOP of its lane, and the
+-- keys go back so that the next turn is where round robin would be: a key given no turn back
+-- at the head, the others to the tail, those after the last one given a left-over turn first.
+-- A key whose lane ran dry leaves the ring; its share goes to the next pass (at most 4).
+-- Under `key_concurrency` a key is asked for no more than the room it has (counted once per
+-- key and call by limit_running, which drops the members no longer started: the jobs released
+-- here start when this fetch claims them), and a key without room keeps its place. Costs an
+-- LPOP and an LLEN a key and an XADD a job, whatever the number of keys waiting. Returns how
+-- many it moved, and whether a key's concurrency held jobs back.
 -- Writes stats: `fair` (down by the jobs moved).
 local function release(st, config_key, prefix, stream, p, d)
-  local ring, moved, weights = fair_ring_of(stream), 0, p.fair_weights
-  local cap, rooms, capped = tonumber(p.key_concurrency), nil, false
-  while moved < d do
-    local key = redis.call('LPOP', ring)
-    if not key then break end
-    local lane = fair_lane_of(stream, key)
-    local n = math.min(type(weights) == 'table' and tonumber(weights[key]) or 1, d - moved)
-    local set
-    if cap then
-      rooms = rooms or {}
-      set = key_cap_set(config_key, stream, p, key)
-      if rooms[key] == nil then rooms[key] = cap - limit_running({ key = set, max = cap }, prefix) end
-      if rooms[key] <= 0 then
-        redis.call('RPUSH', ring, key)
-        if capped and capped[key] then break end
-        capped = capped or {}
-        capped[key] = true
-        n = 0
-      end
-      n = math.min(n, rooms[key])
+  local ring, weights = fair_ring_of(stream), p.fair_weights
+  local cap, rooms = tonumber(p.key_concurrency), {}
+  local moved, capped = 0, false
+  for _ = 1, 4 do
+    local want = d - moved
+    if want <= 0 then break end
+    local keys = redis.call('LPOP', ring, want)
+    if not keys then break end
+    local w, total = {}, 0
+    for i = 1, #keys do
+      w[i] = type(weights) == 'table' and tonumber(weights[keys[i]]) or 1
+      total = total + w[i]
     end
-    local items = n > 0 and redis.call('LPOP', lane, n)
-    if items then
-      local ms = set and server_ms()
-      for k = 1, #items do
-        local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
-        if id then
-          if a ~= '' then
-            redis.call('XADD', stream, '*', 'j', id, 'a', a)
-          else
-            redis.call('XADD', stream, '*', 'j', id)
-          end
-          -- released to be claimed by this fetch at once: it runs (a stale one leaves the set
-          -- when the set is next full, see limit_running)
-          if set then redis.call('ZADD', set, ms, id) end
+    local full = math.floor(want / total)
+    local left, last = want - full * total, 0
+    local head, later, first, before = {}, {}, {}, moved
+    for i = 1, #keys do
+      local key = keys[i]
+      local n = full * w[i]
+      if left > 0 then
+        local extra = math.min(w[i], left)
+        n, left, last = n + extra, left - extra, i
+      end
+      local lane, set = fair_lane_of(stream, key), nil
+      if cap and n > 0 then
+        set = key_cap_set(config_key, stream, p, key)
+        if rooms[key] == nil then rooms[key] = cap - limit_running({ key = set, max = cap }, prefix) end
+        if rooms[key] < n then
+          n = math.max(rooms[key], 0)
+          capped = true
         end
       end
-      moved = moved + #items
-      if set then rooms[key] = rooms[key] - #items end
-      if #items == n and redis.call('LLEN', lane) > 0 then redis.call('RPUSH', ring, key) end
+      local keep = true
+      if n > 0 then
+        local items = redis.call('LPOP', lane, n)
+        local got = items and #items or 0
+        local ms = set and server_ms()
+        for k = 1, got do
+          local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
+          if id then
+            if a ~= '' then
+              redis.call('XADD', stream, '*', 'j', id, 'a', a)
+            else
+              redis.call('XADD', stream, '*', 'j', id)
+            end
+            -- released to be claimed by this fetch at once: it runs (a stale one leaves the set
+            -- when the set is next full, see limit_running)
+            if set then redis.call('ZADD', set, ms, id) end
+          end
+        end
+        moved = moved + got
+        if set then rooms[key] = rooms[key] - got end
+        keep = got == n and redis.call('LLEN', lane) > 0
+      elseif full == 0 and i > last then
+        -- no turn came to it in this pass: it keeps its place at the head
+        head[#head + 1] = key
+        keep = false
+      end
+      if keep then
+        if i <= last then first[#first + 1] = key else later[#later + 1] = key end
+      end
     end
+    for i = #head, 1, -1 do redis.call('LPUSH', ring, head[i]) end
+    for i = 1, #first do later[#later + 1] = first[i] end
+    if #later > 0 then redis.call('RPUSH', ring, unpack(later)) end
+    if moved == before then break end
   end
   if moved > 0 then tally(st, stream, 'fair', -moved) end
-  return moved, capped ~= false
+  return moved, capped
 end
 
 -- Takes job `job_id`, queued with limit key `key`, out of fair stream `stream`'s gate (a
