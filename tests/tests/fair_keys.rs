@@ -261,3 +261,22 @@ async fn what_cannot_be_served_fairly_is_refused_clearly() {
     assert_ne!(code, 0);
     assert!(err.contains("osis:old (protocol 29)"), "{err}");
 }
+
+#[tokio::test]
+async fn the_counts_see_a_gates_jobs_and_their_age_not_its_wake_up_entry() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let admin = hero_admin::Admin::from(&client);
+    admin.set_policy("ct", &fair(None)).await.unwrap();
+    // not paused, no worker: the first job's gate puts a wake-up entry on the stream
+    let mut jobs = keyed("ct", "A", 10);
+    jobs.extend(keyed("ct", "B", 6));
+    client.submit_many(&jobs).await.unwrap();
+    let counts = admin.job_counts("ct").await.unwrap();
+    assert_eq!(counts.waiting, 16);
+    assert!(counts.streams[0].1.oldest_waiting_ms.is_some(), "{counts:?}");
+    let queues = hero_admin::Inspector::from(&client).queues().await.unwrap();
+    let q = queues.iter().find(|q| q.name == "ct").unwrap();
+    assert_eq!((q.waiting, q.keys), (16, 2), "{q:?}");
+    assert!(q.oldest_waiting_ms.is_some(), "{q:?}");
+}

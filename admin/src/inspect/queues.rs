@@ -275,12 +275,54 @@ impl Inspector {
                 .arg("COUNT")
                 .arg(1);
         }
+        let mut gates = Vec::new();
         for (q, r) in queues.iter_mut().zip(self.redis.pipeline(&pipe).await?) {
             // a stream deleted or broken by hand answers an error: nothing waits in it
-            let first = r.ok().and_then(|v| first_entry_ms(&v));
-            if q.waiting > 0 {
-                q.oldest_waiting_ms = first.map(|ms| now.saturating_sub(ms));
+            let head = r.ok();
+            if head.as_ref().is_some_and(is_wake_up) {
+                // a fair gate's (or a resume's) wake-up entry, not a job
+                q.waiting = q.waiting.saturating_sub(1);
+            } else if q.waiting > 0 {
+                q.oldest_waiting_ms = head
+                    .and_then(|v| first_entry_ms(&v))
+                    .map(|ms| now.saturating_sub(ms));
             }
+            if q.oldest_waiting_ms.is_none() && q.keys > 0 {
+                gates.push(q);
+            }
+        }
+        self.gate_ages(&mut gates, now).await
+    }
+
+    /// A fair queue's oldest waiting job when its stream holds none: the job its gate serves
+    /// next (the ring's head key's oldest, `<id> <ms queued>...`), two round trips for all.
+    async fn gate_ages(&self, queues: &mut [&mut QueueStats], now: u64) -> Result<()> {
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for q in queues.iter() {
+            pipe.cmd("LINDEX").arg(self.keys.fair_ring(&q.stream)).arg(0);
+        }
+        let heads: Vec<Option<String>> = self
+            .redis
+            .pipeline(&pipe)
+            .await?
+            .into_iter()
+            .map(|r| r.ok().and_then(|v| reply::text(&v).ok()))
+            .collect();
+        let mut pipe = redis::pipe();
+        for (q, key) in queues.iter().zip(&heads) {
+            pipe.cmd("LINDEX")
+                .arg(self.keys.fair_lane(&q.stream, key.as_deref().unwrap_or("")))
+                .arg(0);
+        }
+        for (q, item) in queues.iter_mut().zip(self.redis.pipeline(&pipe).await?) {
+            let ms = item
+                .ok()
+                .and_then(|v| reply::text(&v).ok())
+                .and_then(|t| t.split(' ').nth(1)?.parse::<u64>().ok());
+            q.oldest_waiting_ms = ms.map(|ms| now.saturating_sub(ms));
         }
         Ok(())
     }
@@ -383,6 +425,17 @@ impl Gauges {
         }
         g
     }
+}
+
+/// Whether the first entry of an XRANGE reply is a wake-up entry (field `w`: `gate.lua`,
+/// `pause.lua`), which names no job.
+fn is_wake_up(v: &Value) -> bool {
+    let field = || -> Option<String> {
+        let entry = reply::array(v).ok()?.first()?;
+        let fields = reply::array(reply::array(entry).ok()?.get(1)?).ok()?;
+        reply::text(fields.first()?).ok()
+    };
+    field().as_deref() == Some("w")
 }
 
 /// The time (ms) of the first entry of an XRANGE reply, from its id.

@@ -5,8 +5,8 @@
 -- ARGV[1] consumer group  ARGV[2] queue name
 -- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
 -- all wait in the delayed set yet; any priority): the sizes now, `waiting`
--- (entries not yet delivered: the group's lag, else the length less the pending, plus a fair
--- queue's jobs in its gate: the stats gauge `fair`), `running`
+-- (entries not yet delivered: the group's lag, else the length less the pending, less a wake-up
+-- entry at their head, plus a fair queue's jobs in its gate: the stats gauge `fair`), `running`
 -- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
 -- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
 -- reason) and `dead`, and 1 when the stream is paused.
@@ -51,18 +51,32 @@ local function hero_counts(keys, args)
       end
       local waiting = lag or math.max(len - running, 0)
       local age = -1
+      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead', s .. '|fair')
+      local gated = math.max(tonumber(c[5]) or 0, 0)
       if waiting > 0 then
         local from = '-'
         if last and last ~= '0-0' then from = '(' .. last end
         local head = redis.pcall('XRANGE', s, from, '+', 'COUNT', 1)
         if type(head) == 'table' and not head.err and head[1] then
-          now = now or server_ms()
-          age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
+          if head[1][2][1] == 'w' then
+            -- a fair gate's (or a resume's) wake-up entry, not a job
+            waiting = waiting - 1
+          else
+            now = now or server_ms()
+            age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
+          end
         end
       end
-      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead', s .. '|fair')
-      -- a fair queue's jobs in its gate wait too (gate.lua): its gauge
-      waiting = waiting + math.max(tonumber(c[5]) or 0, 0)
+      -- a fair queue's jobs in its gate wait too (gate.lua): its gauge, and the age of the job
+      -- it serves next
+      if gated > 0 then
+        waiting = waiting + gated
+        local born = age < 0 and gate_head_ms(s)
+        if born then
+          now = now or server_ms()
+          age = math.max(now - born, 0)
+        end
+      end
       local p = 0
       if paused[s] then p = 1 end
       local n = #out
