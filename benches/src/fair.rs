@@ -56,7 +56,11 @@ pub async fn run(args: &BenchArgs, json: bool) -> Result<i32> {
                 r.jain,
                 r.redis_cpu_us_per_job
             );
-            if fair { on.push(r) } else { off.push(r) }
+            if fair {
+                on.push(r)
+            } else {
+                off.push(r)
+            }
         }
     }
     let (on, off) = (median(&on), median(&off));
@@ -164,13 +168,12 @@ async fn one(fair: bool, commandstats: bool) -> Result<Row> {
         .types(["fair"])
         .concurrency(CONCURRENCY)
         .handler(move |j: Job, _| {
-            let key = j
-                .id
-                .as_str()
-                .strip_prefix('k')
-                .and_then(|r| r.split('-').next())
-                .and_then(|k| k.parse().ok())
-                .unwrap_or(0);
+            let key =
+                j.id.as_str()
+                    .strip_prefix('k')
+                    .and_then(|r| r.split('-').next())
+                    .and_then(|k| k.parse().ok())
+                    .unwrap_or(0);
             let mut v = e.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             v.push((key, started.elapsed()));
             if v.len() as u64 == total {
@@ -198,7 +201,10 @@ async fn one(fair: bool, commandstats: bool) -> Result<Row> {
     }
     stop.cancel();
     let _ = w.await;
-    let ended = ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let ended = ended
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     let last = ended.iter().map(|(_, t)| *t).max().unwrap_or_default();
     let small_done = ended
         .iter()

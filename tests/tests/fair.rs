@@ -80,19 +80,16 @@ async fn a_fair_queue_serves_every_small_key_within_the_first_rounds() {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), 240, "every job ran once: {order:?}");
-    let small_by = order
-        .iter()
-        .rposition(|id| !id.starts_with("A-"))
-        .unwrap();
+    let small_by = order.iter().rposition(|id| !id.starts_with("A-")).unwrap();
     assert!(
         small_by < 80,
         "B and C all started within the first 80 starts, the last at {small_by}: {order:?}"
     );
     // A's jobs keep their own order
     let a: Vec<&String> = order.iter().filter(|id| id.starts_with("A-")).collect();
-    assert!(a.windows(2).all(|w| {
-        w[0][2..].parse::<u32>().unwrap() < w[1][2..].parse::<u32>().unwrap()
-    }));
+    assert!(a
+        .windows(2)
+        .all(|w| { w[0][2..].parse::<u32>().unwrap() < w[1][2..].parse::<u32>().unwrap() }));
 }
 
 #[tokio::test]

@@ -104,7 +104,12 @@ async fn a_keys_concurrency_holds_across_every_worker() {
     let _w2 = worker(&client, &["kc"], 8, Duration::from_millis(30), &seen);
     started(&seen, 30, "30 jobs to start").await;
     let s = seen.lock().unwrap();
-    assert_eq!(s.most.get("A"), Some(&2), "A ran at most 2 at once, and did reach 2: {:?}", s.most);
+    assert_eq!(
+        s.most.get("A"),
+        Some(&2),
+        "A ran at most 2 at once, and did reach 2: {:?}",
+        s.most
+    );
     assert_eq!(s.most.get("B"), Some(&2), "B too: {:?}", s.most);
     let mut ids = s.order.clone();
     ids.sort();
@@ -139,7 +144,10 @@ async fn a_paused_key_waits_while_the_other_keys_flow() {
     assert_eq!(v["top"][2]["key"], "C", "{v}");
     assert_eq!(v["held"][0], "pk|A", "{v}");
     let (_, table, _) = hero_cli(&url, &["queues"]);
-    assert!(table.contains("KEYS"), "hero queues shows the keys column for a fair queue:\n{table}");
+    assert!(
+        table.contains("KEYS"),
+        "hero queues shows the keys column for a fair queue:\n{table}"
+    );
     let seen = Arc::new(Mutex::new(Seen::default()));
     let _w = worker(&client, &["pk"], 4, Duration::ZERO, &seen);
     started(&seen, 15, "B's and C's 15 jobs to start").await;
@@ -156,7 +164,10 @@ async fn a_paused_key_waits_while_the_other_keys_flow() {
     assert_eq!(code, 0, "{err}");
     started(&seen, 25, "A's jobs to start once resumed").await;
     assert_eq!(
-        hero_admin::Inspector::from(&client).fair_keys("pk", 10).await.unwrap(),
+        hero_admin::Inspector::from(&client)
+            .fair_keys("pk", 10)
+            .await
+            .unwrap(),
         hero_admin::inspect::FairKeys::default()
     );
 }
@@ -176,7 +187,11 @@ async fn a_job_in_the_gate_is_requeued_out_of_it_and_runs_once() {
         .requeue_to(jobs[1].id(), Some(target), None)
         .await
         .unwrap();
-    assert_eq!(admin.job_counts("rq").await.unwrap().waiting, 2, "it left rq's gate");
+    assert_eq!(
+        admin.job_counts("rq").await.unwrap().waiting,
+        2,
+        "it left rq's gate"
+    );
     admin.resume("rq").await.unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let _w = worker(&client, &["rq", "other"], 2, Duration::ZERO, &seen);
@@ -189,7 +204,10 @@ async fn a_job_in_the_gate_is_requeued_out_of_it_and_runs_once() {
     order.sort();
     assert_eq!(order, ["A-0", "A-1", "A-2"], "each ran once");
     let job = client.get(jobs[1].id()).await.unwrap();
-    assert_eq!(job.script_type.map(|t| t.to_string()).as_deref(), Some("other"));
+    assert_eq!(
+        job.script_type.map(|t| t.to_string()).as_deref(),
+        Some("other")
+    );
 }
 
 #[tokio::test]
@@ -247,7 +265,11 @@ async fn what_cannot_be_served_fairly_is_refused_clearly() {
         .query_async::<()>(&mut raw)
         .await
         .unwrap();
-    let err = admin.set_policy("br", &fair(None)).await.unwrap_err().to_string();
+    let err = admin
+        .set_policy("br", &fair(None))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("bridged to a legacy list"), "{err}");
     // a live process older than protocol 30, as the brokers' summary names it
     redis::cmd("HSET")
@@ -274,9 +296,50 @@ async fn the_counts_see_a_gates_jobs_and_their_age_not_its_wake_up_entry() {
     client.submit_many(&jobs).await.unwrap();
     let counts = admin.job_counts("ct").await.unwrap();
     assert_eq!(counts.waiting, 16);
-    assert!(counts.streams[0].1.oldest_waiting_ms.is_some(), "{counts:?}");
+    assert!(
+        counts.streams[0].1.oldest_waiting_ms.is_some(),
+        "{counts:?}"
+    );
     let queues = hero_admin::Inspector::from(&client).queues().await.unwrap();
     let q = queues.iter().find(|q| q.name == "ct").unwrap();
     assert_eq!((q.waiting, q.keys), (16, 2), "{q:?}");
     assert!(q.oldest_waiting_ms.is_some(), "{q:?}");
+}
+
+#[tokio::test]
+async fn a_listing_shows_the_jobs_waiting_in_a_gate() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let admin = hero_admin::Admin::from(&client);
+    admin.set_policy("ls", &fair(None)).await.unwrap();
+    let mut jobs = keyed("ls", "A", 5);
+    jobs.extend(keyed("ls", "B", 4));
+    client.submit_many(&jobs).await.unwrap();
+    let inspector = hero_admin::Inspector::from(&client);
+    for filter in [
+        hero_admin::inspect::ListFilter::Status(hero_protocol::Status::Dispatched),
+        hero_admin::inspect::ListFilter::Queue(
+            hero_protocol::Target::of_type(hero_protocol::ScriptType::new("ls").unwrap()),
+            Priority::DEFAULT,
+        ),
+    ] {
+        // pages of 2, followed to the end: every queued job once
+        let (mut seen, mut cursor) = (Vec::new(), None::<String>);
+        for _ in 0..20 {
+            let page = inspector.list(&filter, cursor.as_deref(), 2).await.unwrap();
+            seen.extend(page.jobs.iter().map(|j| j.id.clone()));
+            match page.next {
+                Some(n) => cursor = Some(n),
+                None => break,
+            }
+        }
+        seen.sort();
+        let mut want: Vec<String> = jobs.iter().map(|j| j.id().to_string()).collect();
+        want.sort();
+        assert_eq!(seen, want, "{filter:?}");
+    }
+    let (code, out, err) = hero_cli(&url, &["jobs", "--status", "dispatched"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("B-3"), "{out}");
 }

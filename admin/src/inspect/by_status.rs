@@ -6,7 +6,11 @@
 //! page reads O(page + queues); the caller reads the candidates' records and keeps those whose
 //! status still matches (a page may come back short: follow the cursor).
 //!
-//! Cursors: `s:<stream index>:<entry id>` (streams, by their sorted keys), `z:<rank>` (the
+//! A fair queue's queued jobs wait in its gate (`gate.lua`): they are listed after every
+//! stream's entries, gate after gate.
+//!
+//! Cursors: `s:<stream index>:<entry id>` (streams, by their sorted keys), `g:<stream
+//! index>:<key index>:<lane index>` (the gates), `z:<rank>` (the
 //! delayed set), `d:<sscan cursor>` (the prerequisites index, then their dependents hashes), `r:<entry id>` (the retention stream,
 //! newest first).
 
@@ -47,6 +51,15 @@ impl Inspector {
     ) -> Result<Candidates> {
         let mut streams = self.queue_streams().await?;
         streams.sort();
+        if let Some(g) = cursor.and_then(|c| c.strip_prefix("g:")) {
+            let (i, rest) = g
+                .split_once(':')
+                .and_then(|(i, rest)| Some((i.parse::<usize>().ok()?, rest)))
+                .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?;
+            let from = super::fair::gate_cursor(rest)
+                .ok_or_else(|| super::bad_cursor(cursor.unwrap_or_default()))?;
+            return self.in_gates(&streams, i, from, Vec::new(), limit).await;
+        }
         let (mut at, mut after) = match cursor.and_then(|c| c.strip_prefix("s:")) {
             Some(rest) => {
                 let (i, id) = rest
@@ -92,7 +105,57 @@ impl Inspector {
             }
             at += 1;
         }
-        Ok((ids, None))
+        if pending {
+            return Ok((ids, None));
+        }
+        // queued, too: a fair queue's jobs waiting in its gate (cursor `g:<stream>:<key>:<item>`)
+        self.in_gates(&streams, 0, (0, 0), ids, limit).await
+    }
+
+    /// The jobs waiting in the fair gates of `streams` from stream `at`, after `ids`, up to
+    /// `limit` in all.
+    async fn in_gates(
+        &self,
+        streams: &[String],
+        mut at: usize,
+        mut from: super::fair::GateCursor,
+        mut ids: Vec<String>,
+        limit: usize,
+    ) -> Result<Candidates> {
+        if at >= streams.len() || ids.len() >= limit {
+            let next = (at < streams.len()).then(|| format!("g:{at}:{}:{}", from.0, from.1));
+            return Ok((ids, next));
+        }
+        // which of them have a gate at all: one round trip, not one per stream
+        let mut pipe = redis::pipe();
+        for s in &streams[at.min(streams.len())..] {
+            pipe.cmd("EXISTS").arg(self.keys.fair_ring(s));
+        }
+        let gated: Vec<bool> = self
+            .redis
+            .pipeline(&pipe)
+            .await?
+            .into_iter()
+            .map(|r| r.ok().and_then(|v| reply::int(&v).ok()) == Some(1))
+            .collect();
+        while at < streams.len() && ids.len() < limit {
+            if !gated.get(at - (streams.len() - gated.len())).copied().unwrap_or(false) {
+                at += 1;
+                from = (0, 0);
+                continue;
+            }
+            let (page, next) = self
+                .gate_page(&streams[at], from, limit - ids.len())
+                .await?;
+            ids.extend(page);
+            if let Some((k, l)) = next {
+                return Ok((ids, Some(format!("g:{at}:{k}:{l}"))));
+            }
+            at += 1;
+            from = (0, 0);
+        }
+        let next = (at < streams.len()).then(|| format!("g:{at}:0:0"));
+        Ok((ids, next))
     }
 
     /// Up to `count` pending entries of `stream` from `from`, with the jobs they name.

@@ -64,7 +64,10 @@ impl Inspector {
                 .await?;
             let here: Vec<String> = members
                 .into_iter()
-                .filter(|m| m.split_once('|').is_some_and(|(q, _)| under(q, queue) || under(queue, q)))
+                .filter(|m| {
+                    m.split_once('|')
+                        .is_some_and(|(q, _)| under(q, queue) || under(queue, q))
+                })
                 .collect();
             let held_keys: Vec<String> = here
                 .iter()
@@ -103,7 +106,12 @@ impl Inspector {
             }
             let mut ring: Vec<String> = self
                 .redis
-                .query(redis::cmd("LRANGE").arg(self.keys.fair_ring(&stream)).arg(0).arg(-1))
+                .query(
+                    redis::cmd("LRANGE")
+                        .arg(self.keys.fair_ring(&stream))
+                        .arg(0)
+                        .arg(-1),
+                )
                 .await?;
             ring.extend(held.iter().cloned());
             let mut here: HashMap<String, u64> = HashMap::new();
@@ -142,5 +150,67 @@ mod tests {
         assert!(under("osis/io", "osis/io"));
         assert!(!under("osis2", "osis"));
         assert!(!under("osis", "osis/io"));
+    }
+}
+
+/// Where a listing of a gate's jobs goes on: the ring's index of the key, and the index in its
+/// lane (`<key index>:<lane index>` in cursors).
+pub(super) type GateCursor = (usize, usize);
+
+/// Parses `<key index>:<lane index>`.
+pub(super) fn gate_cursor(s: &str) -> Option<GateCursor> {
+    let (k, l) = s.split_once(':')?;
+    Some((k.parse().ok()?, l.parse().ok()?))
+}
+
+impl Inspector {
+    /// Up to `limit` ids of the jobs waiting in fair stream `stream`'s gate, key after key in
+    /// ring order from `from`, and where to go on (None when the gate was read to its end).
+    /// The ring turns as workers take jobs, so a listing over several pages is a best effort
+    /// (as a stream's listing is while it is trimmed); a paused key's jobs are not in the ring.
+    pub(super) async fn gate_page(
+        &self,
+        stream: &str,
+        from: GateCursor,
+        limit: usize,
+    ) -> Result<(Vec<String>, Option<GateCursor>)> {
+        let (mut k, mut l) = from;
+        let mut ids = Vec::new();
+        let ring = self.keys.fair_ring(stream);
+        loop {
+            let keys: Vec<String> = self
+                .redis
+                .query(redis::cmd("LRANGE").arg(&ring).arg(k).arg(k + PAGE - 1))
+                .await?;
+            if keys.is_empty() {
+                return Ok((ids, None));
+            }
+            for key in &keys {
+                let want = limit - ids.len();
+                let items: Vec<String> = self
+                    .redis
+                    .query(
+                        redis::cmd("LRANGE")
+                            .arg(self.keys.fair_lane(stream, key))
+                            .arg(l)
+                            .arg(l + want - 1),
+                    )
+                    .await?;
+                let got = items.len();
+                ids.extend(
+                    items
+                        .into_iter()
+                        .filter_map(|i| i.split(' ').next().map(str::to_string)),
+                );
+                if ids.len() >= limit {
+                    return Ok((ids, Some((k, l + got))));
+                }
+                k += 1;
+                l = 0;
+            }
+            if keys.len() < PAGE {
+                return Ok((ids, None));
+            }
+        }
     }
 }

@@ -291,7 +291,9 @@ impl Inspector {
         // caller's (SCAN takes digits, XRANGE an entry id)
         if let Some(c) = cursor {
             let ok = match filter {
-                ListFilter::Queue(..) => is_entry_id(c),
+                ListFilter::Queue(..) => {
+                    is_entry_id(c) || c.strip_prefix("g:").and_then(fair::gate_cursor).is_some()
+                }
                 ListFilter::Status(_) if tag.is_none() => true,
                 _ => !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()),
             };
@@ -302,35 +304,52 @@ impl Inspector {
         let (ids, next): (Vec<String>, Option<String>) = match filter {
             ListFilter::Queue(target, priority) => {
                 let stream = self.keys.work(target, *priority);
-                let start = match cursor {
-                    Some(c) => format!("({c}"),
-                    None => "-".to_string(),
-                };
-                let entries: Vec<(String, Vec<(String, String)>)> = self
-                    .redis
-                    .query(
-                        redis::cmd("XRANGE")
-                            .arg(&stream)
-                            .arg(start)
-                            .arg("+")
-                            .arg("COUNT")
-                            .arg(limit),
-                    )
-                    .await?;
-                let next = if entries.len() == limit {
-                    entries.last().map(|e| e.0.clone())
+                // a fair queue's jobs in its gate come after the stream's (cursor `g:...`)
+                let gate_from = cursor
+                    .and_then(|c| c.strip_prefix("g:"))
+                    .and_then(fair::gate_cursor);
+                if let Some(from) = gate_from {
+                    let (ids, next) = self.gate_page(&stream, from, limit).await?;
+                    (ids, next.map(|(k, l)| format!("g:{k}:{l}")))
                 } else {
-                    None
-                };
-                let ids = entries
-                    .into_iter()
-                    .filter_map(|(_, f)| {
-                        f.into_iter()
-                            .find(|(k, _)| k == ENTRY_JOB_FIELD)
-                            .map(|(_, v)| v)
-                    })
-                    .collect();
-                (ids, next)
+                    let start = match cursor {
+                        Some(c) => format!("({c}"),
+                        None => "-".to_string(),
+                    };
+                    let entries: Vec<(String, Vec<(String, String)>)> = self
+                        .redis
+                        .query(
+                            redis::cmd("XRANGE")
+                                .arg(&stream)
+                                .arg(start)
+                                .arg("+")
+                                .arg("COUNT")
+                                .arg(limit),
+                        )
+                        .await?;
+                    let full = entries.len() == limit;
+                    let next = if full {
+                        entries.last().map(|e| e.0.clone())
+                    } else {
+                        None
+                    };
+                    let mut ids: Vec<String> = entries
+                        .into_iter()
+                        .filter_map(|(_, f)| {
+                            f.into_iter()
+                                .find(|(k, _)| k == ENTRY_JOB_FIELD)
+                                .map(|(_, v)| v)
+                        })
+                        .collect();
+                    if full {
+                        (ids, next)
+                    } else {
+                        let (gated, more) =
+                            self.gate_page(&stream, (0, 0), limit - ids.len()).await?;
+                        ids.extend(gated);
+                        (ids, more.map(|(k, l)| format!("g:{k}:{l}")))
+                    }
+                }
             }
             ListFilter::Status(_) | ListFilter::All if tag.is_some() => {
                 // the tag's index, not every job

@@ -302,7 +302,9 @@ impl Inspector {
         }
         let mut pipe = redis::pipe();
         for q in queues.iter() {
-            pipe.cmd("LINDEX").arg(self.keys.fair_ring(&q.stream)).arg(0);
+            pipe.cmd("LINDEX")
+                .arg(self.keys.fair_ring(&q.stream))
+                .arg(0);
         }
         let heads: Vec<Option<String>> = self
             .redis
@@ -474,7 +476,12 @@ mod tests {
             ]),
         ]);
         let pending = Value::Array(vec![Value::Int(4), bulk("5-0"), bulk("7-0"), Value::Nil]);
-        let g = Gauges::decode(Ok(Value::Int(9)), Ok(pending), Ok(groups), Ok(Value::Int(2)));
+        let g = Gauges::decode(
+            Ok(Value::Int(9)),
+            Ok(pending),
+            Ok(groups),
+            Ok(Value::Int(2)),
+        );
         assert_eq!(
             g,
             Gauges {

@@ -4,7 +4,8 @@
 //! server behind the fault proxy (process and network faults), a Sentinel-managed primary with
 //! replicas (failovers), a three-master cluster (a primary killed), and that cluster with the
 //! namespace spread over three shards (each shard's primary killed in turn). The mix is in
-//! `faults`.
+//! `faults`. The queue is fair (issue 52) outside the upgrade phase, its jobs spread over eight
+//! limit keys, so every job passes through its gate.
 //!
 //! At the end of each phase every acknowledged job is judged against the independent ledger the
 //! workers' handlers wrote (`ledger`): finished, by a run the ledger shows, accepted once. Then
@@ -47,6 +48,8 @@ use procs::{held, Procs};
 
 const TYPE: &str = "bench";
 const WORKERS: usize = 4;
+/// The tenants (limit keys) the load's jobs are spread over, served in turns.
+const TENANTS: u64 = 8;
 const BROKERS: usize = 2;
 /// The workers' lease; a stalled worker is stopped for longer than this.
 const LEASE_MS: u64 = 2000;
@@ -214,6 +217,18 @@ async fn phase(
         .map(|(_, c)| c.keys().job_unchecked("x"))
         .collect();
     let mut slot_key = slot_keys[0].clone();
+    // the soak's queue is fair (issue 52): every job passes through its gate, keyed by one of
+    // TENANTS tenants (the upgrade phase's is not: a process older than protocol 30 cannot
+    // serve a gate, and the fleet gate refuses it while one is live)
+    hero_admin::Admin::from(&client)
+        .set_policy(
+            TYPE,
+            &hero_protocol::policy::Policy {
+                fair: Some(true),
+                ..hero_protocol::policy::Policy::default()
+            },
+        )
+        .await?;
     procs.brokers = (0..BROKERS).map(|_| procs.broker(KEEP_SECS)).collect();
     procs.workers = (0..WORKERS).map(|_| procs.worker()).collect();
     for w in &procs.workers {
@@ -242,7 +257,13 @@ async fn phase(
                 tick.tick().await;
                 let from = submitted.load(Ordering::Relaxed);
                 let jobs: Vec<NewJob> = (from..from + per_batch)
-                    .filter_map(|i| NewJob::builder(TYPE, "x").id(format!("c-{i}")).build().ok())
+                    .filter_map(|i| {
+                        NewJob::builder(TYPE, "x")
+                            .id(format!("c-{i}"))
+                            .limit_key(format!("t{}", i % TENANTS))
+                            .build()
+                            .ok()
+                    })
                     .collect();
                 loop {
                     match client.submit_many(&jobs).await {
