@@ -1487,6 +1487,48 @@ local function ungate(st, stream, job_id, key)
   return false
 end
 
+-- Fair share turned off for queue `name` (`hero_policy`): every stream it covers that is no
+-- longer fair (its group's policy may still be) gets its gate's jobs appended in ring order, a
+-- key's lane at a time (a paused key's too), and the queue's paused keys are forgotten.
+-- O(jobs in the gates): an operator's action, once.
+-- Writes stats: `fair` (each stream's gauge, down to 0).
+local function unfair(config_key, name)
+  local registry = meta_key(config_key, 'queues')
+  local held_set = meta_key(config_key, 'held')
+  local held_keys = {}
+  for _, m in ipairs(redis.call('SMEMBERS', held_set)) do
+    local q, key = string.match(m, '^([^|]*)|(.*)$')
+    if q and (q == name or string.sub(q, 1, #name + 1) == name .. '/') then
+      held_keys[#held_keys + 1] = key
+      redis.call('SREM', held_set, m)
+    end
+  end
+  local st = stats(meta_key(config_key, 'stats'))
+  local memo = {}
+  for _, s in ipairs(redis.call('SUNION', registry, registry .. ':paused')) do
+    local sp = stream_parts(s)
+    if sp and covers(name, sp) and not fair_policy(config_key, s, memo, true) then
+      local keys = redis.call('LRANGE', fair_ring_of(s), 0, -1)
+      for _, k in ipairs(held_keys) do keys[#keys + 1] = k end
+      local moved = 0
+      for _, key in ipairs(keys) do
+        local lane = fair_lane_of(s, key)
+        for _, item in ipairs(redis.call('LRANGE', lane, 0, -1)) do
+          local id, a = string.match(item, '^(%S+) %d+ ?(%S*)$')
+          if id then
+            if a ~= '' then redis.call('XADD', s, '*', 'j', id, 'a', a) else redis.call('XADD', s, '*', 'j', id) end
+            moved = moved + 1
+          end
+        end
+        redis.call('DEL', lane)
+      end
+      redis.call('DEL', fair_ring_of(s))
+      if moved > 0 then tally(st, s, 'fair', -moved) end
+    end
+  end
+  flush_stats(st)
+end
+
 -- hero function library, shared helpers continued: batches (a set of jobs that calls back once
 -- every member ended), used by hero_submit, hero_batch, and every call that ends or revives a
 -- job (through release_if_any, hero_dead, hero_requeue).
@@ -4193,6 +4235,10 @@ end
 --   fair (true: the queue's keys are served in turns, see gate.lua), fair_weights ({limit
 --   key: turns}, each at least 1) and key_concurrency (at least 1: running jobs of one limit
 --   key across every worker; only with fair, on this policy or its type's).
+-- A policy that no longer sets fair (cleared, or stored without it) moves the jobs waiting in the
+-- gates of the streams it covered, which are no longer fair, onto those streams in the same call
+-- (O(jobs in the gates)), and drops the queue's paused keys (gate.lua's `unfair`).
+-- Stats: the `fair` gauge of each stream whose gate it emptied (see above), down to 0.
 -- Returns: the JSON stored ('' when cleared).
 -- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses, and for
 -- fair share while the brokers' `fleet_lacks` names a live older process that lacks it, or on a
@@ -4274,6 +4320,8 @@ local function hero_policy(keys, args)
       end
     end
   end
+  local was_ok, was = pcall(cjson.decode, redis.call('HGET', hash, name) or 'null')
+  local was_fair = was_ok and type(was) == 'table' and was.fair
   local stored = ''
   if n == 0 then
     redis.call('HDEL', hash, name)
@@ -4297,6 +4345,9 @@ local function hero_policy(keys, args)
     end
   end
   redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4], 'fair', counts[5])
+  -- fair share turned off: the gates of the streams no longer fair go onto their streams now
+  -- (no fetch would release them), and the queue's paused keys are forgotten
+  if was_fair and not p.fair then unfair(config, name) end
   return stored
 end
 

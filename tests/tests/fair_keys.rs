@@ -343,3 +343,25 @@ async fn a_listing_shows_the_jobs_waiting_in_a_gate() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("B-3"), "{out}");
 }
+
+#[tokio::test]
+async fn turning_fair_share_off_hands_the_gates_jobs_to_the_stream() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let admin = hero_admin::Admin::from(&client);
+    admin.set_policy("off", &fair(None)).await.unwrap();
+    admin.pause("off").await.unwrap();
+    let mut jobs = keyed("off", "A", 5);
+    jobs.extend(keyed("off", "B", 3));
+    client.submit_many(&jobs).await.unwrap();
+    admin.pause_key("off", "B").await.unwrap();
+    // cleared while every job waits in the gate, B's held
+    admin.clear_policy("off").await.unwrap();
+    assert_eq!(admin.job_counts("off").await.unwrap().waiting, 8);
+    admin.resume("off").await.unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let _w = worker(&client, &["off"], 2, Duration::ZERO, &seen);
+    started(&seen, 8, "the 8 jobs to start with fair share off").await;
+    let inspector = hero_admin::Inspector::from(&client);
+    assert_eq!(inspector.fair_keys("off", 10).await.unwrap(), Default::default());
+}

@@ -10,6 +10,10 @@
 --   fair (true: the queue's keys are served in turns, see gate.lua), fair_weights ({limit
 --   key: turns}, each at least 1) and key_concurrency (at least 1: running jobs of one limit
 --   key across every worker; only with fair, on this policy or its type's).
+-- A policy that no longer sets fair (cleared, or stored without it) moves the jobs waiting in the
+-- gates of the streams it covered, which are no longer fair, onto those streams in the same call
+-- (O(jobs in the gates)), and drops the queue's paused keys (gate.lua's `unfair`).
+-- Stats: the `fair` gauge of each stream whose gate it emptied (see above), down to 0.
 -- Returns: the JSON stored ('' when cleared).
 -- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses, and for
 -- fair share while the brokers' `fleet_lacks` names a live older process that lacks it, or on a
@@ -91,6 +95,8 @@ local function hero_policy(keys, args)
       end
     end
   end
+  local was_ok, was = pcall(cjson.decode, redis.call('HGET', hash, name) or 'null')
+  local was_fair = was_ok and type(was) == 'table' and was.fair
   local stored = ''
   if n == 0 then
     redis.call('HDEL', hash, name)
@@ -114,5 +120,8 @@ local function hero_policy(keys, args)
     end
   end
   redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4], 'fair', counts[5])
+  -- fair share turned off: the gates of the streams no longer fair go onto their streams now
+  -- (no fetch would release them), and the queue's paused keys are forgotten
+  if was_fair and not p.fair then unfair(config, name) end
   return stored
 end

@@ -248,3 +248,45 @@ local function ungate(st, stream, job_id, key)
   end
   return false
 end
+
+-- Fair share turned off for queue `name` (`hero_policy`): every stream it covers that is no
+-- longer fair (its group's policy may still be) gets its gate's jobs appended in ring order, a
+-- key's lane at a time (a paused key's too), and the queue's paused keys are forgotten.
+-- O(jobs in the gates): an operator's action, once.
+-- Writes stats: `fair` (each stream's gauge, down to 0).
+local function unfair(config_key, name)
+  local registry = meta_key(config_key, 'queues')
+  local held_set = meta_key(config_key, 'held')
+  local held_keys = {}
+  for _, m in ipairs(redis.call('SMEMBERS', held_set)) do
+    local q, key = string.match(m, '^([^|]*)|(.*)$')
+    if q and (q == name or string.sub(q, 1, #name + 1) == name .. '/') then
+      held_keys[#held_keys + 1] = key
+      redis.call('SREM', held_set, m)
+    end
+  end
+  local st = stats(meta_key(config_key, 'stats'))
+  local memo = {}
+  for _, s in ipairs(redis.call('SUNION', registry, registry .. ':paused')) do
+    local sp = stream_parts(s)
+    if sp and covers(name, sp) and not fair_policy(config_key, s, memo, true) then
+      local keys = redis.call('LRANGE', fair_ring_of(s), 0, -1)
+      for _, k in ipairs(held_keys) do keys[#keys + 1] = k end
+      local moved = 0
+      for _, key in ipairs(keys) do
+        local lane = fair_lane_of(s, key)
+        for _, item in ipairs(redis.call('LRANGE', lane, 0, -1)) do
+          local id, a = string.match(item, '^(%S+) %d+ ?(%S*)$')
+          if id then
+            if a ~= '' then redis.call('XADD', s, '*', 'j', id, 'a', a) else redis.call('XADD', s, '*', 'j', id) end
+            moved = moved + 1
+          end
+        end
+        redis.call('DEL', lane)
+      end
+      redis.call('DEL', fair_ring_of(s))
+      if moved > 0 then tally(st, s, 'fair', -moved) end
+    end
+  end
+  flush_stats(st)
+end
