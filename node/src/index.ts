@@ -9,6 +9,7 @@ export type { Handler, WorkerListener, WorkerOptions } from "./worker.js";
 export type { JobOptions, BackoffOptions, KeepJobs } from "./options.js";
 export { Queue } from "./queue.js";
 export type { QueueOptions, JobCounts, StreamCounts, PolicyOptions, Policy, DeadLetter, RepeatOptions, JobTemplate } from "./queue.js";
+export type { FairKeys, KeyWaiting } from "./fair.js";
 export { HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
 export type { BatchInfo, ChildResult, Job, Progress, Result, Submitted } from "./job.js";
 export { Keys } from "./keys.js";

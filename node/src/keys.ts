@@ -58,6 +58,19 @@ export class Keys {
     return `${this.prefix}:meta:fleet`;
   }
 
+  /** List: a fair stream's ring, the limit keys with jobs in its gate, in turn (gate.lua). */
+  fairRing(stream: string): string {
+    return `${stream}:fair`;
+  }
+  /** List: a fair stream's lane of one limit key ('' for jobs without one): its gated jobs. */
+  fairLane(stream: string, limitKey: string): string {
+    return `${stream}:fair:${limitKey}`;
+  }
+  /** Set: the limit keys paused in fair queues, members `<queue name>|<limit key>`. */
+  held(): string {
+    return `${this.prefix}:meta:held`;
+  }
+
   consumers(): string {
     return `${this.prefix}:meta:consumers`;
   }

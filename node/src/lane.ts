@@ -31,6 +31,8 @@ export interface LaneOwner {
 
 /** Reports gather this long: one call per flush for every job at once. */
 const REPORT_EVERY_MS = 500;
+/** How long a fetch held back by a concurrency limit waits before it looks again (ms). */
+const LIMITED_BLOCK_MS = 50;
 
 interface Running {
   job: WorkerJob;
@@ -130,13 +132,13 @@ export class Lane {
       full = got.jobs.length === free;
       if (got.jobs.length) await this.begin(got.jobs, got.records);
       else if (got.registered === "stale") continue;
-      else if (got.cursors.length) await this.waitForWork(blocking, named, got.cursors);
+      else if (got.cursors.length) await this.waitForWork(blocking, named, got.cursors, got.limited);
     }
     blocking.disconnect();
     this.fetchers -= 1;
   }
 
-  private async waitForWork(blocking: Redis, streams: string[], cursors: string[]): Promise<void> {
+  private async waitForWork(blocking: Redis, streams: string[], cursors: string[], limited = false): Promise<void> {
     const args: string[] = [];
     const ids: string[] = [];
     streams.forEach((s, i) => {
@@ -151,8 +153,10 @@ export class Lane {
     }
     if (args.length === 0) return;
     try {
-      // at most a second, so a close or a free slot is seen promptly
-      await blocking.xread("COUNT", 1, "BLOCK", 1000, "STREAMS", ...args, ...ids);
+      // at most a second, so a close or a free slot is seen promptly; held back by a
+      // concurrency limit, 50 ms (the Rust worker's LIMITED_BLOCK): the slot a running job frees
+      // writes no entry to wake this read
+      await blocking.xread("COUNT", 1, "BLOCK", limited ? LIMITED_BLOCK_MS : 1000, "STREAMS", ...args, ...ids);
     } catch {
       await sleep(500, () => this.w.isStopping);
     }

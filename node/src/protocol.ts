@@ -102,6 +102,14 @@ export class Protocol {
     return Number(text(await this.fcall("pause", keys, [pause ? "pause" : "resume", name])));
   }
 
+  /** hero_pause of one limit key of fair queue `name` (ARGV[3], since protocol 30): holds it
+   * in the gate or gives it its turns again; answers in how many work streams it had jobs. */
+  async pauseKey(name: string, key: string, pause: boolean): Promise<number> {
+    const k = this.keys;
+    const keys = [k.queues(), k.pausedQueues(), k.pausedNames(), k.config(), k.events()];
+    return Number(text(await this.fcall("pause", keys, [pause ? "pause" : "resume", name, key])));
+  }
+
   /** hero_counts (read-only): per work stream of queue `name`, [stream, waiting, running,
    * delayed, finished, failed, dead, paused, oldest waiting ms or -1]. */
   async counts(name: string): Promise<[string, ...number[]][]> {
@@ -153,13 +161,14 @@ export class Protocol {
    * `registry`, the registry cursor (ARGV[9]): `*` asks which of `streams` are registered
    * (answered in `registered`, indexes from 0, with the registry's `signal`); a signal id names
    * only registered streams, read without asking the registry while it has not moved
-   * (`registered` is then `stale` once it has: nothing was claimed, ask again with `*`). */
+   * (`registered` is then `stale` once it has: nothing was claimed, ask again with `*`).
+   * `limited`: a concurrency limit held jobs back (look again soon: no entry will wake). */
   async fetch(
     streams: string[],
     consumer: string,
     count: number,
     registry: string | null = null,
-  ): Promise<{ jobs: [number, string, string][]; cursors: string[]; records: (unknown[] | null)[]; signal: string | null; registered: number[] | "stale" | null }> {
+  ): Promise<{ jobs: [number, string, string][]; cursors: string[]; records: (unknown[] | null)[]; signal: string | null; registered: number[] | "stale" | null; limited: boolean }> {
     const k = this.keys;
     const keys = [k.queues(), k.config(), k.events(), k.stats(), ...streams];
     // "2": every fetch hands the records back, so no read a job follows (one ioredis command a
@@ -171,6 +180,9 @@ export class Protocol {
     const jobs: [number, string, string][] = [];
     for (let i = 0; i < flat.length; i += 3) jobs.push([Number(text(flat[i])) - 1, text(flat[i + 1]), text(flat[i + 2])]);
     const cursors = ((reply[2] as unknown[]) ?? []).map(text);
+    // a concurrency limit (a queue's, or a fair queue's key's) held jobs back: a slot it frees
+    // writes no entry that would wake a blocked read
+    const limited = text(reply[3]) === "1";
     // per job, its record as HGETALL's flat pairs when the fetch handed it back, else null
     const records: (unknown[] | null)[] = new Array(jobs.length).fill(null);
     if (reply.length > 4 && Array.isArray(reply[4])) {
@@ -185,7 +197,7 @@ export class Protocol {
       if (Array.isArray(r)) registered = registry === "*" ? r.map((x) => Number(text(x)) - 1) : null;
       else if (text(r) === "stale") registered = "stale";
     }
-    return { jobs, cursors, records, signal, registered };
+    return { jobs, cursors, records, signal, registered, limited };
   }
 
   /** hero_renew: `ok`, `stopped` or `lost`; with a report, records it in the same call. */

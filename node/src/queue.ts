@@ -1,12 +1,13 @@
 // The operator's side of one queue, BullMQ's `Queue` (hero-admin's `Admin` for a script type):
 // pause and resume, job counts, the queue policy, dead letters, a job requeued, promoted or
-// removed, and recurring jobs (BullMQ's job schedulers). Thin wrappers over the server
-// functions hero-admin calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue,
-// hero_remove), on every shard of a sharded namespace. Options are strict: one hero does not
-// know is an error naming it.
+// removed, recurring jobs (BullMQ's job schedulers), and a fair queue's limit keys (pauseKey,
+// getKeys: fair.ts). Thin wrappers over the server functions hero-admin calls (hero_pause,
+// hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove), on every shard of a sharded
+// namespace. Options are strict: one hero does not know is an error naming it.
 import { Client } from "./client.js";
 import { backoffJson, BackoffOptions, JobOptions, KeepJobs } from "./options.js";
 import { HeroError, InvalidInput, JobNotFound, strictOptions } from "./errors.js";
+import { fairFields, FairKeys, fairKeys, limitKey, requireFair } from "./fair.js";
 import { Keys } from "./keys.js";
 import { decode } from "./msgpack.js";
 import { Protocol } from "./protocol.js";
@@ -59,11 +60,35 @@ export interface PolicyOptions {
   keyRate?: { max: number; duration: number };
   retention?: number;
   aging?: number;
+  /** Fair share: within each priority level the queue's jobs are served by their `limitKey`
+   * in turns, not first in, first out (jobs without a key are one key of their own). `true`
+   * only: to turn it off, `clearPolicy()` and set the rest again. */
+  fair?: boolean;
+  /** Turns per round of a limit key under fair share (whole, at least 1; default 1 each). */
+  fairWeights?: Record<string, number>;
+  /** At most this many running jobs of one limit key across every worker (needs `fair`, on
+   * this policy or its type's). */
+  keyConcurrency?: number;
 }
-const POLICY_OPTIONS = new Set(["retries", "backoff", "timeout", "lease", "concurrency", "rate", "keyRate", "retention", "aging"]);
+const POLICY_OPTIONS = new Set(["retries", "backoff", "timeout", "lease", "concurrency", "rate", "keyRate", "retention", "aging", "fair", "fairWeights", "keyConcurrency"]);
 
-/** A policy as stored (and as every language shows it): ms, `{max, per_ms}` rates. */
-export type Policy = Record<string, unknown>;
+/** A policy as stored (and as every language shows it): ms, `{max, per_ms}` rates, snake_case
+ * names; a field a newer version stores comes back too. */
+export interface Policy {
+  retries?: number;
+  backoff?: { kind: string; base_ms: number; cap_ms: number; jitter: number };
+  timeout_ms?: number;
+  lease_ms?: number;
+  concurrency?: number;
+  rate?: { max: number; per_ms: number };
+  key_rate?: { max: number; per_ms: number };
+  retention_ms?: number;
+  aging_ms?: number;
+  fair?: boolean;
+  fair_weights?: Record<string, number>;
+  key_concurrency?: number;
+  [field: string]: unknown;
+}
 
 export interface DeadLetter {
   entry: string;
@@ -154,6 +179,39 @@ export class Queue {
     return n;
   }
 
+  // -- a fair queue's limit keys -------------------------------------------------------------
+  /** Pauses one limit key of this fair queue: its jobs wait in the gate while the queue's other
+   * keys flow, until `resumeKey(key)` (`""`: the jobs without a key). Rejects for a queue that
+   * is not fair. Resolves to in how many work streams the key has jobs. */
+  async pauseKey(key: string): Promise<number> {
+    return this.keyCall(limitKey(key), true);
+  }
+
+  /** Resumes a paused limit key: it gets its turns again where it has jobs. */
+  async resumeKey(key: string): Promise<number> {
+    return this.keyCall(limitKey(key), false);
+  }
+
+  private async keyCall(key: string, pause: boolean): Promise<number> {
+    const c = await this.waitUntilReady();
+    await requireFair(c.redis, c.keys, `pausing a key of queue ${this.queueName}`);
+    let n = 0;
+    for (const [, , p] of await this.shards()) n += await this.call(() => p.pauseKey(this.queueName, key, pause));
+    return n;
+  }
+
+  /** The limit keys with jobs waiting in this fair queue's gates (every priority, group,
+   * instance, shard): how many keys, the `top` with the most (most first, ties by key) and
+   * the paused ones (`<queue>|<key>`); what `hero queues --keys` shows. */
+  async getKeys(opts: { top?: number } = {}): Promise<FairKeys> {
+    strictOptions("getKeys", opts, new Set(["top"]), { limit: "top", count: "top" });
+    const top = opts.top === undefined ? 10 : opts.top;
+    if (typeof top !== "number" || !Number.isInteger(top) || top < 0) throw new InvalidInput(`top ${JSON.stringify(top)} is not a whole number of at least 0`);
+    const c = await this.waitUntilReady();
+    const shards = (await this.shards()).map(([, k]) => k);
+    return this.call(() => fairKeys(c.redis, shards, this.queueName, top));
+  }
+
   // -- counts ---------------------------------------------------------------------------------
   /** BullMQ's `getJobCounts`: `waiting`, `delayed`, `running` sizes now; `finished`, `failed`,
    * `dead` counters (`hero queues`' columns), with each stream's own in `streams`. */
@@ -213,6 +271,7 @@ export class Queue {
     if (p.keyRate !== undefined) given.key_rate = rate("keyRate", p.keyRate);
     if (p.retention !== undefined) given.retention_ms = whole("retention (ms)", p.retention, 0);
     if (p.aging !== undefined) given.aging_ms = whole("aging (ms; 0 would serve every job at the highest level)", p.aging, 1);
+    Object.assign(given, fairFields(p));
     const merged = { ...(await this.getPolicy()), ...given };
     await this.store(merged);
     return merged;

@@ -1,8 +1,8 @@
 // The type declarations as a TypeScript user compiles against them (tsc --noEmit, strict): an
 // `interface` payload type-checks through `submit<Data>`, `Worker<Data, Result>` and
-// `job.data`; the worker's and QueueEvents' events are typed; a wrong payload, an unknown
-// option and a wrong listener are compile errors (each line marked @ts-expect-error, which tsc
-// refuses when the line compiles).
+// `job.data`; the worker's and QueueEvents' events are typed, and so are a queue's fair-share
+// policy and its keys; a wrong payload, an unknown option and a wrong listener are compile
+// errors (each line marked @ts-expect-error, which tsc refuses when the line compiles).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { ROOT } from "./helpers.mjs";
 
 const SOURCE = `
-import { Client, QueueEvents, Worker, WorkerJob } from "hero-broker";
+import { Client, FairKeys, Queue, QueueEvents, Worker, WorkerJob } from "hero-broker";
 
 interface Email {
   to: string;
@@ -66,6 +66,22 @@ export async function app(url: string): Promise<void> {
   // @ts-expect-error failed carries failedReason, not returnvalue
   events.on("failed", ({ returnvalue }) => void returnvalue);
   void id;
+
+  const queue = new Queue("emails", { url });
+  const policy = await queue.setPolicy({ fair: true, fairWeights: { gold: 3 }, keyConcurrency: 2 });
+  const cap: number | undefined = policy.key_concurrency;
+  const weights: Record<string, number> | undefined = (await queue.getPolicy()).fair_weights;
+  // @ts-expect-error fair is a boolean
+  await queue.setPolicy({ fair: "yes" });
+  // @ts-expect-error key_concurrency is the stored name: the option is keyConcurrency
+  await queue.setPolicy({ key_concurrency: 2 });
+  const keys: FairKeys = await queue.getKeys({ top: 5 });
+  const first: { key: string; waiting: number } | undefined = keys.top[0];
+  const held: string[] = keys.held;
+  const n: number = (await queue.pauseKey("acme")) + (await queue.resumeKey("acme"));
+  // @ts-expect-error getKeys takes { top }
+  await queue.getKeys({ limit: 5 });
+  void [cap, weights, first, held, n];
 }
 `;
 
