@@ -1304,17 +1304,38 @@ local function ring_in(stream, key, registry)
 end
 
 -- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`;
--- its key joins the ring when the lane was empty, unless the key is held.
+-- its key joins the ring when the lane was empty, unless the key is held. `memo` is the call's
+-- table (append's `known`) or nil: a submit of many jobs gives the limit key (`memo.lk`, else
+-- the record is asked), reads the clock once, and counts the gauge in `memo.gated` to write
+-- once at its end (flush_gated).
 -- Writes stats: `fair` (the stream's gauge of jobs in its gate).
-local function gate(registry, stream, job_id, attempts)
+local function gate(registry, stream, job_id, attempts, memo)
   local ns = ns_of_registry(registry)
-  local key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or ''
-  local item = job_id .. ' ' .. server_ms()
+  local key = memo and memo.lk
+  if not key then key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or '' end
+  local ms = memo and memo.gate_ms
+  if not ms then
+    ms = server_ms()
+    if memo then memo.gate_ms = ms end
+  end
+  local item = job_id .. ' ' .. ms
   if attempts then item = item .. ' ' .. attempts end
   if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1 and not held(stream, key) then
     ring_in(stream, key, registry)
   end
-  redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
+  local gated = memo and memo.gated
+  if gated then
+    gated[stream] = (gated[stream] or 0) + 1
+  else
+    redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
+  end
+end
+
+-- Writes the `fair` gauges a call counted in `memo.gated` (see gate) to the stats hash `stats`.
+local function flush_gated(memo, stats_key)
+  for stream, n in pairs(memo.gated) do
+    redis.call('HINCRBY', stats_key, stream .. '|fair', n)
+  end
 end
 
 -- Append a job id to a work stream, registering the stream on first use (register). Returns
@@ -1331,7 +1352,7 @@ local function append(stream, group, registry, job_id, known, attempts, dual)
     local memo = known or {}
     if fair_policy(ns_of_registry(registry) .. 'meta:config', stream, memo, true) then
       if known then known[stream] = 'fair' end
-      gate(registry, stream, job_id, attempts)
+      gate(registry, stream, job_id, attempts, known)
       return nil
     end
   end
@@ -1362,61 +1383,90 @@ local function key_cap_set(config_key, stream, p, key)
   return limit_key_of(config_key, q) .. '|' .. key
 end
 
--- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns: the ring's
--- head key gives up to its weight of jobs (policy `p`'s `fair_weights`, default 1; a turn is at
--- most what this fetch still wants, and under `key_concurrency` the room its key has left) and
--- goes back to the ring's tail while its lane has jobs. A key with no room goes back to the
--- tail too; meeting it again means every key was looked at, and the release stops. The room is
--- counted once per key and call (limit_running drops the members no longer started, and the
--- jobs released here start only when this fetch claims them). O(jobs moved + turns), whatever
--- the number of keys. Returns how many it moved, and whether a key's concurrency held jobs
--- back.
+-- Moves up to `d` jobs from fair stream `stream`'s gate onto the stream, in turns (round robin
+-- over the ring's keys, a key's turn giving its weight of jobs: policy `p`'s `fair_weights`,
+-- default 1), the turns of a pass counted at once rather than walked one by one: up to `d`
+-- keys leave the ring's head, each is asked for as many jobs as its turns within `d` come to
+-- (whole rounds, then the turns left over in ring order) with one LPOP of its lane, and the
+-- keys go back so that the next turn is where round robin would be: a key given no turn back
+-- at the head, the others to the tail, those after the last one given a left-over turn first.
+-- A key whose lane ran dry leaves the ring; its share goes to the next pass (at most 4).
+-- Under `key_concurrency` a key is asked for no more than the room it has (counted once per
+-- key and call by limit_running, which drops the members no longer started: the jobs released
+-- here start when this fetch claims them), and a key without room keeps its place. Costs an
+-- LPOP and an LLEN a key and an XADD a job, whatever the number of keys waiting. Returns how
+-- many it moved, and whether a key's concurrency held jobs back.
 -- Writes stats: `fair` (down by the jobs moved).
 local function release(st, config_key, prefix, stream, p, d)
-  local ring, moved, weights = fair_ring_of(stream), 0, p.fair_weights
-  local cap, rooms, capped = tonumber(p.key_concurrency), nil, false
-  while moved < d do
-    local key = redis.call('LPOP', ring)
-    if not key then break end
-    local lane = fair_lane_of(stream, key)
-    local n = math.min(type(weights) == 'table' and tonumber(weights[key]) or 1, d - moved)
-    local set
-    if cap then
-      rooms = rooms or {}
-      set = key_cap_set(config_key, stream, p, key)
-      if rooms[key] == nil then rooms[key] = cap - limit_running({ key = set, max = cap }, prefix) end
-      if rooms[key] <= 0 then
-        redis.call('RPUSH', ring, key)
-        if capped and capped[key] then break end
-        capped = capped or {}
-        capped[key] = true
-        n = 0
-      end
-      n = math.min(n, rooms[key])
+  local ring, weights = fair_ring_of(stream), p.fair_weights
+  local cap, rooms = tonumber(p.key_concurrency), {}
+  local moved, capped = 0, false
+  for _ = 1, 4 do
+    local want = d - moved
+    if want <= 0 then break end
+    local keys = redis.call('LPOP', ring, want)
+    if not keys then break end
+    local w, total = {}, 0
+    for i = 1, #keys do
+      w[i] = type(weights) == 'table' and tonumber(weights[keys[i]]) or 1
+      total = total + w[i]
     end
-    local items = n > 0 and redis.call('LPOP', lane, n)
-    if items then
-      local ms = set and server_ms()
-      for k = 1, #items do
-        local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
-        if id then
-          if a ~= '' then
-            redis.call('XADD', stream, '*', 'j', id, 'a', a)
-          else
-            redis.call('XADD', stream, '*', 'j', id)
-          end
-          -- released to be claimed by this fetch at once: it runs (a stale one leaves the set
-          -- when the set is next full, see limit_running)
-          if set then redis.call('ZADD', set, ms, id) end
+    local full = math.floor(want / total)
+    local left, last = want - full * total, 0
+    local head, later, first, before = {}, {}, {}, moved
+    for i = 1, #keys do
+      local key = keys[i]
+      local n = full * w[i]
+      if left > 0 then
+        local extra = math.min(w[i], left)
+        n, left, last = n + extra, left - extra, i
+      end
+      local lane, set = fair_lane_of(stream, key), nil
+      if cap and n > 0 then
+        set = key_cap_set(config_key, stream, p, key)
+        if rooms[key] == nil then rooms[key] = cap - limit_running({ key = set, max = cap }, prefix) end
+        if rooms[key] < n then
+          n = math.max(rooms[key], 0)
+          capped = true
         end
       end
-      moved = moved + #items
-      if set then rooms[key] = rooms[key] - #items end
-      if #items == n and redis.call('LLEN', lane) > 0 then redis.call('RPUSH', ring, key) end
+      local keep = true
+      if n > 0 then
+        local items = redis.call('LPOP', lane, n)
+        local got = items and #items or 0
+        local ms = set and server_ms()
+        for k = 1, got do
+          local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
+          if id then
+            if a ~= '' then
+              redis.call('XADD', stream, '*', 'j', id, 'a', a)
+            else
+              redis.call('XADD', stream, '*', 'j', id)
+            end
+            -- released to be claimed by this fetch at once: it runs (a stale one leaves the set
+            -- when the set is next full, see limit_running)
+            if set then redis.call('ZADD', set, ms, id) end
+          end
+        end
+        moved = moved + got
+        if set then rooms[key] = rooms[key] - got end
+        keep = got == n and redis.call('LLEN', lane) > 0
+      elseif full == 0 and i > last then
+        -- no turn came to it in this pass: it keeps its place at the head
+        head[#head + 1] = key
+        keep = false
+      end
+      if keep then
+        if i <= last then first[#first + 1] = key else later[#later + 1] = key end
+      end
     end
+    for i = #head, 1, -1 do redis.call('LPUSH', ring, head[i]) end
+    for i = 1, #first do later[#later + 1] = first[i] end
+    if #later > 0 then redis.call('RPUSH', ring, unpack(later)) end
+    if moved == before then break end
   end
   if moved > 0 then tally(st, stream, 'fair', -moved) end
-  return moved, capped ~= false
+  return moved, capped
 end
 
 -- Takes job `job_id`, queued with limit key `key`, out of fair stream `stream`'s gate (a
@@ -1435,6 +1485,48 @@ local function ungate(st, stream, job_id, key)
     end
   end
   return false
+end
+
+-- Fair share turned off for queue `name` (`hero_policy`): every stream it covers that is no
+-- longer fair (its group's policy may still be) gets its gate's jobs appended in ring order, a
+-- key's lane at a time (a paused key's too), and the queue's paused keys are forgotten.
+-- O(jobs in the gates): an operator's action, once.
+-- Writes stats: `fair` (each stream's gauge, down to 0).
+local function unfair(config_key, name)
+  local registry = meta_key(config_key, 'queues')
+  local held_set = meta_key(config_key, 'held')
+  local held_keys = {}
+  for _, m in ipairs(redis.call('SMEMBERS', held_set)) do
+    local q, key = string.match(m, '^([^|]*)|(.*)$')
+    if q and (q == name or string.sub(q, 1, #name + 1) == name .. '/') then
+      held_keys[#held_keys + 1] = key
+      redis.call('SREM', held_set, m)
+    end
+  end
+  local st = stats(meta_key(config_key, 'stats'))
+  local memo = {}
+  for _, s in ipairs(redis.call('SUNION', registry, registry .. ':paused')) do
+    local sp = stream_parts(s)
+    if sp and covers(name, sp) and not fair_policy(config_key, s, memo, true) then
+      local keys = redis.call('LRANGE', fair_ring_of(s), 0, -1)
+      for _, k in ipairs(held_keys) do keys[#keys + 1] = k end
+      local moved = 0
+      for _, key in ipairs(keys) do
+        local lane = fair_lane_of(s, key)
+        for _, item in ipairs(redis.call('LRANGE', lane, 0, -1)) do
+          local id, a = string.match(item, '^(%S+) %d+ ?(%S*)$')
+          if id then
+            if a ~= '' then redis.call('XADD', s, '*', 'j', id, 'a', a) else redis.call('XADD', s, '*', 'j', id) end
+            moved = moved + 1
+          end
+        end
+        redis.call('DEL', lane)
+      end
+      redis.call('DEL', fair_ring_of(s))
+      if moved > 0 then tally(st, s, 'fair', -moved) end
+    end
+  end
+  flush_stats(st)
 end
 
 -- hero function library, shared helpers continued: batches (a set of jobs that calls back once
@@ -1822,7 +1914,8 @@ end
 --   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry);
 --   a record without `created_at` is given the server's time now (since protocol 29)
--- Stats: the stream's `delayed` gauge for a job parked in the delayed set.
+-- Stats: the stream's `delayed` gauge for a job parked in the delayed set; a fair queue's `fair`
+-- gauge up for each job its gate took (see gate).
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
 -- `error` (r the reason) for a new job whose prerequisite already failed; `batch_done` (j the
 -- callback job, r the batch) when a batch it joins is done in this call.
@@ -2028,7 +2121,9 @@ local function hero_submit(keys, args)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
   local dual = {} -- per stream: its dual-push mapping, or false; read once per call
-  local known = {} -- streams seen to exist in this call
+  -- streams seen to exist in this call; `gated` counts the jobs a fair queue's gate took (see
+  -- gate), written once at the end
+  local known = { gated = {} }
   local bridged = setting(cfg, 'bridged', 0) > 0 -- see dual_push_mapping
   local now_ms
   -- Whether any job of the batch exists already, with one EXISTS over all their keys: a new
@@ -2108,6 +2203,12 @@ local function hero_submit(keys, args)
       if not m and known[stream] == true then
         entry = redis.call('XADD', stream, '*', 'j', job_id)
       else
+        -- a fair stream's gate files the job by its limit key: given here, not read back
+        local lk = ''
+        for q = p + 3, p + 1 + count, 2 do
+          if args[q] == 'limit_key' then lk = args[q + 1] end
+        end
+        known.lk = lk
         entry = append(stream, group, registry, job_id, known, nil, m and true)
       end
       if m then
@@ -2168,6 +2269,7 @@ local function hero_submit(keys, args)
   if tag_index then flush_tags(tag_index) end
   for _, stream in ipairs(order) do log_shared(log, 'submitted', submitted[stream], stream) end
   if st then flush_stats(st) end
+  if next(known.gated) then flush_gated(known, keys[6]) end
   return answers
 end
 
@@ -4003,8 +4105,8 @@ end
 -- ARGV[1] consumer group  ARGV[2] queue name
 -- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
 -- all wait in the delayed set yet; any priority): the sizes now, `waiting`
--- (entries not yet delivered: the group's lag, else the length less the pending, plus a fair
--- queue's jobs in its gate: the stats gauge `fair`), `running`
+-- (entries not yet delivered: the group's lag, else the length less the pending, less a wake-up
+-- entry at their head, plus a fair queue's jobs in its gate: the stats gauge `fair`), `running`
 -- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
 -- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
 -- reason) and `dead`, and 1 when the stream is paused.
@@ -4049,18 +4151,32 @@ local function hero_counts(keys, args)
       end
       local waiting = lag or math.max(len - running, 0)
       local age = -1
+      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead', s .. '|fair')
+      local gated = math.max(tonumber(c[5]) or 0, 0)
       if waiting > 0 then
         local from = '-'
         if last and last ~= '0-0' then from = '(' .. last end
         local head = redis.pcall('XRANGE', s, from, '+', 'COUNT', 1)
         if type(head) == 'table' and not head.err and head[1] then
-          now = now or server_ms()
-          age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
+          if head[1][2][1] == 'w' then
+            -- a fair gate's (or a resume's) wake-up entry, not a job
+            waiting = waiting - 1
+          else
+            now = now or server_ms()
+            age = math.max(now - (tonumber(string.match(head[1][1], '^(%d+)')) or now), 0)
+          end
         end
       end
-      local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead', s .. '|fair')
-      -- a fair queue's jobs in its gate wait too (gate.lua): its gauge
-      waiting = waiting + math.max(tonumber(c[5]) or 0, 0)
+      -- a fair queue's jobs in its gate wait too (gate.lua): its gauge, and the age of the job
+      -- it serves next
+      if gated > 0 then
+        waiting = waiting + gated
+        local born = age < 0 and gate_head_ms(s)
+        if born then
+          now = now or server_ms()
+          age = math.max(now - born, 0)
+        end
+      end
       local p = 0
       if paused[s] then p = 1 end
       local n = #out
@@ -4119,6 +4235,10 @@ end
 --   fair (true: the queue's keys are served in turns, see gate.lua), fair_weights ({limit
 --   key: turns}, each at least 1) and key_concurrency (at least 1: running jobs of one limit
 --   key across every worker; only with fair, on this policy or its type's).
+-- A policy that no longer sets fair (cleared, or stored without it) moves the jobs waiting in the
+-- gates of the streams it covered, which are no longer fair, onto those streams in the same call
+-- (O(jobs in the gates)), and drops the queue's paused keys (gate.lua's `unfair`).
+-- Stats: the `fair` gauge of each stream whose gate it emptied (see above), down to 0.
 -- Returns: the JSON stored ('' when cleared).
 -- Errors: HERO_BAD_ARG naming the queue and the field for a name or a value it refuses, and for
 -- fair share while the brokers' `fleet_lacks` names a live older process that lacks it, or on a
@@ -4200,6 +4320,8 @@ local function hero_policy(keys, args)
       end
     end
   end
+  local was_ok, was = pcall(cjson.decode, redis.call('HGET', hash, name) or 'null')
+  local was_fair = was_ok and type(was) == 'table' and was.fair
   local stored = ''
   if n == 0 then
     redis.call('HDEL', hash, name)
@@ -4223,6 +4345,9 @@ local function hero_policy(keys, args)
     end
   end
   redis.call('HSET', config, 'limited', counts[1], 'rated', counts[2], 'policed', counts[3], 'aged', counts[4], 'fair', counts[5])
+  -- fair share turned off: the gates of the streams no longer fair go onto their streams now
+  -- (no fetch would release them), and the queue's paused keys are forgotten
+  if was_fair and not p.fair then unfair(config, name) end
   return stored
 end
 

@@ -59,11 +59,12 @@ pub(super) async fn read_records(
     client: &Client,
     ids: &[String],
 ) -> Result<Vec<(Option<String>, Option<String>)>> {
-    // the soak's ids are chosen, so each lives at its home (one shard when unsharded)
+    // the soak's ids are chosen and its load's jobs keyed, so each lives at its key's home (one
+    // shard when unsharded)
     let mut by_shard: std::collections::BTreeMap<String, (Client, Vec<usize>)> =
         std::collections::BTreeMap::new();
     for (i, id) in ids.iter().enumerate() {
-        let home = client.home_client(id);
+        let home = client.home_client(&super::home_key(id));
         by_shard
             .entry(home.keys().prefix().to_string())
             .or_insert_with(|| (home, Vec::new()))

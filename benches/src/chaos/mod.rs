@@ -177,6 +177,20 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
     Ok(i32::from(!ok))
 }
 
+/// The limit key (tenant) of the load's job `c-<i>`.
+fn tenant(i: u64) -> String {
+    format!("t{}", i % TENANTS)
+}
+
+/// The key whose home holds job `id` in a sharded namespace: a load job's tenant (a limit key
+/// places its jobs), else the chosen id.
+pub(super) fn home_key(id: &str) -> String {
+    match id.strip_prefix("c-").and_then(|i| i.parse::<u64>().ok()) {
+        Some(i) => tenant(i),
+        None => id.to_string(),
+    }
+}
+
 async fn connect(url: &str, replicas: u32) -> Result<Client> {
     let mut opts = ClientOptions::new(url);
     opts.replicas.wanted = replicas;
@@ -260,7 +274,7 @@ async fn phase(
                     .filter_map(|i| {
                         NewJob::builder(TYPE, "x")
                             .id(format!("c-{i}"))
-                            .limit_key(format!("t{}", i % TENANTS))
+                            .limit_key(tenant(i))
                             .build()
                             .ok()
                     })
@@ -500,7 +514,7 @@ async fn phase(
     }
     for (i, j) in bad.iter().take(10) {
         // what the record says, to tell a job never stored from one stuck on its way
-        let home = client.home_client(&format!("c-{i}"));
+        let home = client.home_client(&home_key(&format!("c-{i}")));
         let record: Vec<(String, String)> = home
             .redis()
             .query(redis::cmd("HGETALL").arg(home.keys().job_unchecked(&format!("c-{i}"))))

@@ -526,10 +526,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Jobs(args) => jobs::jobs(g, args).await,
         Command::Events(args) => events::events(g, args).await,
         Command::Queues { keys: None, .. } => queues::queues(g).await,
-        Command::Queues {
-            keys: Some(q),
-            top,
-        } => queues::keys(g, q, *top).await,
+        Command::Queues { keys: Some(q), top } => queues::keys(g, q, *top).await,
         Command::Actors => actors::actors(g).await,
         Command::Dead(cmd) => dead::dead(g, cmd).await,
         Command::Audit { fix } => audit::audit(g, *fix).await,

@@ -98,7 +98,11 @@ pub(super) async fn keys(g: &Global, queue: &str, top: usize) -> Result<i32> {
             .top
             .iter()
             .map(|w| {
-                let key = if w.key.is_empty() { "(no key)".to_string() } else { w.key.clone() };
+                let key = if w.key.is_empty() {
+                    "(no key)".to_string()
+                } else {
+                    w.key.clone()
+                };
                 vec![key, w.waiting.to_string()]
             })
             .collect();
