@@ -363,5 +363,8 @@ async fn turning_fair_share_off_hands_the_gates_jobs_to_the_stream() {
     let _w = worker(&client, &["off"], 2, Duration::ZERO, &seen);
     started(&seen, 8, "the 8 jobs to start with fair share off").await;
     let inspector = hero_admin::Inspector::from(&client);
-    assert_eq!(inspector.fair_keys("off", 10).await.unwrap(), Default::default());
+    assert_eq!(
+        inspector.fair_keys("off", 10).await.unwrap(),
+        Default::default()
+    );
 }

@@ -139,7 +139,11 @@ impl Inspector {
             .map(|r| r.ok().and_then(|v| reply::int(&v).ok()) == Some(1))
             .collect();
         while at < streams.len() && ids.len() < limit {
-            if !gated.get(at - (streams.len() - gated.len())).copied().unwrap_or(false) {
+            if !gated
+                .get(at - (streams.len() - gated.len()))
+                .copied()
+                .unwrap_or(false)
+            {
                 at += 1;
                 from = (0, 0);
                 continue;

@@ -165,9 +165,9 @@ pub(super) fn gate_cursor(s: &str) -> Option<GateCursor> {
 
 impl Inspector {
     /// Up to `limit` ids of the jobs waiting in fair stream `stream`'s gate, key after key in
-    /// ring order from `from`, and where to go on (None when the gate was read to its end).
-    /// The ring turns as workers take jobs, so a listing over several pages is a best effort
-    /// (as a stream's listing is while it is trimmed); a paused key's jobs are not in the ring.
+    /// ring order from `from` and then the paused keys', and where to go on (None when the gate
+    /// was read to its end). The ring turns as workers take jobs, so a listing over several
+    /// pages is a best effort (as a stream's listing is while it is trimmed).
     pub(super) async fn gate_page(
         &self,
         stream: &str,
@@ -177,11 +177,16 @@ impl Inspector {
         let (mut k, mut l) = from;
         let mut ids = Vec::new();
         let ring = self.keys.fair_ring(stream);
+        let ring_len: usize = self.redis.query(redis::cmd("LLEN").arg(&ring)).await?;
+        let held = self.held_keys_of(stream).await?;
         loop {
-            let keys: Vec<String> = self
-                .redis
-                .query(redis::cmd("LRANGE").arg(&ring).arg(k).arg(k + PAGE - 1))
-                .await?;
+            let keys: Vec<String> = if k < ring_len {
+                self.redis
+                    .query(redis::cmd("LRANGE").arg(&ring).arg(k).arg(k + PAGE - 1))
+                    .await?
+            } else {
+                held.iter().skip(k - ring_len).take(PAGE).cloned().collect()
+            };
             if keys.is_empty() {
                 return Ok((ids, None));
             }
@@ -208,9 +213,24 @@ impl Inspector {
                 k += 1;
                 l = 0;
             }
-            if keys.len() < PAGE {
-                return Ok((ids, None));
-            }
         }
+    }
+
+    /// The keys paused (`hero pause --key`) under a name that covers `stream`.
+    async fn held_keys_of(&self, stream: &str) -> Result<Vec<String>> {
+        let members: Vec<String> = self
+            .redis
+            .query(redis::cmd("SMEMBERS").arg(self.keys.held()))
+            .await?;
+        let name = self.keys.queue_name(stream);
+        let mut keys: Vec<String> = members
+            .iter()
+            .filter_map(|m| m.split_once('|'))
+            .filter(|(q, _)| under(&name, q))
+            .map(|(_, k)| k.to_string())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
     }
 }

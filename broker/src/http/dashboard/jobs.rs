@@ -112,15 +112,21 @@ fn fair_keys(name: &str, k: &hero_admin::inspect::FairKeys) -> Markup {
                     tbody {
                         @for w in &k.top {
                             tr data-key=(w.key) {
-                                td { @if w.key.is_empty() { em { "(no key)" } } @else { (shown(&w.key)) } }
+                                td {
+                                    @if w.key.is_empty() { em { "(no key)" } } @else { (shown(&w.key)) }
+                                    @if k.held.iter().any(|h| h.rsplit_once('|').is_some_and(|(_, key)| key == w.key)) {
+                                        " " span.pill.wait { "paused" }
+                                    }
+                                }
                                 td.n { (w.waiting) }
                             }
                         }
                     }
                 } }
             }
-            @for h in &k.held {
-                p { span.pill.wait { "paused" } " " (shown(h)) }
+            @for (queue, key) in k.held.iter().filter_map(|h| h.rsplit_once('|')) {
+                p.held { "Key " strong { (shown(key)) } " is paused under " (queue) ": its jobs wait while the other keys run ("
+                    code { "hero resume " (queue) " --key " (shown(key)) } ")." }
             }
         }
     }
