@@ -94,6 +94,11 @@ test("every capability of the Node column answers against a real broker", async 
     assert.equal((await q.setPolicy({ retries: 2 })).retries, 2);
     assert.equal((await q.getPolicy()).retries, 2);
     assert.ok(await q.clearPolicy());
+    const fq = new Queue("fq", { client });
+    await fq.setPolicy({ fair: true });
+    await fq.pauseKey("acme");
+    await fq.resumeKey("acme");
+    assert.equal((await fq.getKeys()).keys, 0);
     const idle = new Queue("dl", { client });
     for (const id of ["dead-0", "dead-1"]) {
       await client.submit({ type: "dl", script: "x", id });

@@ -97,6 +97,11 @@ def test_every_capability_of_the_python_column_answers_against_a_real_broker(bro
         assert q.set_policy(retries=2)["retries"] == 2
         assert q.policy()["retries"] == 2
         assert q.clear_policy()
+        fq = hero.Queue("fq", client=c)
+        fq.set_policy(fair=True)
+        fq.pause_key("acme")
+        fq.resume_key("acme")
+        assert fq.keys().keys == 0
         idle = hero.Queue("dl", client=c)
         for i in range(2):
             c.submit("x", "dl", id=f"dead-{i}")

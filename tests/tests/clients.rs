@@ -183,6 +183,15 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
     admin.set_policy("c", &policy).await.unwrap();
     assert_eq!(admin.policy("c").await.unwrap().retries, Some(2));
     assert!(admin.clear_policy("c").await.unwrap());
+    // fair share: a key paused and resumed, the keys with work
+    let fair = Policy {
+        fair: Some(true),
+        ..Policy::default()
+    };
+    admin.set_policy("fq", &fair).await.unwrap();
+    admin.pause_key("fq", "acme").await.unwrap();
+    admin.resume_key("fq", "acme").await.unwrap();
+    assert_eq!(inspector.fair_keys("fq", 10).await.unwrap().keys, 0);
     dead_letter(&client, "dl", "dead-1").await;
     dead_letter(&client, "dl", "dead-2").await;
     let letters = inspector.dead_letters(None, 10).await.unwrap();
