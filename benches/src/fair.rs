@@ -57,9 +57,9 @@ pub async fn run(args: &BenchArgs, json: bool) -> Result<i32> {
                 r.redis_cpu_us_per_job
             );
             if fair {
-                on.push(r)
+                on.push(r);
             } else {
-                off.push(r)
+                off.push(r);
             }
         }
     }

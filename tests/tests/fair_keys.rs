@@ -365,6 +365,6 @@ async fn turning_fair_share_off_hands_the_gates_jobs_to_the_stream() {
     let inspector = hero_admin::Inspector::from(&client);
     assert_eq!(
         inspector.fair_keys("off", 10).await.unwrap(),
-        Default::default()
+        hero_admin::inspect::FairKeys::default()
     );
 }

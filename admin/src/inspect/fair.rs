@@ -138,21 +138,6 @@ impl Inspector {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::under;
-
-    #[test]
-    fn a_name_covers_the_streams_under_it() {
-        assert!(under("osis", "osis"));
-        assert!(under("osis prio 2", "osis"));
-        assert!(under("osis/io/a", "osis"));
-        assert!(under("osis/io", "osis/io"));
-        assert!(!under("osis2", "osis"));
-        assert!(!under("osis", "osis/io"));
-    }
-}
-
 /// Where a listing of a gate's jobs goes on: the ring's index of the key, and the index in its
 /// lane (`<key index>:<lane index>` in cursors).
 pub(super) type GateCursor = (usize, usize);
@@ -232,5 +217,20 @@ impl Inspector {
         keys.sort();
         keys.dedup();
         Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::under;
+
+    #[test]
+    fn a_name_covers_the_streams_under_it() {
+        assert!(under("osis", "osis"));
+        assert!(under("osis prio 2", "osis"));
+        assert!(under("osis/io/a", "osis"));
+        assert!(under("osis/io", "osis/io"));
+        assert!(!under("osis2", "osis"));
+        assert!(!under("osis", "osis/io"));
     }
 }
