@@ -10,6 +10,9 @@
 //!   while every key still had work (until the first key ran out): 1 is equal shares, 1/21
 //!   one key served alone.
 //!
+//! Then the scale in keys: 100,000 jobs over 1,000 keys and over 100,000, fair share on, jobs/s
+//! and Redis's CPU per job side by side (a fetch costs the same whatever the number of keys).
+//!
 //! BullMQ's open-source version has no equivalent: its groups (per-group round robin) are in
 //! the paid BullMQ Pro, so no peer figure is measured here (docs/benchmarks.md).
 
@@ -46,7 +49,7 @@ pub async fn run(args: &BenchArgs, json: bool) -> Result<i32> {
     let (mut on, mut off) = (Vec::new(), Vec::new());
     for round in 0..args.rounds.max(1) {
         for fair in [true, false] {
-            let r = one(fair, args.commandstats).await?;
+            let r = one(fair, &main_shape(), args.commandstats).await?;
             eprintln!(
                 "fair-{} round {}: {:.0} jobs/s, small keys done in {:.2} s, jain {:.3}, Redis {:.1} µs/job",
                 if fair { "on" } else { "off" },
@@ -63,6 +66,23 @@ pub async fn run(args: &BenchArgs, json: bool) -> Result<i32> {
             }
         }
     }
+    // scale in keys: the same 100,000 jobs over 1,000 keys and over 100,000 (a turn gives one
+    // job in both): a fetch's cost must not follow the number of keys waiting
+    let (mut few, mut many) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds.max(1) {
+        for (keys, out) in [(1_000, &mut few), (100_000, &mut many)] {
+            let shape = vec![100_000 / keys as u64; keys];
+            let r = one(true, &shape, args.commandstats).await?;
+            eprintln!(
+                "fair-on {keys} keys round {}: {:.0} jobs/s, Redis {:.1} µs/job",
+                round + 1,
+                r.jobs_per_sec,
+                r.redis_cpu_us_per_job
+            );
+            out.push(r);
+        }
+    }
+    let (few, many) = (median(&few), median(&many));
     let (on, off) = (median(&on), median(&off));
     println!("\nfair share: one key's {BIG} jobs first, then {SMALL_KEYS} keys' {SMALL} each, one worker of concurrency {CONCURRENCY} (medians of {} rounds)", args.rounds.max(1));
     println!("| scenario | jobs/s | small-keys-done s | jain | Redis µs/job |");
@@ -79,12 +99,35 @@ pub async fn run(args: &BenchArgs, json: bool) -> Result<i32> {
         off.small_keys_done_s / on.small_keys_done_s,
         on.redis_cpu_us_per_job / off.redis_cpu_us_per_job
     );
+    println!(
+        "\nscale in keys: 100,000 jobs, fair share on, one worker of concurrency {CONCURRENCY}"
+    );
+    println!("| scenario | jobs/s | Redis µs/job |");
+    println!("| --- | ---: | ---: |");
+    for (name, r) in [("fair-1k-keys", few), ("fair-100k-keys", many)] {
+        println!(
+            "| {name} | {:.0} | {:.1} |",
+            r.jobs_per_sec, r.redis_cpu_us_per_job
+        );
+    }
+    println!(
+        "| 100k vs 1k keys | {:.2}× | {:.2}× |",
+        many.jobs_per_sec / few.jobs_per_sec,
+        many.redis_cpu_us_per_job / few.redis_cpu_us_per_job
+    );
     if json {
-        let report = serde_json::json!({"fair-on": on, "fair-off": off});
+        let report = serde_json::json!({"fair-on": on, "fair-off": off, "fair-1k-keys": few, "fair-100k-keys": many});
         std::fs::write(&args.out, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", args.out.display()))?;
     }
     Ok(0)
+}
+
+/// The main rows' queue: one key's `BIG` jobs, then `SMALL_KEYS` keys' `SMALL` each.
+fn main_shape() -> Vec<u64> {
+    let mut shape = vec![BIG];
+    shape.extend(std::iter::repeat_n(SMALL, SMALL_KEYS));
+    shape
 }
 
 /// Each figure's median over the rounds (the rounds' figures taken one by one).
@@ -112,8 +155,9 @@ fn jain(x: &[f64]) -> f64 {
     sum * sum / (x.len() as f64 * squares)
 }
 
-/// One round on a fresh Redis.
-async fn one(fair: bool, commandstats: bool) -> Result<Row> {
+/// One round on a fresh Redis: `shape[k]` jobs of key `k`, submitted key after key (key 0
+/// first: the big one of the main rows).
+async fn one(fair: bool, shape: &[u64], commandstats: bool) -> Result<Row> {
     let server = RedisServer::start();
     let client = Client::with_options(ClientOptions::new(server.url())).await?;
     if fair {
@@ -139,11 +183,8 @@ async fn one(fair: bool, commandstats: bool) -> Result<Row> {
         Ok((batch.len() == 1000).then(|| std::mem::take(&mut batch)))
     };
     let mut batches = Vec::new();
-    for i in 0..BIG {
-        batches.extend(submit(0, i)?);
-    }
-    for key in 1..=SMALL_KEYS {
-        for i in 0..SMALL {
+    for (key, &n) in shape.iter().enumerate() {
+        for i in 0..n {
             batches.extend(submit(key, i)?);
         }
     }
@@ -157,7 +198,7 @@ async fn one(fair: bool, commandstats: bool) -> Result<Row> {
         client.submit_many(b).await?;
     }
     let submit_time = submitting.elapsed();
-    let total = BIG + SMALL * SMALL_KEYS as u64;
+    let total: u64 = shape.iter().sum();
     // per job ended: its key and when (since the worker started)
     let ended: Arc<Mutex<Vec<(usize, Duration)>>> =
         Arc::new(Mutex::new(Vec::with_capacity(total as usize)));
@@ -213,12 +254,12 @@ async fn one(fair: bool, commandstats: bool) -> Result<Row> {
         .max()
         .unwrap_or_default();
     // every key has work until the first one's last job ended
-    let mut key_last = vec![Duration::ZERO; SMALL_KEYS + 1];
+    let mut key_last = vec![Duration::ZERO; shape.len()];
     for (k, t) in &ended {
         key_last[*k] = key_last[*k].max(*t);
     }
     let window = key_last.iter().min().copied().unwrap_or_default();
-    let mut got = vec![0.0; SMALL_KEYS + 1];
+    let mut got = vec![0.0; shape.len()];
     for (k, t) in &ended {
         if *t <= window {
             got[*k] += 1.0;

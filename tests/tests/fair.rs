@@ -68,6 +68,16 @@ async fn start_order(fair: bool) -> (Vec<String>, u64) {
     })
     .await;
     let order = order.lock().unwrap().clone();
+    if fair {
+        // a key with nothing waiting costs no memory: no lane, no ring left
+        let mut raw = server.conn().await;
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg("*:fair*")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(left.is_empty(), "{left:?}");
+    }
     (order, waiting)
 }
 

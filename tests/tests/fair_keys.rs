@@ -235,6 +235,44 @@ async fn priority_levels_stay_strict_in_a_fair_queue() {
 }
 
 #[tokio::test]
+async fn a_live_worker_older_than_protocol_30_holds_fair_share_back() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let admin = hero_admin::Admin::from(&client);
+    // a worker of protocol 29 in the fleet, as its heartbeat writes it
+    let expires = hero_protocol::clock::now_ms() + 60_000;
+    let mut raw = server.conn().await;
+    redis::cmd("HSET")
+        .arg(client.keys().fleet())
+        .arg("old:default:w1")
+        .arg(format!(
+            r#"{{"role":"worker","protocol":29,"version":"0.4.0","expires_ms":{expires}}}"#
+        ))
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    let err = admin
+        .set_policy("up", &fair(None))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("old:default:w1"), "{err}");
+    assert!(
+        admin.policy("up").await.unwrap().is_empty(),
+        "nothing stored"
+    );
+    // gone: fair share is accepted, and a key can be paused
+    redis::cmd("HDEL")
+        .arg(client.keys().fleet())
+        .arg("old:default:w1")
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    admin.set_policy("up", &fair(None)).await.unwrap();
+    admin.pause_key("up", "k").await.unwrap();
+}
+
+#[tokio::test]
 async fn what_cannot_be_served_fairly_is_refused_clearly() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
@@ -304,6 +342,26 @@ async fn the_counts_see_a_gates_jobs_and_their_age_not_its_wake_up_entry() {
     let q = queues.iter().find(|q| q.name == "ct").unwrap();
     assert_eq!((q.waiting, q.keys), (16, 2), "{q:?}");
     assert!(q.oldest_waiting_ms.is_some(), "{q:?}");
+    // and /metrics: every waiting job, and the keys with work
+    let token = "fair-metrics-0123456789";
+    let (_broker, base) = hero_testkit::http_broker(&server.url(), Some(token), &[]).await;
+    let text = reqwest::Client::new()
+        .get(format!("{base}/metrics"))
+        .header("authorization", format!("Bearer {token}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("hero_queue_waiting_jobs{queue=\"ct\"} 16"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hero_queue_fair_keys{queue=\"ct\"} 2"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

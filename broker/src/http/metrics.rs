@@ -152,7 +152,7 @@ pub fn render(
         None => format!("queue=\"{}\"", escape(&q.name)),
     };
     type Gauge = fn(&QueueStats) -> f64;
-    let families: [(&str, &str, &str, Gauge); 10] = [
+    let families: [(&str, &str, &str, Gauge); 11] = [
         (
             "hero_queue_waiting_jobs",
             "gauge",
@@ -176,6 +176,12 @@ pub fn render(
             "gauge",
             "Age of the oldest job not yet taken (0 when none waits).",
             |q| q.oldest_waiting_ms.unwrap_or(0) as f64 / 1000.0,
+        ),
+        (
+            "hero_queue_fair_keys",
+            "gauge",
+            "A fair queue's limit keys with jobs waiting their turn (0 for a queue served first in, first out).",
+            |q| q.keys as f64,
         ),
         (
             "hero_queue_done_per_minute",
