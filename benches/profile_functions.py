@@ -251,6 +251,11 @@ def main():
     ap.add_argument("--features", action="store_true",
                     help="jobs as in hero-bench's end-to-end-features: retries, a uniqueness key, "
                          "two tags and a small payload")
+    ap.add_argument("--keys", type=int, default=0,
+                    help="give the jobs limit keys, k0 .. k<N-1> in turn (0: none)")
+    ap.add_argument("--fair", action="store_true",
+                    help="make the queue fair (its jobs wait in a gate and the fetch releases them "
+                         "in turns): compare with the same --keys without it")
     ap.add_argument("--library", default=None,
                     help="the library file to load, to count an older version beside this one")
     args = ap.parse_args()
@@ -277,6 +282,8 @@ def main():
                 time.sleep(0.1)
         r.function_load(library(), replace=True)
         r.hset("hero:meta:config", "events_max", args.events_max)
+        if args.fair:
+            r.fcall(fn("policy"), 2, "hero:meta:policy", "hero:meta:config", "bench", '{"fair":true}')
         dumps = []
 
         calls = {}
@@ -319,6 +326,9 @@ def main():
                     argv += [job, 0, 14, "script", "noop", "script_type", "bench", "created_at", ISO,
                              "retries", "3", "unique", f"order-{job}", "tags", '["bench","features"]',
                              "payload", "\x84\xa5order\xcd\x01\x00\xa8customer\xa7c-20417"]
+                elif args.keys:
+                    argv += [job, 0, 8, "script", "noop", "script_type", "bench", "created_at", ISO,
+                             "limit_key", f"k{(b * submit_batch + len(keys)) % args.keys}"]
                 else:
                     argv += [job, 0, 6, "script", "noop", "script_type", "bench", "created_at", ISO]
             pipe.fcall(fn("submit"), len(keys), *keys, *argv)

@@ -1310,9 +1310,10 @@ end
 -- once at its end (flush_gated).
 -- Writes stats: `fair` (the stream's gauge of jobs in its gate).
 local function gate(registry, stream, job_id, attempts, memo)
-  local ns = ns_of_registry(registry)
   local key = memo and memo.lk
-  if not key then key = redis.call('HGET', ns .. 'job:' .. job_id, 'limit_key') or '' end
+  if not key then
+    key = redis.call('HGET', ns_of_registry(registry) .. 'job:' .. job_id, 'limit_key') or ''
+  end
   local ms = memo and memo.gate_ms
   if not ms then
     ms = server_ms()
@@ -1327,7 +1328,7 @@ local function gate(registry, stream, job_id, attempts, memo)
   if gated then
     gated[stream] = (gated[stream] or 0) + 1
   else
-    redis.call('HINCRBY', ns .. 'meta:stats', stream .. '|fair', 1)
+    redis.call('HINCRBY', ns_of_registry(registry) .. 'meta:stats', stream .. '|fair', 1)
   end
 end
 
@@ -1436,10 +1437,14 @@ local function release(st, config_key, prefix, stream, p, d)
         local got = items and #items or 0
         local ms = set and server_ms()
         for k = 1, got do
-          local id, a = string.match(items[k], '^(%S+) %d+ ?(%S*)$')
+          -- `<id> <ms>[ <attempts>]`, cut with plain finds (a pattern costs more a job)
+          local item = items[k]
+          local s1 = string.find(item, ' ', 1, true)
+          local id = s1 and string.sub(item, 1, s1 - 1)
           if id then
-            if a ~= '' then
-              redis.call('XADD', stream, '*', 'j', id, 'a', a)
+            local s2 = string.find(item, ' ', s1 + 1, true)
+            if s2 then
+              redis.call('XADD', stream, '*', 'j', id, 'a', string.sub(item, s2 + 1))
             else
               redis.call('XADD', stream, '*', 'j', id)
             end
@@ -2200,7 +2205,8 @@ local function hero_submit(keys, args)
       local m = bridged and dual_push_mapping(cfg, bridges, stream, dual)
       redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       local entry
-      if not m and known[stream] == true then
+      local seen = not m and known[stream]
+      if seen == true then
         entry = redis.call('XADD', stream, '*', 'j', job_id)
       else
         -- a fair stream's gate files the job by its limit key: given here, not read back
@@ -2209,7 +2215,12 @@ local function hero_submit(keys, args)
           if args[q] == 'limit_key' then lk = args[q + 1] end
         end
         known.lk = lk
-        entry = append(stream, group, registry, job_id, known, nil, m and true)
+        if seen == 'fair' then
+          -- a stream this call found fair (append marked it): straight into its gate
+          gate(registry, stream, job_id, nil, known)
+        else
+          entry = append(stream, group, registry, job_id, known, nil, m and true)
+        end
       end
       if m then
         now_ms = now_ms or server_ms()

@@ -229,6 +229,11 @@ async fn one(fair: bool, shape: &[u64], commandstats: bool) -> Result<Row> {
         .await
         .context("the jobs did not all end within 10 minutes")?;
     let cpu = probe.cpu_secs().await? - cpu_before;
+    eprintln!(
+        "  submits {:.2} s, drain {:.2} s",
+        submit_time.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
     if commandstats {
         let mut rows = probe.commandstats().await?;
         rows.sort_by_key(|(_, _, usec)| std::cmp::Reverse(*usec));

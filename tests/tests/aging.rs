@@ -1,6 +1,7 @@
 //! Priority aging (a queue policy's `aging_ms`): under a steady flow of higher-priority work, a
 //! job at a lower level is served once it has waited long enough to rank one level up per period,
-//! decided inside the fetch, so it holds for workers of any language; without aging it starves.
+//! decided inside the fetch, so it holds for workers of any language (and in a fair queue, whose
+//! jobs wait in a gate); without aging it starves.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +22,19 @@ async fn serve_under_a_steady_flow(
     what: &str,
     within: Duration,
     done: fn(&[String]) -> bool,
+) -> Vec<String> {
+    serve_under_a_steady_flow_with(client, what, within, done, false).await
+}
+
+/// As [`serve_under_a_steady_flow`]; with `drop_wake_up`, the level-7 stream's entries are
+/// trimmed once its job is queued, as a fetch that visited the level leaves it: in a fair queue
+/// the job then waits in the gate alone, with no entry on the stream to date it.
+async fn serve_under_a_steady_flow_with(
+    client: &Client,
+    what: &str,
+    within: Duration,
+    done: fn(&[String]) -> bool,
+    drop_wake_up: bool,
 ) -> Vec<String> {
     let mut backlog = Vec::new();
     for n in 0..20 {
@@ -43,6 +57,17 @@ async fn serve_under_a_steady_flow(
         )
         .await
         .unwrap();
+    if drop_wake_up {
+        let level7 = client.keys().work(
+            &hero_protocol::Target::of_type(hero_protocol::ScriptType::new("osis").unwrap()),
+            hero_protocol::Priority::new(7).unwrap(),
+        );
+        let _: i64 = client
+            .redis()
+            .query(redis::cmd("XTRIM").arg(level7).arg("MAXLEN").arg(0))
+            .await
+            .unwrap();
+    }
     let order = Arc::new(Mutex::new(Vec::new()));
     let seen = order.clone();
     let producer = client.clone();
@@ -139,4 +164,31 @@ async fn a_low_priority_job_starves_under_higher_work_when_its_queue_has_no_agin
         !order.iter().any(|id| id == "p7"),
         "strict priority served the level-7 job while level 5 still had work"
     );
+}
+
+#[tokio::test]
+async fn in_a_fair_queue_a_low_priority_job_rises_too() {
+    // the level-7 job waits in its level's fair gate, not on the stream: aging reads the gate
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    hero_admin::Admin::from(&client)
+        .set_policy(
+            "osis",
+            &Policy {
+                aging_ms: Some(PERIOD_MS),
+                fair: Some(true),
+                ..Policy::default()
+            },
+        )
+        .await
+        .unwrap();
+    let order = serve_under_a_steady_flow_with(
+        &client,
+        "the level-7 job of a fair queue to run under the level-5 flow",
+        Duration::from_secs(20),
+        |ran| ran.iter().any(|id| id == "p7"),
+        true,
+    )
+    .await;
+    assert!(order.iter().position(|id| id == "p7").unwrap() > 0);
 }

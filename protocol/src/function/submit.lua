@@ -300,7 +300,8 @@ local function hero_submit(keys, args)
       local m = bridged and dual_push_mapping(cfg, bridges, stream, dual)
       redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       local entry
-      if not m and known[stream] == true then
+      local seen = not m and known[stream]
+      if seen == true then
         entry = redis.call('XADD', stream, '*', 'j', job_id)
       else
         -- a fair stream's gate files the job by its limit key: given here, not read back
@@ -309,7 +310,12 @@ local function hero_submit(keys, args)
           if args[q] == 'limit_key' then lk = args[q + 1] end
         end
         known.lk = lk
-        entry = append(stream, group, registry, job_id, known, nil, m and true)
+        if seen == 'fair' then
+          -- a stream this call found fair (append marked it): straight into its gate
+          gate(registry, stream, job_id, nil, known)
+        else
+          entry = append(stream, group, registry, job_id, known, nil, m and true)
+        end
       end
       if m then
         now_ms = now_ms or server_ms()
