@@ -64,7 +64,7 @@ pub(super) async fn read_records(
     let mut by_shard: std::collections::BTreeMap<String, (Client, Vec<usize>)> =
         std::collections::BTreeMap::new();
     for (i, id) in ids.iter().enumerate() {
-        let home = client.home_client(&super::home_key(id));
+        let home = client.home_client(&home_key(id));
         by_shard
             .entry(home.keys().prefix().to_string())
             .or_insert_with(|| (home, Vec::new()))
@@ -111,4 +111,21 @@ pub(super) async fn used_memory(client: &Client) -> Result<u64> {
             .context("no used_memory in INFO memory")?;
     }
     Ok(total)
+}
+
+/// The tenants (limit keys) the load's jobs are spread over, served in turns.
+const TENANTS: u64 = 8;
+
+/// The limit key (tenant) of the load's job `c-<i>`.
+pub(super) fn tenant(i: u64) -> String {
+    format!("t{}", i % TENANTS)
+}
+
+/// The key whose home holds job `id` in a sharded namespace: a load job's tenant (a limit key
+/// places its jobs), else the chosen id.
+pub(super) fn home_key(id: &str) -> String {
+    match id.strip_prefix("c-").and_then(|i| i.parse::<u64>().ok()) {
+        Some(i) => tenant(i),
+        None => id.to_string(),
+    }
 }

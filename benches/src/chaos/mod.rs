@@ -38,7 +38,7 @@ mod ledger;
 mod procs;
 mod upgrade;
 
-use checks::{probe, read_records, used_memory, wait_ended};
+use checks::{home_key, probe, read_records, tenant, used_memory, wait_ended};
 use deploy::{Deployment, Topology};
 use faults::Kind;
 use figures::{per_kind, print_table, Figures, KindFigures, PhaseFigures, Recovery, Thrown};
@@ -48,8 +48,6 @@ use procs::{held, Procs};
 
 const TYPE: &str = "bench";
 const WORKERS: usize = 4;
-/// The tenants (limit keys) the load's jobs are spread over, served in turns.
-const TENANTS: u64 = 8;
 const BROKERS: usize = 2;
 /// The workers' lease; a stalled worker is stopped for longer than this.
 const LEASE_MS: u64 = 2000;
@@ -177,20 +175,6 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
     Ok(i32::from(!ok))
 }
 
-/// The limit key (tenant) of the load's job `c-<i>`.
-fn tenant(i: u64) -> String {
-    format!("t{}", i % TENANTS)
-}
-
-/// The key whose home holds job `id` in a sharded namespace: a load job's tenant (a limit key
-/// places its jobs), else the chosen id.
-pub(super) fn home_key(id: &str) -> String {
-    match id.strip_prefix("c-").and_then(|i| i.parse::<u64>().ok()) {
-        Some(i) => tenant(i),
-        None => id.to_string(),
-    }
-}
-
 async fn connect(url: &str, replicas: u32) -> Result<Client> {
     let mut opts = ClientOptions::new(url);
     opts.replicas.wanted = replicas;
@@ -232,8 +216,8 @@ async fn phase(
         .collect();
     let mut slot_key = slot_keys[0].clone();
     // the soak's queue is fair (issue 52): every job passes through its gate, keyed by one of
-    // TENANTS tenants (the upgrade phase's is not: a process older than protocol 30 cannot
-    // serve a gate, and the fleet gate refuses it while one is live)
+    // eight tenants (`checks::tenant`); the upgrade phase's is not (a process older than
+    // protocol 30 cannot serve a gate, and the fleet gate refuses it while one is live)
     hero_admin::Admin::from(&client)
         .set_policy(
             TYPE,
