@@ -11,22 +11,11 @@ use hero_client::Client;
 use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{
     batch_done, browser, dead_letter, http_broker, queue_idle, run_to_finish, shot,
-    stepped_reporter, wait_for, InProcWorker, RedisServer,
+    stepped_reporter, text_of, wait_for, InProcWorker, RedisServer,
 };
 use hero_worker::{Outcome, Worker};
 
 const TOKEN: &str = "dash-token-0123456789";
-
-/// The text of the first element matching `css`, once there is one (bounded).
-async fn text_of(b: &Browser, css: &str) -> String {
-    let el = b
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
-    el.text().await.expect("element text")
-}
 
 /// A handler's error with a cause: its chain is the failed attempt's trace.
 #[derive(Debug)]

@@ -3,25 +3,13 @@
 //! the keys with the most jobs waiting, a paused key, and the jobs waiting in its gate.
 //! Screenshot: `target/screenshots/fair-keys.png`.
 
-use std::time::Duration;
-
-use fantoccini::{Client as Browser, Locator};
+use fantoccini::Locator;
 use hero_client::Client;
 use hero_protocol::policy::Policy;
 use hero_protocol::NewJob;
-use hero_testkit::{browser, http_broker, shot, RedisServer};
+use hero_testkit::{browser, http_broker, shot, text_of, RedisServer};
 
 const TOKEN: &str = "fair-token-0123456789";
-
-async fn text_of(b: &Browser, css: &str) -> String {
-    let el = b
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
-    el.text().await.expect("element text")
-}
 
 #[tokio::test]
 async fn a_fair_queues_page_shows_its_keys_with_work() {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fantoccini::{Client as Browser, ClientBuilder};
+use fantoccini::{Client as Browser, ClientBuilder, Locator};
 
 use crate::{free_port, wait_for, Proc};
 
@@ -71,4 +71,16 @@ pub async fn browser(dark: bool) -> (Proc, Browser, PathBuf) {
         .await
         .expect("a Chromium session through chromedriver (scripts/browser-setup installs both)");
     (driver, b, profile)
+}
+
+/// The text of the first element matching `css`, once there is one (within 10 s, or the test
+/// fails naming it).
+pub async fn text_of(b: &Browser, css: &str) -> String {
+    let el = b
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+    el.text().await.expect("element text")
 }
