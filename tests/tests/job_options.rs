@@ -161,12 +161,13 @@ async fn a_jobs_own_retention_expires_it_and_a_waiting_wait_still_reads_its_end(
     );
     let ttl = pttl(&server, &client.keys().job(failed.id())).await;
     assert!(ttl > 7_100_000 && ttl <= 7_200_000, "keep_failed 2h: {ttl}");
-    // requeued, it is no longer an ended job: its TTL goes (it would expire while it runs)
-    Admin::from(&client)
-        .requeue(failed.id(), None)
-        .await
-        .unwrap();
+    // requeued, it is no longer an ended job: its TTL goes (it would expire while it runs);
+    // the queue is paused meanwhile so the worker cannot end it again before the TTL is read
+    let admin = Admin::from(&client);
+    admin.pause("ret").await.unwrap();
+    admin.requeue(failed.id(), None).await.unwrap();
     assert_eq!(pttl(&server, &client.keys().job(failed.id())).await, -1);
+    admin.resume("ret").await.unwrap();
     assert_eq!(
         client.wait(failed.id(), LIMIT).await.unwrap().status,
         Status::Error
