@@ -1303,39 +1303,69 @@ local function ring_in(stream, key, registry)
   end
 end
 
+-- Pushes the first `n` of `items` onto limit key `key`'s lane of fair stream `stream`; the key
+-- joins the ring when the lane was empty, unless the key is held.
+local function lane_push(registry, stream, key, items, n)
+  if redis.call('RPUSH', fair_lane_of(stream, key), unpack(items, 1, n)) == n
+    and not held(stream, key) then
+    ring_in(stream, key, registry)
+  end
+end
+
 -- Queues `job_id` (its record already written) in its limit key's lane of fair stream `stream`;
 -- its key joins the ring when the lane was empty, unless the key is held. `memo` is the call's
--- table (append's `known`) or nil: a submit of many jobs gives the limit key (`memo.lk`, else
--- the record is asked), reads the clock once, and counts the gauge in `memo.gated` to write
--- once at its end (flush_gated).
+-- table (append's `known`) or nil. A submit's `known` has `gated`: it gives the limit key
+-- (`memo.lk`, else the record is asked), reads the clock once, and has its jobs gathered while
+-- they follow one another into one lane (a batch of one customer's jobs costs one RPUSH, not
+-- one a job), written with the `fair` gauges at its end (flush_gated).
 -- Writes stats: `fair` (the stream's gauge of jobs in its gate).
 local function gate(registry, stream, job_id, attempts, memo)
   local key = memo and memo.lk
   if not key then
     key = redis.call('HGET', ns_of_registry(registry) .. 'job:' .. job_id, 'limit_key') or ''
   end
-  local ms = memo and memo.gate_ms
-  if not ms then
-    ms = server_ms()
-    if memo then memo.gate_ms = ms end
+  local tail = memo and memo.gate_tail
+  if not tail then
+    -- the clock as text once: a number joined to a string costs a sprintf each time
+    tail = ' ' .. string.format('%d', server_ms())
+    if memo then memo.gate_tail = tail end
   end
-  local item = job_id .. ' ' .. ms
+  local item = job_id .. tail
   if attempts then item = item .. ' ' .. attempts end
-  if redis.call('RPUSH', fair_lane_of(stream, key), item) == 1 and not held(stream, key) then
-    ring_in(stream, key, registry)
-  end
   local gated = memo and memo.gated
-  if gated then
-    gated[stream] = (gated[stream] or 0) + 1
-  else
+  if not gated then
+    lane_push(registry, stream, key, { item }, 1)
     redis.call('HINCRBY', ns_of_registry(registry) .. 'meta:stats', stream .. '|fair', 1)
+    return
   end
+  gated[stream] = (gated[stream] or 0) + 1
+  -- the run is one array kept for the call (a table a run costs more than the RPUSH it saves
+  -- when a batch's keys alternate), its first `run_n` items the run's
+  local n = memo.run_n
+  if n and n < 1000 and memo.run_key == key and memo.run_stream == stream then
+    n = n + 1
+    memo.run[n] = item
+    memo.run_n = n
+    return
+  end
+  if n then lane_push(memo.run_registry, memo.run_stream, memo.run_key, memo.run, n) end
+  local run = memo.run or {}
+  run[1] = item
+  memo.run, memo.run_n = run, 1
+  memo.run_registry, memo.run_stream, memo.run_key = registry, stream, key
 end
 
--- Writes the `fair` gauges a call counted in `memo.gated` (see gate) to the stats hash `stats`.
+-- Writes the jobs a call's gate calls gathered (see gate) to their lane, and the `fair` gauges
+-- they counted (`memo.gated`) to the stats hash `stats_key`: a call that gates with a `gated`
+-- table calls it before it returns.
 local function flush_gated(memo, stats_key)
-  for stream, n in pairs(memo.gated) do
-    redis.call('HINCRBY', stats_key, stream .. '|fair', n)
+  local n = memo.run_n
+  if n then
+    lane_push(memo.run_registry, memo.run_stream, memo.run_key, memo.run, n)
+    memo.run_n = nil
+  end
+  for stream, c in pairs(memo.gated) do
+    redis.call('HINCRBY', stats_key, stream .. '|fair', c)
   end
 end
 
@@ -1437,12 +1467,13 @@ local function release(st, config_key, prefix, stream, p, d)
         local got = items and #items or 0
         local ms = set and server_ms()
         for k = 1, got do
-          -- `<id> <ms>[ <attempts>]`, cut with plain finds (a pattern costs more a job)
+          -- `<id> <ms>[ <attempts>]`, cut with a plain find (a pattern costs more a job); the
+          -- clock has 13 digits, so an item that ends there has no attempts
           local item = items[k]
           local s1 = string.find(item, ' ', 1, true)
           local id = s1 and string.sub(item, 1, s1 - 1)
           if id then
-            local s2 = string.find(item, ' ', s1 + 1, true)
+            local s2 = #item > s1 + 13 and string.find(item, ' ', s1 + 1, true)
             if s2 then
               redis.call('XADD', stream, '*', 'j', id, 'a', string.sub(item, s2 + 1))
             else
@@ -2210,9 +2241,14 @@ local function hero_submit(keys, args)
         entry = redis.call('XADD', stream, '*', 'j', job_id)
       else
         -- a fair stream's gate files the job by its limit key: given here, not read back
+        -- (from the end: the Rust client writes it among the last fields, and as in HSET the
+        -- last of a field given twice counts)
         local lk = ''
-        for q = p + 3, p + 1 + count, 2 do
-          if args[q] == 'limit_key' then lk = args[q + 1] end
+        for q = p + 1 + count, p + 3, -2 do
+          if args[q] == 'limit_key' then
+            lk = args[q + 1]
+            break
+          end
         end
         known.lk = lk
         if seen == 'fair' then

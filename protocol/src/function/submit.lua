@@ -305,9 +305,14 @@ local function hero_submit(keys, args)
         entry = redis.call('XADD', stream, '*', 'j', job_id)
       else
         -- a fair stream's gate files the job by its limit key: given here, not read back
+        -- (from the end: the Rust client writes it among the last fields, and as in HSET the
+        -- last of a field given twice counts)
         local lk = ''
-        for q = p + 3, p + 1 + count, 2 do
-          if args[q] == 'limit_key' then lk = args[q + 1] end
+        for q = p + 1 + count, p + 3, -2 do
+          if args[q] == 'limit_key' then
+            lk = args[q + 1]
+            break
+          end
         end
         known.lk = lk
         if seen == 'fair' then

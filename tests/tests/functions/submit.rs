@@ -247,3 +247,74 @@ async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its
         );
     }
 }
+
+/// A fair queue's submit gathers the jobs that follow one another into one lane and writes
+/// each run with one RPUSH (gate.lua): one call of 2,600 jobs whose keys come in runs (one past
+/// the 1,000 a write takes) and alternate leaves every job in its key's lane in submit order,
+/// each key once in the ring in order of its first job, a paused key out of it, and the gauge
+/// counting them all.
+#[tokio::test]
+async fn a_fair_submit_files_runs_and_alternating_keys_in_order() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let admin = hero_admin::Admin::from(&c);
+    let fair = hero_protocol::policy::Policy {
+        fair: Some(true),
+        ..Default::default()
+    };
+    admin.set_policy("tenants", &fair).await.unwrap();
+    admin.pause_key("tenants", "H").await.unwrap();
+    let mut keys: Vec<&str> = vec!["A"; 1500];
+    for i in 0..600 {
+        keys.push(["B", "A", "C", "H"][i % 4]);
+    }
+    keys.extend(["C"; 500]);
+    let jobs: Vec<NewJob> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            NewJob::builder("tenants", "x")
+                .id(format!("{k}-{i}"))
+                .limit_key(*k)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let v: redis::Value = c
+        .redis()
+        .query(&function::submit(c.keys(), &jobs, false))
+        .await
+        .expect("one call of 2,600 jobs");
+    let replies = function::SubmitReply::decode_many(&v, jobs.len()).unwrap();
+    assert_eq!(replies.len(), 2600);
+    let stream = work_key("tenants");
+    let mut raw = server.conn().await;
+    for key in ["A", "B", "C", "H"] {
+        let lane: Vec<String> = raw
+            .lrange(c.keys().fair_lane(&stream, key), 0, -1)
+            .await
+            .unwrap();
+        let ids: Vec<String> = lane
+            .iter()
+            .map(|item| item.split(' ').next().unwrap().to_string())
+            .collect();
+        let expected: Vec<String> = jobs
+            .iter()
+            .filter(|j| j.id().as_str().starts_with(&format!("{key}-")))
+            .map(|j| j.id().to_string())
+            .collect();
+        assert_eq!(ids, expected, "lane {key} holds its jobs in submit order");
+        assert!(lane.iter().all(|item| item.split(' ').count() == 2));
+    }
+    let ring: Vec<String> = raw
+        .lrange(c.keys().fair_ring(&stream), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(
+        ring,
+        ["A", "B", "C"],
+        "each key once, in order; the paused key out"
+    );
+    let counts = admin.job_counts("tenants").await.unwrap();
+    assert_eq!(counts.waiting, 2600, "the gauge counts every gated job");
+}
