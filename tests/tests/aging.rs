@@ -108,8 +108,8 @@ async fn serve_under_a_steady_flow_with(
     got
 }
 
-#[tokio::test]
-async fn a_low_priority_job_rises_a_level_per_aging_period_when_higher_work_never_stops() {
+/// A fresh Redis whose `osis` queue ages by [`PERIOD_MS`] (and is fair when `fair`).
+async fn aged_queue(fair: bool) -> (RedisServer, Client) {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     hero_admin::Admin::from(&client)
@@ -117,11 +117,18 @@ async fn a_low_priority_job_rises_a_level_per_aging_period_when_higher_work_neve
             "osis",
             &Policy {
                 aging_ms: Some(PERIOD_MS),
+                fair: fair.then_some(true),
                 ..Policy::default()
             },
         )
         .await
         .unwrap();
+    (server, client)
+}
+
+#[tokio::test]
+async fn a_low_priority_job_rises_a_level_per_aging_period_when_higher_work_never_stops() {
+    let (_server, client) = aged_queue(false).await;
     let order = serve_under_a_steady_flow(
         &client,
         "the level-7 job to run under the level-5 flow",
@@ -169,19 +176,7 @@ async fn a_low_priority_job_starves_under_higher_work_when_its_queue_has_no_agin
 #[tokio::test]
 async fn in_a_fair_queue_a_low_priority_job_rises_too() {
     // the level-7 job waits in its level's fair gate, not on the stream: aging reads the gate
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
-    hero_admin::Admin::from(&client)
-        .set_policy(
-            "osis",
-            &Policy {
-                aging_ms: Some(PERIOD_MS),
-                fair: Some(true),
-                ..Policy::default()
-            },
-        )
-        .await
-        .unwrap();
+    let (_server, client) = aged_queue(true).await;
     let order = serve_under_a_steady_flow_with(
         &client,
         "the level-7 job of a fair queue to run under the level-5 flow",
