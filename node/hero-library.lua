@@ -1,5 +1,5 @@
-#!lua name=hero_v30
-local VERSION = '30'
+#!lua name=hero_v31
+local VERSION = '31'
 -- hero function library: the shared helpers every function may use, one file a topic
 -- (`function/lib/*.lua`, concatenated in this order, then one file per function):
 --   keys.lua          the keys the functions derive instead of taking them in KEYS
@@ -94,6 +94,12 @@ end
 -- a limit key's within a queue is `<ns>:meta:rate:<queue>|<limit key>`.
 local function rate_key_of(config_key, queue)
   return meta_key(config_key, 'rate:' .. queue)
+end
+
+-- The memory flag `<ns>:meta:memory` (`Keyspace::memory`): the maxmemory policy as INFO last
+-- said it, kept a short while (see memory_policy).
+local function memory_key_of(config_key)
+  return meta_key(config_key, 'memory')
 end
 
 -- The delayed set `<ns>:meta:delayed` (`Keyspace::delayed`), beside the config hash.
@@ -298,6 +304,35 @@ local function setting_text(cfg, field)
     cfg[field] = v
   end
   return v
+end
+
+-- How long the maxmemory policy read from INFO is trusted before a submit reads it again: the
+-- submits of that window are all that can be accepted after the policy turns to an evicting
+-- one. INFO, not CONFIG: managed Redis often disables CONFIG, and INFO memory costs ~3 us, so
+-- reading it on every call would show on the hot path.
+local MEMORY_CHECK_MS = 1000
+
+-- The server's maxmemory policy: from the memory flag while it holds one, else (or with `fresh`)
+-- from INFO, kept in the flag for MEMORY_CHECK_MS. A flag an evicting Redis evicted is read
+-- again: it fails towards looking.
+local function memory_policy(flag, fresh)
+  if not fresh then
+    local p = redis.call('GET', flag)
+    if p then return p end
+  end
+  local p = string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:([%w%-]+)') or 'unknown'
+  redis.call('SET', flag, p, 'PX', MEMORY_CHECK_MS)
+  return p
+end
+
+-- nil when jobs may be accepted under the server's maxmemory policy, else the refusal: any
+-- policy but noeviction may evict a job's record, losing it without a trace, unless the
+-- operator accepted that policy by name (`accept_eviction` in the config hash, written by
+-- `hero broker --accept-eviction <policy>`). `cfg` has `accept_eviction` prefetched.
+local function refuse_evicting(cfg)
+  local p = memory_policy(memory_key_of(cfg.key))
+  if p == 'noeviction' or setting_text(cfg, 'accept_eviction') == p then return nil end
+  return redis.error_reply('HERO_EVICTING ' .. p)
 end
 
 -- The event log: every change of a job's state is logged by the call that makes it (so there is no
@@ -1969,7 +2004,9 @@ end
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
 -- is idempotent); 'duplicate:<id>', that job's status when the record's `unique` key is held by
 -- job <id>, still queued or running (nothing is written: see claim_unique).
--- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
+-- Errors: HERO_EVICTING <policy> when Redis's maxmemory policy may evict keys (read from INFO at
+-- most once a second, see refuse_evicting) and the config hash's `accept_eviction` does not name
+-- it: nothing is written. HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
 -- not in pairs; HERO_INVALID_JOB when a record is one a worker would refuse (see refuse in the
 -- prelude: an unknown field, a value of the wrong form, a stream other than the one the record
 -- names); then nothing of the batch is written.
@@ -2150,7 +2187,10 @@ local function hero_submit(keys, args)
   local answers = {}
   -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
   -- with the registry); while none, a submit asks the registry nothing
-  local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'retention_ms' } or { 'events_max', 'bridged' })
+  local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'accept_eviction', 'retention_ms' }
+    or { 'events_max', 'bridged', 'accept_eviction' })
+  local evicting = refuse_evicting(cfg)
+  if evicting then return evicting end
   -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it
   local tag_index = tagged and { ids = {}, order = {}, decoded = {} }
   local log = event_log(keys[5], cfg)
@@ -2759,7 +2799,8 @@ end
 -- batch this call completes.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
--- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
+-- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone): its
+-- entry is neither acknowledged by intent nor deleted (since protocol 31).
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
@@ -2938,7 +2979,17 @@ local function hero_complete(keys, args)
         end
       end
     end
-    trim_done(stream, group, b.ids, xackdel)
+    -- only the entries of the deliveries that held their job: a lost lease's entry may be
+    -- another delivery's to come (a job a Redis restarted from an older snapshot restored,
+    -- queued again under that very entry), and deleting it would strand the job
+    local owned = b.ids
+    if not all_held then
+      owned = {}
+      for k = 1, #jobs do
+        if answers[jobs[k] + 1] ~= 'lease_lost' then owned[#owned + 1] = b.ids[k] end
+      end
+    end
+    trim_done(stream, group, owned, xackdel)
     log_shared(log, 'finished', finished, stream, consumer)
     if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
     if failed > 0 then tally(st, stream, 'failed', failed, true) end
@@ -4398,25 +4449,61 @@ local function hero_policy(keys, args)
   return stored
 end
 
-redis.register_function{function_name='hero_v30_version', callback=hero_version, flags={'no-writes'}}
-redis.register_function('hero_v30_submit', hero_submit)
-redis.register_function{function_name='hero_v30_fetch', callback=hero_fetch, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v30_complete', callback=hero_complete, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v30_renew', callback=hero_renew, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v30_stop', callback=hero_stop, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v30_recover', callback=hero_recover, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v30_promote', callback=hero_promote, flags={'allow-oom'}}
-redis.register_function('hero_v30_bridge_in', hero_bridge_in)
-redis.register_function('hero_v30_bridge_out', hero_bridge_out)
-redis.register_function('hero_v30_bridge_watch', hero_bridge_watch)
-redis.register_function{function_name='hero_v30_expire', callback=hero_expire, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v30_dead', callback=hero_dead, flags={'allow-oom'}}
-redis.register_function('hero_v30_requeue', hero_requeue)
-redis.register_function('hero_v30_fix', hero_fix)
-redis.register_function('hero_v30_pause', hero_pause)
-redis.register_function('hero_v30_cron', hero_cron)
-redis.register_function('hero_v30_batch', hero_batch)
-redis.register_function('hero_v30_batch_ends', hero_batch_ends)
-redis.register_function{function_name='hero_v30_counts', callback=hero_counts, flags={'no-writes'}}
-redis.register_function('hero_v30_remove', hero_remove)
-redis.register_function('hero_v30_policy', hero_policy)
+-- hero_beat: a live process's heartbeat, on Redis's clock and allowed past maxmemory
+-- (`allow-oom`), so that neither a full Redis nor a skewed clock makes a live worker look dead,
+-- and a worker can start and register while Redis is full. What it writes past maxmemory is
+-- bounded: each live process's own fleet entry, presence keys and liveness member, rewritten
+-- in place (about 0.5 KB a process and script type), never anything that grows with jobs.
+-- KEYS[1] consumers sorted set (liveness deadlines)  KEYS[2] fleet hash  KEYS[3] config hash
+-- KEYS[4] memory flag (the maxmemory policy, read from INFO, kept for MEMORY_CHECK_MS)
+--   then KEYS[5..] the worker's presence keys, one per script type (none for a broker)
+-- ARGV[1] process name (a worker's consumer; a broker's `broker:<host>:<pid>`)
+-- ARGV[2] liveness ttl ms  ARGV[3] fleet entry: a JSON object without `expires_ms`, which this
+-- adds as Redis's clock + ttl  ARGV[4] presence JSON (a worker's; '' for a broker): written to
+-- each presence key with PX ttl, and the consumer's deadline (Redis's clock + ttl) to KEYS[1]
+-- Returns: {now ms on Redis's clock, lease_ms, fleet_lacks, maxmemory policy} (the config
+-- hash's two fields as the broker published them, false when absent)
+-- Errors: HERO_BAD_ARG for a ttl that is not a positive number or an entry that is not a JSON
+-- object.
+local function hero_beat(keys, args)
+  local name, ttl, entry, presence = args[1], tonumber(args[2]), args[3], args[4]
+  if not ttl or ttl <= 0 then return redis.error_reply('HERO_BAD_ARG ttl ms is not a positive number') end
+  if type(entry) ~= 'string' or string.sub(entry, 1, 1) ~= '{' or string.sub(entry, -1) ~= '}' then
+    return redis.error_reply('HERO_BAD_ARG the fleet entry is not a JSON object')
+  end
+  local now = server_ms()
+  local deadline = string.format('%d', now + ttl)
+  local sep = entry == '{}' and '' or ','
+  redis.call('HSET', keys[2], name, string.sub(entry, 1, -2) .. sep .. '"expires_ms":' .. deadline .. '}')
+  if presence and presence ~= '' then
+    local ttl_arg = string.format('%d', ttl)
+    for i = 5, #keys do redis.call('SET', keys[i], presence, 'PX', ttl_arg) end
+    redis.call('ZADD', keys[1], deadline, name)
+  end
+  local cfg = redis.call('HMGET', keys[3], 'lease_ms', 'fleet_lacks')
+  return { now, cfg[1], cfg[2], memory_policy(keys[4], true) }
+end
+
+redis.register_function{function_name='hero_v31_version', callback=hero_version, flags={'no-writes'}}
+redis.register_function('hero_v31_submit', hero_submit)
+redis.register_function{function_name='hero_v31_fetch', callback=hero_fetch, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v31_complete', callback=hero_complete, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v31_renew', callback=hero_renew, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v31_stop', callback=hero_stop, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v31_recover', callback=hero_recover, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v31_promote', callback=hero_promote, flags={'allow-oom'}}
+redis.register_function('hero_v31_bridge_in', hero_bridge_in)
+redis.register_function('hero_v31_bridge_out', hero_bridge_out)
+redis.register_function('hero_v31_bridge_watch', hero_bridge_watch)
+redis.register_function{function_name='hero_v31_expire', callback=hero_expire, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v31_dead', callback=hero_dead, flags={'allow-oom'}}
+redis.register_function('hero_v31_requeue', hero_requeue)
+redis.register_function('hero_v31_fix', hero_fix)
+redis.register_function('hero_v31_pause', hero_pause)
+redis.register_function('hero_v31_cron', hero_cron)
+redis.register_function('hero_v31_batch', hero_batch)
+redis.register_function('hero_v31_batch_ends', hero_batch_ends)
+redis.register_function{function_name='hero_v31_counts', callback=hero_counts, flags={'no-writes'}}
+redis.register_function{function_name='hero_v31_remove', callback=hero_remove, flags={'allow-oom'}}
+redis.register_function('hero_v31_policy', hero_policy)
+redis.register_function{function_name='hero_v31_beat', callback=hero_beat, flags={'allow-oom'}}

@@ -180,6 +180,8 @@ async fn republish(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
             _ = tokio::time::sleep(every) => {}
         }
         let summary = publish_fleet(&client).await;
+        let registered =
+            registered.map(|beat| hero_protocol::memory::note_policy(&beat.memory_policy));
         match registered
             .and(summary)
             .and(publish_config(&client, &cfg).await)

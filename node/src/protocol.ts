@@ -8,7 +8,7 @@ import type { Redis } from "ioredis";
 import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
 
-export const VERSION = "30";
+export const VERSION = "31";
 /** This package's release (package.json says the same: a test holds them equal). */
 export const RELEASE = "1.0.0";
 

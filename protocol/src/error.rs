@@ -55,6 +55,9 @@ pub enum Error {
     #[error("Redis is full: it reached its maxmemory and refuses writes that add data (policy noeviction), so nothing was written and the job was not accepted ({detail}). Free memory (a shorter --retention-secs, fewer waiting jobs, `hero dead purge`) or raise maxmemory, then send it again")]
     OutOfMemory { detail: String },
 
+    #[error("Redis's maxmemory-policy is {policy}: under it Redis may evict any key, a job's record included, losing the job without a trace, so hero accepts no job (nothing was written). Set `maxmemory-policy noeviction` (CONFIG SET or redis.conf; on a managed Redis, its parameter group), or accept the loss with `hero broker --accept-eviction {policy}`")]
+    Evicting { policy: String },
+
     #[error("TLS with Redis at {url} failed: {reason}. Give the CA that signed the server's certificate with --tls-ca (HERO_TLS_CA), and a client certificate with --tls-cert and --tls-key when the server asks for one")]
     Tls { url: String, reason: String },
 
@@ -75,18 +78,17 @@ pub enum Error {
 
 impl Error {
     /// True when trying the same call again later can succeed (Redis unreachable, connection
-    /// dropped, server busy loading); false for bad input and for what the data says.
+    /// dropped, server busy loading, or a write Redis refused for a while: full, disk failing,
+    /// turned replica, too few replicas); false for bad input and for what the data says. A
+    /// worker keeps an outcome through every such error and sends it again.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Unreachable { .. } => true,
+            Error::Unreachable { .. } | Error::OutOfMemory { .. } => true,
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_timeout()
-                    || matches!(
-                        e.kind(),
-                        redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
-                    )
+                    || e.code().is_some_and(refused_write)
             }
             _ => false,
         }
@@ -106,6 +108,9 @@ impl From<redis::RedisError> for Error {
             };
         }
         match ServerCode::parse(&code) {
+            Some(ServerCode::Evicting) => Error::Evicting {
+                policy: e.detail().unwrap_or_default().trim().to_string(),
+            },
             Some(code) => Error::Server {
                 code,
                 message: e.detail().unwrap_or_default().to_string(),
@@ -113,6 +118,25 @@ impl From<redis::RedisError> for Error {
             None => Error::Redis(e),
         }
     }
+}
+
+/// The codes of a write Redis refuses for a while, not for good: full (`OOM`), a failing disk
+/// (`MISCONF`), turned replica (`READONLY`, where the handle finds the master again), too few
+/// replicas (`NOREPLICAS`), loading, a busy script, a replica cut from its master, a cluster
+/// between states.
+pub fn refused_write(code: &str) -> bool {
+    matches!(
+        code,
+        "OOM"
+            | "MISCONF"
+            | "READONLY"
+            | "NOREPLICAS"
+            | "LOADING"
+            | "BUSY"
+            | "MASTERDOWN"
+            | "TRYAGAIN"
+            | "CLUSTERDOWN"
+    )
 }
 
 /// Error codes the functions raise as `HERO_<CODE> message`.
@@ -123,13 +147,16 @@ pub enum ServerCode {
     JobNotFound,
     /// A submitted record is one a worker would refuse.
     InvalidJob,
+    /// Redis's maxmemory policy may evict records (the message is the policy).
+    Evicting,
 }
 
 impl ServerCode {
-    pub const ALL: [ServerCode; 3] = [
+    pub const ALL: [ServerCode; 4] = [
         ServerCode::BadArg,
         ServerCode::JobNotFound,
         ServerCode::InvalidJob,
+        ServerCode::Evicting,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -137,6 +164,7 @@ impl ServerCode {
             ServerCode::BadArg => "HERO_BAD_ARG",
             ServerCode::JobNotFound => "HERO_JOB_NOT_FOUND",
             ServerCode::InvalidJob => "HERO_INVALID_JOB",
+            ServerCode::Evicting => "HERO_EVICTING",
         }
     }
 

@@ -206,20 +206,22 @@ fn shards_of_version(version: &str) -> bool {
     }
 }
 
-/// This process's fleet entry (HSET `<ns>:meta:fleet` name → this), good for `ttl`.
-pub fn entry(role: Role, version: &str, ttl: Duration) -> String {
+/// This process's fleet entry without its `expires_ms`, which `hero_beat` adds on Redis's
+/// clock.
+pub fn entry_body(role: Role, version: &str) -> String {
     serde_json::json!({
         "role": role.as_str(),
         "protocol": protocol(),
         "version": version,
         "shards": true,
-        "expires_ms": clock::now_ms() + ttl.as_millis() as u64,
     })
     .to_string()
 }
 
-/// Writes (or renews) a process's fleet entry for `ttl`, and drops the entries that expired
-/// (a process that died without removing its own): what a broker does every pass.
+/// Writes (or renews) a process's fleet entry for `ttl` with `hero_beat` (on Redis's clock,
+/// allowed past maxmemory), and drops the entries that expired (a process that died without
+/// removing its own): what a broker does every pass. Returns the beat's answer: Redis's time,
+/// which this process's clock is corrected by ([`clock::observe`]), and its memory policy.
 pub async fn register(
     redis: &Redis,
     keys: &Keyspace,
@@ -227,17 +229,24 @@ pub async fn register(
     role: Role,
     version: &str,
     ttl: Duration,
-) -> Result<()> {
-    let mut pipe = redis::pipe();
-    pipe.cmd("HSET")
-        .arg(keys.fleet())
-        .arg(name)
-        .arg(entry(role, version, ttl));
-    pipe.cmd("HGETALL").arg(keys.fleet());
-    let mut replies = redis.pipeline(&pipe).await?.into_iter();
-    replies.next().unwrap_or(Ok(redis::Value::Nil))?;
-    let now = clock::now_ms();
-    let expired: Vec<String> = reply::pairs(replies.next().unwrap_or(Ok(redis::Value::Nil))?)?
+) -> Result<crate::function::Beat> {
+    let sent = clock::local_ms();
+    let answer: redis::Value = redis
+        .query(&crate::function::beat(
+            keys,
+            name,
+            ttl,
+            &entry_body(role, version),
+            None,
+        ))
+        .await?;
+    let got = clock::local_ms();
+    let beat = crate::function::Beat::parse(&answer)?;
+    clock::observe(beat.now_ms, sent, got);
+    let mut read = redis::cmd("HGETALL");
+    read.arg(keys.fleet());
+    let now = beat.now_ms;
+    let expired: Vec<String> = reply::pairs(redis.query::<redis::Value>(&read).await?)?
         .into_iter()
         .filter(|(_, json)| {
             serde_json::from_str::<serde_json::Value>(json)
@@ -251,7 +260,7 @@ pub async fn register(
         cmd.arg(keys.fleet()).arg(&expired);
         redis.query::<redis::Value>(&cmd).await?;
     }
-    Ok(())
+    Ok(beat)
 }
 
 /// Removes a process's entry (a clean exit).

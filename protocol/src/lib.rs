@@ -40,6 +40,7 @@ pub mod fleet;
 pub mod function;
 pub mod job;
 pub mod keys;
+pub mod memory;
 pub mod name;
 pub mod new_job;
 pub mod outage;

@@ -15,7 +15,7 @@ import redis
 
 from .keys import GROUP, Keys
 
-VERSION = "30"
+VERSION = "31"
 # this package's release (pyproject.toml says the same: a test holds them equal)
 RELEASE = "0.29.0"
 _HERE = os.path.dirname(os.path.abspath(__file__))

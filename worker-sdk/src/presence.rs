@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use std::sync::atomic::Ordering;
 
-use hero_protocol::{clock, fleet};
+use hero_protocol::{clock, fleet, function, memory};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
@@ -28,55 +28,38 @@ fn presence_json(s: &Shared, now_iso: &str, started_at: &str) -> String {
         "concurrency": s.concurrency,
         "running": s.inflight.len(),
         "last_heartbeat": now_iso,
+        // this machine's clock minus Redis's, as last measured (`hero actors` shows it)
+        "skew_ms": -clock::offset_ms(),
     })
     .to_string()
 }
 
+/// One heartbeat: `hero_beat` writes presence, liveness and the fleet entry on Redis's clock
+/// (allowed past maxmemory: a full Redis never makes a live worker look dead), and answers
+/// Redis's time (this process's clock offset), the brokers' lease and fleet summary, and the
+/// maxmemory policy.
 async fn beat(s: &Shared, started_at: &str) -> hero_protocol::Result<()> {
-    let now = clock::now_ms();
-    let json = presence_json(s, &clock::iso(now), started_at);
-    let ttl_ms = s.presence_ttl.as_millis() as u64;
-    let mut pipe = redis::pipe();
-    for t in &s.types {
-        pipe.cmd("SET")
-            .arg(s.keys.presence(t, &s.consumer.group, &s.consumer.instance))
-            .arg(&json)
-            .arg("PX")
-            .arg(ttl_ms);
-    }
-    pipe.cmd("ZADD")
-        .arg(s.keys.consumers())
-        .arg(now + ttl_ms)
-        .arg(&s.consumer_name);
-    pipe.cmd("HSET")
-        .arg(s.keys.fleet())
-        .arg(&s.consumer_name)
-        .arg(fleet::entry(
-            fleet::Role::Worker,
-            env!("CARGO_PKG_VERSION"),
-            s.presence_ttl,
-        ));
-    // the brokers' lease (what their recovery waits for: the longest a renewal may wait) and
-    // their summary of what live older processes lack (`fleet_lacks`), in one read: the
-    // brokers compute the fleet, every worker reads one field
-    pipe.cmd("HMGET")
-        .arg(s.keys.config())
-        .arg("lease_ms")
-        .arg("fleet_lacks");
-    let mut replies = s.redis.pipeline(&pipe).await?;
-    let config = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
-    for r in replies {
-        r?;
-    }
-    let fields: Vec<Option<String>> = redis::from_redis_value(config).unwrap_or_default();
-    let ms = fields
-        .first()
-        .cloned()
-        .flatten()
-        .and_then(|t| t.parse::<u64>().ok())
-        .unwrap_or(0);
-    s.brokers_lease_ms.store(ms, Ordering::Release);
-    hold_reports(s, fields.get(1).cloned().flatten().as_deref());
+    let json = presence_json(s, &clock::now_iso(), started_at);
+    let presence: Vec<String> = s
+        .types
+        .iter()
+        .map(|t| s.keys.presence(t, &s.consumer.group, &s.consumer.instance))
+        .collect();
+    let call = function::beat(
+        &s.keys,
+        &s.consumer_name,
+        s.presence_ttl,
+        &fleet::entry_body(fleet::Role::Worker, env!("CARGO_PKG_VERSION")),
+        Some((&presence, &json)),
+    );
+    let sent = clock::local_ms();
+    let answer: redis::Value = s.redis.query(&call).await?;
+    let got = clock::local_ms();
+    let beat = function::Beat::parse(&answer)?;
+    clock::observe(beat.now_ms, sent, got);
+    memory::note_policy(&beat.memory_policy);
+    s.brokers_lease_ms.store(beat.lease_ms, Ordering::Release);
+    hold_reports(s, beat.fleet_lacks.as_deref());
     Ok(())
 }
 

@@ -53,7 +53,8 @@
 -- batch this call completes.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
--- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone).
+-- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone): its
+-- entry is neither acknowledged by intent nor deleted (since protocol 31).
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
@@ -232,7 +233,17 @@ local function hero_complete(keys, args)
         end
       end
     end
-    trim_done(stream, group, b.ids, xackdel)
+    -- only the entries of the deliveries that held their job: a lost lease's entry may be
+    -- another delivery's to come (a job a Redis restarted from an older snapshot restored,
+    -- queued again under that very entry), and deleting it would strand the job
+    local owned = b.ids
+    if not all_held then
+      owned = {}
+      for k = 1, #jobs do
+        if answers[jobs[k] + 1] ~= 'lease_lost' then owned[#owned + 1] = b.ids[k] end
+      end
+    end
+    trim_done(stream, group, owned, xackdel)
     log_shared(log, 'finished', finished, stream, consumer)
     if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
     if failed > 0 then tally(st, stream, 'failed', failed, true) end

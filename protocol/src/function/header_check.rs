@@ -286,6 +286,16 @@ fn every_builder_follows_its_lua_header() {
         (Function::Counts, counts(&keys, "osis/io")),
         (Function::Remove, remove(&keys, &id)),
         (Function::Policy, set_policy(&keys, "osis/io", "{}")),
+        (
+            Function::Beat,
+            beat(
+                &keys,
+                "w1",
+                std::time::Duration::from_secs(15),
+                "{}",
+                Some((&["p1".to_string()], "{}")),
+            ),
+        ),
     ];
     let mut wrong = Vec::new();
     for f in Function::ALL {

@@ -11,6 +11,7 @@
 
 mod batch;
 mod batch_ends;
+mod beat;
 mod bridge_in;
 mod bridge_out;
 mod bridge_watch;
@@ -36,6 +37,7 @@ mod header_check;
 
 pub use batch::{close_batch, BatchClosed, CallbackSpec};
 pub use batch_ends::batch_ends;
+pub use beat::{beat, Beat};
 pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
@@ -67,7 +69,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "30"
+        "31"
     };
 }
 
@@ -141,10 +143,11 @@ pub enum Function {
     Counts,
     Remove,
     Policy,
+    Beat,
 }
 
 impl Function {
-    pub const ALL: [Function; 22] = [
+    pub const ALL: [Function; 23] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -167,6 +170,7 @@ impl Function {
         Function::Counts,
         Function::Remove,
         Function::Policy,
+        Function::Beat,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
@@ -179,7 +183,8 @@ impl Function {
     /// accepted towards its end, or free memory (retention), so a full Redis drains instead of
     /// locking up: its workers finish what was acknowledged and retention makes room. What adds
     /// jobs (submit, the bridge's intake, cron, requeue) is refused with OOM, as is any plain
-    /// command that adds data.
+    /// command that adds data. The heartbeat runs too, so a live process never looks dead
+    /// because Redis is full, and removing an ended job frees memory.
     pub fn allow_oom(self) -> bool {
         matches!(
             self,
@@ -191,6 +196,8 @@ impl Function {
                 | Function::Promote
                 | Function::Expire
                 | Function::Dead
+                | Function::Remove
+                | Function::Beat
         )
     }
 
@@ -219,6 +226,7 @@ impl Function {
             Function::Counts => "counts",
             Function::Remove => "remove",
             Function::Policy => "policy",
+            Function::Beat => "beat",
         }
     }
 
@@ -247,6 +255,7 @@ impl Function {
             Function::Counts => versioned!("counts"),
             Function::Remove => versioned!("remove"),
             Function::Policy => versioned!("policy"),
+            Function::Beat => versioned!("beat"),
         }
     }
 
@@ -274,6 +283,7 @@ impl Function {
             Function::Counts => include_str!("counts.lua"),
             Function::Remove => include_str!("remove.lua"),
             Function::Policy => include_str!("policy.lua"),
+            Function::Beat => include_str!("beat.lua"),
         }
     }
 

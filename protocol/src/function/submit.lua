@@ -33,7 +33,9 @@
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
 -- is idempotent); 'duplicate:<id>', that job's status when the record's `unique` key is held by
 -- job <id>, still queued or running (nothing is written: see claim_unique).
--- Errors: HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
+-- Errors: HERO_EVICTING <policy> when Redis's maxmemory policy may evict keys (read from INFO at
+-- most once a second, see refuse_evicting) and the config hash's `accept_eviction` does not name
+-- it: nothing is written. HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
 -- not in pairs; HERO_INVALID_JOB when a record is one a worker would refuse (see refuse in the
 -- prelude: an unknown field, a value of the wrong form, a stream other than the one the record
 -- names); then nothing of the batch is written.
@@ -214,7 +216,10 @@ local function hero_submit(keys, args)
   local answers = {}
   -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
   -- with the registry); while none, a submit asks the registry nothing
-  local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'retention_ms' } or { 'events_max', 'bridged' })
+  local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'accept_eviction', 'retention_ms' }
+    or { 'events_max', 'bridged', 'accept_eviction' })
+  local evicting = refuse_evicting(cfg)
+  if evicting then return evicting end
   -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it
   local tag_index = tagged and { ids = {}, order = {}, decoded = {} }
   local log = event_log(keys[5], cfg)

@@ -408,6 +408,13 @@ impl Keyspace {
         format!("{}:meta:config", self.prefix)
     }
 
+    /// The memory flag: the maxmemory policy as Redis's INFO last gave it, kept a second by the
+    /// functions that read it (`hero_submit` refuses jobs under an evicting one, `hero_beat`
+    /// answers it).
+    pub fn memory(&self) -> String {
+        format!("{}:meta:memory", self.prefix)
+    }
+
     /// The consumer name the broker uses while it reclaims idle entries.
     pub fn reclaimer(&self) -> String {
         "hero-broker-reclaim".to_string()

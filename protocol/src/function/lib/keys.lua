@@ -94,6 +94,12 @@ local function rate_key_of(config_key, queue)
   return meta_key(config_key, 'rate:' .. queue)
 end
 
+-- The memory flag `<ns>:meta:memory` (`Keyspace::memory`): the maxmemory policy as INFO last
+-- said it, kept a short while (see memory_policy).
+local function memory_key_of(config_key)
+  return meta_key(config_key, 'memory')
+end
+
 -- The delayed set `<ns>:meta:delayed` (`Keyspace::delayed`), beside the config hash.
 local function delayed_key_of(config_key)
   return meta_key(config_key, 'delayed')

@@ -53,3 +53,32 @@ local function setting_text(cfg, field)
   end
   return v
 end
+
+-- How long the maxmemory policy read from INFO is trusted before a submit reads it again: the
+-- submits of that window are all that can be accepted after the policy turns to an evicting
+-- one. INFO, not CONFIG: managed Redis often disables CONFIG, and INFO memory costs ~3 us, so
+-- reading it on every call would show on the hot path.
+local MEMORY_CHECK_MS = 1000
+
+-- The server's maxmemory policy: from the memory flag while it holds one, else (or with `fresh`)
+-- from INFO, kept in the flag for MEMORY_CHECK_MS. A flag an evicting Redis evicted is read
+-- again: it fails towards looking.
+local function memory_policy(flag, fresh)
+  if not fresh then
+    local p = redis.call('GET', flag)
+    if p then return p end
+  end
+  local p = string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:([%w%-]+)') or 'unknown'
+  redis.call('SET', flag, p, 'PX', MEMORY_CHECK_MS)
+  return p
+end
+
+-- nil when jobs may be accepted under the server's maxmemory policy, else the refusal: any
+-- policy but noeviction may evict a job's record, losing it without a trace, unless the
+-- operator accepted that policy by name (`accept_eviction` in the config hash, written by
+-- `hero broker --accept-eviction <policy>`). `cfg` has `accept_eviction` prefetched.
+local function refuse_evicting(cfg)
+  local p = memory_policy(memory_key_of(cfg.key))
+  if p == 'noeviction' or setting_text(cfg, 'accept_eviction') == p then return nil end
+  return redis.error_reply('HERO_EVICTING ' .. p)
+end
