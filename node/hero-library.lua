@@ -448,11 +448,9 @@ local function server_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it (for the rare call
--- that has no caller's time to use).
-local function iso_now()
-  local t = redis.call('TIME')
-  local secs = tonumber(t[1])
+-- Time `ms` (ms since the epoch) as ISO 8601 UTC with milliseconds, as the clients write it.
+local function iso_of(ms)
+  local secs = math.floor(ms / 1000)
   local days = math.floor(secs / 86400)
   local rem = secs - days * 86400
   -- civil date of a day count (Howard Hinnant's algorithm)
@@ -468,7 +466,42 @@ local function iso_now()
   local y = yoe + era * 400
   if m <= 2 then y = y + 1 end
   return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
-    math.floor(rem % 3600 / 60), rem % 60, math.floor(tonumber(t[2]) / 1000))
+    math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
+end
+
+-- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it.
+local function iso_now()
+  return iso_of(server_ms())
+end
+
+-- The ms since the epoch an ISO 8601 UTC time of the clients' form names
+-- ('2026-11-28T06:41:47.123Z', the fraction optional), or nil.
+local function iso_ms(s)
+  local y, mo, d, h, mi, se = string.match(s or '', '^(%d%d%d%d)-(%d%d)-(%d%d)T(%d%d):(%d%d):(%d%d)')
+  if not y then return nil end
+  y, mo = tonumber(y), tonumber(mo)
+  local frac = string.match(s, '^%.(%d+)', 20)
+  local ms = frac and math.floor(tonumber(string.sub(frac .. '00', 1, 3))) or 0
+  -- days from civil (Howard Hinnant's algorithm)
+  if mo <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = (mo + 9) % 12
+  local doy = math.floor((153 * mp + 2) / 5) + tonumber(d) - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  local days = era * 146097 + doe - 719468
+  return ((days * 24 + tonumber(h)) * 60 + tonumber(mi)) * 60000 + tonumber(se) * 1000 + ms
+end
+
+-- A due time `at` (ms) a caller computed on its own clock, whose time then was `caller_ms`,
+-- moved to Redis's clock: the delay it meant kept, the caller's clock's error taken out. A
+-- caller within SKEW_MS of Redis keeps its own value (no rounding of a well-kept clock).
+local SKEW_MS = 1000
+local function rebased(at, caller_ms, now)
+  if not caller_ms then return at end
+  local skew = now - caller_ms
+  if skew > SKEW_MS or skew < -SKEW_MS then return at + skew end
+  return at
 end
 
 local function flush_stats(st)
@@ -1982,7 +2015,9 @@ end
 -- zset; whichever side takes it first runs it, and the bridge deletes the entry the other side
 -- never read.
 -- ARGV[1] consumer group
---   then per job, in the order of KEYS: its id, its run-at ms ('0': now), n = how many values
+--   then per job, in the order of KEYS: its id, its run-at ms ('0': now; on the producer's clock,
+--   moved to Redis's by the record's `created_at` when the two differ by over a second, since
+--   protocol 31), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry);
 --   a record without `created_at` is given the server's time now (since protocol 29)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set; a fair queue's `fair`
@@ -2262,6 +2297,15 @@ local function hero_submit(keys, args)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     elseif run_at and run_at > 0 then
+      -- the run-at the producer computed on its own clock, moved to Redis's (rebased): the
+      -- record's created_at says what that clock read
+      local created = nil
+      for q = p + 3, p + 1 + count, 2 do
+        if args[q] == 'created_at' then created = args[q + 1] break end
+      end
+      now_ms = now_ms or server_ms()
+      local due = rebased(run_at, iso_ms(created), now_ms)
+      if due ~= run_at then run_at, run_at_text = due, string.format('%d', due) end
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
       st = st or stats(keys[6])
@@ -2367,7 +2411,8 @@ end
 -- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log  KEYS[4] stats hash
 -- KEYS[5..n+4] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
--- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- ARGV[5] now ISO 8601 (unused since protocol 31: `started_at` is Redis's clock)
+-- ARGV[6] '1' when the server has XACKDEL
 -- ARGV[7] concurrency limits: '' for none, else `<stream index> <max> <limit key>` triples
 --   joined by spaces, for the streams of queues whose policy limits how many of their jobs run
 --   at once across all workers (a worker that passes '' while some queue has a limit, the config
@@ -2397,7 +2442,8 @@ end
 --   (see aging_order).
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock);
 -- the stream's `delayed` gauge up for a job parked by its limit key's rate (see park); a fair
--- queue's `fair` gauge down by the jobs released from its gate (see release).
+-- queue's `fair` gauge down by the jobs released from its gate (see release); `lost` per entry
+-- dropped because its job's record is gone (since protocol 31).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
 --   records, and with ARGV[9] given a sixth and seventh, signal and registered
@@ -2460,12 +2506,14 @@ local NONE = {}
 local function fetch_state(keys, args)
   local f = FETCH
   f.keys, f.n, f.group, f.consumer, f.want = keys, #keys - 4, args[1], args[2], tonumber(args[3])
-  f.prefix, f.now_iso, f.xackdel = args[4], args[5], args[6]
+  -- started_at is Redis's clock (what a time limit is measured from), read at the first lease
+  -- of the call (since protocol 31: the caller's ARGV[5] is no longer used)
+  f.prefix, f.now_iso, f.xackdel = args[4], nil, args[6]
   f.always = args[8] == '2'
   f.whole = f.always or args[8] == '1'
   f.since, f.limited, f.parked, f.now_ms, f.st = args[9] or '', 0, false, nil, stats(keys[4])
   f.jobs, f.dropped, f.attempts, f.recs, f.last_read = {}, nil, {}, {}, {}
-  f.regrouped, f.present, f.limits = nil, {}, nil
+  f.regrouped, f.present, f.limits, f.lost = nil, {}, nil, nil
   f.rates, f.keyrates, f.agings = nil, nil, nil
   if args[7] and args[7] ~= '' then
     local limits, by_key = {}, {}
@@ -2527,6 +2575,12 @@ local function drop(f, i, stream, id, job_id, why)
     f.dropped = dropped
   end
   dropped[#dropped + 1] = { i, id, job_id, why }
+  -- an entry whose record is gone is a job lost (an evicting Redis, a record deleted by hand):
+  -- counted, so `hero audit` names it after the entry itself is gone
+  if why == 'missing' then
+    tally(f.st, stream, 'lost', 1)
+    f.lost = true
+  end
 end
 
 -- Stream i's new entries, up to `asked`; nil when it has none (or is not a stream). A registered
@@ -2625,6 +2679,11 @@ local function claim_from(f, i)
         -- one HSET with its arguments spelled out: building a table to unpack costs more than
         -- the command
         local counted = before and tonumber(before)
+        if not now_iso then
+          f.now_ms = f.now_ms or server_ms()
+          now_iso = iso_of(f.now_ms)
+          f.now_iso = now_iso
+        end
         if counted then
           redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
             'started_at', now_iso, 'attempts', tostring(counted + 1))
@@ -2740,7 +2799,7 @@ local function hero_fetch(keys, args)
     end
   end
   if #f.jobs > 0 then record_started(f) end
-  if #f.jobs > 0 or f.parked or f.released then flush_stats(f.st) end
+  if #f.jobs > 0 or f.parked or f.released or f.lost then flush_stats(f.st) end
   return fetch_reply(f, f.want > 0 and wake_cursors(f) or {}, nil)
 end
 
@@ -2760,7 +2819,8 @@ end
 --   TTL (PEXPIRE) a job of index i (from 0) gets in this call when it ends here: its queue
 --   policy keeps ended jobs shorter than the broker's retention
 --   then per job i: ARGV[7+7i] lease (the delivery's entry id)  ARGV[8+7i] outcome
---   ARGV[9+7i] output or error text  ARGV[10+7i] retry-at ms  ARGV[11+7i] job id
+--   ARGV[9+7i] output or error text  ARGV[10+7i] retry-at ms (on the caller's clock, moved to
+--   Redis's by ARGV[2] when the two differ by over a second, since protocol 31)  ARGV[11+7i] job id
 --   ARGV[12+7i] the job's `reply` field as read with the record ('' when it has none)
 --   ARGV[13+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 -- then, optionally, pairs ARGV[7+7n+2k] job index i (from 0)  ARGV[8+7n+2k] the trace of that
@@ -2799,8 +2859,9 @@ end
 -- batch this call completes.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
--- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone): its
--- entry is neither acknowledged by intent nor deleted (since protocol 31).
+-- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone); the
+-- entry of a lost lease whose job is dispatched (queued again under that entry, as a Redis
+-- restarted from an older snapshot leaves it) is not deleted (since protocol 31).
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
@@ -2812,6 +2873,7 @@ local function hero_complete(keys, args)
   local kept = setting(cfg, KEPT_FIELD, 0) > 0
   local ended -- the status the job in hand ended with
   local memo = {}
+  local caller_ms = nil -- the caller's clock as ms, parsed from now_iso for the first retry
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
@@ -2863,6 +2925,7 @@ local function hero_complete(keys, args)
     local failed, retries, runs = 0, 0, nil
     local last_ran, ran, ran_bucket = nil, nil, 0 -- the last run-time sample's text, number, bucket
     local all_held = ack(stream, group, b.ids) == #b.ids
+    local spared = nil -- by position in b.ids: entries this call must not delete
     local jobs = b.jobs
     for k = 1, #jobs do -- not ipairs: its iterator is a C call a job
       local i = jobs[k]
@@ -2876,6 +2939,12 @@ local function hero_complete(keys, args)
         local f = redis.pcall('HMGET', job_key, 'status', 'lease')
         if f.err or not f[1] or f[2] ~= lease then
           answer = 'lease_lost'
+          -- a job queued again under this very entry (a Redis restarted from an older snapshot
+          -- restored it before its delivery): the entry is its place in the queue, kept
+          if not f.err and f[1] == 'dispatched' then
+            spared = spared or {}
+            spared[k] = true
+          end
         elseif f[1] ~= 'started' then
           answer = 'already_completed'
         end
@@ -2910,7 +2979,17 @@ local function hero_complete(keys, args)
           end
         end
         if retried then
-          local retry_at, job_id = policy_retry_at or args[10 + a], args[11 + a]
+          local retry_at, job_id = policy_retry_at, args[11 + a]
+          if not retry_at then
+            -- the worker's retry time, on its clock, moved to Redis's (rebased)
+            retry_at = args[10 + a]
+            caller_ms = caller_ms or iso_ms(now_iso) or false
+            local at = tonumber(retry_at)
+            if at and caller_ms then
+              local due = rebased(at, caller_ms, server_ms())
+              if due ~= at then retry_at = string.format('%d', due) end
+            end
+          end
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
           store_trace(job_key, traces and traces[i])
@@ -2979,14 +3058,12 @@ local function hero_complete(keys, args)
         end
       end
     end
-    -- only the entries of the deliveries that held their job: a lost lease's entry may be
-    -- another delivery's to come (a job a Redis restarted from an older snapshot restored,
-    -- queued again under that very entry), and deleting it would strand the job
+    -- not the entry of a job queued under it (spared above): deleting it would strand the job
     local owned = b.ids
-    if not all_held then
+    if spared then
       owned = {}
       for k = 1, #jobs do
-        if answers[jobs[k] + 1] ~= 'lease_lost' then owned[#owned + 1] = b.ids[k] end
+        if not spared[k] then owned[#owned + 1] = b.ids[k] end
       end
     end
     trim_done(stream, group, owned, xackdel)
@@ -3672,6 +3749,9 @@ end
 -- retention stream names them (one entry per call that ended jobs: see retained in the prelude).
 -- KEYS[1] retention stream
 -- ARGV[1] job key prefix  ARGV[2] retention ms  ARGV[3] most entries to take in this call
+-- ARGV[4] the dead letters' retention ms (optional, since protocol 31): a dead-lettered job (its
+--   record names its letter, `dead`) is kept while its letter is, so a letter can always be
+--   retried: its record gets a TTL to the letter's end instead of being deleted now
 -- An entry is due once it is older than the retention time by Redis's clock (its id). Each job
 -- it names is deleted when its record still says finished or error with the finished_at the
 -- entry carries; any other is left alone: it ran again since (whatever ended it again added a
@@ -3685,8 +3765,10 @@ local function hero_expire(keys, args)
   local stream, prefix = keys[1], args[1]
   local ns = ns_of(prefix, '')
   local retention_ms, count = tonumber(args[2]), tonumber(args[3])
-  local now = redis.call('TIME')
-  local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
+  local now_ms = server_ms()
+  local dead_keep = tonumber(args[4] or '')
+  if dead_keep and dead_keep <= retention_ms then dead_keep = nil end
+  local cutoff = now_ms - retention_ms
   if cutoff < 0 then return { 0, 0, 0 } end
   -- pcall: a retention key holding another type (foreign data) holds no job of ours
   local entries = redis.pcall('XRANGE', stream, '-', string.format('%d', cutoff), 'COUNT', count)
@@ -3702,14 +3784,19 @@ local function hero_expire(keys, args)
       for job_id in string.gmatch(ids, '[^ ]+') do
         local job_key = prefix .. job_id
         -- pcall: a job key holding another type is not a job of ours
-        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags', 'keep', 'keep_failed')
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'tags', 'keep', 'keep_failed', 'dead')
         local own = nil -- a retention of its own (keep_ttl): its TTL deletes it, however long
         if not r.err then
           if r[1] == 'finished' then own = r[4] else own = r[5] end
         end
+        local letter_ms = dead_keep and not r.err and r[6] and tonumber(string.match(r[6], '^(%d+)-'))
+        local keep_for = letter_ms and letter_ms + dead_keep - now_ms
         if own and redis.call('PTTL', job_key) > 0 then
           -- kept for its own retention (a job ended where it was not applied has no TTL: the
           -- broker's retention deletes it as any other)
+        elseif keep_for and keep_for > 0 and r[1] == 'error' and r[2] == t then
+          -- its dead letter outlives the retention time: the record goes with the letter
+          redis.call('PEXPIRE', job_key, string.format('%d', keep_for))
         elseif not r.err and (r[1] == 'finished' or r[1] == 'error') and r[2] == t then
           redis.call('DEL', job_key)
           deleted = deleted + 1

@@ -281,7 +281,7 @@ impl Ours {
         let settle = || async {
             tokio::time::sleep(retention + Duration::from_millis(100)).await;
             // what the broker's retention loop does
-            retention::pass(&self.client, retention).await?;
+            retention::pass(&self.client, retention, retention).await?;
             // Redis shrinks its tables in its own cron; give it a second, as the peer gets
             tokio::time::sleep(Duration::from_secs(1)).await;
             anyhow::Ok(())

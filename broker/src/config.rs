@@ -43,6 +43,9 @@ pub struct BrokerConfig {
     pub bridge_poll: Duration,
     /// How often running jobs are checked against their time limits (`loops::timeouts`).
     pub timeout_poll: Duration,
+    /// A maxmemory policy other than noeviction the operator accepts (`--accept-eviction`):
+    /// submits are taken under it, and jobs may be lost to eviction.
+    pub accept_eviction: Option<String>,
 }
 
 impl BrokerConfig {
@@ -68,6 +71,7 @@ impl Default for BrokerConfig {
             legacy_replies: None,
             bridge_poll: Duration::from_millis(100),
             timeout_poll: Duration::from_secs(1),
+            accept_eviction: None,
         }
     }
 }

@@ -27,6 +27,22 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_protoco
                 .arg(cfg.events_max),
         )
         .await?;
+    // the policy the operator accepts: `hero_submit` takes jobs under it (settings.lua)
+    let mut accept = match &cfg.accept_eviction {
+        Some(policy) => {
+            let mut c = redis::cmd("HSET");
+            c.arg(client.keys().config())
+                .arg("accept_eviction")
+                .arg(policy);
+            c
+        }
+        None => {
+            let mut c = redis::cmd("HDEL");
+            c.arg(client.keys().config()).arg("accept_eviction");
+            c
+        }
+    };
+    let _: redis::Value = client.redis().query(&mut accept).await?;
     crate::bridge::publish(client, cfg).await
 }
 
@@ -38,7 +54,6 @@ pub async fn run(
     cfg: BrokerConfig,
     stop: CancellationToken,
 ) -> hero_protocol::Result<()> {
-    warn_on_eviction(&client).await;
     tracing::info!(redis = %client.redis().url(), "broker running");
     let mut shards: Vec<(Client, tokio::task::JoinHandle<()>)> = Vec::new();
     let bridge = tokio::spawn(crate::bridge::run(
@@ -55,7 +70,7 @@ pub async fn run(
             if n > 0 {
                 tracing::info!(shard = n, prefix = %shard.keys().prefix(), "running the passes of a new shard");
             }
-            let task = tokio::spawn(run_shard(shard.clone(), cfg.clone(), stop.clone()));
+            let task = tokio::spawn(run_shard(shard.clone(), cfg.clone(), n == 0, stop.clone()));
             shards.push((shard, task));
         }
         match crate::loops::shards::retire_drained(&client, cfg.retention).await {
@@ -77,7 +92,7 @@ pub async fn run(
 }
 
 /// Every loop of one shard (`client` bound to it), until `stop` is cancelled.
-async fn run_shard(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
+async fn run_shard(client: Client, cfg: BrokerConfig, first: bool, stop: CancellationToken) {
     match publish_config(&client, &cfg).await {
         Ok(()) => {}
         // a full Redis is no reason to stop: the loops that drain it still run (their
@@ -98,6 +113,12 @@ async fn run_shard(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         tokio::spawn(retention::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(sample::run(client.clone(), stop.clone())),
+        tokio::spawn(crate::loops::health::run(
+            client.clone(),
+            cfg.accept_eviction.clone(),
+            first,
+            stop.clone(),
+        )),
         tokio::spawn(crate::loops::batch_ends::run(client.clone(), stop.clone())),
         tokio::spawn(timeouts::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(crate::loops::cron::run(
@@ -108,30 +129,6 @@ async fn run_shard(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     ];
     for t in tasks {
         let _ = t.await;
-    }
-}
-
-/// Says loudly when Redis may evict keys: a queue whose records and stream entries Redis may
-/// delete to make room loses jobs without a trace. Only `noeviction` keeps them (a full Redis
-/// then refuses new submits with a clear error instead). Skipped quietly where CONFIG GET is
-/// not allowed (a least-privilege ACL user).
-pub async fn warn_on_eviction(client: &Client) {
-    let got: Result<Vec<String>, _> = client
-        .redis()
-        .query(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
-        .await;
-    let policy = match got {
-        Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot read maxmemory-policy");
-            return;
-        }
-    };
-    if !policy.is_empty() && policy != "noeviction" {
-        tracing::warn!(
-            policy = %policy,
-            "Redis maxmemory-policy is {policy}, not noeviction: once Redis reaches its maxmemory it may evict job records and queue entries, and those jobs are lost without a trace. Set it to noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf): a full Redis then refuses new submits with a clear error and loses nothing"
-        );
     }
 }
 

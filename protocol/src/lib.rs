@@ -38,6 +38,7 @@ pub mod event;
 pub mod event_log;
 pub mod fleet;
 pub mod function;
+pub mod health;
 pub mod job;
 pub mod keys;
 pub mod memory;

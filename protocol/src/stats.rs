@@ -21,6 +21,9 @@ pub const FAILED: &str = "failed";
 pub const RETRIED: &str = "retried";
 pub const RECOVERED: &str = "recovered";
 pub const DEAD: &str = "dead";
+/// Entries a fetch dropped because their job's record was gone (evicted, deleted by hand): jobs
+/// lost, counted so that the audit names them after their entries are gone (since protocol 31).
+pub const LOST: &str = "lost";
 /// Gauge: jobs of the stream waiting in the delayed set.
 pub const DELAYED: &str = "delayed";
 /// Gauge: jobs of a fair stream waiting in its gate (`gate.lua`), not yet on the stream.
@@ -101,6 +104,7 @@ pub struct StreamStats {
     pub retried: u64,
     pub recovered: u64,
     pub dead: u64,
+    pub lost: u64,
     /// A gauge, so it may read below 0 after a hand edit; shown as it is.
     pub delayed: i64,
     /// A fair stream's jobs in its gate (a gauge, as `delayed`): waiting, though not on the
@@ -126,6 +130,7 @@ impl StreamStats {
             RETRIED => self.retried += count,
             RECOVERED => self.recovered += count,
             DEAD => self.dead += count,
+            LOST => self.lost += count,
             DELAYED => self.delayed += n,
             FAIR => self.gated += n,
             WAITING_SAMPLE => *self.waiting.get_or_insert(0) += count,
@@ -211,7 +216,7 @@ mod tests {
     fn every_stat_name_is_one_the_functions_write() {
         let src = crate::function::library_source();
         for name in [
-            FINISHED, FAILED, RETRIED, RECOVERED, DEAD, DELAYED, WAIT, RUN,
+            FINISHED, FAILED, RETRIED, RECOVERED, DEAD, LOST, DELAYED, WAIT, RUN,
         ] {
             assert!(
                 src.contains(&format!("'{name}'")),

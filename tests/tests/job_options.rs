@@ -200,6 +200,7 @@ async fn a_jobs_own_retention_expires_it_and_a_waiting_wait_still_reads_its_end(
             client.keys(),
             Duration::from_millis(1),
             1000,
+            Duration::ZERO,
         ))
         .await
         .unwrap();

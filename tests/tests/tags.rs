@@ -84,7 +84,7 @@ async fn listing_by_tag_pages_through_10000_jobs_and_retention_empties_the_index
     wait_for("retention to delete them", Duration::from_secs(60), || {
         let client = client.clone();
         async move {
-            hero_broker::loops::retention::pass(&client, Duration::from_millis(1))
+            hero_broker::loops::retention::pass(&client, Duration::from_millis(1), Duration::ZERO)
                 .await
                 .ok()?;
             let mut raw = client

@@ -37,6 +37,8 @@ pub struct QueueStats {
     pub retried: u64,
     pub recovered: u64,
     pub dead: u64,
+    /// Entries workers dropped because their job's record was gone: jobs lost.
+    pub lost: u64,
     /// Jobs ended (finished or failed) per minute, over the last five whole minutes.
     pub done_per_minute: f64,
     /// From dispatch to start.
@@ -74,6 +76,7 @@ impl QueueStats {
             "retried": self.retried,
             "recovered": self.recovered,
             "dead": self.dead,
+            "lost": self.lost,
             "done_per_minute": self.done_per_minute,
             "oldest_waiting_ms": self.oldest_waiting_ms,
             "wait": hist(&self.wait),
@@ -341,6 +344,7 @@ impl QueueStats {
         self.retried += o.retried;
         self.recovered += o.recovered;
         self.dead += o.dead;
+        self.lost += o.lost;
         self.done_per_minute += o.done_per_minute;
         self.wait.absorb(&o.wait);
         self.run.absorb(&o.run);
@@ -356,6 +360,7 @@ impl QueueStats {
         self.retried = t.retried;
         self.recovered = t.recovered;
         self.dead = t.dead;
+        self.lost = t.lost;
         self.delayed = t.delayed;
         // a fair queue's jobs in its gate wait, though not on its stream
         self.waiting += t.gated.max(0) as u64;

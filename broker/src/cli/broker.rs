@@ -70,6 +70,7 @@ impl BrokerArgs {
             lease: Duration::from_millis(self.lease_ms),
             max_attempts: self.max_attempts,
             events_max: self.events_max,
+            accept_eviction: self.accept_eviction.clone(),
             bridges,
             legacy_replies,
             ..BrokerConfig::default()

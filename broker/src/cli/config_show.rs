@@ -44,6 +44,7 @@ pub(super) fn show(g: &Global) -> Result<i32> {
             "max_attempts": b.max_attempts,
             "dead_retention_secs": b.dead_retention_secs,
             "events_max": b.events_max,
+            "accept_eviction": b.accept_eviction,
             "reply_ttl_secs": b.reply_ttl_secs,
             "http": b.http,
             "http_token": mask(&b.http_token),

@@ -285,6 +285,11 @@ pub struct BrokerArgs {
     /// longer than its job can no longer be retried).
     #[arg(long, env = "HERO_DEAD_RETENTION_SECS", default_value_t = 86_400)]
     pub dead_retention_secs: u64,
+    /// Accept Redis's maxmemory-policy POLICY (one that may evict keys, e.g. allkeys-lru):
+    /// jobs are then taken under it, and may be lost without a trace when Redis evicts their
+    /// records. Without it, every submit is refused while the policy is not noeviction.
+    #[arg(long, env = "HERO_ACCEPT_EVICTION", value_name = "POLICY")]
+    pub accept_eviction: Option<String>,
     /// The event log's cap in entries (approximate); 0 turns the event log off.
     #[arg(long, env = "HERO_EVENTS_MAX", default_value_t = crate::config::DEFAULT_EVENTS_MAX)]
     pub events_max: u64,

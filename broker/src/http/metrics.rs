@@ -59,6 +59,16 @@ async fn readyz(State(app): State<App>) -> Response {
         .query(&hero_protocol::function::version())
         .await;
     match version {
+        // jobs would be refused: not ready to take traffic
+        Ok(v) if v == hero_protocol::function::LIBRARY_VERSION
+            && crate::loops::health::refusing().is_some() =>
+        {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                crate::loops::health::refusing().unwrap_or_default(),
+            )
+            .into_response()
+        }
         Ok(v) if v == hero_protocol::function::LIBRARY_VERSION => Json(serde_json::json!({
             "ready": true,
             "redis": "ok",
@@ -114,6 +124,9 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         dead += n;
     }
     let mut out = render(&queues, &actors, dead);
+    if let Some(info) = crate::loops::health::last() {
+        render_redis(&mut out, &info);
+    }
     if let Some(handle) = install_recorder() {
         out.push_str(&handle.render());
     }
@@ -125,6 +138,62 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         out,
     )
         .into_response())
+}
+
+/// Redis's own health as the broker's last health pass read it (INFO).
+pub fn render_redis(out: &mut String, i: &hero_protocol::health::RedisInfo) {
+    let gauges: [(&str, &str, f64); 7] = [
+        (
+            "hero_redis_used_memory_bytes",
+            "Memory Redis uses (INFO used_memory).",
+            i.used_memory as f64,
+        ),
+        (
+            "hero_redis_maxmemory_bytes",
+            "Redis's maxmemory (0: no limit).",
+            i.maxmemory as f64,
+        ),
+        (
+            "hero_redis_aof_enabled",
+            "1 when Redis keeps an append-only file.",
+            f64::from(u8::from(i.aof_enabled)),
+        ),
+        (
+            "hero_redis_disk_write_failing",
+            "1 when Redis's last AOF write or RDB save failed: it refuses writes (MISCONF).",
+            f64::from(u8::from(i.disk_failing())),
+        ),
+        (
+            "hero_redis_last_save_timestamp_seconds",
+            "When Redis last saved an RDB snapshot.",
+            i.rdb_last_save_time as f64,
+        ),
+        (
+            "hero_redis_changes_since_last_save",
+            "Writes since the last RDB snapshot: lost if Redis restarts from it.",
+            i.rdb_changes_since_last_save as f64,
+        ),
+        (
+            "hero_redis_loading",
+            "1 while Redis loads its data after a restart.",
+            f64::from(u8::from(i.loading)),
+        ),
+    ];
+    for (name, help, v) in gauges {
+        header(out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    header(
+        out,
+        "hero_redis_maxmemory_policy",
+        "gauge",
+        "Redis's maxmemory policy (the label); any but noeviction may evict job records, and hero refuses submits under it unless accepted.",
+    );
+    let _ = writeln!(
+        out,
+        "hero_redis_maxmemory_policy{{policy=\"{}\"}} 1",
+        escape(&i.policy)
+    );
 }
 
 /// A label value as the text format wants it escaped.
@@ -152,7 +221,7 @@ pub fn render(
         None => format!("queue=\"{}\"", escape(&q.name)),
     };
     type Gauge = fn(&QueueStats) -> f64;
-    let families: [(&str, &str, &str, Gauge); 11] = [
+    let families: [(&str, &str, &str, Gauge); 12] = [
         (
             "hero_queue_waiting_jobs",
             "gauge",
@@ -218,6 +287,12 @@ pub fn render(
             "counter",
             "Jobs moved to the dead-letter stream.",
             |q| q.dead as f64,
+        ),
+        (
+            "hero_jobs_lost_total",
+            "counter",
+            "Queue entries dropped because their job's record was gone (evicted by Redis, or deleted by hand): jobs lost.",
+            |q| q.lost as f64,
         ),
     ];
     for (name, kind, help, value) in families {

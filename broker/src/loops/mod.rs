@@ -2,11 +2,13 @@
 //! [`recover`] (jobs of dead workers, idle deliveries), [`promote`] (due delayed jobs and
 //! retries), [`retention`] (ended jobs past their retention time), [`sample`] (queue depth per
 //! minute), [`cron`] (the ticks of recurring jobs), [`timeouts`] (running jobs past their time
-//! limit), [`shards`] (drained shards retired once empty). Every pass moves jobs only through server functions, so brokers never double a
+//! limit), [`shards`] (drained shards retired once empty), [`health`] (Redis's own: its memory
+//! policy, disk, and whether it lost data). Every pass moves jobs only through server functions, so brokers never double a
 //! move and a crash between two calls leaves each job in one place.
 
 pub mod batch_ends;
 pub mod cron;
+pub mod health;
 pub mod promote;
 pub mod recover;
 pub mod retention;

@@ -18,10 +18,14 @@ use crate::config::BrokerConfig;
 const ENTRIES: usize = 20;
 
 /// Deletes every job whose retention has passed; returns how many.
-pub async fn pass(client: &Client, retention: Duration) -> hero_protocol::Result<u64> {
+pub async fn pass(
+    client: &Client,
+    retention: Duration,
+    dead_retention: Duration,
+) -> hero_protocol::Result<u64> {
     let mut jobs = 0;
     loop {
-        let cmd = function::expire(client.keys(), retention, ENTRIES);
+        let cmd = function::expire(client.keys(), retention, ENTRIES, dead_retention);
         let r = Expired::decode(&client.redis().query::<Value>(&cmd).await?)?;
         jobs += r.jobs;
         if !r.more {
@@ -58,7 +62,7 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         cfg.retention_poll,
         stop,
         || async {
-            let jobs = pass(&client, cfg.retention).await?;
+            let jobs = pass(&client, cfg.retention, cfg.dead_retention).await?;
             trim_dead(&client, cfg.dead_retention).await?;
             hero_admin::Admin::from(&client).prune_tracked().await?;
             prune_batches(&client).await?;

@@ -14,7 +14,8 @@
 --   TTL (PEXPIRE) a job of index i (from 0) gets in this call when it ends here: its queue
 --   policy keeps ended jobs shorter than the broker's retention
 --   then per job i: ARGV[7+7i] lease (the delivery's entry id)  ARGV[8+7i] outcome
---   ARGV[9+7i] output or error text  ARGV[10+7i] retry-at ms  ARGV[11+7i] job id
+--   ARGV[9+7i] output or error text  ARGV[10+7i] retry-at ms (on the caller's clock, moved to
+--   Redis's by ARGV[2] when the two differ by over a second, since protocol 31)  ARGV[11+7i] job id
 --   ARGV[12+7i] the job's `reply` field as read with the record ('' when it has none)
 --   ARGV[13+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 -- then, optionally, pairs ARGV[7+7n+2k] job index i (from 0)  ARGV[8+7n+2k] the trace of that
@@ -53,8 +54,9 @@
 -- batch this call completes.
 -- Returns: one answer per job, in order: 'completed' (this delivery's outcome is recorded as
 -- final), 'retrying' (parked in the delayed set), 'already_completed' (the job already ended,
--- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone): its
--- entry is neither acknowledged by intent nor deleted (since protocol 31).
+-- e.g. stopped), 'lease_lost' (another delivery owns the job now, or the job is gone); the
+-- entry of a lost lease whose job is dispatched (queued again under that entry, as a Redis
+-- restarted from an older snapshot leaves it) is not deleted (since protocol 31).
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 local function hero_complete(keys, args)
@@ -66,6 +68,7 @@ local function hero_complete(keys, args)
   local kept = setting(cfg, KEPT_FIELD, 0) > 0
   local ended -- the status the job in hand ended with
   local memo = {}
+  local caller_ms = nil -- the caller's clock as ms, parsed from now_iso for the first retry
   local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
@@ -117,6 +120,7 @@ local function hero_complete(keys, args)
     local failed, retries, runs = 0, 0, nil
     local last_ran, ran, ran_bucket = nil, nil, 0 -- the last run-time sample's text, number, bucket
     local all_held = ack(stream, group, b.ids) == #b.ids
+    local spared = nil -- by position in b.ids: entries this call must not delete
     local jobs = b.jobs
     for k = 1, #jobs do -- not ipairs: its iterator is a C call a job
       local i = jobs[k]
@@ -130,6 +134,12 @@ local function hero_complete(keys, args)
         local f = redis.pcall('HMGET', job_key, 'status', 'lease')
         if f.err or not f[1] or f[2] ~= lease then
           answer = 'lease_lost'
+          -- a job queued again under this very entry (a Redis restarted from an older snapshot
+          -- restored it before its delivery): the entry is its place in the queue, kept
+          if not f.err and f[1] == 'dispatched' then
+            spared = spared or {}
+            spared[k] = true
+          end
         elseif f[1] ~= 'started' then
           answer = 'already_completed'
         end
@@ -164,7 +174,17 @@ local function hero_complete(keys, args)
           end
         end
         if retried then
-          local retry_at, job_id = policy_retry_at or args[10 + a], args[11 + a]
+          local retry_at, job_id = policy_retry_at, args[11 + a]
+          if not retry_at then
+            -- the worker's retry time, on its clock, moved to Redis's (rebased)
+            retry_at = args[10 + a]
+            caller_ms = caller_ms or iso_ms(now_iso) or false
+            local at = tonumber(retry_at)
+            if at and caller_ms then
+              local due = rebased(at, caller_ms, server_ms())
+              if due ~= at then retry_at = string.format('%d', due) end
+            end
+          end
           redis.call('HSET', job_key, 'status', 'waiting', 'error', text, 'run_at', retry_at, 'updated_at', now_iso)
           redis.call('HDEL', job_key, 'lease', 'entry')
           store_trace(job_key, traces and traces[i])
@@ -233,14 +253,12 @@ local function hero_complete(keys, args)
         end
       end
     end
-    -- only the entries of the deliveries that held their job: a lost lease's entry may be
-    -- another delivery's to come (a job a Redis restarted from an older snapshot restored,
-    -- queued again under that very entry), and deleting it would strand the job
+    -- not the entry of a job queued under it (spared above): deleting it would strand the job
     local owned = b.ids
-    if not all_held then
+    if spared then
       owned = {}
       for k = 1, #jobs do
-        if answers[jobs[k] + 1] ~= 'lease_lost' then owned[#owned + 1] = b.ids[k] end
+        if not spared[k] then owned[#owned + 1] = b.ids[k] end
       end
     end
     trim_done(stream, group, owned, xackdel)

@@ -8,9 +8,15 @@ use crate::keys::Keyspace;
 use crate::reply::{array, int};
 use redis::Value;
 
-/// Deletes the jobs of at most `entries` retention entries older than `retention`; decode the
+/// Deletes the jobs of at most `entries` retention entries older than `retention` (a
+/// dead-lettered one lives on as long as its letter, `dead_retention`); decode the
 /// reply with [`crate::function::Expired::decode`].
-pub fn expire(keys: &Keyspace, retention: Duration, entries: usize) -> Call {
+pub fn expire(
+    keys: &Keyspace,
+    retention: Duration,
+    entries: usize,
+    dead_retention: Duration,
+) -> Call {
     let mut c = Call::new(Function::Expire, 1);
     c.key("retention stream", keys.retention());
     c.arg("job key prefix", keys.job_prefix())
@@ -18,7 +24,11 @@ pub fn expire(keys: &Keyspace, retention: Duration, entries: usize) -> Call {
             "retention ms",
             u64::try_from(retention.as_millis()).unwrap_or(u64::MAX),
         )
-        .arg("most entries", entries);
+        .arg("most entries", entries)
+        .arg(
+            "the dead letters' retention ms",
+            u64::try_from(dead_retention.as_millis()).unwrap_or(u64::MAX),
+        );
     c
 }
 

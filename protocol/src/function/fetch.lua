@@ -5,7 +5,8 @@
 -- KEYS[1] queue registry set  KEYS[2] config hash  KEYS[3] event log  KEYS[4] stats hash
 -- KEYS[5..n+4] work streams in precedence order
 -- ARGV[1] consumer group  ARGV[2] consumer name  ARGV[3] count  ARGV[4] job key prefix
--- ARGV[5] now ISO 8601  ARGV[6] '1' when the server has XACKDEL
+-- ARGV[5] now ISO 8601 (unused since protocol 31: `started_at` is Redis's clock)
+-- ARGV[6] '1' when the server has XACKDEL
 -- ARGV[7] concurrency limits: '' for none, else `<stream index> <max> <limit key>` triples
 --   joined by spaces, for the streams of queues whose policy limits how many of their jobs run
 --   at once across all workers (a worker that passes '' while some queue has a limit, the config
@@ -35,7 +36,8 @@
 --   (see aging_order).
 -- Stats: a `wait` sample per job leased (its entry's age: from dispatch to now, by Redis's clock);
 -- the stream's `delayed` gauge up for a job parked by its limit key's rate (see park); a fair
--- queue's `fair` gauge down by the jobs released from its gate (see release).
+-- queue's `fair` gauge down by the jobs released from its gate (see release); `lost` per entry
+-- dropped because its job's record is gone (since protocol 31).
 -- Events: `started` per job leased (q, w the consumer, a the attempt).
 -- Returns: {jobs, dropped, cursors, limited}, and with ARGV[8] '1' or ARGV[9] given a fifth,
 --   records, and with ARGV[9] given a sixth and seventh, signal and registered
@@ -98,12 +100,14 @@ local NONE = {}
 local function fetch_state(keys, args)
   local f = FETCH
   f.keys, f.n, f.group, f.consumer, f.want = keys, #keys - 4, args[1], args[2], tonumber(args[3])
-  f.prefix, f.now_iso, f.xackdel = args[4], args[5], args[6]
+  -- started_at is Redis's clock (what a time limit is measured from), read at the first lease
+  -- of the call (since protocol 31: the caller's ARGV[5] is no longer used)
+  f.prefix, f.now_iso, f.xackdel = args[4], nil, args[6]
   f.always = args[8] == '2'
   f.whole = f.always or args[8] == '1'
   f.since, f.limited, f.parked, f.now_ms, f.st = args[9] or '', 0, false, nil, stats(keys[4])
   f.jobs, f.dropped, f.attempts, f.recs, f.last_read = {}, nil, {}, {}, {}
-  f.regrouped, f.present, f.limits = nil, {}, nil
+  f.regrouped, f.present, f.limits, f.lost = nil, {}, nil, nil
   f.rates, f.keyrates, f.agings = nil, nil, nil
   if args[7] and args[7] ~= '' then
     local limits, by_key = {}, {}
@@ -165,6 +169,12 @@ local function drop(f, i, stream, id, job_id, why)
     f.dropped = dropped
   end
   dropped[#dropped + 1] = { i, id, job_id, why }
+  -- an entry whose record is gone is a job lost (an evicting Redis, a record deleted by hand):
+  -- counted, so `hero audit` names it after the entry itself is gone
+  if why == 'missing' then
+    tally(f.st, stream, 'lost', 1)
+    f.lost = true
+  end
 end
 
 -- Stream i's new entries, up to `asked`; nil when it has none (or is not a stream). A registered
@@ -263,6 +273,11 @@ local function claim_from(f, i)
         -- one HSET with its arguments spelled out: building a table to unpack costs more than
         -- the command
         local counted = before and tonumber(before)
+        if not now_iso then
+          f.now_ms = f.now_ms or server_ms()
+          now_iso = iso_of(f.now_ms)
+          f.now_iso = now_iso
+        end
         if counted then
           redis.call('HSET', job_key, 'status', 'started', 'lease', id, 'worker_id', consumer,
             'started_at', now_iso, 'attempts', tostring(counted + 1))
@@ -378,6 +393,6 @@ local function hero_fetch(keys, args)
     end
   end
   if #f.jobs > 0 then record_started(f) end
-  if #f.jobs > 0 or f.parked or f.released then flush_stats(f.st) end
+  if #f.jobs > 0 or f.parked or f.released or f.lost then flush_stats(f.st) end
   return fetch_reply(f, f.want > 0 and wake_cursors(f) or {}, nil)
 end

@@ -263,7 +263,12 @@ fn every_builder_follows_its_lua_header() {
         ),
         (
             Function::Expire,
-            expire(&keys, std::time::Duration::from_secs(1), 3),
+            expire(
+                &keys,
+                std::time::Duration::from_secs(1),
+                3,
+                std::time::Duration::from_secs(2),
+            ),
         ),
         (Function::Batch, {
             let spec = CallbackSpec::new(&keys, &job).expect("a plain job makes a callback");

@@ -408,6 +408,12 @@ impl Keyspace {
         format!("{}:meta:config", self.prefix)
     }
 
+    /// Hash: the namespace's epoch (`crate::health`): `id`, `seq`, `at`, `unfinished`, and
+    /// `lost` once a process found Redis lost data.
+    pub fn epoch(&self) -> String {
+        format!("{}:meta:epoch", self.prefix)
+    }
+
     /// The memory flag: the maxmemory policy as Redis's INFO last gave it, kept a second by the
     /// functions that read it (`hero_submit` refuses jobs under an evicting one, `hero_beat`
     /// answers it).

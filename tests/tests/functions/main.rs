@@ -149,7 +149,12 @@ async fn submit_and_fetch(c: &Client, id: &str) -> (String, String) {
 async fn expire(c: &Client, retention: Duration, entries: usize) -> Expired {
     let v: redis::Value = c
         .redis()
-        .query(&function::expire(c.keys(), retention, entries))
+        .query(&function::expire(
+            c.keys(),
+            retention,
+            entries,
+            Duration::ZERO,
+        ))
         .await
         .expect("expire");
     Expired::decode(&v).expect("decode expire")

@@ -48,11 +48,9 @@ local function server_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it (for the rare call
--- that has no caller's time to use).
-local function iso_now()
-  local t = redis.call('TIME')
-  local secs = tonumber(t[1])
+-- Time `ms` (ms since the epoch) as ISO 8601 UTC with milliseconds, as the clients write it.
+local function iso_of(ms)
+  local secs = math.floor(ms / 1000)
   local days = math.floor(secs / 86400)
   local rem = secs - days * 86400
   -- civil date of a day count (Howard Hinnant's algorithm)
@@ -68,7 +66,42 @@ local function iso_now()
   local y = yoe + era * 400
   if m <= 2 then y = y + 1 end
   return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
-    math.floor(rem % 3600 / 60), rem % 60, math.floor(tonumber(t[2]) / 1000))
+    math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
+end
+
+-- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it.
+local function iso_now()
+  return iso_of(server_ms())
+end
+
+-- The ms since the epoch an ISO 8601 UTC time of the clients' form names
+-- ('2026-11-28T06:41:47.123Z', the fraction optional), or nil.
+local function iso_ms(s)
+  local y, mo, d, h, mi, se = string.match(s or '', '^(%d%d%d%d)-(%d%d)-(%d%d)T(%d%d):(%d%d):(%d%d)')
+  if not y then return nil end
+  y, mo = tonumber(y), tonumber(mo)
+  local frac = string.match(s, '^%.(%d+)', 20)
+  local ms = frac and math.floor(tonumber(string.sub(frac .. '00', 1, 3))) or 0
+  -- days from civil (Howard Hinnant's algorithm)
+  if mo <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = (mo + 9) % 12
+  local doy = math.floor((153 * mp + 2) / 5) + tonumber(d) - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  local days = era * 146097 + doe - 719468
+  return ((days * 24 + tonumber(h)) * 60 + tonumber(mi)) * 60000 + tonumber(se) * 1000 + ms
+end
+
+-- A due time `at` (ms) a caller computed on its own clock, whose time then was `caller_ms`,
+-- moved to Redis's clock: the delay it meant kept, the caller's clock's error taken out. A
+-- caller within SKEW_MS of Redis keeps its own value (no rounding of a well-kept clock).
+local SKEW_MS = 1000
+local function rebased(at, caller_ms, now)
+  if not caller_ms then return at end
+  local skew = now - caller_ms
+  if skew > SKEW_MS or skew < -SKEW_MS then return at + skew end
+  return at
 end
 
 local function flush_stats(st)
