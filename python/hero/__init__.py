@@ -19,7 +19,7 @@ producers, and the waits they wake), `worker` (the worker), `errors`.
 from . import aio
 from .client import Client, connect
 from .events import Event, EventLogOff, EventStream
-from .errors import HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses
+from .errors import Evicting, HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, OutOfMemory, WorkerFailed
 from .fair import FairKeys, KeyWaiting
 from .job import BatchInfo, ChildResult, Job, Progress, Result, Submitted
 from .keys import Keys
@@ -33,8 +33,8 @@ from .worker import Abort, JobContext, Retry, Worker
 
 __all__ = [
     "pack", "unpack",
-    "Abort", "App", "AsyncResult", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "FairKeys", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
-    "JobNotFound", "KeyWaiting", "Keys", "OlderProcesses", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Task", "TaskError", "Worker", "chain", "chord", "group",
+    "Abort", "App", "AsyncResult", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "Evicting", "FairKeys", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
+    "JobNotFound", "KeyWaiting", "Keys", "OlderProcesses", "OutOfMemory", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Task", "TaskError", "Worker", "WorkerFailed", "chain", "chord", "group",
     "aio", "connect",
 ]
 __version__ = RELEASE

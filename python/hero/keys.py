@@ -139,6 +139,11 @@ class Keys:
     def config(self) -> str:
         return f"{self.prefix}:meta:config"
 
+    def memory(self) -> str:
+        """String: Redis's maxmemory policy as a server function last read it from INFO, kept a
+        short while (protocol 31)."""
+        return f"{self.prefix}:meta:memory"
+
     def unique(self, key: str) -> str:
         return f"{self.prefix}:unique:{key}"
 

@@ -5,8 +5,10 @@ server lacks it, so a worker of this version runs whatever version the brokers r
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
@@ -14,6 +16,8 @@ from typing import Any, Iterable, Sequence
 import redis
 
 from .keys import GROUP, Keys
+
+log = logging.getLogger("hero")
 
 VERSION = "31"
 # this package's release (pyproject.toml says the same: a test holds them equal)
@@ -212,6 +216,38 @@ class Protocol:
             if cursor == "0-0":
                 return total
 
+    def beat(self, name: str, ttl_ms: int, entry: dict[str, Any], presence_keys: Sequence[str] = (),
+             presence: str = "", policies: bool = False) -> tuple["Beat", dict | None]:
+        """hero_beat (protocol 31): the fleet entry `entry` (without `expires_ms`: the function
+        adds it on Redis's clock), and for a worker its presence JSON on each of `presence_keys`
+        and its liveness deadline, all with `ttl_ms`; allowed past maxmemory. With `policies`,
+        the queue policies hash is read in the same round trip. Measures this process's clock
+        against Redis's (`observe`) and notes the maxmemory policy (`note_policy`)."""
+        k = self.keys
+        keys = [k.consumers(), k.fleet(), k.config(), k.memory(), *presence_keys]
+        pipe = self.r.pipeline(transaction=False)
+        pipe.fcall(self.fn("beat"), len(keys), *keys, name, int(ttl_ms), json.dumps(entry), presence)
+        if policies:
+            pipe.hgetall(k.policy())
+        sent = local_ms()
+        out = pipe.execute()
+        got = local_ms()
+        now, lease, lacks, policy = (list(out[0]) + [None] * 4)[:4]
+        beat = Beat(int(now), int(lease) if lease not in (None, b"", "") else None,
+                    _text(lacks) if lacks else None, _text(policy))
+        beat.offset_ms = observe(beat.now_ms, sent, got)
+        note_policy(beat.memory_policy)
+        return beat, (out[1] if policies else None)
+
+
+class Beat:
+    """hero_beat's answer: Redis's clock (ms), the brokers' lease and fleet summary (None when
+    absent), the maxmemory policy; and the clock offset measured from it."""
+
+    def __init__(self, now_ms: int, lease_ms: int | None, fleet_lacks: str | None, memory_policy: str):
+        self.now_ms, self.lease_ms, self.fleet_lacks, self.memory_policy = now_ms, lease_ms, fleet_lacks, memory_policy
+        self.offset_ms = 0
+
 
 def retry_at_ms(attempt: int) -> int:
     """1 s x 2^(attempt-1), +-20 %, capped at an hour: the SDKs' back-off (§6)."""
@@ -219,8 +255,78 @@ def retry_at_ms(attempt: int) -> int:
     return now_ms() + int(delay * random.uniform(0.8, 1.2))
 
 
-def now_ms() -> int:
+# -- the clock: Redis's, as this process last measured it ------------------------------------
+# Every deadline the functions compare is on Redis's clock: a retry's run-at, a delayed job's,
+# the timestamps of a record. The process corrects its own clock by the offset a worker's
+# heartbeat measures (`observe`), and says once when the two are more than SKEW_WARN_MS apart.
+SKEW_WARN_MS = 2000
+_offset_ms = 0
+_skew_said = False
+_clock_lock = threading.Lock()
+
+
+def local_ms() -> int:
+    """This machine's clock, uncorrected: for measuring the offset only."""
     return int(time.time() * 1000)
+
+
+def now_ms() -> int:
+    """Redis's clock as this process knows it: the local clock plus the offset last measured."""
+    return local_ms() + _offset_ms
+
+
+def offset_ms() -> int:
+    """Redis's clock minus this machine's, as last measured (0 until then)."""
+    return _offset_ms
+
+
+def observe(redis_ms: int, sent_ms: int, got_ms: int) -> int:
+    """Records Redis's time `redis_ms`, read by a call sent at local `sent_ms` and answered at
+    local `got_ms` (the server's reading taken as the round trip's middle). Says once, as a
+    WARNING, when the clocks differ by more than SKEW_WARN_MS, and once (INFO) when they agree
+    again. Answers the offset (Redis's minus local) in ms."""
+    global _offset_ms, _skew_said
+    offset = int(redis_ms) - (sent_ms + got_ms) // 2
+    with _clock_lock:
+        _offset_ms = offset
+        off = abs(offset) > SKEW_WARN_MS
+        say = off != _skew_said
+        _skew_said = off
+    if say and off:
+        log.warning("this machine's clock is %.1f s %s Redis's: hero goes by Redis's clock (deadlines, retries, "
+                    "delays, liveness), but fix the clock (NTP)", abs(offset) / 1000,
+                    "ahead of" if offset < 0 else "behind")
+    elif say:
+        log.info("this machine's clock agrees with Redis's again")
+    return offset
+
+
+# -- Redis's maxmemory policy, as this process last read it --------------------------------
+_policy = ""
+_policy_lock = threading.Lock()
+
+
+def evicting(policy: str) -> bool:
+    """True for a maxmemory policy that may evict keys (anything but noeviction)."""
+    return bool(policy) and policy != "noeviction"
+
+
+def note_policy(policy: str) -> None:
+    """Notes the policy a read found: an ERROR when it turned evicting (once per change), an
+    INFO when it is noeviction again, nothing when it did not change."""
+    global _policy
+    if not policy:
+        return
+    with _policy_lock:
+        was, _policy = _policy, policy
+    if was == policy:
+        return
+    if evicting(policy):
+        log.error("Redis's maxmemory-policy is %s: Redis may evict any key, a job's record included, and lose the "
+                  "job without a trace. Submits are refused until it is noeviction (CONFIG SET maxmemory-policy "
+                  "noeviction), unless accepted with `hero broker --accept-eviction %s`", policy, policy)
+    elif evicting(was):
+        log.info("Redis's maxmemory-policy is %s again: submits are accepted", policy)
 
 
 def iso(ms: int | None = None) -> str:
