@@ -2,19 +2,30 @@
 first, decided inside Redis), lease renewal carrying the handlers' progress and log lines
 (coalesced), fenced completion in batches, stop requests, time limits, graceful shutdown on
 SIGTERM, and handlers run concurrently on threads (a coroutine function runs on its thread's
-own event loop)."""
+own event loop).
+
+Redis failing is an outage, not a verdict: a write it refuses for a while (full, read-only, too
+few replicas, loading, ...) or a lost connection keeps what was being written (an outcome, a
+renewal, the heartbeat) and sends it again with back-off, 100 ms doubling to 5 s; an outcome is
+never dropped while its lease may hold. No thread of the worker dies silently: an unexpected
+exception is logged with its traceback (logger `hero`) and the loop goes on with back-off; one
+that cannot go on stops the worker, which hands its jobs back, removes its presence, and
+`run` raises `WorkerFailed`."""
 from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import inspect
 import json
+import logging
 import os
 import queue
 import signal
 import socket
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -22,16 +33,70 @@ from typing import Any, Callable
 import redis
 
 from .client import _name, connect
-from .errors import InvalidInput
+from .errors import InvalidInput, WorkerFailed, error_code, refused_write, transient
 from .outcomes import Abort, Retry, trace_of
 from .pool import ProcessPool
 from .job import Job
 from .keys import Keys
 from .shards import ShardMap
-from .protocol import LIBRARY, RELEASE, VERSION, Protocol, iso, now_ms, retry_at_ms
+from .protocol import LIBRARY, RELEASE, VERSION, Protocol, iso, now_ms, offset_ms, retry_at_ms
 
 REPORT_EVERY_S = 0.5  # reports gather this long: one call per flush for every job at once
 LOG_LINES = 100
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 5.0  # a failing loop's pause: 100 ms doubling to 5 s
+SAY_EVERY_S = 30.0  # a loop that keeps failing says so at most this often
+GIVE_UP_S = 300.0  # a loop failing unexpectedly (not an outage) this long stops the worker
+
+log = logging.getLogger("hero")
+
+
+class _Outage:
+    """The failures of one loop of the worker: the pause before the next try (100 ms doubling
+    to 5 s, reset on success) and what the log says (the first failure at once, then at most
+    one line every 30 s, an INFO line when it works again). A refused write or a lost
+    connection is an outage (WARNING); anything else is unexpected (ERROR, with its traceback),
+    and when it lasts GIVE_UP_S the worker cannot go on (`Worker._fatal`)."""
+
+    def __init__(self, worker: "Worker", what: str):
+        self.w, self.what = worker, what
+        self.delay = BACKOFF_FIRST_S
+        self.failures = 0
+        self.since: float | None = None
+        self.unexpected_since: float | None = None
+        self.said_at: float | None = None
+        self.traced_at: float | None = None
+
+    def ok(self) -> None:
+        if self.failures:
+            log.info("%s works again (%d failures in %.1f s)", self.what, self.failures,
+                     time.monotonic() - (self.since or time.monotonic()))
+        self.delay, self.failures = BACKOFF_FIRST_S, 0
+        self.since = self.unexpected_since = self.said_at = self.traced_at = None
+
+    def failed(self, e: BaseException) -> float:
+        """Notes failure `e` and answers how long to wait before the next try."""
+        now = time.monotonic()
+        self.failures += 1
+        if self.since is None:
+            self.since = now
+        if transient(e):
+            if self.said_at is None or now - self.said_at >= SAY_EVERY_S:
+                log.warning("%s failed (%s: %s); Redis refuses or cannot be reached: kept, retrying with back-off "
+                            "(%d failures in %.1f s)", self.what, type(e).__name__, e, self.failures, now - self.since)
+                self.said_at = now
+        else:
+            if self.unexpected_since is None:
+                self.unexpected_since = now
+            if self.traced_at is None or now - self.traced_at >= SAY_EVERY_S:
+                log.error("%s failed unexpectedly; retrying with back-off (%d failures in %.1f s)\n%s", self.what,
+                          self.failures, now - self.since, "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+                self.traced_at = now
+            if now - self.unexpected_since >= self.w._give_up_s:
+                self.w._fatal(f"{self.what} failed for {now - self.unexpected_since:.0f} s: {type(e).__name__}: {e}")
+        self.w._repair(e)
+        d = self.delay
+        self.delay = min(self.delay * 2, BACKOFF_MAX_S)
+        return d
 
 
 
@@ -78,6 +143,16 @@ class JobContext:
             out = (self._progress, self._lines)
             self._progress, self._lines = None, []
             return out
+
+    def _give_back(self, report) -> None:
+        """Puts a report that could not be sent back, before what came since."""
+        if report is None:
+            return
+        progress, lines = report
+        with self._lock:
+            if self._progress is None:
+                self._progress = progress
+            self._lines = (list(lines) + self._lines)[-LOG_LINES:]
 
     def _cancel_with(self, reason: str) -> None:
         if self.cancel_reason is None:
@@ -162,11 +237,49 @@ class Worker:
         self._finished = threading.Event()
         self.completed = 0
         self._started_at = iso()
+        # why the worker could not go on (shared with its shards' copies), or None
+        self._failure: list[str | None] = [None]
+        self._give_up_s = GIVE_UP_S
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self) -> None:
         """Stops taking jobs; `run` then finishes what runs and returns."""
         self._stopping.set()
+
+    def _fatal(self, why: str) -> None:
+        """This worker cannot go on: it stops taking jobs, and `run` finishes what runs, hands
+        the rest back, removes its presence and raises `WorkerFailed(why)`."""
+        if self._failure[0] is None:
+            self._failure[0] = why
+            log.error("the worker %s cannot go on: %s. It stops taking jobs, hands its jobs back, removes its "
+                      "presence and exits", self.consumer, why)
+        self._stopping.set()
+
+    def _repair(self, e: BaseException) -> None:
+        """What a failure asks for before the next try: a missing library is loaded again (a
+        Redis restarted without it, a FUNCTION FLUSH); a READONLY node (a master turned replica)
+        has the idle connections dropped, so the next call connects anew (a Sentinel-managed
+        pool asks the Sentinels where the master is now)."""
+        try:
+            if isinstance(e, redis.ResponseError) and "function not found" in str(e).lower():
+                self.proto.ensure_library()
+            elif error_code(e) == "READONLY":
+                self.r.connection_pool.disconnect(inuse_connections=False)
+        except Exception:  # the next try says what is wrong
+            pass
+
+    def _guarded(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
+        """`body` as a thread's target that never dies silently: should it end by an exception
+        (its loop retries every failure it knows, so this is a bug or the process failing), the
+        worker cannot go on."""
+        def target() -> None:
+            try:
+                body()
+            except BaseException as e:  # noqa: B036 - logged, and the worker stops
+                log.error("the worker's thread %s ended by an exception\n%s", name,
+                          "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+                self._fatal(f"its thread {name} failed: {type(e).__name__}: {e}")
+        return target
 
     def _for_shard(self, keys: Keys) -> "Worker":
         """This worker on another shard of its namespace: its own keys, streams, running jobs
@@ -187,58 +300,101 @@ class Worker:
         `_for_shard` worker each, and the shards added later within 2 s; returns at the stop
         once they all stopped."""
         served: dict[int, tuple[Worker, threading.Thread]] = {}
+        outage = _Outage(self, "reading the shard map")
         while True:
+            wait = 2.0
             try:
                 m = ShardMap.read(self.r, self.keys)
                 for n in m.served():
                     if n > 0 and n not in served:
                         sub = self._for_shard(m.keys(self.keys, n))
-                        t = threading.Thread(target=sub.run, kwargs={"install_signals": False}, daemon=True,
+                        body = functools.partial(sub.run, install_signals=False)
+                        t = threading.Thread(target=self._guarded(f"hero-shard-{n}", body), daemon=True,
                                              name=f"hero-shard-{n}")
                         t.start()
                         served[n] = (sub, t)
-            except redis.RedisError as e:
+                outage.ok()
+            except Exception as e:
                 self._emit("error", "", f"reading the shard map failed: {e}")
-            if self._stopping.wait(2.0):
+                wait = min(wait, outage.failed(e))
+            if self._stopping.wait(wait):
                 break
         for sub, t in served.values():
             t.join(timeout=self.shutdown_s + 10)
 
     def run(self, install_signals: bool = True) -> None:
-        self.proto.ensure_library()
+        """Serves until SIGTERM / SIGINT or `stop()`. Raises `WorkerFailed` when the worker could
+        not go on (after handing its jobs back and removing its presence)."""
+        base = self.keys.prefix == self._base_prefix
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
+        if not self._register():
+            return
         shards = None
-        if self.keys.prefix == self._base_prefix:
-            shards = threading.Thread(target=self._serve_shards, daemon=True, name="hero-shards")
+        if base:
+            shards = threading.Thread(target=self._guarded("hero-shards", self._serve_shards), daemon=True,
+                                      name="hero-shards")
             shards.start()
-        self._heartbeat()
-        if self._pool is not None and self.keys.prefix == self._base_prefix:
+        if self._pool is not None and base:
             self._pool.warm()
-        threads = [threading.Thread(target=f, daemon=True, name=n) for f, n in (
+        threads = [threading.Thread(target=self._guarded(n, f), daemon=True, name=n) for f, n in (
             (self._keeper, "hero-keeper"), (self._control, "hero-control"), (self._completer, "hero-completer"))]
         for t in threads:
             t.start()
         self._emit("ready", "", self.consumer)
         try:
             self._fetch_loop()
+        except Exception as e:
+            log.error("the worker's fetch loop ended by an exception\n%s",
+                      "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+            self._fatal(f"its fetch loop failed: {type(e).__name__}: {e}")
         finally:
-            self._shutdown()
-            if shards is not None:
-                shards.join(timeout=self.shutdown_s + 15)
-            self._finished.set()
-            for t in threads:
-                t.join(timeout=5)
-            if self._pool is not None and self.keys.prefix == self._base_prefix:
-                self._pool.close()
+            try:
+                self._shutdown()
+            finally:
+                if shards is not None:
+                    shards.join(timeout=self.shutdown_s + 15)
+                self._finished.set()
+                for t in threads:
+                    t.join(timeout=5)
+                if self._pool is not None and base:
+                    self._pool.close()
+        if base and self._failure[0] is not None:
+            raise WorkerFailed(f"the worker {self.consumer} stopped: {self._failure[0]}")
+
+    def _register(self) -> bool:
+        """Loads the library when missing and sends the first heartbeat before any job is taken.
+        A write Redis refuses for a while (too few replicas, read-only, loading, ...) is waited
+        out with back-off (a full Redis refuses no heartbeat: it is allowed past maxmemory);
+        anything else (Redis out of reach, a bad URL) raises: the worker does not start (a
+        shard's, started later beside a running worker, waits out any outage). False when
+        stopped before it registered."""
+        outage = _Outage(self, "registering the worker")
+        while True:
+            try:
+                self.proto.ensure_library()
+                self._heartbeat()
+                outage.ok()
+                return True
+            except redis.RedisError as e:
+                shard = self.keys.prefix != self._base_prefix
+                if not (refused_write(e) or (shard and transient(e))):
+                    raise
+                if self._stopping.wait(outage.failed(e)):
+                    return False
 
     def _emit(self, kind: str, job_id: str, detail: str = "") -> None:
         if self.on_event is not None:
-            self.on_event(kind, job_id, detail)
+            try:
+                self.on_event(kind, job_id, detail)
+            except Exception as e:  # the caller's callback: said, and the worker goes on
+                log.error("on_event(%r, %r) raised\n%s", kind, job_id,
+                          "".join(traceback.format_exception(type(e), e, e.__traceback__)))
 
     # -- fetch ------------------------------------------------------------------------------
     def _fetch_loop(self) -> None:
+        outage = _Outage(self, "fetching jobs")
         while not self._stopping.is_set():
             free = 0
             while self._slots.acquire(blocking=False):
@@ -251,50 +407,77 @@ class Worker:
                     continue
             try:
                 jobs, _dropped, cursors, records = self.proto.fetch(self.streams, self.consumer, free)
-            except redis.RedisError as e:
+            except Exception as e:
+                # a lost answer leaves leased jobs: recovery hands them out again
                 for _ in range(free):
                     self._slots.release()
                 self._emit("error", "", f"fetch failed: {e}")
-                self._stopping.wait(1.0)
+                self._stopping.wait(outage.failed(e))
                 continue
+            outage.ok()
             for _ in range(free - len(jobs)):
                 self._slots.release()
             if jobs:
                 self._start(jobs, records)
             elif cursors:
-                self._wait_for_work(cursors)
+                self._wait_for_work(cursors, outage)
 
-    def _wait_for_work(self, cursors: list[str]) -> None:
+    def _wait_for_work(self, cursors: list[str], outage: "_Outage") -> None:
         watch = {s: c for s, c in zip(self.streams, cursors) if c}
         if len(cursors) > len(self.streams) and cursors[-1]:
             watch[self.keys.queue_signal()] = cursors[-1]
         try:
             # at most a second, so a stop or a free slot is seen promptly
             self.r.xread(watch, count=1, block=1000)
-        except redis.RedisError:
-            self._stopping.wait(0.5)
+        except Exception as e:
+            self._stopping.wait(outage.failed(e))
+
+    def _read_records(self, job_ids: list[str], records: dict[str, dict]) -> bool:
+        """Reads the records a fetch did not answer, again with back-off while Redis fails;
+        False when stopped first (the jobs, still leased to this worker, go back with the
+        shutdown's hand-back)."""
+        outage = _Outage(self, "reading fetched jobs")
+        while True:
+            try:
+                pipe = self.r.pipeline(transaction=False)
+                for job_id in job_ids:
+                    pipe.hgetall(self.keys.job(job_id))
+                for job_id, rec in zip(job_ids, pipe.execute()):
+                    records[job_id] = rec
+                outage.ok()
+                return True
+            except Exception as e:
+                if self._stopping.wait(outage.failed(e)):
+                    return False
 
     def _start(self, jobs: list[tuple[int, str, str]], records: dict[str, dict]) -> None:
         missing = [job_id for _, _, job_id in jobs if job_id not in records]
-        if missing:
-            pipe = self.r.pipeline(transaction=False)
-            for job_id in missing:
-                pipe.hgetall(self.keys.job(job_id))
-            for job_id, rec in zip(missing, pipe.execute()):
-                records[job_id] = rec
-        for index, entry, job_id in jobs:
-            job = Job.from_record(job_id, records.get(job_id) or {})
-            if job.status != "started" or job.lease != entry:
-                # stopped or recovered between the fetch and the read: no longer ours
+        if missing and not self._read_records(missing, records):
+            for _ in jobs:
                 self._slots.release()
-                self._emit("dropped", job_id, "stale")
-                continue
-            limit = job.time_limit if job.timeout is not None else self._policy_timeout(job)
-            run = _Running(job, index, entry, JobContext(job), time.monotonic(), time.monotonic() + limit)
-            with self._lock:
-                self._running[job_id] = run
-            self._emit("started", job_id, str(run.ctx.attempt))
-            threading.Thread(target=self._run_job, args=(run,), daemon=True, name=f"hero-job-{job_id}").start()
+            return
+        for index, entry, job_id in jobs:
+            try:
+                job = Job.from_record(job_id, records.get(job_id) or {})
+                if job.status != "started" or job.lease != entry:
+                    # stopped or recovered between the fetch and the read: no longer ours
+                    self._slots.release()
+                    self._emit("dropped", job_id, "stale")
+                    continue
+                limit = job.time_limit if job.timeout is not None else self._policy_timeout(job)
+                run = _Running(job, index, entry, JobContext(job), time.monotonic(), time.monotonic() + limit)
+                with self._lock:
+                    self._running[job_id] = run
+                self._emit("started", job_id, str(run.ctx.attempt))
+                threading.Thread(target=self._run_job, args=(run,), daemon=True, name=f"hero-job-{job_id}").start()
+            except Exception as e:
+                # not started (a record this worker cannot read, no thread to be had): its
+                # delivery stays leased, unrenewed, and recovery hands it out again
+                log.error("job %s could not be started; recovery hands it out again after its lease\n%s", job_id,
+                          "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+                with self._lock:
+                    self._running.pop(job_id, None)
+                self._slots.release()
 
     def _policy_timeout(self, job: Job) -> int:
         """A job naming no time limit gets its queue policy's, else the default (the policies as
@@ -315,11 +498,21 @@ class Worker:
         if self._pool is not None:
             self._run_in_child(run)
             return
+        try:
+            self._run_here(run)
+        except BaseException as e:  # noqa: B036 - never silently: the attempt fails, said with its trace
+            log.error("job %s: running its handler failed\n%s", run.job.id,
+                      "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+            self._settle(run, "fail", f"{type(e).__name__}: {e}", retry_at_ms(run.ctx.attempt), trace_of(e))
+        finally:
+            self._slots.release()
+
+    def _run_here(self, run: _Running) -> None:
         ctx = run.ctx
         trace = None
-        if self._throttle is not None:
-            self._throttle(run.job, ctx)
         try:
+            if self._throttle is not None:
+                self._throttle(run.job, ctx)
             if self.is_async:
                 value = asyncio.run(self.handler(run.job, ctx))
             else:
@@ -333,7 +526,6 @@ class Worker:
             outcome, text, retry_at = "fail", f"{type(e).__name__}: {e}", retry_at_ms(ctx.attempt)
             trace = trace_of(e)
         self._settle(run, outcome, text, retry_at, trace)
-        self._slots.release()
 
     def _run_in_child(self, run: _Running) -> None:
         """The job in a child process of the pool; a cancelled one (time limit, stop, lost
@@ -372,7 +564,13 @@ class Worker:
             return
         report = run.ctx._take()
         if report is not None:
-            self._send_report(run, report)
+            try:
+                self._send_report(run, report)
+            except Exception as e:
+                # kept: the keeper sends it with the lease's next renewal, before the outcome
+                # is recorded if it can
+                log.warning("job %s: its last progress and log lines were not recorded yet (%s: %s)", run.job.id,
+                            type(e).__name__, e)
         self._done.put({
             "id": run.job.id, "stream": self.streams[run.stream_index], "lease": run.entry,
             "outcome": outcome, "text": text, "retry_at": retry_at, "reply": run.job.reply,
@@ -382,6 +580,7 @@ class Worker:
 
     # -- complete ---------------------------------------------------------------------------
     def _completer(self) -> None:
+        outage = _Outage(self, "recording outcomes")
         while not (self._finished.is_set() and self._done.empty()):
             try:
                 first = self._done.get(timeout=0.2)
@@ -393,85 +592,134 @@ class Worker:
                     batch.append(self._done.get_nowait())
                 except queue.Empty:
                     break
-            delay = 0.1
-            while True:
-                try:
-                    answers = self.proto.complete(self.consumer, batch)
-                    break
-                except redis.ConnectionError as e:
-                    # keep the outcomes and send them again: a second answer is harmless
-                    self._emit("error", "", f"completion failed: {e}")
-                    time.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-            for d, answer in zip(batch, answers):
-                with self._lock:
-                    self._running.pop(d["id"], None)
-                self.completed += 1
-                self._emit(_ended_as(d["outcome"], answer), d["id"], d["text"] if d["outcome"] != "done" else answer)
+            self._record(batch, outage)
+
+    def _record(self, batch: list[dict], outage: _Outage) -> None:
+        """Records a batch of outcomes, sending it again with back-off until Redis takes it: a
+        second answer is harmless (the completion is fenced by the lease), and the keeper renews
+        the leases meanwhile, so no outcome is dropped while its lease may hold. A batch that
+        fails unexpectedly (not an outage) is sent one outcome at a time, so that one the
+        server refuses holds no other back."""
+        while True:
+            try:
+                answers = self.proto.complete(self.consumer, batch)
+                outage.ok()
+                break
+            except Exception as e:
+                self._emit("error", "", f"completion failed: {e}")
+                delay = outage.failed(e)
+                if len(batch) > 1 and not transient(e):
+                    for d in batch:
+                        self._record([d], outage)
+                    return
+                time.sleep(delay)
+        for d, answer in zip(batch, answers):
+            with self._lock:
+                self._running.pop(d["id"], None)
+            self.completed += 1
+            self._emit(_ended_as(d["outcome"], answer), d["id"], d["text"] if d["outcome"] != "done" else answer)
 
     # -- leases, reports, presence, time limits ---------------------------------------------
     def _keeper(self) -> None:
-        last_beat = last_renew = last_report = time.monotonic()
+        """Every 0.1 s: the heartbeat when due, the time limits, and the leases and reports of
+        the jobs held (a settled one's too, until its outcome is recorded), each retried with
+        back-off of its own while Redis fails."""
+        beat, renewals = _Outage(self, "the heartbeat"), _Outage(self, "renewing leases")
+        last_renew = last_report = time.monotonic()
+        next_beat = last_renew + self.presence_ttl_ms / 3000
+        renew_again = 0.0
         while not self._finished.is_set():
             self._finished.wait(0.1)
             now = time.monotonic()
-            try:
-                if now - last_beat >= self.presence_ttl_ms / 3000:
+            if now >= next_beat:
+                try:
                     self._heartbeat()
-                    last_beat = now
-                with self._lock:
-                    running = list(self._running.values())
+                    beat.ok()
+                    next_beat = now + self.presence_ttl_ms / 3000
+                except Exception as e:
+                    self._emit("error", "", f"keeper: {e}")
+                    next_beat = now + min(beat.failed(e), self.presence_ttl_ms / 3000)
+            with self._lock:
+                running = list(self._running.values())
+            for run in running:
+                if not run.settled and now >= run.deadline:
+                    run.ctx._cancel_with("timeout")
+                    self._settle(run, "fail", "timeout", retry_at_ms(run.ctx.attempt))
+            renew = now - last_renew >= self._renew_within_ms / 3000
+            report = now - last_report >= REPORT_EVERY_S
+            if (renew or report) and now >= renew_again:
+                failed: Exception | None = None
                 for run in running:
-                    if not run.settled and now >= run.deadline:
-                        run.ctx._cancel_with("timeout")
-                        self._settle(run, "fail", "timeout", retry_at_ms(run.ctx.attempt))
-                renew = now - last_renew >= self._renew_within_ms / 3000
-                report = now - last_report >= REPORT_EVERY_S
-                if renew or report:
-                    for run in running:
-                        if run.settled:
-                            continue
-                        taken = run.ctx._take() if (report or renew) else None
-                        if renew or taken is not None:
+                    taken = run.ctx._take()
+                    if renew or taken is not None:
+                        try:
                             self._send_report(run, taken)
+                        except Exception as e:
+                            failed = e
+                            if transient(e):
+                                break  # Redis refuses or is away: the others would fail alike
+                if failed is None:
+                    renewals.ok()
                     if renew:
                         last_renew = now
                     last_report = now
-            except redis.RedisError as e:
-                self._emit("error", "", f"keeper: {e}")
+                else:
+                    self._emit("error", "", f"keeper: {failed}")
+                    renew_again = now + renewals.failed(failed)
 
     def _send_report(self, run: _Running, report) -> None:
+        """Renews the run's lease with its report; a report that could not be sent is kept."""
         progress, lines = report if report is not None else (None, [])
         if self._hold_reports:
             # a live older worker would end a job carrying them in error (docs/protocol.md §8)
             progress, lines = None, []
-        answer = self.proto.renew(run.job.id, self.streams[run.stream_index], run.entry, self.consumer,
-                                  progress, lines)
+        try:
+            answer = self.proto.renew(run.job.id, self.streams[run.stream_index], run.entry, self.consumer,
+                                      progress, lines)
+        except BaseException:
+            run.ctx._give_back(report)
+            raise
         if answer in ("stopped", "lost"):
             run.ctx._cancel_with(answer)
 
-    def _heartbeat(self) -> None:
+    def _presence_body(self) -> str:
         with self._lock:
             running = len(self._running)
-        body = json.dumps({
+        return json.dumps({
             "pid": os.getpid(), "hostname": socket.gethostname(), "started_at": self._started_at,
             "version": f"hero-py {RELEASE}", "protocol": self.proto.version, "capabilities": self.types,
             "consumer": self.consumer, "concurrency": self.concurrency, "running": running,
             "last_heartbeat": iso(),
+            # this machine's clock minus Redis's, as last measured (`hero actors` shows it)
+            "skew_ms": -offset_ms(),
         })
-        expires = now_ms() + self.presence_ttl_ms
+
+    def _heartbeat(self) -> None:
+        """Presence, liveness and the fleet entry through hero_beat (protocol 31: on Redis's
+        clock, allowed past maxmemory, answering Redis's time and its maxmemory policy), with
+        the queue policies read in the same round trip."""
+        body = self._presence_body()
         # the fleet entry says which protocol this process speaks (docs/protocol.md §8)
-        entry = json.dumps({"role": "worker", "protocol": int(self.proto.version), "version": f"hero-py {RELEASE}",
-                            "shards": True, "expires_ms": expires})
-        pipe = self.r.pipeline(transaction=False)
-        for t in self.types:
-            pipe.set(self.keys.presence(t, self.group, self.instance), body, px=self.presence_ttl_ms)
-        pipe.zadd(self.keys.consumers(), {self.consumer: expires})
-        pipe.hset(self.keys.fleet(), self.consumer, entry)
-        # the lease to renew within, read with the heartbeat (docs/protocol.md §5.4)
-        pipe.hmget(self.keys.config(), "lease_ms", "fleet_lacks")
-        pipe.hgetall(self.keys.policy())
-        *_, (brokers, lacks), policies = pipe.execute()
+        entry = {"role": "worker", "protocol": int(self.proto.version), "version": f"hero-py {RELEASE}",
+                 "shards": True}
+        presence = [self.keys.presence(t, self.group, self.instance) for t in self.types]
+        if int(self.proto.version) >= 31:
+            beat, policies = self.proto.beat(self.consumer, self.presence_ttl_ms, entry, presence, body,
+                                             policies=True)
+            brokers, lacks = beat.lease_ms, beat.fleet_lacks
+        else:
+            # a library before 31 has no hero_beat: the writes of its release
+            expires = now_ms() + self.presence_ttl_ms
+            entry["expires_ms"] = expires
+            pipe = self.r.pipeline(transaction=False)
+            for key in presence:
+                pipe.set(key, body, px=self.presence_ttl_ms)
+            pipe.zadd(self.keys.consumers(), {self.consumer: expires})
+            pipe.hset(self.keys.fleet(), self.consumer, json.dumps(entry))
+            # the lease to renew within, read with the heartbeat (docs/protocol.md §5.4)
+            pipe.hmget(self.keys.config(), "lease_ms", "fleet_lacks")
+            pipe.hgetall(self.keys.policy())
+            *_, (brokers, lacks), policies = pipe.execute()
         self._renew_within_ms = self._lease_of(brokers, policies)
         self._policies = {(k.decode() if isinstance(k, bytes) else k): v for k, v in (policies or {}).items()}
         # progress and log lines are held back while the brokers say a live worker lacks them
@@ -502,15 +750,17 @@ class Worker:
     # -- stop requests ----------------------------------------------------------------------
     def _control(self) -> None:
         lists = [self.keys.ctl_instance(t, self.group, self.instance) for t in self.types]
+        outage = _Outage(self, "reading stop requests")
         while not self._finished.is_set():
             try:
                 got = self.r.blpop(lists, timeout=1)
-            except redis.RedisError:
-                self._finished.wait(0.5)
+                outage.ok()
+            except Exception as e:
+                self._finished.wait(outage.failed(e))
                 continue
             if got is None:
                 continue
-            job_id = got[1].decode()
+            job_id = got[1].decode("utf-8", "replace")
             with self._lock:
                 run = self._running.get(job_id)
             if run is not None:
@@ -537,16 +787,27 @@ class Worker:
                 if not self._running:
                     break
             time.sleep(0.05)
+        with self._lock:
+            unrecorded = [r.job.id for r in self._running.values()]
+        if unrecorded:
+            log.warning("the worker stops with %d outcomes Redis did not take (%s): their jobs go back to the queue "
+                        "and run again", len(unrecorded), ", ".join(unrecorded[:10]))
         handed = 0
         for stream in self.streams:
             try:
                 handed += self.proto.hand_back(stream, self.consumer)
-            except redis.RedisError:
-                pass
-        pipe = self.r.pipeline(transaction=False)
-        for t in self.types:
-            pipe.delete(self.keys.presence(t, self.group, self.instance))
-        pipe.zrem(self.keys.consumers(), self.consumer)
-        pipe.hdel(self.keys.fleet(), self.consumer)
-        pipe.execute()
+            except Exception as e:
+                # what stays held goes back by recovery once the lease ends
+                log.warning("handing back the jobs of %s held on %s failed (%s: %s): recovery hands them out "
+                            "again after their lease", self.consumer, stream, type(e).__name__, e)
+        try:
+            pipe = self.r.pipeline(transaction=False)
+            for t in self.types:
+                pipe.delete(self.keys.presence(t, self.group, self.instance))
+            pipe.zrem(self.keys.consumers(), self.consumer)
+            pipe.hdel(self.keys.fleet(), self.consumer)
+            pipe.execute()
+        except Exception as e:
+            log.warning("removing the presence of %s failed (%s: %s): it expires within %d ms", self.consumer,
+                        type(e).__name__, e, self.presence_ttl_ms)
         self._emit("stopped", "", str(handed))
