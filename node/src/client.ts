@@ -8,7 +8,7 @@ import { BatchInfo, ChildResult, Job, jobFromRecord, Result, Submitted } from ".
 import { Keys } from "./keys.js";
 import { checkUrl, openRedis, redisUrl } from "./connect.js";
 import { jobSpec, JobOptions, Spec } from "./options.js";
-import { iso, nowMs, Protocol, text } from "./protocol.js";
+import { iso, Protocol, text } from "./protocol.js";
 import { ShardMap, shardOfId } from "./shards.js";
 import { Waiter } from "./waiter.js";
 
@@ -65,10 +65,10 @@ export class Client {
   // -- shards ---------------------------------------------------------------------------------
   /** The shard map, read again when older than 2 s (or now with `fresh`). */
   async shardMap(fresh = false): Promise<ShardMap> {
-    if (fresh || nowMs() - this.mapAt >= 2000) {
+    if (fresh || Date.now() - this.mapAt >= 2000) {
       const raw = await this.redis.hgetall(this.keys.shardMap());
       this.map = ShardMap.parse(raw);
-      this.mapAt = nowMs();
+      this.mapAt = Date.now();
     }
     return this.map;
   }
@@ -260,7 +260,8 @@ export class Client {
    * event log, read by one follower all this client's waits share (one connection a shard),
    * then reads the record: no poll per job (with the log off, a read every 250 ms). */
   async wait(id: string, waitMs = 30_000): Promise<Result> {
-    const deadline = nowMs() + waitMs;
+    // a span of this machine's time (the clock offset a worker measures may change meanwhile)
+    const deadline = Date.now() + waitMs;
     const keys = await this.holder(id);
     let waiter = this.waiters.get(keys.prefix);
     if (!waiter) this.waiters.set(keys.prefix, (waiter = new Waiter(this.redis, keys)));
@@ -277,7 +278,7 @@ export class Client {
         if (job.status === "finished" || job.status === "error") {
           return { id, status: job.status, output: job.output ?? "", error: job.error ?? "", ok: job.status === "finished" };
         }
-        const left = deadline - nowMs();
+        const left = deadline - Date.now();
         if (left <= 0) throw new WaitTimedOut(`job ${id} did not end within ${waitMs} ms (it is ${job.status})`);
         if (!woke) {
           await new Promise<void>((resolve) => {

@@ -19,13 +19,73 @@ export class HeroError extends Error {
       const at = text.indexOf(code);
       if (at >= 0) return new Kind(text.slice(at + code.length).trim());
     }
-    if (text.startsWith("OOM")) {
-      return new HeroError(
-        "Redis is full (maxmemory with noeviction): the job was not accepted; free memory or raise maxmemory",
-      );
-    }
+    const evicting = text.indexOf("HERO_EVICTING");
+    if (evicting >= 0) return new Evicting(text.slice(evicting + "HERO_EVICTING".length).trim().split(/\s/)[0] || "unknown");
+    if (errorCode(e) === "OOM") return new OutOfMemory(text);
     return new HeroError(text);
   }
+}
+
+/** Redis reached its maxmemory (policy noeviction) and refused the write: nothing of the call
+ * was written; send it again once there is room. */
+export class OutOfMemory extends HeroError {
+  constructor(readonly detail = "OOM") {
+    super(
+      `Redis is full: it reached its maxmemory and refuses writes that add data (policy noeviction), so nothing was written and the job was not accepted (${detail || "OOM"}). Free memory (a shorter --retention-secs, fewer waiting jobs, \`hero dead purge\`) or raise maxmemory, then send it again`,
+    );
+  }
+}
+
+/** Redis's maxmemory-policy may evict keys, a job's record among them: hero accepts no job until
+ * it is noeviction, or the brokers accept that policy by name (`hero broker --accept-eviction`). */
+export class Evicting extends HeroError {
+  constructor(readonly policy: string) {
+    super(
+      `Redis's maxmemory-policy is ${policy}: under it Redis may evict any key, a job's record included, losing the job without a trace, so hero accepts no job (nothing was written). Set \`maxmemory-policy noeviction\` (CONFIG SET or redis.conf; on a managed Redis, its parameter group), or accept the loss with \`hero broker --accept-eviction ${policy}\``,
+    );
+  }
+}
+
+/** A worker could not go on (one of its loops failed for good): it stopped taking jobs, let its
+ * running ones finish, handed the rest back and removed its presence. Its `error` event and
+ * `run()`'s rejection carry it, naming why. */
+export class WorkerFailed extends HeroError {}
+
+/** The codes of a write Redis refuses for a while, not for good: full (`OOM`), a failing disk
+ * (`MISCONF`), turned replica (`READONLY`: the connection finds the master again), too few
+ * replicas (`NOREPLICAS`), loading, a busy script, a replica cut from its master, a cluster
+ * between states (the Rust client's `refused_write`, hero-py's `REFUSED_WRITE`). */
+export const REFUSED_WRITE: ReadonlySet<string> = new Set(["OOM", "MISCONF", "READONLY", "NOREPLICAS", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"]);
+
+/** A Redis error's code (the first word of its message: `OOM`, `NOREPLICAS`, `ERR`), or ''. */
+export function errorCode(e: unknown): string {
+  const text = e instanceof Error ? e.message : typeof e === "string" ? e : "";
+  return /^[A-Z][A-Z_]*(?=\s|$)/.exec(text)?.[0] ?? "";
+}
+
+/** The code when `e` is a write Redis refuses for a while ({@link REFUSED_WRITE}), else ''. */
+export function refusedWrite(e: unknown): string {
+  const code = errorCode(e);
+  return REFUSED_WRITE.has(code) ? code : "";
+}
+
+/** How ioredis and the socket say a connection failed (no answer came from Redis). */
+const CONNECTION = /Connection is closed|Stream isn't writeable|ECONNRESET|ECONNREFUSED|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|socket hang up|Command timed out|max retries per request/i;
+
+/** True for an outage, not a verdict: Redis out of reach (a broken connection, a timeout), or
+ * refusing writes for a while ({@link REFUSED_WRITE}), or between roles (`UNBLOCKED`). What was being written is kept and sent
+ * again. A missing function library (a Redis restarted empty) counts too: it is loaded again. */
+export function transient(e: unknown): boolean {
+  // UNBLOCKED: a blocking read cut short as the server turned replica (a failover under way)
+  if (refusedWrite(e) || errorCode(e) === "UNBLOCKED" || libraryMissing(e)) return true;
+  if (!(e instanceof Error)) return false;
+  if (e.name === "ReplyError") return false;
+  return e.name === "MaxRetriesPerRequestError" || CONNECTION.test(e.message) || CONNECTION.test(String((e as { code?: unknown }).code ?? ""));
+}
+
+/** True when Redis lacks the function library (restarted empty, or flushed): load it again. */
+export function libraryMissing(e: unknown): boolean {
+  return (e instanceof Error ? e.message : String(e)).includes("Function not found");
 }
 
 /** An argument is not of the form the call takes. */

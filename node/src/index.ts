@@ -10,7 +10,7 @@ export type { JobOptions, BackoffOptions, KeepJobs } from "./options.js";
 export { Queue } from "./queue.js";
 export type { QueueOptions, JobCounts, StreamCounts, PolicyOptions, Policy, DeadLetter, RepeatOptions, JobTemplate } from "./queue.js";
 export type { FairKeys, KeyWaiting } from "./fair.js";
-export { HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, WaitTimedOut } from "./errors.js";
+export { Evicting, HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, OutOfMemory, WaitTimedOut, WorkerFailed } from "./errors.js";
 export type { BatchInfo, ChildResult, Job, Progress, Result, Submitted } from "./job.js";
 export { Keys } from "./keys.js";
 export { QueueEvents, EventLogOff, decodeEntry } from "./events.js";

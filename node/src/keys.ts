@@ -120,6 +120,11 @@ export class Keys {
   config(): string {
     return `${this.prefix}:meta:config`;
   }
+  /** String: the maxmemory policy as hero_beat or hero_submit last read it from INFO, kept a
+   * second (`memory_policy` in the library). */
+  memory(): string {
+    return `${this.prefix}:meta:memory`;
+  }
   batch(name: string): string {
     return `${this.prefix}:batch:${name}`;
   }
