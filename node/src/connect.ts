@@ -60,6 +60,7 @@ export async function openRedis(url: string, opts: { blocking?: boolean; onError
     maxRetriesPerRequest: opts.blocking ? null : 3,
     // no second try before the first connection: a wrong URL fails once; after it, back off
     retryStrategy: (times) => (connected ? Math.min(times * 200, 2000) : null),
+    reconnectOnError: readonlyReconnect(),
   };
   const redis = new Redis(url, options);
   redis.on("error", (e: Error) => {
@@ -76,6 +77,23 @@ export async function openRedis(url: string, opts: { blocking?: boolean; onError
   }
   connected = true;
   return redis;
+}
+
+/** ioredis's `reconnectOnError`: a `READONLY` answer means the server this connection reached
+ * turned replica (a failover): connect again, so a name that follows the master (Sentinel's, a
+ * managed Redis's endpoint) reaches the new one, and send the command again there (2). When
+ * READONLY comes back more than 3 times within 10 s the URL names a replica: the command then
+ * fails (1, still reconnecting), so its caller says so and retries with back-off rather than
+ * the connection trying again in silence. */
+export function readonlyReconnect(): (e: Error) => boolean | 1 | 2 {
+  let recent: number[] = [];
+  return (e) => {
+    if (!String(e?.message ?? "").startsWith("READONLY")) return false;
+    const now = Date.now();
+    recent = recent.filter((t) => now - t < 10_000);
+    recent.push(now);
+    return recent.length > 3 ? 1 : 2;
+  };
 }
 
 function hint(why: string): string {

@@ -236,6 +236,29 @@ export class Protocol {
     return ((await this.fcall("complete", keys, argv)) as unknown[]).map(text);
   }
 
+  /** hero_beat: the heartbeat of process `name` (a worker's consumer), on Redis's clock and
+   * allowed past maxmemory: its fleet entry (`entry`, a JSON object without `expires_ms`, which
+   * the function adds), and for a worker its presence JSON on each of `presenceKeys` and its
+   * liveness deadline, all for `ttlMs`. Answers Redis's clock, the brokers' lease and fleet
+   * summary (null when absent) and the maxmemory policy; `sentMs` and `gotMs` are this
+   * machine's clock (uncorrected) around the call, for {@link observeClock}. */
+  async beat(name: string, ttlMs: number, entry: string, presenceKeys: string[], presence: string): Promise<Beat> {
+    const k = this.keys;
+    const keys = [k.consumers(), k.fleet(), k.config(), k.memory(), ...presenceKeys];
+    const sentMs = Date.now();
+    const r = (await this.fcall("beat", keys, [name, Math.max(1, Math.floor(ttlMs)), entry, presence])) as unknown[];
+    const gotMs = Date.now();
+    const lease = Number(text(r[1]));
+    return {
+      nowMs: Number(text(r[0])),
+      leaseMs: r[1] === null || !(lease > 0) ? null : lease,
+      fleetLacks: r[2] === null || r[2] === undefined ? null : text(r[2]),
+      policy: text(r[3]),
+      sentMs,
+      gotMs,
+    };
+  }
+
   /** Puts every delivery `consumer` holds on `stream` back without counting an attempt. */
   async handBack(stream: string, consumer: string): Promise<number> {
     const k = this.keys;
@@ -249,6 +272,21 @@ export class Protocol {
       if (cursor === "0-0") return total;
     }
   }
+}
+
+/** hero_beat's answer (see {@link Protocol.beat}). */
+export interface Beat {
+  /** Redis's clock (ms since the epoch) during the call. */
+  nowMs: number;
+  /** The brokers' lease (`lease_ms` in the config hash), null when they published none. */
+  leaseMs: number | null;
+  /** The brokers' `fleet_lacks` summary (JSON), null when absent. */
+  fleetLacks: string | null;
+  /** Redis's maxmemory-policy (`noeviction` is the one that loses nothing). */
+  policy: string;
+  /** This machine's clock, uncorrected, when the call was sent and answered. */
+  sentMs: number;
+  gotMs: number;
 }
 
 /** One outcome on its way to hero_complete. */
@@ -282,8 +320,50 @@ export function retryAtMs(attempt: number): number {
   return nowMs() + Math.floor(delay * (0.8 + Math.random() * 0.4));
 }
 
+// -- the clock: Redis's, as this process last measured it -------------------------------------
+// Every deadline the functions compare is on Redis's clock: a retry's run-at, a delayed job's,
+// the timestamps of a record. The process corrects its own clock by the offset a worker's
+// heartbeat measures (`observeClock`), and says once when the two are more than SKEW_WARN_MS
+// apart (the Rust `clock` module, hero-py's `observe`).
+
+/** How far this machine's clock may be from Redis's before a worker says so. */
+export const SKEW_WARN_MS = 2000;
+
+/** Redis's clock minus this machine's, as last measured (0 until then). */
+let offsetMs = 0;
+let skewSaid = false;
+
+/** Redis's clock as this process knows it: the local clock plus the offset last measured. Every
+ * time the package sends (a retry's or a delayed job's run-at, a record's timestamps) is this. */
 export function nowMs(): number {
-  return Date.now();
+  return Date.now() + offsetMs;
+}
+
+/** Redis's clock minus this machine's, as last measured (0 until a worker's first heartbeat). */
+export function clockOffsetMs(): number {
+  return offsetMs;
+}
+
+/** Records Redis's time `redisMs`, read by a call sent at local `sentMs` and answered at local
+ * `gotMs` (the server's reading taken as the round trip's middle). Answers what to say, once
+ * when the clocks turn more than SKEW_WARN_MS apart and once when they agree again (null
+ * otherwise, and for the same turn seen again: once a process, whichever worker saw it). */
+export function observeClock(redisMs: number, sentMs: number, gotMs: number): string | null {
+  if (!Number.isFinite(redisMs) || redisMs <= 0) return null;
+  const offset = Math.round(redisMs - (sentMs + gotMs) / 2);
+  offsetMs = offset;
+  const off = Math.abs(offset) > SKEW_WARN_MS;
+  if (off === skewSaid) return null;
+  skewSaid = off;
+  if (off) {
+    return `this machine's clock is ${(Math.abs(offset) / 1000).toFixed(1)} s ${offset < 0 ? "ahead of" : "behind"} Redis's: hero goes by Redis's clock (deadlines, retries, delays, liveness), but fix the clock (NTP)`;
+  }
+  return "this machine's clock agrees with Redis's again";
+}
+
+/** True for a maxmemory policy that may evict keys (anything but noeviction). */
+export function evictingPolicy(policy: string): boolean {
+  return policy !== "" && policy !== "noeviction";
 }
 
 let lastIso: [number, string] = [0, new Date(0).toISOString()];
