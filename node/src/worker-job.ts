@@ -129,6 +129,14 @@ export class WorkerJob<Data = any> {
     return out;
   }
 
+  /** @internal a report taken but not sent (Redis refused it, or was out of reach): it goes
+   * with the next one, ahead of the lines logged since (a newer progress wins). */
+  putBack(taken: [[number, string] | null, string[]]): void {
+    const [progress, lines] = taken;
+    if (this.progress === null) this.progress = progress;
+    this.lines = [...lines, ...this.lines].slice(-LOG_LINES);
+  }
+
   /** @internal */
   cancel(reason: string): void {
     if (this.cancelReason === null) this.cancelReason = reason;

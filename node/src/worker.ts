@@ -10,10 +10,10 @@ import { randomBytes } from "node:crypto";
 
 import { Redis } from "ioredis";
 
-import { InvalidInput, strictOptions } from "./errors.js";
+import { InvalidInput, strictOptions, WorkerFailed } from "./errors.js";
 import { millis, whole } from "./options.js";
 import { Keys } from "./keys.js";
-import { iso, Protocol, RELEASE, VERSION } from "./protocol.js";
+import { clockOffsetMs, evictingPolicy, iso, Protocol, RELEASE, VERSION } from "./protocol.js";
 import { checkUrl, openRedis, redisUrl } from "./connect.js";
 import { ShardMap } from "./shards.js";
 import { Lane, sleep } from "./lane.js";
@@ -74,8 +74,14 @@ export interface WorkerListener<Data = any, Result = unknown> {
   failed: (job: WorkerJob<Data> | undefined, error: Error, answer: "completed" | "retrying") => void;
   /** A late result refused: `lost` (a renewal found the job taken away) or `lease_lost`. */
   fenced: (job: WorkerJob<Data> | undefined, why: string) => void;
-  /** A failing call of the worker's (it goes on, backing off). */
+  /** A failing call of the worker's (it goes on, backing off: Redis out of reach or refusing
+   * writes for a while, said at once and then every 30 s), or why it stopped (`WorkerFailed`:
+   * a loop that cannot go on; it took no more jobs and removed its presence). */
   error: (error: Error) => void;
+  /** What the operator should know that is no failed call: this machine's clock more than 2 s
+   * from Redis's (and agreeing again), Redis's maxmemory-policy turned evicting (and back), a
+   * failing call working again. */
+  warning: (message: string) => void;
   /** Closed: how many jobs went back to their queues. */
   closed: (handedBack: number) => void;
 }
@@ -105,6 +111,11 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
   private readonly startedAt = iso();
 
   private lastLogged: [string, number] | null = null;
+  private lastWarned: [string, number] | null = null;
+  /** The maxmemory policy the heartbeat last read ('' before the first). */
+  private policy = "";
+  /** Why the worker stopped on its own (a loop that could not go on), once it has. */
+  private failure: WorkerFailed | null = null;
   private readonly ready: Promise<void>;
   private markStarted!: () => void;
   private markFailed!: (e: unknown) => void;
@@ -148,7 +159,9 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
     if (opts.autorun ?? true) {
       // an error at start is an `error` event (or one logged line) and `waitUntilReady()`'s
       // rejection, never an unhandled one
-      this.run().catch((e) => this.fail(e));
+      this.run().catch((e) => {
+        if (e !== this.failure) this.fail(e);
+      });
     }
   }
 
@@ -175,7 +188,49 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
     }
   }
 
-  /** Starts the worker (once); resolves when it has closed. */
+  /** @internal what the operator should know that is no failed call: the `warning` event when
+   * someone listens, otherwise one line on stderr (the same at most once a minute). */
+  warn(message: string): void {
+    if (this.listenerCount("warning") > 0) {
+      this.emit("warning", message);
+      return;
+    }
+    const now = Date.now();
+    if (this.lastWarned?.[0] !== message || now - this.lastWarned[1] > 60_000) {
+      this.lastWarned = [message, now];
+      console.warn(`hero-broker worker ${this.consumer}: ${message}`);
+    }
+  }
+
+  /** @internal the maxmemory policy a heartbeat read: said once per change, when it turns to
+   * one that may evict a job's record (anything but noeviction) and when it is noeviction again. */
+  notePolicy(policy: string): void {
+    if (!policy || policy === this.policy) return;
+    const was = this.policy;
+    this.policy = policy;
+    if (evictingPolicy(policy)) {
+      this.warn(
+        `Redis's maxmemory-policy is ${policy}: Redis may evict any key, a job's record included, and lose the job without a trace. Submits are refused until it is noeviction (CONFIG SET maxmemory-policy noeviction), unless accepted with \`hero broker --accept-eviction ${policy}\``,
+      );
+    } else if (evictingPolicy(was)) {
+      this.warn(`Redis's maxmemory-policy is ${policy} again: submits are accepted`);
+    }
+  }
+
+  /** @internal a loop cannot go on: the worker stops taking jobs and says why (its `error`
+   * event, then `run()`'s rejection); its running jobs finish within `shutdownMs`, the rest go
+   * back, its presence is removed, and `close()` resolves as ever. */
+  halt(e: WorkerFailed): void {
+    if (this.failure) return;
+    this.failure = e;
+    this.fail(e);
+    this.stopping = true;
+    for (const w of this.slotWaiters.splice(0)) w();
+    for (const lane of this.lanes.values()) lane.wake();
+  }
+
+  /** Starts the worker (once); resolves when it has closed, rejects with a `WorkerFailed` when
+   * it stopped on its own (a loop that could not go on). */
   run(): Promise<void> {
     if (!this.running) {
       this.running = this.serve();
@@ -209,37 +264,54 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
   private async serve(): Promise<void> {
     this.redis = await openRedis(this.opts.url, { blocking: true, onError: (e) => this.fail(e) });
     const base = new Keys(this.opts.namespace);
+    let failed: unknown = null;
     try {
-      await new Protocol(this.redis, base).ensureLibrary();
-      let map = ShardMap.parse(await this.redis.hgetall(base.shardMap()));
-      const add = async () => {
-        for (const n of map.served()) {
-          const keys = map.keys(base, n);
-          if (!this.lanes.has(keys.prefix)) {
-            const lane = new Lane(this, keys);
-            this.lanes.set(keys.prefix, lane);
-            await lane.start();
+      try {
+        await new Protocol(this.redis, base).ensureLibrary();
+        let map = ShardMap.parse(await this.redis.hgetall(base.shardMap()));
+        const add = async () => {
+          for (const n of map.served()) {
+            const keys = map.keys(base, n);
+            if (!this.lanes.has(keys.prefix)) {
+              const lane = new Lane(this, keys);
+              this.lanes.set(keys.prefix, lane);
+              try {
+                await lane.start();
+              } catch (e) {
+                // tried again with the next look at the shard map
+                this.lanes.delete(keys.prefix);
+                lane.abandon();
+                throw e;
+              }
+            }
+          }
+        };
+        await add();
+        this.markStarted();
+        this.emit("ready");
+        // shards added while it runs are served within 2 s
+        while (!this.stopping) {
+          await sleep(2000, () => this.stopping);
+          if (this.stopping) break;
+          try {
+            map = ShardMap.parse(await this.redis.hgetall(base.shardMap()));
+            await add();
+          } catch (e) {
+            this.fail(e);
           }
         }
-      };
-      await add();
-      this.markStarted();
-      this.emit("ready");
-      // shards added while it runs are served within 2 s
-      while (!this.stopping) {
-        await sleep(2000, () => this.stopping);
-        if (this.stopping) break;
-        try {
-          map = ShardMap.parse(await this.redis.hgetall(base.shardMap()));
-          await add();
-        } catch (e) {
-          this.fail(e);
-        }
+      } catch (e) {
+        // the start failed: the lanes already started stop as at a close
+        failed = e;
+        this.stopping = true;
+        for (const w of this.slotWaiters.splice(0)) w();
       }
-      await Promise.all([...this.lanes.values()].map((l) => l.finish()));
+      await Promise.allSettled([...this.lanes.values()].map((l) => l.finish()));
     } finally {
       this.redis.disconnect();
     }
+    if (failed !== null) throw failed;
+    if (this.failure) throw this.failure;
   }
 
   // -- slots ----------------------------------------------------------------------------------
@@ -286,6 +358,8 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
       concurrency: this.concurrency,
       running,
       last_heartbeat: iso(),
+      // this machine's clock minus Redis's, as last measured (`hero actors` shows it)
+      skew_ms: -clockOffsetMs(),
     });
   }
 }
