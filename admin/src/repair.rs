@@ -184,6 +184,25 @@ impl Admin {
             | Class::Bridge
             | Class::Dead
             | Class::StuckDependent => return Ok(None),
+            // what Redis lost cannot be brought back: fixing it is acknowledging it, so the
+            // next audit reports only what is lost after
+            Class::Dropped => {
+                let mut cmd = redis::cmd("HSET");
+                cmd.arg(self.keys().stats())
+                    .arg(hero_protocol::stats::field(
+                        &f.key,
+                        crate::inspect::LOST_ACKED,
+                    ))
+                    .arg(f.deliveries.unwrap_or(0));
+                let _: redis::Value = self.redis().query(&cmd).await?;
+                return Ok(Some(true));
+            }
+            Class::DataLoss => {
+                let mut cmd = redis::cmd("HDEL");
+                cmd.arg(self.keys().epoch()).arg("lost");
+                let _: redis::Value = self.redis().query(&cmd).await?;
+                return Ok(Some(true));
+            }
         };
         let answer: String = self
             .redis()

@@ -94,6 +94,18 @@ impl LocalRedis {
             Some(fsync) => command.args(["--appendonly", "yes", "--appendfsync", fsync]),
             None => command.args(["--appendonly", "no"]),
         };
+        // Redis never outlives the process that started it, however that one ends (a SIGKILL
+        // leaves no time to shut it down): the kernel sends it SIGTERM (a clean shutdown, the
+        // AOF flushed) when its parent dies
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = command
             .args(["--logfile", "redis.log"])
             .stdout(Stdio::null())

@@ -163,7 +163,7 @@ fn a_broker_warns_loudly_when_redis_may_evict_jobs() {
     let line = warned
         .unwrap_or_else(|| panic!("no eviction warning; the broker said:\n{}", seen.join("\n")));
     assert!(
-        line.contains("WARN") && line.contains("noeviction"),
+        line.contains("ERROR") && line.contains("noeviction"),
         "{line}"
     );
 }

@@ -50,9 +50,16 @@ impl Actor {
             })
     }
 
+    /// How far its clock is from Redis's, ms (its clock minus Redis's, as its last heartbeat
+    /// measured: protocol 31 and later).
+    pub fn skew_ms(&self) -> Option<i64> {
+        self.presence["skew_ms"].as_i64()
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "consumer": self.consumer,
+            "skew_ms": self.skew_ms(),
             "state": if self.live { "live" } else { "gone" },
             "protocol": self.protocol(),
             "presence": self.presence,

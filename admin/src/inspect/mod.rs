@@ -17,7 +17,7 @@ mod presence;
 mod queues;
 
 pub use actors::{Actor, Holding};
-pub use audit::{AuditReport, Class, Finding};
+pub use audit::{AuditReport, Class, Finding, LOST_ACKED};
 pub use dead::{DeadLetter, DEAD_FIELD, FALLBACK_LETTERS};
 pub use events::{Event, EventFilter, EventFollower};
 pub use fair::{FairKeys, KeyWaiting};

@@ -50,6 +50,7 @@ pub(super) async fn actors(g: &Global) -> Result<i32> {
                     .map_or_else(|| "-".to_string(), |p| p.to_string()),
                 field(p, "started_at"),
                 field(p, "last_heartbeat"),
+                clock(a.skew_ms()),
                 a.running().to_string(),
             ]
         })
@@ -67,6 +68,7 @@ pub(super) async fn actors(g: &Global) -> Result<i32> {
                 num("PROTOCOL"),
                 text("STARTED"),
                 text("HEARTBEAT"),
+                text("CLOCK"),
                 num("RUNNING"),
             ],
             &rows
@@ -84,6 +86,20 @@ pub(super) async fn actors(g: &Global) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// A worker's clock against Redis's: `ok` within the warning's bound, else how far and which
+/// way (hero goes by Redis's clock, so this is for the operator to fix, not a fault).
+fn clock(skew_ms: Option<i64>) -> String {
+    match skew_ms {
+        None => "-".to_string(),
+        Some(ms) if ms.abs() <= hero_protocol::clock::SKEW_WARN_MS => "ok".to_string(),
+        Some(ms) => format!(
+            "{:.1} s {}",
+            ms.abs() as f64 / 1000.0,
+            if ms > 0 { "ahead" } else { "behind" }
+        ),
+    }
 }
 
 fn broker_json(m: &hero_protocol::fleet::Member) -> serde_json::Value {

@@ -2,7 +2,8 @@
 //! job record and its owner's liveness, classified; then the cross-checks the other way (jobs
 //! `dispatched` in no stream, `started` with no pending entry, delayed-set members not waiting,
 //! reply lists without a TTL, consumers that hold nothing and are not alive), and the dead
-//! letters and bridge-held jobs for the record. Reads with SCAN, XPENDING and XRANGE a page at a
+//! letters and bridge-held jobs for the record; then what Redis lost (`losses`: entries whose
+//! record is gone, those workers dropped, a data loss a broker found). Reads with SCAN, XPENDING and XRANGE a page at a
 //! time, never KEYS; it is the one reader that is O(jobs). Repairs are `Client::fix`.
 
 use std::collections::{BTreeMap, HashSet};
@@ -10,8 +11,11 @@ use std::fmt;
 
 use redis::Value;
 
+mod losses;
 mod pending;
 mod records;
+
+pub use losses::LOST_ACKED;
 
 use super::Inspector;
 use hero_protocol::clock;
@@ -48,10 +52,17 @@ pub enum Class {
     /// A job still waiting on prerequisites that have all ended (or are gone): no call will
     /// release it.
     StuckDependent,
+    /// Entries workers dropped because their job's record was gone (an evicting Redis, a
+    /// record deleted by hand): jobs lost, counted by the fetch (`<stream>|lost`) since the
+    /// last `hero audit --fix` acknowledged them.
+    Dropped,
+    /// Redis lost data (came back empty, or went back to an older snapshot), as a broker's
+    /// health pass found (`<ns>:meta:epoch`'s `lost`), until `hero audit --fix` acknowledges it.
+    DataLoss,
 }
 
 impl Class {
-    pub const ALL: [Class; 13] = [
+    pub const ALL: [Class; 15] = [
         Class::Running,
         Class::Orphaned,
         Class::Bridge,
@@ -65,6 +76,8 @@ impl Class {
         Class::ReplyWithoutTtl,
         Class::IdleConsumer,
         Class::StuckDependent,
+        Class::Dropped,
+        Class::DataLoss,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -82,6 +95,8 @@ impl Class {
             Class::ReplyWithoutTtl => "reply_without_ttl",
             Class::IdleConsumer => "idle_consumer",
             Class::StuckDependent => "stuck_dependent",
+            Class::Dropped => "dropped",
+            Class::DataLoss => "data_loss",
         }
     }
 
@@ -243,6 +258,8 @@ impl Inspector {
             .await?;
         progress("delayed set, reply lists, dead letters");
         self.audit_rest(&mut report).await?;
+        progress("what Redis lost");
+        self.audit_losses(&streams, &mut report).await?;
         Ok(report)
     }
 }
@@ -251,6 +268,16 @@ impl Inspector {
     /// The jobs a stream's entries name, read a page at a time; a key that is gone names none,
     /// and one that is not a stream (Redis answers WRONGTYPE) none either.
     pub(super) async fn stream_jobs(&self, stream: &str) -> Result<HashSet<String>> {
+        Ok(self.stream_entries(stream, None).await?)
+    }
+
+    /// As [`Inspector::stream_jobs`], and each entry of the stream itself (entry id, job id)
+    /// into `entries` when given.
+    pub(super) async fn stream_entries(
+        &self,
+        stream: &str,
+        mut entries_out: Option<&mut Vec<(String, String)>>,
+    ) -> Result<HashSet<String>> {
         let mut jobs = HashSet::new();
         let mut start = "-".to_string();
         loop {
@@ -274,6 +301,12 @@ impl Inspector {
             };
             let entries = reply::array(&page)?;
             jobs.extend(entries.iter().filter_map(entry_job));
+            if let Some(out) = entries_out.as_deref_mut() {
+                out.extend(entries.iter().filter_map(|e| {
+                    let id = reply::text(reply::array(e).ok()?.first()?).ok()?;
+                    Some((id, entry_job(e)?))
+                }));
+            }
             let last = entries.last().and_then(|e| {
                 reply::array(e)
                     .ok()?

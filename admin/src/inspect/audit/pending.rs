@@ -146,7 +146,9 @@ impl Inspector {
         seen: &mut Seen,
         report: &mut AuditReport,
     ) -> Result<()> {
-        seen.queued.extend(self.stream_jobs(stream).await?);
+        let mut entries = Vec::new();
+        seen.queued
+            .extend(self.stream_entries(stream, Some(&mut entries)).await?);
         let mut from = "-".to_string();
         loop {
             let rows = self.read_pending(stream, &from).await?;
@@ -159,6 +161,14 @@ impl Inspector {
                 _ => break,
             }
         }
+        // queued entries (not pending: those are classified above) whose record is gone
+        let queued: Vec<(String, String)> = entries
+            .into_iter()
+            .filter(|(id, _)| !seen.pending.contains(&(stream.to_string(), id.clone())))
+            .collect();
+        report
+            .findings
+            .extend(self.recordless(stream, &queued).await?);
         for (name, held) in self.consumers(stream).await? {
             report
                 .findings
