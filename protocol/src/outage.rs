@@ -47,8 +47,14 @@ impl Backoff {
 /// How long a failing loop stays quiet between two warnings.
 pub const WARN_EVERY: Duration = Duration::from_secs(30);
 
+/// How long after a recovery a failure is counted but not warned: the pooled connections
+/// opened before an outage fail once each as they are next used (a broken pipe, a refused
+/// connection to the old socket) while Redis is up, and are replaced by that failure.
+pub const SETTLE: Duration = Duration::from_secs(10);
+
 /// Failures counted for one log: the first warned at once, then one warning every
-/// [`WARN_EVERY`] with the count since the last, one INFO line on recovery.
+/// [`WARN_EVERY`] with the count since the last, one INFO line on recovery; none within
+/// [`SETTLE`] of a recovery.
 #[derive(Debug, Default)]
 struct Account {
     /// Failures since the last success.
@@ -57,6 +63,8 @@ struct Account {
     unreported: u64,
     warned_at: Option<Instant>,
     since: Option<Instant>,
+    /// When it last recovered.
+    recovered_at: Option<Instant>,
 }
 
 impl Account {
@@ -68,6 +76,9 @@ impl Account {
         if self
             .warned_at
             .is_some_and(|at| now.duration_since(at) < WARN_EVERY)
+            || self.recovered_at.is_some_and(|at| {
+                now.duration_since(at) < SETTLE && now.duration_since(since) < SETTLE
+            })
         {
             return;
         }
@@ -89,13 +100,37 @@ impl Account {
         if self.failures == 0 {
             return;
         }
-        tracing::info!(
-            failures = self.failures,
-            after_secs = self.since.map(|s| s.elapsed().as_secs()).unwrap_or(0),
-            "{what} {recovered}"
-        );
-        *self = Account::default();
+        if self.warned_at.is_some() {
+            tracing::info!(
+                failures = self.failures,
+                after_secs = self.since.map(|s| s.elapsed().as_secs()).unwrap_or(0),
+                "{what} {recovered}"
+            );
+        }
+        *self = Account {
+            recovered_at: Some(Instant::now()),
+            ..Account::default()
+        };
     }
+}
+
+/// When a call of this process last found Redis out of reach or refusing writes.
+static LAST_OUTAGE: Mutex<Option<Instant>> = Mutex::new(None);
+
+fn outage_now() {
+    if let Ok(mut at) = LAST_OUTAGE.lock() {
+        *at = Some(Instant::now());
+    }
+}
+
+/// How long since a call of this process last found Redis out of reach or refusing writes
+/// (None: never). Recovery waits a while after one: the workers' heartbeats and renewals failed
+/// through it too, and a live worker must get its next one in before it is judged dead.
+pub fn since_last_outage() -> Option<Duration> {
+    LAST_OUTAGE
+        .lock()
+        .ok()
+        .and_then(|at| at.map(|a| a.elapsed()))
 }
 
 /// Redis out of reach, as every loop of the process has seen it.
@@ -104,6 +139,7 @@ static UNREACHABLE: Mutex<Account> = Mutex::new(Account {
     unreported: 0,
     warned_at: None,
     since: None,
+    recovered_at: None,
 });
 
 const REDIS: &str = "reaching Redis";
@@ -131,6 +167,7 @@ impl Outage {
     /// wait before the next try.
     pub fn failed(&mut self, error: &Error) -> Duration {
         if error.is_retryable() {
+            outage_now();
             if let Ok(mut a) = UNREACHABLE.lock() {
                 a.failed(REDIS, error);
             }
@@ -154,6 +191,7 @@ impl Outage {
 /// counted into the process's account when Redis could not be reached, else warned with `what`.
 pub fn report(what: &str, error: &Error) {
     if error.is_retryable() {
+        outage_now();
         if let Ok(mut a) = UNREACHABLE.lock() {
             a.failed(REDIS, error);
         }

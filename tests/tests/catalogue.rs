@@ -26,8 +26,11 @@ async fn snapshot(server: &RedisServer) -> BTreeMap<String, Vec<u8>> {
         .unwrap();
     let mut out = BTreeMap::new();
     for k in keys {
-        // what live processes write on their own clock (stats, heartbeats), not job data
+        // what live processes write on their own clock (stats, heartbeats, the broker's epoch),
+        // not job data, and the memory flag (the policy a submit read from INFO, for a second)
         if k.contains(":stats")
+            || k.ends_with(":meta:memory")
+            || k.ends_with(":meta:epoch")
             || k.contains(":brokers")
             || k.contains(":meta:fleet")
             || k.contains(":config")

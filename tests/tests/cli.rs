@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hero_testkit::{binary, free_port, Proc, RedisServer};
+use hero_testkit::{binary, free_port, wait_for, Proc, RedisServer};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hero-cli-{name}-{}", std::process::id()));
@@ -246,4 +246,52 @@ async fn a_cli_writing_into_a_closed_pipe_ends_quietly_by_sigpipe() {
 #[cfg(unix)]
 fn libc_sigpipe() -> i32 {
     13
+}
+
+/// `hero up`'s Redis ends with it, however it ends: SIGKILL leaves it no time to stop Redis.
+#[tokio::test]
+async fn hero_ups_redis_never_outlives_it() {
+    let dir = std::env::temp_dir().join(format!("hero-up-pdeath-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut up = Proc::spawn(
+        &binary("hero"),
+        &["up", "--workers", "0", "--http", "off"],
+        &[],
+        Some(&dir),
+    );
+    up.saw("ready", Duration::from_secs(30)).await;
+    let children =
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", up.pid(), up.pid()))
+            .unwrap_or_default();
+    let mut redis_pids: Vec<u32> = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", up.pid()))
+        .unwrap()
+        .flatten()
+    {
+        let kids = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for pid in kids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+        {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.starts_with("redis-server") {
+                redis_pids.push(pid);
+            }
+        }
+    }
+    assert_eq!(redis_pids.len(), 1, "hero up's redis-server ({children})");
+    up.kill9();
+    let pid = redis_pids[0];
+    wait_for(
+        "redis-server gone",
+        Duration::from_secs(15),
+        || async move {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // gone, or a zombie reaped by init
+            (state.is_empty() || state.contains(") Z ")).then_some(())
+        },
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

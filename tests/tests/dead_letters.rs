@@ -2,11 +2,18 @@
 //! record names its letter (`dead`, the entry id), so `Inspector::dead_letter` and
 //! `dead_letters_of` cost a read of the record and of that entry, however many letters the
 //! stream holds; a retry removes the index, a purge the record; a letter written without one (a
-//! process older than 30) is found among the newest letters, and only there.
+//! process older than 30) is found among the newest letters, and only there. A dead letter
+//! kept longer than the ended jobs keeps its record (issue 58).
+
+use std::time::Duration;
 
 use hero_admin::Admin;
 use hero_client::Client;
-use hero_testkit::{dead_letter, job_key, keys, RedisServer};
+use hero_protocol::NewJob;
+use hero_testkit::{
+    dead_letter, hero_broker_logged, hero_cli, job_key, keys, test_worker, wait_for, RedisServer,
+};
+use redis::AsyncCommands;
 
 /// How many times Redis ran `command` since the last `CONFIG RESETSTAT` (its commandstats).
 async fn calls(client: &Client, command: &str) -> u64 {
@@ -241,4 +248,59 @@ async fn a_dead_letter_is_not_indexed_while_a_reader_older_than_29_is_live() {
         .await
         .unwrap();
     assert!(found.is_some(), "found among the newest letters");
+}
+
+/// A dead letter kept longer than the ended jobs keeps its record, so it can be retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_keep_their_records_as_long_as_themselves() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut b = hero_broker_logged(
+        &server.url(),
+        &[
+            "--retention-secs",
+            "1",
+            "--dead-retention-secs",
+            "3600",
+            "--max-attempts",
+            "1",
+        ],
+    );
+    let mut w = test_worker(&server.url(), "letters", "w", &["--presence-ms", "1000"]);
+    w.saw("ready", Duration::from_secs(20)).await;
+    client
+        .submit(
+            &NewJob::builder("letters", "sleep 60000")
+                .id("poison")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    w.saw("started poison ", Duration::from_secs(20)).await;
+    w.kill9();
+    let mut raw = server.conn().await;
+    wait_for("dead-lettered", Duration::from_secs(20), || {
+        let mut raw = raw.clone();
+        async move {
+            let dead: Option<String> = raw.hget(job_key("poison"), "dead").await.ok()?;
+            dead.filter(|d| !d.is_empty())
+        }
+    })
+    .await;
+    // past the retention time, and a few retention passes
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        raw.exists::<_, bool>(job_key("poison")).await.unwrap(),
+        "the record outlived the job retention"
+    );
+    let (code, out, err) = hero_cli(&server.url(), &["dead", "retry", "--all"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        !out.contains("no record") && !err.contains("no record"),
+        "{out}{err}"
+    );
+    let status: String = raw.hget(job_key("poison"), "status").await.unwrap();
+    assert_eq!(status, "dispatched");
+    b.kill9();
 }

@@ -2,7 +2,8 @@
 //! rather than of one job, answered from Redis without changing it. Listing lives here (by
 //! status in `by_status`), the event log in `events`, queue stats in `queues`, the workers in
 //! `actors` (their presence found by name, and by one bounded scan the process shares, in
-//! `presence`), dead letters in `dead`, a fair queue's keys in `fair`, batches in `batches`, the audit in `audit`. Each costs
+//! `presence`), dead letters in `dead`, a fair queue's keys in `fair`, batches in `batches`, the audit in `audit`,
+//! Redis's own state (its memory policy, disk, a data loss) in `redis_state`. Each costs
 //! Redis O(queues + workers + page), never O(jobs) nor a walk of the keyspace per question,
 //! except listing every job and the audit.
 
@@ -15,6 +16,7 @@ mod events;
 mod fair;
 mod presence;
 mod queues;
+mod redis_state;
 
 pub use actors::{Actor, Holding};
 pub use audit::{AuditReport, Class, Finding, LOST_ACKED};
@@ -23,6 +25,7 @@ pub use events::{Event, EventFilter, EventFollower};
 pub use fair::{FairKeys, KeyWaiting};
 pub use presence::{PresenceScan, SCAN_CALLS, SCAN_COUNT, SCAN_REFRESH};
 pub use queues::{Minute, QueueStats};
+pub use redis_state::RedisState;
 
 use hero_protocol::conn::Redis;
 use hero_protocol::error::{Error, Result};

@@ -24,6 +24,12 @@ pub enum Topology {
     /// One durable server (as `single`) while brokers, workers (Rust and Python) and producers
     /// of an earlier release are replaced by this build's one by one, and back (`upgrade`).
     Upgrade,
+    /// One server with RDB snapshots (so it can be restarted from an older one) and the faults
+    /// Redis itself makes: full, a failed disk, a rollback, a lagging replica promoted, and
+    /// workers 30 s off its clock (`redis_faults`).
+    #[value(name = "redis-faults")]
+    #[serde(rename = "redis-faults")]
+    RedisFaults,
 }
 
 impl Topology {
@@ -34,6 +40,7 @@ impl Topology {
             Topology::Cluster => "cluster",
             Topology::ShardedCluster => "sharded-cluster",
             Topology::Upgrade => "upgrade",
+            Topology::RedisFaults => "redis-faults",
         }
     }
 
@@ -66,6 +73,13 @@ impl Deployment {
                 let proxy = FaultProxy::start(redis.port);
                 Deployment::Single { redis, proxy }
             }
+            Topology::RedisFaults => {
+                // snapshots only (a restart from an older one is a fault of the phase); `dir`
+                // is a protected config, moved to fail the disk
+                let redis = RedisServer::start_with(&["--enable-protected-configs", "yes"]);
+                let proxy = FaultProxy::start(redis.port);
+                Deployment::Single { redis, proxy }
+            }
             Topology::Sentinel => {
                 let set = Deployment::Sentinel(
                     SentinelSet::start(&[
@@ -88,6 +102,14 @@ impl Deployment {
                 c.wait_replicas_synced().await;
                 Deployment::Cluster(c)
             }
+        }
+    }
+
+    /// The one server of a single-server phase.
+    pub fn server(&mut self) -> Option<&mut RedisServer> {
+        match self {
+            Deployment::Single { redis, .. } => Some(redis),
+            _ => None,
         }
     }
 

@@ -31,6 +31,17 @@ pub enum Kind {
     SentinelFailover,
     /// SIGKILL of the primary that serves the namespace (Sentinel or cluster).
     PrimaryKill,
+    /// Redis at its maxmemory (noeviction) for 30 s (5 s short).
+    MaxMemory,
+    /// Redis's snapshot disk gone: every write refused with MISCONF for 20 s (5 s short).
+    DiskFailure,
+    /// Redis restarted from a snapshot taken 3 s before.
+    SnapshotRollback,
+    /// A replica cut 3 s behind its master promoted in its place (its data served on the
+    /// master's port).
+    LaggingReplica,
+    /// SIGKILL of the worker whose clock is 30 s ahead of Redis's.
+    SkewedWorkerKill,
 }
 
 impl Kind {
@@ -46,6 +57,11 @@ impl Kind {
             Kind::Bandwidth => "bandwidth 8-64 KiB/s",
             Kind::SentinelFailover => "SENTINEL FAILOVER",
             Kind::PrimaryKill => "primary SIGKILL (failover)",
+            Kind::MaxMemory => "Redis at maxmemory",
+            Kind::DiskFailure => "MISCONF (snapshot disk gone)",
+            Kind::SnapshotRollback => "restart from an older snapshot",
+            Kind::LaggingReplica => "a replica 3 s behind promoted",
+            Kind::SkewedWorkerKill => "SIGKILL of a worker 30 s ahead",
         }
     }
 
@@ -86,6 +102,14 @@ fn mix(t: Topology) -> &'static [(Kind, u32)] {
             (Kind::BrokerRestart, 200),
             (Kind::PrimaryKill, 100),
         ],
+        // scripted, in this order, once each (`redis_faults`)
+        Topology::RedisFaults => &[
+            (Kind::MaxMemory, 1),
+            (Kind::DiskFailure, 1),
+            (Kind::SkewedWorkerKill, 1),
+            (Kind::SnapshotRollback, 1),
+            (Kind::LaggingReplica, 1),
+        ],
     }
 }
 
@@ -94,7 +118,7 @@ fn mix(t: Topology) -> &'static [(Kind, u32)] {
 /// each kind once.
 pub fn plan(t: Topology, n: u64, short: bool) -> Vec<Kind> {
     let mix = mix(t);
-    if short {
+    if short || t == Topology::RedisFaults {
         return mix.iter().map(|(k, _)| *k).collect();
     }
     let total: u32 = mix.iter().map(|(_, w)| w).sum();

@@ -38,6 +38,18 @@ pub(super) struct PhaseFigures {
     /// The upgrade phase: jobs that ended `error` (each would finish: an error is version skew).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) ended_error: Option<u64>,
+    /// The redis-faults phase: jobs acknowledged in a rollback's window and gone with its data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) lost_to_redis: Option<u64>,
+    /// The redis-faults phase: jobs unfinished at a rollback's snapshot recorded again after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) rerun_after_rollback: Option<u64>,
+    /// The redis-faults phase: jobs run twice with no worker killed and no rollback to explain it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) ran_twice_alive: Option<u64>,
+    /// The redis-faults phase: rollbacks the audit named (`data_loss`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) rollbacks_named: Option<u64>,
 }
 
 #[derive(Debug, Default, serde::Serialize)]

@@ -110,6 +110,11 @@ impl Book {
         Ok(book)
     }
 
+    /// The tokens (`<pid>-<n>`) of every run of `id` the ledgers show.
+    pub fn runs_of(&self, id: &str) -> &[String] {
+        self.ran.get(id).map(Vec::as_slice).unwrap_or_default()
+    }
+
     pub fn runs(&self) -> usize {
         self.ran.values().map(Vec::len).sum()
     }

@@ -20,14 +20,11 @@
 //! `lost N, recorded twice M`; exits 1 when a check fails.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hero_client::{Client, ClientOptions};
-use hero_protocol::NewJob;
 use hero_testkit::Proc;
 
 mod checks;
@@ -35,10 +32,12 @@ mod deploy;
 mod faults;
 mod figures;
 mod ledger;
+mod load;
 mod procs;
+mod redis_faults;
 mod upgrade;
 
-use checks::{home_key, probe, read_records, tenant, used_memory, wait_ended};
+use checks::{home_key, probe, read_records, used_memory, wait_ended};
 use deploy::{Deployment, Topology};
 use faults::Kind;
 use figures::{per_kind, print_table, Figures, KindFigures, PhaseFigures, Recovery, Thrown};
@@ -66,7 +65,7 @@ pub struct ChaosArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "single,sentinel,cluster,sharded-cluster,upgrade"
+        default_value = "single,sentinel,cluster,sharded-cluster,redis-faults,upgrade"
     )]
     pub topology: Vec<Topology>,
     /// Faults thrown in the single-server phase (process and network faults).
@@ -156,6 +155,8 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
                 ..procs::Build::current()
             };
             upgrade::phase(args, &phase_dir, old, new).await?
+        } else if t == Topology::RedisFaults {
+            redis_faults::phase(args, &phase_dir).await?
         } else {
             phase(t, args, &phase_dir).await?
         };
@@ -235,47 +236,8 @@ async fn phase(
     let baseline = used_memory(&client).await?;
     let started = Instant::now();
 
-    // the load: batches every 20 ms, a failed batch sent again until it is acknowledged (ids
-    // make a resend harmless), so every job counted was acknowledged; each batch's ack time is
-    // kept to count a lost job against the fault before it
-    let stop = Arc::new(AtomicBool::new(false));
-    let submitted = Arc::new(AtomicU64::new(0));
-    let acks: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
-    let producer = {
-        let (client, stop, submitted, acks) = (
-            client.clone(),
-            stop.clone(),
-            submitted.clone(),
-            acks.clone(),
-        );
-        let per_batch = (args.rate / 50).max(1);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(20));
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                let from = submitted.load(Ordering::Relaxed);
-                let jobs: Vec<NewJob> = (from..from + per_batch)
-                    .filter_map(|i| {
-                        NewJob::builder(TYPE, "x")
-                            .id(format!("c-{i}"))
-                            .limit_key(tenant(i))
-                            .build()
-                            .ok()
-                    })
-                    .collect();
-                loop {
-                    match client.submit_many(&jobs).await {
-                        Ok(rs) if rs.iter().all(|r| r.is_ok()) => break,
-                        _ => tokio::time::sleep(Duration::from_millis(100)).await,
-                    }
-                }
-                acks.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((from + per_batch, now_ms()));
-                submitted.fetch_add(per_batch, Ordering::Relaxed);
-            }
-        })
-    };
+    let load = load::Load::start(client.clone(), args.rate, true);
+    let acks = load.acks.clone();
 
     // the faults
     let (plan, interval) = match t {
@@ -407,7 +369,8 @@ async fn phase(
                         wait_failover(&dep, old, &slot_key).await;
                     }
                     Kind::PrimaryKill => dead_primary = Some(dep.kill_primary(&slot_key).await?),
-                    Kind::WorkerKill | Kind::WorkerStall => {}
+                    // the worker faults are above; Redis's own are the redis-faults phase's
+                    _ => {}
                 }
                 Recovery::Probe(probe_id.clone(), probe(client.clone(), probe_id))
             }
@@ -422,7 +385,7 @@ async fn phase(
             eprintln!(
                 "chaos: {} faults, {} jobs submitted, {:.0} s",
                 n + 1,
-                submitted.load(Ordering::Relaxed),
+                load.count(),
                 started.elapsed().as_secs_f64()
             );
         }
@@ -441,9 +404,7 @@ async fn phase(
         dep.revive(port).await;
     }
     dep.settle(&slot_key).await;
-    stop.store(true, Ordering::Relaxed);
-    producer.await.context("the producer task")?;
-    let jobs = submitted.load(Ordering::Relaxed);
+    let jobs = load.finish().await?;
     let seconds = started.elapsed().as_secs_f64();
 
     // every acknowledged job ends, and ends once, by the ledger
@@ -571,6 +532,7 @@ async fn phase(
         memory_after_bytes: memory_after,
         seconds,
         ended_error: None,
+        ..PhaseFigures::default()
     };
     let clean = bad.is_empty()
         && bad_probes.is_empty()

@@ -58,6 +58,9 @@ pub(super) struct Procs {
     pub(super) build: Build,
 }
 
+/// libfaketime, as Debian's `faketime` package installs it (scripts/setup).
+pub(super) const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
 impl Procs {
     pub(super) fn replica_flags(&self) -> Vec<String> {
         if self.replicas == 0 {
@@ -159,6 +162,32 @@ impl Procs {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             return Proc::spawn(python, &args, &[("PYTHONUNBUFFERED", "1")], None);
         }
+        let args = self.rust_worker_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Proc::spawn(&build.bench, &args, &[("RUST_LOG", "error")], None)
+    }
+
+    /// A Rust worker of this build whose clock is `offset` off (`-30s`, `+30s`: libfaketime
+    /// preloaded into the worker itself, so a SIGKILL kills the worker).
+    pub(super) fn skewed_worker(&mut self, offset: &str) -> Proc {
+        self.started += 1;
+        let args = self.rust_worker_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Proc::spawn(
+            &self.build.bench,
+            &args,
+            &[
+                ("RUST_LOG", "error"),
+                ("LD_PRELOAD", FAKETIME),
+                ("FAKETIME", offset),
+                ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ],
+            None,
+        )
+    }
+
+    /// The arguments of a Rust worker of the soak, with a ledger of its own.
+    fn rust_worker_args(&self) -> Vec<String> {
         let ledger = self.dir.join(format!("w{}.ledger", self.started));
         let mut args: Vec<String> = [
             "worker",
@@ -178,8 +207,7 @@ impl Procs {
         args.push("--ledger".into());
         args.push(ledger.display().to_string());
         args.extend(self.replica_flags());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Proc::spawn(&build.bench, &args, &[("RUST_LOG", "error")], None)
+        args
     }
 
     /// Replaces worker `i` with a new process and gives back the old one.

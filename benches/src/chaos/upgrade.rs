@@ -12,12 +12,11 @@
 //! so an `error` is version skew.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use hero_protocol::NewJob;
 
 use super::checks::{read_records, used_memory, wait_ended};
 use super::deploy::{Deployment, Topology};
@@ -69,29 +68,8 @@ pub(super) async fn phase(
     let started = Instant::now();
 
     // this build's producer, in process, as the other phases' (ids c-<n>)
+    let load = super::load::Load::start(client.clone(), args.rate, false);
     let stop = Arc::new(AtomicBool::new(false));
-    let submitted = Arc::new(AtomicU64::new(0));
-    let producer = {
-        let (client, stop, submitted) = (client.clone(), stop.clone(), submitted.clone());
-        let per_batch = (args.rate / 50).max(1);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(20));
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                let from = submitted.load(Ordering::Relaxed);
-                let jobs: Vec<NewJob> = (from..from + per_batch)
-                    .filter_map(|i| NewJob::builder(TYPE, "x").id(format!("c-{i}")).build().ok())
-                    .collect();
-                loop {
-                    match client.submit_many(&jobs).await {
-                        Ok(rs) if rs.iter().all(|r| r.is_ok()) => break,
-                        _ => tokio::time::sleep(Duration::from_millis(100)).await,
-                    }
-                }
-                submitted.fetch_add(per_batch, Ordering::Relaxed);
-            }
-        })
-    };
     // the rolled producer: a release's `hero submit`, one job at a time (ids o-<n>); a job
     // counts once the command said it was accepted
     let cli_build = Arc::new(Mutex::new(old.clone()));
@@ -196,13 +174,11 @@ pub(super) async fn phase(
     }
     tokio::time::sleep(pause).await;
     stop.store(true, Ordering::Relaxed);
-    producer.await.context("the producer task")?;
+    let jobs = load.finish().await?;
     cli.await.context("the CLI producer")?;
     let seconds = started.elapsed().as_secs_f64();
 
-    let mut ids: Vec<String> = (0..submitted.load(Ordering::Relaxed))
-        .map(|i| format!("c-{i}"))
-        .collect();
+    let mut ids: Vec<String> = (0..jobs).map(|i| format!("c-{i}")).collect();
     ids.extend(
         cli_acked
             .lock()
@@ -280,6 +256,7 @@ pub(super) async fn phase(
         memory_after_bytes: memory_after,
         seconds,
         ended_error: Some(ended_error),
+        ..PhaseFigures::default()
     };
     eprintln!(
         "chaos: upgrade from {} and back: {} jobs, lost {}, recorded twice {}, ended error {ended_error}",

@@ -10,10 +10,21 @@ use super::Global;
 pub(super) async fn queues(g: &Global) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
     let queues = hero_admin::Inspector::from(&client).queues().await?;
+    // Redis's own state first: an evicting policy refuses every submit and may lose jobs
+    let redis = hero_admin::Inspector::from(&client)
+        .redis_state()
+        .await
+        .ok();
     if g.json {
         let all: Vec<_> = queues.iter().map(|q| q.to_json()).collect();
-        println!("{}", serde_json::json!({ "queues": all }));
+        println!(
+            "{}",
+            serde_json::json!({ "queues": all, "redis": redis.as_ref().map(|r| r.to_json()) })
+        );
         return Ok(0);
+    }
+    if let Some(warning) = redis.as_ref().and_then(|r| r.warning()) {
+        eprintln!("{warning}");
     }
     if queues.is_empty() {
         println!(

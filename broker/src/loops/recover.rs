@@ -126,6 +126,13 @@ pub async fn idle_pass(client: &Client, cfg: &BrokerConfig) -> hero_protocol::Re
     Ok(total)
 }
 
+/// How long recovery waits after this process last found Redis out of reach or refusing writes
+/// (`outage::since_last_outage`): every worker's heartbeat and renewals failed through the
+/// outage too, and back off up to 5 s; a live worker must get its next one in before a pass
+/// judges it dead or its deliveries idle, or its jobs would run twice (the chaos soak's
+/// "redis faults" phase: MISCONF for 20 s). A dead worker's jobs wait this much longer.
+pub const AFTER_OUTAGE: Duration = Duration::from_secs(10);
+
 /// Runs the presence pass every `presence_poll` and the idle pass every half lease.
 pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     let mut last_idle = tokio::time::Instant::now();
@@ -143,6 +150,10 @@ pub async fn run(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
             .map_or(cfg.lease, |ms| cfg.lease.min(Duration::from_millis(ms)));
         let idle_every = (shortest / 2).max(Duration::from_millis(100));
         let mut wait = cfg.presence_poll;
+        if hero_protocol::outage::since_last_outage().is_some_and(|d| d < AFTER_OUTAGE) {
+            tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(wait) => {} }
+            continue;
+        }
         match super::timed("recover_presence", presence_pass(&client, &cfg)).await {
             Ok(_) => presence.ok(),
             Err(e) => wait = wait.max(presence.failed(&e)),

@@ -222,6 +222,39 @@ impl Proc {
         self.all.lock().expect("lines").clone()
     }
 
+    /// Waits (bounded) for a line containing `needle` among every line so far (none consumed,
+    /// unlike [`Proc::expect_line`], so the order lines come in does not matter) and returns
+    /// it; fails with everything the process said.
+    pub async fn saw(&self, needle: &str, limit: Duration) -> String {
+        let until = std::time::Instant::now() + limit;
+        loop {
+            if let Some(l) = self.output().into_iter().find(|l| l.contains(needle)) {
+                return l;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "no line containing {needle:?} within {limit:?}; the process said:\n{}",
+                self.output().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// How many lines so far contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> usize {
+        self.output().iter().filter(|l| l.contains(needle)).count()
+    }
+
+    /// How many times a test worker's handler started job `id` (its `started <id> <attempt>`
+    /// lines): the handler runs a fault test counts, not only the results recorded.
+    pub fn starts(&self, id: &str) -> usize {
+        let prefix = format!("started {id} ");
+        self.output()
+            .iter()
+            .filter(|l| l.starts_with(&prefix))
+            .count()
+    }
+
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .arg(format!("-{sig}"))
@@ -290,6 +323,13 @@ pub fn test_worker(url: &str, types: &str, label: &str, extra: &[&str]) -> Proc 
 
 /// A `hero worker` process (the built-in Rhai worker) against `url`, with `extra` flags
 /// (`--concurrency 1`, ...).
+/// `hero broker` (no HTTP) against `url`, its log lines collected with its stdout.
+pub fn hero_broker_logged(url: &str, extra: &[&str]) -> Proc {
+    let mut args = vec!["--redis-url", url, "broker", "--http", "off"];
+    args.extend_from_slice(extra);
+    Proc::spawn_with_stderr(&binary("hero"), &args, &[], None)
+}
+
 pub fn hero_worker(url: &str, extra: &[&str]) -> Proc {
     let mut args = vec!["--redis-url", url, "worker"];
     args.extend_from_slice(extra);

@@ -221,6 +221,18 @@ impl RedisServer {
         }
     }
 
+    /// `CONFIG SET name value`, failing the test when refused.
+    pub async fn config_set(&self, name: &str, value: &str) {
+        let mut raw = self.conn().await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async(&mut raw)
+            .await
+            .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {e}"));
+    }
+
     /// A plain connection for seeding and inspecting raw state.
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.url())

@@ -87,12 +87,20 @@ pub(super) async fn overview(State(app): State<App>) -> Page {
     let queues = inspector.queues().await?;
     let minutes = inspector.history(60).await?;
     let shards = hero_admin::shards::rows(&app.client).await?;
+    // Redis's own trouble first (an evicting policy, a failing disk, full, a data loss); an
+    // operator whose ACL user may not run INFO sees the queues without it
+    let redis_warning = inspector.redis_state().await.ok().and_then(|r| r.warning());
     let total = |f: fn(&QueueStats) -> u64| queues.iter().map(f).sum::<u64>();
     let rate: f64 = queues.iter().map(|q| q.done_per_minute).sum();
     page(
         "Queues",
         "/",
         html! {
+            @if let Some(w) = &redis_warning {
+                section.card #redis-warning {
+                    @for line in w.lines() { p.notice.bad { (line) } }
+                }
+            }
             section.cards {
                 div.stat { span.label { "Waiting" } span.value #total-waiting { (total(|q| q.waiting)) } }
                 div.stat { span.label { "Running" } span.value #total-running { (total(|q| q.running)) } }
