@@ -1,23 +1,22 @@
-// One shard of a worker (a lane): its fetch loops (two under way), the handlers' runs, the
-// completer (fenced, batched), the keeper of presence, leases, reports and policy time limits,
-// the stop-request loop, and the hand-back at shutdown. The Worker owns the lanes and the slots
-// they share.
-//
-// Redis failing is an outage, not a verdict: every loop keeps what it was writing (an outcome, a
-// report, a renewal) through a lost connection or a write Redis refuses for a while (full, a
-// failing disk, too few replicas, turned replica: `transient` in errors.ts) and tries again
-// with back-off (100 ms doubling to 5 s), saying so on the worker's `error` event (the first
-// failure at once, then every 30 s) and once on its `warning` event when it works again. No
-// loop dies silently: an unexpected error is reported and retried the same way, and a loop
-// whose calls Redis keeps refusing (not an outage: the same answer again) halts the worker,
-// which stops taking jobs, says why and removes its presence (`LaneOwner.halt`).
+// One shard of a worker (a lane): a shard is its own streams, possibly on its own Redis node, so
+// each keeps its own connections and loops and one slow or failing shard holds no other back,
+// while the Worker owns the lanes and the slots they share. A lane owns the jobs it fetched from
+// their fetch to their recorded end: its fetch loops (two under way, so the next fetch is in
+// Redis while this process starts the last one's jobs), the handlers' runs, the completer
+// (fenced, batched: an outcome is kept until Redis takes it or its lease may have run out), the
+// stop-request loop, and the hand-back at shutdown. What must reach Redis on a clock while the
+// jobs run (heartbeat, leases, reports, time limits) is its keeper's (keeper.ts); how every loop
+// lives through Redis failing, never dying silently, is outage.ts's. What it needs of its worker
+// is the interface `LaneOwner`, so it imports nothing of worker.ts.
 import { Redis } from "ioredis";
 
-import { DEFAULT_TIMEOUT_S, numberField, recordText } from "./job.js";
+import { numberField, recordText } from "./job.js";
 import { duplicate } from "./connect.js";
 import { HeroError, libraryMissing, transient, WorkerFailed } from "./errors.js";
+import { Keeper, type Lease } from "./keeper.js";
 import { Keys } from "./keys.js";
-import { boundedTrace, Done, nowMs, observeClock, Protocol, RELEASE, retryAtMs, VERSION } from "./protocol.js";
+import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep } from "./outage.js";
+import { boundedTrace, Done, nowMs, Protocol, retryAtMs } from "./protocol.js";
 import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
 
 /** What a lane needs of the worker that owns it (the `Worker`, whose lanes share its slots). */
@@ -46,116 +45,15 @@ export interface LaneOwner {
   halt(e: WorkerFailed): void;
 }
 
-/** Back-off between tries of a failing call: 100 ms doubling to 5 s, reset on success (the Rust
- * `outage::Backoff`). */
-const BACKOFF_FIRST_MS = 100;
-const BACKOFF_MAX_MS = 5000;
-/** How long a failing loop stays quiet between two reports on the `error` event. */
-const REPORT_FAILING_EVERY_MS = 30_000;
-/** A loop cannot go on once Redis refused its call (not an outage: Redis answered, and would
- * answer the same again) this many times in a row, over at least HOPELESS_MS. */
-const HOPELESS_FAILURES = 5;
-const HOPELESS_MS = 5000;
 /** How long `close()` tries to hand jobs back while Redis refuses it (then recovery does). */
 const HAND_BACK_FOR_MS = 10_000;
-
-/** The fleet entry (docs/protocol.md §8): which protocol this process speaks; hero_beat adds
- * its `expires_ms` on Redis's clock. */
-const FLEET_ENTRY = JSON.stringify({ role: "worker", protocol: Number(VERSION), version: `hero-broker (npm) ${RELEASE}`, shards: true });
-
-function message(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
-}
-
-/** The failures of one loop (or one call it keeps trying), as the worker reports them: the
- * first at once, then at most one report every 30 s with how many failed since, and a warning
- * when it works again; the back-off to wait; whether it can go on (the Rust `outage::Outage`). */
-class Outage {
-  private delay = BACKOFF_FIRST_MS;
-  private failures = 0;
-  private since = 0;
-  private reportedAt = 0;
-  private unreported = 0;
-  /** Failures in a row that were no outage, and since when. */
-  private refusals = 0;
-  private refusedSince = 0;
-
-  /** `what` names the loop ("recording outcomes"); `kept` says what waits meanwhile. */
-  constructor(
-    private readonly w: LaneOwner,
-    readonly what: string,
-    private readonly kept: string,
-  ) {}
-
-  /** Counts and reports failure `e`; answers how long to wait before trying again. */
-  failed(e: unknown): number {
-    const now = Date.now();
-    if (this.failures === 0) this.since = now;
-    this.failures += 1;
-    this.unreported += 1;
-    if (transient(e)) {
-      this.refusals = 0;
-    } else {
-      if (this.refusals === 0) this.refusedSince = now;
-      this.refusals += 1;
-    }
-    if (this.reportedAt === 0 || now - this.reportedAt >= REPORT_FAILING_EVERY_MS) {
-      const how =
-        this.failures === 1
-          ? "failed"
-          : `still failing (${this.unreported} failures in the last ${Math.round((now - this.reportedAt) / 1000)} s, ${Math.round((now - this.since) / 1000)} s in all)`;
-      const err = new HeroError(`${this.what} ${how}: ${message(e).replace(/\.$/, "")}; ${this.kept}, retrying with back-off`);
-      err.cause = e;
-      this.w.fail(err);
-      this.reportedAt = now;
-      this.unreported = 0;
-    }
-    const d = this.delay;
-    this.delay = Math.min(this.delay * 2, BACKOFF_MAX_MS);
-    return d;
-  }
-
-  /** A success: the back-off starts again from 100 ms; said once when it had failed. */
-  ok(): void {
-    if (this.failures === 0) return;
-    const secs = ((Date.now() - this.since) / 1000).toFixed(1);
-    const n = this.failures;
-    this.delay = BACKOFF_FIRST_MS;
-    this.failures = this.unreported = this.refusals = 0;
-    this.reportedAt = 0;
-    this.w.warn(`${this.what} works again, after ${n} failure${n === 1 ? "" : "s"} in ${secs} s`);
-  }
-
-  /** True once Redis refused the call HOPELESS_FAILURES times in a row over HOPELESS_MS. */
-  get hopeless(): boolean {
-    return this.refusals >= HOPELESS_FAILURES && Date.now() - this.refusedSince >= HOPELESS_MS;
-  }
-
-  /** Why the worker cannot go on, for its `error` event and `run()`'s rejection. */
-  giveUp(e: unknown, consumer: string): WorkerFailed {
-    const err = new WorkerFailed(
-      `worker ${consumer} stopped taking jobs: ${this.what} failed ${this.refusals} times in a row over ${Math.round((Date.now() - this.refusedSince) / 1000)} s and cannot go on (the last: ${message(e)}). Its running jobs finish and are recorded, the rest are handed back, its presence is removed; fix the cause and start it again`,
-    );
-    err.cause = e;
-    return err;
-  }
-}
-
-/** Reports gather this long: one call per flush for every job at once. */
-const REPORT_EVERY_MS = 500;
 /** How long a fetch held back by a concurrency limit waits before it looks again (ms). */
 const LIMITED_BLOCK_MS = 50;
 
-interface Running {
-  job: WorkerJob;
+/** A job this lane runs, from its fetch to its recorded end (the keeper renews its `Lease`). */
+interface Running extends Lease {
   lane: Lane;
-  streamIndex: number;
-  entry: string;
   began: number;
-  /** This machine's clock when the lease was last taken or renewed (sent): it holds at least
-   * until then plus the lease. */
-  renewedAt: number;
-  settled: boolean;
   /** What the handler returned, or threw: the worker's `completed` and `failed` events carry
    * them as they were (the record holds their text). */
   value?: unknown;
@@ -177,16 +75,8 @@ export class Lane {
   private registered: { signal: string; indexes: number[] } | null = null;
   /** Fetch loops still running (two a lane). */
   private fetchers = 2;
-  /** Each queue policy's time limit (s), read every 2 s: a job naming none takes its queue's. */
-  private timeLimits = new Map<string, number>();
-  /** The lease to renew within (see `readPolicies`). */
-  private leaseMs: number;
-  /** Reports are dropped, not sent, while a live older worker would refuse them. */
-  private holdReports = false;
-  /** A live reader before protocol 29 would refuse a record's `trace`: failures go without. */
-  private holdTraces = false;
-  /** The brokers' lease (`lease_ms` in the config hash: what recovery waits for), 0 unknown. */
-  private brokersLeaseMs = 0;
+  /** The heartbeat, the leases and reports of `running`, the policies' time limits. */
+  private readonly keeper: Keeper<Running>;
   /** Single outcomes Redis refused in a row (not an outage): the completer cannot go on. */
   private refusedOutcomes = 0;
   /** After `close()` (or a halt): when the loops stop waiting for Redis whatever is left. */
@@ -198,7 +88,7 @@ export class Lane {
   ) {
     this.proto = new Protocol(w.connection, keys);
     this.streams = keys.precedence(w.types, w.group, w.instance);
-    this.leaseMs = w.settings.leaseMs;
+    this.keeper = new Keeper(w, keys, this.proto, this.streams, this.running, (run, outcome, out, retryAt) => this.settle(run, outcome, out, retryAt));
   }
 
   private get redis(): Redis {
@@ -215,37 +105,23 @@ export class Lane {
     for (;;) {
       if (this.w.isStopping) return;
       try {
-        await this.heartbeat();
-        await this.readPolicies();
+        await this.keeper.heartbeat();
+        await this.keeper.readPolicies();
         outage.ok();
         break;
       } catch (e) {
         if (!transient(e)) throw e;
-        await this.backOff(outage, e, () => this.w.isStopping);
+        await outage.backOff(e, this.proto, () => this.w.isStopping);
       }
     }
     // two fetches under way, as the Rust worker: the next is in Redis while this process starts
     // the jobs of the last (a fetch loop alone waited on Redis half the time)
-    this.loops = [...Array.from({ length: this.fetchers }, () => this.fetchLoop()), this.completer(), this.keeper(), this.controlLoop()];
+    this.loops = [...Array.from({ length: this.fetchers }, () => this.fetchLoop()), this.completer(), this.keeper.run(() => (this.w.isStopping && this.fetchers === 0 && this.running.size === 0 && this.done.length === 0) || Date.now() > this.closeBy), this.controlLoop()];
   }
 
   /** A lane whose start failed: its connection closed. */
   abandon(): void {
     this.control?.disconnect();
-  }
-
-  /** After failure `e` of `outage`'s call: loads the library again when Redis lost it, halts
-   * the worker when the call cannot go on (answering false), else waits the back-off (ending
-   * early once `done`) and answers true. */
-  private async backOff(outage: Outage, e: unknown, done: () => boolean = () => false): Promise<boolean> {
-    const delay = outage.failed(e);
-    if (outage.hopeless) {
-      this.w.halt(outage.giveUp(e, this.w.consumer));
-      return false;
-    }
-    if (libraryMissing(e)) await this.proto.ensureLibrary().catch(() => undefined);
-    await sleep(delay, done);
-    return true;
   }
 
   /** The worker's event, a listener's exception reported rather than thrown into the loop. */
@@ -259,12 +135,6 @@ export class Lane {
         // an `error` listener that throws: nothing more to tell it
       }
     }
-  }
-
-  /** How long a lease this worker took may hold without a renewal: the longest of its own and
-   * the brokers' (a queue policy may only shorten it). */
-  private leaseHoldMs(): number {
-    return Math.max(this.w.settings.leaseMs, this.brokersLeaseMs);
   }
 
   wake(): void {
@@ -304,7 +174,7 @@ export class Lane {
         } catch (e) {
           this.w.releaseSlots(free);
           full = false;
-          if (!(await this.backOff(fetching, e, stopping))) break;
+          if (!(await fetching.backOff(e, this.proto, stopping))) break;
           continue;
         }
         fetching.ok();
@@ -317,7 +187,7 @@ export class Lane {
             await this.waitForWork(blocking, named, got.cursors, got.limited);
             waiting.ok();
           } catch (e) {
-            if (!(await this.backOff(waiting, e, stopping))) break;
+            if (!(await waiting.backOff(e, this.proto, stopping))) break;
           }
         }
       }
@@ -388,7 +258,7 @@ export class Lane {
           this.w.releaseSlots(1);
           continue;
         }
-        const limitS = numberField(fields, "timeout", null) ?? this.policyTimeout(fields);
+        const limitS = numberField(fields, "timeout", null) ?? this.keeper.policyTimeout(fields);
         const job = new WorkerJob(id, fields, payload);
         // the keeper ends it at its deadline (a timer per job cost more than the job's start)
         job.deadline = now + limitS * 1000;
@@ -401,51 +271,6 @@ export class Lane {
         this.w.fail(e);
       }
     }
-  }
-
-  /** A job naming no time limit gets its queue policy's (group's, then type's), else the
-   * default (300 s). */
-  private policyTimeout(fields: Record<string, string>): number {
-    if (this.timeLimits.size === 0) return DEFAULT_TIMEOUT_S;
-    const type = fields.script_type ?? "";
-    const s = (fields.group ? this.timeLimits.get(`${type}/${fields.group}`) : undefined) ?? this.timeLimits.get(type);
-    return s ?? DEFAULT_TIMEOUT_S;
-  }
-
-  /** The queue policies' time limits and the lease to renew within, read every 2 s in one
-   * round trip: the lease is the shortest of the worker's own, the brokers' (`lease_ms` in the
-   * config hash: what recovery waits for) and any policy's of a queue of its types (a policy
-   * may shorten it: docs/protocol.md §5.4). A policy this version cannot read is skipped: its
-   * jobs get the default time limit. */
-  private async readPolicies(): Promise<void> {
-    const [[policyErr, raw], [configErr, [brokers, lacks] = [null, null]]] = ((await this.redis.pipeline().hgetall(this.keys.policy()).hmget(this.keys.config(), "lease_ms", "fleet_lacks").exec()) ?? [
-      [null, {}],
-      [null, [null, null]],
-    ]) as [[unknown, Record<string, string>], [unknown, (string | null)[]]];
-    // a pipeline answers each command's error in its place: thrown here, so the keeper backs off
-    if (policyErr || configErr) throw policyErr || configErr;
-    // progress and log lines are held back while the brokers say a live worker lacks them
-    // (docs/protocol.md §8: it would end a job carrying them in error)
-    this.holdReports = !!lacks && lacks.includes('"progress"');
-    this.holdTraces = !!lacks && lacks.includes('"trace"');
-    const limits = new Map<string, number>();
-    let lease = this.w.settings.leaseMs;
-    const configured = Number(brokers);
-    if (configured > 0) lease = Math.min(lease, configured);
-    this.brokersLeaseMs = configured > 0 ? configured : 0;
-    for (const [q, json] of Object.entries(raw ?? {})) {
-      try {
-        const p = JSON.parse(json);
-        const ms = Number(p.timeout_ms);
-        if (ms > 0) limits.set(q, Math.max(1, Math.floor(ms / 1000)));
-        const l = Number(p.lease_ms);
-        if (l > 0 && this.w.types.includes(q.split("/")[0])) lease = Math.min(lease, l);
-      } catch {
-        // unreadable: the defaults
-      }
-    }
-    this.timeLimits = limits;
-    this.leaseMs = lease;
   }
 
   private async execute(run: Running): Promise<void> {
@@ -506,7 +331,7 @@ export class Lane {
       retryAt,
       reply: run.job.field("reply"),
       ranMs: Date.now() - run.began,
-      ...(trace && !this.holdTraces ? { trace } : {}),
+      ...(trace && !this.keeper.holdTraces ? { trace } : {}),
     });
     this.wake();
   }
@@ -571,7 +396,7 @@ export class Lane {
             this.drop(batch, `${message(e)}; the worker is closing and their leases have run out`);
             return;
           }
-          await this.backOff(outage, e);
+          await outage.backOff(e, this.proto);
           continue;
         }
         if (batch.length > 1) {
@@ -613,11 +438,11 @@ export class Lane {
    * last: a report Redis does not take is put back, for the next try. Never rejects. */
   private lastReports(batch: Done[]): Promise<unknown> {
     const calls: Promise<void>[] = [];
-    if (this.holdReports) return Promise.resolve();
+    if (this.keeper.holdReports) return Promise.resolve();
     for (const d of batch) {
       const run = this.running.get(d.id);
       const taken = run?.job.take();
-      if (run && taken) calls.push(this.report(run, taken, false));
+      if (run && taken) calls.push(this.keeper.report(run, taken, false));
     }
     return calls.length ? Promise.allSettled(calls) : Promise.resolve();
   }
@@ -627,7 +452,7 @@ export class Lane {
     const now = Date.now();
     return batch.every((d) => {
       const run = this.running.get(d.id);
-      return !run || now - run.renewedAt > this.leaseHoldMs();
+      return !run || now - run.renewedAt > this.keeper.leaseHoldMs();
     });
   }
 
@@ -640,129 +465,6 @@ export class Lane {
     }
   }
 
-  // -- leases, reports, presence --------------------------------------------------------------
-  private async keeper(): Promise<void> {
-    const s = this.w.settings;
-    const guard = new Outage(this.w, "the worker's keeper", "its jobs run on");
-    const beat = new Outage(this.w, "the heartbeat", "the worker keeps its jobs (its presence holds until it expires)");
-    const renewal = new Outage(this.w, "renewing leases", "the jobs run on, their progress and log lines are kept");
-    const policies = new Outage(this.w, "reading queue policies", "the last read still apply");
-    const start = Date.now();
-    let nextBeat = start + s.presenceTtlMs / 3;
-    let nextRenew = start + this.leaseMs / 3;
-    let nextReport = start + REPORT_EVERY_MS;
-    let nextPolicies = start + 2000;
-    while (!(this.w.isStopping && this.fetchers === 0 && this.running.size === 0 && this.done.length === 0)) {
-      if (Date.now() > this.closeBy) break;
-      await sleep(100, () => false);
-      try {
-        const now = Date.now();
-        this.endOverdue(now);
-        if (now >= nextPolicies) nextPolicies = Date.now() + (await this.duty(policies, () => this.readPolicies(), 2000));
-        if (now >= nextBeat) nextBeat = Date.now() + (await this.duty(beat, () => this.heartbeat(), s.presenceTtlMs / 3));
-        const renew = now >= nextRenew;
-        if (renew || now >= nextReport) {
-          const every = renew ? this.leaseMs / 3 : REPORT_EVERY_MS;
-          const wait = await this.duty(renewal, () => this.renewAll(renew), every);
-          if (wait < every) {
-            // failed: again after the back-off (the renewals with it when they were due)
-            if (renew) nextRenew = Date.now() + wait;
-            nextReport = Date.now() + wait;
-          } else {
-            if (renew) nextRenew = now + this.leaseMs / 3;
-            nextReport = now + REPORT_EVERY_MS;
-          }
-        }
-        guard.ok();
-      } catch (e) {
-        await this.backOff(guard, e);
-      }
-    }
-  }
-
-  /** One of the keeper's duties: how long until it runs again (`every` ms after a success, the
-   * back-off, at most `every`, after a failure). */
-  private async duty(outage: Outage, run: () => Promise<void>, every: number): Promise<number> {
-    try {
-      await run();
-      outage.ok();
-      return every;
-    } catch (e) {
-      const delay = outage.failed(e);
-      if (outage.hopeless) this.w.halt(outage.giveUp(e, this.w.consumer));
-      if (libraryMissing(e)) await this.proto.ensureLibrary().catch(() => undefined);
-      return Math.min(delay, every - 1);
-    }
-  }
-
-  /** Renews every lease (with `renew`) and sends the reports the handlers made, in one round
-   * trip for all: sent together, not one each. A run already ended is renewed too while its
-   * outcome waits for Redis (an outage): its lease holds until it is recorded. Throws the first
-   * failure, after every call has settled (a report not sent is put back). */
-  private async renewAll(renew: boolean): Promise<void> {
-    const calls: Promise<void>[] = [];
-    for (const run of this.running.values()) {
-      if (run.settled) {
-        if (renew) calls.push(this.renewEnded(run));
-        continue;
-      }
-      const taken = run.job.take();
-      if (renew || taken) calls.push(this.report(run, taken));
-    }
-    const failed = (await Promise.allSettled(calls)).find((r) => r.status === "rejected") as PromiseRejectedResult | undefined;
-    if (failed) throw failed.reason;
-  }
-
-  /** Ends the runs past their time limit (checked every pass, 100 ms apart). */
-  private endOverdue(now: number): void {
-    for (const run of this.running.values()) {
-      if (!run.settled && run.job.deadline <= now) {
-        run.job.cancel("timeout");
-        this.settle(run, "fail", "timeout", retryAtMs(run.job.attempt));
-      }
-    }
-  }
-
-  /** Renews `run`'s lease, sending `taken` (its handler's report) with it; a report Redis did
-   * not take is put back for the next. With `cancel`, a `stopped` or `lost` answer aborts the
-   * handler. */
-  private async report(run: Running, taken: [[number, string] | null, string[]] | null, cancel = true): Promise<void> {
-    const send = taken && !this.holdReports ? taken : null;
-    const [progress, lines] = send ?? [null, []];
-    const sent = Date.now();
-    let answer: string;
-    try {
-      answer = await this.proto.renew(run.job.id, this.streams[run.streamIndex], run.entry, this.w.consumer, progress, lines);
-    } catch (e) {
-      if (send) run.job.putBack(send);
-      throw e;
-    }
-    if (answer === "ok") run.renewedAt = sent;
-    if (cancel && (answer === "stopped" || answer === "lost")) run.job.cancel(answer);
-  }
-
-  /** Renews the lease of a run whose outcome waits for the completer (the answer changes
-   * nothing: its completion says whether it still held). */
-  private async renewEnded(run: Running): Promise<void> {
-    const sent = Date.now();
-    const answer = await this.proto.renew(run.job.id, this.streams[run.streamIndex], run.entry, this.w.consumer, null, []);
-    if (answer === "ok") run.renewedAt = sent;
-  }
-
-  /** One heartbeat: hero_beat writes presence, liveness and the fleet entry (which protocol
-   * this process speaks, docs/protocol.md §8) on Redis's clock, allowed past maxmemory, so
-   * neither a full Redis nor a skewed clock makes a live worker look dead. Its answer sets this
-   * process's clock offset (said once when the clocks are more than 2 s apart, and once when
-   * they agree again) and says the maxmemory policy. */
-  private async heartbeat(): Promise<void> {
-    const presenceKeys = this.w.types.map((t) => this.keys.presence(t, this.w.group, this.w.instance));
-    const beat = await this.proto.beat(this.w.consumer, this.w.settings.presenceTtlMs, FLEET_ENTRY, presenceKeys, this.w.presence(this.running.size));
-    const said = observeClock(beat.nowMs, beat.sentMs, beat.gotMs);
-    if (said) this.w.warn(said);
-    this.w.notePolicy(beat.policy);
-    if (beat.leaseMs) this.brokersLeaseMs = beat.leaseMs;
-  }
-
   // -- stop requests --------------------------------------------------------------------------
   private async controlLoop(): Promise<void> {
     const lists = this.w.types.map((t) => this.keys.ctlInstance(t, this.w.group, this.w.instance));
@@ -773,7 +475,7 @@ export class Lane {
         got = await this.control.blpop(...lists, 1);
         outage.ok();
       } catch (e) {
-        if (!(await this.backOff(outage, e, () => this.w.isStopping))) return;
+        if (!(await outage.backOff(e, this.proto, () => this.w.isStopping))) return;
         continue;
       }
       if (!got) continue;
@@ -796,7 +498,7 @@ export class Lane {
       this.settle(run, "fail", "shutdown", 0);
     }
     // the loops wait for Redis no longer than every lease this worker holds may last
-    this.closeBy = Date.now() + this.leaseHoldMs() + BACKOFF_MAX_MS;
+    this.closeBy = Date.now() + this.keeper.leaseHoldMs() + BACKOFF_MAX_MS;
     this.wake();
     await Promise.allSettled(this.loops);
     for (const d of this.done.splice(0)) this.drop([d], "the worker closed before Redis took it");
@@ -829,13 +531,5 @@ export class Lane {
     }
     this.control?.disconnect();
     this.tell("closed", handed);
-  }
-}
-
-/** Sleeps `ms`, checking `done` every 100 ms to end early. */
-export async function sleep(ms: number, done: () => boolean): Promise<void> {
-  const until = Date.now() + ms;
-  while (Date.now() < until && !done()) {
-    await new Promise((r) => setTimeout(r, Math.min(100, until - Date.now())));
   }
 }

@@ -16,7 +16,8 @@ import { Keys } from "./keys.js";
 import { clockOffsetMs, evictingPolicy, iso, Protocol, RELEASE, VERSION } from "./protocol.js";
 import { checkUrl, openRedis, redisUrl } from "./connect.js";
 import { ShardMap } from "./shards.js";
-import { Lane, sleep } from "./lane.js";
+import { Lane } from "./lane.js";
+import { sleep } from "./outage.js";
 import type { Handler, WorkerJob } from "./worker-job.js";
 
 export { Abort, Retry, UnrecoverableError, WorkerJob } from "./worker-job.js";
