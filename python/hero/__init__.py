@@ -14,7 +14,9 @@ protocol version and its loading), `job` (the record and answers as dataclasses)
 (the producer), `aio` (the producer on asyncio), `tasks` (`App` and `@app.task`, as Celery's),
 `pool` (handlers in child processes), `queue` (the operator's `Queue`), `fair` (a fair
 queue's keys with work), `options` (durations, back-off, rates), `events` (job events for
-producers, and the waits they wake), `worker` (the worker), `errors`.
+producers, and the waits they wake), `worker` (the worker: fetch, run, completion, shutdown),
+`presence` (its registration, heartbeat, leases and time limits), `context` (`JobContext`, what
+a handler holds), `outage` (how its loops outlive Redis failing), `errors`.
 """
 from . import aio
 from .client import Client, connect

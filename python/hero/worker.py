@@ -1,16 +1,11 @@
-"""The worker: presence heartbeat, precedence fetch (instance -> group -> type, priority 0
-first, decided inside Redis), lease renewal carrying the handlers' progress and log lines
-(coalesced), fenced completion in batches, stop requests, time limits, graceful shutdown on
-SIGTERM, and handlers run concurrently on threads (a coroutine function runs on its thread's
-own event loop).
-
-Redis failing is an outage, not a verdict: a write it refuses for a while (full, read-only, too
-few replicas, loading, ...) or a lost connection keeps what was being written (an outcome, a
-renewal, the heartbeat) and sends it again with back-off, 100 ms doubling to 5 s; an outcome is
-never dropped while its lease may hold. No thread of the worker dies silently: an unexpected
-exception is logged with its traceback (logger `hero`) and the loop goes on with back-off; one
-that cannot go on stops the worker, which hands its jobs back, removes its presence, and
-`run` raises `WorkerFailed`."""
+"""The worker: precedence fetch (instance -> group -> type, priority 0 first, decided inside
+Redis), fenced completion in batches, stop requests, graceful shutdown on SIGTERM, and handlers
+run concurrently on threads (a coroutine function runs on its thread's own event loop) or in
+child processes (`pool`). It owns a job's way from the fetch to its recorded outcome; what keeps
+the worker and its leases alive in Redis (registration, heartbeat, renewals carrying the
+handlers' progress and log lines, time limits) is `presence`'s, what a handler holds is
+`context`'s, and how every loop outlives Redis failing (back-off, the log, the stop when it
+cannot go on) is `outage`'s."""
 from __future__ import annotations
 
 import asyncio
@@ -22,144 +17,31 @@ import logging
 import os
 import queue
 import signal
-import socket
 import threading
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import redis
 
 from .client import _name, connect
-from .errors import InvalidInput, WorkerFailed, error_code, refused_write, transient
+from .context import JobContext, _Running
+from .errors import InvalidInput, WorkerFailed, transient
+from .outage import GIVE_UP_S, _Guards, _Outage
 from .outcomes import Abort, Retry, trace_of
 from .pool import ProcessPool
 from .job import Job
 from .keys import Keys
+from .presence import _Presence
 from .shards import ShardMap
-from .protocol import LIBRARY, RELEASE, VERSION, Protocol, iso, now_ms, offset_ms, retry_at_ms
-
-REPORT_EVERY_S = 0.5  # reports gather this long: one call per flush for every job at once
-LOG_LINES = 100
-BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 5.0  # a failing loop's pause: 100 ms doubling to 5 s
-SAY_EVERY_S = 30.0  # a loop that keeps failing says so at most this often
-GIVE_UP_S = 300.0  # a loop failing unexpectedly (not an outage) this long stops the worker
+from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms, retry_at_ms
+# still importable from here, as before the split (`hero.worker.REPORT_EVERY_S`, ...)
+from .context import LOG_LINES  # noqa: F401,E402
+from .outage import BACKOFF_FIRST_S, BACKOFF_MAX_S, SAY_EVERY_S  # noqa: F401,E402
+from .presence import REPORT_EVERY_S  # noqa: F401,E402
 
 log = logging.getLogger("hero")
-
-
-class _Outage:
-    """The failures of one loop of the worker: the pause before the next try (100 ms doubling
-    to 5 s, reset on success) and what the log says (the first failure at once, then at most
-    one line every 30 s, an INFO line when it works again). A refused write or a lost
-    connection is an outage (WARNING); anything else is unexpected (ERROR, with its traceback),
-    and when it lasts GIVE_UP_S the worker cannot go on (`Worker._fatal`)."""
-
-    def __init__(self, worker: "Worker", what: str):
-        self.w, self.what = worker, what
-        self.delay = BACKOFF_FIRST_S
-        self.failures = 0
-        self.since: float | None = None
-        self.unexpected_since: float | None = None
-        self.said_at: float | None = None
-        self.traced_at: float | None = None
-
-    def ok(self) -> None:
-        if self.failures:
-            log.info("%s works again (%d failures in %.1f s)", self.what, self.failures,
-                     time.monotonic() - (self.since or time.monotonic()))
-        self.delay, self.failures = BACKOFF_FIRST_S, 0
-        self.since = self.unexpected_since = self.said_at = self.traced_at = None
-
-    def failed(self, e: BaseException) -> float:
-        """Notes failure `e` and answers how long to wait before the next try."""
-        now = time.monotonic()
-        self.failures += 1
-        if self.since is None:
-            self.since = now
-        if transient(e):
-            if self.said_at is None or now - self.said_at >= SAY_EVERY_S:
-                log.warning("%s failed (%s: %s); Redis refuses or cannot be reached: kept, retrying with back-off "
-                            "(%d failures in %.1f s)", self.what, type(e).__name__, e, self.failures, now - self.since)
-                self.said_at = now
-        else:
-            if self.unexpected_since is None:
-                self.unexpected_since = now
-            if self.traced_at is None or now - self.traced_at >= SAY_EVERY_S:
-                log.error("%s failed unexpectedly; retrying with back-off (%d failures in %.1f s)\n%s", self.what,
-                          self.failures, now - self.since, "".join(traceback.format_exception(type(e), e, e.__traceback__)))
-                self.traced_at = now
-            if now - self.unexpected_since >= self.w._give_up_s:
-                self.w._fatal(f"{self.what} failed for {now - self.unexpected_since:.0f} s: {type(e).__name__}: {e}")
-        self.w._repair(e)
-        d = self.delay
-        self.delay = min(self.delay * 2, BACKOFF_MAX_S)
-        return d
-
-
-
-
-class JobContext:
-    """Handed to the handler with each job."""
-
-    def __init__(self, job: Job):
-        self.job = job
-        self.attempt = max(1, job.attempts)
-        self._cancel = threading.Event()
-        self.cancel_reason: str | None = None
-        self._lock = threading.Lock()
-        self._progress: tuple[float, str] | None = None
-        self._lines: list[str] = []
-
-    @property
-    def cancelled(self) -> bool:
-        """True once the job must stop: stopped, timed out, lease lost, or shutting down. A
-        handler that runs long should look now and then and return."""
-        return self._cancel.is_set()
-
-    def wait(self, seconds: float) -> bool:
-        """Sleeps up to `seconds`; True when woken because the job was cancelled."""
-        return self._cancel.wait(seconds)
-
-    def progress(self, percent: float, message: str = "") -> None:
-        """Reports how far the job is (0-100 and a short message); cheap in a tight loop: the
-        latest report is sent within half a second, with every other job's."""
-        with self._lock:
-            self._progress = (float(percent), str(message))
-
-    def log(self, line: str) -> None:
-        """Appends a line to the job's log (it keeps its last 100 lines)."""
-        with self._lock:
-            self._lines.append(str(line))
-            if len(self._lines) > LOG_LINES:
-                del self._lines[0]
-
-    def _take(self) -> tuple[tuple[float, str] | None, list[str]] | None:
-        with self._lock:
-            if self._progress is None and not self._lines:
-                return None
-            out = (self._progress, self._lines)
-            self._progress, self._lines = None, []
-            return out
-
-    def _give_back(self, report) -> None:
-        """Puts a report that could not be sent back, before what came since."""
-        if report is None:
-            return
-        progress, lines = report
-        with self._lock:
-            if self._progress is None:
-                self._progress = progress
-            self._lines = (list(lines) + self._lines)[-LOG_LINES:]
-
-    def _cancel_with(self, reason: str) -> None:
-        if self.cancel_reason is None:
-            self.cancel_reason = reason
-        self._cancel.set()
-
-
 
 
 def _ended_as(outcome: str, answer: str) -> str:
@@ -173,19 +55,7 @@ def _ended_as(outcome: str, answer: str) -> str:
     return "finished" if outcome == "done" else "failed"
 
 
-@dataclass
-class _Running:
-    job: Job
-    stream_index: int
-    entry: str
-    ctx: JobContext
-    began: float
-    deadline: float
-    settled: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-class Worker:
+class Worker(_Guards, _Presence):
     """Serves `types` with `handler(job, ctx)`, whose return value (made text) is the job's
     output; an exception fails the attempt (retried with back-off while the job's budget or its
     queue policy's lasts), `Retry` retries after a delay, `Abort` ends it error at once.
@@ -245,41 +115,6 @@ class Worker:
     def stop(self) -> None:
         """Stops taking jobs; `run` then finishes what runs and returns."""
         self._stopping.set()
-
-    def _fatal(self, why: str) -> None:
-        """This worker cannot go on: it stops taking jobs, and `run` finishes what runs, hands
-        the rest back, removes its presence and raises `WorkerFailed(why)`."""
-        if self._failure[0] is None:
-            self._failure[0] = why
-            log.error("the worker %s cannot go on: %s. It stops taking jobs, hands its jobs back, removes its "
-                      "presence and exits", self.consumer, why)
-        self._stopping.set()
-
-    def _repair(self, e: BaseException) -> None:
-        """What a failure asks for before the next try: a missing library is loaded again (a
-        Redis restarted without it, a FUNCTION FLUSH); a READONLY node (a master turned replica)
-        has the idle connections dropped, so the next call connects anew (a Sentinel-managed
-        pool asks the Sentinels where the master is now)."""
-        try:
-            if isinstance(e, redis.ResponseError) and "function not found" in str(e).lower():
-                self.proto.ensure_library()
-            elif error_code(e) == "READONLY":
-                self.r.connection_pool.disconnect(inuse_connections=False)
-        except Exception:  # the next try says what is wrong
-            pass
-
-    def _guarded(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
-        """`body` as a thread's target that never dies silently: should it end by an exception
-        (its loop retries every failure it knows, so this is a bug or the process failing), the
-        worker cannot go on."""
-        def target() -> None:
-            try:
-                body()
-            except BaseException as e:  # noqa: B036 - logged, and the worker stops
-                log.error("the worker's thread %s ended by an exception\n%s", name,
-                          "".join(traceback.format_exception(type(e), e, e.__traceback__)))
-                self._fatal(f"its thread {name} failed: {type(e).__name__}: {e}")
-        return target
 
     def _for_shard(self, keys: Keys) -> "Worker":
         """This worker on another shard of its namespace: its own keys, streams, running jobs
@@ -362,27 +197,6 @@ class Worker:
                     self._pool.close()
         if base and self._failure[0] is not None:
             raise WorkerFailed(f"the worker {self.consumer} stopped: {self._failure[0]}")
-
-    def _register(self) -> bool:
-        """Loads the library when missing and sends the first heartbeat before any job is taken.
-        A write Redis refuses for a while (too few replicas, read-only, loading, ...) is waited
-        out with back-off (a full Redis refuses no heartbeat: it is allowed past maxmemory);
-        anything else (Redis out of reach, a bad URL) raises: the worker does not start (a
-        shard's, started later beside a running worker, waits out any outage). False when
-        stopped before it registered."""
-        outage = _Outage(self, "registering the worker")
-        while True:
-            try:
-                self.proto.ensure_library()
-                self._heartbeat()
-                outage.ok()
-                return True
-            except redis.RedisError as e:
-                shard = self.keys.prefix != self._base_prefix
-                if not (refused_write(e) or (shard and transient(e))):
-                    raise
-                if self._stopping.wait(outage.failed(e)):
-                    return False
 
     def _emit(self, kind: str, job_id: str, detail: str = "") -> None:
         if self.on_event is not None:
@@ -619,134 +433,6 @@ class Worker:
             self.completed += 1
             self._emit(_ended_as(d["outcome"], answer), d["id"], d["text"] if d["outcome"] != "done" else answer)
 
-    # -- leases, reports, presence, time limits ---------------------------------------------
-    def _keeper(self) -> None:
-        """Every 0.1 s: the heartbeat when due, the time limits, and the leases and reports of
-        the jobs held (a settled one's too, until its outcome is recorded), each retried with
-        back-off of its own while Redis fails."""
-        beat, renewals = _Outage(self, "the heartbeat"), _Outage(self, "renewing leases")
-        last_renew = last_report = time.monotonic()
-        next_beat = last_renew + self.presence_ttl_ms / 3000
-        renew_again = 0.0
-        while not self._finished.is_set():
-            self._finished.wait(0.1)
-            now = time.monotonic()
-            if now >= next_beat:
-                try:
-                    self._heartbeat()
-                    beat.ok()
-                    next_beat = now + self.presence_ttl_ms / 3000
-                except Exception as e:
-                    self._emit("error", "", f"keeper: {e}")
-                    next_beat = now + min(beat.failed(e), self.presence_ttl_ms / 3000)
-            with self._lock:
-                running = list(self._running.values())
-            for run in running:
-                if not run.settled and now >= run.deadline:
-                    run.ctx._cancel_with("timeout")
-                    self._settle(run, "fail", "timeout", retry_at_ms(run.ctx.attempt))
-            renew = now - last_renew >= self._renew_within_ms / 3000
-            report = now - last_report >= REPORT_EVERY_S
-            if (renew or report) and now >= renew_again:
-                failed: Exception | None = None
-                for run in running:
-                    taken = run.ctx._take()
-                    if renew or taken is not None:
-                        try:
-                            self._send_report(run, taken)
-                        except Exception as e:
-                            failed = e
-                            if transient(e):
-                                break  # Redis refuses or is away: the others would fail alike
-                if failed is None:
-                    renewals.ok()
-                    if renew:
-                        last_renew = now
-                    last_report = now
-                else:
-                    self._emit("error", "", f"keeper: {failed}")
-                    renew_again = now + renewals.failed(failed)
-
-    def _send_report(self, run: _Running, report) -> None:
-        """Renews the run's lease with its report; a report that could not be sent is kept."""
-        progress, lines = report if report is not None else (None, [])
-        if self._hold_reports:
-            # a live older worker would end a job carrying them in error (docs/protocol.md §8)
-            progress, lines = None, []
-        try:
-            answer = self.proto.renew(run.job.id, self.streams[run.stream_index], run.entry, self.consumer,
-                                      progress, lines)
-        except BaseException:
-            run.ctx._give_back(report)
-            raise
-        if answer in ("stopped", "lost"):
-            run.ctx._cancel_with(answer)
-
-    def _presence_body(self) -> str:
-        with self._lock:
-            running = len(self._running)
-        return json.dumps({
-            "pid": os.getpid(), "hostname": socket.gethostname(), "started_at": self._started_at,
-            "version": f"hero-py {RELEASE}", "protocol": self.proto.version, "capabilities": self.types,
-            "consumer": self.consumer, "concurrency": self.concurrency, "running": running,
-            "last_heartbeat": iso(),
-            # this machine's clock minus Redis's, as last measured (`hero actors` shows it)
-            "skew_ms": -offset_ms(),
-        })
-
-    def _heartbeat(self) -> None:
-        """Presence, liveness and the fleet entry through hero_beat (protocol 31: on Redis's
-        clock, allowed past maxmemory, answering Redis's time and its maxmemory policy), with
-        the queue policies read in the same round trip."""
-        body = self._presence_body()
-        # the fleet entry says which protocol this process speaks (docs/protocol.md §8)
-        entry = {"role": "worker", "protocol": int(self.proto.version), "version": f"hero-py {RELEASE}",
-                 "shards": True}
-        presence = [self.keys.presence(t, self.group, self.instance) for t in self.types]
-        if int(self.proto.version) >= 31:
-            beat, policies = self.proto.beat(self.consumer, self.presence_ttl_ms, entry, presence, body,
-                                             policies=True)
-            brokers, lacks = beat.lease_ms, beat.fleet_lacks
-        else:
-            # a library before 31 has no hero_beat: the writes of its release
-            expires = now_ms() + self.presence_ttl_ms
-            entry["expires_ms"] = expires
-            pipe = self.r.pipeline(transaction=False)
-            for key in presence:
-                pipe.set(key, body, px=self.presence_ttl_ms)
-            pipe.zadd(self.keys.consumers(), {self.consumer: expires})
-            pipe.hset(self.keys.fleet(), self.consumer, json.dumps(entry))
-            # the lease to renew within, read with the heartbeat (docs/protocol.md §5.4)
-            pipe.hmget(self.keys.config(), "lease_ms", "fleet_lacks")
-            pipe.hgetall(self.keys.policy())
-            *_, (brokers, lacks), policies = pipe.execute()
-        self._renew_within_ms = self._lease_of(brokers, policies)
-        self._policies = {(k.decode() if isinstance(k, bytes) else k): v for k, v in (policies or {}).items()}
-        # progress and log lines are held back while the brokers say a live worker lacks them
-        lacks = (lacks if isinstance(lacks, bytes) else lacks.encode()) if lacks else b""
-        self._hold_reports = b'"progress"' in lacks
-        # a failure's trace, likewise, while a live reader before protocol 29 would refuse it
-        self._hold_traces = b'"trace"' in lacks
-
-    def _lease_of(self, brokers, policies) -> int:
-        """The shortest of this worker's lease, the brokers' (`lease_ms` in the config hash: what
-        recovery waits for) and any policy's of a queue of its types."""
-        lease = self.lease_ms
-        try:
-            if brokers is not None and int(brokers) > 0:
-                lease = min(lease, int(brokers))
-        except ValueError:
-            pass
-        for q, raw in (policies or {}).items():
-            q = q.decode() if isinstance(q, bytes) else q
-            try:
-                ms = int(json.loads(raw).get("lease_ms") or 0)
-            except (ValueError, AttributeError, TypeError):
-                continue
-            if ms > 0 and q.split("/")[0] in self.types:
-                lease = min(lease, ms)
-        return lease
-
     # -- stop requests ----------------------------------------------------------------------
     def _control(self) -> None:
         lists = [self.keys.ctl_instance(t, self.group, self.instance) for t in self.types]
@@ -800,14 +486,5 @@ class Worker:
                 # what stays held goes back by recovery once the lease ends
                 log.warning("handing back the jobs of %s held on %s failed (%s: %s): recovery hands them out "
                             "again after their lease", self.consumer, stream, type(e).__name__, e)
-        try:
-            pipe = self.r.pipeline(transaction=False)
-            for t in self.types:
-                pipe.delete(self.keys.presence(t, self.group, self.instance))
-            pipe.zrem(self.keys.consumers(), self.consumer)
-            pipe.hdel(self.keys.fleet(), self.consumer)
-            pipe.execute()
-        except Exception as e:
-            log.warning("removing the presence of %s failed (%s: %s): it expires within %d ms", self.consumer,
-                        type(e).__name__, e, self.presence_ttl_ms)
+        self._remove_presence()
         self._emit("stopped", "", str(handed))
