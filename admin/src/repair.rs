@@ -197,6 +197,7 @@ impl Admin {
                 let _: redis::Value = self.redis().query(&cmd).await?;
                 return Ok(Some(true));
             }
+            // one acknowledgement takes every loss recorded (the findings share the field)
             Class::DataLoss => {
                 let mut cmd = redis::cmd("HDEL");
                 cmd.arg(self.keys().epoch()).arg("lost");

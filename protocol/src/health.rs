@@ -8,8 +8,8 @@
 //! remembers the last it saw. The epoch gone (or another id) is a Redis that came back empty
 //! (a restart without persistence, a FLUSHALL, a fresh replica promoted); a `seq` below the one
 //! remembered is a Redis that went back in time (restarted from an older snapshot, a lagging
-//! replica promoted). Either is written into the hash as `lost` (JSON), which `hero audit`
-//! reports until an operator acknowledges it (`hero audit --fix`).
+//! replica promoted). Each is added to the hash's `lost` (a JSON array), which `hero audit`
+//! reports, one finding a loss, until an operator acknowledges them (`hero audit --fix`).
 
 use crate::conn::Redis;
 use crate::error::Result;
@@ -126,6 +126,18 @@ impl Loss {
 #[derive(Debug, Default)]
 pub struct EpochWatch {
     last: Option<Epoch>,
+    /// The losses this process recorded, written again with each new one.
+    losses: Vec<serde_json::Value>,
+}
+
+/// The epoch's `lost`: a JSON array of `{at, what}` (one object, as a first writer of 31 may
+/// have left it, reads as an array of one).
+pub fn lost_records(raw: Option<&str>) -> Vec<serde_json::Value> {
+    match raw.and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok()) {
+        Some(serde_json::Value::Array(items)) => items,
+        Some(one @ serde_json::Value::Object(_)) => vec![one],
+        _ => Vec::new(),
+    }
 }
 
 impl EpochWatch {
@@ -197,13 +209,22 @@ impl EpochWatch {
         };
         self.last = Some(current);
         if let Some(loss) = &loss {
-            let record = serde_json::json!({
+            // every loss not yet acknowledged, oldest first (an older record may itself have
+            // gone back with the data: what this process saw is written again with it)
+            let mut get = redis::cmd("HGET");
+            get.arg(&key).arg("lost");
+            let mut records = lost_records(redis.query::<Option<String>>(&get).await?.as_deref());
+            records.push(serde_json::json!({
                 "at": crate::clock::iso(now_ms),
                 "what": loss.describe(),
-            })
-            .to_string();
+            }));
+            self.losses.retain(|l| !records.contains(l));
+            records.splice(0..0, self.losses.drain(..));
+            self.losses = records.clone();
             let mut cmd = redis::cmd("HSET");
-            cmd.arg(&key).arg("lost").arg(record);
+            cmd.arg(&key)
+                .arg("lost")
+                .arg(serde_json::Value::Array(records).to_string());
             let _: redis::Value = redis.query(&cmd).await?;
         }
         Ok(loss)

@@ -117,7 +117,9 @@ impl Account {
 /// When a call of this process last found Redis out of reach or refusing writes.
 static LAST_OUTAGE: Mutex<Option<Instant>> = Mutex::new(None);
 
-fn outage_now() {
+/// Notes that a call of this process found Redis out of reach, refusing writes, or its
+/// connection broken (a restart: what Redis holds may be older than what was last seen).
+pub fn note_outage() {
     if let Ok(mut at) = LAST_OUTAGE.lock() {
         *at = Some(Instant::now());
     }
@@ -167,7 +169,7 @@ impl Outage {
     /// wait before the next try.
     pub fn failed(&mut self, error: &Error) -> Duration {
         if error.is_retryable() {
-            outage_now();
+            note_outage();
             if let Ok(mut a) = UNREACHABLE.lock() {
                 a.failed(REDIS, error);
             }
@@ -191,7 +193,7 @@ impl Outage {
 /// counted into the process's account when Redis could not be reached, else warned with `what`.
 pub fn report(what: &str, error: &Error) {
     if error.is_retryable() {
-        outage_now();
+        note_outage();
         if let Ok(mut a) = UNREACHABLE.lock() {
             a.failed(REDIS, error);
         }

@@ -78,13 +78,19 @@ impl Inspector {
                 .flatten()
         };
         let accepted = text();
-        let data_loss = text().map(|raw| {
-            let v: serde_json::Value = serde_json::from_str(&raw).unwrap_or_default();
-            format!(
-                "at {}: {}",
-                v["at"].as_str().unwrap_or("?"),
-                v["what"].as_str().unwrap_or(&raw)
-            )
+        let losses = hero_protocol::health::lost_records(text().as_deref());
+        let data_loss = (!losses.is_empty()).then(|| {
+            losses
+                .iter()
+                .map(|v| {
+                    format!(
+                        "at {}: {}",
+                        v["at"].as_str().unwrap_or("?"),
+                        v["what"].as_str().unwrap_or("Redis lost data")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
         });
         Ok(RedisState {
             info,

@@ -45,23 +45,27 @@ async fn info(client: &Client, section: &str) -> Result<String> {
         .await?)
 }
 
-/// The ids among `c-0 .. c-<upto>` not finished now: what a snapshot taken next may run again.
-async fn unfinished(client: &Client, upto: u64) -> Result<HashSet<String>> {
+/// Of `c-0 .. c-<upto>`, the ids not finished now (what a snapshot taken next may run again)
+/// and, among them, those with no record at all.
+async fn unfinished(client: &Client, upto: u64) -> Result<(HashSet<String>, HashSet<String>)> {
     let ids: Vec<String> = (0..upto).map(|i| format!("c-{i}")).collect();
-    Ok(ids
-        .iter()
-        .zip(read_records(client, &ids).await?)
-        .filter(|(_, (status, _))| status.as_deref() != Some("finished"))
-        .map(|(id, _)| id.clone())
-        .collect())
+    let (mut open, mut missing) = (HashSet::new(), HashSet::new());
+    for (id, (status, _)) in ids.iter().zip(read_records(client, &ids).await?) {
+        if status.is_none() {
+            missing.insert(id.clone());
+        }
+        if status.as_deref() != Some("finished") {
+            open.insert(id.clone());
+        }
+    }
+    Ok((open, missing))
 }
 
-/// The ids a rollback may run again: the unfinished ones now, and every one acknowledged from
-/// here on (the window closes when the rollback is over).
-async fn may_rerun(client: &Client, load: &Load, into: &mut HashSet<String>) -> Result<u64> {
-    let from = load.count();
-    into.extend(unfinished(client, from).await?);
-    Ok(from)
+/// The ids a rollback to the data `at` holds may run again: those unfinished there (read from
+/// `at`, a client of the frozen data or of the server just before it is saved), and every one
+/// acknowledged from `from` until `to`, the rollback over.
+fn rerun_range(into: &mut HashSet<String>, from: u64, to: u64) {
+    into.extend((from..to).map(|i| format!("c-{i}")));
 }
 
 pub(super) async fn phase(
@@ -100,6 +104,7 @@ pub(super) async fn phase(
     // rollbacks: jobs acknowledged within (from, to) ms may be gone with the data
     let mut windows: Vec<(u64, u64)> = Vec::new();
     let mut rerun: HashSet<String> = HashSet::new();
+    let mut gone_on_replica: HashSet<String> = HashSet::new();
     let disk = dir.join("disk");
     for (n, kind) in faults::plan(t, 0, args.short).into_iter().enumerate() {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -143,9 +148,9 @@ pub(super) async fn phase(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 tokio::time::sleep(hold(20, 5)).await;
-                // the disk back: a directory anew, entered again, and a snapshot that works
-                std::fs::create_dir_all(&disk)?;
-                config_set(&client, "dir", &disk.display().to_string()).await?;
+                // the disk back (Redis's own directory again) and a snapshot that works
+                let home = dep.server().context("a single server")?.dir.clone();
+                config_set(&client, "dir", &home.display().to_string()).await?;
                 config_set(&client, "save", "").await?;
                 let _: redis::Value = client.redis().query(&redis::cmd("SAVE")).await?;
             }
@@ -157,11 +162,13 @@ pub(super) async fn phase(
                 }
             }
             Kind::SnapshotRollback => {
-                may_rerun(&client, &load, &mut rerun).await?;
+                // read before the save: a job finished then is finished in the snapshot too
+                let upto = load.count();
+                rerun.extend(unfinished(&client, upto).await?.0);
                 let server = dep.server().context("a single server")?;
                 let mut raw = server.conn().await;
-                let _: () = redis::cmd("SAVE").query_async(&mut raw).await?;
                 let from = now_ms();
+                let _: () = redis::cmd("SAVE").query_async(&mut raw).await?;
                 let old = server.dir.join("dump.old");
                 std::fs::copy(server.dir.join("dump.rdb"), &old)?;
                 tokio::time::sleep(Duration::from_secs(3)).await;
@@ -169,6 +176,7 @@ pub(super) async fn phase(
                 std::fs::copy(&old, server.dir.join("dump.rdb"))?;
                 server.restart();
                 windows.push((from, now_ms()));
+                rerun_range(&mut rerun, upto, load.count());
             }
             Kind::LaggingReplica => {
                 let port = dep.server().context("a single server")?.port;
@@ -191,14 +199,23 @@ pub(super) async fn phase(
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                may_rerun(&client, &load, &mut rerun).await?;
                 // cut behind: it holds the data of this moment, the master goes on 3 s more
+                // `from` before `upto`: a job acknowledged before `from` is below `upto`, and is
+                // judged by what the replica holds; one after is in the window
+                let from = now_ms();
+                let upto = load.count();
                 let _: () = redis::cmd("REPLICAOF")
                     .arg("NO")
                     .arg("ONE")
                     .query_async(&mut r)
                     .await?;
-                let from = now_ms();
+                // what may run again is what the replica holds unfinished: it lags the master
+                // by a moment, so it is read there, frozen
+                let (open, missing) =
+                    unfinished(&Client::connect(&replica.url()).await?, upto).await?;
+                rerun.extend(open);
+                // acknowledged by the master a moment before the cut, not yet replicated
+                gone_on_replica.extend(missing);
                 tokio::time::sleep(Duration::from_secs(3)).await;
                 let _: () = redis::cmd("SAVE").query_async(&mut r).await?;
                 let server = dep.server().context("a single server")?;
@@ -207,6 +224,7 @@ pub(super) async fn phase(
                 drop(replica);
                 server.restart();
                 windows.push((from, now_ms()));
+                rerun_range(&mut rerun, upto, load.count());
             }
             other => bail!("{} is not a fault of the redis-faults phase", other.name()),
         }
@@ -235,6 +253,7 @@ pub(super) async fn phase(
     let in_window = |i: u64| {
         let at = acked_at(i);
         windows.iter().any(|(from, to)| at >= *from && at <= *to)
+            || gone_on_replica.contains(&format!("c-{i}"))
     };
     let ids: Vec<String> = (0..jobs).map(|i| format!("c-{i}")).collect();
     let must_end: Vec<String> = (0..jobs)
@@ -272,7 +291,11 @@ pub(super) async fn phase(
         if alive > 1 && !rerun.contains(id) && !in_window(i) {
             ran_twice_alive += 1;
             if ran_twice_alive <= 5 {
-                eprintln!("chaos: {id} ran {alive} times on live workers");
+                eprintln!(
+                    "chaos: {id} ran {alive} times on live workers ({:?}), acknowledged at {} (rollbacks {windows:?})",
+                    book.runs_of(id),
+                    acked_at(i)
+                );
             }
         }
     }
@@ -339,6 +362,6 @@ pub(super) async fn phase(
         && bad_probes.is_empty()
         && audit_clean
         && ran_twice_alive == 0
-        && rollbacks_named >= 1;
+        && rollbacks_named >= windows.len();
     Ok((p, kinds, clean))
 }

@@ -327,11 +327,15 @@ impl Redis {
                 Ok(true)
             }
             RetryMethod::RefreshSlotsAndRetry | RetryMethod::Reconnect => {
+                // Redis went away or moved: the process's recovery holds off a while (a live
+                // worker's heartbeat may have missed it too; `outage::since_last_outage`)
+                crate::outage::note_outage();
                 reconnect_pause(attempt).await;
                 log_relocation(self.relocate(node, None).await);
                 Ok(true)
             }
             _ if broken(e) => {
+                crate::outage::note_outage();
                 reconnect_pause(attempt).await;
                 log_relocation(self.relocate(node, None).await);
                 Ok(true)

@@ -100,13 +100,12 @@ impl Inspector {
             .next()
             .and_then(|r| r.ok())
             .and_then(|v| redis::from_redis_value(v).ok());
-        if let Some(raw) = lost {
-            let v: serde_json::Value = serde_json::from_str(&raw).unwrap_or_default();
+        for v in hero_protocol::health::lost_records(lost.as_deref()) {
             let mut f = Finding::new(Class::DataLoss, &self.keys.epoch());
             f.detail = format!(
                 "at {}: {}. `hero audit --fix` acknowledges it",
                 v["at"].as_str().unwrap_or("?"),
-                v["what"].as_str().unwrap_or(&raw)
+                v["what"].as_str().unwrap_or("Redis lost data")
             );
             report.findings.push(f);
         }
