@@ -237,10 +237,22 @@ pub(crate) fn take_reply(
         // the reply's stream indexes are into the streams named: back to the worker's
         reply.renumber(&named.streams, s.streams.len())?;
     }
+    let missing = reply
+        .dropped
+        .iter()
+        .filter(|d| d.reason == "missing")
+        .count();
+    if missing > 0 {
+        lost_records(
+            missing,
+            reply
+                .dropped
+                .iter()
+                .find(|d| d.reason == "missing")
+                .map(|d| d.job_id.as_str()),
+        );
+    }
     for d in &reply.dropped {
-        if d.reason == "missing" {
-            tracing::warn!(job = %d.job_id, entry = %d.entry, "dropped a stream entry naming no job hash");
-        }
         s.emit(WorkerEvent::Dropped {
             job_id: d.job_id.clone(),
             reason: d.reason.clone(),
@@ -318,4 +330,28 @@ async fn wait_for_entry(
         }
     }
     true
+}
+
+/// Entries dropped because their job's record was gone: jobs lost (an evicting Redis, a record
+/// deleted by hand). Said as one WARN a minute with the count since, not one line an entry
+/// (an evicted queue drops thousands); the functions count them for `hero audit` (`dropped`).
+fn lost_records(n: usize, example: Option<&str>) {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    static SINCE: AtomicUsize = AtomicUsize::new(0);
+    static SAID_AT: AtomicU64 = AtomicU64::new(0);
+    let total = SINCE.fetch_add(n, Ordering::AcqRel) + n;
+    let now = hero_protocol::clock::local_ms();
+    let last = SAID_AT.load(Ordering::Acquire);
+    if now.saturating_sub(last) >= 60_000
+        && SAID_AT
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    {
+        SINCE.store(0, Ordering::Release);
+        tracing::warn!(
+            entries = total,
+            example = example.unwrap_or(""),
+            "dropped queue entries whose job record is gone (evicted by Redis, or deleted by hand): those jobs are lost; `hero audit` counts them"
+        );
+    }
 }
