@@ -52,6 +52,34 @@ pub(super) struct PhaseFigures {
     pub(super) rollbacks_named: Option<u64>,
 }
 
+impl PhaseFigures {
+    /// A phase's row: `jobs` judged, `bad` of them (and `bad_probes` of the probes) lost,
+    /// recorded twice or unproven; the rest of the row is the caller's.
+    pub(super) fn judged(
+        t: Topology,
+        jobs: u64,
+        faults: u64,
+        bad: &[(u64, Judgement)],
+        bad_probes: &[(usize, Judgement)],
+        handler_runs: u64,
+    ) -> PhaseFigures {
+        let count = |j: Judgement| {
+            (bad.iter().filter(|(_, b)| *b == j).count()
+                + bad_probes.iter().filter(|(_, b)| *b == j).count()) as u64
+        };
+        PhaseFigures {
+            topology: t.name().into(),
+            jobs,
+            faults,
+            lost: count(Judgement::Lost),
+            recorded_twice: count(Judgement::Twice),
+            unproven: count(Judgement::Unproven),
+            handler_runs,
+            ..PhaseFigures::default()
+        }
+    }
+}
+
 #[derive(Debug, Default, serde::Serialize)]
 pub(super) struct Figures {
     pub(super) faults: u64,

@@ -193,17 +193,13 @@ async fn phase(
 ) -> Result<(PhaseFigures, Vec<KindFigures>, bool)> {
     let mut dep = Deployment::start(t).await;
     let replicas = dep.replicas();
-    let mut procs = Procs {
-        url: dep.system_url(),
+    let mut procs = Procs::new(
+        dep.system_url(),
         replicas,
-        dir: dir.to_path_buf(),
-        run_ms: args.run_ms,
-        brokers: Vec::new(),
-        workers: Vec::new(),
-        retired: Vec::new(),
-        started: 0,
-        build: procs::Build::current(),
-    };
+        dir,
+        args.run_ms,
+        procs::Build::current(),
+    );
     let client = connect(&dep.direct_url(), replicas).await?;
     if t.shards() > 1 {
         // before any process starts: each reads the map as it connects
@@ -517,22 +513,19 @@ async fn phase(
         tokio::time::sleep(Duration::from_secs(1)).await;
         memory_after = used_memory(&client).await?;
     }
-    let count = |j: Judgement| bad.iter().filter(|(_, b)| *b == j).count() as u64;
-    let probes = |j: Judgement| bad_probes.iter().filter(|(_, b)| *b == j).count() as u64;
     let p = PhaseFigures {
-        topology: t.name().into(),
-        jobs: jobs + probe_ids.len() as u64,
-        faults: thrown.len() as u64,
-        lost: count(Judgement::Lost) + probes(Judgement::Lost),
-        recorded_twice: count(Judgement::Twice) + probes(Judgement::Twice),
-        unproven: count(Judgement::Unproven) + probes(Judgement::Unproven),
-        handler_runs: book.runs() as u64,
         audit_clean,
         memory_baseline_bytes: baseline,
         memory_after_bytes: memory_after,
         seconds,
-        ended_error: None,
-        ..PhaseFigures::default()
+        ..PhaseFigures::judged(
+            t,
+            jobs + probe_ids.len() as u64,
+            thrown.len() as u64,
+            &bad,
+            &bad_probes,
+            book.runs() as u64,
+        )
     };
     let clean = bad.is_empty()
         && bad_probes.is_empty()

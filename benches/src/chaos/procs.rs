@@ -62,6 +62,27 @@ pub(super) struct Procs {
 pub(super) const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 impl Procs {
+    /// No process yet: the phase starts its brokers and workers.
+    pub(super) fn new(
+        url: String,
+        replicas: u32,
+        dir: &std::path::Path,
+        run_ms: u64,
+        build: Build,
+    ) -> Procs {
+        Procs {
+            url,
+            replicas,
+            dir: dir.to_path_buf(),
+            run_ms,
+            brokers: Vec::new(),
+            workers: Vec::new(),
+            retired: Vec::new(),
+            started: 0,
+            build,
+        }
+    }
+
     pub(super) fn replica_flags(&self) -> Vec<String> {
         if self.replicas == 0 {
             return Vec::new();

@@ -77,17 +77,7 @@ pub(super) async fn phase(
         bail!("libfaketime is missing (scripts/setup installs the faketime package)");
     }
     let mut dep = Deployment::start(t).await;
-    let mut procs = Procs {
-        url: dep.system_url(),
-        replicas: 0,
-        dir: dir.to_path_buf(),
-        run_ms: args.run_ms,
-        brokers: Vec::new(),
-        workers: Vec::new(),
-        retired: Vec::new(),
-        started: 0,
-        build: Build::current(),
-    };
+    let mut procs = Procs::new(dep.system_url(), 0, dir, args.run_ms, Build::current());
     let client = connect(&dep.direct_url(), 0).await?;
     procs.brokers = (0..BROKERS).map(|_| procs.broker(KEEP_SECS)).collect();
     procs.workers = vec![procs.worker(), procs.worker(), procs.skewed_worker("-30s")];
@@ -338,25 +328,23 @@ pub(super) async fn phase(
         b.kill9();
     }
     let memory_after = used_memory(&client).await?;
-    let count = |j: Judgement| bad.iter().filter(|(_, b)| *b == j).count() as u64;
-    let probes = |j: Judgement| bad_probes.iter().filter(|(_, b)| *b == j).count() as u64;
     let p = PhaseFigures {
-        topology: t.name().into(),
-        jobs: jobs + thrown.len() as u64,
-        faults: thrown.len() as u64,
-        lost: count(Judgement::Lost) + probes(Judgement::Lost),
-        recorded_twice: count(Judgement::Twice) + probes(Judgement::Twice),
-        unproven: count(Judgement::Unproven) + probes(Judgement::Unproven),
-        handler_runs: book.runs() as u64,
         audit_clean,
         memory_baseline_bytes: baseline,
         memory_after_bytes: memory_after,
         seconds,
-        ended_error: None,
         lost_to_redis: Some(lost_to_redis),
         rerun_after_rollback: Some(rerun_by_rollback),
         ran_twice_alive: Some(ran_twice_alive),
         rollbacks_named: Some(rollbacks_named as u64),
+        ..PhaseFigures::judged(
+            t,
+            jobs + thrown.len() as u64,
+            thrown.len() as u64,
+            &bad,
+            &bad_probes,
+            book.runs() as u64,
+        )
     };
     let clean = bad.is_empty()
         && bad_probes.is_empty()

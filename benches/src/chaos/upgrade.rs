@@ -41,17 +41,7 @@ pub(super) async fn phase(
 ) -> Result<(PhaseFigures, Vec<KindFigures>, bool)> {
     let t = Topology::Upgrade;
     let dep = Deployment::start(t).await;
-    let mut procs = Procs {
-        url: dep.system_url(),
-        replicas: 0,
-        dir: dir.to_path_buf(),
-        run_ms: args.run_ms,
-        brokers: Vec::new(),
-        workers: Vec::new(),
-        retired: Vec::new(),
-        started: 0,
-        build: old.clone(),
-    };
+    let mut procs = Procs::new(dep.system_url(), 0, dir, args.run_ms, old.clone());
     let client = connect(&dep.direct_url(), 0).await?;
     // which build and language each worker slot runs now
     let langs = [Lang::Rust, Lang::Python, Lang::Node, Lang::Rust];
@@ -242,21 +232,13 @@ pub(super) async fn phase(
         tokio::time::sleep(Duration::from_secs(1)).await;
         memory_after = used_memory(&client).await?;
     }
-    let count = |j: Judgement| bad.iter().filter(|(_, b)| *b == j).count() as u64;
     let p = PhaseFigures {
-        topology: t.name().into(),
-        jobs: ids.len() as u64,
-        faults,
-        lost: count(Judgement::Lost),
-        recorded_twice: count(Judgement::Twice),
-        unproven: count(Judgement::Unproven),
-        handler_runs: book.runs() as u64,
         audit_clean,
         memory_baseline_bytes: baseline,
         memory_after_bytes: memory_after,
         seconds,
         ended_error: Some(ended_error),
-        ..PhaseFigures::default()
+        ..PhaseFigures::judged(t, ids.len() as u64, faults, &bad, &[], book.runs() as u64)
     };
     eprintln!(
         "chaos: upgrade from {} and back: {} jobs, lost {}, recorded twice {}, ended error {ended_error}",
