@@ -55,12 +55,12 @@ pub(super) struct PhaseFigures {
 impl PhaseFigures {
     /// A phase's row: `jobs` judged, `bad` of them (and `bad_probes` of the probes) lost,
     /// recorded twice or unproven; the rest of the row is the caller's.
-    pub(super) fn judged(
+    pub(super) fn judged<I, P>(
         t: Topology,
         jobs: u64,
         faults: u64,
-        bad: &[(u64, Judgement)],
-        bad_probes: &[(usize, Judgement)],
+        bad: &[(I, Judgement)],
+        bad_probes: &[(P, Judgement)],
         handler_runs: u64,
     ) -> PhaseFigures {
         let count = |j: Judgement| {

@@ -238,7 +238,14 @@ pub(super) async fn phase(
         memory_after_bytes: memory_after,
         seconds,
         ended_error: Some(ended_error),
-        ..PhaseFigures::judged(t, ids.len() as u64, faults, &bad, &[], book.runs() as u64)
+        ..PhaseFigures::judged::<_, usize>(
+            t,
+            ids.len() as u64,
+            faults,
+            &bad,
+            &[],
+            book.runs() as u64,
+        )
     };
     eprintln!(
         "chaos: upgrade from {} and back: {} jobs, lost {}, recorded twice {}, ended error {ended_error}",
