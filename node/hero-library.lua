@@ -2015,9 +2015,8 @@ end
 -- zset; whichever side takes it first runs it, and the bridge deletes the entry the other side
 -- never read.
 -- ARGV[1] consumer group
---   then per job, in the order of KEYS: its id, its run-at ms ('0': now; on the producer's clock,
---   moved to Redis's by the record's `created_at` when the two differ by over a second, since
---   protocol 31), n = how many values
+--   then per job, in the order of KEYS: its id, its run-at ms ('0': now; the producer's clock,
+--   rebased by the record's `created_at` since protocol 31), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry);
 --   a record without `created_at` is given the server's time now (since protocol 29)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set; a fair queue's `fair`
@@ -2297,8 +2296,7 @@ local function hero_submit(keys, args)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     elseif run_at and run_at > 0 then
-      -- the run-at the producer computed on its own clock, moved to Redis's (rebased): the
-      -- record's created_at says what that clock read
+      -- the producer's run-at moved to Redis's clock by what its created_at says (rebased)
       local created = nil
       for q = p + 3, p + 1 + count, 2 do
         if args[q] == 'created_at' then created = args[q + 1] break end
