@@ -129,6 +129,12 @@ impl Keyspace {
 
     /// Stream: a work queue (type, group or instance level), at a priority level. The default
     /// level has no `:prio:` suffix.
+    /// What every work stream's key starts with (`<ns>:q:work:`), for a SCAN that finds the
+    /// queues without the registry.
+    pub fn work_prefix(&self) -> String {
+        format!("{}:q:work:", self.prefix)
+    }
+
     pub fn work(&self, target: &Target, priority: Priority) -> String {
         let mut key = format!("{}:q:work:type:{}", self.prefix, target.script_type);
         if let Some(group) = &target.group {

@@ -241,7 +241,7 @@ impl Inspector {
             lease_ms,
             now_ms: now,
         };
-        let streams = self.queue_streams().await?;
+        let streams = self.every_work_stream().await?;
         let mut seen = pending::Seen::default();
         for (n, stream) in streams.iter().enumerate() {
             progress(&format!(
@@ -265,6 +265,29 @@ impl Inspector {
 }
 
 impl Inspector {
+    /// The registered work streams and every other stream under the work prefix a SCAN finds:
+    /// a registry that Redis evicted (or that was edited by hand) must not blind the audit to
+    /// the queues themselves.
+    async fn every_work_stream(&self) -> Result<Vec<String>> {
+        let mut streams = self.queue_streams().await?;
+        let known: HashSet<String> = streams.iter().cloned().collect();
+        let pattern = format!("{}*", self.keys.work_prefix());
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys) = self
+                .scan_page(&cursor, &pattern, PAGE, Some("stream"))
+                .await?;
+            streams.extend(keys.into_iter().filter(|k| !known.contains(k)));
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        streams.sort();
+        streams.dedup();
+        Ok(streams)
+    }
+
     /// The jobs a stream's entries name, read a page at a time; a key that is gone names none,
     /// and one that is not a stream (Redis answers WRONGTYPE) none either.
     pub(super) async fn stream_jobs(&self, stream: &str) -> Result<HashSet<String>> {
