@@ -28,7 +28,7 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_protoco
         )
         .await?;
     // the policy the operator accepts: `hero_submit` takes jobs under it (settings.lua)
-    let mut accept = match &cfg.accept_eviction {
+    let accept = match &cfg.accept_eviction {
         Some(policy) => {
             let mut c = redis::cmd("HSET");
             c.arg(client.keys().config())
@@ -42,7 +42,7 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_protoco
             c
         }
     };
-    let _: redis::Value = client.redis().query(&mut accept).await?;
+    let _: redis::Value = client.redis().query(&accept).await?;
     crate::bridge::publish(client, cfg).await
 }
 

@@ -220,7 +220,7 @@ impl EpochWatch {
             }));
             self.losses.retain(|l| !records.contains(l));
             records.splice(0..0, self.losses.drain(..));
-            self.losses = records.clone();
+            self.losses.clone_from(&records);
             let mut cmd = redis::cmd("HSET");
             cmd.arg(&key)
                 .arg("lost")

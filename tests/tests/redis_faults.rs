@@ -7,6 +7,7 @@
 //!   `hero remove` frees memory;
 //! - refused writes (NOREPLICAS, MISCONF from a failed disk): every outcome kept and recorded
 //!   once Redis takes writes again, each job run once.
+//!
 //! A Redis that lost data is `redis_data_loss.rs`; clocks off Redis's, `clocks.rs`.
 
 use std::time::{Duration, Instant};

@@ -66,7 +66,7 @@ async fn pass(client: &Client, first: bool, p: &mut Pass) -> hero_protocol::Resu
         return Ok(0);
     }
     // the jobs that could be lost with the data: counted every 15 passes (O(queues))
-    if p.passes % 15 == 0 {
+    if p.passes.is_multiple_of(15) {
         if let Ok(qs) = hero_admin::Inspector::from(client).queues().await {
             p.unfinished = qs
                 .iter()

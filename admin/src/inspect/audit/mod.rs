@@ -291,7 +291,7 @@ impl Inspector {
     /// The jobs a stream's entries name, read a page at a time; a key that is gone names none,
     /// and one that is not a stream (Redis answers WRONGTYPE) none either.
     pub(super) async fn stream_jobs(&self, stream: &str) -> Result<HashSet<String>> {
-        Ok(self.stream_entries(stream, None).await?)
+        self.stream_entries(stream, None).await
     }
 
     /// As [`Inspector::stream_jobs`], and each entry of the stream itself (entry id, job id)
