@@ -147,6 +147,7 @@ async fn the_audit_names_every_job_an_evicting_redis_lost() {
         let _: i64 = raw.xlen(&stream).await.unwrap();
         let _: i64 = raw.scard(keys().queues()).await.unwrap();
         let _: i64 = raw.hlen(keys().config()).await.unwrap();
+        let _: i64 = raw.xlen(keys().queue_signal()).await.unwrap();
         let _: redis::RedisResult<()> = raw.set(format!("filler:{i}"), "x".repeat(64)).await;
     }
     // no more evictions from here (each command over the limit evicts), so the counts hold
