@@ -79,4 +79,6 @@ async fn the_overview_says_when_redis_refuses_submits_or_lost_data() {
         },
     )
     .await;
+    // the session ended, so chromedriver takes its Chromium with it
+    b.close().await.unwrap();
 }
