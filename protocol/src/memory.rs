@@ -13,9 +13,11 @@ pub fn evicting(policy: &str) -> bool {
     !policy.is_empty() && policy != "noeviction"
 }
 
-/// The policy as this process last read it ('' before the first read).
-pub fn last_policy() -> String {
-    LAST.lock().map(|p| p.clone()).unwrap_or_default()
+/// True when `hero_submit` refuses jobs under `policy`: it may evict, and the operator did not
+/// accept it by name (`accepted`, the config hash's `accept_eviction`; `lib/settings.lua`'s
+/// `refuse_evicting` is the same rule inside Redis).
+pub fn refused(policy: &str, accepted: Option<&str>) -> bool {
+    evicting(policy) && accepted != Some(policy)
 }
 
 /// Notes the policy a read found: an ERROR when it turned evicting, an INFO when it is

@@ -19,8 +19,7 @@ pub struct RedisState {
 impl RedisState {
     /// Submits are refused: the policy may evict, and no operator accepted it.
     pub fn refusing(&self) -> bool {
-        hero_protocol::memory::evicting(&self.info.policy)
-            && self.accepted.as_deref() != Some(self.info.policy.as_str())
+        hero_protocol::memory::refused(&self.info.policy, self.accepted.as_deref())
     }
 
     /// What an operator must know first, one line each ('' lines none): None when all is well.

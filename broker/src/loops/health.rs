@@ -30,8 +30,7 @@ static ACCEPTED: Mutex<Option<String>> = Mutex::new(None);
 pub fn refusing() -> Option<String> {
     let info = last()?;
     let accepted = ACCEPTED.lock().ok().and_then(|a| a.clone());
-    (memory::evicting(&info.policy) && accepted.as_deref() != Some(info.policy.as_str()))
-        .then(|| format!("Redis's maxmemory-policy is {}: hero refuses submits (it may evict job records); set it to noeviction", info.policy))
+    memory::refused(&info.policy, accepted.as_deref()).then(|| format!("Redis's maxmemory-policy is {}: hero refuses submits (it may evict job records); set it to noeviction", info.policy))
 }
 
 struct Pass {

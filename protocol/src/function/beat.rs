@@ -68,9 +68,4 @@ impl Beat {
             memory_policy: opt(3)?.unwrap_or_default(),
         })
     }
-
-    /// True when the policy may evict keys: a job's record can vanish without a trace.
-    pub fn evicting(&self) -> bool {
-        crate::memory::evicting(&self.memory_policy)
-    }
 }
