@@ -2,7 +2,8 @@
 //! with real redis-servers and real worker and broker processes, each test counting handler
 //! runs (the test worker's `started <id> <attempt>` lines), not only recorded results:
 //! - an evicting maxmemory policy: every submit refused, naming it, until an operator accepts
-//!   it; the broker says so once; the audit names every job whose record Redis evicted;
+//!   it; the broker says so once; the audit names every job whose record Redis evicted; a queue
+//!   registry it evicted is made again by the next fetch (paused queues stay paused);
 //! - a full Redis (noeviction): no live worker declared dead, a worker starts and registers,
 //!   `hero remove` frees memory;
 //! - refused writes (NOREPLICAS, MISCONF from a failed disk): every outcome kept and recorded
@@ -231,6 +232,45 @@ async fn the_audit_names_every_job_an_evicting_redis_lost() {
     let (code, out, err) = hero_cli(&server.url(), &["audit", "--fix"]);
     assert_eq!(code, 0, "{out}{err}");
     audit_consistent(&server.url(), Duration::from_secs(30)).await;
+    w.kill9();
+}
+
+/// An evicting Redis may take the queue registry itself (it did, on Valkey 8.1, in about one run
+/// of two of the test above): no worker would ever see the queues again. The next fetch of a
+/// worker none of whose streams is registered registers again the ones that exist, except a
+/// paused one, which stays paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_registry_redis_evicted_is_made_again_and_pauses_hold() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.conn().await;
+    client.submit(&job("held", "regheld", "x")).await.unwrap();
+    let (code, out, err) = hero_cli(&server.url(), &["pause", "regheld"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let ids: Vec<String> = (0..20).map(|i| format!("reg{i}")).collect();
+    for id in &ids {
+        client.submit(&job(id, "reg", "x")).await.unwrap();
+    }
+    // what an eviction does: the registry and its signal stream gone, the queues not
+    let _: () = raw.del(keys().queues()).await.unwrap();
+    let _: () = raw.del(keys().queue_signal()).await.unwrap();
+    let mut w = test_worker(&server.url(), "reg,regheld", "w", &[]);
+    w.saw("ready", Duration::from_secs(20)).await;
+    all_finished(&server, &ids, Duration::from_secs(30)).await;
+    let registered: Vec<String> = raw.smembers(keys().queues()).await.unwrap();
+    assert!(
+        registered.iter().any(|s| s.ends_with(":type:reg")),
+        "registered again: {registered:?}"
+    );
+    assert!(
+        !registered.iter().any(|s| s.contains(":type:regheld")),
+        "a paused queue stays out of the registry: {registered:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await; // a paused queue's job must not start
+    assert_eq!(w.starts("held"), 0, "a paused queue's job did not run");
+    let (code, out, err) = hero_cli(&server.url(), &["resume", "regheld"]);
+    assert_eq!(code, 0, "{out}{err}");
+    all_finished(&server, &["held".to_string()], Duration::from_secs(30)).await;
     w.kill9();
 }
 
