@@ -7,7 +7,7 @@ use hero_protocol::fleet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::loops::{promote, recover, retention, sample, timeouts};
+use crate::loops::sample;
 
 /// Writes retention, reply TTL, the lease and the event log's cap into the namespace's config
 /// hash (`lease_ms` is what a worker in another language renews within: docs/protocol.md).
@@ -24,7 +24,11 @@ pub async fn publish_config(client: &Client, cfg: &BrokerConfig) -> hero_protoco
                 .arg("lease_ms")
                 .arg(cfg.lease.as_millis() as u64)
                 .arg("events_max")
-                .arg(cfg.events_max),
+                .arg(cfg.events_max)
+                .arg("max_attempts")
+                .arg(cfg.max_attempts)
+                .arg("dead_retention_ms")
+                .arg(cfg.dead_retention.as_millis() as u64),
         )
         .await?;
     // the policy the operator accepts: `hero_submit` takes jobs under it (settings.lua)
@@ -108,9 +112,7 @@ async fn run_shard(client: Client, cfg: BrokerConfig, first: bool, stop: Cancell
         }
     }
     let tasks = [
-        tokio::spawn(recover::run(client.clone(), cfg.clone(), stop.clone())),
-        tokio::spawn(promote::run(client.clone(), cfg.clone(), stop.clone())),
-        tokio::spawn(retention::run(client.clone(), cfg.clone(), stop.clone())),
+        tokio::spawn(duties(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(sample::run(client.clone(), stop.clone())),
         tokio::spawn(crate::loops::health::run(
@@ -120,7 +122,6 @@ async fn run_shard(client: Client, cfg: BrokerConfig, first: bool, stop: Cancell
             stop.clone(),
         )),
         tokio::spawn(crate::loops::batch_ends::run(client.clone(), stop.clone())),
-        tokio::spawn(timeouts::run(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(crate::loops::cron::run(
             client.clone(),
             cfg.clone(),
@@ -130,6 +131,46 @@ async fn run_shard(client: Client, cfg: BrokerConfig, first: bool, stop: Cancell
     for t in tasks {
         let _ = t.await;
     }
+}
+
+/// The queue's upkeep (promotion, recovery, time limits, retention) through `hero_duties`, as
+/// every worker does it too: whichever process holds the duty lease does it, the broker being
+/// one contender among them. Its moves feed the broker's counters.
+async fn duties(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
+    let pace = hero_protocol::duties::Pace {
+        holder: cfg.promote_poll.min(cfg.presence_poll),
+        ..Default::default()
+    };
+    hero_protocol::duties::run(
+        client.redis().clone(),
+        client.keys().clone(),
+        fleet::broker_name(),
+        pace,
+        stop,
+        |d| {
+            metrics::counter!("hero_broker_promoted_total").increment(d.promoted);
+            metrics::counter!("hero_broker_requeued_total", "path" => "duties")
+                .increment(d.recovered);
+            metrics::counter!("hero_broker_dead_lettered_total", "path" => "duties")
+                .increment(d.dead);
+            metrics::counter!("hero_broker_timeouts_total").increment(d.timed_out);
+            metrics::counter!("hero_broker_expired_total").increment(d.expired);
+            if d.recovered + d.dead > 0 {
+                tracing::info!(
+                    requeued = d.recovered,
+                    dead = d.dead,
+                    "recovered the jobs of dead workers or idle deliveries"
+                );
+            }
+            if d.timed_out > 0 {
+                tracing::warn!(
+                    jobs = d.timed_out,
+                    "ended jobs running past their time limit"
+                );
+            }
+        },
+    )
+    .await;
 }
 
 /// What the live fleet lacks, as `fleet_lacks` in the config hash (removed when nothing is),

@@ -33,6 +33,7 @@ pub mod batch;
 pub mod clock;
 pub mod conn;
 pub mod cron;
+pub mod duties;
 pub mod error;
 pub mod event;
 pub mod event_log;

@@ -35,6 +35,7 @@ pub struct WorkerBuilder {
     lease: Duration,
     presence_ttl: Duration,
     shutdown_deadline: Duration,
+    duties: bool,
     handler: Option<Arc<dyn Handler>>,
     on_event: Option<EventHook>,
 }
@@ -108,6 +109,14 @@ impl WorkerBuilder {
         self.shutdown_deadline = d;
         self
     }
+    /// Whether this worker takes its turn at the queue's upkeep (default on): promoting due
+    /// delayed jobs and retries, recovering dead workers' jobs, time limits, retention, through
+    /// `hero_duties`, which one process at a time does whatever the number of workers
+    /// (`hero_protocol::duties`). Off, some other process must: another worker or a broker.
+    pub fn duties(mut self, on: bool) -> Self {
+        self.duties = on;
+        self
+    }
     pub fn handler(mut self, handler: impl Handler) -> Self {
         self.handler = Some(Arc::new(handler));
         self
@@ -173,6 +182,7 @@ impl WorkerBuilder {
             lease: self.lease,
             presence_ttl: self.presence_ttl,
             shutdown_deadline: self.shutdown_deadline,
+            duties: self.duties,
             handler,
             on_event: self.on_event,
         };
@@ -198,6 +208,7 @@ struct Template {
     lease: Duration,
     presence_ttl: Duration,
     shutdown_deadline: Duration,
+    duties: bool,
     handler: Arc<dyn Handler>,
     on_event: Option<EventHook>,
 }
@@ -278,6 +289,7 @@ impl Worker {
             lease: Duration::from_secs(30),
             presence_ttl: Duration::from_secs(15),
             shutdown_deadline: Duration::from_secs(30),
+            duties: true,
             handler: None,
             on_event: None,
         }
@@ -365,7 +377,14 @@ impl Pool {
     async fn start(&self, shard: &Client, rank: usize) -> Result<()> {
         let s = self.template.shared(shard);
         let seat = self.turns.seat(rank);
-        let r = Running::start(s, self.permits.clone(), self.turns.clone(), seat).await?;
+        let r = Running::start(
+            s,
+            self.permits.clone(),
+            self.turns.clone(),
+            seat,
+            self.template.duties,
+        )
+        .await?;
         self.running.lock().await.push(r);
         Ok(())
     }
@@ -427,6 +446,7 @@ impl Running {
         permits: Arc<Semaphore>,
         turns: Arc<Turns>,
         seat: crate::turns::Seat,
+        duties: bool,
     ) -> Result<Running> {
         let stop_fetch = CancellationToken::new();
         let stop_background = CancellationToken::new();
@@ -434,7 +454,7 @@ impl Running {
         crate::refresh::refresh_once(&s).await;
         let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
         let completer = tokio::spawn(complete::run(s.clone(), done_rx, done_tx.downgrade()));
-        let background = vec![
+        let mut background = vec![
             tokio::spawn(presence::heartbeat(s.clone(), stop_background.clone())),
             tokio::spawn(lease::renew(s.clone(), stop_background.clone())),
             tokio::spawn(crate::lease::flush_reports(
@@ -444,6 +464,16 @@ impl Running {
             tokio::spawn(control::control(s.clone(), stop_background.clone())),
             tokio::spawn(crate::refresh::refresh(s.clone(), stop_background.clone())),
         ];
+        if duties {
+            background.push(tokio::spawn(hero_protocol::duties::run(
+                s.redis.clone(),
+                s.keys.clone(),
+                s.consumer_name.clone(),
+                hero_protocol::duties::Pace::default(),
+                stop_background.clone(),
+                |d| tracing::debug!(?d, "did the queue's upkeep"),
+            )));
+        }
         s.emit(WorkerEvent::Ready {
             consumer: s.consumer_name.clone(),
         });

@@ -68,6 +68,7 @@ pub(super) fn show(g: &Global) -> Result<i32> {
             "presence_ms": w.presence_ms,
             "shutdown_ms": w.shutdown_ms,
             "group_commit": w.group_commit,
+            "duties": !w.no_duties,
         });
     }
     if g.json {

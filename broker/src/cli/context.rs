@@ -71,6 +71,7 @@ pub(super) fn rhai_worker(client: Client, more: Vec<Client>, args: &WorkerArgs) 
         .lease(Duration::from_millis(args.lease_ms))
         .presence_ttl(Duration::from_millis(args.presence_ms))
         .shutdown_deadline(Duration::from_millis(args.shutdown_ms))
+        .duties(!args.no_duties)
         .handler(crate::rhai_worker::handle);
     if let Some(i) = &args.instance {
         b = b.instance(i);

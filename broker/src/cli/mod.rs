@@ -379,6 +379,11 @@ pub struct WorkerArgs {
     /// CONFIG GET with `appendfsync always`, which a least-privilege ACL user cannot ask).
     #[arg(long, env = "HERO_GROUP_COMMIT")]
     pub group_commit: Option<bool>,
+    /// Leave the queue's upkeep (promoting delayed jobs and retries, recovering dead workers'
+    /// jobs, time limits, retention) to other processes: by default every worker takes its
+    /// turn, one at a time, so no `hero broker` is needed.
+    #[arg(long, env = "HERO_NO_DUTIES")]
+    pub no_duties: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -34,6 +34,8 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
             shutdown_ms: 10_000,
             also_namespaces: Vec::new(),
             group_commit: None,
+            // the broker beside them does the upkeep
+            no_duties: true,
         };
         let worker = rhai_worker(client.clone(), Vec::new(), &wargs)?;
         let stop = stop.clone();

@@ -301,6 +301,17 @@ fn every_builder_follows_its_lua_header() {
                 Some((&["p1".to_string()], "{}")),
             ),
         ),
+        (
+            Function::Duties,
+            duties(
+                &keys,
+                "w1",
+                std::time::Duration::from_secs(3),
+                100,
+                true,
+                "0",
+            ),
+        ),
     ];
     let mut wrong = Vec::new();
     for f in Function::ALL {

@@ -19,6 +19,7 @@ mod complete;
 mod counts;
 mod cron;
 mod dead;
+mod duties;
 mod expire;
 mod fetch;
 mod fix;
@@ -45,6 +46,7 @@ pub use complete::{bounded_trace, CompleteBatch, Completion, Ended, Ending, Leas
 pub use counts::{counts, StreamCounts};
 pub use cron::cron;
 pub use dead::{dead, DeadAction};
+pub use duties::{duties, Duties};
 pub use expire::{expire, Expired};
 pub use fetch::{
     fetch, fetch_limited, fetch_with, read_fetched, Delivery, Dropped, FetchReply, Fetched,
@@ -144,10 +146,11 @@ pub enum Function {
     Remove,
     Policy,
     Beat,
+    Duties,
 }
 
 impl Function {
-    pub const ALL: [Function; 23] = [
+    pub const ALL: [Function; 24] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -171,6 +174,7 @@ impl Function {
         Function::Remove,
         Function::Policy,
         Function::Beat,
+        Function::Duties,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
@@ -198,6 +202,7 @@ impl Function {
                 | Function::Dead
                 | Function::Remove
                 | Function::Beat
+                | Function::Duties
         )
     }
 
@@ -227,6 +232,7 @@ impl Function {
             Function::Remove => "remove",
             Function::Policy => "policy",
             Function::Beat => "beat",
+            Function::Duties => "duties",
         }
     }
 
@@ -256,6 +262,7 @@ impl Function {
             Function::Remove => versioned!("remove"),
             Function::Policy => versioned!("policy"),
             Function::Beat => versioned!("beat"),
+            Function::Duties => versioned!("duties"),
         }
     }
 
@@ -284,6 +291,7 @@ impl Function {
             Function::Remove => include_str!("remove.lua"),
             Function::Policy => include_str!("policy.lua"),
             Function::Beat => include_str!("beat.lua"),
+            Function::Duties => include_str!("duties.lua"),
         }
     }
 

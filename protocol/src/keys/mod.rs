@@ -427,6 +427,12 @@ impl Keyspace {
         format!("{}:meta:memory", self.prefix)
     }
 
+    /// Hash with a TTL: the duty lease (`hero_duties`): `holder`, the process doing the queue's
+    /// upkeep, and when its paced duties are next due; it expires with the lease.
+    pub fn duties(&self) -> String {
+        format!("{}:meta:duties", self.prefix)
+    }
+
     /// The consumer name the broker uses while it reclaims idle entries.
     pub fn reclaimer(&self) -> String {
         "hero-broker-reclaim".to_string()

@@ -4,7 +4,8 @@
 //! `stopped <n>`), so a test can follow it and kill it with SIGKILL or SIGSTOP.
 //!
 //! Flags: --url U --namespace NS --types a,b --group G --instance I --concurrency N --lease-ms N
-//! --presence-ms N --shutdown-ms N --sleep-ms N --label L. A script `sleep <ms>` overrides
+//! --presence-ms N --shutdown-ms N --sleep-ms N --label L --duties off (a broker or another
+//! worker does the queue's upkeep). A script `sleep <ms>` overrides
 //! --sleep-ms for that job; `fail <msg>` fails it.
 
 use std::time::Duration;
@@ -34,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
         .lease(ms("lease-ms", 30_000))
         .presence_ttl(ms("presence-ms", 15_000))
         .shutdown_deadline(ms("shutdown-ms", 30_000))
+        .duties(get("duties", "on") != "off")
         .handler(move |job: hero_protocol::Job, _ctx| {
             let label = handler_label.clone();
             async move {
