@@ -1,0 +1,224 @@
+//! The queue's upkeep with no `hero broker` (issue 59): workers alone, each taking its turn
+//! through `hero_duties`, promote delayed jobs and retries, recover a killed worker's job, end
+//! jobs past their time limit and delete ended jobs past their retention, in the db their URL
+//! names; many workers do each duty once (one holder of the duty lease), and a holder killed
+//! -9 is replaced within seconds. Python's and Node's workers drive the same function (their
+//! `test_duties` suites).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use hero_client::Client;
+use hero_protocol::policy::{Backoff, BackoffKind};
+use hero_protocol::{JobId, NewJob, Status};
+use hero_testkit::{keys, test_worker, wait_for, Proc, RedisServer};
+use redis::AsyncCommands;
+
+async fn ended(client: &Client, id: &str, limit: Duration) -> hero_protocol::Job {
+    let id = JobId::new(id).unwrap();
+    wait_for(&format!("{id} ended"), limit, || {
+        let (c, id) = (client.clone(), id.clone());
+        async move {
+            let j = c.get(&id).await.ok()?;
+            matches!(j.status, Status::Finished | Status::Error).then_some(j)
+        }
+    })
+    .await
+}
+
+/// Which of `workers` has the consumer name `consumer` (their `ready` lines).
+fn holder_of(workers: &[Proc], consumer: &str) -> usize {
+    workers
+        .iter()
+        .position(|w| w.output().iter().any(|l| l == &format!("ready {consumer}")))
+        .unwrap_or_else(|| panic!("no worker is {consumer}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
+    let server = RedisServer::start();
+    let url = format!("{}/3", server.url());
+    let client = Client::connect(&url).await.unwrap();
+    // retention short, so it is seen working (the config hash is where every language reads it)
+    let mut raw = server.conn().await;
+    let _: () = redis::cmd("SELECT")
+        .arg(3)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = raw
+        .hset(keys().config(), "retention_ms", 1500)
+        .await
+        .unwrap();
+    let flags = ["--presence-ms", "1500", "--concurrency", "4"];
+    let mut a = test_worker(&url, "alone", "a", &flags);
+    a.saw("ready", Duration::from_secs(20)).await;
+
+    // a delayed job runs once its time has come
+    let t0 = Instant::now();
+    let delayed = NewJob::builder("alone", "x")
+        .id("delayed")
+        .delay(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    client.submit(&delayed).await.unwrap();
+    // a failing job with a budget is retried on its back-off, then ends error
+    let retried = NewJob::builder("alone", "fail again")
+        .id("retried")
+        .retries(2)
+        .backoff(Backoff {
+            kind: BackoffKind::Fixed,
+            base_ms: 300,
+            cap_ms: 300,
+            jitter: 0.0,
+        })
+        .build()
+        .unwrap();
+    client.submit(&retried).await.unwrap();
+    let j = ended(&client, "delayed", Duration::from_secs(20)).await;
+    assert_eq!(j.status, Status::Finished);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1400),
+        "not before its time"
+    );
+    let j = ended(&client, "retried", Duration::from_secs(20)).await;
+    assert_eq!((j.status, j.attempts), (Status::Error, 3), "{j:?}");
+    assert_eq!(a.starts("retried"), 3);
+
+    // a job past its time limit ends
+    let limited = NewJob::builder("alone", "sleep 20000")
+        .id("limited")
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    client.submit(&limited).await.unwrap();
+    let j = ended(&client, "limited", Duration::from_secs(20)).await;
+    assert_eq!(j.status, Status::Error, "{j:?}");
+
+    // a worker killed -9 mid-job: its job runs again on the other worker
+    let mut b = test_worker(&url, "alone", "b", &flags);
+    b.saw("ready", Duration::from_secs(20)).await;
+    let long = NewJob::builder("alone", "sleep 1500")
+        .id("orphan")
+        .build()
+        .unwrap();
+    client.submit(&long).await.unwrap();
+    let (runner, other) = wait_for("the long job started", Duration::from_secs(20), || {
+        let (sa, sb) = (a.starts("orphan"), b.starts("orphan"));
+        async move {
+            match (sa, sb) {
+                (1, 0) => Some((0, 1)),
+                (0, 1) => Some((1, 0)),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    let mut ws = [a, b];
+    ws[runner].kill9();
+    let j = ended(&client, "orphan", Duration::from_secs(30)).await;
+    assert_eq!(j.status, Status::Finished, "{j:?}");
+    assert_eq!(
+        ws[other].starts("orphan"),
+        1,
+        "run again on the live worker"
+    );
+
+    // retention: the ended jobs go once it passed
+    wait_for("the ended jobs deleted", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move {
+            let gone = c.get(&JobId::new("delayed").unwrap()).await.is_err();
+            gone.then_some(())
+        }
+    })
+    .await;
+    // all of it in db 3, nothing in db 0
+    let in_db0: Vec<String> = server.conn().await.keys("hero:*").await.unwrap();
+    assert!(in_db0.is_empty(), "db 0 untouched: {in_db0:?}");
+    ws[other].kill9();
+}
+
+/// Twenty workers started together: each delayed job is promoted once (one `dispatched` event,
+/// one run); the holder of the duties killed -9 is replaced within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_workers_promote_each_job_once_and_a_killed_holder_is_replaced() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut workers: Vec<Proc> = (0..20)
+        .map(|i| test_worker(&server.url(), "many", &format!("w{i}"), &[]))
+        .collect();
+    for w in &workers {
+        w.saw("ready", Duration::from_secs(30)).await;
+    }
+    let ids: Vec<String> = (0..200).map(|i| format!("d{i}")).collect();
+    let jobs: Vec<NewJob> = ids
+        .iter()
+        .map(|id| {
+            NewJob::builder("many", "x")
+                .id(id.as_str())
+                .delay(Duration::from_millis(1000))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    for r in client.submit_many(&jobs).await.unwrap() {
+        r.unwrap();
+    }
+    for id in &ids {
+        ended(&client, id, Duration::from_secs(30)).await;
+    }
+    let runs: HashMap<&String, usize> = ids
+        .iter()
+        .map(|id| (id, workers.iter().map(|w| w.starts(id)).sum()))
+        .collect();
+    assert!(runs.values().all(|&n| n == 1), "each ran once: {runs:?}");
+    let stats: HashMap<String, String> = server.conn().await.hgetall(keys().stats()).await.unwrap();
+    let sum = |suffix: &str| -> i64 {
+        stats
+            .iter()
+            .filter(|(k, _)| k.ends_with(suffix))
+            .filter_map(|(_, v)| v.parse::<i64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        (sum("|finished"), sum("|delayed")),
+        (200, 0),
+        "each promoted once: {stats:?}"
+    );
+
+    // the holder killed -9: another worker holds the duties within 5 s
+    let mut raw = server.conn().await;
+    let holder: String = raw.hget(keys().duties(), "holder").await.unwrap();
+    let gone = holder_of(&workers, &holder);
+    workers[gone].kill9();
+    let killed = Instant::now();
+    let next: String = wait_for("another holder", Duration::from_secs(10), || {
+        let mut raw = raw.clone();
+        let holder = holder.clone();
+        async move {
+            let h: Option<String> = raw.hget(keys().duties(), "holder").await.ok()?;
+            h.filter(|h| *h != holder)
+        }
+    })
+    .await;
+    assert!(
+        killed.elapsed() <= Duration::from_secs(5),
+        "replaced in {:?}",
+        killed.elapsed()
+    );
+    // and it does the duties: a delayed job submitted now runs
+    let late = NewJob::builder("many", "x")
+        .id("late")
+        .delay(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    client.submit(&late).await.unwrap();
+    let j = ended(&client, "late", Duration::from_secs(10)).await;
+    assert_eq!(j.status, Status::Finished, "promoted by {next}");
+    for (i, w) in workers.iter_mut().enumerate() {
+        if i != gone {
+            w.kill9();
+        }
+    }
+}
