@@ -30,6 +30,8 @@ pub struct Client {
     fleet: std::sync::Arc<hero_protocol::fleet::Cached>,
     /// The waits' shared follower of the event log, started by the first (`crate::waiter`).
     waiter: crate::waiter::Waiter,
+    /// Whether anyone does the queue's upkeep, looked at once (`crate::upkeep`).
+    upkeep: std::sync::Arc<crate::upkeep::Upkeep>,
 }
 
 impl Client {
@@ -71,6 +73,9 @@ impl Client {
     /// Submits made at the same moment from several tasks share one server call (group commit,
     /// see `coalesce`): a lone submit is sent at once.
     pub async fn submit(&self, job: &NewJob) -> Result<Submitted> {
+        self.upkeep
+            .note(&self.redis, &self.keys, std::slice::from_ref(job))
+            .await;
         if self.shards.is_some() {
             self.check_fleet(std::slice::from_ref(job)).await?;
         }
@@ -95,6 +100,7 @@ impl Client {
     /// Submits many jobs in one call (one round trip, one function call); one result per job,
     /// in order.
     pub async fn submit_many(&self, jobs: &[NewJob]) -> Result<Vec<Result<Submitted>>> {
+        self.upkeep.note(&self.redis, &self.keys, jobs).await;
         if self.shards.is_some() {
             self.check_fleet(jobs).await?;
         }
@@ -282,6 +288,7 @@ impl Member for Client {
             shards: None,
             fleet: std::sync::Arc::default(),
             waiter: crate::waiter::Waiter::default(),
+            upkeep: std::sync::Arc::default(),
         }
     }
 

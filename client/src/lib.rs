@@ -16,6 +16,7 @@
 //! # Layout
 //! - [`client`]: the producer handle ([`Client`]); [`answer`]: what its calls answer.
 //! - `coalesce`: group commit of single submits (calls made at once share one `hero_submit`).
+//! - `upkeep`: a producer told once when no live process does the queue's upkeep.
 //! - [`flow`]: a job and the jobs it waits on, flattened into one submit batch.
 //! - [`batch`]: a batch's members and its callback jobs.
 //! - [`cron`]: adding a recurring job.
@@ -37,6 +38,7 @@ pub mod fleet;
 pub mod flow;
 mod layout;
 mod shards;
+mod upkeep;
 mod waiter;
 
 pub use answer::{JobResult, StopOutcome, Submitted};

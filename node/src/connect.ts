@@ -8,6 +8,7 @@
 import { Redis, RedisOptions } from "ioredis";
 
 import { HeroError, InvalidInput } from "./errors.js";
+import { noteOutage } from "./outage.js";
 
 /** How long a first connection may take before it fails. */
 export const CONNECT_TIMEOUT_MS = 5000;
@@ -65,8 +66,15 @@ export async function openRedis(url: string, opts: { blocking?: boolean; onError
   const redis = new Redis(url, options);
   redis.on("error", (e: Error) => {
     last = e;
-    if (connected) opts.onError?.(e);
+    if (connected) {
+      noteOutage();
+      opts.onError?.(e);
+    }
   });
+  // a connection lost once connected: Redis went away (a restart, a failover) and every
+  // worker's heartbeat may have missed it too, so this process's upkeep holds recovery back
+  // (outage.ts); ioredis says so only for a loss it reconnects after, never for disconnect()
+  redis.on("reconnecting", noteOutage);
   try {
     await redis.connect();
   } catch (e) {
@@ -109,5 +117,6 @@ function hint(why: string): string {
 export function duplicate(redis: Redis, onError: (e: Error) => void = () => undefined): Redis {
   const d = redis.duplicate();
   d.on("error", onError);
+  d.on("reconnecting", noteOutage);
   return d;
 }

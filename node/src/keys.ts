@@ -137,4 +137,9 @@ export class Keys {
   shardMap(): string {
     return `${this.prefix}:meta:shards`;
   }
+  /** Hash: the duty lease (`holder`, and when the paced duties are next due), expiring with
+   * the lease: whoever holds it does the queue's upkeep (hero_duties). */
+  duties(): string {
+    return `${this.prefix}:meta:duties`;
+  }
 }

@@ -65,6 +65,7 @@ export class Outage {
     this.failures += 1;
     this.unreported += 1;
     if (transient(e)) {
+      noteOutage();
       this.refusals = 0;
     } else {
       if (this.refusals === 0) this.refusedSince = now;
@@ -124,6 +125,32 @@ export class Outage {
     await sleep(delay, done);
     return true;
   }
+}
+
+// -- the process's last outage ---------------------------------------------------------------
+// Recovery (of dead workers' jobs, of idle deliveries) is held back a while after this process
+// saw Redis out of reach or refusing writes: every worker's heartbeat and renewals failed
+// through that outage too, and back off up to 5 s, so a live worker must get its next one in
+// before the upkeep judges it dead or its deliveries idle, or its jobs would run twice (the Rust
+// `duties::RECOVERY_HOLD`, `outage::note_outage`).
+
+/** How long after this process last saw an outage the upkeep recovers nothing. */
+export const RECOVERY_HOLD_MS = 10_000;
+
+/** When a call (or a connection) of this process last found Redis out of reach or refusing
+ * writes (performance.now(), immune to the wall clock's jumps); null: never. */
+let lastOutageAt: number | null = null;
+
+/** Notes that a call of this process found Redis out of reach, refusing writes, or its
+ * connection broken (a restart: what Redis holds may be older than what was last seen). */
+export function noteOutage(): void {
+  lastOutageAt = performance.now();
+}
+
+/** Whether the upkeep may recover jobs now: not within RECOVERY_HOLD_MS of an outage this
+ * process saw (hero_duties's ARGV[6]). */
+export function mayRecover(): boolean {
+  return lastOutageAt === null || performance.now() - lastOutageAt >= RECOVERY_HOLD_MS;
 }
 
 /** Sleeps `ms`, checking `done` every 100 ms to end early. */

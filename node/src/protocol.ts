@@ -5,6 +5,7 @@
 // (§8).
 import type { Redis } from "ioredis";
 
+import { HeroError } from "./errors.js";
 import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
 
@@ -259,6 +260,20 @@ export class Protocol {
     };
   }
 
+  /** hero_duties: one bounded step of the queue's upkeep (due delayed jobs and retries
+   * promoted, dead workers' jobs and idle deliveries recovered, running jobs past their time
+   * limit ended, ended jobs past their retention deleted, dead letters trimmed) by `holder`
+   * when it holds the duty lease (taking it when nobody does, for `leaseMs`); any other caller
+   * gets the holder's name after one HGET. A `leaseMs` of 0 hands the lease back when `holder`
+   * holds it. `budget`: the most jobs the step looks at; `recover` false holds recovery back
+   * (this process saw Redis out of reach or refusing writes lately). */
+  async duties(holder: string, leaseMs: number, budget: number, recover: boolean): Promise<Duties> {
+    const k = this.keys;
+    const keys = [k.duties(), k.delayed(), k.consumers(), k.queues(), k.config(), k.events(), k.stats(), k.retention(), k.deadLetter()];
+    const argv: Arg[] = [holder, Math.max(0, Math.floor(leaseMs)), budget, GROUP, k.jobPrefix(), recover ? "1" : "0", await this.xackdel()];
+    return parseDuties(await this.fcall("duties", keys, argv));
+  }
+
   /** Puts every delivery `consumer` holds on `stream` back without counting an attempt. */
   async handBack(stream: string, consumer: string): Promise<number> {
     const k = this.keys;
@@ -287,6 +302,45 @@ export interface Beat {
   /** This machine's clock, uncorrected, when the call was sent and answered. */
   sentMs: number;
   gotMs: number;
+}
+
+/** hero_duties's answer (see {@link Protocol.duties}). */
+export interface Duties {
+  /** The caller holds the duty lease (it did this step). */
+  held: boolean;
+  /** Who holds it ('' when nobody: the caller handed it back). */
+  holder: string;
+  /** Due delayed jobs and retries moved into their streams. */
+  promoted: number;
+  /** Deliveries of dead workers and idle ones put back into their streams. */
+  recovered: number;
+  /** Of those, the jobs out of attempts: dead-lettered. */
+  dead: number;
+  /** Running jobs ended past their time limit. */
+  timedOut: number;
+  /** Ended jobs deleted past their retention. */
+  expired: number;
+  /** The budget ran out before the step was through: call again at once. */
+  more: boolean;
+}
+
+/** hero_duties's reply, `{held, holder, promoted, recovered, dead, timed_out, expired, more}`,
+ * as {@link Duties}; a reply of another shape throws (a library that is not this version's). */
+export function parseDuties(reply: unknown): Duties {
+  if (!Array.isArray(reply) || reply.length < 8) {
+    throw new HeroError(`hero_duties answered ${Array.isArray(reply) ? `${reply.length} items` : typeof reply}, not the 8 of protocol ${VERSION}`);
+  }
+  const n = (i: number) => Math.max(0, Number(text(reply[i])) || 0);
+  return {
+    held: n(0) === 1,
+    holder: text(reply[1]),
+    promoted: n(2),
+    recovered: n(3),
+    dead: n(4),
+    timedOut: n(5),
+    expired: n(6),
+    more: n(7) === 1,
+  };
 }
 
 /** One outcome on its way to hero_complete. */

@@ -139,6 +139,11 @@ class Keys:
     def config(self) -> str:
         return f"{self.prefix}:meta:config"
 
+    def duties(self) -> str:
+        """Hash with a TTL: the duty lease (`hero_duties`): `holder`, the process doing the
+        queue's upkeep, and when its paced duties are next due; it expires with the lease."""
+        return f"{self.prefix}:meta:duties"
+
     def memory(self) -> str:
         """String: Redis's maxmemory policy as a server function last read it from INFO, kept a
         short while (protocol 31)."""

@@ -28,6 +28,27 @@ GIVE_UP_S = 300.0  # a loop failing unexpectedly (not an outage) this long stops
 
 log = logging.getLogger("hero")
 
+# When a call of this process last found Redis out of reach or refusing writes (monotonic s),
+# for every loop of every worker of the process: the queue's upkeep holds recovery back a while
+# after one (`duties`), since every worker's heartbeat and renewals failed through it too.
+_last_outage: float | None = None
+_last_outage_lock = threading.Lock()
+
+
+def note_outage() -> None:
+    """Notes that a call of this process found Redis out of reach or refusing writes."""
+    global _last_outage
+    with _last_outage_lock:
+        _last_outage = time.monotonic()
+
+
+def since_last_outage() -> float | None:
+    """Seconds since a call of this process last found Redis out of reach or refusing writes
+    (None: never)."""
+    with _last_outage_lock:
+        at = _last_outage
+    return None if at is None else time.monotonic() - at
+
 
 class _Outage:
     """The failures of one loop of the worker: the pause before the next try (100 ms doubling
@@ -36,8 +57,10 @@ class _Outage:
     connection is an outage (WARNING); anything else is unexpected (ERROR, with its traceback),
     and when it lasts GIVE_UP_S the worker cannot go on (`Worker._fatal`)."""
 
-    def __init__(self, worker: "_Guards", what: str):
-        self.w, self.what = worker, what
+    def __init__(self, worker: "_Guards", what: str, fatal: bool = True):
+        # `fatal` False: a loop the worker serves on without (the queue's upkeep, which another
+        # process may do) never stops it, however long it fails; it keeps saying so
+        self.w, self.what, self.fatal = worker, what, fatal
         self.delay = BACKOFF_FIRST_S
         self.failures = 0
         self.since: float | None = None
@@ -59,6 +82,7 @@ class _Outage:
         if self.since is None:
             self.since = now
         if transient(e):
+            note_outage()
             if self.said_at is None or now - self.said_at >= SAY_EVERY_S:
                 log.warning("%s failed (%s: %s); Redis refuses or cannot be reached: kept, retrying with back-off "
                             "(%d failures in %.1f s)", self.what, type(e).__name__, e, self.failures, now - self.since)
@@ -70,7 +94,7 @@ class _Outage:
                 log.error("%s failed unexpectedly; retrying with back-off (%d failures in %.1f s)\n%s", self.what,
                           self.failures, now - self.since, "".join(traceback.format_exception(type(e), e, e.__traceback__)))
                 self.traced_at = now
-            if now - self.unexpected_since >= self.w._give_up_s:
+            if self.fatal and now - self.unexpected_since >= self.w._give_up_s:
                 self.w._fatal(f"{self.what} failed for {now - self.unexpected_since:.0f} s: {type(e).__name__}: {e}")
         self.w._repair(e)
         d = self.delay

@@ -10,11 +10,13 @@ import os
 import random
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
 import redis
 
+from .errors import HeroError
 from .keys import GROUP, Keys
 
 log = logging.getLogger("hero")
@@ -238,6 +240,51 @@ class Protocol:
         beat.offset_ms = observe(beat.now_ms, sent, got)
         note_policy(beat.memory_policy)
         return beat, (out[1] if policies else None)
+
+    def duties(self, holder: str, lease_ms: int, budget: int, recover: bool) -> "Duties":
+        """hero_duties (protocol 31): one bounded step of the queue's upkeep (due delayed jobs
+        and retries promoted, dead workers' jobs and idle deliveries recovered, time limits,
+        retention, the dead letters' trim) by `holder` when it holds the duty lease (taken or
+        renewed for `lease_ms`; 0 hands it back when `holder` holds it), looking at no more than
+        `budget` jobs; any other caller gets the holder's name after one HGET. `recover` False
+        holds recovery back (this process saw Redis out of reach or refusing writes lately)."""
+        k = self.keys
+        keys = [k.duties(), k.delayed(), k.consumers(), k.queues(), k.config(), k.events(), k.stats(),
+                k.retention(), k.dead_letter()]
+        argv = [holder, int(lease_ms), int(budget), GROUP, k.job_prefix(), "1" if recover else "0", self.xackdel()]
+        return Duties.parse(self.r.fcall(self.fn("duties"), len(keys), *keys, *argv))
+
+
+@dataclass(frozen=True)
+class Duties:
+    """hero_duties's answer: whether the caller holds the duties (it did the step), who holds
+    them ('' when nobody: the caller handed them back), the jobs the step moved of each kind,
+    and `more` when its budget ran out before it was done (call again at once)."""
+
+    held: bool
+    holder: str
+    promoted: int = 0
+    recovered: int = 0
+    dead: int = 0
+    timed_out: int = 0
+    expired: int = 0
+    more: bool = False
+
+    @classmethod
+    def parse(cls, reply: Any) -> "Duties":
+        items = list(reply) if isinstance(reply, (list, tuple)) else None
+        if items is None or len(items) < 8:
+            # a library that answers otherwise is not the one this package speaks: said, not guessed
+            raise HeroError(f"hero_duties answered {reply!r}: expected 8 items (held, holder, promoted, "
+                            "recovered, dead, timed_out, expired, more)")
+        n = [max(0, int(items[i])) for i in (0, 2, 3, 4, 5, 6, 7)]
+        return cls(held=n[0] == 1, holder=_text(items[1]), promoted=n[1], recovered=n[2], dead=n[3],
+                   timed_out=n[4], expired=n[5], more=n[6] == 1)
+
+    @property
+    def moved(self) -> int:
+        """Jobs this step moved, of every kind."""
+        return self.promoted + self.recovered + self.dead + self.timed_out + self.expired
 
 
 class Beat:

@@ -222,3 +222,37 @@ async fn twenty_workers_promote_each_job_once_and_a_killed_holder_is_replaced() 
         }
     }
 }
+
+/// A delayed submit where no live process does the upkeep is told once, naming the Redis and
+/// its db; with a worker running (duties on by default) nothing is said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_submit_with_no_one_doing_the_upkeep_is_told_naming_the_db() {
+    let server = RedisServer::start();
+    let url = format!("{}/3", server.url());
+    let submit = || {
+        hero_testkit::hero_cli(
+            &url,
+            &["submit", "--type", "nobody", "--delay", "5s", "x"],
+        )
+    };
+    let (code, out, err) = submit();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("no live process does the queue's upkeep") && err.contains("/3"),
+        "{err}"
+    );
+    assert_eq!(err.matches("queue's upkeep").count(), 1, "once: {err}");
+    let mut w = test_worker(&url, "nobody", "w", &[]);
+    w.saw("ready", Duration::from_secs(20)).await;
+    let mut raw = server.conn().await;
+    let _: () = redis::cmd("SELECT").arg(3).query_async(&mut raw).await.unwrap();
+    wait_for("a holder of the duties", Duration::from_secs(10), || {
+        let mut raw = raw.clone();
+        async move { raw.exists::<_, bool>(keys().duties()).await.ok()?.then_some(()) }
+    })
+    .await;
+    let (code, out, err) = submit();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("queue's upkeep"), "{err}");
+    w.kill9();
+}
