@@ -4,15 +4,17 @@
 // their fetch to their recorded end: its fetch loops (two under way, so the next fetch is in
 // Redis while this process starts the last one's jobs), the handlers' runs, the completer
 // (fenced, batched: an outcome is kept until Redis takes it or its lease may have run out), the
-// stop-request loop, and the hand-back at shutdown. What must reach Redis on a clock while the
-// jobs run (heartbeat, leases, reports, time limits) is its keeper's (keeper.ts); how every loop
-// lives through Redis failing, never dying silently, is outage.ts's. What it needs of its worker
-// is the interface `LaneOwner`, so it imports nothing of worker.ts.
+// stop-request loop, the hand-back at shutdown, and its shard's upkeep (duties.ts). What must
+// reach Redis on a clock while the jobs run (heartbeat, leases, reports, time limits) is its
+// keeper's (keeper.ts); how every loop lives through Redis failing, never dying silently, is
+// outage.ts's. What it needs of its worker is the interface `LaneOwner`, so it imports nothing
+// of worker.ts.
 import { Redis } from "ioredis";
 
 import { numberField, recordText } from "./job.js";
 import { duplicate } from "./connect.js";
 import { HeroError, libraryMissing, transient, WorkerFailed } from "./errors.js";
+import { runDuties } from "./duties.js";
 import { Keeper, type Lease } from "./keeper.js";
 import { Keys } from "./keys.js";
 import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep } from "./outage.js";
@@ -29,7 +31,7 @@ export interface LaneOwner {
   readonly handler: Handler;
   readonly connection: Redis;
   readonly isStopping: boolean;
-  readonly settings: { leaseMs: number; presenceTtlMs: number; shutdownMs: number };
+  readonly settings: { leaseMs: number; presenceTtlMs: number; shutdownMs: number; duties: boolean };
   takeSlots(max: number): Promise<number>;
   releaseSlots(n: number): void;
   presence(running: number): string;
@@ -117,6 +119,10 @@ export class Lane {
     // two fetches under way, as the Rust worker: the next is in Redis while this process starts
     // the jobs of the last (a fetch loop alone waited on Redis half the time)
     this.loops = [...Array.from({ length: this.fetchers }, () => this.fetchLoop()), this.completer(), this.keeper.run(() => (this.w.isStopping && this.fetchers === 0 && this.running.size === 0 && this.done.length === 0) || Date.now() > this.closeBy), this.controlLoop()];
+    // the queue's upkeep on this shard (its own duty lease), unless the worker opted out: it
+    // ends, handing the lease back, as soon as the worker stops taking jobs, while the running
+    // ones finish
+    if (this.w.settings.duties) this.loops.push(runDuties(this.w, this.proto));
   }
 
   /** A lane whose start failed: its connection closed. */

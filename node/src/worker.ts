@@ -1,7 +1,7 @@
 // The worker: presence, precedence fetch, handler calls with an AbortSignal, lease renewal with
 // progress and log lines, time limits, stop requests, fenced batched completion, retries by
-// back-off, graceful shutdown, and every shard of a sharded namespace (one lane a shard, the
-// slots shared). The names are BullMQ's where they fit: `new Worker(type, async job => …,
+// back-off, graceful shutdown, every shard of a sharded namespace (one lane a shard, the slots
+// shared), and a turn at the queue's upkeep (duties.ts), so no `hero broker` need run. The names are BullMQ's where they fit: `new Worker(type, async job => …,
 // { concurrency })`, `job.data`, `job.updateProgress`, `job.log`, events `completed`, `failed`,
 // `error`.
 import { EventEmitter } from "node:events";
@@ -25,7 +25,7 @@ export type { Handler } from "./worker-job.js";
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
-const WORKER_OPTIONS: ReadonlySet<string> = new Set(["url", "namespace", "group", "instance", "concurrency", "leaseMs", "presenceTtlMs", "shutdownMs", "autorun"]);
+const WORKER_OPTIONS: ReadonlySet<string> = new Set(["url", "namespace", "group", "instance", "concurrency", "leaseMs", "presenceTtlMs", "shutdownMs", "autorun", "duties"]);
 
 /** BullMQ's Worker options and what hero calls them (or why it has none). */
 const WORKER_HINTS: Record<string, string> = {
@@ -34,13 +34,13 @@ const WORKER_HINTS: Record<string, string> = {
   limiter: "a queue policy, kept by the server for every worker: new Queue(type, { url }).setPolicy({ rate: { max, duration } })",
   lockDuration: "leaseMs",
   lockRenewTime: "(none: the lease is renewed every third of leaseMs)",
-  stalledInterval: "(none: `hero broker` recovers a silent worker's jobs after presenceTtlMs)",
+  stalledInterval: "(none: the workers' upkeep recovers a silent worker's jobs after presenceTtlMs)",
+  skipStalledCheck: "duties: false (this worker then leaves the queue's upkeep to other workers or a `hero broker`)",
   maxStalledCount: "a queue policy's retries (a recovered job counts an attempt)",
   removeOnComplete: "the submit option removeOnComplete",
   removeOnFail: "the submit option removeOnFail",
   runRetryDelay: "(none: a failed fetch backs off on its own)",
   useWorkerThreads: "(none: run several Worker processes)",
-  skipStalledCheck: "(none)",
   drainDelay: "(none: an idle worker blocks on Redis until a job comes)",
   name: "instance",
 };
@@ -59,6 +59,11 @@ export interface WorkerOptions {
   shutdownMs?: number;
   /** Start at once (default true, as BullMQ); else call `run()`. */
   autorun?: boolean;
+  /** Take a turn at the queue's upkeep (default true): promoting due delayed jobs and retries,
+   * recovering the jobs of dead workers, ending jobs past their time limit, deleting ended jobs
+   * past their retention. One process at a time does it, however many workers run, so no
+   * `hero broker` is needed. `false` leaves it to other workers or a broker. */
+  duties?: boolean;
 }
 
 /** The worker's events and their arguments (BullMQ's names): `worker.on("completed", (job,
@@ -145,6 +150,8 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
     }
     this.concurrency = whole("concurrency", opts.concurrency ?? 1, 1);
     for (const k of ["leaseMs", "presenceTtlMs", "shutdownMs"] as const) if (opts[k] !== undefined) millis(k, opts[k]);
+    // `duties: "false"` would be truthy: a wrong form fails loudly rather than doing the upkeep
+    if (opts.duties !== undefined && typeof opts.duties !== "boolean") throw new InvalidInput(`duties ${JSON.stringify(opts.duties)} is not true or false`);
     this.free = this.concurrency;
     this.consumer = `${this.group}:${this.instance}:${randomBytes(4).toString("hex")}`;
     this.opts = {
@@ -155,6 +162,8 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
       leaseMs: opts.leaseMs ?? 30_000,
       presenceTtlMs: opts.presenceTtlMs ?? 15_000,
       shutdownMs: opts.shutdownMs ?? 30_000,
+      // on by default, as BullMQ users expect: no second daemon to run beside the workers
+      duties: opts.duties ?? true,
     };
     if (this.opts.leaseMs < 300 || this.opts.presenceTtlMs < 300) throw new InvalidInput("leaseMs and presenceTtlMs must be at least 300");
     if (opts.autorun ?? true) {
