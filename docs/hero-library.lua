@@ -4304,7 +4304,7 @@ end
 -- under it, read in one call so that every language's `Queue` answers the same numbers as
 -- `hero queues` (hero_admin's Inspector reads the same gauges and counters).
 -- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] stats hash
--- ARGV[1] consumer group  ARGV[2] queue name
+-- ARGV[1] consumer group  ARGV[2] queue name ('*': every queue, as hero_duties' depth sample)
 -- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
 -- all wait in the delayed set yet; any priority): the sizes now, `waiting`
 -- (entries not yet delivered: the group's lag, else the length less the pending, less a wake-up
@@ -4333,7 +4333,7 @@ local function hero_counts(keys, args)
   table.sort(streams)
   local out, now = {}, nil
   for _, s in ipairs(streams) do
-    if covers(name, stream_parts(s)) then
+    if name == '*' or covers(name, stream_parts(s)) then
       local len = redis.pcall('XLEN', s)
       if type(len) ~= 'number' then len = 0 end
       local running, lag, last = 0, nil, nil
@@ -4591,7 +4591,8 @@ end
 -- hero_duties: the queue's upkeep, done by whichever live process holds the duty lease, in
 -- bounded steps, on Redis's clock: due delayed jobs and retries promoted, the jobs of dead
 -- workers and idle deliveries recovered, running jobs past their time limit ended, ended jobs
--- past their retention deleted. Every worker (and broker) calls it on a timer; the one holding
+-- past their retention deleted, dead letters past theirs trimmed, and each queue's depth sampled
+-- into the minute's stats (`<stream>|waiting`, for the dashboard's charts). Every worker (and broker) calls it on a timer; the one holding
 -- the lease does the work, the others get an answer after one HGET, so a hundred workers do the
 -- work of one broker. Each move goes through the function that makes it elsewhere (hero_promote,
 -- hero_recover, hero_stop, hero_expire), which re-checks the job and makes a second move a
@@ -4610,7 +4611,9 @@ end
 -- `lease_ms` (30 s), `max_attempts` (5), `retention_ms` (24 h), `dead_retention_ms` (24 h).
 -- The lease hash holds `holder`, and when the paced duties are next due (`idle_at`: idle
 -- deliveries, every half lease; `limits_at`: time limits, every second; `dead_at`: dead letters'
--- trim, every minute); it expires with the lease.
+-- trim, every minute; `sample_at`: the depth sample, every 30 s), and where a walk over the
+-- streams that the budget cut short goes on (`idle_cursor`, `limits_cursor`); it expires with
+-- the lease.
 -- Stats and events: those of hero_promote, hero_recover, hero_stop (time limits) and
 -- hero_expire, per job moved.
 -- Returns: {held (1 when the caller holds the duties), holder, promoted, recovered, dead,
@@ -4800,6 +4803,23 @@ function duty.limits_step(d, stream, cursor)
   return '0-0'
 end
 
+-- Each queue's depth now into the minute's stats hash (`<stream>|waiting`), as hero_counts
+-- counts it: the dashboard charts the last hour from these. O(queues), every 30 s.
+function duty.sample(d)
+  local c = hero_counts({ d.keys[4], paused_key(d.keys[4]), d.keys[7] }, { d.group, '*' })
+  if #c == 0 then return end
+  local key = minute_key(d.keys[7], d.now_iso)
+  local fields = {}
+  for i = 1, #c, 9 do
+    fields[#fields + 1] = c[i] .. '|waiting'
+    fields[#fields + 1] = c[i + 1]
+  end
+  for i = 1, #fields, 1000 do
+    redis.call('HSET', key, unpack(fields, i, math.min(#fields, i + 999)))
+  end
+  redis.call('EXPIRE', key, 7200, 'NX')
+end
+
 local function hero_duties(keys, args)
   local lease_key, holder, lease_ms = keys[1], args[1], tonumber(args[2])
   local now_ms = server_ms()
@@ -4816,7 +4836,7 @@ local function hero_duties(keys, args)
     xackdel = args[7], cfg = settings(keys[5]), now_ms = now_ms, now_iso = iso_of(now_ms), memo = {},
     out = { 1, holder, 0, 0, 0, 0, 0, 0 } }
   d.ns = ns_of(d.prefix, '')
-  local paced = redis.call('HMGET', lease_key, 'idle_at', 'limits_at', 'dead_at')
+  local paced = redis.call('HMGET', lease_key, 'idle_at', 'limits_at', 'dead_at', 'sample_at')
   duty.promote(d, now_ms)
   if args[6] == '1' and d.budget > 0 then
     duty.presence(d, now_ms)
@@ -4838,6 +4858,10 @@ local function hero_duties(keys, args)
       redis.call('XTRIM', keys[9], 'MINID', tostring(math.max(now_ms - dead_keep, 0)) .. '-0')
       redis.call('HSET', lease_key, 'dead_at', now_ms + 60000)
     end
+  end
+  if (tonumber(paced[4]) or 0) <= now_ms then
+    duty.sample(d)
+    redis.call('HSET', lease_key, 'sample_at', now_ms + 30000)
   end
   if d.budget <= 0 then d.out[8] = 1 end
   return d.out

@@ -7,7 +7,6 @@ use hero_protocol::fleet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::loops::sample;
 
 /// Writes retention, reply TTL, the lease and the event log's cap into the namespace's config
 /// hash (`lease_ms` is what a worker in another language renews within: docs/protocol.md).
@@ -114,7 +113,6 @@ async fn run_shard(client: Client, cfg: BrokerConfig, first: bool, stop: Cancell
     let tasks = [
         tokio::spawn(duties(client.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(republish(client.clone(), cfg.clone(), stop.clone())),
-        tokio::spawn(sample::run(client.clone(), stop.clone())),
         tokio::spawn(crate::loops::health::run(
             client.clone(),
             cfg.accept_eviction.clone(),
@@ -133,7 +131,8 @@ async fn run_shard(client: Client, cfg: BrokerConfig, first: bool, stop: Cancell
     }
 }
 
-/// The queue's upkeep (promotion, recovery, time limits, retention) through `hero_duties`, as
+/// The queue's upkeep (promotion, recovery, time limits, retention, depth samples) through
+/// `hero_duties`, as
 /// every worker does it too: whichever process holds the duty lease does it, the broker being
 /// one contender among them. Its moves feed the broker's counters.
 async fn duties(client: Client, cfg: BrokerConfig, stop: CancellationToken) {

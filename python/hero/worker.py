@@ -4,8 +4,9 @@ run concurrently on threads (a coroutine function runs on its thread's own event
 child processes (`pool`). It owns a job's way from the fetch to its recorded outcome; what keeps
 the worker and its leases alive in Redis (registration, heartbeat, renewals carrying the
 handlers' progress and log lines, time limits) is `presence`'s, what a handler holds is
-`context`'s, and how every loop outlives Redis failing (back-off, the log, the stop when it
-cannot go on) is `outage`'s."""
+`context`'s, the queue's upkeep it takes its turn at (promotion, recovery, time limits,
+retention) is `duties`', and how every loop outlives Redis failing (back-off, the log, the stop
+when it cannot go on) is `outage`'s."""
 from __future__ import annotations
 
 import asyncio
@@ -27,6 +28,7 @@ import redis
 
 from .client import _name, connect
 from .context import JobContext, _Running
+from .duties import _Duties
 from .errors import InvalidInput, WorkerFailed, transient
 from .outage import GIVE_UP_S, _Guards, _Outage
 from .outcomes import Abort, Retry, trace_of
@@ -55,20 +57,26 @@ def _ended_as(outcome: str, answer: str) -> str:
     return "finished" if outcome == "done" else "failed"
 
 
-class Worker(_Guards, _Presence):
+class Worker(_Guards, _Presence, _Duties):
     """Serves `types` with `handler(job, ctx)`, whose return value (made text) is the job's
     output; an exception fails the attempt (retried with back-off while the job's budget or its
     queue policy's lasts), `Retry` retries after a delay, `Abort` ends it error at once.
 
     `run()` blocks until SIGTERM / SIGINT (or `stop()`), then finishes what runs within
-    `shutdown_s` and hands the rest back to the queue without counting an attempt."""
+    `shutdown_s` and hands the rest back to the queue without counting an attempt.
+
+    The worker also takes its turn at the queue's upkeep (`duties`, on by default): delayed
+    jobs and retries run when due, a dead worker's jobs run again, time limits and retention
+    hold, with no `hero broker` running; one process at a time does it, however many workers.
+    `duties=False` leaves it to other processes (another worker, or a broker)."""
 
     def __init__(self, handler: Callable[[Job, JobContext], Any], types: list[str] | str,
                  url: str | None = None, *, group: str = "default", instance: str | None = None,
                  concurrency: int = 4, lease_ms: int = 30_000, presence_ttl_ms: int = 15_000,
                  shutdown_s: float = 30.0, namespace: str = "hero", r: redis.Redis | None = None,
                  protocol: str = VERSION, library: str = LIBRARY,
-                 on_event: Callable[[str, str, str], None] | None = None, pool: str = "thread"):
+                 on_event: Callable[[str, str, str], None] | None = None, pool: str = "thread",
+                 duties: bool = True):
         self.types = [_name("script type", t) for t in ([types] if isinstance(types, str) else types)]
         self.handler = handler
         if pool not in ("thread", "process"):
@@ -98,6 +106,10 @@ class Worker(_Guards, _Presence):
         self.presence_ttl_ms = presence_ttl_ms
         self.shutdown_s = shutdown_s
         self.on_event = on_event
+        if not isinstance(duties, bool):
+            raise InvalidInput(f"duties {duties!r}: give True (this worker takes its turn at the queue's upkeep) "
+                               "or False (another process does it)")
+        self.duties = duties
         self.streams = self.keys.precedence(self.types, self.group, self.instance)
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
@@ -173,8 +185,12 @@ class Worker(_Guards, _Presence):
             shards.start()
         if self._pool is not None and base:
             self._pool.warm()
-        threads = [threading.Thread(target=self._guarded(n, f), daemon=True, name=n) for f, n in (
-            (self._keeper, "hero-keeper"), (self._control, "hero-control"), (self._completer, "hero-completer"))]
+        loops = [(self._keeper, "hero-keeper"), (self._control, "hero-control"), (self._completer, "hero-completer")]
+        if self._does_duties(base):
+            # in this (the parent) process, never in a pool's children: one turn a worker process
+            # and shard, as the Rust worker takes it
+            loops.append((self._duties_loop, "hero-duties"))
+        threads = [threading.Thread(target=self._guarded(n, f), daemon=True, name=n) for f, n in loops]
         for t in threads:
             t.start()
         self._emit("ready", "", self.consumer)
@@ -197,6 +213,19 @@ class Worker(_Guards, _Presence):
                     self._pool.close()
         if base and self._failure[0] is not None:
             raise WorkerFailed(f"the worker {self.consumer} stopped: {self._failure[0]}")
+
+    def _does_duties(self, base: bool) -> bool:
+        """Whether this worker takes its turn at the queue's upkeep: asked to (the default) and
+        speaking a protocol that has hero_duties (31 on); one of an older protocol, serving
+        beside newer processes, leaves it to them, and says so once."""
+        if not self.duties:
+            return False
+        if int(self.proto.version) < 31:
+            if base:
+                log.info("the worker %s speaks protocol %s, which has no hero_duties: the queue's upkeep is left to "
+                         "processes of protocol 31 or later", self.consumer, self.proto.version)
+            return False
+        return True
 
     def _emit(self, kind: str, job_id: str, detail: str = "") -> None:
         if self.on_event is not None:

@@ -50,9 +50,25 @@ async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
         .hset(keys().config(), "retention_ms", 1500)
         .await
         .unwrap();
+    // a job no one serves: the depth sample of its queue (the dashboard's chart) counts it
+    let unserved = NewJob::builder("unserved", "x")
+        .id("unserved")
+        .build()
+        .unwrap();
+    client.submit(&unserved).await.unwrap();
     let flags = ["--presence-ms", "1500", "--concurrency", "4"];
     let mut a = test_worker(&url, "alone", "a", &flags);
     a.saw("ready", Duration::from_secs(20)).await;
+    wait_for("the depth sample", Duration::from_secs(10), || {
+        let mut raw = raw.clone();
+        async move {
+            let minute = keys().stats_minute(&hero_protocol::clock::now_iso());
+            let field = format!("{}:q:work:type:unserved|waiting", keys().prefix());
+            let n: Option<i64> = raw.hget(minute, field).await.ok()?;
+            (n == Some(1)).then_some(())
+        }
+    })
+    .await;
 
     // a delayed job runs once its time has come
     let t0 = Instant::now();
@@ -229,12 +245,8 @@ async fn twenty_workers_promote_each_job_once_and_a_killed_holder_is_replaced() 
 async fn a_delayed_submit_with_no_one_doing_the_upkeep_is_told_naming_the_db() {
     let server = RedisServer::start();
     let url = format!("{}/3", server.url());
-    let submit = || {
-        hero_testkit::hero_cli(
-            &url,
-            &["submit", "--type", "nobody", "--delay", "5s", "x"],
-        )
-    };
+    let submit =
+        || hero_testkit::hero_cli(&url, &["submit", "--type", "nobody", "--delay", "5s", "x"]);
     let (code, out, err) = submit();
     assert_eq!(code, 0, "{out}{err}");
     assert!(
@@ -245,10 +257,19 @@ async fn a_delayed_submit_with_no_one_doing_the_upkeep_is_told_naming_the_db() {
     let mut w = test_worker(&url, "nobody", "w", &[]);
     w.saw("ready", Duration::from_secs(20)).await;
     let mut raw = server.conn().await;
-    let _: () = redis::cmd("SELECT").arg(3).query_async(&mut raw).await.unwrap();
+    let _: () = redis::cmd("SELECT")
+        .arg(3)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     wait_for("a holder of the duties", Duration::from_secs(10), || {
         let mut raw = raw.clone();
-        async move { raw.exists::<_, bool>(keys().duties()).await.ok()?.then_some(()) }
+        async move {
+            raw.exists::<_, bool>(keys().duties())
+                .await
+                .ok()?
+                .then_some(())
+        }
     })
     .await;
     let (code, out, err) = submit();

@@ -2,7 +2,7 @@
 -- under it, read in one call so that every language's `Queue` answers the same numbers as
 -- `hero queues` (hero_admin's Inspector reads the same gauges and counters).
 -- KEYS[1] queue registry set  KEYS[2] paused streams set  KEYS[3] stats hash
--- ARGV[1] consumer group  ARGV[2] queue name
+-- ARGV[1] consumer group  ARGV[2] queue name ('*': every queue, as hero_duties' depth sample)
 -- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
 -- all wait in the delayed set yet; any priority): the sizes now, `waiting`
 -- (entries not yet delivered: the group's lag, else the length less the pending, less a wake-up
@@ -31,7 +31,7 @@ local function hero_counts(keys, args)
   table.sort(streams)
   local out, now = {}, nil
   for _, s in ipairs(streams) do
-    if covers(name, stream_parts(s)) then
+    if name == '*' or covers(name, stream_parts(s)) then
       local len = redis.pcall('XLEN', s)
       if type(len) ~= 'number' then len = 0 end
       local running, lag, last = 0, nil, nil
