@@ -1,7 +1,7 @@
 //! The queue's upkeep with no `hero broker` (issue 59): workers alone, each taking its turn
 //! through `hero_duties`, promote delayed jobs and retries, recover a killed worker's job, end
-//! jobs past their time limit and delete ended jobs past their retention, in the db their URL
-//! names; many workers do each duty once (one holder of the duty lease), and a holder killed
+//! jobs past their time limit, call a batch back, sample queue depths and delete ended jobs
+//! past their retention, in the db their URL names; many workers do each duty once (one holder of the duty lease), and a holder killed
 //! -9 is replaced within seconds. Python's and Node's workers drive the same function (their
 //! `test_duties` suites).
 
@@ -139,6 +139,18 @@ async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
         1,
         "run again on the live worker"
     );
+
+    // a batch calls back once its members ended
+    let batch = client.batch("together").unwrap();
+    let members: Vec<NewJob> = ["m1", "m2"]
+        .iter()
+        .map(|id| NewJob::builder("alone", "x").id(*id).build().unwrap())
+        .collect();
+    batch.add(&members).await.unwrap();
+    let callback = NewJob::builder("alone", "x").id("called-back").build().unwrap();
+    batch.close(Some(&callback), None).await.unwrap();
+    let j = ended(&client, "called-back", Duration::from_secs(20)).await;
+    assert_eq!(j.status, Status::Finished, "{j:?}");
 
     // retention: the ended jobs go once it passed
     wait_for("the ended jobs deleted", Duration::from_secs(20), || {
