@@ -147,7 +147,10 @@ async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
         .map(|id| NewJob::builder("alone", "x").id(*id).build().unwrap())
         .collect();
     batch.add(&members).await.unwrap();
-    let callback = NewJob::builder("alone", "x").id("called-back").build().unwrap();
+    let callback = NewJob::builder("alone", "x")
+        .id("called-back")
+        .build()
+        .unwrap();
     batch.close(Some(&callback), None).await.unwrap();
     let j = ended(&client, "called-back", Duration::from_secs(20)).await;
     assert_eq!(j.status, Status::Finished, "{j:?}");

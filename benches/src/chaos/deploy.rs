@@ -30,6 +30,11 @@ pub enum Topology {
     #[value(name = "redis-faults")]
     #[serde(rename = "redis-faults")]
     RedisFaults,
+    /// One durable server (as `single`) and no `hero broker` at all: the workers do the
+    /// queue's upkeep (issue 59), and worker kills take the duty holder too.
+    #[value(name = "no-broker")]
+    #[serde(rename = "no-broker")]
+    NoBroker,
 }
 
 impl Topology {
@@ -41,6 +46,7 @@ impl Topology {
             Topology::ShardedCluster => "sharded-cluster",
             Topology::Upgrade => "upgrade",
             Topology::RedisFaults => "redis-faults",
+            Topology::NoBroker => "no-broker",
         }
     }
 
@@ -68,7 +74,7 @@ const MAX_LAG: &str = "10";
 impl Deployment {
     pub async fn start(t: Topology) -> Deployment {
         match t {
-            Topology::Single | Topology::Upgrade => {
+            Topology::Single | Topology::Upgrade | Topology::NoBroker => {
                 let redis = RedisServer::start_durable();
                 let proxy = FaultProxy::start(redis.port);
                 Deployment::Single { redis, proxy }

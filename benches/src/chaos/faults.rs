@@ -89,6 +89,17 @@ fn mix(t: Topology) -> &'static [(Kind, u32)] {
             (Kind::RedisRestart, 3),
             (Kind::HalfOpen, 2),
         ],
+        // no broker to restart: its share goes to worker kills, which take the holder of the
+        // duties as often as any other worker
+        Topology::NoBroker => &[
+            (Kind::ConnectionCut, 520),
+            (Kind::WorkerKill, 340),
+            (Kind::WorkerStall, 60),
+            (Kind::Latency, 40),
+            (Kind::Bandwidth, 35),
+            (Kind::RedisRestart, 3),
+            (Kind::HalfOpen, 2),
+        ],
         Topology::Sentinel => &[
             (Kind::WorkerKill, 500),
             (Kind::WorkerStall, 100),

@@ -65,7 +65,7 @@ pub struct ChaosArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "single,sentinel,cluster,sharded-cluster,redis-faults,upgrade"
+        default_value = "single,no-broker,sentinel,cluster,sharded-cluster,redis-faults,upgrade"
     )]
     pub topology: Vec<Topology>,
     /// Faults thrown in the single-server phase (process and network faults).
@@ -176,6 +176,23 @@ pub async fn run(args: &ChaosArgs) -> Result<i32> {
     Ok(i32::from(!ok))
 }
 
+/// The retention the duties apply (`retention_ms` in the config hash, as a broker publishes it),
+/// on every shard.
+async fn keep_for(client: &Client, secs: u64) -> Result<()> {
+    for (_, shard) in client.all_shard_clients() {
+        let _: () = shard
+            .redis()
+            .query(
+                redis::cmd("HSET")
+                    .arg(shard.keys().config())
+                    .arg("retention_ms")
+                    .arg(secs * 1000),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
 async fn connect(url: &str, replicas: u32) -> Result<Client> {
     let mut opts = ClientOptions::new(url);
     opts.replicas.wanted = replicas;
@@ -224,7 +241,12 @@ async fn phase(
             },
         )
         .await?;
-    procs.brokers = (0..BROKERS).map(|_| procs.broker(KEEP_SECS)).collect();
+    if t == Topology::NoBroker {
+        // what a broker would publish, kept in Redis for the workers' duties to read
+        keep_for(&client, KEEP_SECS).await?;
+    } else {
+        procs.brokers = (0..BROKERS).map(|_| procs.broker(KEEP_SECS)).collect();
+    }
     procs.workers = (0..WORKERS).map(|_| procs.worker()).collect();
     for w in &procs.workers {
         w.expect_line("ready", Duration::from_secs(30)).await;
@@ -237,7 +259,9 @@ async fn phase(
 
     // the faults
     let (plan, interval) = match t {
-        Topology::Single => (faults::plan(t, args.faults, args.short), args.interval),
+        Topology::Single | Topology::NoBroker => {
+            (faults::plan(t, args.faults, args.short), args.interval)
+        }
         _ => (
             faults::plan(t, args.failover_faults, args.short),
             args.failover_interval,
@@ -489,7 +513,14 @@ async fn phase(
     for b in &mut procs.brokers {
         b.kill9();
     }
-    procs.brokers = vec![procs.broker(1)];
+    let keeper = if t == Topology::NoBroker {
+        // a worker, not a broker, deletes the finished jobs: the duties of a new one
+        keep_for(&client, 1).await?;
+        Some(procs.worker())
+    } else {
+        procs.brokers = vec![procs.broker(1)];
+        None
+    };
     for w in procs.workers.iter_mut().chain(&mut procs.retired) {
         if matches!(w.child.try_wait(), Ok(None)) {
             w.signal("TERM");
@@ -512,6 +543,10 @@ async fn phase(
     while memory_after > baseline + MEMORY_SLACK && Instant::now() < memory_deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
         memory_after = used_memory(&client).await?;
+    }
+    if let Some(k) = keeper {
+        k.signal("TERM");
+        procs.retired.push(k);
     }
     let p = PhaseFigures {
         audit_clean,
