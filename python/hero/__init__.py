@@ -15,8 +15,9 @@ protocol version and its loading), `job` (the record and answers as dataclasses)
 `pool` (handlers in child processes), `queue` (the operator's `Queue`), `fair` (a fair
 queue's keys with work), `options` (durations, back-off, rates), `events` (job events for
 producers, and the waits they wake), `worker` (the worker: fetch, run, completion, shutdown),
-`presence` (its registration, heartbeat, leases and time limits), `context` (`JobContext`, what
-a handler holds), `outage` (how its loops outlive Redis failing), `errors`.
+`presence` (its registration, heartbeat, leases and time limits), `duties` (its turn at the
+queue's upkeep, so no `hero broker` is needed), `context` (`JobContext`, what a handler holds),
+`outage` (how its loops outlive Redis failing), `errors`.
 """
 from . import aio
 from .client import Client, connect
