@@ -39,10 +39,10 @@ export function step(proto: Protocol, holder: string, leaseMs: number): Promise<
 }
 
 /** Does the duties on `proto`'s shard as the worker's consumer until the worker stops, then
- * hands the lease back when it holds it. A
- * failing call backs off (100 ms doubling to 5 s, never faster than the holder's pace) and is
- * said on the worker's `error` event at once, then every 30 s, and once when it works again;
- * it never stops the worker, which runs its jobs whoever does the upkeep. Never throws. */
+ * hands the lease back when it holds it. A failing call backs off (100 ms doubling to 5 s,
+ * never faster than the holder's pace) and is said on the worker's `error` event at once, then
+ * every 30 s, and once when it works again; it never stops the worker, which runs its jobs
+ * whoever does the upkeep. Never throws. */
 export async function runDuties(w: DutiesOwner, proto: Protocol, pace: Pace = PACE): Promise<void> {
   const failing = new Outage(w, "the queue's upkeep (hero_duties)", "another process may do it meanwhile");
   const stopping = () => w.isStopping;

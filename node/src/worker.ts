@@ -1,9 +1,9 @@
 // The worker: presence, precedence fetch, handler calls with an AbortSignal, lease renewal with
 // progress and log lines, time limits, stop requests, fenced batched completion, retries by
 // back-off, graceful shutdown, every shard of a sharded namespace (one lane a shard, the slots
-// shared), and a turn at the queue's upkeep (duties.ts), so no `hero broker` need run. The names are BullMQ's where they fit: `new Worker(type, async job => …,
-// { concurrency })`, `job.data`, `job.updateProgress`, `job.log`, events `completed`, `failed`,
-// `error`.
+// shared), and a turn at the queue's upkeep (duties.ts), so no `hero broker` need run. The
+// names are BullMQ's where they fit: `new Worker(type, async job => …, { concurrency })`,
+// `job.data`, `job.updateProgress`, `job.log`, events `completed`, `failed`, `error`.
 import { EventEmitter } from "node:events";
 import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
