@@ -659,6 +659,23 @@ local function wake_cursors(f)
   return cursors
 end
 
+-- A registry that is gone while queues are not (an evicting Redis an operator accepted evicts
+-- any key): the caller's streams that exist are registered again (announced, paused ones kept
+-- out), or no worker would ever see their jobs. Asked only when none of the caller's streams
+-- is registered (an idle worker's fetch: one EXISTS), never on the hot path.
+local function reregister(f)
+  local keys = f.keys
+  for i = 1, #f.present do if f.present[i] == 1 then return end end
+  if redis.call('EXISTS', keys[1]) == 1 or #keys < 5 then return end
+  if redis.call('EXISTS', unpack(keys, 5, math.min(#keys, 1004))) == 0 then return end
+  for i = 5, #keys do
+    if redis.call('EXISTS', keys[i]) == 1 then
+      register(keys[i], f.group, keys[1])
+      f.present[i - 4] = redis.call('SISMEMBER', keys[1], keys[i])
+    end
+  end
+end
+
 -- What a submitted record may hold, and the form of each value: the checks a worker's decoder
 -- makes (docs/protocol.md §3), made at submit so that a bad job from any language fails there,
 -- loudly, before anything of its batch is written. A field named `x_...` or `x-...` is an
@@ -2539,22 +2556,6 @@ local function fetch_state(keys, args)
   return f
 end
 
--- A registry that is gone while queues are not (an evicting Redis an operator accepted evicts
--- any key): the caller's streams that exist are registered again (announced, paused ones kept
--- out), or no worker would ever see their jobs. Asked only when none of the caller's streams
--- is registered (an idle worker's fetch: one EXISTS), never on the hot path.
-local function reregister(f)
-  local keys = f.keys
-  if redis.call('EXISTS', keys[1]) == 1 or #keys < 5 then return end
-  if redis.call('EXISTS', unpack(keys, 5, math.min(#keys, 1004))) == 0 then return end
-  for i = 5, #keys do
-    if redis.call('EXISTS', keys[i]) == 1 then
-      register(keys[i], f.group, keys[1])
-      f.present[i - 4] = redis.call('SISMEMBER', keys[1], keys[i])
-    end
-  end
-end
-
 -- Which streams given are registered (f.present), and the registry's signal when the caller
 -- keeps a registry cursor; false when that cursor is stale (the fetch then claims nothing). In
 -- runs of 1000 as in_runs makes them (unpack of a very long list overflows Lua's stack), written
@@ -2572,13 +2573,11 @@ local function read_registry(f)
     local present = f.present
     for i = 1, f.n do present[i] = 1 end
   else
-    local any = false
     for from = 5, #keys, 1000 do
       local r = redis.call('SMISMEMBER', keys[1], unpack(keys, from, math.min(#keys, from + 999)))
       if from == 5 then f.present = r else for k = 1, #r do f.present[from - 5 + k] = r[k] end end
-      for k = 1, #r do if r[k] == 1 then any = true break end end
     end
-    if not any then reregister(f) end
+    reregister(f)
   end
   return true
 end

@@ -10,8 +10,26 @@ use crate::client::Client;
 
 impl Client {
     /// Adds (or replaces) a recurring job. Its first tick is the first after the next broker
-    /// pass; a replaced one keeps its next tick.
+    /// pass; a replaced one keeps its next tick. The ticks are fired by `hero broker` (the
+    /// schedule is croner's, in Rust): with no live broker in the namespace this says so once,
+    /// as a WARN naming the Redis and its db, since nothing would fire them.
     pub async fn cron_add(&self, job: &CronJob) -> Result<()> {
-        hero_protocol::cron::store(self.redis(), self.keys(), job).await
+        hero_protocol::cron::store(self.redis(), self.keys(), job).await?;
+        let fleet = hero_protocol::fleet::Fleet::read(self.redis(), self.keys()).await?;
+        if !fleet
+            .members
+            .iter()
+            .any(|m| m.role == hero_protocol::fleet::Role::Broker)
+        {
+            tracing::warn!(
+                name = %job.name,
+                namespace = %self.keys().prefix(),
+                redis = %hero_protocol::conn::shown_url(&self.redis().url()),
+                "recurring job stored, but no `hero broker` runs in this namespace (this Redis and \
+                 db): its ticks fire only while one does. Start `hero broker` with the same URL, \
+                 db and namespace"
+            );
+        }
+        Ok(())
     }
 }

@@ -26,10 +26,12 @@ async fn snapshot(server: &RedisServer) -> BTreeMap<String, Vec<u8>> {
         .unwrap();
     let mut out = BTreeMap::new();
     for k in keys {
-        // what live processes write on their own clock (stats, heartbeats, the broker's epoch),
-        // not job data, and the memory flag (the policy a submit read from INFO, for a second)
+        // what live processes write on their own clock (stats, heartbeats, the broker's epoch,
+        // the duty lease), not job data, and the memory flag (the policy a submit read from
+        // INFO, for a second)
         if k.contains(":stats")
             || k.ends_with(":meta:memory")
+            || k.ends_with(":meta:duties")
             || k.ends_with(":meta:epoch")
             || k.contains(":brokers")
             || k.contains(":meta:fleet")

@@ -173,3 +173,43 @@ async fn passes_racing_for_one_due_tick_fire_it_once() {
     assert_eq!(entry(&client, "race").await.fires, 1);
     assert_eq!(ticks(&server, "race").await, vec![due]);
 }
+
+/// Recurring jobs are fired by `hero broker` (croner's schedule): stored where no broker lives,
+/// the producer is told so once, naming the Redis and its db; with one running, nothing is said.
+#[tokio::test]
+async fn a_recurring_job_stored_with_no_broker_says_nothing_will_fire_it() {
+    let server = RedisServer::start();
+    let url = format!("{}/3", server.url());
+    let add = || {
+        hero_cli(
+            &url,
+            &["cron", "add", "lonely", "every 1h", "--type", "cr", "x"],
+        )
+    };
+    let (code, out, err) = add();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("no `hero broker` runs in this namespace") && err.contains("/3"),
+        "{err}"
+    );
+    let mut b = hero_testkit::hero_broker_logged(&url, &[]);
+    b.saw("broker running", Duration::from_secs(20)).await;
+    let client = Client::connect(&url).await.unwrap();
+    hero_testkit::wait_for("the broker in the fleet", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move {
+            let f = hero_protocol::fleet::Fleet::read(c.redis(), c.keys())
+                .await
+                .ok()?;
+            f.members
+                .iter()
+                .any(|m| m.role == hero_protocol::fleet::Role::Broker)
+                .then_some(())
+        }
+    })
+    .await;
+    let (code, out, err) = add();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("no `hero broker`"), "{err}");
+    b.kill9();
+}

@@ -131,3 +131,20 @@ local function wake_cursors(f)
   end
   return cursors
 end
+
+-- A registry that is gone while queues are not (an evicting Redis an operator accepted evicts
+-- any key): the caller's streams that exist are registered again (announced, paused ones kept
+-- out), or no worker would ever see their jobs. Asked only when none of the caller's streams
+-- is registered (an idle worker's fetch: one EXISTS), never on the hot path.
+local function reregister(f)
+  local keys = f.keys
+  for i = 1, #f.present do if f.present[i] == 1 then return end end
+  if redis.call('EXISTS', keys[1]) == 1 or #keys < 5 then return end
+  if redis.call('EXISTS', unpack(keys, 5, math.min(#keys, 1004))) == 0 then return end
+  for i = 5, #keys do
+    if redis.call('EXISTS', keys[i]) == 1 then
+      register(keys[i], f.group, keys[1])
+      f.present[i - 4] = redis.call('SISMEMBER', keys[1], keys[i])
+    end
+  end
+end
