@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 use hero_broker::config::BrokerConfig;
 use hero_broker::daemon;
-use hero_broker::loops::retention;
 
 use crate::probe::Probe;
 use crate::report::Figures;
@@ -280,8 +279,24 @@ impl Ours {
         daemon::publish_config(&self.client, &cfg).await?;
         let settle = || async {
             tokio::time::sleep(retention + Duration::from_millis(100)).await;
-            // what the broker's retention loop does
-            retention::pass(&self.client, retention, retention).await?;
+            // what the holder of the duties does (a worker of the drain, or this call)
+            loop {
+                let d = hero_protocol::duties::step(
+                    self.client.redis(),
+                    self.client.keys(),
+                    "hero-bench",
+                    Duration::from_secs(3),
+                )
+                .await?;
+                if !d.held {
+                    // a worker holds them: its next step (100 ms) deletes what is due
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    break;
+                }
+                if !d.more {
+                    break;
+                }
+            }
             // Redis shrinks its tables in its own cron; give it a second, as the peer gets
             tokio::time::sleep(Duration::from_secs(1)).await;
             anyhow::Ok(())

@@ -26,12 +26,11 @@ pub struct BrokerConfig {
     /// The event log's cap, in entries (approximate: Redis trims whole nodes); 0 turns the log
     /// off. Every function that changes a job's state reads it.
     pub events_max: u64,
-    /// How often dead consumers are looked for.
+    /// How often dead consumers are looked for, and
     pub presence_poll: Duration,
-    /// How often due delayed jobs are promoted.
+    /// due delayed jobs promoted: the broker, while it holds the duty lease, calls
+    /// `hero_duties` every the shorter of the two (`hero_protocol::duties`).
     pub promote_poll: Duration,
-    /// How often jobs past their retention are deleted.
-    pub retention_poll: Duration,
     /// How often recurring jobs are looked at (a tick fires at most this late).
     pub cron_poll: Duration,
     /// Legacy bridge mappings (SPEC §6).
@@ -41,8 +40,6 @@ pub struct BrokerConfig {
     pub legacy_replies: Option<bool>,
     /// How often the bridge hands out jobs and looks at the ones legacy actors hold.
     pub bridge_poll: Duration,
-    /// How often running jobs are checked against their time limits (`loops::timeouts`).
-    pub timeout_poll: Duration,
     /// A maxmemory policy other than noeviction the operator accepts (`--accept-eviction`):
     /// submits are taken under it, and jobs may be lost to eviction.
     pub accept_eviction: Option<String>,
@@ -65,12 +62,10 @@ impl Default for BrokerConfig {
             events_max: DEFAULT_EVENTS_MAX,
             presence_poll: Duration::from_millis(250),
             promote_poll: Duration::from_millis(100),
-            retention_poll: Duration::from_millis(500),
             cron_poll: Duration::from_millis(200),
             bridges: Vec::new(),
             legacy_replies: None,
             bridge_poll: Duration::from_millis(100),
-            timeout_poll: Duration::from_secs(1),
             accept_eviction: None,
         }
     }

@@ -1,10 +1,10 @@
 //! hero-broker: the broker daemon and the `hero` command line.
 //!
 //! # Layout
-//! - [`daemon`]: runs the loops and the bridge, publishes the settings the functions read.
-//! - [`loops`]: the periodic passes ([`loops::recover`], [`loops::promote`],
-//!   [`loops::retention`], [`loops::sample`] (queue depths per minute), [`loops::cron`]), over
-//!   one `every` helper.
+//! - [`daemon`]: runs the queue's upkeep (`hero_protocol::duties`, as every worker does), the
+//!   broker's own loops and the bridge, publishes the settings the functions read.
+//! - [`loops`]: the broker's own periodic passes ([`loops::cron`], [`loops::batch_ends`],
+//!   [`loops::shards`], [`loops::health`]), over one `every` helper.
 //! - [`bridge`]: the legacy bridge: [`bridge::mapping`] (flags and config file), and the
 //!   inbound, outbound and watch loops.
 //! - [`config`]: the broker's settings; [`toml_error`]: a configuration file's TOML error

@@ -57,7 +57,7 @@ async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
         .unwrap();
     client.submit(&unserved).await.unwrap();
     let flags = ["--presence-ms", "1500", "--concurrency", "4"];
-    let mut a = test_worker(&url, "alone", "a", &flags);
+    let a = test_worker(&url, "alone", "a", &flags);
     a.saw("ready", Duration::from_secs(20)).await;
     wait_for("the depth sample", Duration::from_secs(10), || {
         let mut raw = raw.clone();
@@ -112,7 +112,7 @@ async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
     assert_eq!(j.status, Status::Error, "{j:?}");
 
     // a worker killed -9 mid-job: its job runs again on the other worker
-    let mut b = test_worker(&url, "alone", "b", &flags);
+    let b = test_worker(&url, "alone", "b", &flags);
     b.saw("ready", Duration::from_secs(20)).await;
     let long = NewJob::builder("alone", "sleep 1500")
         .id("orphan")

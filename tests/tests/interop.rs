@@ -19,7 +19,6 @@ const LONG: Duration = Duration::from_secs(30);
 async fn with_time_limits() -> (RedisServer, InProcBroker, Client) {
     let server = RedisServer::start();
     let cfg = BrokerConfig {
-        timeout_poll: Duration::from_millis(200),
         ..BrokerConfig::default()
     };
     let broker = InProcBroker::spawn(&server.url(), cfg).await;

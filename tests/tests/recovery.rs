@@ -346,7 +346,6 @@ async fn a_job_whose_worker_went_silent_past_its_time_limit_ends_timeout() {
     let server = RedisServer::start();
     let url = server.url();
     let cfg = BrokerConfig {
-        timeout_poll: Duration::from_millis(200),
         ..broker_config(Duration::from_secs(30))
     };
     let _broker = InProcBroker::spawn(&url, cfg).await;

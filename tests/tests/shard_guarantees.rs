@@ -23,7 +23,6 @@ async fn guarantees_hold_on_shards(url: &str, k: u16) {
     assert_eq!(client.shard_map().k, k);
     let cfg = BrokerConfig {
         presence_poll: Duration::from_millis(100),
-        timeout_poll: Duration::from_millis(100),
         ..BrokerConfig::default()
     };
     let _broker = InProcBroker::spawn(url, cfg).await;

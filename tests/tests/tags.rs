@@ -66,7 +66,9 @@ async fn listing_by_tag_pages_through_10000_jobs_and_retention_empties_the_index
     let even: usize = raw.scard(keys().tag("even")).await.unwrap();
     assert_eq!(even, 5_000);
 
-    // run them all, then let retention delete them: the index empties with them
+    // run them all, then let retention delete them: the index empties with them (the worker's
+    // duties apply the config hash's retention, a millisecond here)
+    let _: () = raw.hset(keys().config(), "retention_ms", 1).await.unwrap();
     let _w = InProcWorker::spawn(
         Worker::builder(client.clone())
             .types(["tg"])
@@ -84,9 +86,6 @@ async fn listing_by_tag_pages_through_10000_jobs_and_retention_empties_the_index
     wait_for("retention to delete them", Duration::from_secs(60), || {
         let client = client.clone();
         async move {
-            hero_broker::loops::retention::pass(&client, Duration::from_millis(1), Duration::ZERO)
-                .await
-                .ok()?;
             let mut raw = client
                 .redis()
                 .dedicated(Duration::from_secs(1))
