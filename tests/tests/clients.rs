@@ -86,21 +86,26 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
     let url = server.url();
     let _broker = InProcBroker::spawn(&url, BrokerConfig::default()).await;
     let client = Client::connect(&url).await.unwrap();
-    let _w = InProcWorker::spawn(Worker::builder(client.clone()).types(["c"]).handler(
-        |job: hero_protocol::Job, ctx: hero_worker::JobContext| async move {
-            ctx.progress(50.0, "half");
-            ctx.log("a line");
-            match job.script.as_str() {
-                "retry" if job.attempts < 2 => {
-                    Outcome::RetryAfter(Duration::from_millis(10), "again".into())
-                }
-                "abort" => Outcome::Abort("no".into()),
-                "fail" => ctx.fail(&std::io::Error::other("disk full")),
-                "parent" => Outcome::Done(format!("{} children", job.results.len())),
-                s => Outcome::Done(s.to_uppercase()),
-            }
-        },
-    ));
+    let _w = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["c"])
+            .duties(true)
+            .handler(
+                |job: hero_protocol::Job, ctx: hero_worker::JobContext| async move {
+                    ctx.progress(50.0, "half");
+                    ctx.log("a line");
+                    match job.script.as_str() {
+                        "retry" if job.attempts < 2 => {
+                            Outcome::RetryAfter(Duration::from_millis(10), "again".into())
+                        }
+                        "abort" => Outcome::Abort("no".into()),
+                        "fail" => ctx.fail(&std::io::Error::other("disk full")),
+                        "parent" => Outcome::Done(format!("{} children", job.results.len())),
+                        s => Outcome::Done(s.to_uppercase()),
+                    }
+                },
+            ),
+    );
     let job = |script: &str| NewJob::builder("c", script).build().unwrap();
 
     // producer
