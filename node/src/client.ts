@@ -10,6 +10,7 @@ import { checkUrl, openRedis, redisUrl } from "./connect.js";
 import { jobSpec, JobOptions, Spec } from "./options.js";
 import { iso, Protocol, text } from "./protocol.js";
 import { ShardMap, shardOfId } from "./shards.js";
+import { Upkeep } from "./upkeep.js";
 import { Waiter } from "./waiter.js";
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -31,21 +32,26 @@ export class Client {
   // a random start: a process that submits one job and ends would otherwise put every unkeyed
   // job on shard 0
   private turn = Math.floor(Math.random() * 2 ** 30);
+  /** Whether anyone does the queue's upkeep, or fires recurring jobs: looked at once each
+   * (upkeep.ts). */
+  private readonly upkeep: Upkeep;
 
   private constructor(
     readonly redis: Redis,
     namespace: string,
     cluster: boolean,
+    url: string | null,
   ) {
     this.keys = cluster ? Keys.cluster(name("namespace", namespace)) : new Keys(name("namespace", namespace));
     this.proto = new Protocol(redis, this.keys);
     this.protos.set(this.keys.prefix, this.proto);
+    this.upkeep = new Upkeep(redis, this.keys, url);
   }
 
   /** Connects (loading this version's library when the server lacks it). */
   static async connect(url?: string, opts: { namespace?: string; redis?: Redis } = {}): Promise<Client> {
     const redis = opts.redis ?? (await openRedis(checkUrl(redisUrl(url))));
-    const c = new Client(redis, opts.namespace ?? "hero", false);
+    const c = new Client(redis, opts.namespace ?? "hero", false, opts.redis ? null : redisUrl(url));
     try {
       await c.proto.ensureLibrary();
       await c.shardMap(true);
@@ -177,6 +183,12 @@ export class Client {
     return jobSpec(o, reply);
   }
 
+  /** @internal after recurring job `name` was stored: says once when no live `hero broker`
+   * would fire its ticks. */
+  async noteRecurring(name: string): Promise<void> {
+    await this.upkeep.noteRecurring(name);
+  }
+
   /** @internal a job's checked record fields, as a submit would write them. */
   checkJob(o: JobOptions<unknown>): { fields: [string, string | Buffer][] } {
     return this.spec(o);
@@ -190,9 +202,12 @@ export class Client {
 
   /** Submits jobs in one call (one a shard in a sharded namespace); one answer each, in order. An
    * id that exists already changes nothing (`created` false); a held uniqueness key answers the
-   * holder (`duplicateOf`). */
+   * holder (`duplicateOf`). The first submit of a job that needs the queue's upkeep (a delay, a
+   * date to come, retries) looks once whether anyone does it, and warns when no one does (a
+   * process warning, `HERO_NO_UPKEEP`, naming the namespace and the Redis with its db). */
   async submitMany<Data = unknown>(jobs: JobOptions<Data>[], reply = false): Promise<Submitted[]> {
     const specs = jobs.map((j) => this.spec(j, reply));
+    await this.upkeep.note(jobs.map((j, i) => [j, specs[i]]));
     await this.checkFleet(specs);
     const m = await this.shardMap();
     if (!m.sharded) return this.submitOn(this.proto, this.keys, specs);
@@ -370,6 +385,9 @@ export class Client {
       const flat = s.fields.filter(([k]) => k !== "created_at").flatMap(([k, v]) => [k, v.toString()]);
       return { id: s.id, key: keys.job(s.id), stream: keys.work(s.type, s.group, s.instance, s.priority), registry: keys.queues(), group: "workers", fields: flat };
     };
+    // the callbacks are submitted when the batch ends: their retries need the upkeep too
+    const callbackJobs = [callbacks.onComplete, callbacks.onSuccess].filter((cb): cb is JobOptions => cb !== undefined);
+    await this.upkeep.note(callbackJobs.map((cb) => [cb, this.spec(cb)]));
     const r = await proto.closeBatch(batch, spec(callbacks.onComplete, "complete"), spec(callbacks.onSuccess, "success"));
     const word = text(r[0]);
     return {

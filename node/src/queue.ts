@@ -409,7 +409,9 @@ export class Queue {
 
   // -- recurring jobs (BullMQ's job schedulers) -----------------------------------------------
   /** Adds (or replaces) recurring job `id` of this queue: each tick of `repeat` submits the
-   * template's job, its `data` (the payload) and options included. */
+   * template's job, its `data` (the payload) and options included. The ticks are fired by
+   * `hero broker`: with no live one in the namespace this says so once (a process warning,
+   * `HERO_NO_BROKER`), naming the Redis and its db. */
   async upsertJobScheduler(id: string, repeat: RepeatOptions, template: JobTemplate = {}): Promise<void> {
     strictOptions("repeat", repeat, REPEAT_OPTIONS, { cron: "pattern", limit: "(none)", startDate: "(none)", endDate: "(none)" });
     strictOptions("job template", template, TEMPLATE_OPTIONS);
@@ -442,6 +444,8 @@ export class Queue {
     if (field("keep_failed") !== undefined) job.keep_failed_ms = Number(field("keep_failed"));
     const spec2 = { name: id, schedule, tz: repeat.tz ?? "UTC", missed: repeat.missed ?? "skip", paused: false, job };
     await c.redis.hset(c.keys.cron(), id, JSON.stringify(spec2));
+    // the broker fires the ticks: with none live, say so (once per client)
+    await c.noteRecurring(id);
   }
 
   /** The queue's recurring jobs by name: each as stored, with its payload decoded as `data`,
