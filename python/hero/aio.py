@@ -30,6 +30,7 @@ from .job import Job, Result, Submitted
 from .keys import GROUP, Keys
 from .protocol import LIBRARY, VERSION, iso
 from .shards import ShardMap
+from .upkeep import Upkeep
 
 
 POOL = 32
@@ -55,6 +56,7 @@ class Client:
         self._xackdel: str | None = None
         self._lacks: dict = {}
         self._lacks_at = -10.0
+        self._upkeep = Upkeep()  # whether anyone does the queue's upkeep, looked at once
 
     def fn(self, name: str) -> str:
         return f"hero_v{VERSION}_{name}"
@@ -107,6 +109,7 @@ class Client:
 
     async def submit_many(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
         await self.connect()
+        await self._upkeep.note_async(self.r, self.keys, jobs)
         if gated(jobs):
             # the brokers' summary of what live older processes lack, read at most every 2 s
             if time.monotonic() - self._lacks_at >= 2.0:

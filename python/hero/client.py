@@ -21,6 +21,7 @@ from .keys import Keys
 from .options import Backoff, duration_ms
 from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms
 from .shards import ShardMap, shard_of_id
+from .upkeep import Upkeep
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -264,6 +265,8 @@ class Client:
         # unkeyed job on shard 0
         self._turn = random.randrange(1 << 30)
         self._waiters: dict[str, Waiter] = {}
+        # whether anyone does the queue's upkeep, looked at once (`hero.upkeep`)
+        self._upkeep = Upkeep()
 
     # -- shards -----------------------------------------------------------------------------
     def shard_map(self) -> ShardMap:
@@ -380,7 +383,10 @@ class Client:
         return self.submit_many([self.job(script, type, **options)])[0]
 
     def submit_many(self, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> list[Submitted]:
-        """Submits jobs built with `job`, in one call (one per shard in a sharded namespace)."""
+        """Submits jobs built with `job`, in one call (one per shard in a sharded namespace). The
+        first that needs the queue's upkeep (a delay, retries) looks once whether a live process
+        does it here, and says so (a WARNING) when none does."""
+        self._upkeep.note(self.r, self.keys, jobs)
         self._check_fleet(jobs)
         if self.shard_map().sharded:
             return self._submit_sharded(jobs)

@@ -28,6 +28,7 @@ from .errors import HeroError, InvalidInput, JobNotFound, OlderProcesses
 from .fair import FairKeys, fair_keys
 from .options import Backoff, duration_ms
 from .options import rate as parse_rate  # set_policy takes an argument named rate
+from .upkeep import note_cron
 
 _SCHEDULE = re.compile(r"^(every \S.*|@\w+|(\S+\s+){4,5}\S+)$")
 
@@ -351,7 +352,8 @@ class Queue:
         """Adds (or replaces) recurring job `name` of this queue: `schedule` a cron expression
         (5 fields, or 6 with seconds first; @hourly ...) read in `tz`, or 'every <duration>';
         each tick submits `script` with the options given, `payload` included. The brokers
-        check the expression when they read it (`hero cron list` shows the next tick)."""
+        check the expression when they read it (`hero cron list` shows the next tick), and fire
+        the ticks: with no live `hero broker` in the namespace this says so (a WARNING)."""
         _name("recurring job name", name)
         if not _SCHEDULE.match(schedule.strip()):
             raise InvalidInput(f"schedule {schedule!r} is not a cron expression (5 or 6 fields, or @hourly ...) "
@@ -380,6 +382,7 @@ class Queue:
             job["keep_failed_ms"] = duration_ms("keep_failed", keep_failed)
         spec = {"name": name, "schedule": schedule, "tz": tz, "missed": missed, "paused": False, "job": job}
         self.r.hset(self.client.keys.cron(), name, json.dumps(spec))
+        note_cron(self.r, self.client.keys, name)
 
     def cron_list(self) -> list[dict[str, Any]]:
         """The queue's recurring jobs, by name: each as stored (its job's `payload` as bytes),
