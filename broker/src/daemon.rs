@@ -172,26 +172,6 @@ async fn duties(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
     .await;
 }
 
-/// What the live fleet lacks, as `fleet_lacks` in the config hash (removed when nothing is),
-/// for the producers in other languages to refuse by (`hero_protocol::fleet::Fleet::summary`).
-async fn publish_fleet(client: &Client) -> hero_protocol::Result<()> {
-    let fleet = fleet::Fleet::read(client.redis(), client.keys()).await?;
-    let summary = fleet.summary();
-    let cmd = if summary.as_object().is_some_and(|m| m.is_empty()) {
-        let mut c = redis::cmd("HDEL");
-        c.arg(client.keys().config()).arg("fleet_lacks");
-        c
-    } else {
-        let mut c = redis::cmd("HSET");
-        c.arg(client.keys().config())
-            .arg("fleet_lacks")
-            .arg(summary.to_string());
-        c
-    };
-    let _: redis::Value = client.redis().query(&cmd).await?;
-    Ok(())
-}
-
 /// A Redis restarted without persistence forgets the settings: write them again now and then.
 /// Also renews the broker's entry in the fleet (its protocol, for `hero actors` and the
 /// checks at submit: `hero_protocol::fleet`), removed again when it stops.
@@ -216,7 +196,7 @@ async fn republish(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
             }
             _ = tokio::time::sleep(every) => {}
         }
-        let summary = publish_fleet(&client).await;
+        let summary = fleet::publish_summary(client.redis(), client.keys()).await;
         let registered =
             registered.map(|beat| hero_protocol::memory::note_policy(&beat.memory_policy));
         match registered

@@ -4,7 +4,8 @@
 //! process at a time holds the duty lease (a key with a TTL, on Redis's clock) and calls the
 //! function every [`Pace::holder`]; every other calls it every [`Pace::contender`] and gets the
 //! holder's name back after one HGET. A holder that dies is replaced once its lease runs out; one
-//! that stops hands the lease back, so the next caller takes it at once.
+//! that stops hands the lease back, so the next caller takes it at once. A Rust holder also
+//! keeps the fleet summary (`fleet_lacks`) a broker keeps.
 
 use std::time::Duration;
 
@@ -20,6 +21,9 @@ use crate::outage::{self, Outage};
 /// 5 s; a live worker must get its next one in before it is judged dead or its deliveries idle,
 /// or its jobs would run twice (the chaos soak's "redis faults" phase: MISCONF for 20 s).
 pub const RECOVERY_HOLD: Duration = Duration::from_secs(10);
+
+/// How often the holder writes the fleet summary (`fleet::publish_summary`), as a broker does.
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 /// The jobs one call looks at, at most: a call stays well under a millisecond or two of Redis.
 pub const BUDGET: usize = 100;
@@ -82,7 +86,16 @@ pub async fn run(
 ) {
     let mut failing = Outage::new("the queue's upkeep (hero_duties)");
     let mut held = false;
+    let mut summarized: Option<tokio::time::Instant> = None;
     loop {
+        // the fleet summary (what older live processes lack) is the holder's to keep too, so
+        // the producers in other languages have it with no broker running
+        if held && summarized.is_none_or(|at| at.elapsed() >= SUMMARY_EVERY) {
+            summarized = Some(tokio::time::Instant::now());
+            if let Err(e) = crate::fleet::publish_summary(&redis, &keys).await {
+                outage::report("publishing the fleet summary", &e);
+            }
+        }
         let wait = match step(&redis, &keys, &holder, pace.lease).await {
             Ok(d) => {
                 failing.ok();

@@ -292,3 +292,32 @@ async fn a_delayed_submit_with_no_one_doing_the_upkeep_is_told_naming_the_db() {
     assert!(!err.contains("queue's upkeep"), "{err}");
     w.kill9();
 }
+
+/// With no broker, the holder of the duties keeps the fleet summary a broker kept
+/// (`fleet_lacks`: what live older processes lack), which hero-py and Node refuse submits by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_keeps_the_fleet_summary_with_no_broker() {
+    let server = RedisServer::start();
+    let mut raw = server.conn().await;
+    let now: (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let old = serde_json::json!({
+        "role": "worker", "protocol": 26, "version": "hero-py 0.26.0",
+        "expires_ms": now.0 * 1000 + 120_000,
+    });
+    let _: () = raw
+        .hset(keys().fleet(), "default:old:1", old.to_string())
+        .await
+        .unwrap();
+    let mut w = test_worker(&server.url(), "summary", "w", &[]);
+    w.saw("ready", Duration::from_secs(20)).await;
+    let lacks: String = wait_for("the fleet summary", Duration::from_secs(15), || {
+        let mut raw = raw.clone();
+        async move { raw.hget(keys().config(), "fleet_lacks").await.ok()? }
+    })
+    .await;
+    assert!(
+        lacks.contains("\"batch\"") && lacks.contains("default:old:1"),
+        "{lacks}"
+    );
+    w.kill9();
+}
