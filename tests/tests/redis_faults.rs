@@ -128,15 +128,7 @@ async fn the_audit_names_every_job_an_evicting_redis_lost() {
         hero_protocol::Priority::DEFAULT,
     );
     tokio::time::sleep(Duration::from_millis(2500)).await; // the records' idle time
-    let used: u64 = redis::cmd("INFO")
-        .arg("memory")
-        .query_async::<String>(&mut raw)
-        .await
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap();
+    let used = server.info_u64("memory", "used_memory").await;
     let _: i64 = raw.xlen(&stream).await.unwrap();
     // a limit 1 MiB below what it holds: the next writes evict records until it fits
     server
@@ -277,24 +269,12 @@ async fn a_queue_registry_redis_evicted_is_made_again_and_pauses_hold() {
 /// Redis full: over its maxmemory (noeviction), so it refuses every write that adds data.
 async fn fill(server: &RedisServer) {
     let mut raw = server.conn().await;
-    let used = || async {
-        let mut raw = server.conn().await;
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap()
-    };
     let chunk = "f".repeat(64 * 1024);
     for i in 0..8 {
         let _: () = raw.set(format!("filler:{i}"), &chunk).await.unwrap();
     }
     // the limit below what it holds: full however much a refused command's buffer frees
-    let limit = used().await - 256 * 1024;
+    let limit = server.info_u64("memory", "used_memory").await - 256 * 1024;
     server.config_set("maxmemory", &limit.to_string()).await;
     let r: redis::RedisResult<()> = raw.set("probe", "x").await;
     let e = r.expect_err("a full Redis refuses a write");

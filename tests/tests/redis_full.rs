@@ -20,22 +20,6 @@ use hero_testkit::{audit_consistent, RedisServer};
 /// retention entry (~30 B).
 const OVERSHOOT_PER_JOB: u64 = 450;
 
-fn field(info: &str, name: &str) -> Option<u64> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-async fn info_field(server: &RedisServer, name: &str) -> u64 {
-    let mut raw = server.conn().await;
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    field(&info, name).unwrap_or_else(|| panic!("INFO memory has no {name}: {info}"))
-}
-
 async fn exists(server: &RedisServer, key: &str) -> bool {
     let mut raw = server.conn().await;
     redis::cmd("EXISTS")
@@ -132,7 +116,7 @@ async fn a_full_redis_refuses_submits_loudly_and_drains_what_it_acknowledged() {
 
     // the broker and worker that ran all along drain it, and what the allow-oom functions
     // write past maxmemory while they do stays within the documented bound (guarantees.md)
-    let limit = info_field(&server, "maxmemory").await;
+    let limit = server.info_u64("memory", "maxmemory").await;
     let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let sampler = {
         let (peak, url) = (peak.clone(), server.url());
@@ -145,7 +129,7 @@ async fn a_full_redis_refuses_submits_loudly_and_drains_what_it_acknowledged() {
                     .query_async::<String>(&mut raw)
                     .await
                 {
-                    if let Some(used) = field(&info, "used_memory") {
+                    if let Some(used) = hero_testkit::info_field(&info, "used_memory") {
                         peak.fetch_max(used, std::sync::atomic::Ordering::Relaxed);
                     }
                 }

@@ -453,6 +453,9 @@ async fn phase(
             probe_ids.push((i, id));
         }
     }
+    // read again: a probe may end after the read above (a failover's takes seconds), and its
+    // run is then only in the ledgers now (it read as `Unproven`, a run the book had not seen)
+    let book = Book::read(dir)?;
     let only: Vec<String> = probe_ids.iter().map(|(_, id)| id.clone()).collect();
     let mut bad_probes: Vec<(usize, Judgement)> = Vec::new();
     for ((i, id), (status, output)) in probe_ids.iter().zip(read_records(&client, &only).await?) {

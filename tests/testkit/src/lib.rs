@@ -28,7 +28,7 @@ pub use inproc::*;
 pub use ports::*;
 pub use procs::*;
 pub use proxy::FaultProxy;
-pub use server::RedisServer;
+pub use server::{info_field, RedisServer};
 pub use sharded::*;
 pub use topology::{RedisCluster, SentinelSet, MASTER_NAME};
 pub use wait::*;

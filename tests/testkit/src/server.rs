@@ -233,6 +233,18 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {e}"));
     }
 
+    /// The number `INFO <section>` gives for `name` (`used_memory`, `maxmemory`), failing the
+    /// test when it has none.
+    pub async fn info_u64(&self, section: &str, name: &str) -> u64 {
+        let mut raw = self.conn().await;
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut raw)
+            .await
+            .unwrap_or_else(|e| panic!("INFO {section}: {e}"));
+        info_field(&info, name).unwrap_or_else(|| panic!("INFO {section} has no {name}: {info}"))
+    }
+
     /// A plain connection for seeding and inspecting raw state.
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.url())
@@ -259,4 +271,11 @@ impl Drop for RedisServer {
 
 fn redis_server_binary() -> String {
     std::env::var("HERO_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The number an `INFO` answer gives for `name`.
+pub fn info_field(info: &str, name: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
 }
