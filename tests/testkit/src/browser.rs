@@ -22,9 +22,41 @@ pub async fn shot(b: &Browser, name: &str) {
     std::fs::write(shots_dir().join(format!("{name}.png")), png).expect("write screenshot");
 }
 
+/// chromedriver, and on drop every Chromium process of its session (found by the session's
+/// profile directory in their command lines): a test that fails before it closes its session,
+/// or never closes it, leaves no browser behind (chromedriver killed alone orphans Chromium).
+pub struct Driver {
+    _proc: Proc,
+    profile: PathBuf,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let needle = format!("--user-data-dir={}", self.profile.display());
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        let pids: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                cmdline.contains(&needle).then(|| pid.to_string())
+            })
+            .collect();
+        if !pids.is_empty() {
+            let _ = std::process::Command::new("kill")
+                .arg("-KILL")
+                .args(&pids)
+                .status();
+        }
+    }
+}
+
 /// chromedriver on a free port, and a headless Chromium session through it at 1280×800 (`dark`:
 /// with the system's dark colour scheme).
-pub async fn browser(dark: bool) -> (Proc, Browser, PathBuf) {
+pub async fn browser(dark: bool) -> (Driver, Browser, PathBuf) {
     let port = free_port();
     let driver = Proc::spawn(
         std::path::Path::new("/usr/bin/chromedriver"),
@@ -70,7 +102,14 @@ pub async fn browser(dark: bool) -> (Proc, Browser, PathBuf) {
         .connect(&format!("http://127.0.0.1:{port}"))
         .await
         .expect("a Chromium session through chromedriver (scripts/browser-setup installs both)");
-    (driver, b, profile)
+    (
+        Driver {
+            _proc: driver,
+            profile: profile.clone(),
+        },
+        b,
+        profile,
+    )
 }
 
 /// The text of the first element matching `css`, once there is one (within 10 s, or the test
