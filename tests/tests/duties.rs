@@ -321,3 +321,37 @@ async fn the_holder_keeps_the_fleet_summary_with_no_broker() {
     );
     w.kill9();
 }
+
+/// A worker hung whole (SIGSTOP) cannot end its job at the time limit, and its liveness holds
+/// (a long presence TTL): only the upkeep can, and with no broker another worker's duties do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_workers_job_past_its_time_limit_is_ended_by_another_workers_duties() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut holder = test_worker(&server.url(), "elsewhere", "h", &[]);
+    holder.saw("ready", Duration::from_secs(20)).await;
+    let mut hung = test_worker(
+        &server.url(),
+        "hung",
+        "s",
+        &["--duties", "off", "--presence-ms", "60000"],
+    );
+    hung.saw("ready", Duration::from_secs(20)).await;
+    let job = NewJob::builder("hung", "sleep 30000")
+        .id("stuck")
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    client.submit(&job).await.unwrap();
+    hung.saw("started stuck", Duration::from_secs(20)).await;
+    hung.signal("STOP");
+    let j = ended(&client, "stuck", Duration::from_secs(20)).await;
+    assert_eq!(j.status, Status::Error, "{j:?}");
+    assert!(
+        j.error.as_deref().unwrap_or_default().contains("timeout"),
+        "{j:?}"
+    );
+    hung.signal("CONT");
+    hung.kill9();
+    holder.kill9();
+}
