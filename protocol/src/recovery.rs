@@ -1,6 +1,6 @@
-//! Taking deliveries back from a consumer: the cursor loop over `hero_recover` that the broker's
-//! recovery (a dead worker's jobs, idle deliveries) and a worker's own hand-back at shutdown
-//! share.
+//! Taking deliveries back from a consumer: the cursor loop over `hero_recover` a worker's own
+//! hand-back at shutdown makes (and the tests', for a named consumer). Recovering dead workers'
+//! jobs and idle deliveries is `hero_duties`' (`crate::duties`), inside Redis.
 
 use redis::Value;
 
