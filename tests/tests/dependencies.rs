@@ -245,12 +245,11 @@ async fn a_worker_killed_while_running_the_last_prerequisite_still_leads_to_one_
         .unwrap();
     assert_eq!(r.status, Status::Finished, "{r:?}");
     assert_eq!(r.output, "B");
-    let starts = b
-        .output()
-        .iter()
-        .filter(|l| l.starts_with("started after-kill "))
-        .count();
-    assert_eq!(starts, 1, "the dependent ran once");
+    assert_eq!(
+        b.starts_seen("after-kill", 1).await,
+        1,
+        "the dependent ran once"
+    );
     assert_eq!(
         hero_testkit::record(&client, "after-kill").await.attempts,
         1

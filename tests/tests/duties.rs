@@ -99,7 +99,7 @@ async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
     );
     let j = ended(&client, "retried", Duration::from_secs(20)).await;
     assert_eq!((j.status, j.attempts), (Status::Error, 3), "{j:?}");
-    assert_eq!(a.starts("retried"), 3);
+    assert_eq!(a.starts_seen("retried", 3).await, 3);
 
     // a job past its time limit ends
     let limited = NewJob::builder("alone", "sleep 20000")
@@ -135,7 +135,7 @@ async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
     let j = ended(&client, "orphan", Duration::from_secs(30)).await;
     assert_eq!(j.status, Status::Finished, "{j:?}");
     assert_eq!(
-        ws[other].starts("orphan"),
+        ws[other].starts_seen("orphan", 1).await,
         1,
         "run again on the live worker"
     );
@@ -199,6 +199,14 @@ async fn twenty_workers_promote_each_job_once_and_a_killed_holder_is_replaced() 
     for id in &ids {
         ended(&client, id, Duration::from_secs(30)).await;
     }
+    // the `started` lines the workers wrote before the results, once read
+    wait_for("every start read", Duration::from_secs(10), || {
+        let all = ids
+            .iter()
+            .all(|id| workers.iter().map(|w| w.starts(id)).sum::<usize>() >= 1);
+        async move { all.then_some(()) }
+    })
+    .await;
     let runs: HashMap<&String, usize> = ids
         .iter()
         .map(|id| (id, workers.iter().map(|w| w.starts(id)).sum()))

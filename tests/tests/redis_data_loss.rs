@@ -63,7 +63,7 @@ async fn a_job_an_older_snapshot_restored_runs_and_ends_and_the_rollback_is_name
         .await;
     all_finished(&server, &["r1".to_string()], Duration::from_secs(30)).await;
     assert_eq!(
-        w.starts("r1"),
+        w.starts_seen("r1", 2).await,
         2,
         "restored, it ran again: {:?}",
         w.output()

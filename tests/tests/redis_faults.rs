@@ -323,7 +323,12 @@ async fn a_full_redis_declares_no_live_worker_dead_and_lets_workers_start() {
     // the long jobs outlive three presence TTLs in a full Redis, and end once each
     all_finished(&server, &long, Duration::from_secs(30)).await;
     for id in &long {
-        assert_eq!(a.starts(id), 1, "{id} ran once: {:?}", a.output());
+        assert_eq!(
+            a.starts_seen(id, 1).await,
+            1,
+            "{id} ran once: {:?}",
+            a.output()
+        );
     }
     let stats: std::collections::HashMap<String, String> =
         server.conn().await.hgetall(keys().stats()).await.unwrap();
@@ -412,7 +417,12 @@ async fn refused_writes_keep_every_outcome_and_run_each_job_once() {
         ids.extend(batch);
     }
     for id in &ids {
-        assert_eq!(w.starts(id), 1, "{id} ran once: {:?}", w.output());
+        assert_eq!(
+            w.starts_seen(id, 1).await,
+            1,
+            "{id} ran once: {:?}",
+            w.output()
+        );
     }
     assert!(
         matches!(w.child.try_wait(), Ok(None)),

@@ -255,6 +255,18 @@ impl Proc {
             .count()
     }
 
+    /// [`Proc::starts`] once at least `expected` of them were read: a result recorded in Redis
+    /// can be seen before the reader thread took the `started` line the worker wrote before
+    /// it, so a count taken right after a wait can come up short on a loaded machine. Waits
+    /// (bounded, 10 s) and returns the count then, which a test compares with `expected`.
+    pub async fn starts_seen(&self, id: &str, expected: usize) -> usize {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while self.starts(id) < expected && std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.starts(id)
+    }
+
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .arg(format!("-{sig}"))
