@@ -111,6 +111,9 @@ impl From<redis::RedisError> for Error {
             Some(ServerCode::Evicting) => Error::Evicting {
                 policy: e.detail().unwrap_or_default().trim().to_string(),
             },
+            Some(ServerCode::InvalidCron) => {
+                Error::InvalidInput(e.detail().unwrap_or_default().trim().to_string())
+            }
             Some(code) => Error::Server {
                 code,
                 message: e.detail().unwrap_or_default().to_string(),
@@ -149,14 +152,18 @@ pub enum ServerCode {
     InvalidJob,
     /// Redis's maxmemory policy may evict records (the message is the policy).
     Evicting,
+    /// A recurring job's schedule, zone or spec the cron engine does not take (the message
+    /// says what is wrong and what to give): [`Error::InvalidInput`].
+    InvalidCron,
 }
 
 impl ServerCode {
-    pub const ALL: [ServerCode; 4] = [
+    pub const ALL: [ServerCode; 5] = [
         ServerCode::BadArg,
         ServerCode::JobNotFound,
         ServerCode::InvalidJob,
         ServerCode::Evicting,
+        ServerCode::InvalidCron,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -165,6 +172,7 @@ impl ServerCode {
             ServerCode::JobNotFound => "HERO_JOB_NOT_FOUND",
             ServerCode::InvalidJob => "HERO_INVALID_JOB",
             ServerCode::Evicting => "HERO_EVICTING",
+            ServerCode::InvalidCron => "HERO_INVALID_CRON",
         }
     }
 

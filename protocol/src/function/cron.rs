@@ -33,3 +33,16 @@ pub fn cron(
     push_jobs(&mut c, jobs, false);
     c
 }
+
+/// Asks the cron engine (`cron_next.lua`) for the next `n` (1-100) ticks of `schedule` in
+/// zone `tz` strictly after `after_ms`: how every language checks a schedule and shows its
+/// ticks, by the engine `hero_duties` fires by. An invalid schedule or zone is an error reply
+/// `HERO_INVALID_CRON <why>` ([`crate::Error::InvalidInput`]).
+pub fn cron_next(schedule: &str, tz: &str, after_ms: u64, n: u32) -> Call {
+    let mut c = Call::new(Function::CronNext, 0);
+    c.arg("schedule", schedule)
+        .arg("time zone", tz)
+        .arg("after", after_ms)
+        .arg("how many ticks", n);
+    c
+}

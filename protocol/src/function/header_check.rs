@@ -312,6 +312,10 @@ fn every_builder_follows_its_lua_header() {
                 "0",
             ),
         ),
+        (
+            Function::CronNext,
+            cron_next("0 3 * * *", "Europe/Amsterdam", 0, 3),
+        ),
     ];
     let mut wrong = Vec::new();
     for f in Function::ALL {

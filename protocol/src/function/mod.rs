@@ -44,7 +44,7 @@ pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
 pub use complete::{bounded_trace, CompleteBatch, Completion, Ended, Ending, Leased, TRACE_MAX};
 pub use counts::{counts, StreamCounts};
-pub use cron::cron;
+pub use cron::{cron, cron_next};
 pub use dead::{dead, DeadAction};
 pub use duties::{duties, Duties};
 pub use expire::{expire, Expired};
@@ -117,7 +117,13 @@ const PRELUDE: &str = concat!(
     "\n",
     include_str!("lib/dependencies.lua"),
     "\n",
-    include_str!("lib/records.lua")
+    include_str!("lib/records.lua"),
+    "\n",
+    include_str!("lib/zones.lua"),
+    "\n",
+    include_str!("lib/tz.lua"),
+    "\n",
+    include_str!("lib/cron_engine.lua")
 );
 
 /// One server-side function. The set is closed so the compiler checks every call site.
@@ -147,10 +153,11 @@ pub enum Function {
     Policy,
     Beat,
     Duties,
+    CronNext,
 }
 
 impl Function {
-    pub const ALL: [Function; 24] = [
+    pub const ALL: [Function; 25] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -175,12 +182,16 @@ impl Function {
         Function::Policy,
         Function::Beat,
         Function::Duties,
+        Function::CronNext,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
     /// (deploy/redis/users.acl's operator) may call it.
     pub fn read_only(self) -> bool {
-        matches!(self, Function::Version | Function::Counts)
+        matches!(
+            self,
+            Function::Version | Function::Counts | Function::CronNext
+        )
     }
 
     /// Runs when Redis is at its maxmemory (`allow-oom`): the calls that move a job already
@@ -233,6 +244,7 @@ impl Function {
             Function::Policy => "policy",
             Function::Beat => "beat",
             Function::Duties => "duties",
+            Function::CronNext => "cron_next",
         }
     }
 
@@ -263,6 +275,7 @@ impl Function {
             Function::Policy => versioned!("policy"),
             Function::Beat => versioned!("beat"),
             Function::Duties => versioned!("duties"),
+            Function::CronNext => versioned!("cron_next"),
         }
     }
 
@@ -292,6 +305,7 @@ impl Function {
             Function::Policy => include_str!("policy.lua"),
             Function::Beat => include_str!("beat.lua"),
             Function::Duties => include_str!("duties.lua"),
+            Function::CronNext => include_str!("cron_next.lua"),
         }
     }
 
