@@ -31,8 +31,6 @@ pub struct BrokerConfig {
     /// due delayed jobs promoted: the broker, while it holds the duty lease, calls
     /// `hero_duties` every the shorter of the two (`hero_protocol::duties`).
     pub promote_poll: Duration,
-    /// How often recurring jobs are looked at (a tick fires at most this late).
-    pub cron_poll: Duration,
     /// Legacy bridge mappings (SPEC §6).
     pub bridges: Vec<crate::bridge::mapping::BridgeMapping>,
     /// Compatibility mode: completions also answer `hero:reply:<id>` the seed-001 way.
@@ -62,7 +60,6 @@ impl Default for BrokerConfig {
             events_max: DEFAULT_EVENTS_MAX,
             presence_poll: Duration::from_millis(250),
             promote_poll: Duration::from_millis(100),
-            cron_poll: Duration::from_millis(200),
             bridges: Vec::new(),
             legacy_replies: None,
             bridge_poll: Duration::from_millis(100),

@@ -120,11 +120,6 @@ async fn run_shard(client: Client, cfg: BrokerConfig, first: bool, stop: Cancell
             stop.clone(),
         )),
         tokio::spawn(crate::loops::batch_ends::run(client.clone(), stop.clone())),
-        tokio::spawn(crate::loops::cron::run(
-            client.clone(),
-            cfg.clone(),
-            stop.clone(),
-        )),
     ];
     for t in tasks {
         let _ = t.await;

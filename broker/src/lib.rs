@@ -3,7 +3,7 @@
 //! # Layout
 //! - [`daemon`]: runs the queue's upkeep (`hero_protocol::duties`, as every worker does), the
 //!   broker's own loops and the bridge, publishes the settings the functions read.
-//! - [`loops`]: the broker's own periodic passes ([`loops::cron`], [`loops::batch_ends`],
+//! - [`loops`]: the broker's own periodic passes ([`loops::batch_ends`],
 //!   [`loops::shards`], [`loops::health`]), over one `every` helper.
 //! - [`bridge`]: the legacy bridge: [`bridge::mapping`] (flags and config file), and the
 //!   inbound, outbound and watch loops.

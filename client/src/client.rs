@@ -69,6 +69,12 @@ impl Client {
         &self.keys
     }
 
+    /// Says once (a WARN) when no live process does the queue's upkeep, for what this client
+    /// stored that waits on it (`crate::upkeep`).
+    pub(crate) async fn upkeep_needed(&self) {
+        self.upkeep.needed(&self.redis, &self.keys).await;
+    }
+
     /// Submits one job. An id that exists already is not changed (`created` is false).
     /// Submits made at the same moment from several tasks share one server call (group commit,
     /// see `coalesce`): a lone submit is sent at once.

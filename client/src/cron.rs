@@ -1,35 +1,35 @@
 //! Adding a recurring job: a named schedule (a cron expression, or `every <duration>`) in an
 //! explicit time zone, and the job each tick submits. The spec is `hero_protocol::cron`'s;
-//! listing, pausing and removing are the operator's (`hero_admin`), firing the ticks the
-//! broker's.
+//! listing, pausing and removing are the operator's (`hero_admin`); the ticks are fired by the
+//! holder of the duties (any worker with duties on, or a broker), by the one cron engine in the
+//! function library.
 
-pub use hero_protocol::cron::{CronJob, JobTemplate, Missed, Schedule};
+pub use hero_protocol::cron::{CronJob, JobTemplate, Missed};
 use hero_protocol::Result;
 
 use crate::client::Client;
 
 impl Client {
-    /// Adds (or replaces) a recurring job. Its first tick is the first after the next broker
-    /// pass; a replaced one keeps its next tick. The ticks are fired by `hero broker` (the
-    /// schedule is croner's, in Rust): with no live broker in the namespace this says so once,
-    /// as a WARN naming the Redis and its db, since nothing would fire them.
-    pub async fn cron_add(&self, job: &CronJob) -> Result<()> {
-        hero_protocol::cron::store(self.redis(), self.keys(), job).await?;
-        let fleet = hero_protocol::fleet::Fleet::read(self.redis(), self.keys()).await?;
-        if !fleet
-            .members
-            .iter()
-            .any(|m| m.role == hero_protocol::fleet::Role::Broker)
-        {
-            tracing::warn!(
-                name = %job.name,
-                namespace = %self.keys().prefix(),
-                redis = %hero_protocol::conn::shown_url(&self.redis().url()),
-                "recurring job stored, but no `hero broker` runs in this namespace (this Redis and \
-                 db): its ticks fire only while one does. Start `hero broker` with the same URL, \
-                 db and namespace"
-            );
-        }
-        Ok(())
+    /// Adds (or replaces) a recurring job, checked by the cron engine that fires it (a
+    /// schedule or zone it does not take is `Error::InvalidInput` saying why); answers its next
+    /// tick (ms since the epoch). A replaced one with the same schedule and zone keeps its next
+    /// tick. With no live process doing the duties in the namespace this says so once, as a
+    /// WARN naming the Redis and its db, since nothing would fire the ticks.
+    pub async fn cron_add(&self, job: &CronJob) -> Result<u64> {
+        let next = hero_protocol::cron::store(self.redis(), self.keys(), job).await?;
+        self.upkeep_needed().await;
+        Ok(next)
+    }
+
+    /// The next `n` (1-100) ticks of `schedule` in zone `tz` (an IANA name) after `after_ms`,
+    /// by the cron engine the duties fire by: what `hero cron next` shows.
+    pub async fn cron_next(
+        &self,
+        schedule: &str,
+        tz: &str,
+        after_ms: u64,
+        n: u32,
+    ) -> Result<Vec<u64>> {
+        hero_protocol::cron::next_ticks(self.redis(), schedule, tz, after_ms, n).await
     }
 }

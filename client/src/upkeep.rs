@@ -1,5 +1,5 @@
 //! Nothing waits silently: a producer that submits a job only the queue's upkeep can move (a
-//! delayed job, one with a retry budget) into a namespace where no live process does that
+//! delayed job, one with a retry budget) or stores a recurring job into a namespace where no live process does that
 //! upkeep (no holder of the duty lease: no worker with duties on, no broker) is told once, as a
 //! WARN naming the namespace, the Redis and its db. Checked once per client, at its first such
 //! submit (one EXISTS, that once: a short-lived producer such as `hero submit` says it too).
@@ -22,10 +22,14 @@ fn needs_upkeep(job: &NewJob) -> bool {
 impl Upkeep {
     /// Looks once, when one of `jobs` needs the upkeep.
     pub(crate) async fn note(&self, redis: &Redis, keys: &Keyspace, jobs: &[NewJob]) {
-        if self.looked.load(Ordering::Relaxed) || !jobs.iter().any(needs_upkeep) {
-            return;
+        if jobs.iter().any(needs_upkeep) {
+            self.needed(redis, keys).await;
         }
-        if self.looked.swap(true, Ordering::Relaxed) {
+    }
+
+    /// Looks once: something this client stored (a recurring job) waits on the upkeep.
+    pub(crate) async fn needed(&self, redis: &Redis, keys: &Keyspace) {
+        if self.looked.load(Ordering::Relaxed) || self.looked.swap(true, Ordering::Relaxed) {
             return;
         }
         {
@@ -36,8 +40,8 @@ impl Upkeep {
                     namespace = %keys.prefix(),
                     redis = %hero_protocol::conn::shown_url(&redis.url()),
                     "no live process does the queue's upkeep in this namespace (no worker with \
-                     duties on, no `hero broker`, on this Redis and db): delayed jobs and retries \
-                     wait until one runs. Start a worker (workers do it by default) or `hero broker` \
+                     duties on, no `hero broker`, on this Redis and db): delayed jobs, retries and \
+                     recurring jobs' ticks wait until one runs. Start a worker (workers do it by default) or `hero broker` \
                      with the same URL, db and namespace"
                 );
             }

@@ -1,13 +1,12 @@
 //! Recurring jobs: a named schedule (a cron expression, or `every <duration>`) in an explicit
 //! time zone (UTC unless told), and the job each tick submits. Specs live in the hash
-//! [`Keyspace::cron`]; every broker computes the next tick and fires it through `hero_cron`,
-//! which claims the tick with a compare-and-set in Redis, so each tick fires once however many
-//! brokers run. A tick missed while no broker ran fires once on return (`catch-up`) or not at
-//! all (`skip`).
+//! [`Keyspace::cron`], stored through `hero_cron`, which checks them with the one cron engine
+//! (`function/lib/cron_engine.lua`); the holder of the duties (any worker or broker, see
+//! [`crate::duties`]) computes each next tick with that engine and fires it in the same call,
+//! so each tick fires once however many processes run, by the same rules in every language. A
+//! tick missed while no process ran fires once on return (`catch-up`) or not at all (`skip`).
 
 use std::time::Duration;
-
-use chrono::TimeZone;
 
 use crate::conn::Redis;
 use crate::error::{Error, Result};
@@ -152,60 +151,10 @@ fn utc() -> String {
     "UTC".into()
 }
 
-/// A parsed schedule: the next tick after any time.
-#[derive(Clone, Debug)]
-pub enum Schedule {
-    Every(Duration),
-    Cron(Box<croner::Cron>, chrono_tz::Tz),
-}
-
-impl Schedule {
-    pub fn parse(schedule: &str, tz: &str) -> Result<Schedule> {
-        let zone: chrono_tz::Tz = tz.parse().map_err(|_| {
-            Error::InvalidInput(format!(
-                "time zone {tz:?} is not an IANA zone name (e.g. UTC, Europe/Amsterdam)"
-            ))
-        })?;
-        if let Some(every) = schedule.trim().strip_prefix("every ") {
-            let d = humantime::parse_duration(every.trim()).map_err(|e| {
-                Error::InvalidInput(format!(
-                    "schedule {schedule:?}: {every:?} is not a duration ({e})"
-                ))
-            })?;
-            if d < Duration::from_secs(1) {
-                return Err(Error::InvalidInput(format!(
-                    "schedule {schedule:?}: the shortest interval is 1s"
-                )));
-            }
-            return Ok(Schedule::Every(d));
-        }
-        let cron: croner::Cron = schedule.parse().map_err(|e| {
-            Error::InvalidInput(format!(
-                "schedule {schedule:?} is not a cron expression ({e}) nor `every <duration>`"
-            ))
-        })?;
-        Ok(Schedule::Cron(Box::new(cron), zone))
-    }
-
-    /// The first tick strictly after `ms` (ms since the epoch).
-    pub fn next_after(&self, ms: u64) -> Option<u64> {
-        match self {
-            Schedule::Every(d) => {
-                let step = d.as_millis() as u64;
-                Some((ms / step + 1) * step)
-            }
-            Schedule::Cron(cron, zone) => {
-                let at = zone.timestamp_millis_opt(ms as i64).single()?;
-                let next = cron.find_next_occurrence(&at, false).ok()?;
-                u64::try_from(next.timestamp_millis()).ok()
-            }
-        }
-    }
-}
-
 impl CronJob {
-    /// Checks the spec: its name, schedule, zone and job.
-    pub fn validate(&self) -> Result<Schedule> {
+    /// Checks what the producer can without Redis: its name and job. The schedule and zone are
+    /// checked by the cron engine when the spec is stored ([`store`]), the one that fires it.
+    pub fn validate(&self) -> Result<()> {
         if self.name.is_empty()
             || self.name.len() > 64
             || !self
@@ -218,9 +167,8 @@ impl CronJob {
                 self.name
             )));
         }
-        let s = Schedule::parse(&self.schedule, &self.tz)?;
         self.job_for(0)?;
-        Ok(s)
+        Ok(())
     }
 
     /// The job of the tick at `tick_ms`: its id names the recurring job and the tick, so a
@@ -262,12 +210,36 @@ impl CronEntry {
     }
 }
 
-/// Stores (adds or replaces) a recurring job's spec, checked first.
-pub async fn store(redis: &Redis, keys: &Keyspace, job: &CronJob) -> Result<()> {
+/// Stores (adds or replaces) a recurring job's spec through `hero_cron`, which checks its
+/// schedule and zone with the cron engine that fires it; answers its next tick (ms), the first
+/// the duties will fire.
+pub async fn store(redis: &Redis, keys: &Keyspace, job: &CronJob) -> Result<u64> {
     job.validate()?;
     let json = serde_json::to_string(job).map_err(|e| Error::protocol(e.to_string()))?;
+    let v: redis::Value = redis
+        .query(&crate::function::cron(keys, &job.name, &json))
+        .await?;
+    crate::function::CronStored::parse(&v).map(|s| s.value)
+}
+
+/// Removes a recurring job and its state; false when there was none of that name.
+pub async fn remove(redis: &Redis, keys: &Keyspace, name: &str) -> Result<bool> {
+    let v: redis::Value = redis.query(&crate::function::cron(keys, name, "")).await?;
+    crate::function::CronStored::parse(&v).map(|s| s.value > 0)
+}
+
+/// The next `n` (1-100) ticks of `schedule` in zone `tz` after `after_ms`, by the cron engine
+/// every process fires by (`hero_cron_next`); a schedule or zone it does not take is
+/// [`Error::InvalidInput`] saying why.
+pub async fn next_ticks(
+    redis: &Redis,
+    schedule: &str,
+    tz: &str,
+    after_ms: u64,
+    n: u32,
+) -> Result<Vec<u64>> {
     redis
-        .query::<()>(redis::cmd("HSET").arg(keys.cron()).arg(&job.name).arg(json))
+        .query(&crate::function::cron_next(schedule, tz, after_ms, n))
         .await
 }
 

@@ -143,7 +143,7 @@ def test_a_worker_started_while_redis_is_full_registers_and_runs_what_was_submit
     assert abs(presence["skew_ms"]) < 2000
     assert r.zscore(keys.consumers(), w.w.consumer) is not None
     entry = json.loads(r.hget(keys.fleet(), w.w.consumer))
-    assert entry["protocol"] == 31 and entry["role"] == "worker" and entry["expires_ms"] > 0
+    assert entry["protocol"] == int(hero.protocol.VERSION) and entry["role"] == "worker" and entry["expires_ms"] > 0
     wait_until("the early job finished", lambda: c.status("early") == "finished", limit=20)
     assert c.get("early").output == "ran early"
     assert dict(w.runs) == {"early": 1}

@@ -18,7 +18,7 @@ fn job(id: &str, ty: &str, script: &str) -> NewJob {
 /// A test worker whose clock is `offset` off (libfaketime preloaded into the worker itself,
 /// so a kill -9 kills the worker: the `faketime` wrapper would fork).
 fn skewed_worker(url: &str, offset: &str, types: &str, label: &str, extra: &[&str]) -> Proc {
-    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+    let lib = hero_testkit::FAKETIME_LIB;
     assert!(
         std::path::Path::new(lib).exists(),
         "libfaketime is missing: scripts/setup installs it (apt-get install faketime)"

@@ -21,7 +21,6 @@ const LIMIT: Duration = Duration::from_secs(30);
 fn broker() -> BrokerConfig {
     BrokerConfig {
         promote_poll: Duration::from_millis(20),
-        cron_poll: Duration::from_millis(200),
         ..BrokerConfig::default()
     }
 }

@@ -1,37 +1,41 @@
-//! The `hero_cron` call (`cron.lua`): a broker claims a recurring job's tick and fires it.
+//! The recurring jobs' calls: `hero_cron` (`cron.lua`) stores or removes a spec, checked by the
+//! one cron engine; `hero_cron_next` (`cron_next.lua`) asks that engine for a schedule's ticks.
+//! Firing the ticks is hero_duties' (no call of its own).
 
-use super::submit::{key_count, push_jobs, submit_keys};
 use super::{Call, Function};
-use crate::keys::{Keyspace, CONSUMER_GROUP};
-use crate::new_job::NewJob;
+use crate::error::Result;
+use crate::keys::Keyspace;
+use crate::reply;
 
-/// Claims the tick `expected` (`None` before the first) of recurring job `name`, moving it to
-/// `after`; the call also submits `job` when `fire` (else `job` only fills hero_submit's place
-/// and is never written). Answers `claimed` or `taken`.
-pub fn cron(
-    keys: &Keyspace,
-    name: &str,
-    expected: Option<u64>,
-    after: u64,
-    job: &NewJob,
-    fire: bool,
-) -> Call {
-    let jobs = std::slice::from_ref(job);
-    let mut c = Call::new(Function::Cron, 1 + key_count(jobs));
-    c.key("cron next-tick hash", keys.cron_next());
-    for (_, k) in submit_keys(keys, jobs) {
-        c.key("hero_submit's keys for one job", k);
-    }
-    c.arg("name", name)
-        .arg(
-            "the tick the caller expects",
-            expected.map(|t| t.to_string()).unwrap_or_default(),
-        )
-        .arg("the tick after it", after)
-        .arg("'fire'", if fire { "fire" } else { "skip" })
-        .arg("hero_submit's arguments", CONSUMER_GROUP);
-    push_jobs(&mut c, jobs, false);
+/// Stores recurring job `name`'s spec (`spec_json`, a `CronJob` as JSON), or removes it and its
+/// state when `spec_json` is empty.
+pub fn cron(keys: &Keyspace, name: &str, spec_json: &str) -> Call {
+    let mut c = Call::new(Function::Cron, 2);
+    c.key("cron spec hash", keys.cron())
+        .key("cron next-tick hash", keys.cron_next());
+    c.arg("name", name).arg("the spec as JSON", spec_json);
     c
+}
+
+/// What [`cron`] answered: `stored` and the next tick (ms; 0 when the schedule has none), or
+/// `removed` and 1 or 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CronStored {
+    pub stored: bool,
+    pub value: u64,
+}
+
+impl CronStored {
+    pub fn parse(v: &redis::Value) -> Result<CronStored> {
+        let items = reply::array(v)?;
+        match (items.first(), items.get(1)) {
+            (Some(kind), Some(n)) => Ok(CronStored {
+                stored: reply::text(kind)? == "stored",
+                value: reply::int(n)?.max(0) as u64,
+            }),
+            _ => Err(reply::unexpected("hero_cron answered fewer than 2 items")),
+        }
+    }
 }
 
 /// Asks the cron engine (`cron_next.lua`) for the next `n` (1-100) ticks of `schedule` in

@@ -1,7 +1,8 @@
 -- hero_duties: the queue's upkeep, done by whichever live process holds the duty lease, in
 -- bounded steps, on Redis's clock: due delayed jobs and retries promoted, the jobs of dead
 -- workers and idle deliveries recovered, running jobs past their time limit ended, ended jobs
--- past their retention deleted, dead letters past theirs trimmed, and each queue's depth sampled
+-- past their retention deleted, dead letters past theirs trimmed, recurring jobs' due ticks fired
+-- (cron.lua), and each queue's depth sampled
 -- into the minute's stats (`<stream>|waiting`, for the dashboard's charts). Every worker (and broker) calls it on a timer; the one holding
 -- the lease does the work, the others get an answer after one HGET, so a hundred workers do the
 -- work of one broker. Each move goes through the function that makes it elsewhere (hero_promote,
@@ -27,30 +28,12 @@
 -- Stats and events: those of hero_promote, hero_recover, hero_stop (time limits) and
 -- hero_expire, per job moved.
 -- Returns: {held (1 when the caller holds the duties), holder, promoted, recovered, dead,
---   timed_out, expired, more (1 when the budget ran out: call again now)}
+--   timed_out, expired, more (1 when the budget ran out: call again now), fired (recurring
+--   jobs' ticks whose job was submitted), skipped (ticks missed under the skip policy)}
 -- Errors: none of its own.
 
 -- What hero_duties does, one table so the library stays within Lua's count of locals.
 local duty = {}
-
--- A name as the clients check it (name.rs): 1-64 of A-Z a-z 0-9 _ -.
-function duty.name_ok(s)
-  return s ~= nil and s ~= false and #s >= 1 and #s <= 64 and string.match(s, '^[%w_%-]+$') ~= nil
-end
-
--- The work stream a delayed job goes to (Keyspace::work from Placement::read), or nil when its
--- record names no valid script type.
-function duty.stream_of(ns, f)
-  if not duty.name_ok(f[1]) then return nil end
-  local key = ns .. 'q:work:type:' .. f[1]
-  if duty.name_ok(f[2]) then
-    key = key .. ':group:' .. f[2]
-    if duty.name_ok(f[3]) then key = key .. ':inst:' .. f[3] end
-  end
-  local p = tonumber(f[4])
-  if p and p >= 0 and p <= 9 and p == math.floor(p) and p ~= 5 then key = key .. ':prio:' .. p end
-  return key
-end
 
 -- Due delayed jobs and retries into their streams, through hero_promote.
 function duty.promote(d, now_ms)
@@ -62,7 +45,7 @@ function duty.promote(d, now_ms)
     else
       local job_key = d.prefix .. id
       local ok, f = pcall(redis.call, 'HMGET', job_key, 'script_type', 'group', 'instance', 'priority')
-      local stream = ok and duty.stream_of(d.ns, f)
+      local stream = ok and work_stream_of(d.ns, f)
       local why = ''
       if not ok then
         why = 'invalid job: its record could not be read'
@@ -173,7 +156,7 @@ end
 -- `script_type` (Keyspace::ctl_of_worker), or the config hash when it names none of ours.
 function duty.control(d, script_type, worker_id)
   local g, i = string.match(worker_id or '', '^([^:]+):([^:]+):[^:]+$')
-  if not (duty.name_ok(g) and duty.name_ok(i) and duty.name_ok(script_type)) then return d.keys[5], '' end
+  if not (name_ok(g) and name_ok(i) and name_ok(script_type)) then return d.keys[5], '' end
   return d.ns .. 'q:ctl:type:' .. script_type .. ':group:' .. g .. ':inst:' .. i, worker_id
 end
 
@@ -244,10 +227,11 @@ local function hero_duties(keys, args)
   redis.call('PEXPIRE', lease_key, lease_ms)
   local d = { keys = keys, budget = tonumber(args[3]), group = args[4], prefix = args[5],
     xackdel = args[7], cfg = settings(keys[5]), now_ms = now_ms, now_iso = iso_of(now_ms), memo = {},
-    out = { 1, holder, 0, 0, 0, 0, 0, 0 } }
+    out = { 1, holder, 0, 0, 0, 0, 0, 0, 0, 0 } }
   d.ns = ns_of(d.prefix, '')
   local paced = redis.call('HMGET', lease_key, 'idle_at', 'limits_at', 'dead_at', 'sample_at')
   duty.promote(d, now_ms)
+  if d.budget > 0 then d.out[9], d.out[10] = cron.pass(d) end
   if args[6] == '1' and d.budget > 0 then
     duty.presence(d, now_ms)
     if d.budget > 0 and (tonumber(paced[1]) or 0) <= now_ms and duty.walk(d, 'idle', duty.idle_step) then

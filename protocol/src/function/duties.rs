@@ -54,6 +54,10 @@ pub struct Duties {
     pub expired: u64,
     /// The budget ran out before the step was done: call again now.
     pub more: bool,
+    /// Recurring jobs' ticks whose job was submitted (protocol 32).
+    pub fired: u64,
+    /// Recurring jobs' ticks missed under the skip policy.
+    pub skipped: u64,
 }
 
 impl Duties {
@@ -78,6 +82,8 @@ impl Duties {
             timed_out: n(5)?,
             expired: n(6)?,
             more: n(7)? == 1,
+            fired: n(8).unwrap_or(0),
+            skipped: n(9).unwrap_or(0),
         })
     }
 

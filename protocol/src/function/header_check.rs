@@ -259,7 +259,7 @@ fn every_builder_follows_its_lua_header() {
         (Function::Pause, pause_key(&keys, "osis/io", "acme", true)),
         (
             Function::Cron,
-            cron(&keys, "nightly", Some(1000), 2000, &job, true),
+            cron(&keys, "nightly", "{}"),
         ),
         (
             Function::Expire,

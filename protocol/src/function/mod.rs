@@ -44,7 +44,7 @@ pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
 pub use complete::{bounded_trace, CompleteBatch, Completion, Ended, Ending, Leased, TRACE_MAX};
 pub use counts::{counts, StreamCounts};
-pub use cron::{cron, cron_next};
+pub use cron::{cron, cron_next, CronStored};
 pub use dead::{dead, DeadAction};
 pub use duties::{duties, Duties};
 pub use expire::{expire, Expired};
@@ -71,7 +71,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "31"
+        "32"
     };
 }
 

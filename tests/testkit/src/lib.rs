@@ -21,6 +21,9 @@ mod sharded;
 mod topology;
 mod wait;
 
+/// libfaketime, preloaded into a process to set its clock (scripts/setup installs it).
+pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
 pub use browser::*;
 pub use data::*;
 pub use http::*;

@@ -17,6 +17,8 @@ pub struct RedisServer {
     /// it can rewrite); `sentinel` starts the server in Sentinel mode.
     conf: Option<String>,
     sentinel: bool,
+    /// libfaketime's `FAKETIME` for the server's clock (see [`RedisServer::start_at`]).
+    clock: Option<String>,
 }
 
 impl RedisServer {
@@ -38,6 +40,25 @@ impl RedisServer {
             args: extra.iter().map(|s| s.to_string()).collect(),
             conf: None,
             sentinel: false,
+            clock: None,
+        };
+        server.start_on_free_port();
+        server
+    }
+
+    /// A server whose clock starts at `utc` (`2027-03-28 00:59:50`, UTC) and runs on from there
+    /// (libfaketime preloaded into redis-server itself, so the kill by pid kills it): every
+    /// deadline and tick is Redis's `TIME`, so this puts a whole deployment at a moment such as
+    /// a DST change.
+    pub fn start_at(utc: &str) -> RedisServer {
+        let mut server = RedisServer {
+            port: 0,
+            dir: PathBuf::new(),
+            child: None,
+            args: Vec::new(),
+            conf: None,
+            sentinel: false,
+            clock: Some(format!("@{utc}")),
         };
         server.start_on_free_port();
         server
@@ -58,6 +79,7 @@ impl RedisServer {
                  sentinel parallel-syncs {name} 1\n"
             )),
             sentinel: true,
+            clock: None,
         };
         server.start_on_free_port();
         server
@@ -125,10 +147,23 @@ impl RedisServer {
     /// Starts redis-server and waits until it answers; false when it exited before that (its
     /// port was taken).
     fn spawn(&mut self) -> bool {
-        let child = Command::new(redis_server_binary())
-            .args(self.command_line())
+        let mut cmd = Command::new(redis_server_binary());
+        cmd.args(self.command_line())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(at) = &self.clock {
+            let lib = crate::FAKETIME_LIB;
+            assert!(
+                std::path::Path::new(lib).exists(),
+                "libfaketime is missing: scripts/setup installs it (apt-get install faketime)"
+            );
+            cmd.env("LD_PRELOAD", lib)
+                .env("FAKETIME", at)
+                .env("TZ", "UTC")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .env("FAKETIME_NO_CACHE", "1");
+        }
+        let child = cmd
             .spawn()
             .expect("start redis-server (install it: apt-get install redis-server)");
         self.child = Some(child);

@@ -126,3 +126,23 @@ end
 local function is_bridge_consumer(name)
   return string.sub(name, 1, 7) == 'bridge:'
 end
+
+-- A name as the clients check it (name.rs): 1-64 of A-Z a-z 0-9 _ -.
+local function name_ok(s)
+  return type(s) == 'string' and #s >= 1 and #s <= 64 and string.match(s, '^[%w_%-]+$') ~= nil
+end
+
+-- The work stream of a job a function queues from its record rather than from KEYS (a delayed
+-- job promoted, a recurring job's tick): `f` holds its script_type, group, instance and priority
+-- (Keyspace::work of Placement::read); nil when it names no valid script type.
+local function work_stream_of(ns, f)
+  if not name_ok(f[1]) then return nil end
+  local key = ns .. 'q:work:type:' .. f[1]
+  if name_ok(f[2]) then
+    key = key .. ':group:' .. f[2]
+    if name_ok(f[3]) then key = key .. ':inst:' .. f[3] end
+  end
+  local p = tonumber(f[4])
+  if p and p >= 0 and p <= 9 and p == math.floor(p) and p ~= 5 then key = key .. ':prio:' .. p end
+  return key
+end
