@@ -76,7 +76,7 @@ pub async fn run(
             let task = tokio::spawn(run_shard(shard.clone(), cfg.clone(), n == 0, stop.clone()));
             shards.push((shard, task));
         }
-        match crate::loops::shards::retire_drained(&client, cfg.retention).await {
+        match client.retire_drained_shards(cfg.retention).await {
             Ok(Some(_)) => outage.ok(),
             Ok(None) => {}
             Err(e) => {

@@ -4,7 +4,7 @@
 //! - [`daemon`]: runs the queue's upkeep (`hero_protocol::duties`, as every worker does), the
 //!   broker's own loops and the bridge, publishes the settings the functions read.
 //! - [`loops`]: the broker's own periodic passes ([`loops::batch_ends`],
-//!   [`loops::shards`], [`loops::health`]), over one `every` helper.
+//!   [`loops::health`]), over one `every` helper.
 //! - [`bridge`]: the legacy bridge: [`bridge::mapping`] (flags and config file), and the
 //!   inbound, outbound and watch loops.
 //! - [`config`]: the broker's settings; [`toml_error`]: a configuration file's TOML error

@@ -37,6 +37,7 @@ pub mod events;
 pub mod fleet;
 pub mod flow;
 mod layout;
+mod retire;
 mod shards;
 mod upkeep;
 mod waiter;

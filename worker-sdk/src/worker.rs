@@ -395,6 +395,7 @@ impl Pool {
         // a shard that cannot be served yet (its master unreachable) is tried again each pass,
         // and said once, not every pass
         let mut outage = hero_protocol::outage::Outage::new("starting to serve a new shard");
+        let mut retiring = hero_protocol::outage::Outage::new("retiring drained shards");
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -425,7 +426,38 @@ impl Pool {
                         }
                     }
                 }
+                if self.template.duties {
+                    retire_drained(ns, &mut retiring).await;
+                }
             }
+        }
+    }
+}
+
+/// A worker's share of the duties that span shards: drained shards retired once empty
+/// (`Client::retire_drained_shards`: nothing asked of Redis while no shard drains, and a
+/// compare-and-set when one is retired, so every worker at it retires it once). The K history
+/// is forgotten after the namespace's retention time (the config hash's `retention_ms`, 24 h
+/// when unset, as hero_duties reads it).
+async fn retire_drained(ns: &Client, outage: &mut hero_protocol::outage::Outage) {
+    let map = ns.shard_map();
+    if map.draining.is_empty() && map.history.is_empty() {
+        return;
+    }
+    let retention: Option<u64> = ns
+        .redis()
+        .query(
+            redis::cmd("HGET")
+                .arg(ns.keys().config())
+                .arg("retention_ms"),
+        )
+        .await
+        .unwrap_or(None);
+    let retention = Duration::from_millis(retention.unwrap_or(86_400_000));
+    match ns.retire_drained_shards(retention).await {
+        Ok(_) => outage.ok(),
+        Err(e) => {
+            outage.failed(&e);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `hero cron add|list|remove|pause|resume`: recurring jobs, over `hero_protocol::cron`.
+//! `hero cron add|list|next|remove|pause|resume`: recurring jobs, over `hero_protocol::cron`.
 
 use anyhow::Result;
 use hero_protocol::cron::{CronJob, Missed};
@@ -28,6 +28,18 @@ pub enum CronCommand {
         /// The recurring job's name, as `hero cron list` shows it.
         name: String,
     },
+    /// The next ticks of a schedule, by the cron engine that fires them (Redis's clock):
+    /// `hero cron next '0 3 * * *' --tz Europe/Amsterdam`.
+    Next {
+        /// A cron expression or `every <duration>`.
+        schedule: String,
+        /// The zone the cron expression is read in (IANA name).
+        #[arg(long, default_value = "UTC")]
+        tz: String,
+        /// How many ticks (1-100).
+        #[arg(short = 'n', long, default_value_t = 5)]
+        count: u32,
+    },
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -44,7 +56,8 @@ pub struct AddArgs {
     /// The zone the cron expression is read in (IANA name).
     #[arg(long, default_value = "UTC")]
     pub tz: String,
-    /// A tick missed while no broker ran: fire it once on return (catch-up) or not (skip).
+    /// A tick missed while no process did the duties: fire it once on return (catch-up) or not
+    /// (skip).
     #[arg(long, default_value = "skip", value_parser = ["skip", "catch-up"])]
     pub missed: String,
 }
@@ -68,8 +81,19 @@ pub(super) async fn cron(g: &Global, cmd: &CronCommand) -> Result<i32> {
                 paused: false,
                 job: a.target.template(&a.script)?,
             };
-            client.cron_add(&job).await?;
-            done("added", &a.name);
+            let next = client.cron_add(&job).await?;
+            if g.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"name": a.name, "done": "added", "next_ms": next})
+                );
+            } else {
+                println!(
+                    "{}: added, next tick {}",
+                    a.name,
+                    hero_protocol::clock::iso(next)
+                );
+            }
         }
         CronCommand::Remove { name } => {
             if !hero_admin::Admin::from(&client).cron_remove(name).await? {
@@ -88,6 +112,21 @@ pub(super) async fn cron(g: &Global, cmd: &CronCommand) -> Result<i32> {
                 .cron_pause(name, false)
                 .await?;
             done("resumed", name);
+        }
+        CronCommand::Next {
+            schedule,
+            tz,
+            count,
+        } => {
+            let now = hero_protocol::clock::now_ms();
+            let ticks = client.cron_next(schedule, tz, now, *count).await?;
+            if g.json {
+                println!("{}", serde_json::json!({ "ticks": ticks }));
+            } else {
+                for t in ticks {
+                    println!("{}", hero_protocol::clock::iso(t));
+                }
+            }
         }
         CronCommand::List => {
             let all = hero_admin::Admin::from(&client).cron_list().await?;

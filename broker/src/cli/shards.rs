@@ -10,7 +10,7 @@ use super::Global;
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum ShardsCommand {
     /// Spread the namespace over K shards (1 to 64): new jobs go to shards 0..K; shards beyond
-    /// K drain (still served) and are retired by a broker once empty. 1 is the unsharded layout.
+    /// K drain (still served) and are retired once empty (by any Rust worker or broker). 1 is the unsharded layout.
     Set {
         /// The number of shards.
         k: u16,
@@ -18,6 +18,9 @@ pub enum ShardsCommand {
     /// Every shard with its slot, the node that serves it, and its waiting, running, finished
     /// and failed counts (waiting includes delayed jobs).
     Show,
+    /// Retire the drained shards that are empty now (what every Rust worker and broker does
+    /// each 10 s; by hand where only Python or Node workers run).
+    Retire,
 }
 
 pub(super) async fn shards(g: &Global, cmd: &ShardsCommand) -> Result<i32> {
@@ -35,12 +38,24 @@ pub(super) async fn shards(g: &Global, cmd: &ShardsCommand) -> Result<i32> {
             } else {
                 println!("{} shards (epoch {})", map.k, map.epoch);
                 for n in map.draining.keys() {
-                    println!("shard {n} drains: still served, retired by a broker once empty");
+                    println!("shard {n} drains: still served, retired once empty");
                 }
             }
             Ok(0)
         }
         ShardsCommand::Show => show(g, &client).await,
+        ShardsCommand::Retire => {
+            let retired = client
+                .retire_drained_shards(std::time::Duration::from_secs(86_400))
+                .await?
+                .unwrap_or(0);
+            if g.json {
+                println!("{}", serde_json::json!({ "retired": retired }));
+            } else {
+                println!("retired {retired} drained shard(s)");
+            }
+            Ok(0)
+        }
     }
 }
 

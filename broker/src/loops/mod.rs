@@ -1,15 +1,14 @@
 //! The broker's own periodic loops, each a pass over Redis repeated until the broker stops:
-//! [`batch_ends`] (batch ends of old workers),
-//! [`shards`] (drained shards retired once empty), [`health`] (Redis's own: its memory policy,
+//! [`batch_ends`] (batch ends of old workers) and [`health`] (Redis's own: its memory policy,
 //! disk, and whether it lost data). The queue's upkeep (promotion, recovery, time limits,
-//! retention, depth samples, recurring jobs' ticks) is not here: every worker and broker does it through
-//! `hero_duties` (`hero_protocol::duties`). Every pass moves jobs only through server
-//! functions, so brokers never double a move and a crash between two calls leaves each job in
-//! one place.
+//! retention, depth samples, recurring jobs' ticks) is not here: every worker and broker does
+//! it through `hero_duties` (`hero_protocol::duties`); nor is retiring drained shards
+//! (`hero_client::Client::retire_drained_shards`, which the daemon and every Rust worker run).
+//! Every pass moves jobs only through server functions, so brokers never double a move and a
+//! crash between two calls leaves each job in one place.
 
 pub mod batch_ends;
 pub mod health;
-pub mod shards;
 
 use hero_protocol::outage::Outage;
 use tokio_util::sync::CancellationToken;

@@ -257,10 +257,7 @@ fn every_builder_follows_its_lua_header() {
             ),
         ),
         (Function::Pause, pause_key(&keys, "osis/io", "acme", true)),
-        (
-            Function::Cron,
-            cron(&keys, "nightly", "{}"),
-        ),
+        (Function::Cron, cron(&keys, "nightly", "{}")),
         (
             Function::Expire,
             expire(
