@@ -173,9 +173,19 @@ async fn workers_alone_do_every_duty_in_the_db_of_their_url() {
 /// Twenty workers started together: each delayed job is promoted once (one `dispatched` event,
 /// one run); the holder of the duties killed -9 is replaced within 5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_workers_promote_each_job_once_and_a_killed_holder_is_replaced() {
+async fn twenty_workers_promote_each_job_and_fire_each_tick_once_and_a_killed_holder_is_replaced() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
+    // a recurring job every second, fired by the twenty workers' duties
+    client
+        .cron_add(&hero_testkit::cron_job(
+            "each",
+            "every 1s",
+            "many",
+            hero_protocol::cron::Missed::Skip,
+        ))
+        .await
+        .unwrap();
     let mut workers: Vec<Proc> = (0..20)
         .map(|i| test_worker(&server.url(), "many", &format!("w{i}"), &[]))
         .collect();
@@ -255,6 +265,58 @@ async fn twenty_workers_promote_each_job_once_and_a_killed_holder_is_replaced() 
     client.submit(&late).await.unwrap();
     let j = ended(&client, "late", Duration::from_secs(10)).await;
     assert_eq!(j.status, Status::Finished, "promoted by {next}");
+
+    // each recurring tick fired once, and ran once, through the holder's death
+    let fired_after = |ms: u64| {
+        let client = client.clone();
+        async move {
+            let list = hero_admin::Admin::from(&client).cron_list().await.ok()?;
+            let e = list.into_iter().find(|e| e.job.name == "each")?;
+            (e.last_ms? > ms).then_some(())
+        }
+    };
+    let since = hero_protocol::clock::now_ms() + 2000;
+    wait_for("ticks after the new holder took over", Duration::from_secs(15), || {
+        fired_after(since)
+    })
+    .await;
+    hero_admin::Admin::from(&client)
+        .cron_pause("each", true)
+        .await
+        .unwrap();
+    let mut ticks: Vec<u64> = {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("hero:job:cron-each-*")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        keys.iter()
+            .filter_map(|k| k.rsplit('-').next()?.parse().ok())
+            .collect()
+    };
+    ticks.sort_unstable();
+    assert!(ticks.len() >= 5, "{ticks:?}");
+    for w in ticks.windows(2) {
+        // one a second; the ticks due while the killed holder's lease ran out (3 s) were
+        // more than 1 s late when the next holder came: skipped, never doubled
+        assert!(
+            (w[1] - w[0]) % 1000 == 0 && w[1] > w[0] && w[1] - w[0] <= 5000,
+            "{ticks:?}"
+        );
+    }
+    let live: Vec<&Proc> = workers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != gone)
+        .map(|(_, w)| w)
+        .collect();
+    for t in &ticks {
+        let id = format!("cron-each-{t}");
+        ended(&client, &id, Duration::from_secs(10)).await;
+        let runs: usize = live.iter().map(|w| w.starts(&id)).sum::<usize>()
+            + workers[gone].starts(&id);
+        assert!(runs <= 1, "{id} ran {runs} times");
+    }
     for (i, w) in workers.iter_mut().enumerate() {
         if i != gone {
             w.kill9();
