@@ -2559,8 +2559,9 @@ function cron_engine.quote(s)
 end
 
 -- A schedule in a zone: { step = ms } for `every`, else { cron = the parsed expression, rule =
--- the zone's rule }. Parsed expressions are kept by their text (at most 64, all dropped when
--- full; none is changed once made), so hero_duties' pass over every spec parses each once.
+-- the zone's rule }. Parsed expressions (~40 us to make) are kept by their text, none changed
+-- once made, so hero_duties' pass over every spec parses each once: at most 256 (~4 KB each),
+-- all dropped when full.
 function cron_engine.parse(schedule, tz)
   local rule = type(tz) == 'string' and ZONES[tz] and tz_rules.parse(ZONES[tz])
   if not rule then
@@ -2584,7 +2585,7 @@ function cron_engine.parse(schedule, tz)
       return nil, 'schedule ' .. cron_engine.quote(schedule) .. ' is not a cron expression ('
         .. why .. ') nor `every <duration>`'
     end
-    if cron_engine.kept >= 64 then cron_engine.memo, cron_engine.kept = {}, 0 end
+    if cron_engine.kept >= 256 then cron_engine.memo, cron_engine.kept = {}, 0 end
     cron_engine.memo[schedule], cron_engine.kept = s, cron_engine.kept + 1
   end
   return { cron = s, rule = rule }
@@ -2729,7 +2730,7 @@ function cron_engine.field(c, text)
     elseif how == 'last' then c.last[v] = true
     else c.nth[v] = c.nth[v] or {}; c.nth[v][k] = true end
   end
-  if text == '*' then text, c.wild = c.min .. '-' .. c.max, true end
+  if text == '*' then c.wild = true; for v = c.min, c.max do c.all[v] = true end return end
   for part in string.gmatch(text, '[^,]+') do
     local why, written = nil, part
     if string.find(part, '/', 1, true) then
@@ -2882,11 +2883,10 @@ function cron_engine.local_next(s, from)
   return nil
 end
 
--- The first tick strictly after instant `ms` (ms since the epoch), or nil. The zone's time
--- is walked a stretch of one offset at a time (between two transitions): a stretch's ticks
--- are its wall-clock matches shifted by its offset, so ticks come out in instant order even
--- where wall-clock times repeat. A fixed time in a gap fires at the transition that opened
--- it; a fixed time repeated after a fall-back is skipped where it already occurred.
+-- The first tick strictly after instant `ms` (ms since the epoch), or nil. Time is walked a
+-- stretch of one offset (between two transitions) at a time, whose ticks are its wall-clock
+-- matches less its offset: so ticks come in instant order where wall-clock times repeat. A
+-- fixed time in a gap fires at the transition; one repeated after a fall-back fires once.
 function cron_engine.next_after(sched, ms)
   if sched.step then return (math.floor(ms / sched.step) + 1) * sched.step end
   local s, rule, u = sched.cron, sched.rule, math.floor(ms / 1000) + 1
