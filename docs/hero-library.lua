@@ -5929,7 +5929,8 @@ end
 -- reaches (lib/cron_engine.lua), so Rust, Python and Node check a schedule and show its ticks
 -- with the same answer hero_duties fires by.
 -- KEYS: none.
--- ARGV[1] schedule (a cron expression of 5 or 6 fields, `@hourly` and the like, or
+-- ARGV[1] schedule (a cron expression of 5, 6 (seconds first) or 7 (a year last) fields,
+--   `@hourly` and the like, or
 --   `every <duration>`)  ARGV[2] time zone (an IANA name; '' is UTC)  ARGV[3] after (ms since
 --   the epoch)  ARGV[4] how many ticks (1-100)
 -- Returns: the ticks strictly after `after`, ms since the epoch, in order (fewer when the

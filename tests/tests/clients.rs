@@ -221,6 +221,12 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
         .await
         .unwrap();
     assert_eq!(admin.cron_list().await.unwrap().len(), 1);
+    // 2026-11-28T00:00:00Z: 03:00 in Amsterdam (CET, UTC+1) is 02:00Z
+    let ticks = client
+        .cron_next("0 3 * * *", "Europe/Amsterdam", 1_795_824_000_000, 2)
+        .await
+        .unwrap();
+    assert_eq!(ticks, vec![1_795_831_200_000, 1_795_917_600_000]);
     assert!(admin.cron_remove("nightly").await.unwrap());
     let page = inspector.list(&ListFilter::All, None, 10).await.unwrap();
     assert!(!page.jobs.is_empty());
