@@ -1,9 +1,11 @@
 """The queue's upkeep, done by the workers themselves (issue 59), so a deployment of workers
 alone is whole, as Celery's and RQ's are: no `hero broker` to run beside them. Due delayed jobs
 and retries are promoted, the jobs of dead workers and idle deliveries recovered, running jobs
-past their time limit ended, ended jobs past their retention deleted and the dead letters
-trimmed, all by one server function, `hero_duties` (docs/hero-library.lua), which every language
-drives alike (the Rust `hero_protocol::duties` is the reference).
+past their time limit ended, ended jobs past their retention deleted, the dead letters
+trimmed and recurring jobs' due ticks fired (protocol 32: `Queue.cron_add`, `App.beat`; the
+one cron engine in the function library computes them), all by one server function,
+`hero_duties` (docs/hero-library.lua), which every language drives alike (the Rust
+`hero_protocol::duties` is the reference).
 
 One process at a time holds the duty lease (`<ns>:meta:duties`, a hash with a TTL, on Redis's
 clock) and does the work, in bounded steps; every other gets the holder's name back after one
@@ -72,12 +74,12 @@ class _Duties:
                 failing.ok()
                 if d.held != held:
                     if d.held:
-                        log.info("%s does the queue's upkeep now (promotion, recovery, time limits, retention)",
-                                 self.consumer)
+                        log.info("%s does the queue's upkeep now (promotion, recovery, time limits, retention, "
+                                 "recurring jobs' ticks)", self.consumer)
                     else:
                         log.debug("%s no longer does the queue's upkeep: %s does", self.consumer, d.holder or "nobody")
                     held = d.held
-                if d.moved:
+                if d.moved or d.fired or d.skipped:
                     self._said_moves(d)
                 wait = 0.0 if d.more else HOLDER_EVERY_S if d.held else CONTENDER_EVERY_S
             if self._finished.wait(wait):
@@ -105,6 +107,12 @@ class _Duties:
         if d.promoted or d.expired:
             log.debug("the queue's upkeep: %d delayed jobs or retries promoted, %d ended jobs deleted",
                       d.promoted, d.expired)
+        if d.fired:
+            log.debug("the queue's upkeep: fired %d ticks of recurring jobs", d.fired)
+        if d.skipped:
+            # ticks missed while no process did the upkeep (or Redis was full), policy skip
+            log.info("skipped %d ticks of recurring jobs that came while nobody fired them (policy skip; "
+                     "missed='catch-up' fires one on return)", d.skipped)
 
 
 def _missing_duties(e: BaseException) -> bool:

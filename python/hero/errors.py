@@ -54,8 +54,9 @@ class HeroError(Exception):
     @staticmethod
     def from_server(e: redis.ResponseError) -> "HeroError":
         text = str(e)
+        # HERO_INVALID_CRON: a recurring job's spec or schedule the cron engine refuses (protocol 32)
         for code, cls in (("HERO_INVALID_JOB", InvalidJob), ("HERO_JOB_NOT_FOUND", JobNotFound),
-                          ("HERO_BAD_ARG", InvalidInput)):
+                          ("HERO_BAD_ARG", InvalidInput), ("HERO_INVALID_CRON", InvalidInput)):
             if code in text:
                 return cls(text.split(code, 1)[1].strip())
         if "HERO_EVICTING" in text:

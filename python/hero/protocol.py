@@ -150,6 +150,22 @@ class Protocol:
             argv += [entry, job_id]
         return [_text(x) for x in self.r.fcall(self.fn("dead"), len(keys), *keys, *argv)]
 
+    def cron(self, name: str, spec_json: str) -> tuple[str, int]:
+        """hero_cron (protocol 32): stores recurring job `name`'s spec (JSON), checked by the
+        cron engine that fires it, answering ('stored', its next tick in ms, -1 when it has
+        none); with '' removes it and its state, answering ('removed', 1 or 0). A spec the
+        engine refuses is the error HERO_INVALID_CRON <why>. The spec hashes are the
+        namespace's own (shard 0's keys in a sharded one): the duties there fire them."""
+        k = self.keys
+        r = self.r.fcall(self.fn("cron"), 2, k.cron(), k.cron_next(), name, spec_json)
+        return _text(r[0]), int(r[1])
+
+    def cron_next(self, schedule: str, tz: str, after_ms: int, n: int) -> list[int]:
+        """hero_cron_next (read-only, protocol 32): the next `n` (1-100) ticks (ms) of
+        `schedule` in zone `tz` strictly after `after_ms`, by the engine the duties fire by;
+        HERO_INVALID_CRON <why> for a schedule or zone it does not take."""
+        return [int(x) for x in self.r.fcall_ro(self.fn("cron_next"), 0, schedule, tz, int(after_ms), int(n))]
+
     # -- worker -----------------------------------------------------------------------------
     def fetch(self, streams: Sequence[str], consumer: str, count: int) -> tuple[list, list, list, dict]:
         """hero_fetch over `streams` in precedence order, asking for the records of a short
@@ -243,11 +259,12 @@ class Protocol:
 
     def duties(self, holder: str, lease_ms: int, budget: int, recover: bool) -> "Duties":
         """hero_duties (protocol 31): one bounded step of the queue's upkeep (due delayed jobs
-        and retries promoted, dead workers' jobs and idle deliveries recovered, time limits,
-        retention, the dead letters' trim) by `holder` when it holds the duty lease (taken or
-        renewed for `lease_ms`; 0 hands it back when `holder` holds it), looking at no more than
-        `budget` jobs; any other caller gets the holder's name after one HGET. `recover` False
-        holds recovery back (this process saw Redis out of reach or refusing writes lately)."""
+        and retries promoted, recurring jobs' due ticks fired (protocol 32), dead workers' jobs
+        and idle deliveries recovered, time limits, retention, the dead letters' trim) by
+        `holder` when it holds the duty lease (taken or renewed for `lease_ms`; 0 hands it back
+        when `holder` holds it), looking at no more than `budget` jobs; any other caller gets
+        the holder's name after one HGET. `recover` False holds recovery back (this process saw
+        Redis out of reach or refusing writes lately)."""
         k = self.keys
         keys = [k.duties(), k.delayed(), k.consumers(), k.queues(), k.config(), k.events(), k.stats(),
                 k.retention(), k.dead_letter()]
@@ -259,7 +276,8 @@ class Protocol:
 class Duties:
     """hero_duties's answer: whether the caller holds the duties (it did the step), who holds
     them ('' when nobody: the caller handed them back), the jobs the step moved of each kind,
-    and `more` when its budget ran out before it was done (call again at once)."""
+    `more` when its budget ran out before it was done (call again at once), and the recurring
+    jobs' ticks it fired (their job submitted) and skipped (missed under the skip policy)."""
 
     held: bool
     holder: str
@@ -269,6 +287,8 @@ class Duties:
     timed_out: int = 0
     expired: int = 0
     more: bool = False
+    fired: int = 0
+    skipped: int = 0
 
     @classmethod
     def parse(cls, reply: Any) -> "Duties":
@@ -278,8 +298,10 @@ class Duties:
             raise HeroError(f"hero_duties answered {reply!r}: expected 8 items (held, holder, promoted, "
                             "recovered, dead, timed_out, expired, more)")
         n = [max(0, int(items[i])) for i in (0, 2, 3, 4, 5, 6, 7)]
+        # the ticks came with protocol 32 (items 9 and 10); a library of 31 answers 8 items
+        ticks = [max(0, int(x)) for x in items[8:10]] + [0, 0]
         return cls(held=n[0] == 1, holder=_text(items[1]), promoted=n[1], recovered=n[2], dead=n[3],
-                   timed_out=n[4], expired=n[5], more=n[6] == 1)
+                   timed_out=n[4], expired=n[5], more=n[6] == 1, fired=ticks[0], skipped=ticks[1])
 
     @property
     def moved(self) -> int:

@@ -2,8 +2,8 @@
 `Queue`): pause and resume (the whole queue, or one limit key of a fair queue), job counts, the
 keys with work of a fair queue, the queue policy, dead letters, a job requeued, promoted or
 removed, and recurring jobs. Thin wrappers over the server functions hero-admin
-calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove), on every
-shard of a sharded namespace.
+calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove, hero_cron,
+hero_cron_next), on every shard of a sharded namespace (recurring jobs: the namespace's).
 
     q = hero.Queue("email")
     q.pause(); q.resume()
@@ -28,9 +28,6 @@ from .errors import HeroError, InvalidInput, JobNotFound, OlderProcesses
 from .fair import FairKeys, fair_keys
 from .options import Backoff, duration_ms
 from .options import rate as parse_rate  # set_policy takes an argument named rate
-from .upkeep import note_cron
-
-_SCHEDULE = re.compile(r"^(every \S.*|@\w+|(\S+\s+){4,5}\S+)$")
 
 
 @dataclass(frozen=True)
@@ -344,22 +341,32 @@ class Queue:
         raise HeroError(f"job {job_id} kept changing state while it was being removed; try again")
 
     # -- recurring jobs -----------------------------------------------------------------------
+    # A namespace's recurring jobs are its own, not a shard's: stored with the namespace's keys
+    # (shard 0's), whose duties fire them.
     def cron_add(self, name: str, schedule: str, script: str, *, tz: str = "UTC", missed: str = "skip",
                  payload: bytes | None = None, group: str | None = None, instance: str | None = None,
                  priority: int | None = None, timeout: int | None = None, retries: int = 0,
                  tags: list[str] | tuple[str, ...] = (), backoff: Any = None, keep: Any = None,
-                 keep_failed: Any = None) -> None:
+                 keep_failed: Any = None) -> int | None:
         """Adds (or replaces) recurring job `name` of this queue: `schedule` a cron expression
-        (5 fields, or 6 with seconds first; @hourly ...) read in `tz`, or 'every <duration>';
-        each tick submits `script` with the options given, `payload` included. The brokers
-        check the expression when they read it (`hero cron list` shows the next tick), and fire
-        the ticks: with no live `hero broker` in the namespace this says so (a WARNING)."""
+        (5 fields, or 6 with seconds first; @hourly ...) read in `tz` (an IANA zone), or
+        'every <duration>'; each tick submits `script` with the options given, `payload`
+        included, as job `cron-<name>-<tick ms>`. The spec is checked by the cron engine that
+        fires it (hero_cron, in Redis): a schedule, zone or policy it does not take is
+        InvalidInput saying why, and nothing is stored. Answers the next tick (ms since the
+        epoch; None when the schedule has none). A replaced one with the same schedule and zone
+        keeps its next tick. The ticks are fired by the queue's upkeep, which any worker does
+        (duties on, the default) or a `hero broker`, each tick once however many run: with no
+        live process doing it in the namespace this says so once per client (a WARNING)."""
         _name("recurring job name", name)
-        if not _SCHEDULE.match(schedule.strip()):
-            raise InvalidInput(f"schedule {schedule!r} is not a cron expression (5 or 6 fields, or @hourly ...) "
-                               "nor 'every <duration>'")
-        if schedule.strip().startswith("every ") and duration_ms("schedule", schedule.strip()[6:]) < 1000:
-            raise InvalidInput(f"schedule {schedule!r}: the shortest interval is 1s")
+        # cheap checks that need no Redis, with the verdicts of the engine's own; the schedule
+        # and zone are the engine's alone (a Python reading of them would differ at the edges)
+        if not isinstance(schedule, str):
+            raise InvalidInput(f"schedule is {schedule.__class__.__name__}: give a cron expression or "
+                               "'every <duration>' as text")
+        if not isinstance(tz, str):
+            raise InvalidInput(f"time zone is {tz.__class__.__name__}: give an IANA zone name (e.g. UTC, "
+                               "Europe/Amsterdam)")
         if missed not in ("skip", "catch-up"):
             raise InvalidInput(f"missed-tick policy {missed!r}: give 'catch-up' or 'skip'")
         # the submit's own checks, on the job a tick would submit
@@ -381,12 +388,31 @@ class Queue:
         if keep_failed is not None:
             job["keep_failed_ms"] = duration_ms("keep_failed", keep_failed)
         spec = {"name": name, "schedule": schedule, "tz": tz, "missed": missed, "paused": False, "job": job}
-        self.r.hset(self.client.keys.cron(), name, json.dumps(spec))
-        note_cron(self.r, self.client.keys, name)
+        _, nxt = self._call(lambda: self.client.proto.cron(name, json.dumps(spec)))
+        self.client._upkeep.needed(self.r, self.client.keys)
+        return nxt if nxt >= 0 else None
+
+    def cron_next(self, schedule: str, tz: str = "UTC", n: int = 5, after_ms: int | None = None) -> list[int]:
+        """The next `n` (1-100) ticks of `schedule` in zone `tz` strictly after `after_ms` (ms
+        since the epoch; None: now, on Redis's clock), as ms since the epoch: by the cron
+        engine the queue's upkeep fires by (hero_cron_next), so what it shows is what fires.
+        Fewer when the schedule has no more; InvalidInput saying why for a schedule or zone
+        the engine does not take."""
+        if not isinstance(schedule, str) or not isinstance(tz, str):
+            raise InvalidInput("the schedule and the time zone are text: a cron expression or 'every <duration>', "
+                               "an IANA zone name")
+        _whole("n (how many ticks)", n, 1, 100)
+        if after_ms is None:
+            secs, micros = self.r.time()
+            after_ms = int(secs) * 1000 + int(micros) // 1000
+        else:
+            _whole("after_ms (ms since the epoch)", after_ms, 0)
+        return self._call(lambda: self.client.proto.cron_next(schedule, tz, after_ms, n))
 
     def cron_list(self) -> list[dict[str, Any]]:
         """The queue's recurring jobs, by name: each as stored (its job's `payload` as bytes),
-        with `next_ms`, `fires` and `last_ms` (None before the first broker pass)."""
+        with `next_ms`, `fires` and `last_ms` (None until the queue's upkeep first looked at it
+        or fired it)."""
         keys = self.client.keys
         state = {k.decode(): v.decode() for k, v in self.r.hgetall(keys.cron_next()).items()}
         out = []
@@ -407,11 +433,10 @@ class Queue:
         return out
 
     def cron_remove(self, name: str) -> bool:
-        """Removes recurring job `name` (the jobs it fired stay); False when there was none."""
-        keys = self.client.keys
-        removed = self.r.hdel(keys.cron(), name)
-        self.r.hdel(keys.cron_next(), name, f"{name}|fires", f"{name}|last")
-        return bool(removed)
+        """Removes recurring job `name` and its state (the jobs it fired stay); False when there
+        was none."""
+        _, removed = self._call(lambda: self.client.proto.cron(name, ""))
+        return removed > 0
 
     # -- helpers ------------------------------------------------------------------------------
     def _proto_of(self, keys):

@@ -378,10 +378,12 @@ class App:
         return register(fn) if fn is not None else register
 
     def beat(self, name: str, schedule: str, task: "Task", args: Sequence[Any] = (), kwargs: dict | None = None,
-             *, tz: str = "UTC", missed: str = "skip") -> None:
+             *, tz: str = "UTC", missed: str = "skip") -> int | None:
         """A recurring task (Celery's `beat_schedule` entry): each tick of `schedule` (a cron
         expression read in `tz`, or `every 30s`) sends `task` with `args` and `kwargs` and its
-        declared options, fired by the brokers once however many run."""
+        declared options, fired by the queue's upkeep (the duties of any worker, or a broker)
+        once however many run: no separate beat process. Answers the next tick (ms; None when
+        the schedule has none); a schedule or zone the cron engine refuses is InvalidInput."""
         from .queue import Queue
         if not isinstance(task, Task):
             raise InvalidInput(f"beat {name}: task is {task.__class__.__name__}: give a task (@app.task)")
@@ -394,8 +396,8 @@ class App:
                      ("keep", task.keep), ("keep_failed", task.keep_failed)):
             if v is not None:
                 opts[k] = v
-        Queue(task.queue, client=self.client).cron_add(name, schedule, task.name, tz=tz, missed=missed,
-                                                       payload=_payload(args, kwargs or {}), **opts)
+        return Queue(task.queue, client=self.client).cron_add(name, schedule, task.name, tz=tz, missed=missed,
+                                                              payload=_payload(args, kwargs or {}), **opts)
 
     def handler(self, job: Job, ctx: JobContext) -> str:
         """Runs one task's job: its function by the job's script, its arguments from the

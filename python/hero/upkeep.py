@@ -1,13 +1,11 @@
 """Nothing waits silently (issue 59), as the Rust client says it: a producer that submits a job
-only the queue's upkeep can move (a delayed job, one with a retry budget) into a namespace where
-no live process does that upkeep (no holder of the duty lease: no worker with duties on, no
-`hero broker`) is told once, as a WARNING of the logger `hero` naming the namespace, the Redis and
-its db. Looked at once per client, at its first such submit (one EXISTS, that once). And a
-recurring job stored where no `hero broker` lives (its ticks are the brokers') is told so too,
-once at each `cron_add`."""
+only the queue's upkeep can move (a delayed job, one with a retry budget), or stores a recurring
+job (its ticks are fired by the upkeep too, protocol 32), into a namespace where no live process
+does that upkeep (no holder of the duty lease: no worker with duties on, no `hero broker`) is
+told once, as a WARNING of the logger `hero` naming the namespace, the Redis and its db. Looked
+at once per client, at its first such submit or `cron_add` (one EXISTS, that once)."""
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from typing import Any, Iterable, Mapping
@@ -21,13 +19,8 @@ HIDDEN = "***"
 
 UPKEEP_WARNING = (
     "no live process does the queue's upkeep in this namespace (no worker with duties on, no `hero broker`, "
-    "on this Redis and db): delayed jobs and retries wait until one runs. Start a worker (workers do it by "
-    "default) or `hero broker` with the same URL, db and namespace")
-
-
-def cron_warning(name: str) -> str:
-    return (f"recurring job {name} stored, but no `hero broker` runs in this namespace (this Redis and db): "
-            "its ticks fire only while one does. Start `hero broker` with the same URL, db and namespace")
+    "on this Redis and db): delayed jobs, retries and recurring jobs' ticks wait until one runs. Start a "
+    "worker (workers do it by default) or `hero broker` with the same URL, db and namespace")
 
 
 def shown_url(r: Any) -> str:
@@ -80,9 +73,9 @@ class Upkeep:
         self._looked = False
         self._lock = threading.Lock()
 
-    def _first(self, jobs) -> bool:
-        """True for the one caller that looks: the first with a job that needs the upkeep."""
-        if self._looked or not needs_upkeep(jobs):
+    def _first(self) -> bool:
+        """True for the one caller that looks (the first with something that needs the upkeep)."""
+        if self._looked:
             return False
         with self._lock:
             if self._looked:
@@ -92,11 +85,18 @@ class Upkeep:
 
     def note(self, r: Any, keys: Any, jobs) -> None:
         """Looks once (threaded client), when one of `jobs` needs the upkeep."""
-        if not self._first(jobs):
+        # the flag first: once looked, a submit pays nothing more
+        if not self._looked and needs_upkeep(jobs):
+            self.needed(r, keys)
+
+    def needed(self, r: Any, keys: Any) -> None:
+        """Looks once (threaded client): something this client stored waits on the upkeep (a
+        recurring job's ticks, or a job of `note`)."""
+        if not self._first():
             return
         try:
             held = r.exists(keys.duties())
-        except Exception as e:  # the submit itself says what is wrong with Redis
+        except Exception as e:  # the call itself says what is wrong with Redis
             log.debug("could not look for the duty lease: %s", e)
             return
         if not held:
@@ -104,7 +104,7 @@ class Upkeep:
 
     async def note_async(self, r: Any, keys: Any, jobs) -> None:
         """Looks once (asyncio client), when one of `jobs` needs the upkeep."""
-        if not self._first(jobs):
+        if self._looked or not needs_upkeep(jobs) or not self._first():
             return
         try:
             held = await r.exists(keys.duties())
@@ -117,34 +117,3 @@ class Upkeep:
 
 def say_no_upkeep(keys: Any, r: Any) -> None:
     log.warning("%s (namespace %s, Redis %s)", UPKEEP_WARNING, keys.prefix, shown_url(r))
-
-
-def live_broker(entries: Mapping[Any, Any], now: int) -> bool:
-    """Whether the fleet hash's `entries` hold a live broker: role "broker", `expires_ms` not
-    before `now` (Redis's clock)."""
-    for raw in entries.values():
-        try:
-            v = json.loads(raw)
-            if isinstance(v, dict) and v.get("role") == "broker" and int(v.get("expires_ms") or 0) >= now:
-                return True
-        except (ValueError, TypeError):
-            continue
-    return False
-
-
-def redis_ms(r: Any) -> int:
-    """Redis's clock (TIME), in ms."""
-    secs, micros = r.time()
-    return int(secs) * 1000 + int(micros) // 1000
-
-
-def note_cron(r: Any, keys: Any, name: str) -> None:
-    """After recurring job `name` is stored: says so, once, when no live broker is in the fleet."""
-    try:
-        entries = r.hgetall(keys.fleet())
-        if live_broker(entries, redis_ms(r)):
-            return
-    except Exception as e:  # the job is stored; a failed look says nothing
-        log.debug("could not read the fleet: %s", e)
-        return
-    log.warning("%s (namespace %s, Redis %s)", cron_warning(name), keys.prefix, shown_url(r))

@@ -115,8 +115,9 @@ def test_every_capability_of_the_python_column_answers_against_a_real_broker(bro
         later = c.submit("x", "dl", delay=600).id
         idle.promote(later)
         idle.remove(later)
-        q.cron_add("nightly", "0 3 * * *", "x", payload=b"\x01")
+        nxt = q.cron_add("nightly", "0 3 * * *", "x", payload=b"\x01")
         assert len(q.cron_list()) == 1
+        assert q.cron_next("0 3 * * *", n=2) == [nxt, nxt + 86_400_000]
         assert q.cron_remove("nightly")
     finally:
         w.stop()

@@ -1,7 +1,8 @@
 """The queue's upkeep with no `hero broker` at all (issue 59): a deployment of hero-py workers
 alone, each a process of its own on db 3 of a fresh redis-server, promotes delayed tasks and
 retries, runs a SIGKILLed worker's job on another, ends jobs past their time limit (a hung
-worker's too), deletes ended jobs past their retention, and writes nothing to db 0. Through
+worker's too), deletes ended jobs past their retention, fires recurring jobs' ticks (each once,
+on when their holder is killed), and writes nothing to db 0. Through
 `hero_duties`, one holder of the duty lease at a time, handed back at a clean stop; in a process
 pool's parent, not its children; `duties=False` leaves it to others. The Rust suite's
 tests/tests/duties.rs holds the Rust worker to the same."""
@@ -328,3 +329,57 @@ def test_several_workers_promote_and_run_each_delayed_job_once(deployment):
     assert (total("|finished"), total("|delayed")) == (60, 0), stats
     holders = {w.consumer for w in workers}
     assert raw(url).hget("hero:meta:duties", "holder") in holders
+
+
+def tick_jobs(r: redis.Redis, name: str) -> dict[int, str]:
+    """The jobs recurring job `name` fired so far, by tick (ms): their ids."""
+    prefix = f"hero:job:cron-{name}-"
+    return {int(k[len(prefix):]): k[len("hero:job:"):] for k in r.keys(prefix + "*")}
+
+
+def test_recurring_jobs_are_fired_by_the_workers_each_tick_once_and_go_on_when_the_holder_dies(deployment):
+    url, start = deployment
+    r = raw(url)
+    # a presence TTL of 1.5 s: the killed holder's own jobs are recovered soon after, too
+    workers = [start(presence_ms=1500) for _ in range(3)]
+    wait_until("a worker to hold the duties", lambda: r.hget("hero:meta:duties", "holder"), LIMIT)
+    first = duties_app.app.beat("tick", "every 1s", duties_app.echo, args=("tick",))
+    assert first % 1000 == 0
+    fired = wait_until("three ticks fired", lambda: len(tick_jobs(r, "tick")) >= 3 and tick_jobs(r, "tick"), LIMIT)
+    ticks = sorted(fired)
+    assert ticks[0] >= first and [b - a for a, b in zip(ticks, ticks[1:])] == [1000] * (len(ticks) - 1), ticks
+    c = hero.Client(url)
+    for tick in ticks:
+        j = ended(c, fired[tick])
+        assert (j.status, j.output, j.attempts) == ("finished", '"tick"', 1), j
+        assert "cron:tick" in j.tags, j.tags
+    # the holder dies without a word: once its lease (3 s) ran out another worker takes the
+    # duties, and the ticks go on within about 5 s (those that came meanwhile, more than 1 s
+    # late, are skipped: the default policy)
+    holder = r.hget("hero:meta:duties", "holder")
+    dead = next(w for w in workers if w.consumer == holder)
+    secs, micros = r.time()
+    killed_ms = int(secs) * 1000 + int(micros) // 1000
+    dead.kill9()
+    live = [w for w in workers if w is not dead]
+    # a tick more than 1 s after the kill is the next holder's (the dead one may have fired the
+    # one due at the very moment it was killed)
+    after = lambda: sorted(t for t in tick_jobs(r, "tick") if t > killed_ms + 1000)  # noqa: E731
+    resumed = wait_until("two ticks after the kill", lambda: len(after()) >= 2 and after(), LIMIT)
+    assert resumed[0] - killed_ms <= 5500, f"the first tick after the kill is {resumed[0] - killed_ms} ms after it"
+    assert resumed[1] - resumed[0] == 1000, resumed
+    assert r.hget("hero:meta:duties", "holder") in {w.consumer for w in live}
+    for tick in resumed[:2]:
+        assert ended(c, f"cron-tick-{tick}").status == "finished"
+    # each tick once: one job per tick, started once over every worker (twice only for one the
+    # killed holder was running, recovered), and the count the duties keep agrees, read together
+    pipe = r.pipeline(transaction=True)
+    pipe.keys("hero:job:cron-tick-*")
+    pipe.hget("hero:meta:cron:next", "tick|fires")
+    keys, fires = pipe.execute()
+    assert int(fires) == len(keys)
+    for key in keys:
+        job_id = key[len("hero:job:"):]
+        j = ended(c, job_id)
+        n = runs(workers, job_id, 1)
+        assert n == 1 or (n == 2 and dead.starts(job_id) == 1 and j.attempts == 2), (job_id, n)

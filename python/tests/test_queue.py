@@ -1,8 +1,9 @@
 """hero.Queue, the operator's side of a queue, and the submit options of issue 48 against a real
 redis-server and `hero broker`: pause and resume, counts, the policy set and shown as the Rust
 CLI shows it, dead letters retried and purged, a job promoted and removed, a recurring job with
-a payload, a job's own back-off and retention, a parent's children's results, and fair share
-(issue 52): its policy fields, the keys with work, one key held and released."""
+a payload (fired by a worker's duties, no broker), a job's own back-off and retention, a
+parent's children's results, and fair share (issue 52): its policy fields, the keys with work,
+one key held and released."""
 from __future__ import annotations
 
 import json
@@ -134,15 +135,17 @@ def test_a_jobs_own_back_off_retention_and_its_childrens_results(broker):
                 c.submit("x", "qo", **bad)
 
 
-def test_a_recurring_job_carries_its_payload(broker):
-    q = hero.Queue("qr", broker)
+def test_a_recurring_job_carries_its_payload(redis_url):
+    # no broker: the worker's own duties fire the ticks (protocol 32)
+    q = hero.Queue("qr", redis_url)
     seen = []
 
     def handler(job, ctx):
         seen.append(job.payload)
         return "ok"
-    with run_worker(broker, ["qr"], handler):
-        q.cron_add("tick", "every 1s", "s", payload=b"\x82\xa1n\x07\xa2to\xa5a@b.c", keep="1h")
+    with run_worker(redis_url, ["qr"], handler):
+        nxt = q.cron_add("tick", "every 1s", "s", payload=b"\x82\xa1n\x07\xa2to\xa5a@b.c", keep="1h")
+        assert isinstance(nxt, int) and nxt % 1000 == 0, nxt
         listed = q.cron_list()
         assert [e["name"] for e in listed] == ["tick"]
         assert listed[0]["job"]["payload"] == b"\x82\xa1n\x07\xa2to\xa5a@b.c"
@@ -150,9 +153,12 @@ def test_a_recurring_job_carries_its_payload(broker):
             q.cron_add("dict", "every 1s", "s", payload={"n": 7})
         wait_until("a tick to run", lambda: seen, limit=20)
         assert seen[0] == b"\x82\xa1n\x07\xa2to\xa5a@b.c"
-        with pytest.raises(hero.InvalidInput):
+        ran = wait_until("the tick's record", lambda: q.client.r.keys("hero:job:cron-tick-*"), limit=5)
+        assert q.client.r.hget(ran[0], "keep") == b"3600000", "the template's options ride on each tick's job"
+        with pytest.raises(hero.InvalidInput, match="whenever"):
             q.cron_add("bad", "whenever", "s")
         assert q.cron_remove("tick") is True
+        assert q.cron_remove("tick") is False
         assert q.cron_list() == []
 
 

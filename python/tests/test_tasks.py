@@ -150,11 +150,12 @@ def test_a_task_rate_spaces_its_starts_on_a_worker(broker):
         app.task(rate="fast", name="bad")(lambda: 1)
 
 
-def test_a_beat_entry_sends_its_task_with_its_arguments(broker):
-    app = make_app(broker)
+def test_a_beat_entry_sends_its_task_with_its_arguments(redis_url):
+    # no broker and no beat process: the worker's duties fire the ticks (protocol 32)
+    app = make_app(redis_url)
     add = app.tasks["test_tasks.make_app.<locals>.add"]
-    app.beat("every-second", "every 1s", add, args=(40, 2))
-    listed = json.loads(hero_cli("--json", "cron", "list", url=broker).stdout)
+    assert isinstance(app.beat("every-second", "every 1s", add, args=(40, 2)), int)
+    listed = json.loads(hero_cli("--json", "cron", "list", url=redis_url).stdout)
     assert [c["name"] for c in listed["cron"]] == ["every-second"], listed
     with running(app):
         deadline = time.monotonic() + 20

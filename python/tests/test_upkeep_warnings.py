@@ -1,8 +1,8 @@
 """Nothing waits silently (issue 59), as the Rust client says it: a producer whose job needs the
 queue's upkeep (a countdown, an eta, retries) in a namespace where no live process does it (no
 holder of the duty lease) is told once per client, a WARNING naming the namespace and the Redis
-with its db (its password hidden); a recurring job stored where no `hero broker` lives is told
-that its ticks fire only while one does. With a worker (duties on) or a broker there, nothing."""
+with its db (its password hidden); so is one that stores a recurring job there (its ticks are
+fired by the duties too, protocol 32). With a worker (duties on) or a broker there, nothing."""
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +22,7 @@ from hero.upkeep import shown_url
 
 DB = 3
 UPKEEP = "no live process does the queue's upkeep"
-CRON = "no `hero broker` runs in this namespace"
+TICKS = "recurring jobs' ticks wait until one runs"
 LIMIT = 20.0
 
 
@@ -139,7 +139,7 @@ def test_a_worker_doing_the_upkeep_means_nothing_is_said(redis_url, caplog):
     assert not t.is_alive()
 
 
-def test_a_recurring_job_stored_with_no_broker_is_told(redis_url, caplog):
+def test_a_recurring_job_stored_with_no_upkeep_is_told_once_per_client(redis_url, caplog):
     url = f"{redis_url}/{DB}"
     app = hero.App(url, queue="upkeep")
 
@@ -148,14 +148,38 @@ def test_a_recurring_job_stored_with_no_broker_is_told(redis_url, caplog):
         return "tick"
 
     with caplog.at_level(logging.WARNING, logger="hero"):
-        hero.Queue("upkeep", url).cron_add("nightly", "0 3 * * *", "x")
+        q = hero.Queue("upkeep", url)
+        q.cron_add("nightly", "0 3 * * *", "x")
         app.beat("every-minute", "every 1m", tick)
-    got = said(caplog, CRON)
+        # each client looks once: not again at its next cron_add, nor at its delayed submit
+        q.cron_add("hourly", "@hourly", "x")
+        q.client.submit("x", "upkeep", delay=30)
+        app.beat("every-hour", "every 1h", tick)
+    got = said(caplog, UPKEEP)
     assert len(got) == 2 and all(x.levelno == logging.WARNING for x in got), got
-    assert "recurring job nightly stored" in got[0].getMessage() and f"/{DB}" in got[0].getMessage()
-    assert "recurring job every-minute stored" in got[1].getMessage()
-    assert "Start `hero broker` with the same URL, db and namespace" in got[0].getMessage()
+    port = redis_url.rsplit(":", 1)[1]
+    for x in got:
+        text = x.getMessage()
+        assert TICKS in text and f"127.0.0.1:{port}/{DB}" in text and "namespace hero" in text, text
+        assert "Start a worker (workers do it by default) or `hero broker`" in text
     assert raw(url).hexists("hero:meta:cron", "nightly"), "stored all the same"
+    assert redis.Redis.from_url(redis_url).keys("*") == [], "db 0 untouched"
+
+
+def test_a_recurring_job_stored_while_a_worker_does_the_upkeep_is_not_told(redis_url, caplog):
+    url = f"{redis_url}/{DB}"
+    w = hero.Worker(lambda job, ctx: "ran", ["upkeep"], url)
+    t = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
+    t.start()
+    try:
+        wait_until("the worker to hold the duty lease", lambda: raw(url).exists("hero:meta:duties"), LIMIT)
+        with caplog.at_level(logging.WARNING, logger="hero"):
+            hero.Queue("upkeep", url).cron_add("nightly", "0 3 * * *", "x")
+        assert said(caplog, UPKEEP) == []
+    finally:
+        w.stop()
+        t.join(timeout=LIMIT)
+    assert not t.is_alive()
 
 
 def test_with_a_broker_running_nothing_is_said(db3_broker, caplog):
@@ -163,4 +187,4 @@ def test_with_a_broker_running_nothing_is_said(db3_broker, caplog):
     with caplog.at_level(logging.WARNING, logger="hero"):
         hero.Queue("upkeep", url).cron_add("nightly", "0 3 * * *", "x")
         hero.Client(url).submit("x", "upkeep", delay=30)
-    assert said(caplog, CRON) == [] and said(caplog, UPKEEP) == []
+    assert said(caplog, UPKEEP) == []
