@@ -191,12 +191,10 @@ async fn republish(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
             }
             _ = tokio::time::sleep(every) => {}
         }
-        let summary = fleet::publish_summary(client.redis(), client.keys()).await;
+        // the fleet summary (`fleet_lacks`) is the duties' holder's to write (lib/fleet.lua)
         let registered =
             registered.map(|beat| hero_protocol::memory::note_policy(&beat.memory_policy));
-        match registered
-            .and(summary)
-            .and(publish_config(&client, &cfg).await)
+        match registered.and(publish_config(&client, &cfg).await)
         {
             Ok(()) => outage.ok(),
             Err(e) => {

@@ -22,9 +22,6 @@ use crate::outage::{self, Outage};
 /// or its jobs would run twice (the chaos soak's "redis faults" phase: MISCONF for 20 s).
 pub const RECOVERY_HOLD: Duration = Duration::from_secs(10);
 
-/// How often the holder writes the fleet summary (`fleet::publish_summary`), as a broker does.
-const SUMMARY_EVERY: Duration = Duration::from_secs(10);
-
 /// The jobs one call looks at, at most: a call stays well under a millisecond or two of Redis.
 pub const BUDGET: usize = 100;
 
@@ -86,16 +83,7 @@ pub async fn run(
 ) {
     let mut failing = Outage::new("the queue's upkeep (hero_duties)");
     let mut held = false;
-    let mut summarized: Option<tokio::time::Instant> = None;
     loop {
-        // the fleet summary (what older live processes lack) is the holder's to keep too, so
-        // the producers in other languages have it with no broker running
-        if held && summarized.is_none_or(|at| at.elapsed() >= SUMMARY_EVERY) {
-            summarized = Some(tokio::time::Instant::now());
-            if let Err(e) = crate::fleet::publish_summary(&redis, &keys).await {
-                outage::report("publishing the fleet summary", &e);
-            }
-        }
         let wait = match step(&redis, &keys, &holder, pace.lease).await {
             Ok(d) => {
                 failing.ok();

@@ -275,9 +275,11 @@ async fn twenty_workers_promote_each_job_and_fire_each_tick_once_and_a_killed_ho
         }
     };
     let since = hero_protocol::clock::now_ms() + 2000;
-    wait_for("ticks after the new holder took over", Duration::from_secs(15), || {
-        fired_after(since)
-    })
+    wait_for(
+        "ticks after the new holder took over",
+        Duration::from_secs(15),
+        || fired_after(since),
+    )
     .await;
     hero_admin::Admin::from(&client)
         .cron_pause("each", true)
@@ -312,8 +314,8 @@ async fn twenty_workers_promote_each_job_and_fire_each_tick_once_and_a_killed_ho
     for t in &ticks {
         let id = format!("cron-each-{t}");
         ended(&client, &id, Duration::from_secs(10)).await;
-        let runs: usize = live.iter().map(|w| w.starts(&id)).sum::<usize>()
-            + workers[gone].starts(&id);
+        let runs: usize =
+            live.iter().map(|w| w.starts(&id)).sum::<usize>() + workers[gone].starts(&id);
         assert!(runs <= 1, "{id} ran {runs} times");
     }
     for (i, w) in workers.iter_mut().enumerate() {
@@ -362,8 +364,9 @@ async fn a_delayed_submit_with_no_one_doing_the_upkeep_is_told_naming_the_db() {
     w.kill9();
 }
 
-/// With no broker, the holder of the duties keeps the fleet summary a broker kept
-/// (`fleet_lacks`: what live older processes lack), which hero-py and Node refuse submits by.
+/// With no broker, the holder of the duties keeps the fleet summary (`fleet_lacks`: what live
+/// older processes lack, those of before protocol 29 found by their presence), which hero-py and
+/// Node refuse submits by, written by `hero_duties` in any language and equal to Rust's reading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_holder_keeps_the_fleet_summary_with_no_broker() {
     let server = RedisServer::start();
@@ -379,15 +382,35 @@ async fn the_holder_keeps_the_fleet_summary_with_no_broker() {
         .unwrap();
     let mut w = test_worker(&server.url(), "summary", "w", &[]);
     w.saw("ready", Duration::from_secs(20)).await;
-    let lacks: String = wait_for("the fleet summary", Duration::from_secs(15), || {
+    // and a live worker of before protocol 29: no fleet entry, only its presence and liveness
+    let ancient = serde_json::json!({"consumer": "default:ancient:1", "version": "hero-py 0.25.1"});
+    let _: () = raw
+        .set("hero:meta:actor:inst:summary:default:ancient", ancient.to_string())
+        .await
+        .unwrap();
+    let _: () = raw
+        .zadd(keys().consumers(), "default:ancient:1", now.0 * 1000 + 120_000)
+        .await
+        .unwrap();
+    let lacks: String = wait_for("the fleet summary", Duration::from_secs(25), || {
         let mut raw = raw.clone();
-        async move { raw.hget(keys().config(), "fleet_lacks").await.ok()? }
+        async move {
+            let s: String = raw.hget(keys().config(), "fleet_lacks").await.ok()?;
+            s.contains("ancient").then_some(s)
+        }
     })
     .await;
     assert!(
         lacks.contains("\"batch\"") && lacks.contains("default:old:1"),
         "{lacks}"
     );
+    // the same reading as Rust's (lib/fleet.lua is its port)
+    let client = Client::connect(&server.url()).await.unwrap();
+    let fleet = hero_protocol::fleet::Fleet::read(client.redis(), client.keys())
+        .await
+        .unwrap();
+    let lua: serde_json::Value = serde_json::from_str(&lacks).unwrap();
+    assert_eq!(lua, fleet.summary(), "{lacks}");
     w.kill9();
 }
 

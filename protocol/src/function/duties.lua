@@ -22,7 +22,8 @@
 -- `lease_ms` (30 s), `max_attempts` (5), `retention_ms` (24 h), `dead_retention_ms` (24 h).
 -- The lease hash holds `holder`, and when the paced duties are next due (`idle_at`: idle
 -- deliveries, every half lease; `limits_at`: time limits, every second; `dead_at`: dead letters'
--- trim, every minute; `sample_at`: the depth sample, every 30 s), and where a walk over the
+-- trim, every minute; `sample_at`: the depth sample, every 30 s; `fleet_at`: the fleet summary,
+-- `fleet_lacks` in the config hash (lib/fleet.lua), every 10 s), and where a walk over the
 -- streams that the budget cut short goes on (`idle_cursor`, `limits_cursor`); it expires with
 -- the lease.
 -- Stats and events: those of hero_promote, hero_recover, hero_stop (time limits) and
@@ -229,7 +230,7 @@ local function hero_duties(keys, args)
     xackdel = args[7], cfg = settings(keys[5]), now_ms = now_ms, now_iso = iso_of(now_ms), memo = {},
     out = { 1, holder, 0, 0, 0, 0, 0, 0, 0, 0 } }
   d.ns = ns_of(d.prefix, '')
-  local paced = redis.call('HMGET', lease_key, 'idle_at', 'limits_at', 'dead_at', 'sample_at')
+  local paced = redis.call('HMGET', lease_key, 'idle_at', 'limits_at', 'dead_at', 'sample_at', 'fleet_at')
   duty.promote(d, now_ms)
   if d.budget > 0 then d.out[9], d.out[10] = cron.pass(d) end
   if args[6] == '1' and d.budget > 0 then
@@ -256,6 +257,10 @@ local function hero_duties(keys, args)
   if (tonumber(paced[4]) or 0) <= now_ms then
     duty.sample(d)
     redis.call('HSET', lease_key, 'sample_at', now_ms + 30000)
+  end
+  if (tonumber(paced[5]) or 0) <= now_ms then
+    fleet_view.publish(d)
+    redis.call('HSET', lease_key, 'fleet_at', now_ms + 10000)
   end
   if d.budget <= 0 then d.out[8] = 1 end
   return d.out

@@ -119,6 +119,8 @@ const PRELUDE: &str = concat!(
     "\n",
     include_str!("lib/records.lua"),
     "\n",
+    include_str!("lib/fleet.lua"),
+    "\n",
     include_str!("lib/zones.lua"),
     "\n",
     include_str!("lib/tz.lua"),
