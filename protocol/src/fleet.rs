@@ -545,24 +545,3 @@ mod tests {
     }
 }
 
-/// What the live fleet lacks, as `fleet_lacks` in the config hash (removed when nothing is),
-/// for the producers in other languages to refuse by ([`Fleet::summary`]). Written by every
-/// broker every 10 s and by a Rust process while it holds the duties (`crate::duties`), so a
-/// deployment without a broker has it too.
-pub async fn publish_summary(redis: &Redis, keys: &Keyspace) -> Result<()> {
-    let fleet = Fleet::read(redis, keys).await?;
-    let summary = fleet.summary();
-    let cmd = if summary.as_object().is_some_and(|m| m.is_empty()) {
-        let mut c = redis::cmd("HDEL");
-        c.arg(keys.config()).arg("fleet_lacks");
-        c
-    } else {
-        let mut c = redis::cmd("HSET");
-        c.arg(keys.config())
-            .arg("fleet_lacks")
-            .arg(summary.to_string());
-        c
-    };
-    let _: redis::Value = redis.query(&cmd).await?;
-    Ok(())
-}

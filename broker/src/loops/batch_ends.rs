@@ -38,7 +38,7 @@ pub async fn pass(client: &Client) -> hero_protocol::Result<u64> {
         .flatten()
         .and_then(|b| b.parse::<i64>().ok())
         .unwrap_or(0);
-    // the brokers' summary says when a live worker lacks batches (`hero_protocol::fleet::publish_summary`)
+    // the fleet summary says when a live worker lacks batches (`fleet_lacks`, lib/fleet.lua)
     let lacking = got
         .get(1)
         .cloned()
