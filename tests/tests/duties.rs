@@ -296,7 +296,8 @@ async fn twenty_workers_promote_each_job_and_fire_each_tick_once_and_a_killed_ho
             .collect()
     };
     ticks.sort_unstable();
-    assert!(ticks.len() >= 5, "{ticks:?}");
+    // some before the holder's death, and some the next holder fired (waited for above)
+    assert!(ticks.len() >= 3, "{ticks:?}");
     for w in ticks.windows(2) {
         // one a second; the ticks due while the killed holder's lease ran out (3 s) were
         // more than 1 s late when the next holder came: skipped, never doubled
