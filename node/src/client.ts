@@ -32,8 +32,8 @@ export class Client {
   // a random start: a process that submits one job and ends would otherwise put every unkeyed
   // job on shard 0
   private turn = Math.floor(Math.random() * 2 ** 30);
-  /** Whether anyone does the queue's upkeep, or fires recurring jobs: looked at once each
-   * (upkeep.ts). */
+  /** Whether anyone does the queue's upkeep (and so fires recurring jobs' ticks): looked at
+   * once (upkeep.ts). */
   private readonly upkeep: Upkeep;
 
   private constructor(
@@ -183,15 +183,10 @@ export class Client {
     return jobSpec(o, reply);
   }
 
-  /** @internal after recurring job `name` was stored: says once when no live `hero broker`
-   * would fire its ticks. */
+  /** @internal after recurring job `name` was stored: says once when no live process does the
+   * queue's upkeep, whose holder fires its ticks. */
   async noteRecurring(name: string): Promise<void> {
     await this.upkeep.noteRecurring(name);
-  }
-
-  /** @internal a job's checked record fields, as a submit would write them. */
-  checkJob(o: JobOptions<unknown>): { fields: [string, string | Buffer][] } {
-    return this.spec(o);
   }
 
   /** Submits one job; resolves to its id (see `submitMany` for the whole answer). */

@@ -1,13 +1,15 @@
 // The queue's upkeep, done by the workers themselves (issue 59), so a Node deployment needs no
 // second daemon: due delayed jobs and retries promoted, the jobs of dead workers and idle
-// deliveries recovered, running jobs past their time limit ended, ended jobs past their
-// retention deleted, dead letters trimmed. The duties live in one bounded server function,
-// `hero_duties`, the same for every language; this loop only drives it, as the Rust
-// `hero_protocol::duties::run` does. One process at a time holds the duty lease (a hash with a
-// TTL, on Redis's clock) and calls every 100 ms (again at once while the budget ran out); every
-// other process calls every second and gets the holder's name after one HGET, so a hundred
-// workers cost Redis about what one broker does. A holder that dies is replaced once its lease
-// runs out (3 s); one that closes hands the lease back, so the next caller takes it at once.
+// deliveries recovered, running jobs past their time limit ended, ended jobs past their retention
+// deleted, dead letters trimmed, and (protocol 32) recurring jobs' due ticks fired, each tick's
+// job submitted in the call that claims it, so a tick fires once however many workers run. The
+// duties live in one bounded server function, `hero_duties`, the same for every language; this
+// loop only drives it, as the Rust `hero_protocol::duties::run` does. One process at a time holds
+// the duty lease (a hash with a TTL, on Redis's clock) and calls every 100 ms (again at once while
+// the budget ran out); every other process calls every second and gets the holder's name after one
+// HGET, so a hundred workers cost Redis about what one broker does. A holder that dies is replaced
+// once its lease runs out (3 s); one that closes hands the lease back, so the next caller takes it
+// at once.
 import { libraryMissing } from "./errors.js";
 import { mayRecover, Outage, sleep, type Reporter } from "./outage.js";
 import type { Duties, Protocol } from "./protocol.js";

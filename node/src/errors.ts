@@ -14,6 +14,8 @@ export class HeroError extends Error {
       ["HERO_INVALID_JOB", InvalidJob],
       ["HERO_JOB_NOT_FOUND", JobNotFound],
       ["HERO_BAD_ARG", InvalidInput],
+      // a schedule, zone or job template the cron engine refuses (hero_cron, hero_cron_next)
+      ["HERO_INVALID_CRON", InvalidInput],
     ];
     for (const [code, Kind] of codes) {
       const at = text.indexOf(code);

@@ -156,6 +156,28 @@ export class Protocol {
     return ((await this.fcall("dead", keys, argv)) as unknown[]).map(text);
   }
 
+  // -- recurring jobs -----------------------------------------------------------------------
+  /** hero_cron: stores recurring job `name`'s spec (JSON), checked by the cron engine that fires
+   * it (a schedule, zone or template it refuses is `HERO_INVALID_CRON <why>`); answers its next
+   * tick (ms), -1 when the schedule has none. `json` '' removes it and its state: answers 1, or
+   * 0 when there was none. Recurring jobs live on shard 0 (the namespace's own keys). */
+  async cron(name: string, json: string): Promise<number> {
+    const k = this.keys;
+    const r = await this.fcall("cron", [k.cron(), k.cronNext()], [name, json]);
+    if (!Array.isArray(r) || r.length < 2 || !["stored", "removed"].includes(text(r[0]))) {
+      throw new HeroError(`hero_cron answered ${Array.isArray(r) ? r.map(text).join(" ") : typeof r}, not stored or removed and a number`);
+    }
+    return Number(text(r[1]));
+  }
+
+  /** hero_cron_next (read-only): the next `n` (1-100) ticks (ms) of `schedule` in zone `tz`
+   * strictly after `afterMs`, by the cron engine the duties fire by (fewer when the schedule
+   * has no more). */
+  async cronNext(schedule: string, tz: string, afterMs: number, n: number): Promise<number[]> {
+    const r = (await this.redis.callBuffer("FCALL_RO", this.fn("cron_next"), 0, schedule, tz, afterMs, n)) as unknown[];
+    return r.map((x) => Number(text(x)));
+  }
+
   // -- worker -------------------------------------------------------------------------------
   /** hero_fetch over `streams` in precedence order, asking for the records of every fetch:
    * jobs as [stream index from 0, entry, job id], the wake-up cursors, records in the order of jobs. With
@@ -262,11 +284,12 @@ export class Protocol {
 
   /** hero_duties: one bounded step of the queue's upkeep (due delayed jobs and retries
    * promoted, dead workers' jobs and idle deliveries recovered, running jobs past their time
-   * limit ended, ended jobs past their retention deleted, dead letters trimmed) by `holder`
-   * when it holds the duty lease (taking it when nobody does, for `leaseMs`); any other caller
-   * gets the holder's name after one HGET. A `leaseMs` of 0 hands the lease back when `holder`
-   * holds it. `budget`: the most jobs the step looks at; `recover` false holds recovery back
-   * (this process saw Redis out of reach or refusing writes lately). */
+   * limit ended, ended jobs past their retention deleted, dead letters trimmed, recurring
+   * jobs' due ticks fired) by `holder` when it holds the duty lease (taking it when nobody
+   * does, for `leaseMs`); any other caller gets the holder's name after one HGET. A `leaseMs`
+   * of 0 hands the lease back when `holder` holds it. `budget`: the most jobs the step looks
+   * at; `recover` false holds recovery back (this process saw Redis out of reach or refusing
+   * writes lately). */
   async duties(holder: string, leaseMs: number, budget: number, recover: boolean): Promise<Duties> {
     const k = this.keys;
     const keys = [k.duties(), k.delayed(), k.consumers(), k.queues(), k.config(), k.events(), k.stats(), k.retention(), k.deadLetter()];
@@ -322,13 +345,19 @@ export interface Duties {
   expired: number;
   /** The budget ran out before the step was through: call again at once. */
   more: boolean;
+  /** Recurring jobs' ticks whose job was submitted (protocol 32). */
+  fired: number;
+  /** Recurring jobs' ticks missed under the `skip` policy (due more than 1 s ago). */
+  skipped: number;
 }
 
-/** hero_duties's reply, `{held, holder, promoted, recovered, dead, timed_out, expired, more}`,
- * as {@link Duties}; a reply of another shape throws (a library that is not this version's). */
+/** hero_duties's reply, `{held, holder, promoted, recovered, dead, timed_out, expired, more,
+ * fired, skipped}`, as {@link Duties}. The last two came with protocol 32 and are 0 when absent
+ * (a caller that holds no lease gets 8 items); fewer than 8 throws (a library that is not this
+ * version's). */
 export function parseDuties(reply: unknown): Duties {
   if (!Array.isArray(reply) || reply.length < 8) {
-    throw new HeroError(`hero_duties answered ${Array.isArray(reply) ? `${reply.length} items` : typeof reply}, not the 8 of protocol ${VERSION}`);
+    throw new HeroError(`hero_duties answered ${Array.isArray(reply) ? `${reply.length} items` : typeof reply}, not the 10 of protocol ${VERSION}`);
   }
   const n = (i: number) => Math.max(0, Number(text(reply[i])) || 0);
   return {
@@ -340,6 +369,8 @@ export function parseDuties(reply: unknown): Duties {
     timedOut: n(5),
     expired: n(6),
     more: n(7) === 1,
+    fired: n(8),
+    skipped: n(9),
   };
 }
 

@@ -2,14 +2,15 @@
 // pause and resume, job counts, the queue policy, dead letters, a job requeued, promoted or
 // removed, recurring jobs (BullMQ's job schedulers), and a fair queue's limit keys (pauseKey,
 // getKeys: fair.ts). Thin wrappers over the server functions hero-admin calls (hero_pause,
-// hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove), on every shard of a sharded
-// namespace. Options are strict: one hero does not know is an error naming it.
+// hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove; hero_cron and hero_cron_next
+// for recurring jobs: cron.ts), on every shard of a sharded namespace (recurring jobs on the
+// namespace's own keys). Options are strict: one hero does not know is an error naming it.
 import { Client } from "./client.js";
-import { backoffJson, BackoffOptions, JobOptions, KeepJobs } from "./options.js";
+import { CronNextOptions, cronNextArgs, cronSpec, JobTemplate, RepeatOptions, schedulers } from "./cron.js";
+import { backoffJson, BackoffOptions, KeepJobs } from "./options.js";
 import { HeroError, InvalidInput, JobNotFound, strictOptions } from "./errors.js";
 import { fairFields, FairKeys, fairKeys, limitKey, requireFair } from "./fair.js";
 import { Keys } from "./keys.js";
-import { decode } from "./msgpack.js";
 import { Protocol } from "./protocol.js";
 
 export interface QueueOptions {
@@ -97,25 +98,6 @@ export interface DeadLetter {
   queue: string;
   shard: number;
 }
-
-/** BullMQ's repeat options: `pattern` (cron, 5 or 6 fields) or `every` (ms), in `tz`. */
-export interface RepeatOptions {
-  pattern?: string;
-  every?: number;
-  tz?: string;
-  /** A tick missed while no broker ran: fired once on return (`catch-up`) or not (`skip`). */
-  missed?: "skip" | "catch-up";
-}
-const REPEAT_OPTIONS = new Set(["pattern", "every", "tz", "missed"]);
-
-/** The job each tick submits: BullMQ's `{ name, data, opts }` (`name` is the script). */
-export interface JobTemplate {
-  name?: string;
-  data?: unknown;
-  opts?: Pick<JobOptions, "group" | "instance" | "priority" | "timeout" | "retries" | "tags" | "backoff" | "removeOnComplete" | "removeOnFail">;
-}
-const TEMPLATE_OPTIONS = new Set(["name", "data", "opts"]);
-const TEMPLATE_JOB_OPTIONS = new Set(["group", "instance", "priority", "timeout", "retries", "tags", "backoff", "removeOnComplete", "removeOnFail"]);
 
 export class Queue {
   /** `<type>` or `<type>/<group>`. */
@@ -409,82 +391,67 @@ export class Queue {
 
   // -- recurring jobs (BullMQ's job schedulers) -----------------------------------------------
   /** Adds (or replaces) recurring job `id` of this queue: each tick of `repeat` submits the
-   * template's job, its `data` (the payload) and options included. The ticks are fired by
-   * `hero broker`: with no live one in the namespace this says so once (a process warning,
-   * `HERO_NO_BROKER`), naming the Redis and its db. */
-  async upsertJobScheduler(id: string, repeat: RepeatOptions, template: JobTemplate = {}): Promise<void> {
-    strictOptions("repeat", repeat, REPEAT_OPTIONS, { cron: "pattern", limit: "(none)", startDate: "(none)", endDate: "(none)" });
-    strictOptions("job template", template, TEMPLATE_OPTIONS);
-    strictOptions("job template opts", template.opts ?? {}, TEMPLATE_JOB_OPTIONS, { attempts: "retries (attempts after the first)", jobId: "(none: a tick's id is cron-<name>-<tick>)" });
-    if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) throw new InvalidInput(`recurring job name ${JSON.stringify(id)}: use 1-64 characters of A-Z a-z 0-9 _ -`);
-    let schedule: string;
-    if ((repeat.pattern === undefined) === (repeat.every === undefined)) throw new InvalidInput("give repeat.pattern (a cron expression) or repeat.every (ms), one of them");
-    if (repeat.every !== undefined) {
-      if (!Number.isInteger(repeat.every) || repeat.every < 1000) throw new InvalidInput(`repeat.every ${repeat.every}: a whole number of ms, at least 1000`);
-      schedule = `every ${repeat.every}ms`;
-    } else {
-      schedule = String(repeat.pattern).trim();
-      if (!/^(@\w+|(\S+\s+){4,5}\S+)$/.test(schedule)) throw new InvalidInput(`repeat.pattern ${JSON.stringify(repeat.pattern)} is not a cron expression (5 or 6 fields, or @hourly ...)`);
-    }
-    const o = template.opts ?? {};
+   * template's job, its `data` (the payload) and options included, as job
+   * `cron-<id>-<tick ms>`. The spec is stored through `hero_cron`, which checks the schedule
+   * and zone with the cron engine that fires it (in the function library, the same for every
+   * language): one it refuses rejects with `InvalidInput` saying why, and nothing is stored.
+   * The ticks are fired by whichever process does the queue's upkeep (any worker with duties
+   * on, or a `hero broker`): with none live in the namespace this says so once (a process
+   * warning, `HERO_NO_UPKEEP`), naming the Redis and its db. Resolves to the first tick the
+   * upkeep will fire (ms since the epoch), null when the schedule has none. A replaced one
+   * with the same schedule and zone keeps its next tick. */
+  async upsertJobScheduler(id: string, repeat: RepeatOptions, template: JobTemplate = {}): Promise<number | null> {
+    // checked before connecting: a wrong option fails the same with Redis out of reach
+    const spec = cronSpec(this.name, id, repeat, template);
     const c = await this.waitUntilReady();
-    // the submit's own checks, on the job a tick would submit
-    const spec = c.checkJob({ type: this.name, script: template.name ?? "", payload: template.data, ...o });
-    const field = (f: string) => spec.fields.find(([k]) => k === f)?.[1];
-    const job: Record<string, unknown> = { script_type: this.name, script: template.name ?? "", retries: o.retries ?? 0 };
-    if (o.group) job.group = o.group;
-    if (o.instance) job.instance = o.instance;
-    if (o.priority !== undefined) job.priority = o.priority;
-    if (field("timeout") !== undefined) job.timeout_secs = Number(field("timeout"));
-    if (o.tags?.length) job.tags = o.tags;
-    const payload = field("payload");
-    if (payload !== undefined) job.payload = Buffer.from(payload).toString("base64");
-    if (o.backoff !== undefined) job.backoff = backoffJson(o.backoff);
-    if (field("keep") !== undefined) job.keep_ms = Number(field("keep"));
-    if (field("keep_failed") !== undefined) job.keep_failed_ms = Number(field("keep_failed"));
-    const spec2 = { name: id, schedule, tz: repeat.tz ?? "UTC", missed: repeat.missed ?? "skip", paused: false, job };
-    await c.redis.hset(c.keys.cron(), id, JSON.stringify(spec2));
-    // the broker fires the ticks: with none live, say so (once per client)
+    const next = await this.cronCall(id, async () => (await this.main()).cron(id, JSON.stringify(spec)));
+    // the upkeep fires the ticks: with no one doing it, say so (once per client)
     await c.noteRecurring(id);
+    return next >= 0 ? next : null;
+  }
+
+  /** The next ticks of `schedule` (a cron expression of 5 or 6 fields, `@hourly` and the like,
+   * or `every <duration>` such as `every 30s`), ms since the epoch, by the cron engine the
+   * upkeep fires recurring jobs by, so what it shows is what fires: `count` of them (1-100,
+   * default 5) strictly after `after` (ms or a Date; default now on Redis's clock), read in
+   * zone `tz` (an IANA name, default UTC); fewer when the schedule has no more. A schedule or
+   * zone the engine refuses rejects with `InvalidInput` saying why (Rust's
+   * `Client::cron_next`, Python's `Queue.cron_next`). */
+  async cronNext(schedule: string, opts: CronNextOptions = {}): Promise<number[]> {
+    const [tz, after, count] = cronNextArgs(schedule, opts);
+    const p = await this.main();
+    return this.call(async () => {
+      const [secs, micros] = after === null ? await p.redis.time() : [0, 0];
+      return p.cronNext(schedule, tz, after ?? Number(secs) * 1000 + Math.floor(Number(micros) / 1000), count);
+    });
   }
 
   /** The queue's recurring jobs by name: each as stored, with its payload decoded as `data`,
-   * and `next_ms`, `fires`, `last_ms` (null before the first broker pass). */
+   * and `next_ms`, `fires`, `last_ms` (null until the upkeep first looked at it). */
   async getJobSchedulers(): Promise<Record<string, unknown>[]> {
     const c = await this.waitUntilReady();
-    const state = await c.redis.hgetall(c.keys.cronNext());
-    const all = await c.redis.hgetall(c.keys.cron());
-    const num = (k: string) => (/^\d+$/.test(state[k] ?? "") ? Number(state[k]) : null);
-    const out: Record<string, unknown>[] = [];
-    for (const name of Object.keys(all).sort()) {
-      let spec: Record<string, unknown>;
-      try {
-        spec = JSON.parse(all[name]);
-      } catch {
-        continue;
-      }
-      const job = spec?.job as Record<string, unknown> | undefined;
-      if (job?.script_type !== this.name) continue;
-      // its payload stored as base64 MessagePack (every language writes it so): BullMQ's `data`
-      let data: unknown = null;
-      if (typeof job.payload === "string") {
-        try {
-          data = decode(Buffer.from(job.payload, "base64"));
-        } catch (e) {
-          throw new InvalidInput(`recurring job ${name}: its stored payload is not MessagePack (${e instanceof Error ? e.message : e}); add it again`);
-        }
-      }
-      out.push({ ...spec, data, next_ms: num(name), fires: num(`${name}|fires`) ?? 0, last_ms: num(`${name}|last`) });
-    }
-    return out;
+    return schedulers(c.redis, c.keys, this.name);
   }
 
-  /** Removes recurring job `id` (the jobs it fired stay); false when there was none. */
+  /** Removes recurring job `id` and its state, through `hero_cron` (the jobs it fired stay);
+   * false when there was none. */
   async removeJobScheduler(id: string): Promise<boolean> {
-    const c = await this.waitUntilReady();
-    const removed = await c.redis.hdel(c.keys.cron(), id);
-    await c.redis.hdel(c.keys.cronNext(), id, `${id}|fires`, `${id}|last`);
-    return removed > 0;
+    return (await this.cronCall(id, async () => (await this.main()).cron(id, ""))) > 0;
+  }
+
+  /** The namespace's own calls: recurring jobs live on shard 0, whose upkeep fires them. */
+  private async main(): Promise<Protocol> {
+    return (await this.waitUntilReady()).shard(0)[1];
+  }
+
+  /** A hero_cron call, a refusal naming the recurring job it was about. */
+  private async cronCall(id: string, f: () => Promise<number>): Promise<number> {
+    try {
+      return await f();
+    } catch (e) {
+      const err = HeroError.fromServer(e);
+      throw err instanceof InvalidInput ? new InvalidInput(`recurring job ${id}: ${err.message}`) : err;
+    }
   }
 
   private async protoOf(keys: Keys): Promise<Protocol> {
@@ -515,4 +482,4 @@ function split(policy: Policy, n: number, k: number): Policy {
   return p;
 }
 
-export type { BackoffOptions, KeepJobs };
+export type { BackoffOptions, CronNextOptions, JobTemplate, KeepJobs, RepeatOptions };

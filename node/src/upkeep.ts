@@ -1,21 +1,20 @@
-// Nothing waits silently (issue 59), as the Rust client's `upkeep` and `cron_add` say it: a
-// producer that submits a job only the queue's upkeep can move (a delayed job, one with a retry
-// budget) into a namespace where no live process does that upkeep (no holder of the duty lease:
-// no worker with duties on, no `hero broker`) is told once; so is one that stores a recurring job
-// where no live `hero broker` runs (the broker fires the ticks). Each is looked at once per
-// client (one EXISTS; one fleet read), and told as a process warning (`process.emitWarning`,
-// type `HeroBrokerWarning`: `process.on("warning", ...)` sees it, `--no-warnings` hides it),
-// naming the namespace and the Redis with its db, its password hidden.
+// Nothing waits silently (issue 59), as the Rust client's `upkeep` says it: a producer that
+// submits a job only the queue's upkeep can move (a delayed job, one with a retry budget), or
+// stores a recurring job (whose ticks the upkeep fires, protocol 32), into a namespace where no
+// live process does that upkeep (no holder of the duty lease: no worker with duties on, no `hero
+// broker`) is told once. It is looked at once per client (one EXISTS, whichever came first: the
+// answer is the same for both), and told as a process warning (`process.emitWarning`, type
+// `HeroBrokerWarning`, code `HERO_NO_UPKEEP`: `process.on("warning", ...)` sees it,
+// `--no-warnings` hides it), naming the namespace and the Redis with its db, its password hidden.
 import { Redis } from "ioredis";
 
 import { shownUrl } from "./connect.js";
 import { Keys } from "./keys.js";
 import { JobOptions, Spec } from "./options.js";
 
-/** The warnings' type (`warning.name`), and their codes. */
+/** The warnings' type (`warning.name`), and their code. */
 export const WARNING_TYPE = "HeroBrokerWarning";
 export const NO_UPKEEP = "HERO_NO_UPKEEP";
-export const NO_BROKER = "HERO_NO_BROKER";
 
 function warn(message: string, code: string): void {
   process.emitWarning(message, { type: WARNING_TYPE, code });
@@ -50,8 +49,7 @@ export function needsUpkeep(o: JobOptions<unknown>, s: Spec): boolean {
 
 /** What one client has looked at yet. */
 export class Upkeep {
-  private lookedDuties = false;
-  private lookedBroker = false;
+  private looked = false;
 
   constructor(
     private readonly redis: Redis,
@@ -62,63 +60,42 @@ export class Upkeep {
   /** Looks once, when a job of `jobs` needs the upkeep: warns when nobody holds the duty lease.
    * A failed look says nothing (the submit itself tells of a Redis that does not answer). */
   async note(jobs: [JobOptions<unknown>, Spec][]): Promise<void> {
-    if (this.lookedDuties || !jobs.some(([o, s]) => needsUpkeep(o, s))) return;
-    this.lookedDuties = true;
-    let held: number;
-    try {
-      held = await this.redis.exists(this.keys.duties());
-    } catch {
-      return;
-    }
-    if (held === 0) {
+    if (this.looked || !jobs.some(([o, s]) => needsUpkeep(o, s))) return;
+    if (await this.nobody()) {
       warn(
         `no live process does the queue's upkeep in this namespace (no worker with duties on, no \`hero broker\`, on this Redis and db): ` +
-          `delayed jobs and retries wait until one runs. Start a worker (workers do it by default) or \`hero broker\` with the same URL, db and namespace ` +
-          `(namespace ${this.keys.prefix}, Redis ${shownRedis(this.redis, this.url)})`,
+          `delayed jobs, retries and recurring jobs' ticks wait until one runs. ${this.start()}`,
         NO_UPKEEP,
       );
     }
   }
 
-  /** After recurring job `name` was stored: warns once when no live `hero broker` is in the
-   * namespace's fleet (an entry of role `broker` whose `expires_ms` is not past on Redis's
-   * clock). */
+  /** After recurring job `name` was stored: its ticks are fired by the holder of the duty lease
+   * (any worker with duties on, or a broker), so with nobody holding it, says so (once, the
+   * look shared with {@link note}). */
   async noteRecurring(name: string): Promise<void> {
-    if (this.lookedBroker) return;
-    this.lookedBroker = true;
-    let live: boolean;
-    try {
-      live = await liveBroker(this.redis, this.keys);
-    } catch {
-      return;
-    }
-    if (!live) {
+    if (this.looked) return;
+    if (await this.nobody()) {
       warn(
-        `recurring job ${name} stored, but no \`hero broker\` runs in this namespace (this Redis and db): its ticks fire only while one does. ` +
-          `Start \`hero broker\` with the same URL, db and namespace (namespace ${this.keys.prefix}, Redis ${shownRedis(this.redis, this.url)})`,
-        NO_BROKER,
+        `recurring job ${name} stored, but no live process does the queue's upkeep in this namespace (no worker with duties on, no \`hero broker\`, on this Redis and db): ` +
+          `recurring jobs' ticks wait until one runs, and a tick more than 1 s late is skipped (unless missed: "catch-up"). ${this.start()}`,
+        NO_UPKEEP,
       );
     }
   }
-}
 
-/** Whether the namespace's fleet (`<ns>:meta:fleet`, name → JSON `{role, expires_ms, ...}`)
- * holds a live broker, on Redis's clock (TIME). */
-export async function liveBroker(redis: Redis, keys: Keys): Promise<boolean> {
-  const r = await redis.pipeline().time().hgetall(keys.fleet()).exec();
-  if (!r) return false;
-  const [[timeErr, time], [fleetErr, fleet]] = r as [[Error | null, [string, string]], [Error | null, Record<string, string>]];
-  if (timeErr) throw timeErr;
-  if (fleetErr) throw fleetErr;
-  const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
-  for (const json of Object.values(fleet ?? {})) {
-    let v: { role?: unknown; expires_ms?: unknown };
+  /** The one look: true when nobody holds the duty lease (its key is gone with the lease);
+   * false after a failed look too. */
+  private async nobody(): Promise<boolean> {
+    this.looked = true;
     try {
-      v = JSON.parse(json);
+      return (await this.redis.exists(this.keys.duties())) === 0;
     } catch {
-      continue;
+      return false;
     }
-    if (v?.role === "broker" && Number(v.expires_ms) >= now) return true;
   }
-  return false;
+
+  private start(): string {
+    return `Start a worker (workers do it by default) or \`hero broker\` with the same URL, db and namespace (namespace ${this.keys.prefix}, Redis ${shownRedis(this.redis, this.url)})`;
+  }
 }

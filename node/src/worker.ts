@@ -61,8 +61,9 @@ export interface WorkerOptions {
   autorun?: boolean;
   /** Take a turn at the queue's upkeep (default true): promoting due delayed jobs and retries,
    * recovering the jobs of dead workers, ending jobs past their time limit, deleting ended jobs
-   * past their retention. One process at a time does it, however many workers run, so no
-   * `hero broker` is needed. `false` leaves it to other workers or a broker. */
+   * past their retention, firing recurring jobs' due ticks. One process at a time does it,
+   * however many workers run, so no `hero broker` is needed. `false` leaves it to other workers
+   * or a broker (with none, recurring jobs do not fire). */
   duties?: boolean;
 }
 

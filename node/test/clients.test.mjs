@@ -112,7 +112,8 @@ test("every capability of the Node column answers against a real broker", async 
     const delayed = await client.submit({ type: "dl", script: "x", delay: 600_000 });
     await idle.promote(delayed);
     await idle.remove(delayed);
-    await q.upsertJobScheduler("nightly", { pattern: "0 3 * * *" }, { name: "x", data: { n: 1 } });
+    const first = await q.upsertJobScheduler("nightly", { pattern: "0 3 * * *" }, { name: "x", data: { n: 1 } });
+    assert.deepEqual(await q.cronNext("0 3 * * *", { after: first - 1, count: 1 }), [first]);
     assert.equal((await q.getJobSchedulers()).length, 1);
     assert.ok(await q.removeJobScheduler("nightly"));
   } finally {

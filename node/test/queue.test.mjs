@@ -1,23 +1,23 @@
 // `Queue`, the operator's side of a queue with BullMQ's names, and the job options of issue 48
 // against a real redis-server and `hero broker`: pause and resume, getJobCounts, the policy set
 // and shown as the Rust CLI shows it, dead letters retried and purged, a job promoted and
-// removed, a job scheduler with data, a job's own backoff and removeOnComplete / removeOnFail,
-// and a parent's getChildrenValues.
+// removed, a job scheduler with data (with no broker: the worker fires its ticks), a job's own
+// backoff and removeOnComplete / removeOnFail, and a parent's getChildrenValues.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Client, InvalidInput, JobNotFound, Queue, Worker } from "../dist/esm/index.js";
 import { hero, heroProcess, redisServer, waitFor } from "./helpers.mjs";
 
-async function setting(t, types, handler) {
+async function setting(t, types, handler, { broker: withBroker = true } = {}) {
   const redis = await redisServer();
-  const broker = heroProcess(redis.url, ["broker", "--http", "off"]);
+  const broker = withBroker ? heroProcess(redis.url, ["broker", "--http", "off"]) : null;
   const client = await Client.connect(redis.url);
   const worker = handler ? new Worker(types, handler, { url: redis.url, concurrency: 4, autorun: false }) : null;
   worker?.on("error", () => undefined);
   t.after(async () => {
     await worker?.close();
-    await broker.stop();
+    await broker?.stop();
     await client.close();
     redis.stop();
   });
@@ -124,21 +124,27 @@ test("a job's own backoff, removeOnComplete / removeOnFail, and getChildrenValue
   }
 });
 
-test("a job scheduler's data reaches its handler", async (t) => {
+test("a job scheduler's data reaches its handler, its ticks fired by the worker's upkeep", async (t) => {
   const seen = [];
+  // no broker: the worker's duties fire the ticks (protocol 32)
   const { redis, worker } = await setting(t, "nr", async (job) => {
-    seen.push(job.data);
+    seen.push([job.id, job.data]);
     return "ok";
-  });
+  }, { broker: false });
   const q = new Queue("nr", { url: redis.url });
   t.after(() => q.close());
-  await q.upsertJobScheduler("tick", { every: 1000 }, { name: "s", data: { n: 7, to: "a@b.c" }, opts: { removeOnComplete: { age: 3600 } } });
+  const first = await q.upsertJobScheduler("tick", { every: 1000 }, { name: "s", data: { n: 7, to: "a@b.c" }, opts: { removeOnComplete: { age: 3600 } } });
   const listed = await q.getJobSchedulers();
   assert.deepEqual(listed.map((s) => [s.name, s.data]), [["tick", { n: 7, to: "a@b.c" }]]);
   worker.run();
   await waitFor("a tick to run", async () => seen.length > 0);
-  assert.deepEqual(seen[0], { n: 7, to: "a@b.c" });
-  await assert.rejects(q.upsertJobScheduler("bad", { pattern: "whenever" }), InvalidInput);
+  assert.match(seen[0][0], /^cron-tick-\d+000$/);
+  assert.ok(Number(seen[0][0].slice("cron-tick-".length)) >= first, `${seen[0][0]} is at or after the first tick ${first}`);
+  assert.deepEqual(seen[0][1], { n: 7, to: "a@b.c" });
+  const [shown] = await q.getJobSchedulers();
+  assert.ok(shown.fires >= 1 && shown.last_ms >= first && shown.next_ms > shown.last_ms, JSON.stringify(shown));
+  // the engine refuses what is no schedule: InvalidInput saying why
+  await assert.rejects(q.upsertJobScheduler("bad", { pattern: "whenever" }), (e) => e instanceof InvalidInput && /not a cron expression/.test(e.message));
   await assert.rejects(q.upsertJobScheduler("bad", { every: 1000 }, { opts: { attempts: 3 } }), /retries/);
   assert.equal(await q.removeJobScheduler("tick"), true);
   assert.deepEqual(await q.getJobSchedulers(), []);

@@ -143,7 +143,7 @@ test("a worker started while Redis is full registers and runs a job submitted be
     await worker.waitUntilReady();
     const reg = await registration(admin, worker, "full");
     assert.ok(Number(reg.deadline) > Date.now(), "its liveness deadline is set");
-    assert.equal(reg.entry?.protocol, 31);
+    assert.equal(reg.entry?.protocol, Number(hero.PROTOCOL_VERSION));
     assert.equal(reg.entry?.role, "worker");
     assert.ok(reg.entry?.expires_ms > Date.now(), "its fleet entry expires on Redis's clock");
     assert.equal(reg.presence?.consumer, worker.consumer);

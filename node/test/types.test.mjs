@@ -1,8 +1,9 @@
 // The type declarations as a TypeScript user compiles against them (tsc --noEmit, strict): an
 // `interface` payload type-checks through `submit<Data>`, `Worker<Data, Result>` and
 // `job.data`; the worker's and QueueEvents' events are typed, and so are a queue's fair-share
-// policy and its keys; a wrong payload, an unknown option and a wrong listener are compile
-// errors (each line marked @ts-expect-error, which tsc refuses when the line compiles).
+// policy and its keys, and recurring jobs' ticks; a wrong payload, an unknown option and a
+// wrong listener are compile errors (each line marked @ts-expect-error, which tsc refuses when
+// the line compiles).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -81,7 +82,16 @@ export async function app(url: string): Promise<void> {
   const n: number = (await queue.pauseKey("acme")) + (await queue.resumeKey("acme"));
   // @ts-expect-error getKeys takes { top }
   await queue.getKeys({ limit: 5 });
-  void [cap, weights, first, held, n];
+  // recurring jobs: the first tick (null when the schedule has none) and the engine's ticks
+  const next: number | null = await queue.upsertJobScheduler("nightly", { pattern: "0 3 * * *", tz: "Europe/Amsterdam" }, { name: "report", data: { n: 1 } });
+  const ticks: number[] = await queue.cronNext("0 3 * * *", { tz: "Europe/Amsterdam", after: new Date(), count: 3 });
+  // @ts-expect-error the count is count, not n
+  await queue.cronNext("@hourly", { n: 3 });
+  // @ts-expect-error after is ms since the epoch or a Date
+  await queue.cronNext("@hourly", { after: "now" });
+  // @ts-expect-error missed is skip or catch-up
+  await queue.upsertJobScheduler("x", { every: 1000, missed: "later" });
+  void [cap, weights, first, held, n, next, ticks];
 }
 `;
 

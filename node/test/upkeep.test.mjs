@@ -1,7 +1,7 @@
 // Nothing waits silently (issue 59): a producer is told once, as a process warning naming the
 // namespace and the Redis with its db (3 here), when it submits a job only the queue's upkeep can
-// move (delayed, or with retries) where no live process holds the duty lease, and when it stores
-// a recurring job where no live `hero broker` would fire its ticks; with a worker (duties on by
+// move (delayed, or with retries), or stores a recurring job (whose ticks the upkeep fires,
+// protocol 32), where no live process holds the duty lease; with a worker (duties on by
 // default), or `hero broker`, running in that db, nothing is said.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -12,7 +12,7 @@ import { Client, Queue, Worker } from "../dist/esm/index.js";
 import { heroProcess, redisServer, waitFor } from "./helpers.mjs";
 
 const UPKEEP = "no live process does the queue's upkeep";
-const BROKER = "no `hero broker` runs in this namespace";
+const TICKS = "recurring jobs' ticks wait until one runs";
 
 let redis, url, db3;
 const closers = [];
@@ -96,32 +96,45 @@ test("with a worker running (it holds the duty lease) a delayed submit says noth
   assert.deepEqual(seen.map((x) => x.message), []);
 });
 
-test("a recurring job stored with no broker warns once, naming the job and the db", async (t) => {
-  // a worker alone in the fleet is no broker: it does the upkeep, not the ticks
-  const w = new Worker("other", async () => "ok", { url });
-  t.after(() => w.close());
-  w.on("error", () => undefined);
-  await w.waitUntilReady();
-  await waitFor("the worker in the fleet", async () => Object.keys(await db3.hgetall("hero:meta:fleet")).length > 0, 10_000);
+test("a recurring job stored with no one doing the upkeep warns once, naming the job and the db", async () => {
+  assert.equal(await db3.exists("hero:meta:duties"), 0);
   const q = new Queue("reports", { url });
   closers.push(() => q.close());
   const first = await warned(() => q.upsertJobScheduler("lonely", { every: 3_600_000 }));
   assert.equal(first.length, 1, first.map((x) => x.message).join("\n"));
-  assert.equal(first[0].code, "HERO_NO_BROKER");
-  assert.ok(first[0].message.includes(BROKER), first[0].message);
-  assert.ok(first[0].message.includes("recurring job lonely stored"), first[0].message);
-  assert.ok(first[0].message.includes("/3"), first[0].message);
+  assert.equal(first[0].code, "HERO_NO_UPKEEP");
+  for (const part of [UPKEEP, TICKS, "recurring job lonely stored", "/3", "namespace hero", "hero broker"]) {
+    assert.ok(first[0].message.includes(part), `${part} in: ${first[0].message}`);
+  }
   // stored all the same
   assert.equal((await q.getJobSchedulers()).length, 1);
   // once per queue (its client)
   assert.deepEqual(await warned(() => q.upsertJobScheduler("lonelier", { pattern: "0 * * * *" })), []);
-  // a stale broker entry (past its expires_ms on Redis's clock) is no live broker
-  await db3.hset("hero:meta:fleet", "broker:gone", JSON.stringify({ role: "broker", protocol: 31, expires_ms: 1000 }));
+  // one look per client: a client told already (of a delayed job) is not told again
+  const c = await connect();
+  assert.equal((await warned(() => c.submit({ type: "nobody", delay: 5000 }))).length, 1);
+  const shared = new Queue("reports", { client: c });
+  assert.deepEqual(await warned(() => shared.upsertJobScheduler("lonely", { every: 3_600_000 })), []);
+  // a live broker's fleet entry is no holder of the duties: what the warning looks at is the lease
+  const [sec] = await db3.time();
+  await db3.hset("hero:meta:fleet", "broker:idle", JSON.stringify({ role: "broker", protocol: 32, expires_ms: Number(sec) * 1000 + 60_000 }));
   const q2 = new Queue("reports", { url });
   closers.push(() => q2.close());
-  const stale = await warned(() => q2.upsertJobScheduler("lonely", { every: 3_600_000 }));
-  assert.equal(stale.length, 1);
-  await db3.hdel("hero:meta:fleet", "broker:gone");
+  assert.equal((await warned(() => q2.upsertJobScheduler("lonely", { every: 3_600_000 }))).length, 1);
+  await db3.hdel("hero:meta:fleet", "broker:idle");
+  for (const name of ["lonely", "lonelier"]) await q.removeJobScheduler(name);
+});
+
+test("with a worker running (it holds the duty lease, and so fires the ticks) a recurring job is stored without a word", async (t) => {
+  const w = new Worker("other", async () => "ok", { url });
+  t.after(() => w.close());
+  w.on("error", () => undefined);
+  await w.waitUntilReady();
+  await waitFor("a holder of the duty lease in db 3", async () => (await db3.exists("hero:meta:duties")) === 1, 10_000);
+  const q = new Queue("reports", { url });
+  closers.push(() => q.close());
+  assert.deepEqual((await warned(() => q.upsertJobScheduler("kept", { every: 3_600_000 }))).map((x) => x.message), []);
+  assert.ok(await q.removeJobScheduler("kept"));
 });
 
 test("with `hero broker` running a recurring job is stored without a word", async (t) => {
@@ -139,11 +152,11 @@ test("with `hero broker` running a recurring job is stored without a word", asyn
     },
     20_000,
   );
+  // the broker holds the duty lease (and so fires the ticks): nothing is said
+  await waitFor("a holder of the duty lease in db 3", async () => (await db3.exists("hero:meta:duties")) === 1, 10_000);
   const q = new Queue("reports", { url });
   closers.push(() => q.close());
   assert.deepEqual((await warned(() => q.upsertJobScheduler("watched", { every: 3_600_000 }))).map((x) => x.message), []);
-  // the broker holds the duty lease too: a delayed submit says nothing either
-  await waitFor("a holder of the duty lease in db 3", async () => (await db3.exists("hero:meta:duties")) === 1, 10_000);
   const c = await connect();
   assert.deepEqual((await warned(() => c.submit({ type: "nobody", delay: 5000 }))).map((x) => x.message), []);
 });
