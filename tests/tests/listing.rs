@@ -197,3 +197,80 @@ async fn a_cursor_no_page_gave_is_refused_as_bad_input() {
         .unwrap();
     assert!(page.next.is_none());
 }
+
+/// A sparse status (40 failed jobs among 3,000 finished) is never answered with an empty page
+/// while matches remain: a page reads on until it is full or the listing ends (the CLI, the
+/// API and every language's listing go through it), and `hero jobs --status error` shows the
+/// first rows at once.
+#[tokio::test]
+async fn a_sparse_status_fills_its_pages_and_never_answers_empty_while_matches_remain() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let w = InProcWorker::spawn(
+        Worker::builder(client.clone())
+            .types(["sparse"])
+            .concurrency(32)
+            .handler(|job: hero_protocol::Job, _| async move {
+                if job.script == "fail" {
+                    Outcome::Abort("no".into())
+                } else {
+                    Outcome::Done("ok".into())
+                }
+            }),
+    );
+    let ids: Vec<String> = (0..3040).map(|i| format!("s-{i}")).collect();
+    for chunk in ids.chunks(500) {
+        let jobs: Vec<NewJob> = chunk
+            .iter()
+            .map(|id| {
+                let n: usize = id[2..].parse().unwrap();
+                let script = if n % 76 == 0 { "fail" } else { "ok" };
+                NewJob::builder("sparse", script)
+                    .id(id.as_str())
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        for r in client.submit_many(&jobs).await.unwrap() {
+            r.unwrap();
+        }
+    }
+    hero_testkit::all_finished_or_failed(&server, &ids, Duration::from_secs(90)).await;
+    w.stop().await;
+    let inspector = hero_admin::Inspector::from(&client);
+    let mut cursor: Option<String> = None;
+    let mut found = 0;
+    let mut pages = 0;
+    loop {
+        let page = inspector
+            .list(&ListFilter::Status(Status::Error), cursor.as_deref(), 15)
+            .await
+            .unwrap();
+        pages += 1;
+        found += page.jobs.len();
+        assert!(
+            page.jobs.iter().all(|j| j.status == "error"),
+            "{:?}",
+            page.jobs
+        );
+        match page.next {
+            Some(n) => {
+                assert_eq!(
+                    page.jobs.len(),
+                    15,
+                    "a page short of its limit with more to come"
+                );
+                cursor = Some(n);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(found, 40, "every failed job, in {pages} pages");
+    let (code, out, err) = hero_testkit::hero_cli(
+        &server.url(),
+        &["jobs", "--status", "error", "--limit", "20"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches(" error ").count(), 20, "{out}");
+    assert!(out.contains("more: hero jobs --cursor"), "{out}");
+}

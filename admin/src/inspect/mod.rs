@@ -277,9 +277,38 @@ impl Inspector {
 
     /// As [`Inspector::list`], keeping only the jobs that carry `tag`: by status or all, a page
     /// of the tag's index (kept on write, so never a scan of every job); a queue's listing is
-    /// filtered instead (a page may then hold fewer than `limit`, or none, with more to come:
-    /// follow `next` to the end).
+    /// filtered instead.
+    ///
+    /// The candidates a page reads (a stream's entries, the retention stream's, a tag's index)
+    /// are filtered by the jobs' records, so one read can keep none (142 failed jobs among
+    /// 10,000 finished): the page reads on until it holds `limit` jobs or the listing ends,
+    /// bounded by [`MAX_CANDIDATES`] read per call; only past that bound does a page come back
+    /// short (even empty) with `next` to follow.
     pub async fn list_tagged(
+        &self,
+        filter: &ListFilter,
+        tag: Option<&str>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page> {
+        let limit = limit.clamp(1, 10_000);
+        let mut jobs = Vec::new();
+        let mut cursor = cursor.map(str::to_string);
+        let mut read = 0;
+        loop {
+            let want = limit - jobs.len();
+            let page = self.list_once(filter, tag, cursor.as_deref(), want).await?;
+            read += want;
+            jobs.extend(page.jobs);
+            match page.next {
+                Some(next) if jobs.len() < limit && read < MAX_CANDIDATES => cursor = Some(next),
+                next => return Ok(Page { jobs, next }),
+            }
+        }
+    }
+
+    /// One read of candidates and their records: [`Inspector::list_tagged`]'s step.
+    async fn list_once(
         &self,
         filter: &ListFilter,
         tag: Option<&str>,
@@ -432,6 +461,10 @@ impl Inspector {
         Ok(Page { jobs, next })
     }
 }
+
+/// The candidates one listing call reads at most before it answers a page short of its limit
+/// (with `next`): a call stays a few milliseconds of Redis however sparse the matches.
+pub const MAX_CANDIDATES: usize = 20_000;
 
 /// Whether `c` is a stream entry id (`<ms>-<seq>`), as a page's cursor into a stream is.
 pub(crate) fn is_entry_id(c: &str) -> bool {

@@ -37,7 +37,10 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
         ListFilter::All
     };
     let client = connect(g, &resolve_url(g)).await?;
-    let page = hero_admin::Inspector::from(&client)
+    // a call reads a bounded number of candidates; a person reading the table is never shown an
+    // empty page while matches remain, so the CLI asks on until it has some or the listing ends
+    let inspector = hero_admin::Inspector::from(&client);
+    let mut page = inspector
         .list_tagged(
             &filter,
             args.tag.as_deref(),
@@ -45,6 +48,12 @@ pub(super) async fn jobs(g: &Global, args: &JobsArgs) -> Result<i32> {
             args.limit,
         )
         .await?;
+    while page.jobs.is_empty() {
+        let Some(next) = page.next.take() else { break };
+        page = inspector
+            .list_tagged(&filter, args.tag.as_deref(), Some(&next), args.limit)
+            .await?;
+    }
     if g.json {
         let jobs: Vec<_> = page.jobs.iter().map(JobSummary::to_json).collect();
         println!("{}", serde_json::json!({"jobs": jobs, "next": page.next}));

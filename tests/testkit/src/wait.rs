@@ -28,24 +28,36 @@ where
 
 /// Waits until every job of `ids` is `finished` (namespace `hero`).
 pub async fn all_finished(server: &RedisServer, ids: &[String], limit: Duration) {
+    all_in(server, ids, &["finished"], limit).await;
+}
+
+/// Waits until every job of `ids` has ended, `finished` or `error` (namespace `hero`).
+pub async fn all_finished_or_failed(server: &RedisServer, ids: &[String], limit: Duration) {
+    all_in(server, ids, &["finished", "error"], limit).await;
+}
+
+async fn all_in(server: &RedisServer, ids: &[String], statuses: &[&str], limit: Duration) {
     let raw = server.conn().await;
     let keys = keys();
-    wait_for("every job finished", limit, || {
-        let mut raw = raw.clone();
-        let ids = ids.to_vec();
-        let keys = keys.clone();
-        async move {
-            let mut pipe = redis::pipe();
-            for id in &ids {
-                pipe.hget(keys.job_unchecked(id), "status");
+    wait_for(
+        &format!("every job {}", statuses.join(" or ")),
+        limit,
+        || {
+            let mut raw = raw.clone();
+            let ids = ids.to_vec();
+            let keys = keys.clone();
+            async move {
+                let mut pipe = redis::pipe();
+                for id in &ids {
+                    pipe.hget(keys.job_unchecked(id), "status");
+                }
+                let now: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
+                now.iter()
+                    .all(|s| s.as_deref().is_some_and(|s| statuses.contains(&s)))
+                    .then_some(())
             }
-            let statuses: Vec<Option<String>> = pipe.query_async(&mut raw).await.ok()?;
-            statuses
-                .iter()
-                .all(|s| s.as_deref() == Some("finished"))
-                .then_some(())
-        }
-    })
+        },
+    )
     .await;
 }
 
