@@ -337,7 +337,9 @@ impl NewJobBuilder {
         for p in &self.prerequisites {
             JobId::new(p.as_str())?;
         }
-        if !self.prerequisites.is_empty() && (self.delay.is_some() || self.run_at.is_some()) {
+        // a zero delay is no delay (BullMQ's `delay: 0`), not a trip through the delayed set
+        let delay = self.delay.filter(|d| !d.is_zero());
+        if !self.prerequisites.is_empty() && (delay.is_some() || self.run_at.is_some()) {
             return Err(Error::InvalidInput(
                 "a job with prerequisites cannot also be delayed: it starts when they finish"
                     .into(),
@@ -407,7 +409,7 @@ impl NewJobBuilder {
         // the span the job is built in, when it belongs to a trace: the worker's handler span
         // joins it
         job.traceparent = self.traceparent.or_else(crate::trace::current_traceparent);
-        let run_at_ms = match (self.run_at, self.delay) {
+        let run_at_ms = match (self.run_at, delay) {
             (Some(at), _) => Some(
                 at.duration_since(UNIX_EPOCH)
                     .map(|d| d.as_millis() as u64)

@@ -454,3 +454,47 @@ async fn counts_promote_and_remove_through_hero_admin_and_the_cli() {
         Err(hero_protocol::Error::JobNotFound(_))
     ));
 }
+
+/// BullMQ's `delay: 0` and a run-at already past are no delay (issue 60): the job is queued at
+/// once, with no trip through the delayed set (which waited for the next promotion, and for a
+/// process doing the duties at all), in every language, since the server decides it.
+#[tokio::test]
+async fn a_zero_delay_or_a_past_run_at_queues_the_job_at_once() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let zero = NewJob::builder("zd", "x")
+        .id("zero")
+        .delay(Duration::ZERO)
+        .build()
+        .unwrap();
+    let past = NewJob::builder("zd", "x")
+        .id("past")
+        .run_at(std::time::SystemTime::now() - Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let after = NewJob::builder("zd", "x")
+        .id("after-zero")
+        .delay(Duration::ZERO)
+        .after("zero")
+        .build()
+        .unwrap();
+    for j in [&zero, &past, &after] {
+        client.submit(j).await.unwrap();
+    }
+    for id in ["zero", "past"] {
+        let j = hero_testkit::record(&client, id).await;
+        assert_eq!(j.status, Status::Dispatched, "{id} queued at once: {j:?}");
+    }
+    let mut raw = server.conn().await;
+    let delayed: u64 = redis::cmd("ZCARD")
+        .arg(client.keys().delayed())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(delayed, 0, "nothing in the delayed set");
+    assert_eq!(
+        hero_testkit::record(&client, "after-zero").await.status,
+        Status::Waiting,
+        "waits on its prerequisite, as any job with one"
+    );
+}

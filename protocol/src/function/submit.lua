@@ -11,8 +11,8 @@
 -- zset; whichever side takes it first runs it, and the bridge deletes the entry the other side
 -- never read.
 -- ARGV[1] consumer group
---   then per job, in the order of KEYS: its id, its run-at ms ('0': now; the producer's clock,
---   rebased by the record's `created_at` since protocol 31), n = how many values
+--   then per job, in the order of KEYS: its id, its run-at ms ('0' or not in the future: now;
+--   the producer's clock, rebased by the record's `created_at`), n = how many values
 --   follow, and those n values: field, value pairs of the job record (without status / entry);
 --   a record without `created_at` is given the server's time now (since protocol 29)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set; a fair queue's `fair`
@@ -20,26 +20,23 @@
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
 -- `error` (r the reason) for a new job whose prerequisite already failed; `batch_done` (j the
 -- callback job, r the batch) when a batch it joins is done in this call.
--- Batches: a job whose record names a `batch` is counted into it (`<ns>:batch:<name>`, made
--- with its first member and named in `<ns>:meta:batches`); a batch that is done (its callbacks
--- submitted) takes no member: HERO_INVALID_JOB (see batches.lua).
+-- Batches: a job naming a `batch` is counted into it (`<ns>:batch:<name>`, made with its first
+-- member, named in `<ns>:meta:batches`); a done batch takes none: HERO_INVALID_JOB (batches.lua).
 -- Prerequisites (`prerequisites` or `dependencies`, a JSON array of job ids): each must exist or
 -- come earlier in the batch, else HERO_INVALID_JOB. A job whose prerequisites all finished is
 -- queued as any other; one with some unfinished waits for them (status waiting, see
--- release_dependents); one with a prerequisite that ended error ends error at once,
--- `dependency failed: <id>`. Such a job cannot also be delayed. Each prerequisite's record
--- names the new job in its `dependents` field (a JSON array, in submit order).
--- Returns: kind, status per job, in order, as one flat list (a table per job would cost Redis
--- more than the job's write): 'created', status for a new job ('dispatched' or 'waiting');
+-- release_dependents); one with a prerequisite that ended error ends error at once (`dependency
+-- failed: <id>`); none may be delayed too. Each prerequisite's record names the new job in its
+-- `dependents` field (a JSON array, in submit order). Returns: kind, status per job, in order,
+-- one flat list (a table a job costs more than its write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
 -- is idempotent); 'duplicate:<id>', that job's status when the record's `unique` key is held by
 -- job <id>, still queued or running (nothing is written: see claim_unique).
--- Errors: HERO_EVICTING <policy> when Redis's maxmemory policy may evict keys (read from INFO at
--- most once a second, see refuse_evicting) and the config hash's `accept_eviction` does not name
--- it: nothing is written. HERO_BAD_ARG when ARGV does not describe one job per pair of KEYS or a field list is
--- not in pairs; HERO_INVALID_JOB when a record is one a worker would refuse (see refuse in the
--- prelude: an unknown field, a value of the wrong form, a stream other than the one the record
--- names); then nothing of the batch is written.
+-- Errors: HERO_EVICTING <policy> when Redis's maxmemory policy may evict keys (INFO, at most once
+-- a second: refuse_evicting) and the config's `accept_eviction` does not name it. HERO_BAD_ARG
+-- when ARGV does not describe one job per pair of KEYS or a field list is not in pairs;
+-- HERO_INVALID_JOB when a record is one a worker would refuse (refuse: an unknown field, a value
+-- of the wrong form, a stream other than the record names). Then nothing of the batch is written.
 -- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
 -- another job that is still waiting, dispatched or started, that job's id and status (the
 -- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
@@ -261,6 +258,17 @@ local function hero_submit(keys, args)
     if not existing and not holder and deps and deps[i] then
       blocked, failed_dep, results = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
     end
+    -- the run-at on Redis's clock (rebased by created_at); one not in the future is no delay
+    local due = nil
+    if run_at and run_at > 0 and not existing and not holder then
+      local created = nil
+      for q = p + 3, p + 1 + count, 2 do
+        if args[q] == 'created_at' then created = args[q + 1] break end
+      end
+      now_ms = now_ms or server_ms()
+      due = rebased(run_at, iso_ms(created), now_ms)
+      if due <= now_ms then due = nil end
+    end
     if existing then
       answers[2 * i - 1], answers[2 * i] = 'exists', existing
     elseif holder then
@@ -291,14 +299,7 @@ local function hero_submit(keys, args)
       log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
-    elseif run_at and run_at > 0 then
-      -- the producer's run-at moved to Redis's clock by what its created_at says (rebased)
-      local created = nil
-      for q = p + 3, p + 1 + count, 2 do
-        if args[q] == 'created_at' then created = args[q + 1] break end
-      end
-      now_ms = now_ms or server_ms()
-      local due = rebased(run_at, iso_ms(created), now_ms)
+    elseif due then
       if due ~= run_at then run_at, run_at_text = due, string.format('%d', due) end
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
       redis.call('ZADD', delayed, run_at, job_id)
