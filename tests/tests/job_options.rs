@@ -498,3 +498,26 @@ async fn a_zero_delay_or_a_past_run_at_queues_the_job_at_once() {
         "waits on its prerequisite, as any job with one"
     );
 }
+
+/// The rule between a job's own retry budget, its queue's and the namespace's `max_attempts`
+/// is said where an operator looks: `hero status` (issue 60; a job's `retries: 5` outliving
+/// `--max-attempts 3` surprised a team porting from BullMQ).
+#[tokio::test]
+async fn hero_status_says_the_retry_budget_and_the_rule_it_comes_from() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let job = NewJob::builder("budget", "x")
+        .id("b5")
+        .retries(5)
+        .build()
+        .unwrap();
+    client.submit(&job).await.unwrap();
+    let (code, out, err) = hero_testkit::hero_cli(&server.url(), &["status", "b5"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("attempts 0 of 6")
+            && out.contains("its own 5")
+            && out.contains("max_attempts 5"),
+        "{out}"
+    );
+}

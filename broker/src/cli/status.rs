@@ -65,6 +65,7 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
                     }
                 }
                 print_trace(&job);
+                print_budget(&client, &job).await;
                 // a newer version's fields: shown as they are, acted on by nothing here
                 for (k, v) in &job.unknown_fields {
                     println!("{k} = {v:?} (a field this version does not know)");
@@ -243,4 +244,43 @@ mod tests {
         // nothing in common (more lines came than the job keeps): all are new
         assert_eq!(new_lines(&v(&["a"]), &v(&["x", "y"])), v(&["x", "y"]));
     }
+}
+
+/// The retry budget and the rule it comes from (issue 60: ported code met it by surprise), in
+/// one line: failures are retried while the attempts stay within 1 + the larger of the job's
+/// own `retries` and its queue policy's; a delivery lost with its worker counts an attempt too,
+/// and such a job is dead-lettered after the larger of the namespace's `max_attempts` and that
+/// budget (recover.lua). Nothing is said when the policies cannot be read.
+async fn print_budget(client: &hero_client::Client, job: &hero_protocol::Job) {
+    let Some(script_type) = &job.script_type else {
+        return;
+    };
+    let Ok(policies) = hero_admin::Admin::from(client).policies().await else {
+        return;
+    };
+    let group = job.group.as_ref().map(|g| g.to_string());
+    let queue = policies
+        .of(script_type.as_str(), group.as_deref())
+        .and_then(|p| p.retries);
+    let max_attempts: Option<u32> = client
+        .redis()
+        .query(
+            redis::cmd("HGET")
+                .arg(client.keys().config())
+                .arg("max_attempts"),
+        )
+        .await
+        .unwrap_or(None);
+    let max_attempts = max_attempts.unwrap_or(5);
+    let retries = job.retries.max(queue.unwrap_or(0));
+    println!(
+        "attempts {} of {} (retries: its own {}, its queue's {}: the larger counts); a worker lost \
+         mid-job counts an attempt, and after {} such the job is dead-lettered (the larger of \
+         max_attempts {max_attempts} and its budget)",
+        job.attempts,
+        retries + 1,
+        job.retries,
+        queue.map_or_else(|| "none".to_string(), |r| r.to_string()),
+        max_attempts.max(retries + 1),
+    );
 }
