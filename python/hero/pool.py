@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import multiprocessing as mp
 import pickle
+import signal
 import threading
 from typing import Any, Callable
 
@@ -128,8 +129,9 @@ class ProcessPool:
 
     def run(self, job, ctx) -> tuple:
         """Runs `job` in a child: ('done', text), ('retry', reason, delay), ('abort', reason,
-        trace), ('fail', text, trace), or ('cancelled', reason) once `ctx` was cancelled (the child
-        killed)."""
+        trace), ('fail', text, trace), ('died', why) when the child died under it (a kill -9, the OOM
+        killer, a crash in C code: the worker runs the job again, as recovery does a dead worker's),
+        or ('cancelled', reason) once `ctx` was cancelled (the child killed)."""
         child = self._take()
         try:
             child.conn.send(job)
@@ -146,16 +148,10 @@ class ProcessPool:
                 ready = child.conn.poll(POLL_S)
                 msg = child.conn.recv() if ready else None
             except (EOFError, OSError):
-                code = child.proc.exitcode
-                child.kill()
-                self.replaced += 1
-                return ("fail", f"the handler's process died (exit code {code})")
+                return self._died(child)
             if msg is None:
                 if not child.proc.is_alive():
-                    code = child.proc.exitcode
-                    child.kill()
-                    self.replaced += 1
-                    return ("fail", f"the handler's process died (exit code {code})")
+                    return self._died(child)
                 continue
             if msg[0] == "progress":
                 ctx.progress(msg[1], msg[2])
@@ -165,6 +161,21 @@ class ProcessPool:
                 with self._lock:
                     self._idle.append(child)
                 return msg
+
+    def _died(self, child: _Child) -> tuple:
+        child.kill()  # reaped, so its exit code is known
+        self.replaced += 1
+        code = child.proc.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = "unknown"
+            how = f"was killed by signal {-code} ({name}"
+            how += ": the OOM killer, or a kill -9)" if -code == signal.SIGKILL else ")"
+        else:
+            how = f"exited with code {code} in the middle of the job"
+        return ("died", f"the handler's process {how}")
 
     def close(self) -> None:
         with self._lock:

