@@ -42,18 +42,20 @@ import pickle
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
 
 import msgpack
 
-from .client import Client, _name
-from .errors import HeroError, InvalidInput
+from .canvas import Chain, Group, Signature, chain, chord, group  # noqa: F401 (hero.tasks.* as before)
+from .client import Client, _name, check_options, job_spec
+from .errors import InvalidInput
 from .job import Job
+from .keys import Keys
 from .options import Backoff, duration_ms, rate as parse_rate
 from .outcomes import Abort, Retry
 from .payload import pack, unpack
+from .results import AsyncResult, GroupResult, TaskError, value_of  # noqa: F401 (hero.tasks.* as before)
 from .worker import JobContext, Worker
 
 DEFAULT_QUEUE = "tasks"
@@ -97,15 +99,6 @@ class _Spacing:
             return at - now
 
 
-class TaskError(HeroError):
-    """The task ended `error`: `.reason` is what its job says (the exception's type and message)."""
-
-    def __init__(self, job_id: str, reason: str):
-        super().__init__(f"task {job_id} failed: {reason}")
-        self.job_id = job_id
-        self.reason = reason
-
-
 def _json_text(value: Any) -> str:
     """A return value as the job's output (JSON), or a clear failure naming what JSON lacks."""
     try:
@@ -127,126 +120,6 @@ def _payload(args: Sequence[Any], kwargs: dict[str, Any], chained: str | None = 
     except (TypeError, ValueError) as e:
         raise InvalidInput(f"a task's arguments must be MessagePack values (dict, list, str, bytes, "
                            f"int, float, bool, None): {e}") from None
-
-
-@dataclass
-class Signature:
-    """A task with its arguments, not sent yet (Celery's `add.s(2, 3)`): `.delay()` sends it,
-    `|` chains it, `group(...)` and `chord(...)` gather several."""
-
-    task: "Task"
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
-    options: dict = field(default_factory=dict)
-
-    def __or__(self, other: "Signature | Chain") -> "Chain":
-        return Chain([self]) | other
-
-    def delay(self) -> "AsyncResult":
-        return self.task.submit(args=self.args, kwargs=self.kwargs, **self.options)
-
-
-class Chain:
-    """Tasks run one after another, each given the result before it as its first argument
-    (Celery's `chain` / `a.s() | b.s()`). `.delay()` sends them all in one call."""
-
-    def __init__(self, steps: list[Signature]):
-        self.steps = steps
-
-    def __or__(self, other: "Signature | Chain") -> "Chain":
-        return Chain(self.steps + (other.steps if isinstance(other, Chain) else [other]))
-
-    def delay(self) -> "AsyncResult":
-        app = self.steps[0].task.app
-        specs, prev = [], None
-        for s in self.steps:
-            spec = s.task._job(s.args, s.kwargs, chained=prev, **s.options)
-            specs.append(spec)
-            prev = spec[0]
-        app.client.submit_many(specs)
-        return AsyncResult(app, prev)
-
-
-def chain(*steps: Signature) -> Chain:
-    return Chain(list(steps))
-
-
-class GroupResult:
-    """The results of a group's members, in order."""
-
-    def __init__(self, results: list["AsyncResult"]):
-        self.results = results
-
-    def get(self, timeout: float = 30.0) -> list[Any]:
-        return [r.get(timeout) for r in self.results]
-
-    @property
-    def ids(self) -> list[str]:
-        return [r.id for r in self.results]
-
-
-class Group:
-    """Tasks sent at once, run in parallel (Celery's `group`)."""
-
-    def __init__(self, members: Iterable[Signature]):
-        self.members = list(members)
-        if not self.members:
-            raise InvalidInput("a group needs at least one task")
-
-    def delay(self) -> GroupResult:
-        app = self.members[0].task.app
-        specs = [m.task._job(m.args, m.kwargs, **m.options) for m in self.members]
-        app.client.submit_many(specs)
-        return GroupResult([AsyncResult(app, s[0]) for s in specs])
-
-
-def group(*members: Signature | Iterable[Signature]) -> Group:
-    if len(members) == 1 and not isinstance(members[0], Signature):
-        return Group(members[0])  # group(generator)
-    return Group(members)  # type: ignore[arg-type]
-
-
-def chord(header: Group | Iterable[Signature], body: Signature) -> "AsyncResult":
-    """Runs `header`'s tasks in parallel, then `body` with the list of their results as its
-    first argument (Celery's `chord(header)(body)`), all sent in one call. A member that fails
-    fails the callback (`dependency failed: <id>`)."""
-    members = header.members if isinstance(header, Group) else list(header)
-    app = body.task.app
-    if not members:
-        raise InvalidInput("a chord needs at least one task before its callback")
-    specs = [m.task._job(m.args, m.kwargs, **m.options) for m in members]
-    specs.append(body.task._job(body.args, body.kwargs, chord_of=[s[0] for s in specs], **body.options))
-    app.client.submit_many(specs)
-    return AsyncResult(app, specs[-1][0])
-
-
-class AsyncResult:
-    """A sent task (Celery's `AsyncResult`): `.get(timeout)` waits for it and answers its return
-    value, or raises `TaskError` with the reason it failed."""
-
-    def __init__(self, app: "App", job_id: str):
-        self.app = app
-        self.id = job_id
-
-    def get(self, timeout: float = 30.0) -> Any:
-        r = self.app.client.wait(self.id, timeout)
-        if r.status != "finished":
-            raise TaskError(self.id, r.error)
-        return json.loads(r.output) if r.output else None
-
-    @property
-    def status(self) -> str:
-        return self.app.client.status(self.id)
-
-    def ready(self) -> bool:
-        return self.status in ("finished", "error")
-
-    def revoke(self) -> str:
-        """Stops it: a queued one never starts, a running one is interrupted."""
-        return self.app.client.stop(self.id)
-
-    def __repr__(self) -> str:
-        return f"<AsyncResult {self.id}>"
 
 
 class Task:
@@ -282,24 +155,22 @@ class Task:
     def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
         return self.submit(args=args, kwargs=kwargs)
 
-    def apply_async(self, args: Sequence[Any] = (), kwargs: dict | None = None, *, countdown: float | None = None,
-                    eta: datetime | None = None, **options: Any) -> AsyncResult:
-        """Celery's spelling: `countdown` (seconds) is `delay`, `eta` is `at`."""
-        if countdown is not None:
-            options["delay"] = countdown
-        if eta is not None:
-            options["at"] = eta
+    def apply_async(self, args: Sequence[Any] = (), kwargs: dict | None = None, **options: Any) -> AsyncResult:
+        """Celery's spelling of `submit`: `countdown` (seconds) is `delay`, `eta` is `at`,
+        `queue` the queue it goes to (its script type) instead of the task's, `task_id` its id."""
         return self.submit(args=args, kwargs=kwargs or {}, **options)
 
     def submit(self, args: Sequence[Any] = (), kwargs: dict | None = None, **options: Any) -> AsyncResult:
         """Sends it with `args` and `kwargs`; `options` are the submit's (`delay`, `at`, `id`,
-        `priority`, `unique`, `tags`, ...), over the task's declared ones."""
+        `priority`, `unique`, `tags`, ..., and `queue`), over the task's declared ones."""
         spec = self._job(args, kwargs or {}, **options)
         s = self.app.client.submit_many([spec])[0]
         return AsyncResult(self.app, s.id)
 
     def _job(self, args: Sequence[Any], kwargs: dict, chained: str | None = None, chord_of: Sequence[str] = (),
              **options: Any):
+        """The job of one call: the task's declared policy, then `options` over it (Celery's
+        names read as hero's), checked before anything is sent."""
         if not isinstance(args, (list, tuple)):
             raise InvalidInput(f"task {self.name}: args is a list or tuple, got {type(args).__name__}")
         if not isinstance(kwargs, dict):
@@ -307,15 +178,28 @@ class Task:
         for k in ("payload", "after"):
             if k in options:
                 raise InvalidInput(f"task {self.name}: {k} is the task's own (its arguments, its chain)")
+        if "type" in options:
+            # a task's queue is its jobs' script type: one name for it, Celery's
+            raise InvalidInput(f"task {self.name}: give the queue as queue= (a task's queue is its jobs' script "
+                               "type), not type=")
+        queue = _name("task queue", options.pop("queue", None) or self.queue)
+        for celery, hero_word in (("countdown", "delay"), ("eta", "at"), ("task_id", "id")):
+            if celery in options:
+                v = options.pop(celery)
+                if hero_word in options:
+                    raise InvalidInput(f"task {self.name}: {celery} and {hero_word} say the same; give one")
+                if v is not None:
+                    options[hero_word] = v
         declared: dict[str, Any] = {"retries": self.retries}
         for k, v in (("backoff", self.backoff), ("timeout", self.time_limit), ("priority", self.priority),
                      ("keep", self.keep), ("keep_failed", self.keep_failed)):
             if v is not None:
                 declared[k] = v
         declared.update(options)
+        check_options(f"task {self.name}", declared)
         after = [chained] if chained else list(chord_of)
-        return self.app.client.job(self.name, self.queue, payload=_payload(args, kwargs, chained, chord_of),
-                                   after=after, **declared)
+        return job_spec(self.app.keys, self.name, queue, payload=_payload(args, kwargs, chained, chord_of),
+                        after=after, **declared)
 
     def __repr__(self) -> str:
         return f"<Task {self.name} on {self.queue}>"
@@ -343,6 +227,15 @@ class App:
                     return (_app_at, (mod_name, attr))
         raise pickle.PicklingError("this App is at no module's top level, so a child process cannot import "
                                    "it: define `app = hero.App(...)` at a module's top level for pool='process'")
+
+    @property
+    def keys(self) -> Keys:
+        """The namespace's keys (its client's when one was given), without connecting."""
+        return self._client.keys if self._client is not None else Keys(_name("namespace", self.namespace))
+
+    def AsyncResult(self, task_id: str) -> AsyncResult:  # noqa: N802 (Celery's name)
+        """The result of a task sent before, by its id (Celery's `app.AsyncResult(id)`)."""
+        return AsyncResult(self, task_id)
 
     @property
     def client(self) -> Client:
@@ -417,7 +310,7 @@ class App:
             r = job.results.get(pid)
             if r is None or r.status != "finished":
                 raise Abort(f"task {t.name}: the result of {pid} is missing from its record")
-            return json.loads(r.output) if r.output else None
+            return value_of(r.output)
         if body.get(_CHAIN):
             args.insert(0, result_of(body[_CHAIN]))
         elif body.get(_CHORD):

@@ -9,12 +9,14 @@ the slot on the thread pool; and a worker that says at start what it serves."""
 from __future__ import annotations
 
 import os
+import time
 import sys
 import threading
 
 import pytest
 
 import hero
+from conftest import wait_until
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
 import celery_port_app as ported  # noqa: E402
@@ -51,3 +53,60 @@ def test_a_pool_child_killed_mid_job_runs_again_and_finishes(redis_url, tmp_path
         job = app.client.get(bad.id)
         assert (job.status, job.attempts) == ("error", 5), job
         assert ported.die_once.delay(marker).get(30) == "survived", "the pool still serves"
+
+
+def test_apply_async_takes_celerys_queue_and_app_asyncresult_has_celerys_states(redis_url):
+    app = hero.App(redis_url)
+    gate = threading.Event()
+
+    @app.task(name="add")
+    def add(x, y):
+        return x + y
+
+    @app.task(name="held")
+    def held():
+        gate.wait(20)
+        return "let go"
+
+    @app.task(name="boom")
+    def boom():
+        raise ValueError("bad input")
+
+    @app.task(name="later", retries=2)
+    def later():
+        raise hero.Retry("wait", 30)
+
+    other = app.worker(queues=["other"])
+    assert other.types == ["other"]
+    with pytest.raises(hero.InvalidInput, match="queue="):
+        add.apply_async((5, 5), type="default")
+    r = add.apply_async((5, 5), queue="other")
+    assert app.client.get(r.id).script_type == "other"
+    assert app.AsyncResult(r.id).state == "PENDING"
+    assert app.AsyncResult("no-such-task").state == "PENDING", "Celery's answer for an id it never saw"
+    with running(app.worker(queues=["tasks"])):
+        time.sleep(0.5)
+        assert app.client.status(r.id) == "dispatched", "a worker of queue tasks does not take it"
+        with running(other):
+            assert r.get(timeout=10) == 10
+        res = app.AsyncResult(r.id)
+        assert (res.state, res.status, res.result, res.successful(), res.failed(), res.traceback) == \
+            ("SUCCESS", "SUCCESS", 10, True, False, None)
+        h = held.delay()
+        wait_until("held to start", lambda: app.AsyncResult(h.id).state == "STARTED")
+        gate.set()
+        assert app.AsyncResult(h.id).get(timeout=10) == "let go"
+        b = boom.delay()
+        with pytest.raises(hero.TaskError, match="ValueError: bad input"):
+            app.AsyncResult(b.id).get(timeout=10)
+        res = app.AsyncResult(b.id)
+        assert (res.state, res.successful(), res.failed()) == ("FAILURE", False, True)
+        assert isinstance(res.result, hero.TaskError) and "bad input" in str(res.result)
+        assert 'raise ValueError("bad input")' in res.traceback
+        assert str(res.get(timeout=1, propagate=False)) == str(res.result)
+        lt = later.delay()
+        wait_until("later to wait for its retry", lambda: app.AsyncResult(lt.id).state == "RETRY")
+        lt.revoke()
+        assert app.AsyncResult(lt.id).state == "REVOKED"
+        with pytest.raises(TimeoutError):
+            held.apply_async(queue="nobody").get(timeout=0.3)

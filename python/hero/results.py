@@ -1,0 +1,165 @@
+"""A sent task's result, as Celery's `AsyncResult` reads it: `app.AsyncResult(id)` (or what
+`delay` answers) with `.state` in Celery's words, `.result`, `.traceback`, `.successful()`,
+`.failed()`, `.get(timeout=)`, `.revoke()`; `AioResult`, the same awaited on asyncio (what
+`delay_async` answers). A job's record holds all of it: nothing is kept beside it.
+
+Celery's states from hero's statuses (docs/from-celery.md):
+
+    no record, `waiting` (a countdown, an eta, prerequisites), `dispatched`  -> PENDING
+    `waiting` after a failed attempt (its error kept, a retry due)           -> RETRY
+    `started`                                                                -> STARTED
+    `finished`                                                               -> SUCCESS
+    `error` by a stop (`revoke()`, `hero stop`)                              -> REVOKED
+    any other `error` (an exception, `timeout`, a failed prerequisite)       -> FAILURE
+
+An id no job has is PENDING, as Celery answers for an id it never saw (a deleted job's too:
+hero keeps ended jobs 24 h, or the task's `keep` / `keep_failed`)."""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from .errors import HeroError, JobNotFound
+from .job import Job
+
+if TYPE_CHECKING:
+    from .tasks import App
+
+PENDING, STARTED, RETRY, SUCCESS, FAILURE, REVOKED = "PENDING", "STARTED", "RETRY", "SUCCESS", "FAILURE", "REVOKED"
+READY_STATES = frozenset((SUCCESS, FAILURE, REVOKED))
+# what `get(timeout=None)` waits, Celery's "forever", within what a lock's wait accepts
+FOREVER_S = 10 * 365 * 86400.0
+
+
+class TaskError(HeroError):
+    """The task ended `error`: `.reason` is what its job says (the exception's type and message)."""
+
+    def __init__(self, job_id: str, reason: str):
+        super().__init__(f"task {job_id} failed: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+def value_of(output: str | None) -> Any:
+    """A task's return value from its job's output (JSON)."""
+    return json.loads(output) if output else None
+
+
+def state_of(job: Job | None) -> str:
+    """Celery's state of a task's job (see the module)."""
+    if job is None:
+        return PENDING
+    if job.status == "started":
+        return STARTED
+    if job.status == "finished":
+        return SUCCESS
+    if job.status == "error":
+        return REVOKED if job.error == "stopped" else FAILURE
+    if job.status == "waiting" and job.error and job.attempts >= 1:
+        return RETRY
+    return PENDING
+
+
+def _ended(job_id: str, status: str, output: str, error: str, propagate: bool) -> Any:
+    if status == "finished":
+        return value_of(output)
+    e = TaskError(job_id, error)
+    if propagate:
+        raise e
+    return e
+
+
+class AsyncResult:
+    """A sent task (Celery's `AsyncResult`; also `app.AsyncResult(id)`). `.get(timeout)` waits
+    for it and answers its return value, or raises `TaskError` with the reason it failed."""
+
+    def __init__(self, app: "App", job_id: str):
+        self.app = app
+        self.id = job_id
+
+    @property
+    def task_id(self) -> str:
+        return self.id
+
+    def job(self) -> Job | None:
+        """The job's record (hero's status, attempts, output, trace, ...), None when it has none."""
+        try:
+            return self.app.client.get(self.id)
+        except JobNotFound:
+            return None
+
+    def get(self, timeout: float | None = 30.0, propagate: bool = True) -> Any:
+        """Waits up to `timeout` seconds (None: for as long as it takes, as Celery's) for the
+        task to end: its return value, or `TaskError` (answered instead of raised with
+        `propagate=False`); `TimeoutError` when it did not end in time."""
+        r = self.app.client.wait(self.id, FOREVER_S if timeout is None else timeout)
+        return _ended(self.id, r.status, r.output, r.error, propagate)
+
+    @property
+    def state(self) -> str:
+        """Celery's word for where the task is: PENDING, STARTED, RETRY, SUCCESS, FAILURE or
+        REVOKED (see the module)."""
+        return state_of(self.job())
+
+    # Celery's alias of `state`; hero's own status word is `.job().status`
+    status = state
+
+    @property
+    def result(self) -> Any:
+        """The return value once it succeeded, the `TaskError` once it failed or was revoked,
+        else None (as Celery's `result` / `info`)."""
+        job = self.job()
+        if job is None or not job.ended:
+            return None
+        return _ended(self.id, job.status, job.output or "", job.error or "", False)
+
+    info = result
+
+    @property
+    def traceback(self) -> str | None:
+        """The failed task's traceback as Python printed it (its last 16 KiB), None unless it
+        failed."""
+        job = self.job()
+        return job.trace if state_of(job) == FAILURE else None
+
+    def ready(self) -> bool:
+        return self.state in READY_STATES
+
+    def successful(self) -> bool:
+        return self.state == SUCCESS
+
+    def failed(self) -> bool:
+        return self.state == FAILURE
+
+    def revoke(self) -> str:
+        """Stops it: a queued one never starts, a running one is interrupted (its context's
+        `cancelled` set; in a process pool its child killed). Answers hero's word for what
+        happened: `cancelled`, `interrupted` or `already_completed`."""
+        return self.app.client.stop(self.id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AsyncResult) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"<AsyncResult {self.id}>"
+
+
+class GroupResult:
+    """The results of a group's members, in order."""
+
+    def __init__(self, results: list[AsyncResult]):
+        self.results = results
+
+    def get(self, timeout: float | None = 30.0, propagate: bool = True) -> list[Any]:
+        return [r.get(timeout, propagate) for r in self.results]
+
+    @property
+    def ids(self) -> list[str]:
+        return [r.id for r in self.results]
+
+    def ready(self) -> bool:
+        return all(r.ready() for r in self.results)
