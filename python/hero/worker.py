@@ -37,6 +37,7 @@ from .job import Job
 from .keys import Keys
 from .presence import _Presence
 from .shards import ShardMap
+from .upkeep import shown_url
 from .protocol import LIBRARY, VERSION, Protocol, iso, now_ms, retry_at_ms
 # still importable from here, as before the split (`hero.worker.REPORT_EVERY_S`, ...)
 from .context import LOG_LINES  # noqa: F401,E402
@@ -180,6 +181,13 @@ class Worker(_Guards, _Presence, _Duties):
                 signal.signal(sig, lambda *_: self.stop())
         if not self._register():
             return
+        if base:
+            # what this process serves, said once: a worker of an App serves every task's queue
+            # unless told, which a deploy should see
+            log.info("hero-py worker %s serving %s on %s (namespace %s, group %s): concurrency %d, pool %s, "
+                     "upkeep %s", self.consumer, ", ".join(self.types), shown_url(self.r), self.keys.prefix,
+                     self.group, self.concurrency, "process" if self._pool is not None else "thread",
+                     "on" if self.duties else "off (duties=False)")
         shards = None
         if base:
             shards = threading.Thread(target=self._guarded("hero-shards", self._serve_shards), daemon=True,

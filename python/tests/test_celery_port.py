@@ -8,6 +8,7 @@ that a time limit and a revoke set; a soft time limit raised in the task; a hard
 the slot on the thread pool; and a worker that says at start what it serves."""
 from __future__ import annotations
 
+import logging
 import os
 import time
 import sys
@@ -110,3 +111,23 @@ def test_apply_async_takes_celerys_queue_and_app_asyncresult_has_celerys_states(
         assert app.AsyncResult(lt.id).state == "REVOKED"
         with pytest.raises(TimeoutError):
             held.apply_async(queue="nobody").get(timeout=0.3)
+
+
+def test_a_worker_says_at_start_what_it_serves(redis_url, caplog):
+    app = hero.App(redis_url)
+
+    @app.task(name="a")
+    def a():
+        return 1
+
+    @app.task(name="b", queue="reports")
+    def b():
+        return 2
+
+    with caplog.at_level(logging.INFO, logger="hero"):
+        with running(app.worker(concurrency=3)):
+            wait_until("the start line", lambda: any("serving" in m for m in caplog.messages))
+    line = next(m for m in caplog.messages if "serving" in m)
+    port = redis_url.rsplit(":", 1)[1]
+    for part in (f"127.0.0.1:{port}/0", "reports, tasks", "concurrency 3", "pool thread"):
+        assert part in line, line
