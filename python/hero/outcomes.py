@@ -5,11 +5,16 @@ from __future__ import annotations
 
 
 class Retry(Exception):
-    """Raise from a handler: try the job again after `delay` seconds (within its budget)."""
+    """Raise from a handler: try the job again after `delay` seconds (within its budget). In a
+    task, `max_retries` bounds this retry (Celery's `self.retry(max_retries=)`); a task that
+    declares no `retries` gets Celery's 3."""
 
-    def __init__(self, reason: str = "retry", delay: float = 1.0):
+    def __init__(self, reason: str = "retry", delay: float = 1.0, max_retries: int | None = None):
         super().__init__(reason)
         self.delay = delay
+        self.budget = max_retries
+        # set by the task layer: retried whatever the job's own budget, which it counted
+        self.again = False
 
 
 class Abort(Exception):

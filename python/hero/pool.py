@@ -78,7 +78,7 @@ def _child(conn, handler_bytes: bytes) -> None:
                 value = asyncio.run(_awaited(value))
             msg = ("done", "" if value is None else str(value))
         except Retry as e:
-            msg = ("retry", str(e), e.delay)
+            msg = ("retry", str(e), e.delay, e.again)
         except Abort as e:
             msg = ("abort", str(e), trace_of(e))
         except Exception as e:  # the attempt failed, retried within its budget
@@ -128,7 +128,7 @@ class ProcessPool:
         return _Child(self.handler_bytes)
 
     def run(self, job, ctx) -> tuple:
-        """Runs `job` in a child: ('done', text), ('retry', reason, delay), ('abort', reason,
+        """Runs `job` in a child: ('done', text), ('retry', reason, delay, again), ('abort', reason,
         trace), ('fail', text, trace), ('died', why) when the child died under it (a kill -9, the OOM
         killer, a crash in C code: the worker runs the job again, as recovery does a dead worker's),
         or ('cancelled', reason) once `ctx` was cancelled (the child killed)."""

@@ -19,6 +19,7 @@ worker, not a second protocol:
   its policy's `rate` (`Queue.set_policy(rate=...)`), kept by the functions;
 - `autoretry_for` exceptions fail the attempt and are retried within `retries` on the task's
   back-off; any other exception ends the job at once (Celery's rule), and so does `hero.Abort`;
+  `retries` is Celery's 3 when a task names none and retries (`autoretry_for`, `hero.Retry`);
 - a chain's next task runs after the one before (its prerequisite) and gets that result as its
   first argument, read from its own record (`job.results`); a chord's callback gets its
   members' results as a list, in order.
@@ -59,6 +60,10 @@ from .results import AsyncResult, GroupResult, TaskError, value_of  # noqa: F401
 from .worker import JobContext, Worker
 
 DEFAULT_QUEUE = "tasks"
+# the retries a task gets when it names none, for `autoretry_for` and `hero.Retry` (Celery's
+# `max_retries` default); a task naming none and neither retrying gets 0, so a time limit or a
+# dead worker's job is not retried more than before
+CELERY_MAX_RETRIES = 3
 # in a payload: the task before in a chain (its result is the first argument), or a chord's
 # members (the list of their results is)
 _CHAIN, _CHORD = "chain", "chord"
@@ -126,13 +131,16 @@ class Task:
     """A function registered with `@app.task`; calling it runs it here, `delay` / `submit` send
     it."""
 
-    def __init__(self, app: "App", fn: Callable, name: str, queue: str, retries: int, backoff: Any,
+    def __init__(self, app: "App", fn: Callable, name: str, queue: str, retries: int | None, backoff: Any,
                  autoretry_for: tuple[type[BaseException], ...], time_limit: Any, priority: int | None,
                  keep: Any, keep_failed: Any, rate: Any = None):
         self.app, self.fn, self.name, self.queue = app, fn, name, _name("task queue", queue)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
             raise InvalidInput(f"task {name}: retries {retries!r} is not a whole number of at least 0")
-        self.retries = retries
+        # Celery's max_retries is 3 unless a task says otherwise: a literal port's autoretry_for
+        # and self.retry() would fail at once on hero's budget of 0 (issue 60)
+        self.retries_declared = retries is not None
+        self.retries = retries if retries is not None else (CELERY_MAX_RETRIES if autoretry_for else 0)
         self.backoff = Backoff.of(backoff) if backoff is not None else None
         if not all(isinstance(t, type) and issubclass(t, BaseException) for t in autoretry_for):
             raise InvalidInput(f"task {name}: autoretry_for takes exception classes, got {autoretry_for!r}")
@@ -245,7 +253,7 @@ class App:
         return self._client
 
     def task(self, fn: Callable | None = None, *, name: str | None = None, queue: str | None = None,
-             retries: int = 0, backoff: Any = None, autoretry_for: Sequence[type[BaseException]] = (),
+             retries: int | None = None, backoff: Any = None, autoretry_for: Sequence[type[BaseException]] = (),
              time_limit: Any = None, priority: int | None = None, keep: Any = None,
              keep_failed: Any = None, rate: Any = None, **celery: Any) -> Any:
         """Registers `fn` as a task (`@app.task` or `@app.task(retries=3, ...)`). Its name is
@@ -320,7 +328,12 @@ class App:
             if inspect.isawaitable(value):
                 # an async task runs on this job thread's own event loop, as an async handler does
                 value = asyncio.run(_awaited(value))
-        except (Abort, Retry):
+        except Retry as e:
+            out = _bounded(t, e, ctx.attempt)
+            if out is e:
+                raise
+            raise out from e
+        except Abort:
             raise
         except t.autoretry_for:
             raise  # the worker fails the attempt: retried within the job's budget on its back-off
@@ -345,6 +358,19 @@ class App:
             wait = t._spacing.take()
             if wait > 0:
                 ctx.wait(wait)
+
+
+def _bounded(t: Task, e: Retry, attempt: int) -> Exception:
+    """A task's `Retry` within its budget: a budget the task declared is the job's own (the
+    server's, with its queue policy's); else Celery's 3 (or `self.retry(max_retries=)`),
+    counted here and retried whatever the job's budget ('again')."""
+    if e.budget is None and t.retries_declared:
+        return e
+    budget = e.budget if e.budget is not None else CELERY_MAX_RETRIES
+    if attempt - 1 < budget:
+        e.again = True
+        return e
+    return Abort(f"max retries ({budget}) exceeded: {e}")
 
 
 async def _awaited(value: Any) -> Any:

@@ -372,7 +372,7 @@ class Worker(_Guards, _Presence, _Duties):
                 value = self.handler(run.job, ctx)
             outcome, text, retry_at = "done", "" if value is None else str(value), 0
         except Retry as e:
-            outcome, text, retry_at = "retry", str(e), now_ms() + int(e.delay * 1000)
+            outcome, text, retry_at = "again" if e.again else "retry", str(e), now_ms() + int(e.delay * 1000)
         except Abort as e:
             outcome, text, retry_at, trace = "abort", str(e), 0, trace_of(e)
         except Exception as e:  # the handler failed: the attempt fails, retried within budget
@@ -391,7 +391,7 @@ class Worker(_Guards, _Presence, _Duties):
             if kind == "done":
                 self._settle(run, "done", r[1], 0)
             elif kind == "retry":
-                self._settle(run, "retry", r[1], now_ms() + int(r[2] * 1000))
+                self._settle(run, "again" if r[3] else "retry", r[1], now_ms() + int(r[2] * 1000))
             elif kind == "abort":
                 self._settle(run, "abort", r[1], 0, r[2])
             elif kind == "fail":

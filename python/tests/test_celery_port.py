@@ -54,6 +54,43 @@ def test_a_pool_child_killed_mid_job_runs_again_and_finishes(redis_url, tmp_path
         job = app.client.get(bad.id)
         assert (job.status, job.attempts) == ("error", 5), job
         assert ported.die_once.delay(marker).get(30) == "survived", "the pool still serves"
+        # a child's hero.Retry keeps Celery's budget of 3 for a task that declares none
+        assert ported.retried.delay(str(tmp_path / "runs")).get(30) == 3
+
+
+def test_retry_and_autoretry_without_retries_get_celerys_budget_of_3(redis_url):
+    app = hero.App(redis_url)
+    seen = {"again": 0, "always": 0, "auto": 0}
+
+    @app.task(name="again")
+    def again():
+        seen["again"] += 1
+        if seen["again"] < 3:
+            raise hero.Retry("not yet", 0.1)
+        return seen["again"]
+
+    @app.task(name="always")
+    def always():
+        seen["always"] += 1
+        raise hero.Retry("never", 0.1)
+
+    @app.task(name="auto", autoretry_for=(ConnectionError,), backoff="fixed:100ms")
+    def auto():
+        seen["auto"] += 1
+        if seen["auto"] < 4:
+            raise ConnectionError("down")
+        return seen["auto"]
+
+    assert auto.retries == 3 and app.tasks["again"].retries == 0
+    with running(app.worker()):
+        assert again.delay().get(20) == 3
+        r = always.delay()
+        with pytest.raises(hero.TaskError, match=r"max retries \(3\) exceeded"):
+            r.get(20)
+        assert seen["always"] == 4, "the first run and 3 retries"
+        r = auto.delay()
+        assert r.get(20) == 4, "3 retries, as Celery's max_retries"
+        assert app.client.get(r.id).retries == 3
 
 
 def test_apply_async_takes_celerys_queue_and_app_asyncresult_has_celerys_states(redis_url):
