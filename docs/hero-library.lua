@@ -3053,8 +3053,8 @@ local function hero_version(keys, args)
   return VERSION
 end
 
--- hero_submit: store new jobs and queue them, or park them in the delayed set. One call takes
--- a whole batch, so a producer's bulk submit costs one function call, not one per job.
+-- hero_submit: store new jobs and queue them, or park them in the delayed set, a whole batch a
+-- call (a producer's bulk submit costs one function call, not one per job).
 -- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
 --   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
 -- KEYS[4] config hash  KEYS[5] event log  KEYS[6] stats hash
@@ -3082,8 +3082,9 @@ end
 -- queued as any other; one with some unfinished waits for them (status waiting, see
 -- release_dependents); one with a prerequisite that ended error ends error at once (`dependency
 -- failed: <id>`); none may be delayed too. Each prerequisite's record names the new job in its
--- `dependents` field (a JSON array, in submit order). Returns: kind, status per job, in order,
--- one flat list (a table a job costs more than its write): 'created', status for a new job ('dispatched' or 'waiting');
+-- `dependents` field (a JSON array, in submit order).
+-- Returns: kind, status per job, in order, one flat list (a table a job costs more than its
+-- write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
 -- is idempotent); 'duplicate:<id>', that job's status when the record's `unique` key is held by
 -- job <id>, still queued or running (nothing is written: see claim_unique).
@@ -3114,10 +3115,9 @@ local function claim_unique(cfg, job_key, job_id, u)
   return nil
 end
 
--- Names a new job in the `dependents` field of each of its prerequisites (docs/protocol.md §3),
--- a JSON array grown in place as text: no decode of the list, so a prerequisite with many
--- dependents costs each submit a string copy, not a parse. A field that is not an array (edited
--- by hand) is left as it is; a key of another type is skipped (pcall).
+-- Names a new job in the `dependents` field of each of its prerequisites (protocol.md §3), a
+-- JSON array grown in place as text (a string copy, not a parse, per submit); a field that is
+-- not an array (edited by hand) is left as it is, a key of another type skipped (pcall).
 local function note_dependent(prefix, deps, job_id)
   local quoted = cjson.encode(job_id)
   for _, d in ipairs(deps) do
@@ -5607,26 +5607,33 @@ end
 -- (waiting or dispatched: stop it first), 'missing' (no such job). Nothing is written but for
 -- 'removed'.
 -- Errors: none of its own.
+-- Deletes the record `job_key` (of `job_id`) with its tag index entries and its uniqueness key
+-- while it holds it; `tags` and `unique` as the record gave them. hero_clean and hero_drain
+-- delete through here too.
+local function forget_job(job_key, job_id, tags, unique)
+  local ns = ns_of(job_key, job_id)
+  redis.call('DEL', job_key)
+  if tags and tags ~= '' and tags ~= '[]' then
+    local ok, list = pcall(cjson.decode, tags)
+    if ok and type(list) == 'table' then
+      for _, tag in ipairs(list) do
+        if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
+      end
+    end
+  end
+  if unique and unique ~= '' then
+    local ukey = unique_key(ns, unique)
+    if redis.call('GET', ukey) == job_id then redis.call('DEL', ukey) end
+  end
+end
+
 local function hero_remove(keys, args)
   local job_key, job_id = keys[1], args[1]
   local r = redis.pcall('HMGET', job_key, 'status', 'tags', 'unique')
   if type(r) ~= 'table' or r.err or not r[1] then return 'missing' end
   if r[1] == 'started' then return 'running' end
   if r[1] ~= 'finished' and r[1] ~= 'error' then return 'queued' end
-  local ns = ns_of(job_key, job_id)
-  redis.call('DEL', job_key)
-  if r[2] and r[2] ~= '' and r[2] ~= '[]' then
-    local ok, tags = pcall(cjson.decode, r[2])
-    if ok and type(tags) == 'table' then
-      for _, tag in ipairs(tags) do
-        if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
-      end
-    end
-  end
-  if r[3] and r[3] ~= '' then
-    local ukey = unique_key(ns, r[3])
-    if redis.call('GET', ukey) == job_id then redis.call('DEL', ukey) end
-  end
+  forget_job(job_key, job_id, r[2], r[3])
   return 'removed'
 end
 
@@ -6090,6 +6097,176 @@ local function hero_cron_next(keys, args)
   return out
 end
 
+-- hero_clean: delete ended jobs older than a grace period (BullMQ's `queue.clean(grace, limit,
+-- 'completed' | 'failed')`), oldest first, bounded per call. Ended jobs are named, in the order
+-- they ended, by the retention stream, so the walk reads only ended jobs, never every job.
+-- KEYS[1] retention stream
+-- ARGV[1] job key prefix  ARGV[2] grace ms: only jobs that ended at least this long ago (on
+--   Redis's clock)  ARGV[3] status: 'finished', 'error' (failed or timed out) or '' for both
+-- ARGV[4] queue name (`<type>[/<group>[/<instance>]]`, covering what it names at any priority;
+--   '' for every queue)  ARGV[5] the most jobs to delete  ARGV[6] cursor: the retention entry to
+--   go on after ('' from the oldest)
+-- Each job goes as hero_remove deletes one (its tag index entries, its uniqueness key); its
+-- retention entry stays, for hero_expire to trim (it skips a job that is gone).
+-- Returns: {the next cursor ('' when the walk reached jobs younger than the grace, or the end),
+--   the deleted job ids...}. A call reads at most 1,000 retention entries.
+-- Errors: HERO_BAD_ARG for a grace, limit or status that is not one.
+local function hero_clean(keys, args)
+  local prefix, grace, status, queue = args[1], tonumber(args[2]), args[3], args[4]
+  local limit, cursor = tonumber(args[5]), args[6]
+  if not grace or grace < 0 or not limit or limit < 1 then
+    return redis.error_reply('HERO_BAD_ARG grace must be ms (0 or more) and limit 1 or more')
+  end
+  if status ~= '' and status ~= 'finished' and status ~= 'error' then
+    return redis.error_reply('HERO_BAD_ARG status must be finished, error or empty')
+  end
+  local before = server_ms() - grace
+  local from = '-'
+  if cursor ~= '' then from = '(' .. cursor end
+  local out = { '' }
+  local read = 0
+  while read < 1000 do
+    local entries = redis.call('XRANGE', keys[1], from, '+', 'COUNT', 100)
+    if #entries == 0 then
+      out[1] = ''
+      return out
+    end
+    for _, e in ipairs(entries) do
+      read = read + 1
+      if (tonumber(string.match(e[1], '^(%d+)')) or 0) > before then
+        out[1] = ''
+        return out
+      end
+      for id in string.gmatch(entry_fields(e[2]) or '', '%S+') do
+        local job_key = prefix .. id
+        local r = redis.pcall('HMGET', job_key, 'status', 'finished_at', 'script_type', 'group', 'instance')
+        if type(r) == 'table' and not r.err and (r[1] == 'finished' or r[1] == 'error')
+          and (status == '' or r[1] == status) and (iso_ms(r[2]) or 0) <= before
+          and (queue == '' or covers(queue, { type = r[3], group = r[4] or false, instance = r[5] or false })) then
+          if hero_remove({ job_key }, { id }) == 'removed' then out[#out + 1] = id end
+        end
+      end
+      -- the cursor names the last entry looked at whole: the next call goes on after it
+      out[1] = e[1]
+      from = '(' .. e[1]
+      if #out - 1 >= limit then return out end
+    end
+  end
+  return out
+end
+
+-- hero_drain: delete a queue's waiting jobs (BullMQ's `queue.drain(delayed)`), bounded per call:
+-- the entries of its streams not yet delivered, the jobs in a fair queue's gate and, when asked,
+-- its delayed jobs; running jobs are left alone. With `remove` (BullMQ's `obliterate`, once
+-- nothing of the queue runs or ended jobs were cleaned by the caller), a stream left with no
+-- entry and nothing pending is deleted and the queue's names leave the registry, the paused
+-- sets and the held keys (its policy is the caller's to clear, through hero_policy).
+-- KEYS[1] queue registry set  KEYS[2] delayed zset  KEYS[3] config hash  KEYS[4] stats hash
+-- ARGV[1] consumer group  ARGV[2] job key prefix  ARGV[3] queue name (`<type>[/<group>[/
+--   <instance>]]`, covering what it names at any priority)  ARGV[4] '1' to drain its delayed
+--   jobs too  ARGV[5] budget: the most jobs deleted  ARGV[6] '1' to remove the queue once empty
+-- ARGV[7] where the walk over the delayed set (every queue's, ZSCAN) goes on ('0' at first)
+-- A waiting job goes whole (record, tag index entries, uniqueness key: forget_job).
+-- Stats: the stream's `delayed` gauge down per delayed job, `fair` per gated one.
+-- Returns: {deleted, more (1: call again), running (jobs of the queue delivered, not yet
+--   acknowledged: what keeps `remove` from deleting a stream), the delayed set's cursor for the
+--   next call ('0' when through it)}. A call reads at most 2,000 members of the delayed set.
+-- Errors: HERO_BAD_ARG for a queue name that is no name, or a budget below 1.
+local function hero_drain(keys, args)
+  local registry, delayed, config = keys[1], keys[2], keys[3]
+  local group, prefix, name, budget = args[1], args[2], args[3], tonumber(args[5])
+  if not budget or budget < 1 or not name_ok(string.match(name, '^([^/]+)')) then
+    return redis.error_reply('HERO_BAD_ARG drain takes a queue name <type>[/<group>[/<instance>]] and a budget of 1 or more')
+  end
+  local st = stats(keys[4])
+  local deleted, running, more = 0, 0, 0
+  local function forget(id)
+    local r = redis.call('HMGET', prefix .. id, 'status', 'tags', 'unique')
+    if r[1] == 'dispatched' or r[1] == 'waiting' then
+      forget_job(prefix .. id, id, r[2], r[3])
+      deleted = deleted + 1
+    end
+  end
+  for _, s in ipairs(redis.call('SUNION', registry, paused_key(registry))) do
+    local sp = stream_parts(s)
+    if sp and covers(name, sp) then
+      local last = nil
+      local info = redis.pcall('XINFO', 'GROUPS', s)
+      if type(info) == 'table' and not info.err then
+        for _, g in ipairs(info) do
+          local f = {}
+          for k = 1, #g, 2 do f[g[k]] = g[k + 1] end
+          if f.name == group then
+            last = f['last-delivered-id']
+            running = running + (tonumber(f.pending) or 0)
+          end
+        end
+      end
+      -- undelivered entries: after the group's last delivered one
+      local from = '-'
+      if last and last ~= '0-0' then from = '(' .. last end
+      local left = budget - deleted
+      if left <= 0 then more = 1 break end
+      local entries = redis.call('XRANGE', s, from, '+', 'COUNT', left)
+      for _, e in ipairs(entries) do
+        local id, _, _, wake = entry_fields(e[2])
+        if id ~= '' and not wake then forget(id) end
+        redis.call('XDEL', s, e[1])
+      end
+      if #entries >= left then more = 1 end
+      -- a fair queue's gate: its lanes, then its ring
+      local ring = fair_ring_of(s)
+      for _, key in ipairs(redis.call('LRANGE', ring, 0, -1)) do
+        if budget - deleted <= 0 then more = 1 break end
+        local lane = fair_lane_of(s, key)
+        local items = redis.call('LPOP', lane, budget - deleted) or {}
+        for _, item in ipairs(items) do
+          local id = string.match(item, '^(%S+)')
+          if id then forget(id) end
+        end
+        if #items > 0 then tally(st, s, 'fair', -#items) end
+        if redis.call('LLEN', lane) == 0 then redis.call('LREM', ring, 0, key) else more = 1 end
+      end
+      if args[6] == '1' and more == 0 and redis.call('XLEN', s) == 0 and running == 0 then
+        redis.call('DEL', s)
+        redis.call('SREM', registry, s)
+        redis.call('SREM', paused_key(registry), s)
+        announce(registry, s)
+      end
+    end
+  end
+  local cursor = args[7] or '0'
+  if args[4] == '1' or args[6] == '1' then
+    -- the delayed set holds every queue's: pages of it, each record asked its queue
+    local scanned = 0
+    repeat
+      if budget - deleted <= 0 or scanned >= 2000 then more = 1 break end
+      local page = redis.call('ZSCAN', delayed, cursor, 'COUNT', 200)
+      cursor = page[1]
+      for k = 1, #page[2], 2 do
+        local id = page[2][k]
+        scanned = scanned + 1
+        local r = redis.call('HMGET', prefix .. id, 'script_type', 'group', 'instance', 'priority')
+        if covers(name, { type = r[1], group = r[2] or false, instance = r[3] or false }) then
+          redis.call('ZREM', delayed, id)
+          local s = work_stream_of(ns_of(prefix, ''), r)
+          if s then tally(st, s, 'delayed', -1) end
+          forget(id)
+        end
+      end
+    until cursor == '0'
+  end
+  if args[6] == '1' and more == 0 and running == 0 then
+    redis.call('SREM', paused_names_key(registry), name)
+    local held = meta_key(config, 'held')
+    for _, m in ipairs(redis.call('SMEMBERS', held)) do
+      if string.sub(m, 1, #name + 1) == name .. '|' then redis.call('SREM', held, m) end
+    end
+  end
+  flush_stats(st)
+  return { deleted, more, running, cursor }
+end
+
 redis.register_function{function_name='hero_v32_version', callback=hero_version, flags={'no-writes'}}
 redis.register_function('hero_v32_submit', hero_submit)
 redis.register_function{function_name='hero_v32_fetch', callback=hero_fetch, flags={'allow-oom'}}
@@ -6115,3 +6292,5 @@ redis.register_function('hero_v32_policy', hero_policy)
 redis.register_function{function_name='hero_v32_beat', callback=hero_beat, flags={'allow-oom'}}
 redis.register_function{function_name='hero_v32_duties', callback=hero_duties, flags={'allow-oom'}}
 redis.register_function{function_name='hero_v32_cron_next', callback=hero_cron_next, flags={'no-writes'}}
+redis.register_function{function_name='hero_v32_clean', callback=hero_clean, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v32_drain', callback=hero_drain, flags={'allow-oom'}}

@@ -17,6 +17,7 @@
 //! namespace: controls are written to each shard, the queues summed, the events merged, the
 //! audit run per shard, and a job's requeue sent to the shard that holds it.
 
+pub mod cleanup;
 pub mod cron;
 pub mod inspect;
 pub mod jobs;

@@ -216,6 +216,23 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
     let delayed = client.submit(&delayed).await.unwrap().id;
     admin.promote(&delayed).await.unwrap();
     admin.remove(&delayed).await.unwrap();
+    // failed-job tooling and cleanup (the failing job is retried, the rest cleaned or drained)
+    assert!(
+        admin.retry(&delayed).await.is_err(),
+        "a removed job is no failed one"
+    );
+    assert!(admin
+        .clean(None, Duration::from_secs(3600), None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    client
+        .submit(&NewJob::builder("gone", "x").build().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(admin.drain("gone", false).await.unwrap(), 1);
+    assert!(!admin.is_paused("gone").await.unwrap());
+    assert_eq!(admin.obliterate("gone").await.unwrap(), 0);
     client
         .cron_add(&cron_job("nightly", "0 3 * * *", "c", Missed::Skip))
         .await

@@ -9,6 +9,7 @@ mod actors;
 mod audit;
 mod batch;
 mod broker;
+mod cleanup;
 mod config_show;
 mod context;
 mod cron;
@@ -183,6 +184,12 @@ pub enum Command {
     /// Move a job to a queue (its own by default), wherever it is: queued, running (its lease is
     /// revoked), delayed, or ended (it starts over with a fresh attempt budget).
     Requeue(RequeueArgs),
+    /// Run a failed job again, in its own queue, with a fresh retry budget (BullMQ's
+    /// job.retry()).
+    Retry {
+        /// The job's id.
+        id: String,
+    },
     /// Queue a delayed job now (a delayed submit, or a retry waiting out its back-off).
     Promote {
         /// The job's id.
@@ -541,6 +548,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Dead(cmd) => dead::dead(g, cmd).await,
         Command::Audit { fix } => audit::audit(g, *fix).await,
         Command::Requeue(args) => requeue::requeue(g, args).await,
+        Command::Retry { id } => cleanup::retry(g, id).await,
         Command::Track { id, off } => jobs::track(g, id, !*off).await,
         Command::Pause { queue: q, key } => queue::pause(g, q, key.as_deref(), true).await,
         Command::Queue(cmd) => queue::queue(g, cmd).await,

@@ -1,5 +1,6 @@
-//! `hero pause`, `hero resume` and `hero queue set|show`: the operator's controls of a queue
-//! as a whole, over `hero_protocol::policy`.
+//! `hero pause`, `hero resume` and `hero queue set|show|clear`: the operator's controls of a
+//! queue as a whole, over `hero_protocol::policy` (`hero queue clean|drain|obliterate` are
+//! `cleanup`'s).
 
 use anyhow::Result;
 
@@ -66,6 +67,22 @@ pub enum QueueCommand {
     /// Remove a queue's policy: its jobs get the defaults again.
     Clear {
         /// <type> or <type>/<group>, as it was set.
+        queue: String,
+    },
+    /// Delete ended jobs older than a grace period, oldest first (BullMQ's queue.clean).
+    Clean(super::cleanup::CleanArgs),
+    /// Delete a queue's waiting jobs, leaving the running ones (BullMQ's queue.drain).
+    Drain {
+        /// <type>[/<group>[/<instance>]].
+        queue: String,
+        /// Its delayed jobs (and retries waiting out their back-off) too.
+        #[arg(long)]
+        delayed: bool,
+    },
+    /// Remove a queue whole: its jobs, streams, pause and policy (BullMQ's queue.obliterate);
+    /// refused while a job of it runs.
+    Obliterate {
+        /// <type>[/<group>[/<instance>]].
         queue: String,
     },
 }
@@ -143,6 +160,9 @@ fn parse_backoff(s: &str) -> std::result::Result<hero_protocol::policy::Backoff,
 
 pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
+    if let Some(code) = super::cleanup::run(g, &client, cmd).await? {
+        return Ok(code);
+    }
     let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);
     let (name, policy) = match cmd {
         QueueCommand::Set(a) => {
@@ -188,6 +208,10 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
             (Some(name), Some(p))
         }
         QueueCommand::Show { queue: None } => (None, None),
+        // answered by cleanup::run above
+        QueueCommand::Clean(_) | QueueCommand::Drain { .. } | QueueCommand::Obliterate { .. } => {
+            return Ok(0)
+        }
     };
     let shown: Vec<(String, hero_protocol::policy::Policy)> = match (name, policy) {
         (Some(n), Some(p)) => vec![(n, p)],

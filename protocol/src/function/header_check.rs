@@ -313,6 +313,18 @@ fn every_builder_follows_its_lua_header() {
             Function::CronNext,
             cron_next("0 3 * * *", "Europe/Amsterdam", 0, 3),
         ),
+        (
+            Function::Clean,
+            clean(
+                &keys,
+                std::time::Duration::from_secs(60),
+                "error",
+                "osis",
+                100,
+                "",
+            ),
+        ),
+        (Function::Drain, drain(&keys, "osis", true, 100, false, "0")),
     ];
     let mut wrong = Vec::new();
     for f in Function::ALL {

@@ -15,10 +15,12 @@ mod beat;
 mod bridge_in;
 mod bridge_out;
 mod bridge_watch;
+mod clean;
 mod complete;
 mod counts;
 mod cron;
 mod dead;
+mod drain;
 mod duties;
 mod expire;
 mod fetch;
@@ -42,10 +44,12 @@ pub use beat::{beat, Beat};
 pub use bridge_in::bridge_in;
 pub use bridge_out::bridge_out;
 pub use bridge_watch::{bridge_watch, Watch};
+pub use clean::{clean, Cleaned};
 pub use complete::{bounded_trace, CompleteBatch, Completion, Ended, Ending, Leased, TRACE_MAX};
 pub use counts::{counts, StreamCounts};
 pub use cron::{cron, cron_next, CronStored};
 pub use dead::{dead, DeadAction};
+pub use drain::{drain, Drained};
 pub use duties::{duties, Duties};
 pub use expire::{expire, Expired};
 pub use fetch::{
@@ -156,10 +160,12 @@ pub enum Function {
     Beat,
     Duties,
     CronNext,
+    Clean,
+    Drain,
 }
 
 impl Function {
-    pub const ALL: [Function; 25] = [
+    pub const ALL: [Function; 27] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -185,6 +191,8 @@ impl Function {
         Function::Beat,
         Function::Duties,
         Function::CronNext,
+        Function::Clean,
+        Function::Drain,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
@@ -216,6 +224,8 @@ impl Function {
                 | Function::Remove
                 | Function::Beat
                 | Function::Duties
+                | Function::Clean
+                | Function::Drain
         )
     }
 
@@ -247,6 +257,8 @@ impl Function {
             Function::Beat => "beat",
             Function::Duties => "duties",
             Function::CronNext => "cron_next",
+            Function::Clean => "clean",
+            Function::Drain => "drain",
         }
     }
 
@@ -278,6 +290,8 @@ impl Function {
             Function::Beat => versioned!("beat"),
             Function::Duties => versioned!("duties"),
             Function::CronNext => versioned!("cron_next"),
+            Function::Clean => versioned!("clean"),
+            Function::Drain => versioned!("drain"),
         }
     }
 
@@ -308,6 +322,8 @@ impl Function {
             Function::Beat => include_str!("beat.lua"),
             Function::Duties => include_str!("duties.lua"),
             Function::CronNext => include_str!("cron_next.lua"),
+            Function::Clean => include_str!("clean.lua"),
+            Function::Drain => include_str!("drain.lua"),
         }
     }
 

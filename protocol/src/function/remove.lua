@@ -10,25 +10,32 @@
 -- (waiting or dispatched: stop it first), 'missing' (no such job). Nothing is written but for
 -- 'removed'.
 -- Errors: none of its own.
+-- Deletes the record `job_key` (of `job_id`) with its tag index entries and its uniqueness key
+-- while it holds it; `tags` and `unique` as the record gave them. hero_clean and hero_drain
+-- delete through here too.
+local function forget_job(job_key, job_id, tags, unique)
+  local ns = ns_of(job_key, job_id)
+  redis.call('DEL', job_key)
+  if tags and tags ~= '' and tags ~= '[]' then
+    local ok, list = pcall(cjson.decode, tags)
+    if ok and type(list) == 'table' then
+      for _, tag in ipairs(list) do
+        if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
+      end
+    end
+  end
+  if unique and unique ~= '' then
+    local ukey = unique_key(ns, unique)
+    if redis.call('GET', ukey) == job_id then redis.call('DEL', ukey) end
+  end
+end
+
 local function hero_remove(keys, args)
   local job_key, job_id = keys[1], args[1]
   local r = redis.pcall('HMGET', job_key, 'status', 'tags', 'unique')
   if type(r) ~= 'table' or r.err or not r[1] then return 'missing' end
   if r[1] == 'started' then return 'running' end
   if r[1] ~= 'finished' and r[1] ~= 'error' then return 'queued' end
-  local ns = ns_of(job_key, job_id)
-  redis.call('DEL', job_key)
-  if r[2] and r[2] ~= '' and r[2] ~= '[]' then
-    local ok, tags = pcall(cjson.decode, r[2])
-    if ok and type(tags) == 'table' then
-      for _, tag in ipairs(tags) do
-        if type(tag) == 'string' then redis.call('SREM', tag_key(ns, tag), job_id) end
-      end
-    end
-  end
-  if r[3] and r[3] ~= '' then
-    local ukey = unique_key(ns, r[3])
-    if redis.call('GET', ukey) == job_id then redis.call('DEL', ukey) end
-  end
+  forget_job(job_key, job_id, r[2], r[3])
   return 'removed'
 end

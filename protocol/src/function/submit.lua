@@ -1,5 +1,5 @@
--- hero_submit: store new jobs and queue them, or park them in the delayed set. One call takes
--- a whole batch, so a producer's bulk submit costs one function call, not one per job.
+-- hero_submit: store new jobs and queue them, or park them in the delayed set, a whole batch a
+-- call (a producer's bulk submit costs one function call, not one per job).
 -- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
 --   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
 -- KEYS[4] config hash  KEYS[5] event log  KEYS[6] stats hash
@@ -27,8 +27,9 @@
 -- queued as any other; one with some unfinished waits for them (status waiting, see
 -- release_dependents); one with a prerequisite that ended error ends error at once (`dependency
 -- failed: <id>`); none may be delayed too. Each prerequisite's record names the new job in its
--- `dependents` field (a JSON array, in submit order). Returns: kind, status per job, in order,
--- one flat list (a table a job costs more than its write): 'created', status for a new job ('dispatched' or 'waiting');
+-- `dependents` field (a JSON array, in submit order).
+-- Returns: kind, status per job, in order, one flat list (a table a job costs more than its
+-- write): 'created', status for a new job ('dispatched' or 'waiting');
 -- 'exists', status when the id is taken (nothing is written for it: submitting an existing id
 -- is idempotent); 'duplicate:<id>', that job's status when the record's `unique` key is held by
 -- job <id>, still queued or running (nothing is written: see claim_unique).
@@ -59,10 +60,9 @@ local function claim_unique(cfg, job_key, job_id, u)
   return nil
 end
 
--- Names a new job in the `dependents` field of each of its prerequisites (docs/protocol.md §3),
--- a JSON array grown in place as text: no decode of the list, so a prerequisite with many
--- dependents costs each submit a string copy, not a parse. A field that is not an array (edited
--- by hand) is left as it is; a key of another type is skipped (pcall).
+-- Names a new job in the `dependents` field of each of its prerequisites (protocol.md §3), a
+-- JSON array grown in place as text (a string copy, not a parse, per submit); a field that is
+-- not an array (edited by hand) is left as it is, a key of another type skipped (pcall).
 local function note_dependent(prefix, deps, job_id)
   local quoted = cjson.encode(job_id)
   for _, d in ipairs(deps) do
