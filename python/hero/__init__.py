@@ -12,7 +12,8 @@
 Layout: `keys` (every key), `protocol` (every server function call, the library of this
 protocol version and its loading), `job` (the record and answers as dataclasses), `client`
 (the producer), `aio` (the producer on asyncio), `tasks` (`App` and `@app.task`, as Celery's),
-`pool` (handlers in child processes), `queue` (the operator's `Queue`), `fair` (a fair
+`results` (`AsyncResult`), `canvas` (chains, groups, chords), `request` (a task's run, as
+`self.request` shows it, and its time limits on threads), `pool` (handlers in child processes), `queue` (the operator's `Queue`), `fair` (a fair
 queue's keys with work), `options` (durations, back-off, rates), `events` (job events for
 producers, and the waits they wake), `worker` (the worker: fetch, run, completion, shutdown),
 `presence` (its registration, heartbeat, leases and time limits), `duties` (its turn at the
@@ -29,6 +30,7 @@ from .keys import Keys
 from .options import Backoff
 from .payload import pack, unpack
 from .queue import DeadLetter, JobCounts, Queue, StreamCounts
+from .request import Request, SoftTimeLimitExceeded, Terminated, TimeLimitExceeded, current_task
 from .tasks import App, AsyncResult, Task, TaskError, chain, chord, group
 from .protocol import RELEASE
 from .protocol import VERSION as PROTOCOL_VERSION
@@ -38,6 +40,6 @@ __all__ = [
     "pack", "unpack",
     "Abort", "App", "AsyncResult", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "Evicting", "FairKeys", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
     "JobNotFound", "KeyWaiting", "Keys", "OlderProcesses", "OutOfMemory", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Task", "TaskError", "Worker", "WorkerFailed", "chain", "chord", "group",
-    "aio", "connect",
+    "aio", "connect", "Request", "SoftTimeLimitExceeded", "Terminated", "TimeLimitExceeded", "current_task",
 ]
 __version__ = RELEASE

@@ -6,7 +6,9 @@ lease's next renewal, every job's at once). Apart from `worker` so the keeper's 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .job import Job
 
@@ -21,6 +23,9 @@ class JobContext:
         self.attempt = max(1, job.attempts)
         self._cancel = threading.Event()
         self.cancel_reason: str | None = None
+        self.cancelled_at: float | None = None  # monotonic
+        # what raises in the handler's thread a second after a cancel (a task's, request.py)
+        self._interrupt: Callable[[str], None] | None = None
         self._lock = threading.Lock()
         self._progress: tuple[float, str] | None = None
         self._lines: list[str] = []
@@ -69,6 +74,7 @@ class JobContext:
     def _cancel_with(self, reason: str) -> None:
         if self.cancel_reason is None:
             self.cancel_reason = reason
+            self.cancelled_at = time.monotonic()
         self._cancel.set()
 
 
@@ -82,3 +88,6 @@ class _Running:
     deadline: float
     settled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # after a cancel, on the thread pool: the handler told (its _interrupt), its slot freed
+    interrupted: bool = False
+    freed: bool = False

@@ -3,6 +3,8 @@ a delay, within its budget) and `Abort` (error now). Raised on a worker's thread
 pool's children and in tasks alike."""
 from __future__ import annotations
 
+import os
+
 
 class Retry(Exception):
     """Raise from a handler: try the job again after `delay` seconds (within its budget). In a
@@ -26,15 +28,24 @@ class Abort(Exception):
 TRACE_MAX = 16 * 1024
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _ours(filename: str) -> bool:
+    return filename.startswith(_PACKAGE)
+
+
 def trace_of(e: BaseException) -> str:
     """The traceback of a failed attempt as Python prints it, bounded. An `Abort` raised from
     another exception (a task's failure) shows that exception's traceback: where it failed."""
     import traceback
     shown, tb = e, e.__traceback__
     if isinstance(e, Abort) and e.__cause__ is not None:
-        # the task's exception, from the task's own frame on (not the layer that called it)
+        # the task's exception, from the task's own frame on (not the layers that called it)
         shown = e.__cause__
-        tb = shown.__traceback__.tb_next if shown.__traceback__ and shown.__traceback__.tb_next else shown.__traceback__
+        tb = shown.__traceback__
+        while tb is not None and tb.tb_next is not None and _ours(tb.tb_frame.f_code.co_filename):
+            tb = tb.tb_next
     text = "".join(traceback.format_exception(type(shown), shown, tb))
     raw = text.encode("utf-8", "replace")
     if len(raw) <= TRACE_MAX:

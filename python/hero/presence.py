@@ -21,6 +21,10 @@ from .outage import _Outage
 from .protocol import RELEASE, iso, now_ms, offset_ms, retry_at_ms
 
 REPORT_EVERY_S = 0.5  # reports gather this long: one call per flush for every job at once
+# after a cancel, a thread-pool handler that did not return is told (a task gets an exception
+# raised in it) and then, still running, loses its slot
+INTERRUPT_AFTER_S = 1.0
+ABANDON_AFTER_S = 2.0
 
 log = logging.getLogger("hero")
 
@@ -74,6 +78,7 @@ class _Presence:
                 if not run.settled and now >= run.deadline:
                     run.ctx._cancel_with("timeout")
                     self._settle(run, "fail", "timeout", retry_at_ms(run.ctx.attempt))
+            self._past_cancel(now)
             renew = now - last_renew >= self._renew_within_ms / 3000
             report = now - last_report >= REPORT_EVERY_S
             if (renew or report) and now >= renew_again:
@@ -95,6 +100,30 @@ class _Presence:
                 else:
                     self._emit("error", "", f"keeper: {failed}")
                     renew_again = now + renewals.failed(failed)
+
+    def _past_cancel(self, now: float) -> None:
+        """A thread-pool handler still running after its cancel (time limit, stop, lost lease,
+        shutdown): told after INTERRUPT_AFTER_S (a task gets an exception raised in it,
+        request.py), and its slot given to the next job after ABANDON_AFTER_S, since Python
+        cannot kill a thread: it runs on unwatched, its result dropped."""
+        with self._lock:
+            live = [r for r in self._live.values() if r.ctx.cancelled_at is not None]
+        for run in live:
+            since = now - run.ctx.cancelled_at
+            if not run.interrupted and since >= INTERRUPT_AFTER_S:
+                run.interrupted = True
+                if run.ctx._interrupt is not None:
+                    try:
+                        run.ctx._interrupt(run.ctx.cancel_reason or "")
+                    except Exception as e:
+                        log.warning("job %s: interrupting its handler failed (%s: %s)", run.job.id, type(e).__name__, e)
+            if not run.freed and since >= ABANDON_AFTER_S:
+                self.abandoned += 1
+                log.warning("job %s: its handler still runs %.0f s after it was cancelled (%s): its slot goes to the "
+                            "next job and its thread runs on, abandoned (a thread cannot be killed: check "
+                            "ctx.cancelled / self.request.cancelled, or use pool='process')", run.job.id, since,
+                            run.ctx.cancel_reason)
+                self._free(run)
 
     def _send_report(self, run: _Running, report) -> None:
         """Renews the run's lease with its report; a report that could not be sent is kept."""

@@ -56,6 +56,7 @@ from .keys import Keys
 from .options import Backoff, duration_ms, rate as parse_rate
 from .outcomes import Abort, Retry
 from .payload import pack, unpack
+from .request import Request, SoftTimeLimitExceeded, Terminated, TimeLimitExceeded, _current, _Guard, request_of
 from .results import AsyncResult, GroupResult, TaskError, value_of  # noqa: F401 (hero.tasks.* as before)
 from .worker import JobContext, Worker
 
@@ -77,8 +78,6 @@ _CELERY_TASK_OPTIONS = {
     "retry_backoff_max": "backoff (its cap: 'exponential:1s:10m')",
     "retry_jitter": "backoff (hero.Backoff(..., jitter=0.2))",
     "default_retry_delay": "backoff ('fixed:30s')",
-    "soft_time_limit": "time_limit (the child is killed at it with pool='process')",
-    "bind": "(none: a task gets its arguments only; raise hero.Retry(reason, delay) to retry)",
     "acks_late": "(none needed: a job is acknowledged only once it ended, and recovered if its worker dies)",
     "ignore_result": "keep=0 (the result is deleted 10 s after the end)",
     "expires": "(none: stop it with AsyncResult.revoke())",
@@ -133,7 +132,7 @@ class Task:
 
     def __init__(self, app: "App", fn: Callable, name: str, queue: str, retries: int | None, backoff: Any,
                  autoretry_for: tuple[type[BaseException], ...], time_limit: Any, priority: int | None,
-                 keep: Any, keep_failed: Any, rate: Any = None):
+                 keep: Any, keep_failed: Any, rate: Any = None, bind: bool = False, soft_time_limit: Any = None):
         self.app, self.fn, self.name, self.queue = app, fn, name, _name("task queue", queue)
         if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
             raise InvalidInput(f"task {name}: retries {retries!r} is not a whole number of at least 0")
@@ -151,11 +150,34 @@ class Task:
         self.priority = priority
         self.keep, self.keep_failed = keep, keep_failed
         self.rate = None if rate is None else parse_rate(f"task {name}: rate", rate)
+        if not isinstance(bind, bool):
+            raise InvalidInput(f"task {name}: bind {bind!r} is True (the task gets itself first: self.request) "
+                               "or False")
+        self.bind = bind
+        self.soft_time_limit = None if soft_time_limit is None else \
+            duration_ms("soft_time_limit", soft_time_limit) / 1000
+        if self.soft_time_limit is not None and self.time_limit is not None and self.soft_time_limit >= self.time_limit:
+            raise InvalidInput(f"task {name}: soft_time_limit {soft_time_limit!r} is not shorter than its "
+                               f"time_limit ({self.time_limit} s): it would never be raised")
         self._spacing = _Spacing(self.rate) if self.rate else None
         self.__doc__, self.__name__ = fn.__doc__, getattr(fn, "__name__", name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
+        return self.fn(self, *args, **kwargs) if self.bind else self.fn(*args, **kwargs)
+
+    @property
+    def request(self) -> Request:
+        """This task's run in the calling thread (`bind=True`: `self.request`): its id, attempt,
+        `retries`, cancel flag, ...; empty outside a run of it (request.py)."""
+        return request_of(self)
+
+    def retry(self, exc: BaseException | None = None, countdown: float | None = None,
+              max_retries: int | None = None) -> Retry:
+        """Raises `hero.Retry` (Celery's `raise self.retry(exc=e, countdown=5)`): again after
+        `countdown` seconds (1 by default), within `max_retries`, else the task's `retries`, else
+        Celery's 3."""
+        reason = f"{type(exc).__name__}: {exc}" if exc is not None else "retry"
+        raise Retry(reason, 1.0 if countdown is None else float(countdown), max_retries) from exc
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         return Signature(self, args, kwargs)
@@ -255,7 +277,8 @@ class App:
     def task(self, fn: Callable | None = None, *, name: str | None = None, queue: str | None = None,
              retries: int | None = None, backoff: Any = None, autoretry_for: Sequence[type[BaseException]] = (),
              time_limit: Any = None, priority: int | None = None, keep: Any = None,
-             keep_failed: Any = None, rate: Any = None, **celery: Any) -> Any:
+             keep_failed: Any = None, rate: Any = None, bind: bool = False, soft_time_limit: Any = None,
+             **celery: Any) -> Any:
         """Registers `fn` as a task (`@app.task` or `@app.task(retries=3, ...)`). Its name is
         `name`, else `<module>.<function>` as Celery names it. Celery's option names are refused
         naming hero's (`max_retries` → `retries`)."""
@@ -263,7 +286,7 @@ class App:
             hint = _CELERY_TASK_OPTIONS.get(k)
             raise InvalidInput(f"@app.task has no option {k!r}" + (f"; use {hint}" if hint else "") +
                                ": the options are name, queue, retries, backoff, autoretry_for, time_limit, "
-                               "priority, keep, keep_failed, rate")
+                               "priority, keep, keep_failed, rate, bind, soft_time_limit")
         if isinstance(autoretry_for, type):
             autoretry_for = (autoretry_for,)
         def register(f: Callable) -> Task:
@@ -273,7 +296,7 @@ class App:
             if n in self.tasks:
                 raise InvalidInput(f"task {n} is registered twice: give one of them name=")
             t = Task(self, f, n, queue or self.queue, retries, backoff, tuple(autoretry_for), time_limit,
-                     priority, keep, keep_failed, rate)
+                     priority, keep, keep_failed, rate, bind, soft_time_limit)
             self.tasks[n] = t
             return t
         return register(fn) if fn is not None else register
@@ -324,10 +347,7 @@ class App:
         elif body.get(_CHORD):
             args.insert(0, [result_of(pid) for pid in body[_CHORD]])
         try:
-            value = t.fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                # an async task runs on this job thread's own event loop, as an async handler does
-                value = asyncio.run(_awaited(value))
+            value = self._call(t, job, ctx, args, kwargs)
         except Retry as e:
             out = _bounded(t, e, ctx.attempt)
             if out is e:
@@ -339,7 +359,42 @@ class App:
             raise  # the worker fails the attempt: retried within the job's budget on its back-off
         except Exception as e:
             raise Abort(f"{type(e).__name__}: {e}") from e
+        except (TimeLimitExceeded, Terminated) as e:
+            # raised in it after its outcome was decided (request.py): nothing more to record
+            raise Abort(f"{type(e).__name__}: {ctx.cancel_reason or 'cancelled'}") from e
         return _json_text(value)
+
+    @staticmethod
+    def _call(t: Task, job: Job, ctx: JobContext, args: list, kwargs: dict) -> Any:
+        """The task's function in its run's context (`self.request`, `current_task()`), its soft
+        time limit timed and a cancel's exception sent only while it runs (request.py)."""
+        guard = _Guard()
+        token = _current.set((t, Request(t, job, ctx, tuple(args), kwargs)))
+        timer = None
+        if t.soft_time_limit is not None:
+            timer = threading.Timer(t.soft_time_limit, guard.send, (SoftTimeLimitExceeded,))
+            timer.daemon = True
+            timer.start()
+        if isinstance(ctx, JobContext):
+            # on the thread pool: the keeper sends it a second after a cancel (the parent of a
+            # process pool's child kills it instead)
+            ctx._interrupt = lambda reason: guard.send(TimeLimitExceeded if reason == "timeout" else Terminated)
+        try:
+            try:
+                value = t.fn(t, *args, **kwargs) if t.bind else t.fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    # an async task runs on this job thread's own event loop, as an async handler does
+                    value = asyncio.run(guard.run(value))
+            finally:
+                guard.leave()
+        except BaseException:  # noqa: B036 - a send may have landed before the first leave
+            guard.leave()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            _current.reset(token)
+        return value
 
     def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
         """A `Worker` serving every registered task's queue (or `queues`); `options` are the
@@ -371,10 +426,6 @@ def _bounded(t: Task, e: Retry, attempt: int) -> Exception:
         e.again = True
         return e
     return Abort(f"max retries ({budget}) exceeded: {e}")
-
-
-async def _awaited(value: Any) -> Any:
-    return await value
 
 
 def _app_at(module: str, attr: str) -> "App":

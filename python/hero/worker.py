@@ -121,6 +121,9 @@ class Worker(_Guards, _Presence, _Duties):
         self._stopping = threading.Event()
         self._finished = threading.Event()
         self.completed = 0
+        # thread-pool runs whose thread has not ended, and how many were abandoned past a cancel
+        self._live: dict[str, _Running] = {}
+        self.abandoned = 0
         self._started_at = iso()
         # why the worker could not go on (shared with its shards' copies), or None
         self._failure: list[str | None] = [None]
@@ -139,6 +142,7 @@ class Worker(_Guards, _Presence, _Duties):
         w.proto = Protocol(self.r, keys, *self._versions)
         w.streams = keys.precedence(self.types, self.group, self.instance)
         w._running = {}
+        w._live = {}
         w._lock = threading.Lock()
         w._done = queue.Queue()
         w._finished = threading.Event()
@@ -321,6 +325,8 @@ class Worker(_Guards, _Presence, _Duties):
                 run = _Running(job, index, entry, JobContext(job), time.monotonic(), time.monotonic() + limit)
                 with self._lock:
                     self._running[job_id] = run
+                    if self._pool is None:
+                        self._live[job_id] = run
                 self._emit("started", job_id, str(run.ctx.attempt))
                 threading.Thread(target=self._run_job, args=(run,), daemon=True, name=f"hero-job-{job_id}").start()
             except Exception as e:
@@ -330,6 +336,7 @@ class Worker(_Guards, _Presence, _Duties):
                           "".join(traceback.format_exception(type(e), e, e.__traceback__)))
                 with self._lock:
                     self._running.pop(job_id, None)
+                    self._live.pop(job_id, None)
                 self._slots.release()
 
     def _policy_timeout(self, job: Job) -> int:
@@ -358,7 +365,18 @@ class Worker(_Guards, _Presence, _Duties):
                       "".join(traceback.format_exception(type(e), e, e.__traceback__)))
             self._settle(run, "fail", f"{type(e).__name__}: {e}", retry_at_ms(run.ctx.attempt), trace_of(e))
         finally:
-            self._slots.release()
+            with self._lock:
+                self._live.pop(run.job.id, None)
+            self._free(run)
+
+    def _free(self, run: _Running) -> None:
+        """Gives the run's slot back, once: when its thread ends, or when the keeper abandons a
+        thread that outlived its cancel (presence.py)."""
+        with run.lock:
+            if run.freed:
+                return
+            run.freed = True
+        self._slots.release()
 
     def _run_here(self, run: _Running) -> None:
         ctx = run.ctx

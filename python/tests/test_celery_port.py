@@ -53,6 +53,8 @@ def test_a_pool_child_killed_mid_job_runs_again_and_finishes(redis_url, tmp_path
             bad.get(60)
         job = app.client.get(bad.id)
         assert (job.status, job.attempts) == ("error", 5), job
+        # the soft time limit is raised in the child too, which may clean up and return
+        assert ported.soft_in_child.delay().get(30) == "cleaned up on attempt 1"
         assert ported.die_once.delay(marker).get(30) == "survived", "the pool still serves"
         # a child's hero.Retry keeps Celery's budget of 3 for a task that declares none
         assert ported.retried.delay(str(tmp_path / "runs")).get(30) == 3
@@ -148,6 +150,82 @@ def test_apply_async_takes_celerys_queue_and_app_asyncresult_has_celerys_states(
         assert app.AsyncResult(lt.id).state == "REVOKED"
         with pytest.raises(TimeoutError):
             held.apply_async(queue="nobody").get(timeout=0.3)
+
+
+def test_a_task_context_shows_the_attempt_and_a_cancel_a_revoke_and_time_limits_set(redis_url):
+    app = hero.App(redis_url)
+    attempts: list = []
+    flags: dict = {}
+
+    @app.task(name="counted", bind=True)
+    def counted(self):
+        attempts.append((self.request.id, self.request.retries, self.request.attempt,
+                         hero.current_task().request.attempt, hero.current_task() is self))
+        if self.request.retries < 2:
+            raise self.retry(countdown=0.1)
+        return self.request.retries
+
+    @app.task(name="patient", bind=True)
+    def patient(self):
+        while not self.request.cancelled:
+            time.sleep(0.02)
+        flags["patient"] = self.request.cancel_reason
+
+    @app.task(name="soft", bind=True, soft_time_limit=0.5)
+    def soft(self):
+        try:
+            while True:
+                time.sleep(0.02)
+        except hero.SoftTimeLimitExceeded:
+            return "cleaned up"
+
+    @app.task(name="soft_uncaught", soft_time_limit=0.3)
+    def soft_uncaught():
+        while True:
+            time.sleep(0.02)
+
+    @app.task(name="stuck", time_limit=1)
+    def stuck():
+        time.sleep(30)  # blocked in C: no exception reaches it before it returns
+
+    @app.task(name="spin", time_limit=1)
+    def spin():
+        try:
+            while True:
+                pass
+        finally:
+            flags["spin"] = "unwound"
+
+    @app.task(name="quick")
+    def quick():
+        return "quick"
+
+    assert hero.current_task() is None
+    with running(app.worker(concurrency=1)) as w:
+        r = counted.delay()
+        assert r.get(20) == 2
+        assert [a[1:] for a in attempts] == [(0, 1, 1, True), (1, 2, 2, True), (2, 3, 3, True)], attempts
+        assert {a[0] for a in attempts} == {r.id}
+        p = patient.delay()
+        wait_until("patient to start", lambda: app.AsyncResult(p.id).state == "STARTED")
+        p.revoke()
+        wait_until("the revoke to reach the task", lambda: "patient" in flags)
+        assert flags["patient"] == "stopped"
+        assert soft.delay().get(10) == "cleaned up"
+        with pytest.raises(hero.TaskError, match="SoftTimeLimitExceeded"):
+            soft_uncaught.delay().get(10)
+        # the hard limit: a thread cannot be killed, but its slot is not held past it
+        s = stuck.delay()
+        with pytest.raises(hero.TaskError, match="timeout"):
+            s.get(15)
+        began = time.monotonic()
+        assert quick.delay().get(10) == "quick"
+        assert time.monotonic() - began < 5, "the only slot was held by the timed-out task"
+        # a task running Python code gets TimeLimitExceeded raised in it at the hard limit
+        with pytest.raises(hero.TaskError, match="timeout"):
+            spin.delay().get(15)
+        wait_until("spin to unwind", lambda: flags.get("spin") == "unwound", limit=5)
+        assert w.abandoned >= 1
 
 
 def test_a_worker_says_at_start_what_it_serves(redis_url, caplog):

@@ -186,8 +186,10 @@ def test_bad_task_input_is_refused_naming_it(broker):
     # Celery's words name hero's
     with pytest.raises(hero.InvalidInput, match="no option 'max_retries'; use retries"):
         app.task(name="m", max_retries=3)(lambda: 1)
-    with pytest.raises(hero.InvalidInput, match="'bind'.*hero.Retry"):
-        app.task(name="b", bind=True)(lambda self: 1)
+    with pytest.raises(hero.InvalidInput, match="no option 'acks_late'; use .none needed"):
+        app.task(name="b", acks_late=True)(lambda: 1)
+    with pytest.raises(hero.InvalidInput, match="soft_time_limit .* is not shorter than its time_limit"):
+        app.task(name="s", soft_time_limit=10, time_limit=5)(lambda: 1)
     assert app.task(name="one-class", autoretry_for=ConnectionError)(lambda: 1).autoretry_for == (ConnectionError,)
     assert app.task(name="spelled", rate="10/minute")(lambda: 1).rate == {"max": 10, "per_ms": 60_000}
     with pytest.raises(hero.InvalidInput, match="args is a list or tuple, got str"):
