@@ -31,7 +31,8 @@ from .options import Backoff
 from .payload import pack, unpack
 from .queue import DeadLetter, JobCounts, Queue, StreamCounts
 from .request import Request, SoftTimeLimitExceeded, Terminated, TimeLimitExceeded, current_task
-from .tasks import App, AsyncResult, Task, TaskError, chain, chord, group
+from .results import AioResult
+from .tasks import App, AsyncResult, Task, TaskError, chain, chord, chord_async, group
 from .protocol import RELEASE
 from .protocol import VERSION as PROTOCOL_VERSION
 from .worker import Abort, JobContext, Retry, Worker
@@ -40,6 +41,6 @@ __all__ = [
     "pack", "unpack",
     "Abort", "App", "AsyncResult", "Backoff", "BatchInfo", "ChildResult", "Client", "DeadLetter", "Evicting", "FairKeys", "JobCounts", "Queue", "StreamCounts", "Event", "EventLogOff", "EventStream", "HeroError", "InvalidInput", "InvalidJob", "Job", "JobContext",
     "JobNotFound", "KeyWaiting", "Keys", "OlderProcesses", "OutOfMemory", "PROTOCOL_VERSION", "Progress", "Result", "Retry", "Submitted", "Task", "TaskError", "Worker", "WorkerFailed", "chain", "chord", "group",
-    "aio", "connect", "Request", "SoftTimeLimitExceeded", "Terminated", "TimeLimitExceeded", "current_task",
+    "aio", "connect", "AioResult", "chord_async", "Request", "SoftTimeLimitExceeded", "Terminated", "TimeLimitExceeded", "current_task",
 ]
 __version__ = RELEASE

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .errors import InvalidInput
-from .results import AsyncResult, GroupResult
+from .results import AioGroupResult, AioResult, AsyncResult, GroupResult
 
 if TYPE_CHECKING:
     from .tasks import Task
@@ -39,6 +39,10 @@ class Signature:
     def apply_async(self, **options: Any) -> AsyncResult:
         return self.task.apply_async(self.args, self.kwargs, **{**self.options, **options})
 
+    async def delay_async(self, **options: Any) -> AioResult:
+        """Sends it from asyncio, with every option `delay` carries."""
+        return await self.task.apply_async_async(self.args, self.kwargs, **{**self.options, **options})
+
 
 class Chain:
     """Tasks run one after another, each given the result before it as its first argument
@@ -64,6 +68,13 @@ class Chain:
         app.client.submit_many(specs)
         return AsyncResult(app, specs[-1][0])
 
+    async def delay_async(self) -> AioResult:
+        """Sends the chain from asyncio: the last task's result."""
+        app = self.steps[0].task.app
+        specs = self._specs()
+        await app.aio_client().submit_many(specs)
+        return AioResult(app, specs[-1][0])
+
 
 def chain(*steps: Signature) -> Chain:
     return Chain(list(steps))
@@ -85,6 +96,12 @@ class Group:
         specs = self._specs()
         app.client.submit_many(specs)
         return GroupResult([AsyncResult(app, s[0]) for s in specs])
+
+    async def delay_async(self) -> AioGroupResult:
+        app = self.members[0].task.app
+        specs = self._specs()
+        await app.aio_client().submit_many(specs)
+        return AioGroupResult([AioResult(app, s[0]) for s in specs])
 
 
 def group(*members: Signature | Iterable[Signature]) -> Group:
@@ -109,3 +126,10 @@ def chord(header: Group | Iterable[Signature], body: Signature) -> AsyncResult:
     specs = _chord_specs(header, body)
     body.task.app.client.submit_many(specs)
     return AsyncResult(body.task.app, specs[-1][0])
+
+
+async def chord_async(header: Group | Iterable[Signature], body: Signature) -> AioResult:
+    """`chord` sent from asyncio: the callback's result."""
+    specs = _chord_specs(header, body)
+    await body.task.app.aio_client().submit_many(specs)
+    return AioResult(body.task.app, specs[-1][0])

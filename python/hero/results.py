@@ -163,3 +163,63 @@ class GroupResult:
 
     def ready(self) -> bool:
         return all(r.ready() for r in self.results)
+
+
+class AioResult:
+    """A task sent from asyncio (what `delay_async` answers): the same reads as `AsyncResult`,
+    awaited on the caller's loop through the app's `hero.aio.Client` (no thread a wait):
+    `await r.get(timeout)` is the return value, `await r.state()` Celery's state."""
+
+    def __init__(self, app: "App", job_id: str):
+        self.app = app
+        self.id = job_id
+
+    @property
+    def task_id(self) -> str:
+        return self.id
+
+    async def job(self) -> Job | None:
+        try:
+            return await self.app.aio_client().get(self.id)
+        except JobNotFound:
+            return None
+
+    async def get(self, timeout: float | None = 30.0, propagate: bool = True) -> Any:
+        r = await self.app.aio_client().wait(self.id, FOREVER_S if timeout is None else timeout)
+        return _ended(self.id, r.status, r.output, r.error, propagate)
+
+    async def state(self) -> str:
+        return state_of(await self.job())
+
+    async def ready(self) -> bool:
+        return await self.state() in READY_STATES
+
+    async def successful(self) -> bool:
+        return await self.state() == SUCCESS
+
+    async def failed(self) -> bool:
+        return await self.state() == FAILURE
+
+    async def revoke(self) -> str:
+        return await self.app.aio_client().stop(self.id)
+
+    def sync(self) -> AsyncResult:
+        """The same result read from threads (`AsyncResult`)."""
+        return AsyncResult(self.app, self.id)
+
+    def __repr__(self) -> str:
+        return f"<AioResult {self.id}>"
+
+
+class AioGroupResult:
+    """A group's results sent from asyncio: `await g.get(timeout)` is the list, in order."""
+
+    def __init__(self, results: list[AioResult]):
+        self.results = results
+
+    @property
+    def ids(self) -> list[str]:
+        return [r.id for r in self.results]
+
+    async def get(self, timeout: float | None = 30.0, propagate: bool = True) -> list[Any]:
+        return list(await asyncio.gather(*(r.get(timeout, propagate) for r in self.results)))

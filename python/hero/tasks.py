@@ -43,12 +43,13 @@ import pickle
 import sys
 import threading
 import time
-from datetime import datetime
-from typing import Any, Callable, Iterable, Sequence
+import weakref
+from typing import Any, Callable, Sequence
 
 import msgpack
 
-from .canvas import Chain, Group, Signature, chain, chord, group  # noqa: F401 (hero.tasks.* as before)
+from . import aio
+from .canvas import Chain, Group, Signature, chain, chord, chord_async, group  # noqa: F401 (hero.tasks.* as before)
 from .client import Client, _name, check_options, job_spec
 from .errors import InvalidInput
 from .job import Job
@@ -57,7 +58,7 @@ from .options import Backoff, duration_ms, rate as parse_rate
 from .outcomes import Abort, Retry
 from .payload import pack, unpack
 from .request import Request, SoftTimeLimitExceeded, Terminated, TimeLimitExceeded, _current, _Guard, request_of
-from .results import AsyncResult, GroupResult, TaskError, value_of  # noqa: F401 (hero.tasks.* as before)
+from .results import AioResult, AsyncResult, GroupResult, TaskError, value_of  # noqa: F401 (hero.tasks.* as before)
 from .worker import JobContext, Worker
 
 DEFAULT_QUEUE = "tasks"
@@ -190,6 +191,18 @@ class Task:
         `queue` the queue it goes to (its script type) instead of the task's, `task_id` its id."""
         return self.submit(args=args, kwargs=kwargs or {}, **options)
 
+    async def delay_async(self, *args: Any, **kwargs: Any) -> AioResult:
+        """`delay` from asyncio: sent on the caller's loop with every option the task declares
+        (retries, back-off, time limit, priority, ...); `await r.get(timeout)` is its value."""
+        return await self.apply_async_async(args, kwargs)
+
+    async def apply_async_async(self, args: Sequence[Any] = (), kwargs: dict | None = None,
+                                **options: Any) -> AioResult:
+        """`apply_async` from asyncio: the same options (`countdown`, `eta`, `queue`, `priority`, ...)."""
+        spec = self._job(args, kwargs or {}, **options)
+        s = (await self.app.aio_client().submit_many([spec]))[0]
+        return AioResult(self.app, s.id)
+
     def submit(self, args: Sequence[Any] = (), kwargs: dict | None = None, **options: Any) -> AsyncResult:
         """Sends it with `args` and `kwargs`; `options` are the submit's (`delay`, `at`, `id`,
         `priority`, `unique`, `tags`, ..., and `queue`), over the task's declared ones."""
@@ -244,6 +257,7 @@ class App:
         self.namespace = namespace
         self.url = url
         self._client = client
+        self._aio: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.tasks: dict[str, Task] = {}
 
     def __reduce__(self):
@@ -262,6 +276,22 @@ class App:
     def keys(self) -> Keys:
         """The namespace's keys (its client's when one was given), without connecting."""
         return self._client.keys if self._client is not None else Keys(_name("namespace", self.namespace))
+
+    def aio_client(self) -> "aio.Client":
+        """The `hero.aio.Client` of the running event loop, made on first use (one a loop: a
+        client's connections belong to the loop that made them). Tasks sent from asyncio and
+        their results go through it; `await app.aclose()` closes it."""
+        loop = asyncio.get_running_loop()
+        c = self._aio.get(loop)
+        if c is None:
+            c = self._aio[loop] = aio.Client(self.url, self.namespace)
+        return c
+
+    async def aclose(self) -> None:
+        """Closes the running loop's client (`aio_client`), if it made one."""
+        c = self._aio.pop(asyncio.get_running_loop(), None)
+        if c is not None:
+            await c.close()
 
     def AsyncResult(self, task_id: str) -> AsyncResult:  # noqa: N802 (Celery's name)
         """The result of a task sent before, by its id (Celery's `app.AsyncResult(id)`)."""

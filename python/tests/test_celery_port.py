@@ -8,6 +8,7 @@ that a time limit and a revoke set; a soft time limit raised in the task; a hard
 the slot on the thread pool; and a worker that says at start what it serves."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -58,6 +59,45 @@ def test_a_pool_child_killed_mid_job_runs_again_and_finishes(redis_url, tmp_path
         assert ported.die_once.delay(marker).get(30) == "survived", "the pool still serves"
         # a child's hero.Retry keeps Celery's budget of 3 for a task that declares none
         assert ported.retried.delay(str(tmp_path / "runs")).get(30) == 3
+
+
+def test_tasks_sent_from_asyncio_keep_their_options_and_answer_values(redis_url):
+    app = hero.App(redis_url)
+    calls = []
+
+    @app.task(name="flaky", retries=3, backoff=hero.Backoff("fixed", 0.2, jitter=0),
+              autoretry_for=(ConnectionError,), time_limit=60, priority=2)
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("not yet")
+        return {"calls": len(calls)}
+
+    @app.task(name="add")
+    def add(x, y):
+        return x + y
+
+    @app.task(name="total")
+    def total(values, extra=0):
+        return sum(values) + extra
+
+    with running(app.worker()):
+        async def main():
+            r = await flaky.delay_async()
+            assert await r.get(20) == {"calls": 3}, "retried: its retries=3 went with the job"
+            job = await r.job()
+            assert (job.retries, job.timeout, job.priority, job.attempts) == (3, 60, 2, 3), job
+            assert await r.state() == "SUCCESS"
+            later = await add.apply_async_async((1, 2), countdown=0.3, priority=1)
+            assert (await later.job()).priority == 1
+            assert await later.get(10) == 3
+            assert await (await (add.s(2, 3) | add.s(10)).delay_async()).get(10) == 15
+            assert await (await hero.group(add.s(i, i) for i in range(3)).delay_async()).get(10) == [0, 2, 4]
+            chord = await hero.chord_async([add.s(1, 1), add.s(2, 2)], total.s(extra=100))
+            assert await chord.get(10) == 106
+            assert await (await add.s(20, 22).delay_async()).get(10) == 42
+            await app.aclose()
+        asyncio.run(main())
 
 
 def test_retry_and_autoretry_without_retries_get_celerys_budget_of_3(redis_url):
