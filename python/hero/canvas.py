@@ -57,7 +57,7 @@ class Chain:
     def _specs(self) -> list:
         specs, prev = [], None
         for s in self.steps:
-            spec = s.task._job(s.args, s.kwargs, chained=prev, **s.options)
+            spec = s.task._job(s.args, s.kwargs, chained=prev, **s.task._celery(s.options))
             specs.append(spec)
             prev = spec[0]
         return specs
@@ -89,7 +89,7 @@ class Group:
             raise InvalidInput("a group needs at least one task")
 
     def _specs(self) -> list:
-        return [m.task._job(m.args, m.kwargs, **m.options) for m in self.members]
+        return [m.task._job(m.args, m.kwargs, **m.task._celery(m.options)) for m in self.members]
 
     def delay(self) -> GroupResult:
         app = self.members[0].task.app
@@ -114,8 +114,9 @@ def _chord_specs(header: Group | Iterable[Signature], body: Signature) -> list:
     members = header.members if isinstance(header, Group) else list(header)
     if not members:
         raise InvalidInput("a chord needs at least one task before its callback")
-    specs = [m.task._job(m.args, m.kwargs, **m.options) for m in members]
-    specs.append(body.task._job(body.args, body.kwargs, chord_of=[s[0] for s in specs], **body.options))
+    specs = [m.task._job(m.args, m.kwargs, **m.task._celery(m.options)) for m in members]
+    specs.append(body.task._job(body.args, body.kwargs, chord_of=[s[0] for s in specs],
+                                **body.task._celery(body.options)))
     return specs
 
 

@@ -189,7 +189,7 @@ class Task:
     def apply_async(self, args: Sequence[Any] = (), kwargs: dict | None = None, **options: Any) -> AsyncResult:
         """Celery's spelling of `submit`: `countdown` (seconds) is `delay`, `eta` is `at`,
         `queue` the queue it goes to (its script type) instead of the task's, `task_id` its id."""
-        return self.submit(args=args, kwargs=kwargs or {}, **options)
+        return self.submit(args=args, kwargs=kwargs or {}, **self._celery(options))
 
     async def delay_async(self, *args: Any, **kwargs: Any) -> AioResult:
         """`delay` from asyncio: sent on the caller's loop with every option the task declares
@@ -199,7 +199,7 @@ class Task:
     async def apply_async_async(self, args: Sequence[Any] = (), kwargs: dict | None = None,
                                 **options: Any) -> AioResult:
         """`apply_async` from asyncio: the same options (`countdown`, `eta`, `queue`, `priority`, ...)."""
-        spec = self._job(args, kwargs or {}, **options)
+        spec = self._job(args, kwargs or {}, **self._celery(options))
         s = (await self.app.aio_client().submit_many([spec]))[0]
         return AioResult(self.app, s.id)
 
@@ -209,6 +209,18 @@ class Task:
         spec = self._job(args, kwargs or {}, **options)
         s = self.app.client.submit_many([spec])[0]
         return AsyncResult(self.app, s.id)
+
+    def _celery(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`apply_async`'s options (and a signature's) with Celery's names read as hero's."""
+        out = dict(options)
+        for celery, hero_word in (("countdown", "delay"), ("eta", "at"), ("task_id", "id")):
+            if celery in out:
+                v = out.pop(celery)
+                if hero_word in out:
+                    raise InvalidInput(f"task {self.name}: {celery} and {hero_word} say the same; give one")
+                if v is not None:
+                    out[hero_word] = v
+        return out
 
     def _job(self, args: Sequence[Any], kwargs: dict, chained: str | None = None, chord_of: Sequence[str] = (),
              **options: Any):
@@ -226,13 +238,6 @@ class Task:
             raise InvalidInput(f"task {self.name}: give the queue as queue= (a task's queue is its jobs' script "
                                "type), not type=")
         queue = _name("task queue", options.pop("queue", None) or self.queue)
-        for celery, hero_word in (("countdown", "delay"), ("eta", "at"), ("task_id", "id")):
-            if celery in options:
-                v = options.pop(celery)
-                if hero_word in options:
-                    raise InvalidInput(f"task {self.name}: {celery} and {hero_word} say the same; give one")
-                if v is not None:
-                    options[hero_word] = v
         declared: dict[str, Any] = {"retries": self.retries}
         for k, v in (("backoff", self.backoff), ("timeout", self.time_limit), ("priority", self.priority),
                      ("keep", self.keep), ("keep_failed", self.keep_failed)):
