@@ -194,8 +194,7 @@ async fn republish(client: Client, cfg: BrokerConfig, stop: CancellationToken) {
         // the fleet summary (`fleet_lacks`) is the duties' holder's to write (lib/fleet.lua)
         let registered =
             registered.map(|beat| hero_protocol::memory::note_policy(&beat.memory_policy));
-        match registered.and(publish_config(&client, &cfg).await)
-        {
+        match registered.and(publish_config(&client, &cfg).await) {
             Ok(()) => outage.ok(),
             Err(e) => {
                 outage.failed(&e);

@@ -544,4 +544,3 @@ mod tests {
         assert_eq!(lacking, ["py26", "foreign"]);
     }
 }
-

@@ -386,11 +386,18 @@ async fn the_holder_keeps_the_fleet_summary_with_no_broker() {
     // and a live worker of before protocol 29: no fleet entry, only its presence and liveness
     let ancient = serde_json::json!({"consumer": "default:ancient:1", "version": "hero-py 0.25.1"});
     let _: () = raw
-        .set("hero:meta:actor:inst:summary:default:ancient", ancient.to_string())
+        .set(
+            "hero:meta:actor:inst:summary:default:ancient",
+            ancient.to_string(),
+        )
         .await
         .unwrap();
     let _: () = raw
-        .zadd(keys().consumers(), "default:ancient:1", now.0 * 1000 + 120_000)
+        .zadd(
+            keys().consumers(),
+            "default:ancient:1",
+            now.0 * 1000 + 120_000,
+        )
         .await
         .unwrap();
     let lacks: String = wait_for("the fleet summary", Duration::from_secs(25), || {
