@@ -88,7 +88,8 @@ export class Keeper<R extends Lease> {
     let nextReport = start + REPORT_EVERY_MS;
     let nextPolicies = start + 2000;
     while (!over()) {
-      await sleep(100, () => false);
+      await sleep(100, over);
+      if (over()) break;
       try {
         const now = Date.now();
         this.endOverdue(now);

@@ -17,7 +17,7 @@ import { HeroError, libraryMissing, transient, WorkerFailed } from "./errors.js"
 import { runDuties } from "./duties.js";
 import { Keeper, type Lease } from "./keeper.js";
 import { Keys } from "./keys.js";
-import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep } from "./outage.js";
+import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep, wakeSleepers } from "./outage.js";
 import { boundedTrace, Done, nowMs, Protocol, retryAtMs } from "./protocol.js";
 import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
 
@@ -70,6 +70,11 @@ export class Lane {
   private done: Done[] = [];
   private doneWaiter: (() => void) | null = null;
   private control!: Redis;
+  /** The lane's blocking connection for waiting on its streams, shared by its fetch loops. */
+  private blocking!: Redis;
+  /** The blocked read under way on `blocking`: a fetch loop with nothing to do joins it rather
+   * than sending its own (a second one would queue behind it on the one connection). */
+  private reading: Promise<unknown> | null = null;
   private loops: Promise<void>[] = [];
   /** The registered ones of `streams` (indexes) and the registry's signal id they were read
    * at: fetches name only those while the signal has not moved (each key of an FCALL costs
@@ -102,7 +107,10 @@ export class Lane {
    * an outage (a write refused for a while, Redis out of reach) is waited out with back-off and
    * said on the `error` event; a refusal fails the start. */
   async start(): Promise<void> {
+    // three connections a lane with the worker's own: the worker's (calls), this one (blocking
+    // reads of the stop lists: a protocol matter) and one the fetch loops share for their waits
     this.control = duplicate(this.redis, (e) => this.w.fail(e));
+    this.blocking = duplicate(this.redis, (e) => this.w.fail(e));
     const outage = new Outage(this.w, "registering the worker", "it takes no job until it is registered");
     for (;;) {
       if (this.w.isStopping) return;
@@ -125,8 +133,17 @@ export class Lane {
     if (this.w.settings.duties) this.loops.push(runDuties(this.w, this.proto));
   }
 
-  /** A lane whose start failed: its connection closed. */
+  /** A lane whose start failed: its connections closed. */
   abandon(): void {
+    this.interrupt();
+  }
+
+  /** The worker stops taking jobs: its blocked reads end now rather than at their timeout (a
+   * second), by closing their connections. Safe: a wait for work claims nothing, and a stop
+   * request a closing read may have popped is told again by the lease renewals (`stopped`),
+   * which go on while running jobs finish. */
+  interrupt(): void {
+    this.blocking?.disconnect();
     this.control?.disconnect();
   }
 
@@ -150,7 +167,6 @@ export class Lane {
   // -- fetch ----------------------------------------------------------------------------------
   private async fetchLoop(): Promise<void> {
     const max = Math.max(8, Math.floor(this.w.concurrency / 2));
-    const blocking = duplicate(this.redis, (e) => this.w.fail(e));
     const fetching = new Outage(this.w, "fetching jobs", "no job is taken meanwhile");
     const waiting = new Outage(this.w, "waiting for jobs", "the worker looks again");
     const stopping = () => this.w.isStopping;
@@ -190,9 +206,11 @@ export class Lane {
         else if (got.registered === "stale") continue;
         else if (got.cursors.length) {
           try {
-            await this.waitForWork(blocking, named, got.cursors, got.limited);
+            await this.waitForWork(named, got.cursors, got.limited);
             waiting.ok();
           } catch (e) {
+            // a read ended by `interrupt()` at close is no failure
+            if (this.w.isStopping) break;
             if (!(await waiting.backOff(e, this.proto, stopping))) break;
           }
         }
@@ -201,12 +219,14 @@ export class Lane {
       // not expected (every call above is guarded): said, and the lane's other fetch goes on
       this.w.fail(e);
     } finally {
-      blocking.disconnect();
       this.fetchers -= 1;
+      // the completer and the keeper end once no fetch runs: tell them now
+      this.wake();
+      wakeSleepers();
     }
   }
 
-  private async waitForWork(blocking: Redis, streams: string[], cursors: string[], limited = false): Promise<void> {
+  private async waitForWork(streams: string[], cursors: string[], limited = false): Promise<void> {
     const args: string[] = [];
     const ids: string[] = [];
     streams.forEach((s, i) => {
@@ -220,10 +240,28 @@ export class Lane {
       ids.push(cursors[cursors.length - 1]);
     }
     if (args.length === 0) return;
-    // at most a second, so a close or a free slot is seen promptly; held back by a concurrency
-    // limit, 50 ms (the Rust worker's LIMITED_BLOCK): the slot a running job frees writes no
-    // entry to wake this read
-    await blocking.xread("COUNT", 1, "BLOCK", limited ? LIMITED_BLOCK_MS : 1000, "STREAMS", ...args, ...ids);
+    // at most a second, so a free slot or a stream registered meanwhile is seen promptly; held
+    // back by a concurrency limit, 50 ms (the Rust worker's LIMITED_BLOCK): the slot a running
+    // job frees writes no entry to wake this read. A close ends it at once (`interrupt`).
+    const ms = limited ? LIMITED_BLOCK_MS : 1000;
+    if (this.reading) {
+      // the lane's other fetch loop waits already, from cursors no later than these (its fetch
+      // saw no more work than this one): its read wakes on what would wake ours, or ours ends
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        await Promise.race([this.reading, new Promise((r) => (timer = setTimeout(r, ms)))]);
+      } finally {
+        clearTimeout(timer);
+      }
+      return;
+    }
+    const read = this.blocking.xread("COUNT", 1, "BLOCK", ms, "STREAMS", ...args, ...ids);
+    this.reading = read;
+    try {
+      await read;
+    } finally {
+      if (this.reading === read) this.reading = null;
+    }
   }
 
   /** Starts the handlers of fetched jobs (leased at local time `leasedAt`). Never throws: a job
@@ -481,6 +519,8 @@ export class Lane {
         got = await this.control.blpop(...lists, 1);
         outage.ok();
       } catch (e) {
+        // a read ended by `interrupt()` at close is no failure
+        if (this.w.isStopping) return;
         if (!(await outage.backOff(e, this.proto, () => this.w.isStopping))) return;
         continue;
       }
@@ -535,7 +575,7 @@ export class Lane {
     } catch (e) {
       this.w.warn(`could not remove the worker's presence (${message(e)}): it expires by itself within ${this.w.settings.presenceTtlMs} ms`);
     }
-    this.control?.disconnect();
+    this.interrupt();
     this.tell("closed", handed);
   }
 }

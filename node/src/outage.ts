@@ -153,10 +153,29 @@ export function mayRecover(): boolean {
   return lastOutageAt === null || performance.now() - lastOutageAt >= RECOVERY_HOLD_MS;
 }
 
-/** Sleeps `ms`, checking `done` every 100 ms to end early. */
+/** The sleeps under way, each woken by `wakeSleepers` to look at its `done` again. */
+const sleepers = new Set<() => void>();
+
+/** Wakes every sleep under way to look at its `done` at once (a closing worker: its loops end
+ * now rather than at their next look, so `close()` waits for no poll interval). A sleep whose
+ * `done` is still false sleeps on. */
+export function wakeSleepers(): void {
+  for (const wake of [...sleepers]) wake();
+}
+
+/** Sleeps `ms`, ending early once `done`: looked at every 100 ms and when `wakeSleepers` is
+ * called. */
 export async function sleep(ms: number, done: () => boolean): Promise<void> {
   const until = Date.now() + ms;
   while (Date.now() < until && !done()) {
-    await new Promise((r) => setTimeout(r, Math.min(100, until - Date.now())));
+    await new Promise<void>((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        sleepers.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, Math.min(100, until - Date.now()));
+      sleepers.add(wake);
+    });
   }
 }

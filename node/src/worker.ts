@@ -17,7 +17,7 @@ import { clockOffsetMs, evictingPolicy, iso, Protocol, RELEASE, VERSION } from "
 import { checkUrl, openRedis, redisUrl } from "./connect.js";
 import { ShardMap } from "./shards.js";
 import { Lane } from "./lane.js";
-import { sleep } from "./outage.js";
+import { sleep, wakeSleepers } from "./outage.js";
 import type { Handler, WorkerJob } from "./worker-job.js";
 
 export { Abort, Retry, UnrecoverableError, WorkerJob } from "./worker-job.js";
@@ -235,9 +235,7 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
     if (this.failure) return;
     this.failure = e;
     this.fail(e);
-    this.stopping = true;
-    for (const w of this.slotWaiters.splice(0)) w();
-    for (const lane of this.lanes.values()) lane.wake();
+    this.stopNow();
   }
 
   /** Starts the worker (once); resolves when it has closed, rejects with a `WorkerFailed` when
@@ -266,10 +264,20 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
   /** Stops taking jobs, lets running ones finish within `shutdownMs`, hands the rest back,
    * removes its presence and closes its connections. */
   async close(): Promise<void> {
+    this.stopNow();
+    await this.running?.catch(() => undefined);
+  }
+
+  /** Stops taking jobs, and tells every loop at once: an idle worker's close waits for no poll
+   * interval nor a blocked read's timeout, only for its calls to Redis. */
+  private stopNow(): void {
     this.stopping = true;
     for (const w of this.slotWaiters.splice(0)) w();
-    for (const lane of this.lanes.values()) lane.wake();
-    await this.running?.catch(() => undefined);
+    for (const lane of this.lanes.values()) {
+      lane.interrupt();
+      lane.wake();
+    }
+    wakeSleepers();
   }
 
   private async serve(): Promise<void> {
@@ -341,7 +349,8 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
     for (const w of this.slotWaiters.splice(0)) w();
   }
 
-  /** @internal the worker's connection (each lane adds two blocking ones). */
+  /** @internal the worker's connection (each lane adds two blocking ones: its stop lists', and
+   * one its fetch loops share). */
   get connection(): Redis {
     return this.redis;
   }
