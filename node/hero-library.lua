@@ -4214,8 +4214,9 @@ end
 -- A job the bridge handed to a legacy actor (`bridge` = the legacy list) is taken out of that
 -- list when it is still there ('cancelled'); else its legacy worker is told the seed-001 way,
 -- LPUSH of the job id to `bridge_stop` (`hero:stop_queue:<worker_id>`) ('interrupted').
--- A queued job's stream entry is deleted when the record names it (a dual-pushed job); any
--- other stays until a worker reads it, finds the job stopped and drops it.
+-- A queued job's stream entry is deleted: the one the record names (a dual-pushed job), else
+-- found among the first 1,000 undelivered (drop_queued_entry); one further back stays until a
+-- worker reads it, finds the job stopped and drops it.
 -- Stats: the stream's `failed` (per minute too), and its `delayed` gauge down for a waiting job;
 -- for a timeout retried, `retried` (per minute too) and the `delayed` gauge up.
 -- Events: `stopped` (q, w the worker when it was running, r 'cancelled', 'interrupted' or
@@ -4229,6 +4230,29 @@ end
 -- error/timeout now and its worker is told), 'already_completed', or 'changed' (it started on
 -- another worker since the caller looked, or is not running for a time limit: look again).
 -- Errors: HERO_JOB_NOT_FOUND when there is no such job.
+-- A queued job's entry, looked for among the first 1,000 undelivered entries of its stream and
+-- deleted: a stream then holds no entry of a job that will never run, so the counts see it once
+-- (failed, not waiting too) and removing its record later is not taken for a lost job. One
+-- further back is dropped by the fetch that reaches it, as before (since protocol 32).
+local function drop_queued_entry(stream, group, job_id)
+  local from = '-'
+  local groups = redis.pcall('XINFO', 'GROUPS', stream)
+  if type(groups) ~= 'table' or groups.err then return end
+  for _, g in ipairs(groups) do
+    local name, last = nil, nil
+    for k = 1, #g, 2 do
+      if g[k] == 'name' then name = g[k + 1] elseif g[k] == 'last-delivered-id' then last = g[k + 1] end
+    end
+    if name == group and last and last ~= '0-0' then from = '(' .. last end
+  end
+  for _, e in ipairs(redis.call('XRANGE', stream, from, '+', 'COUNT', 1000)) do
+    if entry_fields(e[2]) == job_id then
+      redis.call('XDEL', stream, e[1])
+      return
+    end
+  end
+end
+
 local function hero_stop(keys, args)
   local job_key, stream, delayed, reply_key, cfg, ctl = keys[1], keys[2], keys[3], keys[4], settings(keys[5]), keys[6]
   local group, seen_worker, now_iso, xackdel, job_id = args[1], args[2], args[3], args[4], args[5]
@@ -4289,7 +4313,7 @@ local function hero_stop(keys, args)
     was_delayed = redis.call('ZREM', delayed, job_id) == 1
     redis.call('HDEL', job_key, 'deps_left')
   elseif status == 'dispatched' then
-    if f[2] then ack_del(stream, group, f[2], xackdel) end
+    if f[2] then ack_del(stream, group, f[2], xackdel) else drop_queued_entry(stream, group, job_id) end
   elseif status == 'started' then
     if (f[4] or '') ~= seen_worker or ctl == '' then return 'changed' end
     ack_del(stream, group, f[3], xackdel)

@@ -292,3 +292,31 @@ async fn the_cli_retries_cleans_drains_and_obliterates() {
     assert!(cli(&["queue", "obliterate", "cl"]).contains("cl: removed"));
     assert!(!exists(&server, &hero_testkit::work_key("cl")).await);
 }
+
+/// A queued job stopped leaves its stream (issue 60: it was counted waiting and failed at once),
+/// so its record removed afterwards is not taken for a lost job when a worker reaches its place.
+#[tokio::test]
+async fn a_stopped_queued_job_is_counted_once_and_its_removal_loses_nothing() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let admin = Admin::from(&client);
+    for id in ["s1", "s2", "s3"] {
+        client.submit(&job("st", id, "x")).await.unwrap();
+    }
+    client.stop(&JobId::new("s2").unwrap()).await.unwrap();
+    let c = admin.job_counts("st").await.unwrap();
+    assert_eq!((c.waiting, c.failed), (2, 1), "{c:?}");
+    admin.remove(&JobId::new("s2").unwrap()).await.unwrap();
+    let w = worker(&client, &["st"], Arc::new(AtomicU32::new(1)));
+    ended(&client, "s1").await;
+    ended(&client, "s3").await;
+    w.stop().await;
+    let mut raw = server.conn().await;
+    let lost: Option<String> = redis::cmd("HGET")
+        .arg(client.keys().stats())
+        .arg(format!("{}|lost", hero_testkit::work_key("st")))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(lost, None, "no job counted lost");
+}
