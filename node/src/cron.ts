@@ -29,10 +29,10 @@ const REPEAT_OPTIONS = new Set(["pattern", "every", "tz", "missed"]);
 export interface JobTemplate {
   name?: string;
   data?: unknown;
-  opts?: Pick<JobOptions, "group" | "instance" | "priority" | "timeout" | "retries" | "tags" | "backoff" | "removeOnComplete" | "removeOnFail">;
+  opts?: Pick<JobOptions, "group" | "instance" | "priority" | "level" | "timeout" | "retries" | "tags" | "backoff" | "removeOnComplete" | "removeOnFail">;
 }
 const TEMPLATE_OPTIONS = new Set(["name", "data", "opts"]);
-const TEMPLATE_JOB_OPTIONS = new Set(["group", "instance", "priority", "timeout", "retries", "tags", "backoff", "removeOnComplete", "removeOnFail"]);
+const TEMPLATE_JOB_OPTIONS = new Set(["group", "instance", "priority", "level", "timeout", "retries", "tags", "backoff", "removeOnComplete", "removeOnFail"]);
 
 /** What `Queue.cronNext` takes. */
 export interface CronNextOptions {
@@ -62,7 +62,8 @@ export function cronSpec(type: string, id: string, repeat: RepeatOptions, templa
   const job: Record<string, unknown> = { script_type: type, script: template.name ?? "", retries: o.retries ?? 0 };
   if (o.group) job.group = o.group;
   if (o.instance) job.instance = o.instance;
-  if (o.priority !== undefined) job.priority = o.priority;
+  // the level BullMQ's priority (or hero's level) maps to: what the upkeep queues a tick at
+  if (spec.priority !== 5) job.priority = spec.priority;
   if (field("timeout") !== undefined) job.timeout_secs = Number(field("timeout"));
   if (o.tags?.length) job.tags = o.tags;
   const payload = field("payload");

@@ -16,7 +16,12 @@ export interface Job {
   scriptType: string | null;
   group: string | null;
   instance: string | null;
-  priority: number;
+  /** hero's level it is queued at: 0 (served first) to 9, default 5 (the submit's `level`). */
+  level: number;
+  /** The level as BullMQ's priority (the submit's `priority`): 0 (no priority) for level 5, 1-4
+   * for levels 6-9, null for levels 0-4 (served before jobs without a priority: BullMQ has no
+   * such priority). */
+  priority: number | null;
   /** The time limit it names, in ms (the record keeps whole seconds); null: its queue policy's, else 300 s. */
   timeout: number | null;
   retries: number;
@@ -161,6 +166,7 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
     backoff = null;
   }
   const results = resultsOf(text);
+  const level = num("priority", 5) ?? 5;
   return {
     id: text.id || id,
     status,
@@ -168,7 +174,8 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
     scriptType: text.script_type ?? null,
     group: text.group || null,
     instance: text.instance || null,
-    priority: num("priority", 5) ?? 5,
+    level,
+    priority: level === 5 ? 0 : level > 5 ? level - 5 : null,
     timeout: ((t) => (t === null ? null : t * 1000))(num("timeout", null)),
     retries: num("retries", 0) ?? 0,
     attempts,

@@ -22,15 +22,29 @@ export interface JobOptions<Data = unknown> {
   id?: string;
   group?: string;
   instance?: string;
-  /** 0 (served first) to 9; default 5. */
+  /** BullMQ's priority, meaning what it means there: absent or 0 is no priority (hero's default
+   * level 5, served before any job with a priority); 1 to 4 are served after every job without
+   * one, lower first (hero's levels 6 to 9). BullMQ's 5 to 2,097,152 are refused (`InvalidInput`):
+   * hero has 10 levels, and no 5th one below the default would keep BullMQ's order. For hero's
+   * own levels, give `level` instead. */
   priority?: number;
+  /** hero's level, as every other language writes `priority`: 0 (served first) to 9; default 5.
+   * Levels 0 to 4 come before jobs without a priority (BullMQ has none such). */
+  level?: number;
   /** The handler's time limit, in ms (at least 1000; default: its queue policy's, else 300 s). */
   timeout?: number;
-  /** Attempts after the first (BullMQ's `attempts: 3` is `retries: 2`). */
+  /** Attempts after the first (BullMQ's `attempts: 3` is `retries: 2`). The rule, the same in
+   * every language: a failed attempt (the handler throws, throws `Retry`, or runs past its time
+   * limit) is tried again while the job's attempts are within its budget, the larger of this and
+   * its queue policy's `retries` (default 0). A job whose worker died, or whose lease ran out, is
+   * handed out again until its attempts reach the larger of the broker's `--max-attempts`
+   * (default 5) and that budget + 1, then dead-lettered: `--max-attempts` is a floor for such
+   * jobs, never a cap on this one (`retries: 5` outlives `--max-attempts 3`). `Abort` ends it at
+   * once, whatever its budget. */
   retries?: number;
-  /** ms before it is due. */
+  /** ms before it is due; 0 or less is no delay (queued at once, as BullMQ). */
   delay?: number;
-  /** When it is due. */
+  /** When it is due (a time now or past: queued at once). */
   at?: Date;
   /** Job ids it waits for (a flow): it starts when they finished. */
   after?: string[];
@@ -77,7 +91,7 @@ export interface KeepJobs {
 }
 
 const JOB_OPTIONS: ReadonlySet<string> = new Set([
-  "type", "script", "id", "group", "instance", "priority", "timeout", "retries", "delay", "at", "after", "unique",
+  "type", "script", "id", "group", "instance", "priority", "level", "timeout", "retries", "delay", "at", "after", "unique",
   "uniqueTtl", "tags", "limitKey", "env", "batch", "callerId", "contextId", "payload", "route", "backoff",
   "removeOnComplete", "removeOnFail",
 ]);
@@ -90,7 +104,7 @@ export const JOB_HINTS: Record<string, string> = {
   name: "script (a job's name is its script; its queue is its type)",
   queue: "type",
   queueName: "type",
-  lifo: "priority (0 is served first; there is no last-in-first-out)",
+  lifo: "level (0 is served first; there is no last-in-first-out)",
   repeat: "Queue.upsertJobScheduler",
   parent: "after (the parent waits for its children: give the children's ids to the parent)",
   failParentOnFailure: "(none needed: a failed prerequisite fails the jobs after it)",
@@ -181,6 +195,45 @@ export function keepMs(what: string, v: unknown): number | null {
   return Math.round(age * 1000);
 }
 
+/** A delay in ms: any finite number (0 or less is none, as BullMQ reads it). */
+function delayMs(v: unknown): number {
+  if (typeof v !== "number" || !Number.isFinite(v)) {
+    const hint = typeof v === "string" ? `; durations are numbers of ms here (${JSON.stringify(v)}: write e.g. 5000)` : "";
+    throw new InvalidInput(`delay ${typeof v === "string" ? JSON.stringify(v) : String(v)} is not a number of ms${hint}`);
+  }
+  return v;
+}
+
+/** BullMQ's highest priority (2^21). */
+const BULLMQ_PRIORITY_LIMIT = 2_097_152;
+/** The BullMQ priorities that keep their order on hero's levels: 1-4 are levels 6-9. */
+const MAPPED_PRIORITIES = 4;
+
+/** The hero level (0 served first … 9, default 5) of `priority` (BullMQ's) or `level` (hero's).
+ * BullMQ serves jobs without a priority first, then 1, 2, … : absent and 0 are the default level,
+ * 1-4 the four below it, in order. A larger one has no level that keeps BullMQ's order (its 1
+ * and 5 would run as equals, or 5 above a job without a priority): refused, naming `level`. */
+export function levelOf(o: { priority?: unknown; level?: unknown }): number {
+  if (o.level !== undefined) {
+    if (o.priority !== undefined) throw new InvalidInput("give priority (BullMQ's: 0 none, 1 first of the rest) or level (hero's: 0 first … 9, default 5), not both");
+    const l = o.level;
+    if (typeof l !== "number" || !Number.isInteger(l) || l < 0 || l > 9) {
+      throw new InvalidInput(`level ${JSON.stringify(l)} is out of range: use 0 (served first) to 9 (last); 5 is the default`);
+    }
+    return l;
+  }
+  const p = o.priority ?? 0;
+  if (typeof p !== "number" || !Number.isInteger(p) || p < 0 || p > BULLMQ_PRIORITY_LIMIT) {
+    throw new InvalidInput(`priority ${JSON.stringify(p)} is out of range: BullMQ's priority is 0 (none) or 1 (first) to ${BULLMQ_PRIORITY_LIMIT}; here 1-${MAPPED_PRIORITIES} (or hero's level 0-9)`);
+  }
+  if (p > MAPPED_PRIORITIES) {
+    throw new InvalidInput(
+      `priority ${p}: as in BullMQ, a priority is served after every job without one, lower first, and hero keeps that order for 1-${MAPPED_PRIORITIES} only (its levels ${10 - MAPPED_PRIORITIES}-9, below the default 5); give 1-${MAPPED_PRIORITIES}, or hero's level instead (level: 0 is served first, 9 last, 5 the default, where jobs without a priority are)`,
+    );
+  }
+  return p === 0 ? 5 : 5 + p;
+}
+
 /** A checked submit: what `Protocol.submit` takes, and where it goes. */
 export interface Spec {
   id: string;
@@ -189,6 +242,7 @@ export interface Spec {
   type: string;
   group: string | null;
   instance: string | null;
+  /** The level it is queued at, hero's 0-9 (what the stream's name and the record carry). */
   priority: number;
   runAt: number;
   fields: [string, string | Buffer][];
@@ -206,10 +260,7 @@ export function jobSpec(o: JobOptions, reply = false): Spec {
   if (o.instance !== undefined && o.group === undefined) throw new InvalidInput("an instance needs a group: give group as well");
   if (o.group !== undefined) name("group", o.group);
   if (o.instance !== undefined) name("instance", o.instance);
-  const priority = o.priority ?? 5;
-  if (!Number.isInteger(priority) || priority < 0 || priority > 9) {
-    throw new InvalidInput(`priority ${JSON.stringify(priority)} is out of range: use 0 (highest) to 9 (lowest)`);
-  }
+  const priority = levelOf(o);
   if (Buffer.byteLength(script) > MAX_SCRIPT_BYTES) {
     throw new InvalidInput(`the script is ${Buffer.byteLength(script)} bytes; the limit is ${MAX_SCRIPT_BYTES}`);
   }
@@ -233,9 +284,6 @@ export function jobSpec(o: JobOptions, reply = false): Spec {
   if (o.delay !== undefined && o.at !== undefined) throw new InvalidInput("give delay or at, not both");
   if (o.after !== undefined) {
     const after = strings("after", o.after, (s) => JOB_ID.test(s), "job ids");
-    if (after.length && (o.delay !== undefined || o.at !== undefined)) {
-      throw new InvalidInput("a job with prerequisites cannot also be delayed: it starts when they finish");
-    }
     if (after.length) f.push(["prerequisites", JSON.stringify(after)]);
   }
   if (o.tags !== undefined) {
@@ -265,7 +313,13 @@ export function jobSpec(o: JobOptions, reply = false): Spec {
   if (o.at !== undefined) {
     if (!(o.at instanceof Date) || Number.isNaN(o.at.getTime())) throw new InvalidInput(`at ${JSON.stringify(o.at)} is not a valid Date`);
     runAt = o.at.getTime();
-  } else if (o.delay !== undefined) runAt = nowMs() + Math.floor(millis("delay", o.delay));
+  } else if (o.delay !== undefined) runAt = nowMs() + Math.floor(delayMs(o.delay));
+  // due now (BullMQ's `delay: 0`): queued at once, not parked in the delayed set, which costs a
+  // `delayed` event, up to the upkeep's pace in latency, and needs a process doing the upkeep
+  if (runAt <= nowMs()) runAt = 0;
+  if (runAt > 0 && f.some(([k]) => k === "prerequisites")) {
+    throw new InvalidInput("a job with prerequisites cannot also be delayed: it starts when they finish");
+  }
   return {
     id,
     generated: o.id === undefined,

@@ -24,34 +24,55 @@ export interface QueueOptions {
 }
 const QUEUE_OPTIONS = new Set(["url", "namespace", "group", "client"]);
 
-/** One work stream: `waiting`, `running`, `delayed` sizes now; `finished`, `failed`, `dead`
- * counters since the namespace began. */
+/** Ends counted since the namespace began: events, not jobs now. A job that ended and was
+ * queued again (a retried dead letter, a requeue) is counted at each end, and a job deleted at
+ * its retention stays counted; none of them is a job in `waiting`, `delayed` or `running`. */
+export interface JobTotals {
+  /** Jobs that ended `finished`. */
+  finished: number;
+  /** Jobs that ended `error`, whatever the reason: a handler's failure past its retry budget, a
+   * time limit, `Abort`, a stop (of a running or a queued job), a failed prerequisite. */
+  failed: number;
+  /** Of those, the jobs dead-lettered: given up after their worker died too often (see
+   * `JobOptions.retries` for the rule). */
+  dead: number;
+}
+
+/** One work stream: its jobs now (`waiting`, `running`, `delayed`: each job in one of them at
+ * most) and its ends since the namespace began (`totals`). */
 export interface StreamCounts {
   stream: string;
+  /** Queued, not yet taken by a worker (a fair queue's jobs in its gate too). A job stopped while
+   * queued is still here until a worker reads its entry and drops it (the server's count). */
   waiting: number;
+  /** Taken by a worker and not yet ended (BullMQ's `active`). */
   running: number;
+  /** Due later: a `delay`, an `at`, or a retry waiting out its back-off. */
   delayed: number;
-  finished: number;
-  failed: number;
-  dead: number;
+  totals: JobTotals;
   paused: boolean;
   oldestWaitingMs: number | null;
   shard: number;
 }
 
-/** A queue's counts summed over its work streams (every priority, group, instance, shard). */
+/** A queue's jobs now, summed over its work streams (every priority, group, instance, shard):
+ * `waiting`, `delayed`, `running`, each job in one of them at most (BullMQ's `waiting` +
+ * `prioritized`, `delayed`, `active`); jobs that ended are in none. `totals` counts ends since the
+ * namespace began (BullMQ's `completed` and `failed` count the ended jobs it still keeps: hero
+ * has no such count). */
 export interface JobCounts {
   waiting: number;
   delayed: number;
   running: number;
-  finished: number;
-  failed: number;
-  dead: number;
+  totals: JobTotals;
   streams: StreamCounts[];
 }
 
 /** What `setPolicy` takes: times in ms, rates as BullMQ's limiter (`{ max, duration }`). */
 export interface PolicyOptions {
+  /** Attempts after the first for the queue's jobs: a job's budget is the larger of this and its
+   * own `retries`; the broker's `--max-attempts` applies only to jobs whose worker died (the
+   * rule: `JobOptions.retries`). */
   retries?: number;
   backoff?: number | BackoffOptions;
   timeout?: number;
@@ -195,19 +216,20 @@ export class Queue {
   }
 
   // -- counts ---------------------------------------------------------------------------------
-  /** BullMQ's `getJobCounts`: `waiting`, `delayed`, `running` sizes now; `finished`, `failed`,
-   * `dead` counters (`hero queues`' columns), with each stream's own in `streams`. */
+  /** BullMQ's `getJobCounts`: the queue's jobs now, `waiting`, `delayed`, `running` (each job
+   * in one at most), and its ends since the namespace began, `totals` (events, not jobs: kept
+   * apart so no job is counted twice); each stream's own in `streams` (`hero queues`' columns). */
   async getJobCounts(): Promise<JobCounts> {
-    const out: JobCounts = { waiting: 0, delayed: 0, running: 0, finished: 0, failed: 0, dead: 0, streams: [] };
+    const out: JobCounts = { waiting: 0, delayed: 0, running: 0, totals: { finished: 0, failed: 0, dead: 0 }, streams: [] };
     for (const [n, , p] of await this.shards()) {
       for (const [stream, waiting, running, delayed, finished, failed, dead, paused, age] of await this.call(() => p.counts(this.queueName))) {
-        out.streams.push({ stream, waiting, running, delayed, finished, failed, dead, paused: paused === 1, oldestWaitingMs: age < 0 ? null : age, shard: n });
+        out.streams.push({ stream, waiting, running, delayed, totals: { finished, failed, dead }, paused: paused === 1, oldestWaitingMs: age < 0 ? null : age, shard: n });
         out.waiting += waiting;
         out.delayed += delayed;
         out.running += running;
-        out.finished += finished;
-        out.failed += failed;
-        out.dead += dead;
+        out.totals.finished += finished;
+        out.totals.failed += failed;
+        out.totals.dead += dead;
       }
     }
     return out;

@@ -94,10 +94,21 @@ export class WorkerJob<Data = any> {
     return this.abort.signal;
   }
 
+  /** The job's script: what it asks its handler to do. */
   get script(): string {
     return this.fields.script ?? "";
   }
+  /** BullMQ's `job.name`, the first argument of its `queue.add(name, data)`: in hero the job's
+   * `script` (a BullMQ app switches on it). Its queue is `queueName`. */
   get name(): string {
+    return this.fields.script ?? "";
+  }
+  /** BullMQ's `job.queueName`: the script type the job was submitted to (`type`). */
+  get queueName(): string {
+    return this.fields.script_type ?? "";
+  }
+  /** hero's word for `queueName`: the job's script type. */
+  get type(): string {
     return this.fields.script_type ?? "";
   }
   /** The last failed attempt's stack, as BullMQ's `job.stacktrace` (empty on a first run). */

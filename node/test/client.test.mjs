@@ -44,6 +44,7 @@ test("a submit writes every option and refuses bad input", async () => {
   assert.equal(job.scriptType, "rhai");
   assert.equal(job.group, "g1");
   assert.equal(job.priority, 2);
+  assert.equal(job.level, 7, "BullMQ's 2: after the jobs without a priority (level 5) and 1 (6)");
   assert.equal(job.timeout, 60_000);
   assert.equal(job.retries, 3);
   assert.deepEqual(job.tags, ["a", "b"]);
@@ -58,7 +59,7 @@ test("a submit writes every option and refuses bad input", async () => {
   assert.equal(again.duplicateOf, id);
   // bad input, each refused before anything is written
   await assert.rejects(client.submit({ type: "no spaces allowed", script: "1" }), InvalidInput);
-  await assert.rejects(client.submit({ type: "rhai", script: "1", priority: 12 }), /priority 12 is out of range/);
+  await assert.rejects(client.submit({ type: "rhai", script: "1", priority: 12 }), /priority 12: .*level/);
   await assert.rejects(client.submit({ type: "rhai", script: "1", after: ["x"], delay: 5 }), /cannot also be delayed/);
   await assert.rejects(client.get("never-there"), JobNotFound);
   // the server's own checks name what was wrong

@@ -90,7 +90,7 @@ test("every capability of the Node column answers against a real broker", async 
     const q = new Queue("c", { client });
     await q.pause();
     await q.resume();
-    assert.ok((await q.getJobCounts()).finished >= 1);
+    assert.ok((await q.getJobCounts()).totals.finished >= 1);
     assert.equal((await q.setPolicy({ retries: 2 })).retries, 2);
     assert.equal((await q.getPolicy()).retries, 2);
     assert.ok(await q.clearPolicy());

@@ -87,7 +87,7 @@ test("a fair queue's policy; getKeys; a paused key waits while the others run, e
   w.run();
   // 40 ms each, two of a key at once: well under a second, unless the worker, held back by a
   // key's concurrency, slept on its blocked read instead of looking again soon
-  await waitFor("B's and C's 15 jobs to finish", async () => (await q.getJobCounts()).finished === 15, 3000);
+  await waitFor("B's and C's 15 jobs to finish", async () => (await q.getJobCounts()).totals.finished === 15, 3000);
   // what the worker finds on a few more fetches
   await new Promise((r) => setTimeout(r, 400));
   assert.equal(seen.order.length, 15, `none of A's started: ${seen.order}`);
@@ -97,7 +97,7 @@ test("a fair queue's policy; getKeys; a paused key waits while the others run, e
   assert.equal((await q.getJobCounts()).waiting, 10, "A's jobs are counted as waiting");
 
   assert.equal(await q.resumeKey("A"), 1, "A has jobs in one work stream");
-  await waitFor("A's jobs to finish once resumed", async () => (await q.getJobCounts()).finished === 25);
+  await waitFor("A's jobs to finish once resumed", async () => (await q.getJobCounts()).totals.finished === 25);
   assert.equal(seen.most.A, 2);
   assert.deepEqual([...new Set(seen.order)].length, 25, "every job ran once");
   assert.deepEqual(await q.getKeys(), { keys: 0, top: [], held: [] });
@@ -168,12 +168,12 @@ test("getKeys, pauseKey and resumeKey reach every shard of a sharded namespace",
   assert.deepEqual((await q.getKeys({ top: 1 })).held, ["nz|big"], "held on every shard, listed once");
   const { w, seen } = worker(defer, redis.url, "nz", 4, 0);
   w.run();
-  await waitFor("the other keys' 18 jobs to finish", async () => (await q.getJobCounts()).finished === 18);
+  await waitFor("the other keys' 18 jobs to finish", async () => (await q.getJobCounts()).totals.finished === 18);
   await new Promise((r) => setTimeout(r, 400));
   assert.ok(seen.order.every((id) => !id.startsWith("big-")), String(seen.order));
   assert.deepEqual(await q.getKeys(), { keys: 1, top: [{ key: "big", waiting: 7 }], held: ["nz|big"] });
   assert.deepEqual(await q.getKeys(), keysCli(redis.url, "nz"));
   assert.equal(await q.resumeKey("big"), 1);
-  await waitFor("big's jobs to finish", async () => (await q.getJobCounts()).finished === 25);
+  await waitFor("big's jobs to finish", async () => (await q.getJobCounts()).totals.finished === 25);
   assert.deepEqual(await q.getKeys(), { keys: 0, top: [], held: [] });
 });

@@ -29,19 +29,19 @@ test("pause, resume, getJobCounts, promote and remove", async (t) => {
   const q = new Queue("nc", { url: redis.url });
   t.after(() => q.close());
   for (const id of ["w0", "w1", "w2"]) await client.submit({ type: "nc", script: "x", id });
-  await client.submit({ type: "nc", script: "x", id: "hi", priority: 1 });
+  await client.submit({ type: "nc", script: "x", id: "hi", level: 1 });
   await client.submit({ type: "nc", script: "x", id: "later", delay: 3_600_000 });
   const c = await q.getJobCounts();
   assert.deepEqual(
-    { waiting: c.waiting, delayed: c.delayed, running: c.running, finished: c.finished, failed: c.failed, dead: c.dead },
-    { waiting: 4, delayed: 1, running: 0, finished: 0, failed: 0, dead: 0 },
+    { waiting: c.waiting, delayed: c.delayed, running: c.running, totals: c.totals },
+    { waiting: 4, delayed: 1, running: 0, totals: { finished: 0, failed: 0, dead: 0 } },
   );
   assert.equal(c.streams.length, 2);
   assert.equal(await q.pause(), 2);
   assert.ok((await q.getJobCounts()).streams.every((s) => s.paused));
   worker.run();
   await q.resume();
-  await waitFor("four finished", async () => (await q.getJobCounts()).finished === 4);
+  await waitFor("four finished", async () => (await q.getJobCounts()).totals.finished === 4);
   await q.promote("later");
   await waitFor("the promoted job", async () => (await client.status("later")) === "finished");
   await assert.rejects(q.promote("w0"), (e) => e instanceof InvalidInput && /not delayed/.test(e.message));

@@ -3,7 +3,7 @@
 // `job.data`; the worker's and QueueEvents' events are typed, and so are a queue's fair-share
 // policy and its keys, and recurring jobs' ticks; a wrong payload, an unknown option and a
 // wrong listener are compile errors (each line marked @ts-expect-error, which tsc refuses when
-// the line compiles).
+// the line compiles). getJobCounts keeps ends apart from jobs now; priority and level read back.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -38,6 +38,9 @@ export async function app(url: string): Promise<void> {
   const worker = new Worker<Email, Sent>("emails", async (job: WorkerJob<Email>) => {
     const to: string = job.data.to;
     const when: Date = job.data.sentAt;
+    // BullMQ's job.name is the job's script; its queue is queueName
+    const named: string = job.name + job.queueName;
+    void named;
     return { messageId: to + when.getTime() };
   }, { url, concurrency: 4 });
   // @ts-expect-error the handler must return a Sent
@@ -91,7 +94,19 @@ export async function app(url: string): Promise<void> {
   await queue.cronNext("@hourly", { after: "now" });
   // @ts-expect-error missed is skip or catch-up
   await queue.upsertJobScheduler("x", { every: 1000, missed: "later" });
-  void [cap, weights, first, held, n, next, ticks];
+  // the jobs now in their counts; ends since the namespace began apart
+  const counts = await queue.getJobCounts();
+  const now: number = counts.waiting + counts.delayed + counts.running;
+  const ended: number = counts.totals.finished + counts.totals.failed + counts.streams[0].totals.dead;
+  // @ts-expect-error an end counter is no job count: it is totals.finished
+  void counts.finished;
+  // BullMQ's priority (1-4 here) or hero's level; a job read back has both
+  await client.submit({ type: "emails", priority: 1 });
+  await client.submit({ type: "emails", level: 0 });
+  const job = await client.get(id);
+  const level: number = job.level;
+  const priority: number | null = job.priority;
+  void [cap, weights, first, held, n, next, ticks, now, ended, level, priority];
 }
 `;
 

@@ -213,7 +213,7 @@ test("a stalled worker process's late result is fenced; SIGTERM finishes the run
 });
 
 test("a batch run by the Node worker calls back once", async () => {
-  const worker = new Worker(["member", "callback"], async (job) => `${job.name} ${job.data?.n ?? ""}`.trim(), {
+  const worker = new Worker(["member", "callback"], async (job) => `${job.queueName} ${job.data?.n ?? ""}`.trim(), {
     url: redis.url,
     concurrency: 4,
   });
