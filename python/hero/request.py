@@ -38,15 +38,25 @@ if TYPE_CHECKING:
 class SoftTimeLimitExceeded(Exception):
     """Raised in a task at its `soft_time_limit`: catch it to clean up and return (Celery's)."""
 
+    def __init__(self, *args: Any):
+        # raised by class from another thread (PyThreadState_SetAsyncExc), so without arguments
+        super().__init__(*(args or ("the task ran past its soft_time_limit",)))
+
 
 class TimeLimitExceeded(BaseException):
     """Raised in a thread-pool task still running 1 s after its hard time limit (the job already
     ended `timeout`): not an Exception, so a broad `except Exception` lets it through."""
 
+    def __init__(self, *args: Any):
+        super().__init__(*(args or ("the task ran past its time_limit: its job ended timeout",)))
+
 
 class Terminated(BaseException):
     """Raised in a thread-pool task still running 1 s after a revoke, a lost lease or the
     worker's shutdown (the job's outcome is decided already)."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*(args or ("the task was revoked, its lease lost or its worker stopped",)))
 
 
 class Request:

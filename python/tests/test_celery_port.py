@@ -224,6 +224,13 @@ def test_a_task_context_shows_the_attempt_and_a_cancel_a_revoke_and_time_limits_
         while True:
             time.sleep(0.02)
 
+    @app.task(name="async_soft", soft_time_limit=0.3)
+    async def async_soft():
+        try:
+            await asyncio.sleep(20)
+        except asyncio.CancelledError:  # an async task's soft limit cancels it at its await
+            return "async cleaned up"
+
     @app.task(name="stuck", time_limit=1)
     def stuck():
         time.sleep(30)  # blocked in C: no exception reaches it before it returns
@@ -252,8 +259,9 @@ def test_a_task_context_shows_the_attempt_and_a_cancel_a_revoke_and_time_limits_
         wait_until("the revoke to reach the task", lambda: "patient" in flags)
         assert flags["patient"] == "stopped"
         assert soft.delay().get(10) == "cleaned up"
-        with pytest.raises(hero.TaskError, match="SoftTimeLimitExceeded"):
+        with pytest.raises(hero.TaskError, match="SoftTimeLimitExceeded: the task ran past its soft_time_limit"):
             soft_uncaught.delay().get(10)
+        assert async_soft.delay().get(10) == "async cleaned up"
         # the hard limit: a thread cannot be killed, but its slot is not held past it
         s = stuck.delay()
         with pytest.raises(hero.TaskError, match="timeout"):
