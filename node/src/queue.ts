@@ -43,7 +43,8 @@ export interface JobTotals {
 export interface StreamCounts {
   stream: string;
   /** Queued, not yet taken by a worker (a fair queue's jobs in its gate too). A job stopped while
-   * queued is still here until a worker reads its entry and drops it (the server's count). */
+   * queued leaves it at once (its entry is deleted), unless more than 1,000 jobs were ahead of
+   * it: then it is counted here until a worker reaches its entry and drops it. */
   waiting: number;
   /** Taken by a worker and not yet ended (BullMQ's `active`). */
   running: number;
