@@ -273,6 +273,11 @@ async fn print_budget(client: &hero_client::Client, job: &hero_protocol::Job) {
         .unwrap_or(None);
     let max_attempts = max_attempts.unwrap_or(5);
     let retries = job.retries.max(queue.unwrap_or(0));
+    if retries == 0 && job.attempts == 0 {
+        // a job with no budget not yet run: nothing to explain (and `hero status`'s one line
+        // stays one line for scripts that read it)
+        return;
+    }
     println!(
         "attempts {} of {} (retries: its own {}, its queue's {}: the larger counts); a worker lost \
          mid-job counts an attempt, and after {} such the job is dead-lettered (the larger of \

@@ -139,6 +139,8 @@ function cron.pass(d)
   local full = nil
   local fired, skipped, earliest = 0, 0, d.now_ms + 60000
   local raw = redis.call('HGETALL', specs_key)
+  -- no recurring job: nothing to note (the next spec stored clears `|due` anyway)
+  if #raw == 0 then return 0, 0 end
   for i = 1, #raw, 2 do
     local name = raw[i]
     local spec, sched, fields = cron.check(d.ns, name, raw[i + 1])
