@@ -5,7 +5,9 @@ import { Queue } from "../../node/dist/esm/index.js";
 
 const q = new Queue("voc", { url: process.argv[2] });
 const client = await q.waitUntilReady();
-const { streams, ...counts } = await q.getJobCounts();
+// Node names the ended counters as BullMQ users read them (`totals`); the others keep them flat
+const { streams, totals, ...now } = await q.getJobCounts();
+const counts = { ...now, ...totals };
 const out = { counts, policy: await q.getPolicy(), children: await client.children("flow-p") };
 process.stdout.write(JSON.stringify(out) + "\n");
 await q.close();
