@@ -144,6 +144,26 @@ export class Protocol {
     return [text(r[0]), text(r[1])];
   }
 
+  /** hero_clean: deletes up to `limit` ended jobs of queue `name` ('' every queue) of `status`
+   * ('finished', 'error', '' both) that ended at least `graceMs` ago, oldest first; answers [the
+   * next cursor ('' when through), the deleted ids]. */
+  async clean(graceMs: number, status: string, name: string, limit: number, cursor: string): Promise<[string, string[]]> {
+    const k = this.keys;
+    const r = (await this.fcall("clean", [k.retention()], [k.jobPrefix(), graceMs, status, name, limit, cursor])) as unknown[];
+    return [text(r[0]), r.slice(1).map(text)];
+  }
+
+  /** hero_drain: one step deleting queue `name`'s waiting jobs (and delayed ones when `delayed`;
+   * the queue itself once empty when `remove`), at most `budget`, the delayed set's walk going on
+   * at `cursor` ('0' at first). */
+  async drain(name: string, delayed: boolean, budget: number, remove: boolean, cursor: string): Promise<{ deleted: number; more: boolean; running: number; cursor: string }> {
+    const k = this.keys;
+    const keys = [k.queues(), k.delayed(), k.config(), k.stats()];
+    const r = (await this.fcall("drain", keys, [GROUP, k.jobPrefix(), name, delayed ? "1" : "0", budget, remove ? "1" : "0", cursor])) as unknown[];
+    const n = (i: number) => Math.max(0, Number(text(r[i])) || 0);
+    return { deleted: n(0), more: n(1) === 1, running: n(2), cursor: text(r[3]) || "0" };
+  }
+
   /** hero_dead of [entry id, job id, its work stream] each: `retry` or `purge`. */
   async dead(action: "retry" | "purge", letters: [string, string, string][]): Promise<string[]> {
     const k = this.keys;

@@ -3,8 +3,10 @@
 // removed, recurring jobs (BullMQ's job schedulers), and a fair queue's limit keys (pauseKey,
 // getKeys: fair.ts). Thin wrappers over the server functions hero-admin calls (hero_pause,
 // hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove; hero_cron and hero_cron_next
-// for recurring jobs: cron.ts), on every shard of a sharded namespace (recurring jobs on the
+// for recurring jobs: cron.ts; hero_clean, hero_drain for clean, drain, obliterate: cleanup.ts),
+// on every shard of a sharded namespace (recurring jobs on the
 // namespace's own keys). Options are strict: one hero does not know is an error naming it.
+import { clean, cleanArgs, CleanType, drain, obliterate, ObliterateOptions, queueJob, QueueJob } from "./cleanup.js";
 import { Client } from "./client.js";
 import { CronNextOptions, cronNextArgs, cronSpec, JobTemplate, RepeatOptions, schedulers } from "./cron.js";
 import { backoffJson, BackoffOptions, KeepJobs } from "./options.js";
@@ -412,6 +414,51 @@ export class Queue {
     throw new HeroError(`job ${jobId} kept changing state while it was being removed; try again`);
   }
 
+  /** BullMQ's `getJob`: the job, with `retry()` for a failed one; undefined when there is none
+   * in this queue. */
+  async getJob(jobId: string): Promise<QueueJob | undefined> {
+    const c = await this.waitUntilReady();
+    let job;
+    try {
+      job = await c.get(jobId);
+    } catch (e) {
+      if (e instanceof JobNotFound) return undefined;
+      throw e;
+    }
+    if (job.scriptType !== this.name || (this.opts.group !== undefined && job.group !== this.opts.group)) return undefined;
+    return queueJob(c, job, (id) => this.requeue(id));
+  }
+
+  // -- cleanup ----------------------------------------------------------------------------------
+  /** BullMQ's `clean`: deletes up to `limit` jobs of the queue that ended at least `grace` ms
+   * ago, oldest first, `completed` (hero's `finished`) or `failed` (`error`) ones, or both;
+   * resolves to their ids. Waiting jobs are `drain()`'s. */
+  async clean(grace: number, limit: number, type?: CleanType): Promise<string[]> {
+    const [ms, most, status] = cleanArgs(grace, limit, type);
+    return clean(await this.shards(), this.queueName, ms, most, status);
+  }
+
+  /** BullMQ's `drain`: deletes the queue's waiting jobs (its delayed ones too when `delayed`),
+   * leaving the running ones; resolves to how many it deleted. */
+  async drain(delayed = false): Promise<number> {
+    if (typeof delayed !== "boolean") throw new InvalidInput(`drain takes delayed true or false, not ${JSON.stringify(delayed)}`);
+    return drain(await this.shards(), this.queueName, delayed);
+  }
+
+  /** BullMQ's `obliterate`: removes the queue whole (paused, its jobs of every state deleted,
+   * then its streams, its names and its policy); refused while jobs of it run (no `force`: stop
+   * them, or wait for their end). Resolves to how many jobs it deleted. */
+  async obliterate(opts: ObliterateOptions = {}): Promise<number> {
+    const q = { shards: () => this.shards(), running: async () => (await this.getJobCounts()).running, pause: () => this.pause(), clearPolicy: () => this.clearPolicy() };
+    return obliterate(this.queueName, q, opts);
+  }
+
+  /** BullMQ's `isPaused`: whether the queue is paused, by its name as `pause()` paused it. */
+  async isPaused(): Promise<boolean> {
+    const c = await this.waitUntilReady();
+    return (await c.redis.sismember(c.keys.pausedNames(), this.queueName)) === 1;
+  }
+
   // -- recurring jobs (BullMQ's job schedulers) -----------------------------------------------
   /** Adds (or replaces) recurring job `id` of this queue: each tick of `repeat` submits the
    * template's job, its `data` (the payload) and options included, as job
@@ -505,4 +552,4 @@ function split(policy: Policy, n: number, k: number): Policy {
   return p;
 }
 
-export type { BackoffOptions, CronNextOptions, JobTemplate, KeepJobs, RepeatOptions };
+export type { BackoffOptions, CleanType, CronNextOptions, JobTemplate, KeepJobs, ObliterateOptions, QueueJob, RepeatOptions };

@@ -116,6 +116,13 @@ test("every capability of the Node column answers against a real broker", async 
     assert.deepEqual(await q.cronNext("0 3 * * *", { after: first - 1, count: 1 }), [first]);
     assert.equal((await q.getJobSchedulers()).length, 1);
     assert.ok(await q.removeJobScheduler("nightly"));
+    // a failed job retried, a queue cleaned, drained, obliterated
+    await (await q.getJob(failed.id)).retry();
+    await waitFor("the retried job", async () => (await client.get(failed.id)).attempts === 1 && (await client.status(failed.id)) === "error");
+    assert.ok((await q.clean(0, 1000, "completed")).length >= 1);
+    assert.equal(await q.isPaused(), false);
+    assert.equal(typeof (await q.drain()), "number");
+    assert.ok((await idle.obliterate()) >= 1);
   } finally {
     await events.close();
     await worker.close();

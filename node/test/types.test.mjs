@@ -106,7 +106,16 @@ export async function app(url: string): Promise<void> {
   const job = await client.get(id);
   const level: number = job.level;
   const priority: number | null = job.priority;
-  void [cap, weights, first, held, n, next, ticks, now, ended, level, priority];
+  // failed jobs and cleanup: BullMQ's waiting types and obliterate's force are compile errors
+  const cleaned: string[] = await queue.clean(0, 100, "failed");
+  // @ts-expect-error clean takes completed or failed: drain deletes waiting jobs
+  await queue.clean(0, 100, "wait");
+  // @ts-expect-error hero has no force: it refuses while jobs of the queue run
+  await queue.obliterate({ force: true });
+  const drained: number = (await queue.drain(true)) + (await queue.obliterate());
+  const paused: boolean = await queue.isPaused();
+  await (await queue.getJob(id))?.retry();
+  void [cap, weights, first, held, n, next, ticks, now, ended, level, priority, cleaned, drained, paused];
 }
 `;
 
