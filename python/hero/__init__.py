@@ -13,7 +13,7 @@ Layout: `keys` (every key), `protocol` (every server function call, the library 
 protocol version and its loading), `job` (the record and answers as dataclasses), `client`
 (the producer), `aio` (the producer on asyncio), `tasks` (`App` and `@app.task`, as Celery's),
 `results` (`AsyncResult`), `canvas` (chains, groups, chords), `request` (a task's run, as
-`self.request` shows it, and its time limits on threads), `pool` (handlers in child processes), `queue` (the operator's `Queue`), `fair` (a fair
+`self.request` shows it, and its time limits on threads), `pool` (handlers in child processes), `queue` (the operator's `Queue`), `cleanup` (its failed-job retry, clean, drain, obliterate), `fair` (a fair
 queue's keys with work), `options` (durations, back-off, rates), `events` (job events for
 producers, and the waits they wake), `worker` (the worker: fetch, run, completion, shutdown),
 `presence` (its registration, heartbeat, leases and time limits), `duties` (its turn at the

@@ -140,6 +140,25 @@ class Protocol:
         r = self.r.fcall(self.fn("requeue"), len(keys), *keys, *argv)
         return _text(r[0]), _text(r[1])
 
+    def clean(self, grace_ms: int, status: str, name: str, limit: int, cursor: str) -> tuple[str, list[str]]:
+        """hero_clean: deletes up to `limit` ended jobs of queue `name` ('' every queue) with
+        `status` ('finished', 'error', '' either) that ended at least `grace_ms` ago, going on
+        after retention entry `cursor` ('' from the oldest); answers (next cursor, '' when done;
+        the deleted ids)."""
+        k = self.keys
+        r = self.r.fcall(self.fn("clean"), 1, k.retention(), k.job_prefix(), int(grace_ms), status, name,
+                         int(limit), cursor)
+        return _text(r[0]), [_text(x) for x in r[1:]]
+
+    def drain(self, name: str, delayed: bool, budget: int, remove: bool, cursor: str) -> tuple[int, bool, int, str]:
+        """hero_drain: deletes up to `budget` waiting jobs of queue `name` (and its delayed ones
+        when `delayed`; `remove` deletes its emptied streams and names); answers (deleted, more,
+        running, the delayed set's cursor for the next call)."""
+        k = self.keys
+        r = self.r.fcall(self.fn("drain"), 4, k.queues(), k.delayed(), k.config(), k.stats(), GROUP,
+                         k.job_prefix(), name, "1" if delayed else "0", int(budget), "1" if remove else "0", cursor)
+        return max(0, int(r[0])), int(r[1]) == 1, max(0, int(r[2])), _text(r[3])
+
     def dead(self, action: str, letters: Sequence[tuple[str, str, str]]) -> list[str]:
         """hero_dead of (entry id, job id, its work stream) each: 'retry' or 'purge'."""
         k = self.keys

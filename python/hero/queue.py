@@ -1,7 +1,8 @@
 """The operator's side of one queue (hero-admin's `Admin` for a script type, as BullMQ's
 `Queue`): pause and resume (the whole queue, or one limit key of a fair queue), job counts, the
 keys with work of a fair queue, the queue policy, dead letters, a job requeued, promoted or
-removed, and recurring jobs. Thin wrappers over the server functions hero-admin
+removed, and recurring jobs; a failed job retried, and the queue cleaned, drained or obliterated
+(mixed in from `cleanup`). Thin wrappers over the server functions hero-admin
 calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove, hero_cron,
 hero_cron_next), on every shard of a sharded namespace (recurring jobs: the namespace's).
 
@@ -23,6 +24,7 @@ from typing import Any
 
 import redis
 
+from .cleanup import Cleanup
 from .client import Client, _name, _whole, read_lacks
 from .errors import HeroError, InvalidInput, JobNotFound, OlderProcesses
 from .fair import FairKeys, fair_keys
@@ -74,7 +76,7 @@ class DeadLetter:
     shard: int = 0
 
 
-class Queue:
+class Queue(Cleanup):
     """The operator's handle on queue `type` (or `type/group` with `group=`)."""
 
     def __init__(self, type: str, url: str | None = None, namespace: str = "hero", *, group: str | None = None,

@@ -115,6 +115,15 @@ def test_every_capability_of_the_python_column_answers_against_a_real_broker(bro
         later = c.submit("x", "dl", delay=600).id
         idle.promote(later)
         idle.remove(later)
+        # failed-job tooling and cleanup
+        q.retry(failed.id)
+        assert c.wait(failed.id, 20).status == "error"
+        assert failed.id in q.clean(status="error")
+        assert not idle.is_paused()
+        c.submit("x", "dl", delay=600)
+        assert idle.drain(delayed=True) == 2, "dead-0 requeued, and the delayed one"
+        c.submit("x", "dl")
+        assert idle.obliterate() == 1
         nxt = q.cron_add("nightly", "0 3 * * *", "x", payload=b"\x01")
         assert len(q.cron_list()) == 1
         assert q.cron_next("0 3 * * *", n=2) == [nxt, nxt + 86_400_000]
