@@ -289,6 +289,15 @@ pub(super) async fn phase(
             }
         }
     }
+    // a job judged wrong is named with what its record says, so a failing run can be read
+    for (i, j) in bad.iter().take(5) {
+        let (status, output) = &records[*i as usize];
+        eprintln!(
+            "chaos: c-{i} judged {j:?}: status {status:?}, output {output:?}, acknowledged at {}, runs {:?} (rollbacks {windows:?})",
+            acked_at(*i),
+            book.runs_of(&format!("c-{i}"))
+        );
+    }
     let mut bad_probes: Vec<(usize, Judgement)> = Vec::new();
     for (n, f) in thrown.iter_mut().enumerate() {
         if !matches!(f.recovery, Recovery::Probe(..)) {
