@@ -6,13 +6,12 @@ worker ran them, and a failed one fails them (`dependency failed: <id>`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from .errors import InvalidInput
 from .results import AioGroupResult, AioResult, AsyncResult, GroupResult
 
-if TYPE_CHECKING:
-    from .tasks import Task
+# tasks.py's Task, typed loosely: this module sits below tasks.py and does not import it
 
 
 @dataclass
@@ -20,7 +19,7 @@ class Signature:
     """A task with its arguments, not sent yet (Celery's `add.s(2, 3)`): `.delay()` sends it,
     `|` chains it, `group(...)` and `chord(...)` gather several."""
 
-    task: "Task"
+    task: Any
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)

@@ -27,12 +27,11 @@ import asyncio
 import contextvars
 import ctypes
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .job import Job
 
-if TYPE_CHECKING:
-    from .tasks import Task
+# tasks.py's Task, typed loosely: this module sits below tasks.py and does not import it
 
 
 class SoftTimeLimitExceeded(Exception):
@@ -65,7 +64,7 @@ class Request:
     (the hero record), and `cancelled` / `cancel_reason` / `wait(seconds)`, `progress()`,
     `log()` of the job's context. Outside a task every field is empty."""
 
-    def __init__(self, task: "Task | None" = None, job: Job | None = None, ctx: Any = None,
+    def __init__(self, task: Any = None, job: Job | None = None, ctx: Any = None,
                  args: tuple = (), kwargs: dict | None = None):
         self.task = task.name if task is not None else None
         self.job, self._ctx = job, ctx
@@ -103,17 +102,17 @@ class Request:
 
 
 _EMPTY = Request()
-_current: contextvars.ContextVar[tuple["Task", Request] | None] = contextvars.ContextVar("hero_task", default=None)
+_current: contextvars.ContextVar[tuple[Any, Request] | None] = contextvars.ContextVar("hero_task", default=None)
 
 
-def current_task() -> "Task | None":
+def current_task() -> Any:
     """The task running in this thread (or async task), its run in `.request`; None outside one
     (Celery's `current_task`)."""
     cur = _current.get()
     return cur[0] if cur is not None else None
 
 
-def request_of(task: "Task") -> Request:
+def request_of(task: Any) -> Request:
     cur = _current.get()
     return cur[1] if cur is not None and cur[0] is task else _EMPTY
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import HeroError, JobNotFound
 from .job import Job
 
-if TYPE_CHECKING:
-    from .tasks import App
+# tasks.py's App, typed loosely: this module sits below tasks.py and does not import it
 
 PENDING, STARTED, RETRY, SUCCESS, FAILURE, REVOKED = "PENDING", "STARTED", "RETRY", "SUCCESS", "FAILURE", "REVOKED"
 READY_STATES = frozenset((SUCCESS, FAILURE, REVOKED))
@@ -74,7 +73,7 @@ class AsyncResult:
     """A sent task (Celery's `AsyncResult`; also `app.AsyncResult(id)`). `.get(timeout)` waits
     for it and answers its return value, or raises `TaskError` with the reason it failed."""
 
-    def __init__(self, app: "App", job_id: str):
+    def __init__(self, app: Any, job_id: str):
         self.app = app
         self.id = job_id
 
@@ -170,7 +169,7 @@ class AioResult:
     awaited on the caller's loop through the app's `hero.aio.Client` (no thread a wait):
     `await r.get(timeout)` is the return value, `await r.state()` Celery's state."""
 
-    def __init__(self, app: "App", job_id: str):
+    def __init__(self, app: Any, job_id: str):
         self.app = app
         self.id = job_id
 

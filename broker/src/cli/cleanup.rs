@@ -6,8 +6,28 @@ use hero_client::Client;
 use hero_protocol::{JobId, Status};
 
 use super::context::{connect, resolve_url};
-use super::queue::QueueCommand;
 use super::Global;
+
+/// `hero queue clean|drain|obliterate` (flattened into `hero queue`'s subcommands).
+#[derive(clap::Subcommand, Debug)]
+pub enum CleanupCommand {
+    /// Delete ended jobs older than a grace period, oldest first (BullMQ's queue.clean).
+    Clean(CleanArgs),
+    /// Delete a queue's waiting jobs, leaving the running ones (BullMQ's queue.drain).
+    Drain {
+        /// <type>[/<group>[/<instance>]].
+        queue: String,
+        /// Its delayed jobs (and retries waiting out their back-off) too.
+        #[arg(long)]
+        delayed: bool,
+    },
+    /// Remove a queue whole: its jobs, streams, pause and policy (BullMQ's queue.obliterate);
+    /// refused while a job of it runs.
+    Obliterate {
+        /// <type>[/<group>[/<instance>]].
+        queue: String,
+    },
+}
 
 #[derive(clap::Args, Debug)]
 pub struct CleanArgs {
@@ -24,11 +44,11 @@ pub struct CleanArgs {
     pub limit: usize,
 }
 
-/// Answers the cleanup commands (`Some(exit code)`), or `None` for the other queue commands.
-pub(super) async fn run(g: &Global, client: &Client, cmd: &QueueCommand) -> Result<Option<i32>> {
+/// Answers one cleanup command.
+pub(super) async fn run(g: &Global, client: &Client, cmd: &CleanupCommand) -> Result<i32> {
     let admin = hero_admin::Admin::from(client);
     match cmd {
-        QueueCommand::Clean(a) => {
+        CleanupCommand::Clean(a) => {
             let status = match a.status.as_deref() {
                 Some("finished") => Some(Status::Finished),
                 Some(_) => Some(Status::Error),
@@ -43,7 +63,7 @@ pub(super) async fn run(g: &Global, client: &Client, cmd: &QueueCommand) -> Resu
                 println!("deleted {} ended jobs", ids.len());
             }
         }
-        QueueCommand::Drain { queue, delayed } => {
+        CleanupCommand::Drain { queue, delayed } => {
             let n = admin.drain(queue, *delayed).await?;
             if g.json {
                 println!("{}", serde_json::json!({"queue": queue, "deleted": n}));
@@ -51,7 +71,7 @@ pub(super) async fn run(g: &Global, client: &Client, cmd: &QueueCommand) -> Resu
                 println!("{queue}: deleted {n} waiting jobs");
             }
         }
-        QueueCommand::Obliterate { queue } => {
+        CleanupCommand::Obliterate { queue } => {
             let n = admin.obliterate(queue).await?;
             if g.json {
                 println!("{}", serde_json::json!({"queue": queue, "deleted": n}));
@@ -59,9 +79,8 @@ pub(super) async fn run(g: &Global, client: &Client, cmd: &QueueCommand) -> Resu
                 println!("{queue}: removed, with {n} jobs");
             }
         }
-        _ => return Ok(None),
     }
-    Ok(Some(0))
+    Ok(0)
 }
 
 /// `hero retry <id>`: a failed job runs again with a fresh retry budget.

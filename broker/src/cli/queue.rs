@@ -69,22 +69,8 @@ pub enum QueueCommand {
         /// <type> or <type>/<group>, as it was set.
         queue: String,
     },
-    /// Delete ended jobs older than a grace period, oldest first (BullMQ's queue.clean).
-    Clean(super::cleanup::CleanArgs),
-    /// Delete a queue's waiting jobs, leaving the running ones (BullMQ's queue.drain).
-    Drain {
-        /// <type>[/<group>[/<instance>]].
-        queue: String,
-        /// Its delayed jobs (and retries waiting out their back-off) too.
-        #[arg(long)]
-        delayed: bool,
-    },
-    /// Remove a queue whole: its jobs, streams, pause and policy (BullMQ's queue.obliterate);
-    /// refused while a job of it runs.
-    Obliterate {
-        /// <type>[/<group>[/<instance>]].
-        queue: String,
-    },
+    #[command(flatten)]
+    Cleanup(super::cleanup::CleanupCommand),
 }
 
 #[derive(clap::Args, Debug)]
@@ -160,8 +146,8 @@ fn parse_backoff(s: &str) -> std::result::Result<hero_protocol::policy::Backoff,
 
 pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
-    if let Some(code) = super::cleanup::run(g, &client, cmd).await? {
-        return Ok(code);
+    if let QueueCommand::Cleanup(c) = cmd {
+        return super::cleanup::run(g, &client, c).await;
     }
     let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);
     let (name, policy) = match cmd {
@@ -209,9 +195,7 @@ pub(super) async fn queue(g: &Global, cmd: &QueueCommand) -> Result<i32> {
         }
         QueueCommand::Show { queue: None } => (None, None),
         // answered by cleanup::run above
-        QueueCommand::Clean(_) | QueueCommand::Drain { .. } | QueueCommand::Obliterate { .. } => {
-            return Ok(0)
-        }
+        QueueCommand::Cleanup(_) => return Ok(0),
     };
     let shown: Vec<(String, hero_protocol::policy::Policy)> = match (name, policy) {
         (Some(n), Some(p)) => vec![(n, p)],
