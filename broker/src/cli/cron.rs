@@ -88,11 +88,13 @@ pub(super) async fn cron(g: &Global, cmd: &CronCommand) -> Result<i32> {
                     serde_json::json!({"name": a.name, "done": "added", "next_ms": next})
                 );
             } else {
-                println!(
-                    "{}: added, next tick {}",
-                    a.name,
+                // 0: the schedule has no tick to come (`0 0 30 2 *`)
+                let when = if next == 0 {
+                    "none (the schedule never fires)".to_string()
+                } else {
                     hero_protocol::clock::iso(next)
-                );
+                };
+                println!("{}: added, next tick {when}", a.name);
             }
         }
         CronCommand::Remove { name } => {
