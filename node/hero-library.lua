@@ -6131,7 +6131,8 @@ end
 --   Redis's clock)  ARGV[3] status: 'finished', 'error' (failed or timed out) or '' for both
 -- ARGV[4] queue name (`<type>[/<group>[/<instance>]]`, covering what it names at any priority;
 --   '' for every queue)  ARGV[5] the most jobs to delete  ARGV[6] cursor: the retention entry to
---   go on after ('' from the oldest)
+--   go on after ('' from the oldest; '=<entry>' from that entry itself, when a call stopped
+--   inside it)
 -- Each job goes as hero_remove deletes one (its tag index entries, its uniqueness key); its
 -- retention entry stays, for hero_expire to trim (it skips a job that is gone).
 -- Returns: {the next cursor ('' when the walk reached jobs younger than the grace, or the end),
@@ -6148,7 +6149,11 @@ local function hero_clean(keys, args)
   end
   local before = server_ms() - grace
   local from = '-'
-  if cursor ~= '' then from = '(' .. cursor end
+  if string.sub(cursor, 1, 1) == '=' then
+    from = string.sub(cursor, 2)
+  elseif cursor ~= '' then
+    from = '(' .. cursor
+  end
   local out = { '' }
   local read = 0
   while read < 1000 do
@@ -6170,6 +6175,12 @@ local function hero_clean(keys, args)
           and (status == '' or r[1] == status) and (iso_ms(r[2]) or 0) <= before
           and (queue == '' or covers(queue, { type = r[3], group = r[4] or false, instance = r[5] or false })) then
           if hero_remove({ job_key }, { id }) == 'removed' then out[#out + 1] = id end
+          -- an entry names several jobs: stop at the limit inside it, and go on from it next
+          -- call (the ones deleted are gone then, so none is answered twice)
+          if #out - 1 >= limit then
+            out[1] = '=' .. e[1]
+            return out
+          end
         end
       end
       -- the cursor names the last entry looked at whole: the next call goes on after it

@@ -159,6 +159,50 @@ async fn clean_deletes_ended_jobs_by_queue_status_and_age_and_nothing_else() {
     );
 }
 
+/// A retention entry names every job of a completion batch: a limit is kept inside one entry,
+/// and the next call goes on from that entry without answering a job twice.
+#[tokio::test]
+async fn clean_keeps_its_limit_inside_one_retention_entry_naming_many_jobs() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let admin = Admin::from(&client);
+    let w = worker(&client, &["cm"], Arc::new(AtomicU32::new(1)));
+    let ids: Vec<String> = (0..10).map(|i| format!("m-{i}")).collect();
+    for id in &ids {
+        client.submit(&job("cm", id, "ok")).await.unwrap();
+    }
+    for id in &ids {
+        ended(&client, id).await;
+    }
+    w.stop().await;
+    // one entry naming all ten, as one completion batch writes it
+    let retention = hero_testkit::keys().retention();
+    let mut raw = server.conn().await;
+    redis::cmd("DEL")
+        .arg(&retention)
+        .query_async::<i64>(&mut raw)
+        .await
+        .unwrap();
+    redis::cmd("XADD")
+        .arg(&retention)
+        .arg("*")
+        .arg("t")
+        .arg("2026-01-01T00:00:00Z")
+        .arg("j")
+        .arg(ids.join(" "))
+        .query_async::<String>(&mut raw)
+        .await
+        .unwrap();
+    let first = admin.clean(None, Duration::ZERO, None, 4).await.unwrap();
+    assert_eq!(first.len(), 4, "{first:?}");
+    let mut rest = admin.clean(None, Duration::ZERO, None, 100).await.unwrap();
+    assert_eq!(rest.len(), 6, "{rest:?}");
+    rest.extend(first);
+    rest.sort();
+    rest.dedup();
+    assert_eq!(rest.len(), 10);
+}
+
 #[tokio::test]
 async fn drain_deletes_a_queues_waiting_jobs_and_delayed_ones_when_asked() {
     let server = RedisServer::start();
