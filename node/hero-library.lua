@@ -1,5 +1,5 @@
-#!lua name=hero_v32
-local VERSION = '32'
+#!lua name=hero_v33
+local VERSION = '33'
 -- hero function library: the shared helpers every function may use, one file a topic
 -- (`function/lib/*.lua`, concatenated in this order, then one file per function):
 --   keys.lua          the keys the functions derive instead of taking them in KEYS
@@ -1864,9 +1864,14 @@ end
 -- A prerequisite's result in its dependent's record, `result:<id>` = `<status>:<output or
 -- error>` (finished or error), so a parent reads its children's results from its own record
 -- (docs/protocol.md §3): however short the children's retention, the parent holds what they
--- gave it for as long as it is kept itself.
-local function keep_result(dependent_key, id, status, text)
-  redis.pcall('HSET', dependent_key, 'result:' .. id, status .. ':' .. text)
+-- gave it for as long as it is kept itself. A prerequisite that returned a value (its record's
+-- `value`, MessagePack) leaves it as `value:<id>` too (since protocol 33).
+local function keep_result(dependent_key, id, status, text, value)
+  if value then
+    redis.pcall('HSET', dependent_key, 'result:' .. id, status .. ':' .. text, 'value:' .. id, value)
+  else
+    redis.pcall('HSET', dependent_key, 'result:' .. id, status .. ':' .. text)
+  end
 end
 
 local function waiting_dependents(cfg)
@@ -1892,16 +1897,18 @@ local function release_dependents(ctx, ended)
       redis.call('SREM', waiting_on_key(ctx.cfg.key), jid)
       local prefix = string.sub(jk, 1, #jk - #jid)
       local reply_prefix = reply_prefix_of(ns_of(jk, jid))
-      local status, text = 'error', nil
+      local status, text, value = 'error', nil, nil
       if ok then status = 'finished' end
-      local r = redis.pcall('HGET', jk, ok and 'output' or 'error')
-      if type(r) == 'string' then text = r else text = '' end
+      local r = redis.pcall('HMGET', jk, ok and 'output' or 'error', 'value')
+      if r.err then r = {} end
+      text = r[1] or ''
+      if ok then value = r[2] end
       for m = 1, #deps, 2 do
         local d, stream = deps[m], deps[m + 1]
         local dkey = prefix .. d
         local f = redis.pcall('HMGET', dkey, 'status', 'reply')
         if not f.err and f[1] == 'waiting' then
-          keep_result(dkey, jid, status, text)
+          keep_result(dkey, jid, status, text, value)
           if ok then
             if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
               -- queued as a submit would queue it: also handed to the legacy list of a
@@ -3166,17 +3173,17 @@ end
 
 -- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
 -- have not finished yet, the first that ended error (nil when none did), and the results of
--- those that ended ({id, status, text}), which keep_result writes into the new job's record.
+-- those that ended ({id, status, text, value}), which keep_result writes into the new job's record.
 local function prerequisites_state(prefix, list)
   local left, failed, ended = 0, nil, {}
   for _, p in ipairs(list) do
-    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error')
+    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error', 'value')
     local s = not r.err and r[1]
     if s == 'error' then
       failed = failed or p
       ended[#ended + 1] = { p, s, r[3] or '' }
     elseif s == 'finished' then
-      ended[#ended + 1] = { p, s, r[2] or '' }
+      ended[#ended + 1] = { p, s, r[2] or '', r[4] }
     else
       left = left + 1
     end
@@ -3411,7 +3418,7 @@ local function hero_submit(keys, args)
     -- the prerequisites that ended before it, their results in its record (a later end writes
     -- its own there: release_dependents)
     if results then
-      for _, r in ipairs(results) do keep_result(job_key, r[1], r[2], r[3]) end
+      for _, r in ipairs(results) do keep_result(job_key, r[1], r[2], r[3], r[4]) end
     end
   end
   if kept then redis.call('HSETNX', keys[4], KEPT_FIELD, '1') end
@@ -3876,7 +3883,9 @@ end
 --   ARGV[13+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 -- then, optionally, pairs ARGV[7+7n+2k] job index i (from 0)  ARGV[8+7n+2k] the trace of that
 --   job's failed attempt (store_trace in finish.lua): only failures that have one, so a batch of
---   successes passes none and pays nothing (since protocol 30)
+--   successes passes none and pays nothing (since protocol 30); or, the index written `v<i>`,
+--   the MessagePack value job i's handler returned, stored as the record's `value` beside the
+--   `output` text when it ends finished: only values that are not plain text (since protocol 33)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried), 'again' (retried at retry-at whatever the record's
@@ -3932,13 +3941,20 @@ local function hero_complete(keys, args)
   local n = (#keys - 6) / 3
   local extra = #args - 6 - 7 * n
   if n ~= math.floor(n) or extra < 0 or extra % 2 ~= 0 then
-    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job, then (index, trace) pairs')
+    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job, then (index, trace) or (v<index>, value) pairs')
   end
   -- the failed attempts' traces, by job index: parsed only when the batch has one
-  local traces = nil
+  local traces, values = nil, nil
   if extra > 0 then
-    traces = {}
-    for k = 7 + 7 * n, #args, 2 do traces[tonumber(args[k])] = args[k + 1] end
+    traces, values = {}, {}
+    for k = 7 + 7 * n, #args, 2 do
+      local at = args[k]
+      if string.byte(at, 1) == 118 then -- 'v'
+        values[tonumber(string.sub(at, 2))] = args[k + 1]
+      else
+        traces[tonumber(at)] = args[k + 1]
+      end
+    end
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
@@ -4051,7 +4067,12 @@ local function hero_complete(keys, args)
         elseif not answer and outcome == 'done' and args[12 + a] == '' then
           -- a success no one waits on, the common case, is written here: through finish it costs
           -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
-          local w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
+          local value, w = values and values[i], nil
+          if value then
+            w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'value', value, 'finished_at', now_iso)
+          else
+            w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
+          end
           if type(w) == 'table' and w.err then
             answer = 'lease_lost'
           else
@@ -4073,6 +4094,7 @@ local function hero_complete(keys, args)
               ek[e], ei[e], eo[e] = job_key, args[11 + a], status == 'finished'
             end
             if status == 'finished' then
+              if values and values[i] then redis.call('HSET', job_key, 'value', values[i]) end
               finished[#finished + 1] = args[11 + a]
             else
               failed = failed + 1
@@ -4586,7 +4608,7 @@ local function hero_bridge_in(keys, args)
       local w = { 'status', 'dispatched', 'script_type', stype, 'reply', 'legacy', 'updated_at', now_iso }
       if tgroup ~= '' then w[#w + 1] = 'group'; w[#w + 1] = tgroup end
       if tinst ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = tinst end
-      redis.call('HDEL', job_key, 'lease', 'entry', 'output', 'error', 'finished_at', 'started_at')
+      redis.call('HDEL', job_key, 'lease', 'entry', 'output', 'value', 'error', 'finished_at', 'started_at')
       redis.call('HSET', job_key, unpack(w))
       log_event(log, 'bridged_in', job_id, stream, nil, nil, list)
       moved = moved + 1
@@ -4957,7 +4979,7 @@ local function hero_dead(keys, args)
       else
         redis.call('XDEL', dead, entry_id)
         revive_member(cfg, job_key, job_id, 'error')
-        redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'error',
+        redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'value', 'error',
           'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken', 'dead')
         redis.call('PERSIST', job_key)
         append(stream, group, registry, job_id)
@@ -5054,7 +5076,7 @@ local function hero_requeue(keys, args)
   else
     -- an ended member of a batch that is not done is pending in it again
     revive_member(cfg, job_key, job_id, status)
-    redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at', 'dead')
+    redis.call('HDEL', job_key, 'attempts', 'output', 'value', 'error', 'started_at', 'finished_at', 'dead')
     -- the TTL its end gave it (its own retention or its queue's) is for an ended job
     redis.call('PERSIST', job_key)
     from = status
@@ -6304,30 +6326,172 @@ local function hero_drain(keys, args)
   return { deleted, more, running, cursor }
 end
 
-redis.register_function{function_name='hero_v32_version', callback=hero_version, flags={'no-writes'}}
-redis.register_function('hero_v32_submit', hero_submit)
-redis.register_function{function_name='hero_v32_fetch', callback=hero_fetch, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_complete', callback=hero_complete, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_renew', callback=hero_renew, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_stop', callback=hero_stop, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_recover', callback=hero_recover, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_promote', callback=hero_promote, flags={'allow-oom'}}
-redis.register_function('hero_v32_bridge_in', hero_bridge_in)
-redis.register_function('hero_v32_bridge_out', hero_bridge_out)
-redis.register_function('hero_v32_bridge_watch', hero_bridge_watch)
-redis.register_function{function_name='hero_v32_expire', callback=hero_expire, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_dead', callback=hero_dead, flags={'allow-oom'}}
-redis.register_function('hero_v32_requeue', hero_requeue)
-redis.register_function('hero_v32_fix', hero_fix)
-redis.register_function('hero_v32_pause', hero_pause)
-redis.register_function('hero_v32_cron', hero_cron)
-redis.register_function('hero_v32_batch', hero_batch)
-redis.register_function('hero_v32_batch_ends', hero_batch_ends)
-redis.register_function{function_name='hero_v32_counts', callback=hero_counts, flags={'no-writes'}}
-redis.register_function{function_name='hero_v32_remove', callback=hero_remove, flags={'allow-oom'}}
-redis.register_function('hero_v32_policy', hero_policy)
-redis.register_function{function_name='hero_v32_beat', callback=hero_beat, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_duties', callback=hero_duties, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_cron_next', callback=hero_cron_next, flags={'no-writes'}}
-redis.register_function{function_name='hero_v32_clean', callback=hero_clean, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v32_drain', callback=hero_drain, flags={'allow-oom'}}
+-- hero_list: one bounded page of a queue's jobs in one state, the one listing Python's and
+-- Node's `getJobs`/`getFailed`/`get_jobs` call (BullMQ's names), so every language answers the
+-- same jobs in the same order. Each state is read from where such jobs are named, never from a
+-- scan of every key:
+--   'finished', 'error': the retention stream, newest end first (a job ended twice is named by
+--     the call once it reads both entries: the newer)
+--   'delayed': the delayed set, soonest first (retries and run-at jobs)
+--   'waiting', 'running': the entries of the work streams (registered and paused), stream after
+--     stream in name order: the jobs whose record is `dispatched` (queued, not taken) or
+--     `started`
+-- and kept when the job's record has that status and its queue is covered by ARGV[3].
+-- KEYS[1] retention stream  KEYS[2] delayed zset  KEYS[3] queue registry set
+-- ARGV[1] job key prefix  ARGV[2] state (above)  ARGV[3] queue name (`<type>[/<group>[/
+--   <instance>]]`; '' for every queue)  ARGV[4] cursor ('' from the start, else the `next` a
+--   call answered)  ARGV[5] the most jobs to answer (1-1000)
+-- Returns: {next cursor ('' when the listing is at its end), the job ids...}. A call reads at
+--   most 1,000 candidates: a page may come back short, even empty, with a cursor to go on
+--   with; the callers read on until they hold their limit or the cursor is ''.
+-- Errors: HERO_BAD_ARG for a state, limit or cursor that is not one.
+local LIST_READ = 1000
+
+local function hero_list(keys, args)
+  local prefix, state, queue, cursor, limit = args[1], args[2], args[3], args[4], tonumber(args[5])
+  if not limit or limit < 1 or limit > 1000 then
+    return redis.error_reply('HERO_BAD_ARG limit must be 1-1000')
+  end
+  local want = ({ finished = 'finished', error = 'error', delayed = 'waiting', waiting = 'dispatched',
+    running = 'started' })[state]
+  if not want then
+    return redis.error_reply('HERO_BAD_ARG state must be finished, error, delayed, waiting or running')
+  end
+  local out, read, seen = { '' }, 0, {}
+  -- whether job `id` is in the state asked and in the queue; an answer when it is
+  local function take(id)
+    if seen[id] then return false end
+    seen[id] = true
+    local r = redis.pcall('HMGET', prefix .. id, 'status', 'script_type', 'group', 'instance')
+    if type(r) == 'table' and not r.err and r[1] == want
+      and (queue == '' or covers(queue, { type = r[2], group = r[3] or false, instance = r[4] or false })) then
+      out[#out + 1] = id
+    end
+    return #out - 1 >= limit
+  end
+
+  if state == 'finished' or state == 'error' then
+    -- cursor: the entry to go on before (exclusive), or `<entry>#<k>`: that entry from its k-th id
+    local from, skip = '+', 0
+    if cursor ~= '' then
+      local e, k = string.match(cursor, '^(%d+%-%d+)#(%d+)$')
+      if e then from, skip = e, tonumber(k) else from = '(' .. cursor end
+      if not string.match(from, '%d+%-%d+$') then return redis.error_reply('HERO_BAD_ARG cursor ' .. cursor) end
+    end
+    while read < LIST_READ do
+      local entries = redis.call('XREVRANGE', keys[1], from, '-', 'COUNT', 100)
+      for _, e in ipairs(entries) do
+        local k = 0
+        for id in string.gmatch(entry_fields(e[2]) or '', '%S+') do
+          k = k + 1
+          if k > skip then
+            read = read + 1
+            if take(id) then
+              out[1] = e[1] .. '#' .. k
+              return out
+            end
+          end
+        end
+        skip = 0
+        out[1] = e[1]
+        from = '(' .. e[1]
+        if read >= LIST_READ then return out end
+      end
+      if #entries < 100 then
+        out[1] = ''
+        return out
+      end
+    end
+    return out
+  end
+
+  if state == 'delayed' then
+    -- cursor: the rank to go on from
+    local at = 0
+    if cursor ~= '' then
+      at = tonumber(cursor)
+      if not at or at < 0 then return redis.error_reply('HERO_BAD_ARG cursor ' .. cursor) end
+    end
+    while read < LIST_READ do
+      local ids = redis.call('ZRANGE', keys[2], at, at + 99)
+      if #ids == 0 then
+        out[1] = ''
+        return out
+      end
+      for _, id in ipairs(ids) do
+        at, read = at + 1, read + 1
+        if take(id) then break end
+      end
+      out[1] = tostring(at)
+      if #out - 1 >= limit then return out end
+    end
+    return out
+  end
+
+  -- waiting, running: cursor `<stream index>:<entry>` (exclusive)
+  local streams = redis.call('SUNION', keys[3], paused_key(keys[3]))
+  table.sort(streams)
+  local at, after = 1, nil
+  if cursor ~= '' then
+    local i, e = string.match(cursor, '^(%d+):(%d+%-%d+)$')
+    if not i then return redis.error_reply('HERO_BAD_ARG cursor ' .. cursor) end
+    at, after = tonumber(i), e
+  end
+  while at <= #streams and read < LIST_READ do
+    local stream = streams[at]
+    local p = stream_parts(stream)
+    if p and (queue == '' or covers(queue, p)) then
+      local from = after and ('(' .. after) or '-'
+      local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 100)
+      for _, e in ipairs(entries) do
+        read = read + 1
+        local id = entry_fields(e[2])
+        if id and id ~= '' and take(id) then
+          out[1] = at .. ':' .. e[1]
+          return out
+        end
+      end
+      if #entries == 100 then
+        after = entries[#entries][1]
+        out[1] = at .. ':' .. after
+      else
+        at, after = at + 1, nil
+        out[1] = at .. ':0-0'
+      end
+    else
+      at, after = at + 1, nil
+      out[1] = at .. ':0-0'
+    end
+  end
+  if at > #streams then out[1] = '' end
+  return out
+end
+
+redis.register_function{function_name='hero_v33_version', callback=hero_version, flags={'no-writes'}}
+redis.register_function('hero_v33_submit', hero_submit)
+redis.register_function{function_name='hero_v33_fetch', callback=hero_fetch, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_complete', callback=hero_complete, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_renew', callback=hero_renew, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_stop', callback=hero_stop, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_recover', callback=hero_recover, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_promote', callback=hero_promote, flags={'allow-oom'}}
+redis.register_function('hero_v33_bridge_in', hero_bridge_in)
+redis.register_function('hero_v33_bridge_out', hero_bridge_out)
+redis.register_function('hero_v33_bridge_watch', hero_bridge_watch)
+redis.register_function{function_name='hero_v33_expire', callback=hero_expire, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_dead', callback=hero_dead, flags={'allow-oom'}}
+redis.register_function('hero_v33_requeue', hero_requeue)
+redis.register_function('hero_v33_fix', hero_fix)
+redis.register_function('hero_v33_pause', hero_pause)
+redis.register_function('hero_v33_cron', hero_cron)
+redis.register_function('hero_v33_batch', hero_batch)
+redis.register_function('hero_v33_batch_ends', hero_batch_ends)
+redis.register_function{function_name='hero_v33_counts', callback=hero_counts, flags={'no-writes'}}
+redis.register_function{function_name='hero_v33_remove', callback=hero_remove, flags={'allow-oom'}}
+redis.register_function('hero_v33_policy', hero_policy)
+redis.register_function{function_name='hero_v33_beat', callback=hero_beat, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_duties', callback=hero_duties, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_cron_next', callback=hero_cron_next, flags={'no-writes'}}
+redis.register_function{function_name='hero_v33_clean', callback=hero_clean, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_drain', callback=hero_drain, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v33_list', callback=hero_list, flags={'no-writes'}}

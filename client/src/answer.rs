@@ -22,8 +22,23 @@ pub struct Submitted {
 pub struct JobResult {
     pub id: JobId,
     pub status: Status,
+    /// The output as text (a value's JSON).
     pub output: String,
+    /// The value the handler returned, as MessagePack bytes, when it returned one (protocol
+    /// 33): read it with [`JobResult::output_as`].
+    pub value: Option<Vec<u8>>,
     pub error: String,
+}
+
+impl JobResult {
+    /// The output as `T`: the value the handler returned, else the output text (a `String`, or
+    /// what serde reads from text). Bytes that are not a `T` are [`crate::Error::InvalidInput`]
+    /// naming the job and why.
+    pub fn output_as<T: serde::de::DeserializeOwned>(&self) -> crate::Result<T> {
+        let text = (!self.output.is_empty() || self.value.is_none()).then_some(self.output.as_str());
+        hero_protocol::job::value::decode(self.value.as_deref(), text)
+            .map_err(|why| crate::Error::InvalidInput(format!("job {}: output: {why}", self.id)))
+    }
 }
 
 /// What a stop did (SPEC §5 stop and cancel).

@@ -161,14 +161,16 @@ impl Client {
     }
 
     async fn result_from_hash(&self, id: &JobId) -> Result<Option<JobResult>> {
-        let (status, output, error): (Option<String>, Option<String>, Option<String>) = self
+        type Row = (Option<String>, Option<String>, Option<String>, Option<Vec<u8>>);
+        let (status, output, error, value): Row = self
             .redis
             .query(
                 redis::cmd("HMGET")
                     .arg(self.keys.job(id))
                     .arg("status")
                     .arg("output")
-                    .arg("error"),
+                    .arg("error")
+                    .arg("value"),
             )
             .await?;
         let Some(status) = status else {
@@ -179,6 +181,7 @@ impl Client {
                 id: id.clone(),
                 status: s,
                 output: output.unwrap_or_default(),
+                value,
                 error: error.unwrap_or_default(),
             })),
             _ => Ok(None),

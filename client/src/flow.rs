@@ -33,6 +33,7 @@ impl Client {
                         ChildResult {
                             status: c.status,
                             output: c.output,
+                            value: c.value,
                             error: c.error,
                         },
                     );

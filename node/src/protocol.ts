@@ -9,7 +9,7 @@ import { HeroError } from "./errors.js";
 import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
 
-export const VERSION = "32";
+export const VERSION = "33";
 /** This package's release (package.json says the same: a test holds them equal). */
 export const RELEASE = "1.0.0";
 

@@ -58,11 +58,17 @@ pub fn pairs(v: Value) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-/// A job hash's text fields, and its payload's bytes.
-pub(crate) type Record = (Vec<(String, String)>, Option<Vec<u8>>);
+/// A job hash's text fields, and its binary ones (`payload`, `value`, `value:<id>`: MessagePack
+/// need not be UTF-8) as bytes.
+pub(crate) type Record = (Vec<(String, String)>, Vec<(String, Vec<u8>)>);
+
+/// Whether a record field holds MessagePack bytes rather than text.
+fn is_binary(field: &str) -> bool {
+    field == "payload" || field == "value" || field.starts_with("value:")
+}
 
 /// A job hash as HGETALL answers it, for [`crate::Job::from_record`]: the field/value pairs as
-/// text, except the `payload` field, whose bytes are taken as they are (MessagePack is binary).
+/// text, except the binary fields ([`Record`]), whose bytes are taken as they are.
 pub(crate) fn record(v: Value) -> Result<Record> {
     let items = match v {
         Value::Array(items) => items,
@@ -73,19 +79,19 @@ pub(crate) fn record(v: Value) -> Result<Record> {
         return Err(Error::protocol("odd number of items in a field/value list"));
     }
     let mut out = Vec::with_capacity(items.len() / 2);
-    let mut payload = None;
+    let mut binary = Vec::new();
     let mut items = items.into_iter();
     while let (Some(k), Some(v)) = (items.next(), items.next()) {
         let k = owned_text(k)?;
-        if k == "payload" {
+        if is_binary(&k) {
             if let Value::BulkString(b) = v {
-                payload = Some(b);
+                binary.push((k, b));
                 continue;
             }
         }
         out.push((k, owned_text(v)?));
     }
-    Ok((out, payload))
+    Ok((out, binary))
 }
 
 /// [`text`] of a reply the caller owns: a bulk string becomes the String without a copy.

@@ -21,7 +21,7 @@ from .keys import GROUP, Keys
 
 log = logging.getLogger("hero")
 
-VERSION = "32"
+VERSION = "33"
 # this package's release (pyproject.toml says the same: a test holds them equal)
 RELEASE = "0.29.0"
 _HERE = os.path.dirname(os.path.abspath(__file__))

@@ -25,7 +25,7 @@ const IN_FLIGHT: usize = 4;
 /// so a successful job pays for no clock read or jitter.
 fn retry_at_ms(f: &Finished, now_ms: u64) -> u64 {
     let delay = match &f.outcome {
-        Outcome::Done(_) | Outcome::Abort(_) => return 0,
+        Outcome::Done(_) | Outcome::Value(..) | Outcome::Abort(_) => return 0,
         Outcome::RetryAfter(d, _) => *d,
         Outcome::Fail(_) => f
             .retry_in
@@ -43,7 +43,7 @@ struct BatchClock {
 /// How `outcome` ended, as `hero_complete` takes it, and its text (the output or the error).
 fn ending(outcome: &Outcome) -> Ending {
     match outcome {
-        Outcome::Done(_) => Ending::Done,
+        Outcome::Done(_) | Outcome::Value(..) => Ending::Done,
         Outcome::Fail(_) => Ending::Fail,
         Outcome::RetryAfter(..) => Ending::Retry,
         Outcome::Abort(_) => Ending::Abort,
@@ -52,7 +52,11 @@ fn ending(outcome: &Outcome) -> Ending {
 
 fn text(outcome: &Outcome) -> &str {
     match outcome {
-        Outcome::Done(t) | Outcome::Fail(t) | Outcome::RetryAfter(_, t) | Outcome::Abort(t) => t,
+        Outcome::Done(t)
+        | Outcome::Value(_, t)
+        | Outcome::Fail(t)
+        | Outcome::RetryAfter(_, t)
+        | Outcome::Abort(t) => t,
     }
 }
 
@@ -178,6 +182,9 @@ async fn record(
         if let Some(ms) = f.retention_ms {
             outcomes.expire_after(ms);
         }
+        if let Outcome::Value(bytes, _) = &f.outcome {
+            outcomes.value(bytes);
+        }
         // only a failure carries one (task.rs); held back, as progress is, while a live older
         // process would refuse the field
         if let Some(trace) = &f.trace {
@@ -245,7 +252,7 @@ async fn record(
         s.emit(WorkerEvent::Completed {
             job_id: f.job_id,
             completion,
-            failed: !matches!(f.outcome, Outcome::Done(_)),
+            failed: !matches!(f.outcome, Outcome::Done(_) | Outcome::Value(..)),
         });
         freed.push(f.permit);
     }

@@ -10,14 +10,38 @@ use tokio_util::sync::CancellationToken;
 /// How one attempt of a job ended, as the handler says it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Success, with the output to record.
+    /// Success, with the output to record (text: every reader gives it back as text).
     Done(String),
+    /// Success with a value: its MessagePack bytes (the record's `value`, which every language
+    /// reads back as the value: a map stays a map, null stays null) and its JSON text (the
+    /// record's `output`, for readers older than protocol 33 and the CLI). Make it with
+    /// [`Outcome::value`].
+    Value(Vec<u8>, String),
     /// Failure: retried with back-off while the job's `retries` budget lasts, then `error`.
     Fail(String),
     /// Try again after this delay (counts against the retry budget), with the reason.
     RetryAfter(Duration, String),
     /// Failure that no retry can fix: ends `error` at once.
     Abort(String),
+}
+
+impl Outcome {
+    /// Success returning `value`, stored as a value ([`Outcome::Value`]): a producer reads it
+    /// back typed (`JobResult::value`, Python's `.get()`, Node's `returnvalue`). A value that
+    /// MessagePack or JSON cannot carry (a map with keys that are not text, for JSON) ends the
+    /// attempt [`Outcome::Abort`], naming why: a value is never dropped silently.
+    pub fn value<T: serde::Serialize + ?Sized>(value: &T) -> Outcome {
+        let bytes = match rmp_serde::to_vec_named(value) {
+            Ok(b) => b,
+            Err(e) => return Outcome::Abort(format!("the handler's value cannot be MessagePack: {e}")),
+        };
+        match serde_json::to_string(value) {
+            Ok(text) => Outcome::Value(bytes, text),
+            Err(e) => Outcome::Abort(format!(
+                "the handler's value cannot be JSON (the text older readers get): {e}"
+            )),
+        }
+    }
 }
 
 /// Handed to the handler with each job.

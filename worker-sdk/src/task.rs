@@ -219,7 +219,7 @@ async fn run_job(s: Arc<Shared>, taken: Taken, done: mpsc::UnboundedSender<Finis
             let retry = crate::policy::shape(policy.as_ref(), attempt, retries, &outcome);
             // a success reads no trace (no lock a job on the hot path)
             let trace = match &outcome {
-                Outcome::Done(_) => None,
+                Outcome::Done(_) | Outcome::Value(..) => None,
                 _ => running.pending.take_trace(),
             };
             let finished = Finished {

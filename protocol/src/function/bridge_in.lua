@@ -52,7 +52,7 @@ local function hero_bridge_in(keys, args)
       local w = { 'status', 'dispatched', 'script_type', stype, 'reply', 'legacy', 'updated_at', now_iso }
       if tgroup ~= '' then w[#w + 1] = 'group'; w[#w + 1] = tgroup end
       if tinst ~= '' then w[#w + 1] = 'instance'; w[#w + 1] = tinst end
-      redis.call('HDEL', job_key, 'lease', 'entry', 'output', 'error', 'finished_at', 'started_at')
+      redis.call('HDEL', job_key, 'lease', 'entry', 'output', 'value', 'error', 'finished_at', 'started_at')
       redis.call('HSET', job_key, unpack(w))
       log_event(log, 'bridged_in', job_id, stream, nil, nil, list)
       moved = moved + 1

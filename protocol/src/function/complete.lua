@@ -20,7 +20,9 @@
 --   ARGV[13+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
 -- then, optionally, pairs ARGV[7+7n+2k] job index i (from 0)  ARGV[8+7n+2k] the trace of that
 --   job's failed attempt (store_trace in finish.lua): only failures that have one, so a batch of
---   successes passes none and pays nothing (since protocol 30)
+--   successes passes none and pays nothing (since protocol 30); or, the index written `v<i>`,
+--   the MessagePack value job i's handler returned, stored as the record's `value` beside the
+--   `output` text when it ends finished: only values that are not plain text (since protocol 33)
 --   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
 --   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
 --   'abort' (error text, never retried), 'again' (retried at retry-at whatever the record's
@@ -76,13 +78,20 @@ local function hero_complete(keys, args)
   local n = (#keys - 6) / 3
   local extra = #args - 6 - 7 * n
   if n ~= math.floor(n) or extra < 0 or extra % 2 ~= 0 then
-    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job, then (index, trace) pairs')
+    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job, then (index, trace) or (v<index>, value) pairs')
   end
   -- the failed attempts' traces, by job index: parsed only when the batch has one
-  local traces = nil
+  local traces, values = nil, nil
   if extra > 0 then
-    traces = {}
-    for k = 7 + 7 * n, #args, 2 do traces[tonumber(args[k])] = args[k + 1] end
+    traces, values = {}, {}
+    for k = 7 + 7 * n, #args, 2 do
+      local at = args[k]
+      if string.byte(at, 1) == 118 then -- 'v'
+        values[tonumber(string.sub(at, 2))] = args[k + 1]
+      else
+        traces[tonumber(at)] = args[k + 1]
+      end
+    end
   end
   -- check every outcome before the first write, and group the batch by stream, each job
   -- keeping its place in the answers
@@ -195,7 +204,12 @@ local function hero_complete(keys, args)
         elseif not answer and outcome == 'done' and args[12 + a] == '' then
           -- a success no one waits on, the common case, is written here: through finish it costs
           -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
-          local w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
+          local value, w = values and values[i], nil
+          if value then
+            w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'value', value, 'finished_at', now_iso)
+          else
+            w = redis.pcall('HSET', job_key, 'status', 'finished', 'output', text, 'finished_at', now_iso)
+          end
           if type(w) == 'table' and w.err then
             answer = 'lease_lost'
           else
@@ -217,6 +231,7 @@ local function hero_complete(keys, args)
               ek[e], ei[e], eo[e] = job_key, args[11 + a], status == 'finished'
             end
             if status == 'finished' then
+              if values and values[i] then redis.call('HSET', job_key, 'value', values[i]) end
               finished[#finished + 1] = args[11 + a]
             else
               failed = failed + 1

@@ -92,6 +92,9 @@ pub struct CompleteBatch<'a> {
     retention: String,
     /// Per failed attempt that has one, its job index and its trace (the trailing pairs).
     traces: Vec<(usize, String)>,
+    /// Per success that returned a value, its job index and the value's MessagePack bytes
+    /// (trailing pairs too, the index written `v<i>`: since protocol 33).
+    values: Vec<(usize, Vec<u8>)>,
 }
 
 /// The most of a trace a call sends (the function keeps as much, `TRACE_MAX` in finish.lua): a
@@ -125,6 +128,7 @@ impl<'a> CompleteBatch<'a> {
             ids: String::new(),
             retention: String::new(),
             traces: Vec::new(),
+            values: Vec::new(),
         }
     }
 
@@ -183,6 +187,14 @@ impl<'a> CompleteBatch<'a> {
         }
     }
 
+    /// The job pushed last returned `value` (MessagePack bytes): stored as its record's
+    /// `value` beside its output text when it ends finished; a failure's is ignored.
+    pub fn value(&mut self, value: &[u8]) {
+        if let Some(last) = self.len().checked_sub(1) {
+            self.values.push((last, value.to_vec()));
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.job_keys.len() / JOB_KEYS.len()
     }
@@ -216,6 +228,9 @@ impl<'a> CompleteBatch<'a> {
         // fixed and repeating positions cannot name (the header defines them in words)
         for (i, t) in &self.traces {
             c.arg("", i.to_string()).arg("", t);
+        }
+        for (i, v) in &self.values {
+            c.arg("", format!("v{i}")).arg("", v.as_slice());
         }
         c
     }

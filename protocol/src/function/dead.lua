@@ -58,7 +58,7 @@ local function hero_dead(keys, args)
       else
         redis.call('XDEL', dead, entry_id)
         revive_member(cfg, job_key, job_id, 'error')
-        redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'error',
+        redis.call('HDEL', job_key, 'attempts', 'lease', 'worker_id', 'entry', 'output', 'value', 'error',
           'started_at', 'finished_at', 'run_at', 'bridge', 'bridge_stop', 'bridge_taken', 'dead')
         redis.call('PERSIST', job_key)
         append(stream, group, registry, job_id)

@@ -383,7 +383,7 @@ pub enum Fetched {
 /// Reads the record of a job leased with entry `entry` (the reply of `HGETALL <key>`): run only
 /// while its status is `started` and its lease this entry.
 pub fn read_fetched(key: &str, record: Value, entry: &str) -> Result<Fetched> {
-    let (fields, payload) = crate::reply::record(record)?;
+    let (fields, binary) = crate::reply::record(record)?;
     let field = |name: &str| {
         fields
             .iter()
@@ -394,7 +394,7 @@ pub fn read_fetched(key: &str, record: Value, entry: &str) -> Result<Fetched> {
         return Ok(Fetched::Stale);
     }
     let reply = field("reply").unwrap_or_default().to_string();
-    let job = crate::job::Job::from_record(key, (fields, payload));
+    let job = crate::job::Job::from_record(key, (fields, binary));
     Ok(Fetched::Leased { job, reply })
 }
 

@@ -25,6 +25,7 @@ mod duties;
 mod expire;
 mod fetch;
 mod fix;
+mod list;
 mod pause;
 mod policy;
 mod promote;
@@ -57,6 +58,7 @@ pub use fetch::{
     Records, RegistryCursor, RegistryView,
 };
 pub use fix::{fix, Repair};
+pub use list::{list, Listed, LIST_STATES};
 pub use pause::{pause, pause_key};
 pub use policy::set_policy;
 pub use promote::{fail_unqueueable, promote};
@@ -75,7 +77,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "32"
+        "33"
     };
 }
 
@@ -162,10 +164,11 @@ pub enum Function {
     CronNext,
     Clean,
     Drain,
+    List,
 }
 
 impl Function {
-    pub const ALL: [Function; 27] = [
+    pub const ALL: [Function; 28] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -193,6 +196,7 @@ impl Function {
         Function::CronNext,
         Function::Clean,
         Function::Drain,
+        Function::List,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
@@ -200,7 +204,7 @@ impl Function {
     pub fn read_only(self) -> bool {
         matches!(
             self,
-            Function::Version | Function::Counts | Function::CronNext
+            Function::Version | Function::Counts | Function::CronNext | Function::List
         )
     }
 
@@ -259,6 +263,7 @@ impl Function {
             Function::CronNext => "cron_next",
             Function::Clean => "clean",
             Function::Drain => "drain",
+            Function::List => "list",
         }
     }
 
@@ -292,6 +297,7 @@ impl Function {
             Function::CronNext => versioned!("cron_next"),
             Function::Clean => versioned!("clean"),
             Function::Drain => versioned!("drain"),
+            Function::List => versioned!("list"),
         }
     }
 
@@ -324,6 +330,7 @@ impl Function {
             Function::CronNext => include_str!("cron_next.lua"),
             Function::Clean => include_str!("clean.lua"),
             Function::Drain => include_str!("drain.lua"),
+            Function::List => include_str!("list.lua"),
         }
     }
 

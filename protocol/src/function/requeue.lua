@@ -81,7 +81,7 @@ local function hero_requeue(keys, args)
   else
     -- an ended member of a batch that is not done is pending in it again
     revive_member(cfg, job_key, job_id, status)
-    redis.call('HDEL', job_key, 'attempts', 'output', 'error', 'started_at', 'finished_at', 'dead')
+    redis.call('HDEL', job_key, 'attempts', 'output', 'value', 'error', 'started_at', 'finished_at', 'dead')
     -- the TTL its end gave it (its own retention or its queue's) is for an ended job
     redis.call('PERSIST', job_key)
     from = status

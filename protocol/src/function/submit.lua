@@ -111,17 +111,17 @@ end
 
 -- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
 -- have not finished yet, the first that ended error (nil when none did), and the results of
--- those that ended ({id, status, text}), which keep_result writes into the new job's record.
+-- those that ended ({id, status, text, value}), which keep_result writes into the new job's record.
 local function prerequisites_state(prefix, list)
   local left, failed, ended = 0, nil, {}
   for _, p in ipairs(list) do
-    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error')
+    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error', 'value')
     local s = not r.err and r[1]
     if s == 'error' then
       failed = failed or p
       ended[#ended + 1] = { p, s, r[3] or '' }
     elseif s == 'finished' then
-      ended[#ended + 1] = { p, s, r[2] or '' }
+      ended[#ended + 1] = { p, s, r[2] or '', r[4] }
     else
       left = left + 1
     end
@@ -356,7 +356,7 @@ local function hero_submit(keys, args)
     -- the prerequisites that ended before it, their results in its record (a later end writes
     -- its own there: release_dependents)
     if results then
-      for _, r in ipairs(results) do keep_result(job_key, r[1], r[2], r[3]) end
+      for _, r in ipairs(results) do keep_result(job_key, r[1], r[2], r[3], r[4]) end
     end
   end
   if kept then redis.call('HSETNX', keys[4], KEPT_FIELD, '1') end

@@ -108,21 +108,31 @@ impl Job {
     /// `Error::InvalidJob`.
     pub fn from_reply(key: &str, reply: redis::Value) -> crate::error::Result<Option<Job>> {
         let record = crate::reply::record(reply)?;
-        if record.0.is_empty() && record.1.is_none() {
+        if record.0.is_empty() && record.1.is_empty() {
             return Ok(None);
         }
         Ok(Some(Job::from_record(key, record)?))
     }
 
     /// Decodes a job hash as [`crate::reply::record`] read it: the text fields, and the
-    /// `payload` field's bytes as they are (MessagePack need not be UTF-8).
+    /// binary fields' bytes as they are (MessagePack need not be UTF-8): the payload, the
+    /// value the handler returned, and the values prerequisites returned (`value:<id>`).
     pub(crate) fn from_record(
         key: &str,
-        (fields, payload): crate::reply::Record,
+        (fields, binary): crate::reply::Record,
     ) -> Result<Job, DecodeError> {
         let mut job = Job::from_fields(key, fields)?;
-        if payload.is_some() {
-            job.payload = payload;
+        for (k, bytes) in binary {
+            match k.as_str() {
+                "payload" => job.payload = Some(bytes),
+                "value" => job.value = Some(bytes),
+                _ => {
+                    let id = k.strip_prefix("value:").unwrap_or_default();
+                    if let Some(r) = job.results.get_mut(id) {
+                        r.value = Some(bytes);
+                    }
+                }
+            }
         }
         Ok(job)
     }
@@ -323,6 +333,7 @@ impl Job {
             dependents,
             tags,
             output,
+            value: None,
             error,
             trace,
             attempts,

@@ -9,6 +9,7 @@ use crate::clock;
 
 mod codec;
 mod fields;
+pub mod value;
 #[cfg(test)]
 mod fuzz;
 use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
@@ -143,7 +144,11 @@ pub struct Job {
     pub prerequisites: Vec<String>,
     pub dependents: Vec<String>,
     pub tags: Vec<String>,
+    /// Its output as text: a plain-text result as returned, a value's JSON (protocol 33).
     pub output: Option<String>,
+    /// The value its handler returned, as MessagePack bytes (the record's `value`, since
+    /// protocol 33), when it returned one rather than text: read it with [`Job::output_as`].
+    pub value: Option<Vec<u8>>,
     pub error: Option<String>,
     /// The last failed attempt's trace, as its worker gave it (a Rust error chain, a Python
     /// traceback, a Node stack; at most 16 KiB): written by `hero_complete` with each failure it
@@ -194,6 +199,9 @@ pub struct Job {
 pub struct ChildResult {
     pub status: Status,
     pub output: Option<String>,
+    /// The value it returned (MessagePack; `value:<id>` in the parent's record), when it
+    /// returned one: read it with [`ChildResult::output_as`].
+    pub value: Option<Vec<u8>>,
     pub error: Option<String>,
 }
 
@@ -205,11 +213,13 @@ impl ChildResult {
             "finished" => Some(ChildResult {
                 status: Status::Finished,
                 output: Some(text.to_string()),
+                value: None,
                 error: None,
             }),
             "error" => Some(ChildResult {
                 status: Status::Error,
                 output: None,
+                value: None,
                 error: Some(text.to_string()),
             }),
             _ => None,
@@ -217,7 +227,13 @@ impl ChildResult {
     }
 
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({"status": self.status.as_str(), "output": self.output, "error": self.error})
+        let value = self.value.as_deref().and_then(value::to_json);
+        serde_json::json!({"status": self.status.as_str(), "output": self.output, "value": value, "error": self.error})
+    }
+
+    /// Its output as `T`: the value it returned, else its output text (see [`value::decode`]).
+    pub fn output_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
+        value::decode(self.value.as_deref(), self.output.as_deref())
     }
 }
 
@@ -312,6 +328,7 @@ impl Job {
             "backoff": job.backoff,
             "keep_ms": job.keep.map(|d| d.as_millis() as u64),
             "keep_failed_ms": job.keep_failed.map(|d| d.as_millis() as u64),
+            "value": job.value.as_deref().and_then(value::to_json),
             "results": job.results.iter().map(|(k, v)| (k.clone(), v.to_json())).collect::<serde_json::Map<_, _>>(),
             "unknown_fields": job.unknown_fields,
         })
@@ -352,6 +369,7 @@ impl Job {
             dependents: Vec::new(),
             tags: Vec::new(),
             output: None,
+            value: None,
             error: None,
             trace: None,
             attempts: 0,
@@ -382,6 +400,16 @@ impl Job {
                 bytes.len(),
                 std::any::type_name::<T>()
             ),
+        })
+    }
+
+    /// Its output as `T` (protocol 33): the value its handler returned (MessagePack), else its
+    /// output text (a `String`, or what serde reads from text), else nothing (an `Option` is
+    /// `None`). Bytes that are not a `T` are a [`PayloadError`] saying which and why.
+    pub fn output_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        value::decode(self.value.as_deref(), self.output.as_deref()).map_err(|reason| PayloadError {
+            job: self.id.to_string(),
+            reason: format!("output: {reason}"),
         })
     }
 

@@ -32,9 +32,14 @@ end
 -- A prerequisite's result in its dependent's record, `result:<id>` = `<status>:<output or
 -- error>` (finished or error), so a parent reads its children's results from its own record
 -- (docs/protocol.md §3): however short the children's retention, the parent holds what they
--- gave it for as long as it is kept itself.
-local function keep_result(dependent_key, id, status, text)
-  redis.pcall('HSET', dependent_key, 'result:' .. id, status .. ':' .. text)
+-- gave it for as long as it is kept itself. A prerequisite that returned a value (its record's
+-- `value`, MessagePack) leaves it as `value:<id>` too (since protocol 33).
+local function keep_result(dependent_key, id, status, text, value)
+  if value then
+    redis.pcall('HSET', dependent_key, 'result:' .. id, status .. ':' .. text, 'value:' .. id, value)
+  else
+    redis.pcall('HSET', dependent_key, 'result:' .. id, status .. ':' .. text)
+  end
 end
 
 local function waiting_dependents(cfg)
@@ -60,16 +65,18 @@ local function release_dependents(ctx, ended)
       redis.call('SREM', waiting_on_key(ctx.cfg.key), jid)
       local prefix = string.sub(jk, 1, #jk - #jid)
       local reply_prefix = reply_prefix_of(ns_of(jk, jid))
-      local status, text = 'error', nil
+      local status, text, value = 'error', nil, nil
       if ok then status = 'finished' end
-      local r = redis.pcall('HGET', jk, ok and 'output' or 'error')
-      if type(r) == 'string' then text = r else text = '' end
+      local r = redis.pcall('HMGET', jk, ok and 'output' or 'error', 'value')
+      if r.err then r = {} end
+      text = r[1] or ''
+      if ok then value = r[2] end
       for m = 1, #deps, 2 do
         local d, stream = deps[m], deps[m + 1]
         local dkey = prefix .. d
         local f = redis.pcall('HMGET', dkey, 'status', 'reply')
         if not f.err and f[1] == 'waiting' then
-          keep_result(dkey, jid, status, text)
+          keep_result(dkey, jid, status, text, value)
           if ok then
             if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
               -- queued as a submit would queue it: also handed to the legacy list of a

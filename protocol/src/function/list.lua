@@ -1,0 +1,140 @@
+-- hero_list: one bounded page of a queue's jobs in one state, the one listing Python's and
+-- Node's `getJobs`/`getFailed`/`get_jobs` call (BullMQ's names), so every language answers the
+-- same jobs in the same order. Each state is read from where such jobs are named, never from a
+-- scan of every key:
+--   'finished', 'error': the retention stream, newest end first (a job ended twice is named by
+--     the call once it reads both entries: the newer)
+--   'delayed': the delayed set, soonest first (retries and run-at jobs)
+--   'waiting', 'running': the entries of the work streams (registered and paused), stream after
+--     stream in name order: the jobs whose record is `dispatched` (queued, not taken) or
+--     `started`
+-- and kept when the job's record has that status and its queue is covered by ARGV[3].
+-- KEYS[1] retention stream  KEYS[2] delayed zset  KEYS[3] queue registry set
+-- ARGV[1] job key prefix  ARGV[2] state (above)  ARGV[3] queue name (`<type>[/<group>[/
+--   <instance>]]`; '' for every queue)  ARGV[4] cursor ('' from the start, else the `next` a
+--   call answered)  ARGV[5] the most jobs to answer (1-1000)
+-- Returns: {next cursor ('' when the listing is at its end), the job ids...}. A call reads at
+--   most 1,000 candidates: a page may come back short, even empty, with a cursor to go on
+--   with; the callers read on until they hold their limit or the cursor is ''.
+-- Errors: HERO_BAD_ARG for a state, limit or cursor that is not one.
+local LIST_READ = 1000
+
+local function hero_list(keys, args)
+  local prefix, state, queue, cursor, limit = args[1], args[2], args[3], args[4], tonumber(args[5])
+  if not limit or limit < 1 or limit > 1000 then
+    return redis.error_reply('HERO_BAD_ARG limit must be 1-1000')
+  end
+  local want = ({ finished = 'finished', error = 'error', delayed = 'waiting', waiting = 'dispatched',
+    running = 'started' })[state]
+  if not want then
+    return redis.error_reply('HERO_BAD_ARG state must be finished, error, delayed, waiting or running')
+  end
+  local out, read, seen = { '' }, 0, {}
+  -- whether job `id` is in the state asked and in the queue; an answer when it is
+  local function take(id)
+    if seen[id] then return false end
+    seen[id] = true
+    local r = redis.pcall('HMGET', prefix .. id, 'status', 'script_type', 'group', 'instance')
+    if type(r) == 'table' and not r.err and r[1] == want
+      and (queue == '' or covers(queue, { type = r[2], group = r[3] or false, instance = r[4] or false })) then
+      out[#out + 1] = id
+    end
+    return #out - 1 >= limit
+  end
+
+  if state == 'finished' or state == 'error' then
+    -- cursor: the entry to go on before (exclusive), or `<entry>#<k>`: that entry from its k-th id
+    local from, skip = '+', 0
+    if cursor ~= '' then
+      local e, k = string.match(cursor, '^(%d+%-%d+)#(%d+)$')
+      if e then from, skip = e, tonumber(k) else from = '(' .. cursor end
+      if not string.match(from, '%d+%-%d+$') then return redis.error_reply('HERO_BAD_ARG cursor ' .. cursor) end
+    end
+    while read < LIST_READ do
+      local entries = redis.call('XREVRANGE', keys[1], from, '-', 'COUNT', 100)
+      for _, e in ipairs(entries) do
+        local k = 0
+        for id in string.gmatch(entry_fields(e[2]) or '', '%S+') do
+          k = k + 1
+          if k > skip then
+            read = read + 1
+            if take(id) then
+              out[1] = e[1] .. '#' .. k
+              return out
+            end
+          end
+        end
+        skip = 0
+        out[1] = e[1]
+        from = '(' .. e[1]
+        if read >= LIST_READ then return out end
+      end
+      if #entries < 100 then
+        out[1] = ''
+        return out
+      end
+    end
+    return out
+  end
+
+  if state == 'delayed' then
+    -- cursor: the rank to go on from
+    local at = 0
+    if cursor ~= '' then
+      at = tonumber(cursor)
+      if not at or at < 0 then return redis.error_reply('HERO_BAD_ARG cursor ' .. cursor) end
+    end
+    while read < LIST_READ do
+      local ids = redis.call('ZRANGE', keys[2], at, at + 99)
+      if #ids == 0 then
+        out[1] = ''
+        return out
+      end
+      for _, id in ipairs(ids) do
+        at, read = at + 1, read + 1
+        if take(id) then break end
+      end
+      out[1] = tostring(at)
+      if #out - 1 >= limit then return out end
+    end
+    return out
+  end
+
+  -- waiting, running: cursor `<stream index>:<entry>` (exclusive)
+  local streams = redis.call('SUNION', keys[3], paused_key(keys[3]))
+  table.sort(streams)
+  local at, after = 1, nil
+  if cursor ~= '' then
+    local i, e = string.match(cursor, '^(%d+):(%d+%-%d+)$')
+    if not i then return redis.error_reply('HERO_BAD_ARG cursor ' .. cursor) end
+    at, after = tonumber(i), e
+  end
+  while at <= #streams and read < LIST_READ do
+    local stream = streams[at]
+    local p = stream_parts(stream)
+    if p and (queue == '' or covers(queue, p)) then
+      local from = after and ('(' .. after) or '-'
+      local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 100)
+      for _, e in ipairs(entries) do
+        read = read + 1
+        local id = entry_fields(e[2])
+        if id and id ~= '' and take(id) then
+          out[1] = at .. ':' .. e[1]
+          return out
+        end
+      end
+      if #entries == 100 then
+        after = entries[#entries][1]
+        out[1] = at .. ':' .. after
+      else
+        at, after = at + 1, nil
+        out[1] = at .. ':0-0'
+      end
+    else
+      at, after = at + 1, nil
+      out[1] = at .. ':0-0'
+    end
+  end
+  if at > #streams then out[1] = '' end
+  return out
+end
