@@ -87,6 +87,47 @@ impl Admin {
         Ok(out)
     }
 
+    /// The ids of up to `limit` jobs of `queue` (`None`: every queue) in `state` (one of
+    /// [`function::LIST_STATES`]: `finished` and `error` newest end first, `delayed` soonest
+    /// first, `waiting`, `running`), shard after shard: `hero_list`, the listing Python's
+    /// `get_jobs` and Node's `getJobs` call, so each language answers the same jobs. Each call
+    /// reads at most 1,000 candidates; this reads on until it holds `limit` or the listing ends.
+    pub async fn jobs_in(
+        &self,
+        queue: Option<&str>,
+        state: &str,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        if !function::LIST_STATES.contains(&state) {
+            return Err(Error::InvalidInput(format!(
+                "no job state {state:?}: give one of {}",
+                function::LIST_STATES.join(", ")
+            )));
+        }
+        let name = queue.map(queue_name).transpose()?.unwrap_or_default();
+        let mut out = Vec::new();
+        for shard in self.all_shards() {
+            let mut cursor = String::new();
+            while out.len() < limit {
+                let call = function::list(
+                    shard.keys(),
+                    state,
+                    &name,
+                    &cursor,
+                    (limit - out.len()).min(1000),
+                );
+                let page =
+                    function::Listed::parse(&shard.redis().query::<redis::Value>(&call).await?)?;
+                out.extend(page.ids);
+                match page.next {
+                    Some(n) => cursor = n,
+                    None => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Deletes every waiting job of `queue` (and its delayed ones when `delayed`), leaving the
     /// running ones (BullMQ's `queue.drain(delayed)`); answers how many it deleted.
     pub async fn drain(&self, queue: &str, delayed: bool) -> Result<u64> {

@@ -177,16 +177,15 @@ impl Member {
 
 /// The protocol a presence's `version` names, for processes that wrote no `protocol`: the
 /// Rust crates' releases (0.1 spoke 27, 0.2 and 0.3 spoke 28), hero-py's and the Node
-/// package's (`0.<protocol>.x`).
+/// package's (`0.<protocol>.x`). From 1.1 every package shares one release number, which says
+/// nothing of the protocol: every such process writes its protocol with its presence.
 pub fn protocol_of_version(version: &str) -> Option<u32> {
     let v = version.trim();
     let minor = |s: &str| s.split('.').nth(1).and_then(|m| m.parse::<u32>().ok());
-    if let Some(rest) = v.strip_prefix("hero-py ") {
-        return minor(rest);
-    }
-    if let Some(rest) = v.strip_prefix("hero-broker (npm) ") {
-        // the Node package's 0.N spoke N; from 1.0 its release says nothing of its protocol
-        // (every such process writes its protocol with its presence)
+    let package = v
+        .strip_prefix("hero-py ")
+        .or_else(|| v.strip_prefix("hero-broker (npm) "));
+    if let Some(rest) = package {
         return rest.starts_with("0.").then(|| minor(rest)).flatten();
     }
     match v {
@@ -503,6 +502,7 @@ mod tests {
         assert_eq!(protocol_of_version("hero-py 0.26.0"), Some(26));
         assert_eq!(protocol_of_version("hero-broker (npm) 0.28.0"), Some(28));
         assert_eq!(protocol_of_version("hero-broker (npm) 1.0.0"), None);
+        assert_eq!(protocol_of_version("hero-py 1.1.0"), None);
         assert_eq!(protocol_of_version("my own client"), None);
         assert!(shards_of_version("0.3.0") && !shards_of_version("0.2.0"));
         assert!(shards_of_version("hero-py 0.28.0") && !shards_of_version("hero-py 0.27.1"));
