@@ -15,7 +15,10 @@ pub(super) async fn run(g: &Global, args: &RunArgs) -> Result<i32> {
     if g.json {
         println!(
             "{}",
-            serde_json::json!({"id": r.id.as_str(), "status": r.status.as_str(), "output": r.output, "error": r.error})
+            serde_json::json!({"id": r.id.as_str(), "status": r.status.as_str(), "output": r.output,
+                // the value the handler returned (protocol 33), as JSON; null for text
+                "value": r.value.as_deref().and_then(hero_protocol::job::value::to_json),
+                "error": r.error})
         );
     } else if r.status == Status::Finished {
         println!("{}", r.output);
