@@ -204,7 +204,7 @@ class Client:
                 ev.clear()
                 job = await self.get(job_id)
                 if job.ended:
-                    return Result(job_id, job.status, job.output or "", job.error or "")
+                    return Result(job_id, job.status, job.output, job.error or "", job.output_text or "")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"job {job_id} did not end within {wait} s (it is {job.status})")

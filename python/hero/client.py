@@ -437,7 +437,7 @@ class Client:
                 woke.clear()
                 job = self.get(job_id)
                 if job.ended:
-                    return Result(job_id, job.status, job.output or "", job.error or "")
+                    return Result(job_id, job.status, job.output, job.error or "", job.output_text or "")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"job {job_id} did not end within {wait} s (it is {job.status})")
@@ -478,7 +478,7 @@ class Client:
                     c = self.get(child)
                 except JobNotFound:
                     continue
-                out[child] = ChildResult(c.status, c.output, c.error)
+                out[child] = ChildResult(c.status, c.output, c.error, c.output_text)
         return out
 
     def status(self, job_id: str) -> str:

@@ -16,27 +16,52 @@ KNOWN_FIELDS = frozenset((
     "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
     "unique_ttl", "limit_key", "output", "error", "trace", "lease", "entry", "payload", "deps_left",
     "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken", "dead", "backoff", "keep",
-    "keep_failed"
+    "keep_failed", "value"
 ))
-# a prerequisite's result in its dependent's record: `result:<id>` = `<status>:<text>`
+# a prerequisite's result in its dependent's record: `result:<id>` = `<status>:<text>`, and
+# (protocol 33) `value:<id>` = its value's MessagePack bytes when it returned one
 RESULT_PREFIX = "result:"
+VALUE_PREFIX = "value:"
+# the record's binary fields: read as bytes, never decoded as text
+BINARY_FIELDS = frozenset(("payload", "value"))
+
+
+def _binary(name: str) -> bool:
+    return name in BINARY_FIELDS or name.startswith(VALUE_PREFIX)
 
 
 @dataclass(frozen=True)
 class ChildResult:
-    """A prerequisite's end as its dependent keeps it: status 'finished' (with `output`) or
-    'error' (with `error`); read from a producer, a child not yet ended has its status only."""
+    """A prerequisite's end as its dependent keeps it: status 'finished' (with `output`, the
+    value it returned by the reading rule: its `value:<id>` bytes unpacked when it has them,
+    else its text; the text itself is `output_text`) or 'error' (with `error`); read from a
+    producer, a child not yet ended has its status only."""
 
     status: str
-    output: str | None = None
+    output: Any = None
     error: str | None = None
+    output_text: str | None = None
 
     @classmethod
-    def parse(cls, value: str) -> "ChildResult | None":
-        status, sep, text = value.partition(":")
+    def parse(cls, text: str, value: bytes | None = None) -> "ChildResult | None":
+        status, sep, rest = text.partition(":")
         if not sep or status not in ("finished", "error"):
             return None
-        return cls(status, text, None) if status == "finished" else cls(status, None, text)
+        if status == "finished":
+            return cls(status, _read(rest, value), None, rest)
+        return cls(status, None, rest)
+
+
+def _read(text: str | None, value: bytes | None) -> Any:
+    """The reading rule, with a `value` that does not decode read as the text (said once)."""
+    from .payload import value_of
+    try:
+        return value_of(text, value)
+    except Exception as e:  # bytes that are not MessagePack: a foreign writer's; its text stands
+        import logging
+        logging.getLogger("hero").warning("a record's value (%d bytes) is not MessagePack (%s): its output "
+                                          "text is read instead", len(value or b""), e)
+        return text
 
 
 @dataclass(frozen=True)
@@ -62,7 +87,10 @@ class Job:
     env_vars: dict[str, str] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     prerequisites: list[str] = field(default_factory=list)
-    output: str | None = None
+    # the value the handler returned, by the reading rule: the record's `value` unpacked when it
+    # has one (protocol 33: a dict, a list, None, a datetime, bytes, a number), else its `output`
+    # text as a str (a handler that returned text, an older or foreign worker); None without one
+    output: Any = None
     error: str | None = None
     # the last failed attempt's traceback (a Python traceback, a Node stack, a Rust error chain),
     # as its worker recorded it: kept when a retry then succeeds
@@ -84,13 +112,18 @@ class Job:
     keep_failed: int | None = None
     results: dict[str, ChildResult] = field(default_factory=dict)
     raw: dict[str, str] = field(default_factory=dict, repr=False)
+    # the record's `output` text as written (a value's JSON, for readers older than 33)
+    output_text: str | None = None
+    # the record's `value` bytes (MessagePack), None when the handler returned text
+    value: bytes | None = field(default=None, repr=False)
 
     @property
     def unknown_fields(self) -> dict[str, str]:
         """Fields this version does not know, as read: a newer version wrote them. They are
         not bad input (a job carrying them runs), and nothing here removes them."""
         return {k: v for k, v in self.raw.items() if k not in KNOWN_FIELDS
-                and not (k.startswith(RESULT_PREFIX) and k[len(RESULT_PREFIX):] in self.results)}
+                and not (k.startswith(RESULT_PREFIX) and k[len(RESULT_PREFIX):] in self.results)
+                and not (k.startswith(VALUE_PREFIX) and k[len(VALUE_PREFIX):] in self.results)}
 
     @property
     def data(self) -> Any:
@@ -109,15 +142,17 @@ class Job:
 
     @classmethod
     def from_record(cls, job_id: str, rec: dict[Any, Any]) -> "Job":
-        """A record as HGETALL gives it (bytes or text); the payload stays bytes."""
+        """A record as HGETALL gives it (bytes or text); the binary fields (`payload`, `value`,
+        `value:<id>`) stay bytes."""
         text: dict[str, str] = {}
-        payload = None
+        binary: dict[str, bytes] = {}
         for k, v in rec.items():
-            k = k.decode() if isinstance(k, bytes) else k
-            if k == "payload":
-                payload = v if isinstance(v, bytes) else str(v).encode()
+            k = k.decode("utf-8", "replace") if isinstance(k, bytes) else k
+            if _binary(k):
+                binary[k] = v if isinstance(v, bytes) else str(v).encode()
                 continue
             text[k] = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+        payload = binary.get("payload")
 
         def num(name: str, default: int | None) -> int | None:
             v = text.get(name, "")
@@ -146,7 +181,7 @@ class Job:
         results = {}
         for k, v in text.items():
             if k.startswith(RESULT_PREFIX):
-                r = ChildResult.parse(v)
+                r = ChildResult.parse(v, binary.get(VALUE_PREFIX + k[len(RESULT_PREFIX):]))
                 if r is not None:
                     results[k[len(RESULT_PREFIX):]] = r
         try:
@@ -170,7 +205,7 @@ class Job:
             env_vars=env if isinstance(env, dict) else {},
             tags=lst("tags"),
             prerequisites=lst("prerequisites") or lst("dependencies"),
-            output=text.get("output"),
+            output=_read(text.get("output"), binary.get("value")),
             error=text.get("error"),
             trace=text.get("trace") or None,
             worker_id=text.get("worker_id", ""),
@@ -190,6 +225,8 @@ class Job:
             keep_failed=num("keep_failed", None),
             results=results,
             raw=text,
+            output_text=text.get("output"),
+            value=binary.get("value"),
         )
 
 
@@ -203,12 +240,14 @@ class Submitted:
 
 @dataclass(frozen=True)
 class Result:
-    """How a job ended: `status` is 'finished' or 'error'."""
+    """How a job ended: `status` is 'finished' or 'error'; `output` the value it returned by
+    the reading rule (`Job.output`), `output_text` the record's text."""
 
     id: str
     status: str
-    output: str = ""
+    output: Any = None
     error: str = ""
+    output_text: str = ""
 
     @property
     def ok(self) -> bool:

@@ -6,6 +6,9 @@ as `bin`, a `dict` as a map (any keys), an `int` as a 64-bit integer; so a Node 
 come back to Node as what they were."""
 from __future__ import annotations
 
+import base64
+import json
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -37,3 +40,77 @@ def unpack(raw: bytes | None) -> Any:
     if raw is None:
         return None
     return msgpack.unpackb(raw, raw=False, timestamp=3, strict_map_key=False)
+
+
+# -- a handler's return value (protocol 33) ---------------------------------------------------
+# A value that is not plain text travels as the payload does: its MessagePack bytes are the
+# record's `value`, and its JSON text the record's `output`, for readers older than 33 (and the
+# CLI): a datetime as ISO 8601 text, bytes as base64 text, None as null. A `str` is the `output`
+# alone, as before. THE READING RULE, for every reader: `unpack(value)` when the record has
+# `value`, else the `output` text as a str (None without one): `value_of`.
+
+
+def _returned(o: Any) -> Any:
+    if isinstance(o, datetime) and o.tzinfo is None:
+        return o.replace(tzinfo=timezone.utc)
+    if isinstance(o, (set, frozenset)):
+        raise InvalidInput(f"the handler returned a value holding a {o.__class__.__name__}, which MessagePack "
+                           "cannot carry: return a list")
+    raise InvalidInput(f"the handler returned a value holding a {o.__class__.__name__} ({o!r:.60}), which "
+                       "MessagePack cannot carry: return dict, list, str, bytes, int, float, bool, None or datetime")
+
+
+def _iso(d: datetime) -> str:
+    d = (d if d.tzinfo is not None else d.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
+
+
+def _jsonable(v: Any) -> Any:
+    """`v` as JSON types: a datetime as ISO 8601 text, bytes as base64 text, a float that JSON
+    lacks (NaN, infinities) as null, a map key that is not text as its JSON."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, datetime):
+        return _iso(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            key = _jsonable(k)
+            out[key if isinstance(key, str) else json.dumps(key, separators=(",", ":"))] = _jsonable(x)
+        return out
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, msgpack.ExtType):
+        return {"ext": v.code, "base64": base64.b64encode(v.data).decode("ascii")}
+    return str(v)
+
+
+def output_of(value: Any) -> tuple[str, bytes | None]:
+    """What a handler's return value records: (the `output` text, the `value` bytes or None).
+    A `str` is the text alone; any other value its JSON text and its MessagePack bytes. A value
+    MessagePack cannot carry (a set, an object) is InvalidInput naming its type: never dropped,
+    never a silent `str()`."""
+    if isinstance(value, str):
+        return str(value), None
+    try:
+        raw = msgpack.packb(value, use_bin_type=True, datetime=True, default=_returned)
+    except InvalidInput:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidInput(f"the handler returned a {value.__class__.__name__} that MessagePack cannot carry: "
+                           f"{e}") from None
+    return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False), raw
+
+
+def value_of(output: str | bytes | None, value: bytes | None = None) -> Any:
+    """A record's output by the reading rule: `unpack(value)` when it has `value`, else its
+    `output` text as a str (None without one)."""
+    if value is not None:
+        return unpack(value)
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output

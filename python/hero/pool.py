@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from .errors import InvalidInput
 from .outcomes import Abort, Retry, trace_of
+from .payload import output_of
 
 _SPAWN = mp.get_context("spawn")
 POLL_S = 0.05
@@ -76,7 +77,11 @@ def _child(conn, handler_bytes: bytes) -> None:
             value = handler(job, ctx)
             if inspect.isawaitable(value):
                 value = asyncio.run(_awaited(value))
-            msg = ("done", "" if value is None else str(value))
+            try:
+                text, packed = output_of(value)
+                msg = ("done", text, packed)
+            except InvalidInput as e:  # a value MessagePack cannot carry: named, never dropped
+                msg = ("abort", str(e), None)
         except Retry as e:
             msg = ("retry", str(e), e.delay, e.again)
         except Abort as e:
@@ -128,7 +133,7 @@ class ProcessPool:
         return _Child(self.handler_bytes)
 
     def run(self, job, ctx) -> tuple:
-        """Runs `job` in a child: ('done', text), ('retry', reason, delay, again), ('abort', reason,
+        """Runs `job` in a child: ('done', text, value bytes or None), ('retry', reason, delay, again), ('abort', reason,
         trace), ('fail', text, trace), ('died', why) when the child died under it (a kill -9, the OOM
         killer, a crash in C code: the worker runs the job again, as recovery does a dead worker's),
         or ('cancelled', reason) once `ctx` was cancelled (the child killed)."""

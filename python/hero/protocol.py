@@ -23,7 +23,7 @@ log = logging.getLogger("hero")
 
 VERSION = "33"
 # this package's release (pyproject.toml says the same: a test holds them equal)
-RELEASE = "0.29.0"
+RELEASE = "1.1.0"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # an installed package carries the library; a checkout used in place reads the repository's
 LIBRARY = next((p for p in (os.path.join(_HERE, "hero-library.lua"),
@@ -219,8 +219,9 @@ class Protocol:
 
     def complete(self, consumer: str, done: Sequence[dict[str, Any]]) -> list[str]:
         """hero_complete of a batch of outcomes, each a dict: id, stream, lease, outcome ('done',
-        'fail', 'retry', 'abort'), text, retry_at (ms), reply (the record's field), ran_ms, and
-        trace (a failure's traceback, or None).
+        'fail', 'retry', 'abort'), text, retry_at (ms), reply (the record's field), ran_ms,
+        trace (a failure's traceback, or None) and value (a success's MessagePack value, or None:
+        sent from protocol 33 on).
         Answers per job: completed, retrying, already_completed or lease_lost."""
         k = self.keys
         keys = [k.delayed(), k.config(), k.retention(), k.events(), k.stats(), k.queues()]
@@ -237,6 +238,12 @@ class Protocol:
             for i, d in enumerate(done):
                 if d.get("trace") and d["outcome"] != "done":
                     argv += [i, d["trace"]]
+        # then (v<index>, value) per success whose handler returned a value, not text (protocol
+        # 33): its MessagePack, stored as the record's `value` beside the `output` JSON text
+        if int(self.version) >= 33:
+            for i, d in enumerate(done):
+                if d.get("value") is not None and d["outcome"] == "done":
+                    argv += [f"v{i}", d["value"]]
         return [_text(x) for x in self.r.fcall(self.fn("complete"), len(keys), *keys, *argv)]
 
     def hand_back(self, stream: str, consumer: str) -> int:

@@ -17,11 +17,11 @@ hero keeps ended jobs 24 h, or the task's `keep` / `keep_failed`)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from .errors import HeroError, JobNotFound
 from .job import Job
+from .payload import value_of  # noqa: F401 (hero.results.value_of as before: now the reading rule)
 
 # tasks.py's App, typed loosely: this module sits below tasks.py and does not import it
 
@@ -40,11 +40,6 @@ class TaskError(HeroError):
         self.reason = reason
 
 
-def value_of(output: str | None) -> Any:
-    """A task's return value from its job's output (JSON)."""
-    return json.loads(output) if output else None
-
-
 def state_of(job: Job | None) -> str:
     """Celery's state of a task's job (see the module)."""
     if job is None:
@@ -60,9 +55,11 @@ def state_of(job: Job | None) -> str:
     return PENDING
 
 
-def _ended(job_id: str, status: str, output: str, error: str, propagate: bool) -> Any:
+def _ended(job_id: str, status: str, output: Any, error: str, propagate: bool) -> Any:
+    """A task's end: its return value (`output`, already read by the reading rule: the record's
+    `value` unpacked, else its text), or the TaskError."""
     if status == "finished":
-        return value_of(output)
+        return output
     e = TaskError(job_id, error)
     if propagate:
         raise e
@@ -111,7 +108,7 @@ class AsyncResult:
         job = self.job()
         if job is None or not job.ended:
             return None
-        return _ended(self.id, job.status, job.output or "", job.error or "", False)
+        return _ended(self.id, job.status, job.output, job.error or "", False)
 
     info = result
 

@@ -7,9 +7,11 @@ worker, not a second protocol:
   own `queue=`), its `script` the task's name (any text: `proj.tasks.add` as Celery names it),
   its payload the arguments as MessagePack `{"args": [...], "kwargs": {...}}` (what Rust and
   Node handlers read as any payload);
-- its output is the return value as JSON (text every reader shows: `hero status`, the
-  dashboard, Rust, Node); a value JSON cannot carry (bytes, a set, an object) fails the attempt
-  naming its type, never a silent `str()`;
+- its output is the return value as a value (protocol 33): MessagePack, as the arguments travel,
+  in the record's `value`, so `.get()` gives back a dict, a list, None, a datetime, bytes as they
+  were returned, with its JSON text in `output` for older readers (`hero status`, the
+  dashboard); a `str` is stored as text and comes back as that str; a value MessagePack cannot
+  carry (a set, an object) fails the attempt naming its type, never a silent `str()`;
 - a task's declared policy (retries, back-off, time limit, priority) travels with each job it
   sends (the job's own policy, issue 48), so deploys that declare it differently never flap a
   shared queue policy; the queue's policy, when an operator sets one, is the floor;
@@ -38,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-import json
 import pickle
 import sys
 import threading
@@ -102,15 +103,6 @@ class _Spacing:
             at = max(now, self.next)
             self.next = at + self.interval
             return at - now
-
-
-def _json_text(value: Any) -> str:
-    """A return value as the job's output (JSON), or a clear failure naming what JSON lacks."""
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as e:
-        raise Abort(f"the task returned a value JSON cannot carry ({e}); return JSON types "
-                    "(dict, list, str, int, float, bool, None)") from None
 
 
 def _payload(args: Sequence[Any], kwargs: dict[str, Any], chained: str | None = None,
@@ -358,7 +350,7 @@ class App:
         return Queue(task.queue, client=self.client).cron_add(name, schedule, task.name, tz=tz, missed=missed,
                                                               payload=_payload(args, kwargs or {}), **opts)
 
-    def handler(self, job: Job, ctx: JobContext) -> str:
+    def handler(self, job: Job, ctx: JobContext) -> Any:
         """Runs one task's job: its function by the job's script, its arguments from the
         payload (and the results of the tasks it follows in a chain or chord)."""
         t = self.tasks.get(job.script)
@@ -376,7 +368,7 @@ class App:
             r = job.results.get(pid)
             if r is None or r.status != "finished":
                 raise Abort(f"task {t.name}: the result of {pid} is missing from its record")
-            return value_of(r.output)
+            return r.output  # the value it returned, by the reading rule
         if body.get(_CHAIN):
             args.insert(0, result_of(body[_CHAIN]))
         elif body.get(_CHORD):
@@ -397,7 +389,9 @@ class App:
         except (TimeLimitExceeded, Terminated) as e:
             # raised in it after its outcome was decided (request.py): nothing more to record
             raise Abort(f"{type(e).__name__}: {ctx.cancel_reason or 'cancelled'}") from e
-        return _json_text(value)
+        # the value itself: the worker records it as a value (MessagePack, its JSON text beside it
+        # for older readers), a str as text; one MessagePack cannot carry fails naming its type
+        return value
 
     @staticmethod
     def _call(t: Task, job: Job, ctx: JobContext, args: list, kwargs: dict) -> Any:

@@ -32,6 +32,7 @@ from .duties import _Duties
 from .errors import InvalidInput, WorkerFailed, transient
 from .outage import GIVE_UP_S, _Guards, _Outage
 from .outcomes import Abort, Retry, trace_of
+from .payload import output_of
 from .pool import ProcessPool
 from .job import Job
 from .keys import Keys
@@ -61,8 +62,10 @@ def _ended_as(outcome: str, answer: str) -> str:
 
 
 class Worker(_Guards, _Presence, _Duties):
-    """Serves `types` with `handler(job, ctx)`, whose return value (made text) is the job's
-    output; an exception fails the attempt (retried with back-off while the job's budget or its
+    """Serves `types` with `handler(job, ctx)`, whose return value is the job's output: a
+    `str` as text, any other value as a value (MessagePack in the record's `value`, its JSON text
+    in `output` for older readers: `Job.output` gives it back as returned); a value MessagePack
+    cannot carry (a set, an object) fails the job naming its type; an exception fails the attempt (retried with back-off while the job's budget or its
     queue policy's lasts), `Retry` retries after a delay, `Abort` ends it error at once.
 
     `run()` blocks until SIGTERM / SIGINT (or `stop()`), then finishes what runs within
@@ -381,6 +384,7 @@ class Worker(_Guards, _Presence, _Duties):
     def _run_here(self, run: _Running) -> None:
         ctx = run.ctx
         trace = None
+        packed = None
         try:
             if self._throttle is not None:
                 self._throttle(run.job, ctx)
@@ -388,7 +392,13 @@ class Worker(_Guards, _Presence, _Duties):
                 value = asyncio.run(self.handler(run.job, ctx))
             else:
                 value = self.handler(run.job, ctx)
-            outcome, text, retry_at = "done", "" if value is None else str(value), 0
+            try:
+                text, packed = output_of(value)
+                outcome, retry_at = "done", 0
+            except InvalidInput as e:
+                # a value MessagePack cannot carry: the attempt fails naming its type, no retry
+                # changes what the handler returns
+                outcome, text, retry_at, trace = "abort", str(e), 0, None
         except Retry as e:
             outcome, text, retry_at = "again" if e.again else "retry", str(e), now_ms() + int(e.delay * 1000)
         except Abort as e:
@@ -396,7 +406,7 @@ class Worker(_Guards, _Presence, _Duties):
         except Exception as e:  # the handler failed: the attempt fails, retried within budget
             outcome, text, retry_at = "fail", f"{type(e).__name__}: {e}", retry_at_ms(ctx.attempt)
             trace = trace_of(e)
-        self._settle(run, outcome, text, retry_at, trace)
+        self._settle(run, outcome, text, retry_at, trace, packed)
 
     def _run_in_child(self, run: _Running) -> None:
         """The job in a child process of the pool; a cancelled one (time limit, stop, lost
@@ -407,7 +417,7 @@ class Worker(_Guards, _Presence, _Duties):
             r = self._pool.run(run.job, run.ctx)
             kind = r[0]
             if kind == "done":
-                self._settle(run, "done", r[1], 0)
+                self._settle(run, "done", r[1], 0, None, r[2] if len(r) > 2 else None)
             elif kind == "retry":
                 self._settle(run, "again" if r[3] else "retry", r[1], now_ms() + int(r[2] * 1000))
             elif kind == "abort":
@@ -444,9 +454,11 @@ class Worker(_Guards, _Presence, _Duties):
         except (redis.RedisError, ValueError):
             return MAX_ATTEMPTS
 
-    def _settle(self, run: _Running, outcome: str, text: str, retry_at: int, trace: str | None = None) -> None:
+    def _settle(self, run: _Running, outcome: str, text: str, retry_at: int, trace: str | None = None,
+                value: bytes | None = None) -> None:
         """Queues the outcome for the completer, once per run; an interrupted run records none.
-        A failure's `trace` goes with it, unless a live older process would refuse the field."""
+        A failure's `trace` goes with it, unless a live older process would refuse the field; a
+        success's `value` (the MessagePack of what the handler returned, when not text) too."""
         with run.lock:
             if run.settled:
                 return
@@ -470,6 +482,7 @@ class Worker(_Guards, _Presence, _Duties):
             "outcome": outcome, "text": text, "retry_at": retry_at, "reply": run.job.reply,
             "ran_ms": int((time.monotonic() - run.began) * 1000),
             "trace": None if self._hold_traces else trace,
+            "value": value if outcome == "done" else None,
         })
 
     # -- complete ---------------------------------------------------------------------------

@@ -351,7 +351,7 @@ def test_recurring_jobs_are_fired_by_the_workers_each_tick_once_and_go_on_when_t
     c = hero.Client(url)
     for tick in ticks:
         j = ended(c, fired[tick])
-        assert (j.status, j.output, j.attempts) == ("finished", '"tick"', 1), j
+        assert (j.status, j.output, j.attempts) == ("finished", "tick", 1), j
         assert "cron:tick" in j.tags, j.tags
     # the holder dies without a word: once its lease (3 s) ran out another worker takes the
     # duties, and the ticks go on within about 5 s (those that came meanwhile, more than 1 s

@@ -37,7 +37,7 @@ def test_a_stuck_handler_is_killed_at_its_time_limit_and_at_a_stop(broker):
     w = hero.Worker(pool_handlers.handler, ["pp"], broker, concurrency=2, pool="process", shutdown_s=2)
     with running(w):
         r = c.run("200000", "pp", wait=30)
-        assert (r.status, r.output) == ("finished", str(sum(i * i for i in range(200000))))
+        assert (r.status, r.output) == ("finished", sum(i * i for i in range(200000))), "an int comes back an int"
         assert int(c.run("pid", "pp", wait=30).output) != os.getpid(), "run in a child process"
         began = time.monotonic()
         stuck = c.submit("spin", "pp", timeout=2)
@@ -50,7 +50,7 @@ def test_a_stuck_handler_is_killed_at_its_time_limit_and_at_a_stop(broker):
         wait_until("the spinning job to start", lambda: c.status(spinning.id) == "started")
         assert c.stop(spinning.id) == "interrupted"
         wait_until("its child to be killed", lambda: w._pool.replaced >= 2, limit=10)
-        assert c.run("10", "pp", wait=30).output == "285"
+        assert c.run("10", "pp", wait=30).output == 285
         rep = c.run("report", "pp", wait=30)
         job = c.get(rep.id)
         assert rep.output == "reported" and job.progress is not None and job.progress.message == "half"
