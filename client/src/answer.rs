@@ -35,7 +35,8 @@ impl JobResult {
     /// what serde reads from text). Bytes that are not a `T` are [`crate::Error::InvalidInput`]
     /// naming the job and why.
     pub fn output_as<T: serde::de::DeserializeOwned>(&self) -> crate::Result<T> {
-        let text = (!self.output.is_empty() || self.value.is_none()).then_some(self.output.as_str());
+        let text =
+            (!self.output.is_empty() || self.value.is_none()).then_some(self.output.as_str());
         hero_protocol::job::value::decode(self.value.as_deref(), text)
             .map_err(|why| crate::Error::InvalidInput(format!("job {}: output: {why}", self.id)))
     }

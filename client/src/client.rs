@@ -161,7 +161,12 @@ impl Client {
     }
 
     async fn result_from_hash(&self, id: &JobId) -> Result<Option<JobResult>> {
-        type Row = (Option<String>, Option<String>, Option<String>, Option<Vec<u8>>);
+        type Row = (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<Vec<u8>>,
+        );
         let (status, output, error, value): Row = self
             .redis
             .query(

@@ -33,7 +33,9 @@ impl Outcome {
     pub fn value<T: serde::Serialize + ?Sized>(value: &T) -> Outcome {
         let bytes = match rmp_serde::to_vec_named(value) {
             Ok(b) => b,
-            Err(e) => return Outcome::Abort(format!("the handler's value cannot be MessagePack: {e}")),
+            Err(e) => {
+                return Outcome::Abort(format!("the handler's value cannot be MessagePack: {e}"))
+            }
         };
         match serde_json::to_string(value) {
             Ok(text) => Outcome::Value(bytes, text),

@@ -43,7 +43,9 @@ impl Cleaned {
     pub fn parse(v: &redis::Value) -> Result<Cleaned> {
         let items = reply::array(v)?;
         let Some(first) = items.first() else {
-            return Err(reply::unexpected("hero_clean or hero_list answered nothing"));
+            return Err(reply::unexpected(
+                "hero_clean or hero_list answered nothing",
+            ));
         };
         let next = reply::text(first)?;
         Ok(Cleaned {

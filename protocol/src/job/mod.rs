@@ -9,9 +9,9 @@ use crate::clock;
 
 mod codec;
 mod fields;
-pub mod value;
 #[cfg(test)]
 mod fuzz;
+pub mod value;
 use crate::name::{GroupName, InstanceName, JobId, Priority, ScriptType, Target};
 
 /// A job's typed payload is missing or is not of the type asked for.
@@ -407,9 +407,11 @@ impl Job {
     /// output text (a `String`, or what serde reads from text), else nothing (an `Option` is
     /// `None`). Bytes that are not a `T` are a [`PayloadError`] saying which and why.
     pub fn output_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, PayloadError> {
-        value::decode(self.value.as_deref(), self.output.as_deref()).map_err(|reason| PayloadError {
-            job: self.id.to_string(),
-            reason: format!("output: {reason}"),
+        value::decode(self.value.as_deref(), self.output.as_deref()).map_err(|reason| {
+            PayloadError {
+                job: self.id.to_string(),
+                reason: format!("output: {reason}"),
+            }
         })
     }
 

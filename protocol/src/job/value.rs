@@ -11,16 +11,24 @@ use serde::de::{DeserializeOwned, IntoDeserializer};
 /// `T` from a record's `value` bytes when present, else from its `output` text (a `String`, or
 /// anything serde reads from a string), else from nothing (an `Option` is `None`). The error
 /// says which of the two did not decode and as what.
-pub fn decode<T: DeserializeOwned>(value: Option<&[u8]>, output: Option<&str>) -> Result<T, String> {
+pub fn decode<T: DeserializeOwned>(
+    value: Option<&[u8]>,
+    output: Option<&str>,
+) -> Result<T, String> {
     let name = std::any::type_name::<T>();
     match (value, output) {
         (Some(bytes), _) => rmp_serde::from_slice(bytes).map_err(|e| {
-            format!("its value ({} MessagePack bytes) does not decode as {name}: {e}", bytes.len())
+            format!(
+                "its value ({} MessagePack bytes) does not decode as {name}: {e}",
+                bytes.len()
+            )
         }),
         (None, Some(text)) => {
             let de: StrDeserializer<'_, DeError> = text.into_deserializer();
             T::deserialize(de).map_err(|e| {
-                format!("it returned text, not a value, and the text does not decode as {name}: {e}")
+                format!(
+                    "it returned text, not a value, and the text does not decode as {name}: {e}"
+                )
             })
         }
         (None, None) => {
@@ -56,7 +64,9 @@ fn json_of(v: rmpv::Value) -> serde_json::Value {
             Some(s) => J::String(s),
             None => J::Null,
         },
-        M::Binary(b) => serde_json::json!({ "base64": base64::engine::general_purpose::STANDARD.encode(b) }),
+        M::Binary(b) => {
+            serde_json::json!({ "base64": base64::engine::general_purpose::STANDARD.encode(b) })
+        }
         M::Array(a) => J::Array(a.into_iter().map(json_of).collect()),
         M::Map(m) => J::Object(
             m.into_iter()
@@ -91,7 +101,9 @@ fn timestamp(data: &[u8]) -> Option<String> {
         ),
         _ => return None,
     };
-    let ms = secs.checked_mul(1000)?.checked_add((nanos / 1_000_000) as i64)?;
+    let ms = secs
+        .checked_mul(1000)?
+        .checked_add((nanos / 1_000_000) as i64)?;
     Some(crate::clock::iso(u64::try_from(ms).ok()?))
 }
 
@@ -111,7 +123,9 @@ mod tests {
         let nil = rmp_serde::to_vec(&()).unwrap();
         let v: Option<u32> = decode(Some(&nil), Some("")).unwrap();
         assert_eq!(v, None);
-        assert!(decode::<u32>(None, Some("x")).unwrap_err().contains("returned text"));
+        assert!(decode::<u32>(None, Some("x"))
+            .unwrap_err()
+            .contains("returned text"));
     }
 
     #[test]
