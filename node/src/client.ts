@@ -286,7 +286,7 @@ export class Client {
         woke = false;
         const job = await this.get(id);
         if (job.status === "finished" || job.status === "error") {
-          return { id, status: job.status, output: job.output ?? "", error: job.error ?? "", ok: job.status === "finished" };
+          return { id, status: job.status, output: job.output, returnvalue: job.output, outputText: job.outputText ?? "", error: job.error ?? "", ok: job.status === "finished" };
         }
         const left = deadline - Date.now();
         if (left <= 0) throw new WaitTimedOut(`job ${id} did not end within ${waitMs} ms (it is ${job.status})`);
@@ -324,7 +324,7 @@ export class Client {
       if (child in out) continue;
       try {
         const c = await this.get(child);
-        out[child] = { status: c.status, output: c.output, error: c.error };
+        out[child] = { status: c.status, output: c.output, outputText: c.outputText, error: c.error };
       } catch (e) {
         if (!(e instanceof JobNotFound)) throw e;
       }

@@ -21,6 +21,7 @@ import { Keys } from "./keys.js";
 import { checkUrl, duplicate, openRedis, redisUrl } from "./connect.js";
 import { before, BLOCK_MS, COUNT, decodeEntry, Entries, entriesOf, EventLogOff, eventsMax, HeroEvent, logInfo, parseInfo } from "./log.js";
 import { ShardMap } from "./shards.js";
+import { readResult } from "./value.js";
 
 export { EventLogOff, decodeEntry } from "./log.js";
 export type { HeroEvent } from "./log.js";
@@ -126,11 +127,15 @@ class Reader {
     const finished = events.filter((e) => e.event === "finished");
     if (finished.length > 0) {
       const pipe = this.conn.pipeline();
-      for (const e of finished) pipe.hget(this.keys.job(e.jobId), "output");
+      // the value as bytes (MessagePack), never as UTF-8 text
+      for (const e of finished) pipe.hmgetBuffer(this.keys.job(e.jobId), "output", "value");
       const got = (await pipe.exec()) ?? [];
       finished.forEach((e, k) => {
-        const v = got[k]?.[1];
-        if (typeof v === "string") e.output = v;
+        const v = got[k]?.[1] as (Buffer | null)[] | undefined;
+        if (!Array.isArray(v) || (v[0] === null && v[1] === null)) return;
+        const text = v[0] === null ? undefined : v[0].toString("utf8");
+        e.output = readResult(v[1], text);
+        if (text !== undefined) e.outputText = text;
       });
     }
     return events;
@@ -160,7 +165,10 @@ const QUEUE_EVENTS_OPTIONS = new Set(["url", "namespace", "lastEventId", "autoru
  * log, for `lastEventId`): `events.on("completed", ({ jobId, returnvalue }) => …)` is typed by
  * them. */
 export interface QueueEventsListener {
-  completed: (args: { jobId: string; returnvalue: string | null }, id: string) => void;
+  /** `returnvalue`: what the handler returned, of its own type (protocol 33's reading rule: an
+   * object, an array, null, a Date, a Buffer, a number …; a string result or a foreign worker's
+   * text as a string); null when the job was deleted before the event was read. */
+  completed: (args: { jobId: string; returnvalue: unknown }, id: string) => void;
   failed: (args: { jobId: string; failedReason: string }, id: string) => void;
   active: (args: { jobId: string; prev: string }, id: string) => void;
   waiting: (args: { jobId: string }, id: string) => void;

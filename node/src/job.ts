@@ -1,4 +1,5 @@
 // The job record (docs/protocol.md §3) as Node sees it, and what calls answer.
+import { binaryField, readResult } from "./value.js";
 
 export const DEFAULT_TIMEOUT_S = 300;
 
@@ -29,7 +30,16 @@ export interface Job {
   env: Record<string, string>;
   tags: string[];
   prerequisites: string[];
-  output: string | null;
+  /** What the handler returned (protocol 33's reading rule): the record's `value` decoded (an
+   * object, an array, null, a Date, a Buffer, a number … of its own type) when it has one, else
+   * its `output` text as a string (a string result, or a foreign or older worker's text); null
+   * when it has neither. */
+  output: unknown;
+  /** BullMQ's name for `output`: the value the handler returned. */
+  returnvalue: unknown;
+  /** The record's `output` as text: the string a handler returned, or the JSON of its value
+   * (what readers older than protocol 33 show); null when there is none. */
+  outputText: string | null;
   error: string | null;
   /** The last failed attempt's stack (BullMQ's name; one entry, or none): a Node stack, a Python
    * traceback or a Rust error chain, as its worker recorded it, kept when a retry succeeds. */
@@ -45,6 +55,9 @@ export interface Job {
   progress: Progress | null;
   log: string[];
   payload: Buffer | null;
+  /** The record's `value`: the MessagePack bytes of what the handler returned, when that was
+   * not a string (null otherwise). */
+  value: Buffer | null;
   /** Its own back-off (`{kind, base_ms, cap_ms, jitter}`), when it was given one. */
   backoff: { kind: string; base_ms: number; cap_ms: number; jitter: number } | null;
   /** Its own retention once finished / failed (ms), when it was given one. */
@@ -66,28 +79,36 @@ export const KNOWN_FIELDS: ReadonlySet<string> = new Set([
   "tags", "caller_id", "context_id", "worker_id", "log_path", "traceparent", "unique",
   "unique_ttl", "limit_key", "output", "error", "trace", "lease", "entry", "payload", "deps_left",
   "batch", "progress", "log", "bridge", "bridge_stop", "bridge_taken", "dead", "backoff", "keep",
-  "keep_failed",
+  "keep_failed", "value",
 ]);
 
-/** A prerequisite's end as its dependent keeps it (`result:<id>` = `<status>:<text>`); read
- * from a producer, a child not yet ended has its status only. */
+/** A prerequisite's end as its dependent keeps it (`result:<id>` = `<status>:<text>`, and
+ * `value:<id>` = its value's bytes when it returned one); read from a producer, a child not yet
+ * ended has its status only. */
 export interface ChildResult {
   status: string;
-  output: string | null;
+  /** What the child returned, by the reading rule (`Job.output`). */
+  output: unknown;
+  /** Its output as text (the JSON of a value). */
+  outputText: string | null;
   error: string | null;
 }
 
 export const RESULT_PREFIX = "result:";
+export const VALUE_PREFIX = "value:";
 
-/** The results a record holds, by prerequisite id. */
-export function resultsOf(text: Record<string, string>): Record<string, ChildResult> {
+/** The results a record holds, by prerequisite id (`values`: the record's binary fields). */
+export function resultsOf(text: Record<string, string>, values: Record<string, Buffer> = {}): Record<string, ChildResult> {
   const out: Record<string, ChildResult> = {};
   for (const [k, v] of Object.entries(text)) {
     if (!k.startsWith(RESULT_PREFIX)) continue;
+    const id = k.slice(RESULT_PREFIX.length);
     const at = v.indexOf(":");
     const status = at < 0 ? "" : v.slice(0, at);
-    if (status === "finished") out[k.slice(RESULT_PREFIX.length)] = { status, output: v.slice(at + 1), error: null };
-    else if (status === "error") out[k.slice(RESULT_PREFIX.length)] = { status, output: null, error: v.slice(at + 1) };
+    if (status === "finished") {
+      const t = v.slice(at + 1);
+      out[id] = { status, output: readResult(values[VALUE_PREFIX + id], t), outputText: t, error: null };
+    } else if (status === "error") out[id] = { status, output: null, outputText: null, error: v.slice(at + 1) };
   }
   return out;
 }
@@ -95,22 +116,27 @@ export function resultsOf(text: Record<string, string>): Record<string, ChildRes
 /** A record as HGETALL answers it through `callBuffer`: field, value, … as Buffers (the flat
  * reply, not ioredis's object, whose reply transform cost the worker a tenth of its time). */
 export function jobFromRecord(id: string, pairs: readonly unknown[]): Job {
-  const [text, payload] = recordText(pairs);
-  return jobFromText(id, text, payload);
+  const [text, payload, values] = recordText(pairs);
+  return jobFromText(id, text, payload, values);
 }
 
-/** The record's fields as text, and its payload's bytes (msgpack) apart: what a worker reads
- * before it runs a job; the rest of [`Job`] is parsed when a handler asks for it. */
-export function recordText(pairs: readonly unknown[]): [Record<string, string>, Buffer | null] {
+/** The record's fields as text, and its binary ones apart (MessagePack bytes, never decoded as
+ * UTF-8): the payload, and the `value` and prerequisites' `value:<id>` (protocol 33). What a
+ * worker reads before it runs a job; the rest of [`Job`] is parsed when a handler asks for it. */
+export function recordText(pairs: readonly unknown[]): [Record<string, string>, Buffer | null, Record<string, Buffer>] {
   const text: Record<string, string> = {};
   let payload: Buffer | null = null;
+  const values: Record<string, Buffer> = {};
   for (let i = 0; i + 1 < pairs.length; i += 2) {
     const k = String(pairs[i]);
     const v = pairs[i + 1];
-    if (k === "payload") payload = Buffer.isBuffer(v) ? v : Buffer.from(String(v));
-    else text[k] = String(v);
+    if (binaryField(k)) {
+      const b = Buffer.isBuffer(v) ? v : Buffer.from(String(v));
+      if (k === "payload") payload = b;
+      else values[k] = b;
+    } else text[k] = String(v);
   }
-  return [text, payload];
+  return [text, payload, values];
 }
 
 /** A whole number field, else `dflt`. */
@@ -128,7 +154,7 @@ export function attemptsOf(text: Record<string, string>): number {
   return (status === "started" || status === "finished" || status === "error") && text.started_at ? 1 : 0;
 }
 
-export function jobFromText(id: string, text: Record<string, string>, payload: Buffer | null): Job {
+export function jobFromText(id: string, text: Record<string, string>, payload: Buffer | null, values: Record<string, Buffer> = {}): Job {
   const num = (name: string, dflt: number | null): number | null => numberField(text, name, dflt);
   const list = (name: string): string[] => {
     const v = text[name];
@@ -165,7 +191,8 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
   } catch {
     backoff = null;
   }
-  const results = resultsOf(text);
+  const results = resultsOf(text, values);
+  const output = readResult(values.value, text.output);
   const level = num("priority", 5) ?? 5;
   return {
     id: text.id || id,
@@ -182,7 +209,9 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
     env,
     tags: list("tags"),
     prerequisites: text.prerequisites ? list("prerequisites") : list("dependencies"),
-    output: text.output ?? null,
+    output,
+    returnvalue: output,
+    outputText: text.output ?? null,
     error: text.error ?? null,
     stacktrace: text.trace ? [text.trace] : [],
     workerId: text.worker_id ?? "",
@@ -196,6 +225,7 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
     progress,
     log: list("log"),
     payload,
+    value: values.value ?? null,
     backoff,
     keep: num("keep", null),
     keepFailed: num("keep_failed", null),
@@ -221,7 +251,13 @@ export interface Submitted {
 export interface Result {
   id: string;
   status: string;
-  output: string;
+  /** What the handler returned, by the reading rule (`Job.output`): a value of its own type, or
+   * the text a string result (or a foreign worker) wrote; null for a failed job. */
+  output: unknown;
+  /** BullMQ's name for `output`. */
+  returnvalue: unknown;
+  /** The record's `output` text ('' when none): a string result, or the JSON of a value. */
+  outputText: string;
   error: string;
   ok: boolean;
 }

@@ -19,6 +19,7 @@ import { Keeper, type Lease } from "./keeper.js";
 import { Keys } from "./keys.js";
 import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep, wakeSleepers } from "./outage.js";
 import { boundedTrace, Done, nowMs, Protocol, retryAtMs } from "./protocol.js";
+import { resultOf } from "./value.js";
 import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
 
 /** What a lane needs of the worker that owns it (the `Worker`, whose lanes share its slots). */
@@ -296,14 +297,14 @@ export class Lane {
     for (let i = 0; i < jobs.length; i++) {
       try {
         const [index, entry, id] = jobs[i];
-        const [fields, payload] = recordText(records[i] ?? []);
+        const [fields, payload, values] = recordText(records[i] ?? []);
         if (fields.status !== "started" || fields.lease !== entry) {
           // stopped or recovered between the fetch and the read: no longer ours
           this.w.releaseSlots(1);
           continue;
         }
         const limitS = numberField(fields, "timeout", null) ?? this.keeper.policyTimeout(fields);
-        const job = new WorkerJob(id, fields, payload);
+        const job = new WorkerJob(id, fields, payload, values);
         // the keeper ends it at its deadline (a timer per job cost more than the job's start)
         job.deadline = now + limitS * 1000;
         const run: Running = { job, lane: this, streamIndex: index, entry, began: now, renewedAt: leasedAt, settled: false };
@@ -323,10 +324,17 @@ export class Lane {
     let out = "";
     let retryAt = 0;
     let trace: string | undefined;
+    let bytes: Buffer | null = null;
     try {
       const value = await this.w.handler(job);
       run.value = value;
-      out = value === undefined || value === null ? "" : typeof value === "string" ? value : JSON.stringify(value);
+      try {
+        ({ text: out, bytes } = resultOf(value));
+      } catch (e) {
+        // a value MessagePack cannot carry: the job ends error naming it (as Rust's
+        // Outcome::value), never a result silently dropped or turned into `{}`
+        throw new Abort(`job ${job.id}: ${e instanceof Error ? e.message : e}; return data (MessagePack carries objects, arrays, Dates, Buffers, Maps, BigInts)`);
+      }
     } catch (e) {
       run.error = e;
       if (e instanceof Retry) {
@@ -346,7 +354,7 @@ export class Lane {
       }
     }
     try {
-      this.settle(run, outcome, out, retryAt, trace);
+      this.settle(run, outcome, out, retryAt, trace, bytes);
     } catch (e) {
       this.w.fail(e);
     }
@@ -354,7 +362,7 @@ export class Lane {
   }
 
   /** Queues the outcome for the completer, once per run; an interrupted run records none. */
-  private settle(run: Running, outcome: Done["outcome"], out: string, retryAt: number, trace?: string): void {
+  private settle(run: Running, outcome: Done["outcome"], out: string, retryAt: number, trace?: string, value?: Buffer | null): void {
     if (run.settled) return;
     run.settled = true;
     const reason = run.job.cancelReason;
@@ -376,6 +384,7 @@ export class Lane {
       reply: run.job.field("reply"),
       ranMs: Date.now() - run.began,
       ...(trace && !this.keeper.holdTraces ? { trace } : {}),
+      ...(value && outcome === "done" ? { value } : {}),
     });
     this.wake();
   }

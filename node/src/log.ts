@@ -25,8 +25,11 @@ export interface HeroEvent {
   attempt?: number;
   reason?: string;
   dueMs?: number;
-  /** A finished job's output (read with its event; absent once the job is deleted). */
-  output?: string;
+  /** A finished job's output, read with its event by the reading rule (its `value` decoded,
+   * else its `output` text; absent once the job is deleted). */
+  output?: unknown;
+  /** The finished job's `output` text (a string result, or the JSON of a value). */
+  outputText?: string;
   shard: number;
 }
 

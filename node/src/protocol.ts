@@ -11,7 +11,7 @@ import { LIBRARY_SOURCE } from "./library.generated.js";
 
 export const VERSION = "33";
 /** This package's release (package.json says the same: a test holds them equal). */
-export const RELEASE = "1.0.0";
+export const RELEASE = "1.1.0";
 
 type Arg = string | number | Buffer;
 
@@ -276,6 +276,13 @@ export class Protocol {
         if (d.trace && d.outcome !== "done") argv.push(i, d.trace);
       });
     }
+    // then (v<index>, value) per success that returned a value, not text (protocol 33): the
+    // record's `value` beside its `output` text
+    if (Number(this.version) >= 33) {
+      done.forEach((d, i) => {
+        if (d.value && d.outcome === "done") argv.push(`v${i}`, d.value);
+      });
+    }
     return ((await this.fcall("complete", keys, argv)) as unknown[]).map(text);
   }
 
@@ -406,6 +413,8 @@ export interface Done {
   ranMs: number;
   /** A failure's stack, bounded ({@link boundedTrace}); stored as the record's `trace`. */
   trace?: string;
+  /** A success's value, MessagePack (protocol 33): stored as the record's `value`. */
+  value?: Buffer;
 }
 
 /** The most of a trace a worker sends (hero_complete keeps as much). */

@@ -46,19 +46,22 @@ export class WorkerJob<Data = any> {
     readonly id: string,
     private readonly fields: Record<string, string>,
     private readonly payload: Buffer | null,
+    private readonly values: Record<string, Buffer> = {},
   ) {}
 
   /** The job record (every field the protocol defines). */
   get record(): Job {
-    return (this.parsed ??= jobFromText(this.id, this.fields, this.payload));
+    return (this.parsed ??= jobFromText(this.id, this.fields, this.payload, this.values));
   }
 
-  /** BullMQ's `getChildrenValues`: each finished prerequisite's output by job id (its children
-   * in a flow, or the jobs it was submitted `after`), read from this job's own record, where
-   * each child's end wrote it: no round trip, and it outlives the children's retention. */
-  async getChildrenValues(): Promise<Record<string, string>> {
-    const out: Record<string, string> = {};
-    for (const [id, r] of Object.entries(resultsOf(this.fields))) if (r.status === "finished") out[id] = r.output ?? "";
+  /** BullMQ's `getChildrenValues`: what each finished prerequisite returned, by job id (its
+   * children in a flow, or the jobs it was submitted `after`): a value of its own type (an
+   * object, null, a Date …) when the child returned one, else its text. Read from this job's
+   * own record, where each child's end wrote it (`result:<id>`, `value:<id>`): no round trip,
+   * and it outlives the children's retention. */
+  async getChildrenValues(): Promise<Record<string, unknown>> {
+    const out: Record<string, unknown> = {};
+    for (const [id, r] of Object.entries(resultsOf(this.fields, this.values))) if (r.status === "finished") out[id] = r.output;
     return out;
   }
 
@@ -155,6 +158,7 @@ export class WorkerJob<Data = any> {
   }
 }
 
-/** A handler: given the job, it answers the output (`Result`: a string as it is, anything else
- * as JSON) or throws. */
+/** A handler: given the job, it answers the output (`Result`: a string is recorded as text;
+ * anything else as a value, its MessagePack beside its JSON text, read back of its own type by
+ * `returnvalue`, `client.get(id).output`, `getChildrenValues`) or throws. */
 export type Handler<Data = any, Result = unknown> = (job: WorkerJob<Data>) => Promise<Result> | Result;
