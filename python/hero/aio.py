@@ -10,6 +10,9 @@ subscription (one reader thread a shard, not a thread a wait).
         s = await c.submit("x", "py")
         r = await c.wait(s.id, 30)
 
+`hero.aio.Queue` is the operator's side of a queue on the same loop (aio_queue.py): its jobs
+listed by state, a failed one retried, the queue cleaned, drained, obliterated.
+
 A sharded namespace is served by `hero.Client` for now: this client refuses one at connect,
 saying so, rather than put every job on shard 0.
 """
@@ -300,3 +303,8 @@ class Client:
         finally:
             stream.close()
             sync.close()
+
+
+# the operator's side of a queue on asyncio (listing by state, retry, clean, drain, obliterate,
+# is_paused): its own module, over this module's Client
+from .aio_queue import Queue  # noqa: E402,F401

@@ -100,9 +100,7 @@ class Protocol:
     # -- operator ---------------------------------------------------------------------------
     def pause(self, name: str, pause: bool) -> int:
         """hero_pause: pauses or resumes queue `name`; answers the streams it moved."""
-        k = self.keys
-        keys = [k.queues(), k.paused_queues(), k.paused_names(), k.config(), k.events()]
-        return int(self.r.fcall(self.fn("pause"), len(keys), *keys, "pause" if pause else "resume", name))
+        return int(self.r.fcall(self.fn("pause"), *pause_args(self.keys, name, pause)))
 
     def pause_key(self, name: str, key: str, pause: bool) -> int:
         """hero_pause with a limit key (protocol 30): holds or releases that key of fair queue
@@ -114,14 +112,11 @@ class Protocol:
     def counts(self, name: str) -> list[list[Any]]:
         """hero_counts (read-only): per work stream of queue `name`, [stream, waiting, running,
         delayed, finished, failed, dead, paused, oldest waiting ms or -1]."""
-        k = self.keys
-        flat = self.r.fcall_ro(self.fn("counts"), 3, k.queues(), k.paused_queues(), k.stats(), GROUP, name)
-        return [[_text(flat[i]), *[int(x) for x in flat[i + 1:i + 9]]] for i in range(0, len(flat), 9)]
+        return parse_counts(self.r.fcall_ro(self.fn("counts"), *counts_args(self.keys, name)))
 
     def set_policy(self, name: str, policy_json: str) -> str:
         """hero_policy: stores the whole policy of queue `name` on this shard ('' clears it)."""
-        k = self.keys
-        return _text(self.r.fcall(self.fn("policy"), 2, k.policy(), k.config(), name, policy_json))
+        return _text(self.r.fcall(self.fn("policy"), *policy_args(self.keys, name, policy_json)))
 
     def remove(self, job_id: str) -> str:
         """hero_remove: 'removed', 'running', 'queued' or 'missing'."""
@@ -131,13 +126,8 @@ class Protocol:
                 target: tuple[str, str, str, int]) -> tuple[str, str]:
         """hero_requeue: moves a job to the stream `new` of target (type, group, instance,
         priority), from `old`; answers (requeued | searching | changed | missing, cursor)."""
-        k = self.keys
-        keys = [k.job(job_id), old, new, k.delayed(), k.queues(), k.config(), k.events(), k.stats(),
-                ctl or k.config()]
-        t, g, i, p = target
-        argv = [GROUP, iso(), self.xackdel(), job_id, worker if ctl else "", cursor, t, g, i,
-                "" if p == 5 else str(p)]
-        r = self.r.fcall(self.fn("requeue"), len(keys), *keys, *argv)
+        r = self.r.fcall(self.fn("requeue"), *requeue_args(self.keys, job_id, old, new, ctl, worker, cursor, target,
+                                                           self.xackdel()))
         return _text(r[0]), _text(r[1])
 
     def clean(self, grace_ms: int, status: str, name: str, limit: int, cursor: str) -> tuple[str, list[str]]:
@@ -145,19 +135,22 @@ class Protocol:
         `status` ('finished', 'error', '' either) that ended at least `grace_ms` ago, going on
         after retention entry `cursor` ('' from the oldest); answers (next cursor, '' when done;
         the deleted ids)."""
-        k = self.keys
-        r = self.r.fcall(self.fn("clean"), 1, k.retention(), k.job_prefix(), int(grace_ms), status, name,
-                         int(limit), cursor)
-        return _text(r[0]), [_text(x) for x in r[1:]]
+        return parse_list(self.r.fcall(self.fn("clean"), *clean_args(self.keys, grace_ms, status, name, limit, cursor)))
+
+    def list_page(self, state: str, name: str, cursor: str, limit: int) -> tuple[str, list[str]]:
+        """hero_list (read-only, protocol 33): one bounded page of up to `limit` (1-1000) ids of
+        queue `name`'s jobs ('' every queue) in `state` ('finished', 'error': newest end first;
+        'delayed': soonest first; 'waiting': queued, not taken; 'running'), going on from
+        `cursor` ('' from the start); answers (next cursor, '' at the end; the ids). A call
+        reads at most 1,000 candidates: a page may be short, even empty, with a cursor."""
+        return parse_list(self.r.fcall_ro(self.fn("list"), *list_args(self.keys, state, name, cursor, limit)))
 
     def drain(self, name: str, delayed: bool, budget: int, remove: bool, cursor: str) -> tuple[int, bool, int, str]:
         """hero_drain: deletes up to `budget` waiting jobs of queue `name` (and its delayed ones
         when `delayed`; `remove` deletes its emptied streams and names); answers (deleted, more,
         running, the delayed set's cursor for the next call)."""
-        k = self.keys
-        r = self.r.fcall(self.fn("drain"), 4, k.queues(), k.delayed(), k.config(), k.stats(), GROUP,
-                         k.job_prefix(), name, "1" if delayed else "0", int(budget), "1" if remove else "0", cursor)
-        return max(0, int(r[0])), int(r[1]) == 1, max(0, int(r[2])), _text(r[3])
+        return parse_drain(self.r.fcall(self.fn("drain"), *drain_args(self.keys, name, delayed, budget, remove,
+                                                                      cursor)))
 
     def dead(self, action: str, letters: Sequence[tuple[str, str, str]]) -> list[str]:
         """hero_dead of (entry id, job id, its work stream) each: 'retry' or 'purge'."""
@@ -342,6 +335,56 @@ class Beat:
     def __init__(self, now_ms: int, lease_ms: int | None, fleet_lacks: str | None, memory_policy: str):
         self.now_ms, self.lease_ms, self.fleet_lacks, self.memory_policy = now_ms, lease_ms, fleet_lacks, memory_policy
         self.offset_ms = 0
+
+
+# -- the keys and arguments of the operator's calls (after the function's name), shared by the
+# threaded `Protocol` and hero.aio's Queue, so the two never send them differently
+def pause_args(k: Keys, name: str, pause: bool) -> list[Any]:
+    return [5, k.queues(), k.paused_queues(), k.paused_names(), k.config(), k.events(),
+            "pause" if pause else "resume", name]
+
+
+def counts_args(k: Keys, name: str) -> list[Any]:
+    return [3, k.queues(), k.paused_queues(), k.stats(), GROUP, name]
+
+
+def parse_counts(flat: Any) -> list[list[Any]]:
+    return [[_text(flat[i]), *[int(x) for x in flat[i + 1:i + 9]]] for i in range(0, len(flat), 9)]
+
+
+def policy_args(k: Keys, name: str, policy_json: str) -> list[Any]:
+    return [2, k.policy(), k.config(), name, policy_json]
+
+
+def requeue_args(k: Keys, job_id: str, old: str, new: str, ctl: str | None, worker: str, cursor: str,
+                 target: tuple[str, str, str, int], xackdel: str) -> list[Any]:
+    keys = [k.job(job_id), old, new, k.delayed(), k.queues(), k.config(), k.events(), k.stats(), ctl or k.config()]
+    t, g, i, p = target
+    return [len(keys), *keys, GROUP, iso(), xackdel, job_id, worker if ctl else "", cursor, t, g, i,
+            "" if p == 5 else str(p)]
+
+
+def clean_args(k: Keys, grace_ms: int, status: str, name: str, limit: int, cursor: str) -> list[Any]:
+    return [1, k.retention(), k.job_prefix(), int(grace_ms), status, name, int(limit), cursor]
+
+
+def drain_args(k: Keys, name: str, delayed: bool, budget: int, remove: bool, cursor: str) -> list[Any]:
+    return [4, k.queues(), k.delayed(), k.config(), k.stats(), GROUP, k.job_prefix(), name, "1" if delayed else "0",
+            int(budget), "1" if remove else "0", cursor]
+
+
+def parse_drain(r: Any) -> tuple[int, bool, int, str]:
+    return max(0, int(r[0])), int(r[1]) == 1, max(0, int(r[2])), _text(r[3])
+
+
+def list_args(k: Keys, state: str, name: str, cursor: str, limit: int) -> list[Any]:
+    """hero_list's keys and arguments (after the function's name), for the threaded and the
+    asyncio callers alike."""
+    return [3, k.retention(), k.delayed(), k.queues(), k.job_prefix(), state, name, cursor, int(limit)]
+
+
+def parse_list(reply: Any) -> tuple[str, list[str]]:
+    return _text(reply[0]), [_text(x) for x in reply[1:]]
 
 
 def retry_at_ms(attempt: int) -> int:

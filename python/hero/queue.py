@@ -2,7 +2,8 @@
 `Queue`): pause and resume (the whole queue, or one limit key of a fair queue), job counts, the
 keys with work of a fair queue, the queue policy, dead letters, a job requeued, promoted or
 removed, and recurring jobs; a failed job retried, and the queue cleaned, drained or obliterated
-(mixed in from `cleanup`). Thin wrappers over the server functions hero-admin
+(mixed in from `cleanup`); its jobs listed by state (`get_jobs`, `get_failed`, ..., `get_job`,
+mixed in from `listing`). Thin wrappers over the server functions hero-admin
 calls (hero_pause, hero_counts, hero_policy, hero_dead, hero_requeue, hero_remove, hero_cron,
 hero_cron_next), on every shard of a sharded namespace (recurring jobs: the namespace's).
 
@@ -28,6 +29,7 @@ from .cleanup import Cleanup
 from .client import Client, _name, _whole, read_lacks
 from .errors import HeroError, InvalidInput, JobNotFound, OlderProcesses
 from .fair import FairKeys, fair_keys
+from .listing import Listing
 from .options import Backoff, duration_ms
 from .options import rate as parse_rate  # set_policy takes an argument named rate
 
@@ -76,7 +78,7 @@ class DeadLetter:
     shard: int = 0
 
 
-class Queue(Cleanup):
+class Queue(Cleanup, Listing):
     """The operator's handle on queue `type` (or `type/group` with `group=`)."""
 
     def __init__(self, type: str, url: str | None = None, namespace: str = "hero", *, group: str | None = None,
