@@ -253,6 +253,22 @@ class Protocol:
             if cursor == "0-0":
                 return total
 
+    def recover_consumer(self, stream: str, consumer: str, max_attempts: int) -> tuple[int, int]:
+        """hero_recover of every delivery `consumer` holds on `stream`, as a dead worker's: each
+        attempt counts, a job whose attempts reached `max_attempts` (or its retries + 1, the
+        larger) is dead-lettered, the others go back to the stream; answers (requeued, dead)."""
+        k = self.keys
+        keys = [stream, k.dead_letter(), k.config(), k.retention(), k.events(), k.stats()]
+        requeued = dead = 0
+        cursor = "0-0"
+        while True:
+            r = self.r.fcall(self.fn("recover"), len(keys), *keys, GROUP, "consumer", consumer, 0, 1000,
+                             k.job_prefix(), k.reply_prefix(), int(max_attempts), cursor, "0", iso(), self.xackdel())
+            requeued, dead = requeued + int(r[0]), dead + int(r[1])
+            cursor = _text(r[3])
+            if cursor == "0-0":
+                return requeued, dead
+
     def beat(self, name: str, ttl_ms: int, entry: dict[str, Any], presence_keys: Sequence[str] = (),
              presence: str = "", policies: bool = False) -> tuple["Beat", dict | None]:
         """hero_beat (protocol 31): the fleet entry `entry` (without `expires_ms`: the function

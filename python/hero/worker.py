@@ -47,7 +47,7 @@ from .presence import REPORT_EVERY_S  # noqa: F401,E402
 
 log = logging.getLogger("hero")
 
-MAX_ATTEMPTS = 5  # hero_recover's when the config hash names none (`hero broker --max-attempts`)
+from .orphan import MAX_ATTEMPTS, _Orphans  # noqa: E402,F401 (hero.worker.MAX_ATTEMPTS as before)
 
 
 def _ended_as(outcome: str, answer: str) -> str:
@@ -61,7 +61,7 @@ def _ended_as(outcome: str, answer: str) -> str:
     return "finished" if outcome == "done" else "failed"
 
 
-class Worker(_Guards, _Presence, _Duties):
+class Worker(_Guards, _Presence, _Duties, _Orphans):
     """Serves `types` with `handler(job, ctx)`, whose return value is the job's output: a
     `str` as text, any other value as a value (MessagePack in the record's `value`, its JSON text
     in `output` for older readers: `Job.output` gives it back as returned); a value MessagePack
@@ -432,27 +432,6 @@ class Worker(_Guards, _Presence, _Duties):
             self._settle(run, "fail", f"{type(e).__name__}: {e}", retry_at_ms(run.ctx.attempt))
         finally:
             self._slots.release()
-
-    def _child_died(self, run: _Running, why: str) -> None:
-        """A job whose child died under it runs again as a dead worker's does (hero_recover): the
-        attempt counts, whatever the job's retries, while its attempts stay under the broker's
-        max attempts or its retries + 1, the larger; then it fails as any attempt does (its
-        queue policy's budget, if larger, still applies). A job that kills every child it runs
-        in so ends instead of taking a child each time forever."""
-        limit = max(self._max_attempts(), run.job.retries + 1)
-        log.warning("job %s: %s (attempt %d of at most %d)", run.job.id, why, run.ctx.attempt, limit)
-        if run.ctx.attempt < limit:
-            self._settle(run, "again", why, now_ms())
-        else:
-            self._settle(run, "fail", f"{why}, on attempt {run.ctx.attempt} of {limit}", retry_at_ms(run.ctx.attempt))
-
-    def _max_attempts(self) -> int:
-        """The attempts recovery gives a dead worker's job: the broker's `--max-attempts` as the
-        config hash holds it, else the functions' default."""
-        try:
-            return int(self.r.hget(self.keys.config(), "max_attempts") or MAX_ATTEMPTS)
-        except (redis.RedisError, ValueError):
-            return MAX_ATTEMPTS
 
     def _settle(self, run: _Running, outcome: str, text: str, retry_at: int, trace: str | None = None,
                 value: bytes | None = None) -> None:

@@ -47,13 +47,19 @@ def test_a_pool_child_killed_mid_job_runs_again_and_finishes(redis_url, tmp_path
         assert r.get(30) == "survived"
         assert os.path.exists(marker), "its first child was killed"
         assert app.client.get(r.id).attempts == 2, "the killed attempt counts, as a dead worker's does"
-        # one that kills its child on every attempt ends once the attempts a dead worker's job
-        # gets (the broker's max attempts, 5 by default) are spent, saying why
-        bad = ported.die_always.delay()
-        with pytest.raises(hero.TaskError, match="killed by signal 9"):
+        # one that kills its child on every attempt ends as recovery leaves a dead worker's job:
+        # dead-lettered once the attempts it gets (the broker's max attempts, 5 by default) are
+        # spent, each death said in its log lines; never rerun forever
+        runs = tmp_path / "deaths"
+        bad = ported.die_always.delay(str(runs))
+        with pytest.raises(hero.TaskError, match="abandoned after 5 attempts"):
             bad.get(60)
         job = app.client.get(bad.id)
-        assert (job.status, job.attempts) == ("error", 5), job
+        assert (job.status, job.attempts, job.error) == ("error", 5, "abandoned after 5 attempts"), job
+        assert len(runs.read_text().splitlines()) == 5, "five runs, each in a child of its own"
+        assert job.raw.get("dead"), "its record names its dead letter"
+        assert [d.job_id for d in hero.Queue(ported.app.queue, client=app.client).dead_letters()] == [bad.id]
+        assert sum("killed by signal 9" in line for line in job.log) == 5, job.log
         # the soft time limit is raised in the child too, which may clean up and return
         assert ported.soft_in_child.delay().get(30) == "cleaned up on attempt 1"
         assert ported.die_once.delay(marker).get(30) == "survived", "the pool still serves"

@@ -78,3 +78,31 @@ def test_a_handler_a_child_cannot_import_is_refused_naming_why(redis_url):
         hero.Worker(lambda job, ctx: 1, ["pp"], redis_url, pool="process")
     with pytest.raises(hero.InvalidInput, match="pool 'fork'"):
         hero.Worker(pool_handlers.handler, ["pp"], redis_url, pool="fork")
+
+
+def test_a_job_that_kills_every_child_is_dead_lettered_as_recovery_leaves_it(redis_url, tmp_path):
+    """A child killed on every attempt: the job runs as many times as recovery gives a dead
+    worker's job (the broker's max attempts, else 5; or its retries + 1, the larger), then is
+    dead-lettered as hero_recover leaves it, its dependents failed; the pool serves on."""
+    c = hero.Client(redis_url)
+    w = hero.Worker(pool_handlers.handler, ["pd"], redis_url, concurrency=2, pool="process", shutdown_s=2)
+    with running(w):
+        runs = tmp_path / "a"
+        a = c.submit(f"die:{runs}", "pd")
+        after = c.submit("10", "pd", after=[a.id])
+        r = c.wait(a.id, 60)
+        assert (r.status, r.error) == ("error", "abandoned after 5 attempts"), r
+        assert len(runs.read_text().splitlines()) == 5
+        job = c.get(a.id)
+        assert job.attempts == 5 and job.raw.get("dead"), job
+        assert [d.job_id for d in hero.Queue("pd", client=c).dead_letters()] == [a.id]
+        assert c.wait(after.id, 10).error == f"dependency failed: {a.id}"
+        # its own retries, when larger, are its budget; the broker's max attempts too
+        more = tmp_path / "b"
+        assert c.run(f"die:{more}", "pd", retries=6, wait=60).error == "abandoned after 7 attempts"
+        assert len(more.read_text().splitlines()) == 7
+        c.r.hset(c.keys.config(), "max_attempts", 2)
+        fewer = tmp_path / "c"
+        assert c.run(f"die:{fewer}", "pd", wait=60).error == "abandoned after 2 attempts"
+        assert len(fewer.read_text().splitlines()) == 2
+        assert c.run("10", "pd", wait=30).output == 285, "the pool still serves"
