@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import redis
 
@@ -53,13 +53,23 @@ class Event:
     attempt: int | None = None
     reason: str | None = None
     due_ms: int | None = None
-    output: str | None = None
+    # a finished job's output, read from its record by the reading rule: the value it returned
+    # (protocol 33), else its text
+    output: Any = None
     missed: int | None = None
     shard: int = 0
 
     @property
     def at_ms(self) -> int:
         return int(self.id.split("-")[0]) if self.id else 0
+
+
+def _output(text: bytes | None, value: bytes | None) -> Any:
+    """A record's output by the reading rule (`Job.output`), None without one."""
+    if text is None and value is None:
+        return None
+    from .job import _read
+    return _read(None if text is None else _text(text), value)
 
 
 def _text(v) -> str:
@@ -231,8 +241,9 @@ class _Reader:
         if finished:
             p = self.r.pipeline(transaction=False)
             for e in finished:
-                p.hget(self.keys.job(e.job_id), "output")
-            outputs = {e.job_id: (None if v is None else _text(v)) for e, v in zip(finished, p.execute())}
+                p.hmget(self.keys.job(e.job_id), ["output", "value"])
+            # the value the job returned, by the reading rule (its `value`, else its text)
+            outputs = {e.job_id: _output(text, value) for e, (text, value) in zip(finished, p.execute())}
         out = [gap] if gap else []
         for e in events:
             if e.event == "finished":

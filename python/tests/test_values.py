@@ -139,7 +139,9 @@ def test_a_plain_worker_and_a_process_pool_record_values(redis_url):
         return {"when": WHEN, "script": job.script}
 
     with running(hero.Worker(handler, ["plain"], redis_url, concurrency=2)):
-        assert c.run("x", "plain", wait=20).output == {"when": WHEN, "script": "x"}
+        with c.events(type="plain", event="finished") as sub:
+            assert c.run("x", "plain", wait=20).output == {"when": WHEN, "script": "x"}
+            assert sub.next(timeout=20).output == {"when": WHEN, "script": "x"}, "an event gives the value too"
         r = c.run("none", "plain", wait=20)
         assert (r.status, r.output, r.output_text) == ("finished", None, "null")
         bad = c.run("set", "plain", wait=20)
