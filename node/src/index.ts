@@ -8,7 +8,7 @@ export { Worker, WorkerJob, Retry, Abort, UnrecoverableError } from "./worker.js
 export type { Handler, WorkerListener, WorkerOptions } from "./worker.js";
 export type { JobOptions, BackoffOptions, KeepJobs } from "./options.js";
 export { Queue } from "./queue.js";
-export type { QueueOptions, JobCounts, StreamCounts, PolicyOptions, Policy, DeadLetter, RepeatOptions, JobTemplate, CronNextOptions, CleanType, ObliterateOptions, QueueJob } from "./queue.js";
+export type { QueueOptions, JobCounts, StreamCounts, PolicyOptions, Policy, DeadLetter, RepeatOptions, JobTemplate, CronNextOptions, CleanType, ObliterateOptions, QueueJob, AddOptions, BulkJob, JobTotals, JobType } from "./queue.js";
 export type { FairKeys, KeyWaiting } from "./fair.js";
 export { Evicting, HeroError, InvalidInput, InvalidJob, JobNotFound, OlderProcesses, OutOfMemory, WaitTimedOut, WorkerFailed } from "./errors.js";
 export type { BatchInfo, ChildResult, Job, Progress, Result, Submitted } from "./job.js";

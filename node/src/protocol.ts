@@ -153,6 +153,17 @@ export class Protocol {
     return [text(r[0]), r.slice(1).map(text)];
   }
 
+  /** hero_list (read-only, protocol 33): one bounded page of queue `name`'s jobs ('' every
+   * queue) in `state` (finished, error, delayed, waiting, running), going on from `cursor` (''
+   * at first): [next cursor ('' at the end), ids]. A call reads at most 1,000 candidates, so a
+   * page may be short, even empty, with a cursor to go on with. */
+  async list(state: string, name: string, cursor: string, limit: number): Promise<[string, string[]]> {
+    const k = this.keys;
+    const keys = [k.retention(), k.delayed(), k.queues()];
+    const r = (await this.redis.callBuffer("FCALL_RO", this.fn("list"), keys.length, ...keys, k.jobPrefix(), state, name, cursor, limit)) as unknown[];
+    return [text(r[0]), r.slice(1).map(text)];
+  }
+
   /** hero_drain: one step deleting queue `name`'s waiting jobs (and delayed ones when `delayed`;
    * the queue itself once empty when `remove`), at most `budget`, the delayed set's walk going on
    * at `cursor` ('0' at first). */

@@ -13,6 +13,9 @@ import { backoffJson, BackoffOptions, KeepJobs } from "./options.js";
 import { HeroError, InvalidInput, JobNotFound, strictOptions } from "./errors.js";
 import { fairFields, FairKeys, fairKeys, limitKey, requireFair } from "./fair.js";
 import { Keys } from "./keys.js";
+import { addJob, addJobs, AddOptions, BulkJob } from "./adding.js";
+import { countsOf, JobCounts, jobCounts, JobTotals, StreamCounts } from "./counts.js";
+import { getJobs, JobType } from "./listing.js";
 import { Protocol } from "./protocol.js";
 
 export interface QueueOptions {
@@ -25,51 +28,6 @@ export interface QueueOptions {
   client?: Client;
 }
 const QUEUE_OPTIONS = new Set(["url", "namespace", "group", "client"]);
-
-/** Ends counted since the namespace began: events, not jobs now. A job that ended and was
- * queued again (a retried dead letter, a requeue) is counted at each end, and a job deleted at
- * its retention stays counted; none of them is a job in `waiting`, `delayed` or `running`. */
-export interface JobTotals {
-  /** Jobs that ended `finished`. */
-  finished: number;
-  /** Jobs that ended `error`, whatever the reason: a handler's failure past its retry budget, a
-   * time limit, `Abort`, a stop (of a running or a queued job), a failed prerequisite. */
-  failed: number;
-  /** Of those, the jobs dead-lettered: given up after their worker died too often (see
-   * `JobOptions.retries` for the rule). */
-  dead: number;
-}
-
-/** One work stream: its jobs now (`waiting`, `running`, `delayed`: each job in one of them at
- * most) and its ends since the namespace began (`totals`). */
-export interface StreamCounts {
-  stream: string;
-  /** Queued, not yet taken by a worker (a fair queue's jobs in its gate too). A job stopped while
-   * queued leaves it at once (its entry is deleted), unless more than 1,000 jobs were ahead of
-   * it: then it is counted here until a worker reaches its entry and drops it. */
-  waiting: number;
-  /** Taken by a worker and not yet ended (BullMQ's `active`). */
-  running: number;
-  /** Due later: a `delay`, an `at`, or a retry waiting out its back-off. */
-  delayed: number;
-  totals: JobTotals;
-  paused: boolean;
-  oldestWaitingMs: number | null;
-  shard: number;
-}
-
-/** A queue's jobs now, summed over its work streams (every priority, group, instance, shard):
- * `waiting`, `delayed`, `running`, each job in one of them at most (BullMQ's `waiting` +
- * `prioritized`, `delayed`, `active`); jobs that ended are in none. `totals` counts ends since the
- * namespace began (BullMQ's `completed` and `failed` count the ended jobs it still keeps: hero
- * has no such count). */
-export interface JobCounts {
-  waiting: number;
-  delayed: number;
-  running: number;
-  totals: JobTotals;
-  streams: StreamCounts[];
-}
 
 /** What `setPolicy` takes: times in ms, rates as BullMQ's limiter (`{ max, duration }`). */
 export interface PolicyOptions {
@@ -170,6 +128,27 @@ export class Queue {
     }
   }
 
+  // -- adding jobs (BullMQ's add: adding.ts) ------------------------------------------------
+  /** BullMQ's `add(name, data, opts)`: submits a job to this queue whose `job.name` is `name`
+   * (hero's `script`) and whose `job.data` is `data` (its payload, any value MessagePack
+   * carries); `opts` are the submit options (`JobOptions` less `type`, `script`, `payload`). An
+   * option hero does not know, BullMQ's included, is refused naming hero's word. Resolves to the
+   * job as `getJob` answers it (the job holding its `unique` key when that was held). */
+  async add<Data = unknown>(name: string, data?: Data, opts?: AddOptions): Promise<QueueJob> {
+    const job = addJob(this.name, this.opts.group, name, data, opts);
+    const c = await this.waitUntilReady();
+    const id = await c.submit(job);
+    return queueJob(c, await c.get(id), (i) => this.requeue(i));
+  }
+
+  /** BullMQ's `addBulk([{ name, data, opts }])`: the jobs in one call (one a shard); resolves
+   * to their ids, in order. */
+  async addBulk(jobs: BulkJob[]): Promise<string[]> {
+    const specs = addJobs(this.name, this.opts.group, jobs);
+    const c = await this.waitUntilReady();
+    return (await c.submitMany(specs)).map((s) => s.id);
+  }
+
   // -- pause ----------------------------------------------------------------------------------
   /** No worker takes a new job of the queue (running ones finish; submits still queue) until
    * `resume()`. Resolves to how many work streams it covers. */
@@ -219,23 +198,77 @@ export class Queue {
   }
 
   // -- counts ---------------------------------------------------------------------------------
-  /** BullMQ's `getJobCounts`: the queue's jobs now, `waiting`, `delayed`, `running` (each job
-   * in one at most), and its ends since the namespace began, `totals` (events, not jobs: kept
-   * apart so no job is counted twice); each stream's own in `streams` (`hero queues`' columns). */
-  async getJobCounts(): Promise<JobCounts> {
-    const out: JobCounts = { waiting: 0, delayed: 0, running: 0, totals: { finished: 0, failed: 0, dead: 0 }, streams: [] };
-    for (const [n, , p] of await this.shards()) {
-      for (const [stream, waiting, running, delayed, finished, failed, dead, paused, age] of await this.call(() => p.counts(this.queueName))) {
-        out.streams.push({ stream, waiting, running, delayed, totals: { finished, failed, dead }, paused: paused === 1, oldestWaitingMs: age < 0 ? null : age, shard: n });
-        out.waiting += waiting;
-        out.delayed += delayed;
-        out.running += running;
-        out.totals.finished += finished;
-        out.totals.failed += failed;
-        out.totals.dead += dead;
-      }
-    }
-    return out;
+  /** BullMQ's `getJobCounts`: the queue's jobs now, each in one count at most: `waiting`,
+   * `delayed`, `running` (also read as BullMQ's `active`), and the ended ones it holds,
+   * `completed` and `failed` (BullMQ's meaning: jobs kept, not ends counted); ends since the
+   * namespace began apart in `totals`; each stream's own in `streams`. Given types (BullMQ's
+   * names: `getJobCounts("failed", "waiting")`), an object of those counts only; counting
+   * `completed` and `failed` reads the retention stream a bounded page a call (see
+   * `countState`), so ask only for what you need on a namespace that keeps many ended jobs. */
+  async getJobCounts(): Promise<JobCounts>;
+  async getJobCounts(...types: JobType[]): Promise<Record<string, number>>;
+  async getJobCounts(...types: JobType[]): Promise<JobCounts | Record<string, number>> {
+    const shards = await this.shards();
+    return types.length === 0 ? jobCounts(shards, this.queueName) : countsOf(shards, this.queueName, types);
+  }
+
+  /** BullMQ's `getJobCountByTypes`: the sum of the counts of `types` (each job in one). */
+  async getJobCountByTypes(...types: JobType[]): Promise<number> {
+    return Object.values(await countsOf(await this.shards(), this.queueName, types)).reduce((a, b) => a + b, 0);
+  }
+
+  /** BullMQ's `getCompletedCount`, `getFailedCount`, `getDelayedCount`, `getWaitingCount`,
+   * `getActiveCount`: one count of `getJobCounts`. */
+  async getCompletedCount(): Promise<number> {
+    return this.getJobCountByTypes("completed");
+  }
+  async getFailedCount(): Promise<number> {
+    return this.getJobCountByTypes("failed");
+  }
+  async getDelayedCount(): Promise<number> {
+    return this.getJobCountByTypes("delayed");
+  }
+  async getWaitingCount(): Promise<number> {
+    return this.getJobCountByTypes("waiting");
+  }
+  async getActiveCount(): Promise<number> {
+    return this.getJobCountByTypes("active");
+  }
+
+  // -- listing (BullMQ's getJobs and its kin: listing.ts) --------------------------------------
+  /** BullMQ's `getJobs(types, start, end, asc)`: the queue's jobs of `types` (BullMQ's names:
+   * `completed`, `failed`, `delayed`, `waiting`/`wait`, `active`; a type hero has no list for,
+   * such as `prioritized`, `waiting-children` or `paused`, is refused naming why), per type in
+   * the order given, positions `start` to `end` of each (inclusive; -1 the last). Orders: ended
+   * jobs newest end first (BullMQ's default), delayed ones soonest first, waiting and active ones
+   * next to run first; `asc` reverses each list. Over hero_list, one bounded page a call, on
+   * every shard (shard after shard). Each job as `getJob` answers it (`retry()` included). */
+  async getJobs(types?: JobType | JobType[], start = 0, end = -1, asc = false): Promise<QueueJob[]> {
+    const c = await this.waitUntilReady();
+    const jobs = await getJobs(c, await this.shards(), this.queueName, types, start, end, asc);
+    return jobs.map((j) => queueJob(c, j, (id) => this.requeue(id)));
+  }
+
+  /** BullMQ's `getFailed`: the jobs that ended `error` (their attempts spent, timed out,
+   * stopped, `Abort`, dead-lettered), newest first; `job.retry()` runs one again. */
+  async getFailed(start = 0, end = -1): Promise<QueueJob[]> {
+    return this.getJobs("failed", start, end);
+  }
+  /** BullMQ's `getCompleted`: the jobs that ended `finished` and are still kept, newest first. */
+  async getCompleted(start = 0, end = -1): Promise<QueueJob[]> {
+    return this.getJobs("completed", start, end);
+  }
+  /** BullMQ's `getDelayed`: jobs due later (a `delay`, an `at`, a retry's back-off), soonest first. */
+  async getDelayed(start = 0, end = -1): Promise<QueueJob[]> {
+    return this.getJobs("delayed", start, end);
+  }
+  /** BullMQ's `getWaiting`: queued jobs no worker took yet, next to run first. */
+  async getWaiting(start = 0, end = -1): Promise<QueueJob[]> {
+    return this.getJobs("waiting", start, end);
+  }
+  /** BullMQ's `getActive`: jobs a worker runs now. */
+  async getActive(start = 0, end = -1): Promise<QueueJob[]> {
+    return this.getJobs("active", start, end);
   }
 
   // -- policy ---------------------------------------------------------------------------------
@@ -449,7 +482,7 @@ export class Queue {
    * then its streams, its names and its policy); refused while jobs of it run (no `force`: stop
    * them, or wait for their end). Resolves to how many jobs it deleted. */
   async obliterate(opts: ObliterateOptions = {}): Promise<number> {
-    const q = { shards: () => this.shards(), running: async () => (await this.getJobCounts()).running, pause: () => this.pause(), clearPolicy: () => this.clearPolicy() };
+    const q = { shards: () => this.shards(), running: async () => (await jobCounts(await this.shards(), this.queueName, false)).running, pause: () => this.pause(), clearPolicy: () => this.clearPolicy() };
     return obliterate(this.queueName, q, opts);
   }
 
@@ -552,4 +585,5 @@ function split(policy: Policy, n: number, k: number): Policy {
   return p;
 }
 
+export type { AddOptions, BulkJob, JobCounts, JobTotals, JobType, StreamCounts };
 export type { BackoffOptions, CleanType, CronNextOptions, JobTemplate, KeepJobs, ObliterateOptions, QueueJob, RepeatOptions };
