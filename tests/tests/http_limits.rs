@@ -166,9 +166,10 @@ async fn half_sent_headers_and_bodies_cannot_take_the_port() {
         "/healthz behind 100 half-sent headers at a cap of 32: {r:?}"
     );
     drop(slow);
+    // with a credential, a body that never ends is cut off after the body timeout
     let mut body = tokio::net::TcpStream::connect(&addr).await.unwrap();
     body.write_all(
-        b"POST /sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 65000\r\n\r\ntoken=",
+        format!("POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 65000\r\n\r\n{{").as_bytes(),
     )
     .await
     .unwrap();
@@ -179,4 +180,150 @@ async fn half_sent_headers_and_bodies_cannot_take_the_port() {
         read.is_ok() && text.contains(" 408 "),
         "a body that never ends: {text}"
     );
+    // without one, the sign-in form is all that is read, and only a small one
+    let mut form = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    form.write_all(
+        b"POST /sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 65000\r\n\r\ntoken=",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), form.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        read.is_ok() && text.contains(" 413 "),
+        "a sign-in form of 65,000 bytes: {text}"
+    );
+}
+
+/// `/healthz` answers within `within` each of `probes` times, spaced by `every`: the bound the
+/// HTTP face keeps however clients misbehave (docs/http.md).
+async fn healthz_answers(base: &str, probes: usize, every: Duration, within: Duration) {
+    for i in 0..probes {
+        let r =
+            tokio::time::timeout(within, http_client().get(format!("{base}/healthz")).send()).await;
+        assert!(
+            matches!(&r, Ok(Ok(resp)) if resp.status().as_u16() == 200),
+            "/healthz probe {i}: {r:?}"
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// The broker's resident memory, from /proc.
+fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+/// Issue 61, finding 1: 15 clients (at a cap of 16) that pipeline requests for the dashboard's
+/// script and never read an answer, with no token, neither hold the answers in memory nor keep
+/// `/healthz` from a slot: a connection whose answer waits on its client is shed at the cap, and
+/// ends after the write timeout below it.
+#[tokio::test]
+async fn clients_that_never_read_cannot_take_the_port_or_the_memory() {
+    use tokio::io::AsyncWriteExt;
+    let server = RedisServer::start();
+    let url = server.url();
+    let (broker, base) = http_broker(&url, Some(TOKEN), &["--http-max-connections", "16"]).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    // more answers than the kernel's buffers hold, so the writes wait on this client
+    let ask = "GET /assets/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(2000);
+    let mut readers = Vec::new();
+    // 15 first, then waves of 40 more, as an attacker reconnects what was shed
+    for wave in [15, 40, 40, 40] {
+        for _ in 0..wave {
+            // a small receive window, as on a slow link
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(4096).unwrap();
+            let Ok(mut s) = socket.connect(addr.parse().unwrap()).await else {
+                continue;
+            };
+            let ask = ask.clone();
+            readers.push(tokio::spawn(async move {
+                let _ = s.write_all(ask.as_bytes()).await;
+                // never read: hold the socket until the test ends
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                drop(s);
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // probes two at a time: the second needs a slot an attacker holds
+        for i in 0..4 {
+            let probes: Vec<_> = (0..2)
+                .map(|_| {
+                    let url = format!("{base}/healthz");
+                    tokio::spawn(async move {
+                        let client = reqwest::Client::builder()
+                            .pool_max_idle_per_host(0)
+                            .build()
+                            .unwrap();
+                        tokio::time::timeout(Duration::from_secs(3), client.get(url).send()).await
+                    })
+                })
+                .collect();
+            for p in probes {
+                let r = p.await.unwrap();
+                assert!(
+                    matches!(&r, Ok(Ok(resp)) if resp.status().as_u16() == 200),
+                    "/healthz, round {i} after a wave of {wave} clients that never read: {r:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let rss = rss_mib(broker.pid());
+    assert!(
+        rss < 150,
+        "the broker holds {rss} MiB beside 15 clients that never read"
+    );
+    for r in readers {
+        r.abort();
+    }
+}
+
+/// Issue 61, finding 2: sign-in bodies sent a byte every half second, with no token, are shed
+/// at the cap like half-sent headers: `/healthz` keeps answering.
+#[tokio::test]
+async fn slow_sign_in_bodies_cannot_take_the_port() {
+    use tokio::io::AsyncWriteExt;
+    let server = RedisServer::start();
+    let url = server.url();
+    let (_broker, base) = http_broker(&url, Some(TOKEN), &["--http-max-connections", "16"]).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut slow = Vec::new();
+    for _ in 0..40 {
+        let addr = addr.clone();
+        slow.push(tokio::spawn(async move {
+            let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await else {
+                return;
+            };
+            let head = "POST /sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n";
+            if s.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            for _ in 0..1000 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if s.write_all(b"a").await.is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await; // the bodies older than the shedding age
+    healthz_answers(
+        &base,
+        12,
+        Duration::from_millis(250),
+        Duration::from_secs(3),
+    )
+    .await;
+    for s in slow {
+        s.abort();
+    }
 }

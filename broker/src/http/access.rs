@@ -27,10 +27,16 @@ use hero_protocol::clock;
 use serde::Deserialize;
 
 use super::origin::{bearer, foreign_origin, foreign_subresource};
+use super::server::Settle;
 use super::{dashboard, session, ApiError, App, HttpError, Role, MAX_BODY_BYTES};
 
-/// How long a request's body may take to arrive, once its headers have.
+/// How long a request's body may take to arrive, once its headers and credentials have.
 pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The sign-in and sign-out forms' bodies, read before any credential is known: what a client
+/// without a token can make the broker read and wait for (a token and a path fit in far less).
+pub const FORM_MAX_BYTES: usize = 4 * 1024;
+pub const FORM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The host names (or addresses) a request may name in its `Host` header.
 #[derive(Debug, Clone)]
@@ -227,22 +233,43 @@ pub fn local_path(to: &str) -> String {
     format!("/{}", to.trim_start_matches(['/', '\\']))
 }
 
-/// The request with its body read whole within [`BODY_TIMEOUT`] (and [`MAX_BODY_BYTES`]): a
-/// client that sends a body a byte at a time holds a connection no longer than its headers.
-async fn with_body(req: Request) -> Result<Request, ApiError> {
+/// The request with its body read whole within `timeout` and `max` bytes: a client that sends
+/// a body a byte at a time holds a connection no longer than its headers. Once read, the
+/// connection is settled (`server::Settle`): nothing of it waits on the client any more.
+async fn with_body(
+    req: Request,
+    max: usize,
+    timeout: std::time::Duration,
+) -> Result<Request, ApiError> {
+    let settle = req.extensions().get::<Settle>().cloned();
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        // said at once: waiting for a body refused anyway would hold the connection for nothing
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is over {} KiB: send less", max / 1024),
+        ));
+    }
     let (parts, body) = req.into_parts();
-    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+    let read = tokio::time::timeout(timeout, axum::body::to_bytes(body, max)).await;
+    if let Some(s) = settle {
+        s.settled();
+    }
+    match read {
         Ok(Ok(bytes)) => Ok(Request::from_parts(parts, axum::body::Body::from(bytes))),
         Ok(Err(_)) => Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "the request body is over {} KiB (or was cut off): send less",
-                MAX_BODY_BYTES / 1024
+                max / 1024
             ),
         )),
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
-            format!("the request body did not arrive within {BODY_TIMEOUT:?}"),
+            format!("the request body did not arrive within {timeout:?}"),
         )),
     }
 }
@@ -310,7 +337,7 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
         .into_response();
     }
     if matches!(path.as_str(), "/sign-in" | "/sign-out") {
-        return match with_body(req).await {
+        return match with_body(req, FORM_MAX_BYTES, FORM_TIMEOUT).await {
             Ok(req) => next.run(req).await,
             Err(e) => e.into_response(),
         };
@@ -348,6 +375,10 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
         Ok(role) => {
             let mut req = req;
             req.extensions_mut().insert(role);
+            // a client with a credential may take its time over a body
+            if let Some(s) = req.extensions().get::<Settle>() {
+                s.settled();
+            }
             if change && path.starts_with("/api/") {
                 // every change of the API is the admin's: the read-only token is told so first
                 if let Err(e) = app.authorize(req.headers()) {
@@ -363,7 +394,7 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
             }
             if change {
                 // only now, with the request's credentials checked, is its body waited for
-                req = match with_body(req).await {
+                req = match with_body(req, MAX_BODY_BYTES, BODY_TIMEOUT).await {
                     Ok(req) => req,
                     Err(e) => return e.into_response(),
                 };

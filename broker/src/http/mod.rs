@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod origin;
 pub mod server;
 pub mod session;
+pub mod watched_io;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

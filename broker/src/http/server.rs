@@ -7,9 +7,15 @@
 //! - At most [`Limits::max_connections`] connections are open at once, lowered to what the
 //!   open-file limit leaves room for. At the cap the server asks every connection to close once
 //!   it is idle (hyper closes an idle one at once, a busy one after its answer), as nginx reuses
-//!   idle connections, and closes the oldest that have been open [`SHED_AGE`] without a
-//!   complete request (a client sending its headers a byte at a time), then accepts the next.
-//! - A request's body must arrive within `access::BODY_TIMEOUT` once its credentials passed.
+//!   idle connections, and closes the oldest that hold a slot on a client's account for
+//!   [`SHED_AGE`] (`ConnState::stuck`): open that long without a settled request (headers sent
+//!   a byte at a time, or a sign-in body), or an answer waiting that long on a client that does
+//!   not read; then accepts the next. So `/healthz` gets a slot within about
+//!   [`SHED_AGE`] + [`SHED_EVERY`] however many clients misbehave.
+//! - An answer a client does not read ends its connection after `watched_io::WRITE_TIMEOUT`,
+//!   and hyper buffers at most [`MAX_BUF`] of a connection's pipelined requests.
+//! - A request's body must arrive within `access::BODY_TIMEOUT` once its credentials passed; the
+//!   sign-in form's, read before any credential, is bounded smaller (`access`).
 //! - On stop, no new connection is accepted and open ones get [`DRAIN`] to finish.
 //!
 //! axum's own `serve` has no header timeout and no cap, hence this loop over hyper.
@@ -19,6 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+
+use super::watched_io::{ConnState, WatchedIo};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -41,6 +49,10 @@ const SHED_EVERY: Duration = Duration::from_millis(200);
 
 /// Connections without a complete request closed at most per look at the cap.
 const SHED_BATCH: usize = 32;
+
+/// The most hyper buffers of one connection's unread requests (a client pipelining requests
+/// it never reads the answers to): its minimum is 8 KiB.
+const MAX_BUF: usize = 16 * 1024;
 
 /// File descriptors kept out of the cap for Redis connections, logs and the listener.
 const RESERVED_FDS: u64 = 64;
@@ -89,8 +101,8 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
     // a new value asks every connection to close once idle
     let (shed, _) = watch::channel(0u64);
     let mut conns = tokio::task::JoinSet::new();
-    // per connection: when it opened, whether a request of it reached the router, its task
-    let mut opened: std::collections::VecDeque<(Instant, Arc<AtomicBool>, AbortHandle)> =
+    // per connection: what the loop knows of it, its task
+    let mut opened: std::collections::VecDeque<(Arc<ConnState>, AbortHandle)> =
         std::collections::VecDeque::new();
     let accept_failing = AtomicBool::new(false);
     let at_cap_said = AtomicBool::new(false);
@@ -109,13 +121,11 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
                 // until a slot frees, every SHED_EVERY: the oldest connections that have been
                 // open SHED_AGE without a complete request go
                 let slot = loop {
-                    opened.retain(|(_, _, task)| !task.is_finished());
+                    opened.retain(|(_, task)| !task.is_finished());
                     let now = Instant::now();
-                    for (_, _, task) in opened
+                    for (_, task) in opened
                         .iter()
-                        .filter(|(at, served, _)| {
-                            !served.load(Ordering::Relaxed) && now.duration_since(*at) >= SHED_AGE
-                        })
+                        .filter(|(state, _)| state.stuck(now, SHED_AGE))
                         .take(SHED_BATCH)
                     {
                         task.abort();
@@ -157,24 +167,34 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
             }
         };
         let _ = stream.set_nodelay(true);
-        let served = Arc::new(AtomicBool::new(false));
+        let state = ConnState::new();
         let service = {
-            let served = served.clone();
+            let state = state.clone();
             let router = router.clone();
-            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                served.store(true, Ordering::Relaxed);
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                // a request with no body is settled once its headers are in; one with a body
+                // when the access layer has its credentials or its sign-in form
+                if hyper::body::Body::is_end_stream(req.body()) {
+                    state.settled.store(true, Ordering::Relaxed);
+                } else {
+                    req.extensions_mut().insert(Settle(state.clone()));
+                }
                 router.clone().oneshot(req.map(axum::body::Body::new))
             })
         };
         let mut shed_rx = shed.subscribe();
         let stop = stop.clone();
+        let conn_state = state.clone();
+        let conn_settled = state.clone();
         let task = conns.spawn(async move {
             let _slot = slot;
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_BUF);
+            let io = WatchedIo::new(stream, conn_state);
+            let conn = builder.serve_connection(TokioIo::new(io), service);
             tokio::pin!(conn);
             let mut closing = false;
             loop {
@@ -185,7 +205,11 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
                         conn.as_mut().graceful_shutdown();
                     }
                     changed = shed_rx.changed(), if !closing => {
-                        if changed.is_ok() {
+                        // only a connection that was served closes once idle: one just accepted
+                        // has not had its first request read yet (closing it would refuse the
+                        // very client the slot was freed for); an unsettled one that lingers
+                        // is closed by age instead
+                        if changed.is_ok() && conn_settled.settled.load(Ordering::Relaxed) {
                             closing = true;
                             conn.as_mut().graceful_shutdown();
                         }
@@ -193,10 +217,10 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
                 }
             }
         });
-        opened.push_back((Instant::now(), served, task));
+        opened.push_back((state, task));
         if opened.len() > 2 * limits.max_connections {
             // ended connections leave their entries behind: swept once there are as many
-            opened.retain(|(_, _, task)| !task.is_finished());
+            opened.retain(|(_, task)| !task.is_finished());
         }
     }
     drop(listener);
@@ -208,5 +232,16 @@ pub async fn run(listener: TcpListener, router: Router, limits: Limits, stop: Ca
             "HTTP: connections still open after {DRAIN:?} at stop; closing them"
         );
         conns.abort_all();
+    }
+}
+
+/// A request's connection, for the access layer to mark settled once the request's body no
+/// longer waits on a client without a credential.
+#[derive(Clone)]
+pub struct Settle(Arc<ConnState>);
+
+impl Settle {
+    pub fn settled(&self) {
+        self.0.settled.store(true, Ordering::Relaxed);
     }
 }
