@@ -21,7 +21,7 @@ mod redis_state;
 pub use actors::{Actor, Holding};
 pub use audit::{AuditReport, Class, Finding, LOST_ACKED};
 pub use dead::{DeadLetter, DEAD_FIELD, FALLBACK_LETTERS};
-pub use events::{Event, EventFilter, EventFollower};
+pub use events::{Event, EventFilter, EventFollower, HISTORY_SCAN, LIFE_MARGIN};
 pub use fair::{FairKeys, KeyWaiting};
 pub use presence::{PresenceScan, SCAN_CALLS, SCAN_COUNT, SCAN_REFRESH};
 pub use queues::{Minute, QueueStats};

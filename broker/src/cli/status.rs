@@ -3,7 +3,6 @@
 //! as they come until the job ends.
 
 use anyhow::Result;
-use hero_admin::inspect::EventFilter;
 use hero_protocol::JobId;
 
 use super::context::{connect, resolve_url};
@@ -16,18 +15,15 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
     if args.follow {
         return follow(g, &client, &id).await;
     }
-    let history = if args.history {
-        let only = EventFilter {
-            job: Some(id.to_string()),
-            ..EventFilter::default()
-        };
-        Some(
+    // bounded by the job's life, not the log's length (Inspector::job_history); a record that
+    // does not decode has none
+    let history = match (args.history, client.get(&id).await) {
+        (true, Ok(job)) => Some(
             hero_admin::Inspector::from(&client)
-                .events(&only, usize::MAX)
+                .job_history(&job)
                 .await?,
-        )
-    } else {
-        None
+        ),
+        _ => None,
     };
     if g.json {
         let job = match client.get(&id).await {
@@ -37,8 +33,9 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
             other => other?,
         };
         let mut v = job.to_json();
-        if let Some(h) = &history {
+        if let Some((h, whole)) = &history {
             v["history"] = h.iter().map(|e| e.to_json()).collect();
+            v["history_complete"] = (*whole).into();
         }
         println!("{v}");
     } else {
@@ -73,10 +70,16 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
             }
             Err(_) => {}
         }
-        if let Some(h) = &history {
+        if let Some((h, whole)) = &history {
             let mut out = std::io::stdout().lock();
             for e in h {
                 print_event(&mut out, client.keys(), e, false)?;
+            }
+            if !whole {
+                println!(
+                    "(history: the log's entries around the job's submit and end only; its life spans more than {} entries each way)",
+                    hero_admin::inspect::HISTORY_SCAN
+                );
             }
         }
     }

@@ -193,12 +193,9 @@ async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> ApiResult {
 /// values of `env_vars` (passwords, keys) read `***` unless `reveal`.
 pub async fn job_with_history(app: &App, id: &JobId, reveal: bool) -> Result<Value, ApiError> {
     let job = app.client.get(id).await?;
-    let only = EventFilter {
-        job: Some(id.to_string()),
-        ..EventFilter::default()
-    };
-    let history = hero_admin::Inspector::from(&app.client)
-        .events(&only, 1000)
+    // bounded by the job's life, not the log's length (Inspector::job_history)
+    let (history, whole) = hero_admin::Inspector::from(&app.client)
+        .job_history(&job)
         .await?;
     let mut v = job.to_json();
     if !reveal {
@@ -210,6 +207,7 @@ pub async fn job_with_history(app: &App, id: &JobId, reveal: bool) -> Result<Val
     }
     v["script"] = job.script.clone().into();
     v["history"] = history.iter().map(|e| e.to_json()).collect();
+    v["history_complete"] = whole.into();
     Ok(v)
 }
 

@@ -245,6 +245,9 @@ pub(super) async fn job(State(app): State<App>, Path(id): Path<String>) -> Page 
             }
             section.card {
                 h2 { "History" }
+                @if v["history_complete"] == false {
+                    p.note #history-partial { "Its life spans more of the event log than a page reads: the events around its submit and its end are shown, those between (a retry's) may not be." }
+                }
                 @if history.is_empty() {
                     div.empty { p { "No events of this job are in the event log (it keeps the latest entries only, up to the broker's --events-max)." } }
                 } @else {
