@@ -165,7 +165,7 @@ async fn a_paused_key_waits_while_the_other_keys_flow() {
     started(&seen, 25, "A's jobs to start once resumed").await;
     assert_eq!(
         hero_admin::Inspector::from(&client)
-            .fair_keys("pk", 10)
+            .fair_keys("pk", 10, 0)
             .await
             .unwrap(),
         hero_admin::inspect::FairKeys::default()
@@ -422,7 +422,55 @@ async fn turning_fair_share_off_hands_the_gates_jobs_to_the_stream() {
     started(&seen, 8, "the 8 jobs to start with fair share off").await;
     let inspector = hero_admin::Inspector::from(&client);
     assert_eq!(
-        inspector.fair_keys("off", 10).await.unwrap(),
+        inspector.fair_keys("off", 10, 0).await.unwrap(),
         hero_admin::inspect::FairKeys::default()
     );
+}
+
+/// Calls of `cmd` Redis has served so far.
+async fn calls_of(server: &RedisServer, cmd: &str) -> u64 {
+    let mut c = server.conn().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:")))
+        .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 61, finding 4: a fair queue with 3,000 keys is counted without reading them, and one
+/// view reads the jobs waiting of one page of keys (1,000), paged by a cursor to the last.
+#[tokio::test]
+async fn a_queue_of_many_keys_is_counted_and_paged_not_read_whole() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let admin = hero_admin::Admin::from(&client);
+    admin.set_policy("many", &fair(None)).await.unwrap();
+    let mut jobs = Vec::new();
+    for k in 0..3000 {
+        jobs.extend(keyed("many", &format!("k{k}"), 1));
+    }
+    // the busiest key is read on the last page
+    jobs.extend(keyed("many", "k2999", 4).into_iter().skip(1));
+    client.submit_many(&jobs).await.unwrap();
+    let inspector = hero_admin::Inspector::from(&client);
+    let before = calls_of(&server, "llen").await;
+    let first = inspector.fair_keys("many", 5, 0).await.unwrap();
+    let llen = calls_of(&server, "llen").await - before;
+    assert_eq!(first.keys, 3000);
+    assert_eq!(first.read, hero_admin::inspect::KEY_PAGE as u64);
+    assert_eq!(first.next, Some(1000));
+    assert!(llen <= 1010, "one view asked {llen} LLEN (3,000 keys)");
+    let (mut read, mut cursor, mut busiest) = (first.read, first.next, 0);
+    while let Some(from) = cursor {
+        let page = inspector.fair_keys("many", 5, from).await.unwrap();
+        read += page.read;
+        cursor = page.next;
+        busiest = busiest.max(page.top.first().map_or(0, |k| k.waiting));
+    }
+    assert_eq!(read, 3000);
+    assert_eq!(busiest, 4);
 }

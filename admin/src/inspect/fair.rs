@@ -1,8 +1,9 @@
 //! A fair queue's limit keys (`gate.lua`): how many keys have jobs waiting in its gates, the
 //! keys with the most, and the keys an operator paused, for `hero queues --keys`, the API and
-//! the dashboard's queue page. An operator's question: each gate's ring is read whole with one
-//! LLEN per key, pipelined 1,000 at a time, so it costs O(keys with work); nothing on a job's
-//! path reads it.
+//! the dashboard's queue page. Bounded by the page it answers, however many keys a queue has:
+//! the keys are counted by each gate's ring length (one LLEN a stream), and the jobs waiting are
+//! read for at most [`KEY_PAGE`] keys a call (one LLEN a key, pipelined), from a cursor into the
+//! rings; nothing on a job's path reads it.
 
 use std::collections::HashMap;
 
@@ -12,6 +13,9 @@ use hero_protocol::reply;
 
 /// Keys read per round trip.
 const PAGE: usize = 1000;
+
+/// The keys whose waiting jobs one [`Inspector::fair_keys`] call reads at most.
+pub const KEY_PAGE: usize = 1000;
 
 /// One limit key and its jobs waiting in the gates of the queue asked about ('' for the jobs
 /// without a key).
@@ -25,10 +29,16 @@ pub struct KeyWaiting {
 /// under the name) and shards.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FairKeys {
-    /// Distinct limit keys with jobs waiting in a gate, paused ones included.
+    /// Limit keys with jobs waiting in a gate (a key in the gates of two streams of the name,
+    /// two priorities say, counts in each), paused ones included.
     pub keys: u64,
-    /// The keys with the most jobs waiting, most first (ties by key).
+    /// The keys with the most jobs waiting among those this call read, most first (ties by
+    /// key).
     pub top: Vec<KeyWaiting>,
+    /// How many keys this call read (at most [`KEY_PAGE`]), and where the next call goes on
+    /// (`None`: it read to the last key).
+    pub read: u64,
+    pub next: Option<u64>,
     /// The keys paused by `hero pause <queue> --key` under or over this queue, as `<queue
     /// name>|<key>`.
     pub held: Vec<String>,
@@ -39,6 +49,8 @@ impl FairKeys {
         serde_json::json!({
             "keys": self.keys,
             "top": self.top.iter().map(|k| serde_json::json!({"key": k.key, "waiting": k.waiting})).collect::<Vec<_>>(),
+            "read": self.read,
+            "next": self.next,
             "held": self.held,
         })
     }
@@ -52,11 +64,15 @@ fn under(stream_name: &str, queue: &str) -> bool {
 }
 
 impl Inspector {
-    /// The limit keys of `queue` with jobs waiting in its fair gates, and the `top` with the
-    /// most.
-    pub async fn fair_keys(&self, queue: &str, top: usize) -> Result<FairKeys> {
+    /// The limit keys of `queue` with jobs waiting in its fair gates (counted, not read), and
+    /// the `top` with the most among the [`KEY_PAGE`] keys read from `from` (0 at first, then a
+    /// page's `next`), keys in ring order, shard after shard, the paused keys last.
+    pub async fn fair_keys(&self, queue: &str, top: usize, from: u64) -> Result<FairKeys> {
         let mut by_key: HashMap<String, u64> = HashMap::new();
         let mut held = Vec::new();
+        let mut total = 0u64;
+        let mut at = 0u64; // the index of the next key in the rings, all shards and streams
+        let mut read = 0u64;
         for (_, shard) in self.shards() {
             let members: Vec<String> = shard
                 .redis
@@ -73,7 +89,17 @@ impl Inspector {
                 .iter()
                 .filter_map(|m| m.split_once('|').map(|(_, k)| k.to_string()))
                 .collect();
-            shard.fair_keys_here(queue, &held_keys, &mut by_key).await?;
+            shard
+                .fair_keys_here(
+                    queue,
+                    &held_keys,
+                    from,
+                    &mut at,
+                    &mut read,
+                    &mut total,
+                    &mut by_key,
+                )
+                .await?;
             held.extend(here);
         }
         held.sort();
@@ -83,56 +109,83 @@ impl Inspector {
             .map(|(key, waiting)| KeyWaiting { key, waiting })
             .collect();
         keys.sort_by(|a, b| b.waiting.cmp(&a.waiting).then_with(|| a.key.cmp(&b.key)));
-        let n = keys.len() as u64;
         keys.truncate(top);
+        let end = from + read;
         Ok(FairKeys {
-            keys: n,
+            keys: total,
             top: keys,
+            read,
+            next: (end < total).then_some(end),
             held,
         })
     }
 
-    /// Adds this shard's keys of `queue` with their waiting jobs to `by_key`: those in each
-    /// gate's ring, and the `held` keys (out of the rings while paused).
+    /// This shard's part of [`Inspector::fair_keys`]: each stream's ring (and the `held` keys,
+    /// out of the rings while paused) counted into `total`, and the waiting jobs of the keys at
+    /// indexes `from..from + KEY_PAGE` (`at` the index where this shard's keys begin, `read`
+    /// how many were read so far) added to `by_key`.
+    #[allow(clippy::too_many_arguments)]
     async fn fair_keys_here(
         &self,
         queue: &str,
         held: &[String],
+        from: u64,
+        at: &mut u64,
+        read: &mut u64,
+        total: &mut u64,
         by_key: &mut HashMap<String, u64>,
     ) -> Result<()> {
         for stream in self.queue_streams().await? {
             if !under(&self.keys.queue_name(&stream), queue) {
                 continue;
             }
-            let mut ring: Vec<String> = self
-                .redis
-                .query(
-                    redis::cmd("LRANGE")
-                        .arg(self.keys.fair_ring(&stream))
-                        .arg(0)
-                        .arg(-1),
-                )
-                .await?;
-            ring.extend(held.iter().cloned());
-            let mut here: HashMap<String, u64> = HashMap::new();
-            for page in ring.chunks(PAGE) {
-                let mut pipe = redis::pipe();
-                for key in page {
-                    pipe.cmd("LLEN").arg(self.keys.fair_lane(&stream, key));
-                }
-                let replies = self.redis.pipeline(&pipe).await?;
-                for (key, n) in page.iter().zip(replies) {
-                    let n = reply::int(&n?)?.max(0) as u64;
-                    // a key twice in one ring is one lane, counted once; a held key's lane
-                    // may be empty here
-                    if n > 0 {
-                        here.insert(key.clone(), n);
+            let ring = self.keys.fair_ring(&stream);
+            let len: u64 = self.redis.query(redis::cmd("LLEN").arg(&ring)).await?;
+            let len = len + held.len() as u64;
+            *total += len;
+            let start = from.max(*at);
+            let room = (KEY_PAGE as u64).saturating_sub(*read);
+            if room > 0 && start < *at + len {
+                let lo = start - *at;
+                let hi = (lo + room).min(len);
+                let ring_len = len - held.len() as u64;
+                let mut keys: Vec<String> = if lo < ring_len {
+                    self.redis
+                        .query(
+                            redis::cmd("LRANGE")
+                                .arg(&ring)
+                                .arg(lo)
+                                .arg(hi.min(ring_len) - 1),
+                        )
+                        .await?
+                } else {
+                    Vec::new()
+                };
+                let held_from = lo.saturating_sub(ring_len) as usize;
+                let held_to = hi.saturating_sub(ring_len) as usize;
+                keys.extend(held.iter().take(held_to).skip(held_from).cloned());
+                *read += keys.len() as u64;
+                let mut here: HashMap<String, u64> = HashMap::new();
+                for page in keys.chunks(PAGE) {
+                    let mut pipe = redis::pipe();
+                    for key in page {
+                        pipe.cmd("LLEN").arg(self.keys.fair_lane(&stream, key));
+                    }
+                    let replies = self.redis.pipeline(&pipe).await?;
+                    for (key, n) in page.iter().zip(replies) {
+                        let n = reply::int(&n?)?.max(0) as u64;
+                        // a key twice in one ring is one lane, counted once; a held key's lane
+                        // may be empty here
+                        if n > 0 {
+                            here.insert(key.clone(), n);
+                        }
                     }
                 }
+                for (key, n) in here {
+                    *by_key.entry(key).or_default() += n;
+                }
             }
-            for (key, n) in here {
-                *by_key.entry(key).or_default() += n;
-            }
+            *at += len;
         }
         Ok(())
     }

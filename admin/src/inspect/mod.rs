@@ -22,7 +22,7 @@ pub use actors::{Actor, Holding};
 pub use audit::{AuditReport, Class, Finding, LOST_ACKED};
 pub use dead::{DeadLetter, DEAD_FIELD, FALLBACK_LETTERS};
 pub use events::{Event, EventFilter, EventFollower, HISTORY_SCAN, LIFE_MARGIN};
-pub use fair::{FairKeys, KeyWaiting};
+pub use fair::{FairKeys, KeyWaiting, KEY_PAGE};
 pub use presence::{PresenceScan, SCAN_CALLS, SCAN_COUNT, SCAN_REFRESH};
 pub use queues::{Minute, QueueStats};
 pub use redis_state::RedisState;

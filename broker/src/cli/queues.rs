@@ -95,7 +95,7 @@ pub(super) async fn keys(g: &Global, queue: &str, top: usize) -> Result<i32> {
     let client = connect(g, &resolve_url(g)).await?;
     let name = hero_protocol::policy::queue_name(queue)?;
     let k = hero_admin::Inspector::from(&client)
-        .fair_keys(&name, top)
+        .fair_keys(&name, top, 0)
         .await?;
     if g.json {
         let mut v = k.to_json();
@@ -104,6 +104,12 @@ pub(super) async fn keys(g: &Global, queue: &str, top: usize) -> Result<i32> {
         return Ok(0);
     }
     println!("{name}: {} keys with jobs waiting", k.keys);
+    if k.next.is_some() {
+        println!(
+            "(the top among the first {} keys in the gates' order; the API's /api/keys?cursor= reads on)",
+            k.read
+        );
+    }
     if !k.top.is_empty() {
         let rows: Vec<Vec<String>> = k
             .top

@@ -95,14 +95,16 @@ async fn queues(State(app): State<App>) -> ApiResult {
 struct KeysQuery {
     queue: String,
     top: Option<usize>,
+    cursor: Option<u64>,
 }
 
-/// A fair queue's limit keys with work (`hero queues --keys`): `?queue=<name>&top=<n>`.
+/// A fair queue's limit keys with work (`hero queues --keys`): `?queue=<name>&top=<n>`, the
+/// top among a page of 1,000 keys; `&cursor=<next>` reads the next page.
 async fn fair_keys(State(app): State<App>, Query(q): Query<KeysQuery>) -> ApiResult {
     let name = hero_protocol::policy::queue_name(&q.queue)?;
     let top = q.top.unwrap_or(10).min(1000);
     let k = hero_admin::Inspector::from(&app.client)
-        .fair_keys(&name, top)
+        .fair_keys(&name, top, q.cursor.unwrap_or(0))
         .await?;
     let mut v = k.to_json();
     v["queue"] = json!(name);

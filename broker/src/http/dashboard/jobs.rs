@@ -35,7 +35,7 @@ pub(super) async fn jobs(State(app): State<App>, Query(q): Query<JobsQuery>) -> 
         Some(name) => match hero_protocol::policy::queue_name(name) {
             Ok(name) => Some((
                 hero_admin::Inspector::from(&app.client)
-                    .fair_keys(&name, 10)
+                    .fair_keys(&name, 10, 0)
                     .await?,
                 name,
             )),
@@ -106,6 +106,9 @@ fn fair_keys(name: &str, k: &hero_admin::inspect::FairKeys) -> Markup {
         section.card #fair-keys {
             h2 { "Keys with work in " (name) }
             p { (k.keys) " limit keys have jobs waiting; they are served in turns (fair share)." }
+            @if k.next.is_some() {
+                p.note { "The most waiting among the first " (k.read) " keys in the gates' order (a page reads no more)." }
+            }
             @if !k.top.is_empty() {
                 div.scroll { table #keys {
                     thead { tr { th { "Key" } th.n { "Waiting" } } }
