@@ -196,7 +196,7 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
     admin.set_policy("fq", &fair).await.unwrap();
     admin.pause_key("fq", "acme").await.unwrap();
     admin.resume_key("fq", "acme").await.unwrap();
-    assert_eq!(inspector.fair_keys("fq", 10).await.unwrap().keys, 0);
+    assert_eq!(inspector.fair_keys("fq", 10, 0).await.unwrap().keys, 0);
     dead_letter(&client, "dl", "dead-1").await;
     dead_letter(&client, "dl", "dead-2").await;
     let letters = inspector.dead_letters(None, 10).await.unwrap();
