@@ -55,11 +55,11 @@ pub fn init(otlp: Option<&str>) -> Result<Telemetry, TelemetryError> {
     };
     let exporter = SpanExporter::builder()
         .with_http()
-        .with_endpoint(url)
+        .with_endpoint(url.clone())
         .build()
         .map_err(|e| TelemetryError {
             endpoint: hero_protocol::shown_url(endpoint),
-            reason: e.to_string(),
+            reason: scrubbed(&e.to_string(), &url),
         })?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
@@ -70,4 +70,33 @@ pub fn init(otlp: Option<&str>) -> Result<Telemetry, TelemetryError> {
     Ok(Telemetry {
         provider: Some(provider),
     })
+}
+
+/// `text` (an exporter's error) with the endpoint's credentials hidden wherever it repeats them:
+/// the URL as given and as shown, and its password on its own.
+fn scrubbed(text: &str, url: &str) -> String {
+    let mut out = text.replace(url, &hero_protocol::shown_url(url));
+    let userinfo = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .rsplit_once('@')
+        .map(|(info, _)| info);
+    if let Some(password) = userinfo.and_then(|i| i.split_once(':')).map(|(_, p)| p) {
+        if !password.is_empty() {
+            out = out.replace(password, "***");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_exporters_error_never_repeats_the_endpoints_password() {
+        let url = "http://user:hunter2secret@[bad/v1/traces";
+        let e = format!("invalid endpoint '{url}': invalid authority (hunter2secret)");
+        let s = super::scrubbed(&e, url);
+        assert!(!s.contains("hunter2secret"), "{s}");
+        assert!(s.contains("user:***@"), "{s}");
+    }
 }

@@ -89,12 +89,25 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
+class AsValue:
+    """A return value recorded as a value even when it is a `str`: a task's (its JSON text in
+    `output`, as hero-py before 1.1 wrote every task result, so a producer of 0.29 that
+    json.loads a task's output reads it during a rolling upgrade)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 def output_of(value: Any) -> tuple[str, bytes | None]:
     """What a handler's return value records: (the `output` text, the `value` bytes or None).
-    A `str` is the text alone; any other value its JSON text and its MessagePack bytes. A value
-    MessagePack cannot carry (a set, an object) is InvalidInput naming its type: never dropped,
-    never a silent `str()`."""
-    if isinstance(value, str):
+    A `str` is the text alone (unless wrapped in AsValue, a task's); any other value its JSON
+    text and its MessagePack bytes. A value MessagePack cannot carry (a set, an object) is
+    InvalidInput naming its type: never dropped, never a silent `str()`."""
+    if isinstance(value, AsValue):
+        value = value.value
+    elif isinstance(value, str):
         return str(value), None
     try:
         raw = msgpack.packb(value, use_bin_type=True, datetime=True, default=_returned)

@@ -17,6 +17,7 @@ hero keeps ended jobs 24 h, or the task's `keep` / `keep_failed`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from .errors import HeroError, JobNotFound
@@ -55,11 +56,24 @@ def state_of(job: Job | None) -> str:
     return PENDING
 
 
-def _ended(job_id: str, status: str, output: Any, error: str, propagate: bool) -> Any:
+def task_value(output: Any, text: Any) -> Any:
+    """A task's result by the reading rule, and a record of text alone (`output` is its `text`:
+    written by hero-py before 1.1, which wrote every task result as JSON) read as that JSON."""
+    if isinstance(output, str) and output == text:
+        try:
+            return json.loads(output)
+        except ValueError:
+            return output
+    return output
+
+
+def _ended(job_id: str, status: str, output: Any, error: str, propagate: bool, text: Any = None) -> Any:
     """A task's end: its return value (`output`, already read by the reading rule: the record's
-    `value` unpacked, else its text), or the TaskError."""
+    `value` unpacked, else its text), or the TaskError. A task's record with text alone (`output`
+    is its `text`) was written by hero-py before 1.1, which wrote every task result as JSON:
+    read as that JSON, so a rolling upgrade reads old results as their values too."""
     if status == "finished":
-        return output
+        return task_value(output, text)
     e = TaskError(job_id, error)
     if propagate:
         raise e
@@ -90,7 +104,7 @@ class AsyncResult:
         task to end: its return value, or `TaskError` (answered instead of raised with
         `propagate=False`); `TimeoutError` when it did not end in time."""
         r = self.app.client.wait(self.id, FOREVER_S if timeout is None else timeout)
-        return _ended(self.id, r.status, r.output, r.error, propagate)
+        return _ended(self.id, r.status, r.output, r.error, propagate, r.output_text)
 
     @property
     def state(self) -> str:
@@ -108,7 +122,7 @@ class AsyncResult:
         job = self.job()
         if job is None or not job.ended:
             return None
-        return _ended(self.id, job.status, job.output, job.error or "", False)
+        return _ended(self.id, job.status, job.output, job.error or "", False, job.output_text)
 
     info = result
 
@@ -182,7 +196,7 @@ class AioResult:
 
     async def get(self, timeout: float | None = 30.0, propagate: bool = True) -> Any:
         r = await self.app.aio_client().wait(self.id, FOREVER_S if timeout is None else timeout)
-        return _ended(self.id, r.status, r.output, r.error, propagate)
+        return _ended(self.id, r.status, r.output, r.error, propagate, r.output_text)
 
     async def state(self) -> str:
         return state_of(await self.job())

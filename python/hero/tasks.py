@@ -57,9 +57,9 @@ from .job import Job
 from .keys import Keys
 from .options import Backoff, duration_ms, rate as parse_rate
 from .outcomes import Abort, Retry
-from .payload import pack, unpack
+from .payload import AsValue, pack, unpack
 from .request import Request, SoftTimeLimitExceeded, Terminated, TimeLimitExceeded, _current, _Guard, request_of
-from .results import AioResult, AsyncResult, GroupResult, TaskError, value_of  # noqa: F401 (hero.tasks.* as before)
+from .results import AioResult, AsyncResult, GroupResult, TaskError, task_value, value_of  # noqa: F401 (hero.tasks.* as before)
 from .worker import JobContext, Worker
 
 DEFAULT_QUEUE = "tasks"
@@ -368,7 +368,7 @@ class App:
             r = job.results.get(pid)
             if r is None or r.status != "finished":
                 raise Abort(f"task {t.name}: the result of {pid} is missing from its record")
-            return r.output  # the value it returned, by the reading rule
+            return task_value(r.output, r.output_text)  # the value it returned
         if body.get(_CHAIN):
             args.insert(0, result_of(body[_CHAIN]))
         elif body.get(_CHORD):
@@ -390,8 +390,9 @@ class App:
             # raised in it after its outcome was decided (request.py): nothing more to record
             raise Abort(f"{type(e).__name__}: {ctx.cancel_reason or 'cancelled'}") from e
         # the value itself: the worker records it as a value (MessagePack, its JSON text beside it
-        # for older readers), a str as text; one MessagePack cannot carry fails naming its type
-        return value
+        # for older readers), a str too (AsValue: a 0.29 producer json.loads a task's output);
+        # one MessagePack cannot carry fails naming its type
+        return AsValue(value)
 
     @staticmethod
     def _call(t: Task, job: Job, ctx: JobContext, args: list, kwargs: dict) -> Any:

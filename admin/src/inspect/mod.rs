@@ -327,7 +327,8 @@ impl Inspector {
                     is_entry_id(c) || c.strip_prefix("g:").and_then(fair::gate_cursor).is_some()
                 }
                 ListFilter::Status(_) if tag.is_none() => true,
-                _ => !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()),
+                // SCAN's cursor is a 64-bit number: one past it is Redis's error otherwise
+                _ => c.bytes().all(|b| b.is_ascii_digit()) && c.parse::<u64>().is_ok(),
             };
             if !ok {
                 return Err(bad_cursor(c));
@@ -467,11 +468,17 @@ impl Inspector {
 pub const MAX_CANDIDATES: usize = 20_000;
 
 /// Whether `c` is a stream entry id (`<ms>-<seq>`), as a page's cursor into a stream is.
+/// Both parts must be 64-bit numbers, and not the largest id (nothing comes after it, so Redis
+/// refuses it as an exclusive start): a cursor Redis would refuse is the caller's error.
 pub(crate) fn is_entry_id(c: &str) -> bool {
-    c.split_once('-').is_some_and(|(ms, seq)| {
-        [ms, seq]
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    let num = |p: &str| {
+        (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| p.parse::<u64>().ok())
+            .flatten()
+    };
+    c.split_once('-').is_some_and(|(ms, seq)| match (num(ms), num(seq)) {
+        (Some(ms), Some(seq)) => (ms, seq) != (u64::MAX, u64::MAX),
+        _ => false,
     })
 }
 

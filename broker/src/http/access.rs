@@ -384,7 +384,9 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
                 if let Err(e) = app.authorize(req.headers()) {
                     return e.into_response();
                 }
-                if !is_json(req.headers()) {
+                // only a POST has a route to change anything (the router answers any other
+                // method 405); a form or a `no-cors` fetch can send only GET, HEAD and POST
+                if *req.method() == Method::POST && !is_json(req.headers()) {
                     return ApiError::new(
                         StatusCode::UNSUPPORTED_MEDIA_TYPE,
                         "a change to the API is sent as JSON: add Content-Type: application/json (the body may be empty or {})",
