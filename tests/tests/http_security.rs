@@ -534,12 +534,32 @@ async fn answers_carry_security_headers_and_errors_are_json() {
         "status=waiting&cursor=z:18446744073709551615",
         "status=started&cursor=s:0:abc",
         "limit=abc",
+        // issue 61: past 64 bits, Redis's error before
+        "queue=rhai&cursor=18446744073709551616-0",
+        "status=started&cursor=s:0:1-99999999999999999999999",
+        "cursor=18446744073709551616",
     ] {
         let (code, v) = api_get(&base, &format!("/api/jobs?{q}"), Some(TOKEN)).await;
         assert_eq!(code, 400, "{q}: {v}");
         let e = v["error"].as_str().unwrap();
         assert!(!e.contains("ERR") && !e.contains("Redis"), "{q}: {e}");
     }
+
+    let (code, v) = api_get(
+        &base,
+        "/api/dead?cursor=1-99999999999999999999999",
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
+    // a method the API has no route for: 405, as http.md says (not the JSON check's 415)
+    let r = http_client()
+        .delete(format!("{base}/api/queues"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
 
     let r = http_client()
         .get(format!("{base}/jobs/bidi-1"))
