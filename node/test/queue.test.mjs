@@ -99,7 +99,7 @@ test("the policy is set, checked and shown as the CLI shows it; dead letters", a
 test("a job's own backoff, removeOnComplete / removeOnFail, and getChildrenValues", async (t) => {
   const { redis, client, worker } = await setting(t, "no", async (job) => {
     if (job.script === "fail") throw new Error("always");
-    if (job.script === "parent") return JSON.stringify(await job.getChildrenValues());
+    if (job.script === "parent") return await job.getChildrenValues();
     return `v-${job.script}`;
   });
   worker.run();
@@ -116,9 +116,12 @@ test("a job's own backoff, removeOnComplete / removeOnFail, and getChildrenValue
   await client.submit({ type: "no", script: "one", id: "k1", removeOnComplete: true });
   await client.wait("k1", 20_000);
   await client.submit({ type: "no", script: "parent", id: "par", after: ["k1"] });
-  assert.equal((await client.wait("par", 20_000)).output, JSON.stringify({ k1: "v-one" }));
+  // a value (protocol 33): the object the handler returned, its JSON the record's output text
+  const par = await client.wait("par", 20_000);
+  assert.deepEqual(par.output, { k1: "v-one" });
+  assert.equal(par.outputText, JSON.stringify({ k1: "v-one" }));
   await client.redis.del(client.keys.job("k1"));
-  assert.deepEqual(await client.children("par"), { k1: { status: "finished", output: "v-one", error: null } });
+  assert.deepEqual(await client.children("par"), { k1: { status: "finished", output: "v-one", outputText: "v-one", error: null } });
   for (const bad of [{ removeOnComplete: 100 }, { removeOnFail: { count: 5 } }, { backoff: { type: "linear" } }, { backoff: { type: "fixed", delay: 1, unknown: 1 } }]) {
     await assert.rejects(client.submit({ type: "no", script: "x", ...bad }), InvalidInput, JSON.stringify(bad));
   }

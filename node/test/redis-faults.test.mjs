@@ -251,7 +251,7 @@ test("a listener that throws does not stop the completer: said on the error even
     await worker.waitUntilReady();
     const ids = [];
     for (let n = 0; n < 6; n++) ids.push(await client.submit({ type: "listen", payload: { n } }));
-    for (const [n, id] of ids.entries()) assert.equal((await client.wait(id, 20_000)).output, String(n));
+    for (const [n, id] of ids.entries()) assert.equal((await client.wait(id, 20_000)).output, n);
     await waitFor("every completed event", async () => completed.length === 6);
     assert.ok(errors.some((e) => e.message === "a listener's own bug"), errors.map((e) => e.message).join("\n"));
     assert.deepEqual(
@@ -260,7 +260,7 @@ test("a listener that throws does not stop the completer: said on the error even
     );
     // still serving after it
     const late = await client.submit({ type: "listen", payload: { n: 7 } });
-    assert.equal((await client.wait(late, 20_000)).output, "7");
+    assert.equal((await client.wait(late, 20_000)).output, 7);
     await worker.close();
   });
 });
