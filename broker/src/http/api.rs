@@ -169,17 +169,29 @@ impl JobsQuery {
 pub const DEFAULT_PAGE: usize = 50;
 
 impl JobsQuery {
-    /// The page this query asks for.
+    /// The page this query asks for, its jobs' secrets hidden in their errors (redact.rs).
     pub async fn page(&self, app: &App) -> Result<hero_admin::Page, ApiError> {
         let filter = self.filter()?;
-        Ok(hero_admin::Inspector::from(&app.client)
+        let mut page = hero_admin::Inspector::from(&app.client)
             .list_tagged(
                 &filter,
                 self.tag.as_deref().filter(|t| !t.is_empty()),
                 self.cursor.as_deref().filter(|c| !c.is_empty()),
                 self.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000),
             )
-            .await?)
+            .await?;
+        let with_error = page
+            .jobs
+            .iter()
+            .filter(|j| j.error.chars().count() >= super::redact::MIN_SECRET)
+            .map(|j| j.id.clone());
+        let secrets = super::redact::secrets_of(&app.client, with_error).await?;
+        for j in &mut page.jobs {
+            if let Some(s) = secrets.get(&j.id) {
+                j.error = s.scrub(&j.error);
+            }
+        }
+        Ok(page)
     }
 }
 
@@ -210,6 +222,10 @@ pub async fn job_with_history(app: &App, id: &JobId, reveal: bool) -> Result<Val
     v["script"] = job.script.clone().into();
     v["history"] = history.iter().map(|e| e.to_json()).collect();
     v["history_complete"] = whole.into();
+    if !reveal {
+        // its secrets wherever its text repeats them: error, trace, log, output, history
+        super::redact::Secrets::of(&job.env_vars).scrub_json(&mut v);
+    }
     Ok(v)
 }
 
@@ -346,9 +362,10 @@ impl EventsQuery {
 
 async fn events(State(app): State<App>, Query(q): Query<EventsQuery>) -> ApiResult {
     let filter = q.filter()?;
-    let events = hero_admin::Inspector::from(&app.client)
+    let mut events = hero_admin::Inspector::from(&app.client)
         .events(&filter, q.limit.unwrap_or(100).clamp(1, 10_000))
         .await?;
+    super::redact::scrub_events(&app.client, &mut events).await?;
     Ok(Json(json!({
         "events": events.iter().map(|e| e.to_json()).collect::<Vec<_>>()
     })))
@@ -481,9 +498,10 @@ struct DeadQuery {
 
 async fn dead(State(app): State<App>, Query(q): Query<DeadQuery>) -> ApiResult {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 1000);
-    let page = hero_admin::Inspector::from(&app.client)
+    let mut page = hero_admin::Inspector::from(&app.client)
         .dead_letters(q.cursor.as_deref().filter(|c| !c.is_empty()), limit)
         .await?;
+    super::redact::scrub_letters(&app.client, &mut page).await?;
     let next = (page.len() == limit)
         .then(|| page.last().map(|d| d.entry.clone()))
         .flatten();

@@ -67,7 +67,13 @@ impl Feed {
             .await?;
         let (tx, rx) = broadcast::channel(BACKLOG);
         *live = Some(tx.clone());
-        tokio::spawn(read(follower, tx, self.live.clone(), self.stop.clone()));
+        tokio::spawn(read(
+            self.client.clone(),
+            follower,
+            tx,
+            self.live.clone(),
+            self.stop.clone(),
+        ));
         Ok(rx)
     }
 
@@ -78,6 +84,7 @@ impl Feed {
 }
 
 async fn read(
+    client: Client,
     mut follower: EventFollower,
     tx: broadcast::Sender<Arc<Event>>,
     live: Arc<Mutex<Option<broadcast::Sender<Arc<Event>>>>>,
@@ -98,10 +105,22 @@ async fn read(
         };
         last_read = Some(Instant::now());
         match batch {
-            Ok(events) => {
+            Ok(mut events) => {
                 if failing {
                     tracing::info!("live event feed: reading the event log again");
                     failing = false;
+                }
+                // every stream's viewer sees the jobs' secrets hidden (redact.rs); a batch whose
+                // jobs cannot be read now goes out with none (the reasons redacted blank)
+                if super::redact::scrub_events(&client, &mut events)
+                    .await
+                    .is_err()
+                {
+                    for e in &mut events {
+                        if e.reason.is_some() {
+                            e.reason = Some(super::api::REDACTED.to_string());
+                        }
+                    }
                 }
                 for e in events {
                     // no receiver between the check below and here: the event is simply dropped

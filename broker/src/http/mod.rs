@@ -18,6 +18,7 @@ pub mod feed;
 pub mod headers;
 pub mod metrics;
 pub mod origin;
+pub mod redact;
 pub mod server;
 pub mod session;
 pub mod watched_io;

@@ -9,9 +9,10 @@ use super::super::api::AUDIT_LIMIT;
 use super::{feed, job_link, page, shown, when, App, Page};
 
 pub(super) async fn dead(State(app): State<App>) -> Page {
-    let letters = hero_admin::Inspector::from(&app.client)
+    let mut letters = hero_admin::Inspector::from(&app.client)
         .dead_letters(None, 200)
         .await?;
+    super::super::redact::scrub_letters(&app.client, &mut letters).await?;
     page(
         "Dead letters",
         "/dead",
@@ -134,9 +135,10 @@ pub(super) async fn audit(
 }
 
 pub(super) async fn events(State(app): State<App>) -> Page {
-    let latest: Vec<Event> = hero_admin::Inspector::from(&app.client)
+    let mut latest: Vec<Event> = hero_admin::Inspector::from(&app.client)
         .events(&hero_admin::inspect::EventFilter::default(), 100)
         .await?;
+    super::super::redact::scrub_events(&app.client, &mut latest).await?;
     page(
         "Events",
         "/events",
