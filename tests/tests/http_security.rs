@@ -561,6 +561,17 @@ async fn answers_carry_security_headers_and_errors_are_json() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 405);
 
+    // issue 61: a field no view knows (an extension's), and a terminal escape in the output
+    let mut raw = server.conn().await;
+    redis::cmd("HSET")
+        .arg(hero_testkit::job_key("bidi-1"))
+        .arg("x_note")
+        .arg("note\u{2066}gpj.exe\u{1b}[31m")
+        .arg("log")
+        .arg(r#"["clear \u001b[2J then \u202e"]"#)
+        .query_async::<i64>(&mut raw)
+        .await
+        .unwrap();
     let r = http_client()
         .get(format!("{base}/jobs/bidi-1"))
         .bearer_auth(TOKEN)
@@ -569,13 +580,24 @@ async fn answers_carry_security_headers_and_errors_are_json() {
         .unwrap();
     let page = r.text().await.unwrap();
     assert!(
-        !page.contains('\u{202E}'),
-        "the control character is not in the page"
+        !page.contains(['\u{202E}', '\u{2066}', '\u{1b}']),
+        "no control character is in the page"
     );
     assert!(
-        page.contains("U+202E") && page.contains("fdp.exe"),
+        page.contains("U+202E")
+            && page.contains("fdp.exe")
+            && page.contains("U+2066")
+            && page.contains("U+001B"),
         "{page}"
     );
+    // the CLI's text output marks them too
+    let (code, out, err) = hero_cli(&url, &["status", "bidi-1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains(['\u{202E}', '\u{1b}']), "{out:?}");
+    assert!(out.contains("clear U+001B[2J then U+202E"), "{out}");
+    let (code, out, err) = hero_cli(&url, &["jobs", "--status", "finished"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains('\u{202E}'), "{out:?}");
 
     let (code, _, err) = hero_cli(
         &url,

@@ -112,6 +112,6 @@ pub(super) fn print_event(
     if let Some(r) = &e.reason {
         line.push_str(&format!("  ({r})"));
     }
-    writeln!(out, "{line}")?;
+    writeln!(out, "{}", super::table::shown(&line))?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! record; with --history, its events from the event log as well; with --follow, the changes
 //! as they come until the job ends.
 
+use super::table::shown as printable;
 use anyhow::Result;
 use hero_protocol::JobId;
 
@@ -53,12 +54,12 @@ pub(super) async fn status(g: &Global, args: &StatusArgs) -> Result<i32> {
             }
             Ok(job) => {
                 if let Some(p) = &job.progress {
-                    println!("progress {p}");
+                    println!("progress {}", printable(&p.to_string()));
                 }
                 if !job.log.is_empty() {
                     println!("log (last {}):", job.log.len());
                     for line in &job.log {
-                        println!("  {line}");
+                        println!("  {}", printable(line));
                     }
                 }
                 print_trace(&job);
@@ -176,12 +177,12 @@ async fn follow(g: &Global, client: &hero_client::Client, id: &JobId) -> Result<
             }
             if job.progress.is_some() && last_progress != job.progress {
                 if let Some(p) = &job.progress {
-                    println!("progress {p}");
+                    println!("progress {}", printable(&p.to_string()));
                 }
                 last_progress.clone_from(&job.progress);
             }
             for line in new_lines(&shown, &job.log) {
-                println!("  {line}");
+                println!("  {}", printable(line));
             }
             shown.clone_from(&job.log);
         }
@@ -189,10 +190,16 @@ async fn follow(g: &Global, client: &hero_client::Client, id: &JobId) -> Result<
             if !g.json {
                 match job.status {
                     hero_protocol::Status::Finished => {
-                        println!("output: {}", job.output.as_deref().unwrap_or_default());
+                        println!(
+                            "output: {}",
+                            printable(job.output.as_deref().unwrap_or_default())
+                        );
                     }
                     _ => {
-                        println!("error: {}", job.error.as_deref().unwrap_or_default());
+                        println!(
+                            "error: {}",
+                            printable(job.error.as_deref().unwrap_or_default())
+                        );
                         print_trace(&job);
                     }
                 }
@@ -209,7 +216,7 @@ fn print_trace(job: &hero_protocol::Job) {
     if let Some(trace) = &job.trace {
         println!("trace of the last failed attempt:");
         for line in trace.lines() {
-            println!("  {line}");
+            println!("  {}", printable(line));
         }
     }
 }

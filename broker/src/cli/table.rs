@@ -1,6 +1,29 @@
 //! Human output of the operator's commands: a table with a header, left-aligned text and
 //! right-aligned numbers, sized to its content.
 
+/// `text` as a terminal may show it: each control character other than a newline or a tab (an
+/// escape sequence that would recolour, move the cursor or retitle the terminal) and each
+/// bidirectional control (which reorders what follows) written as `U+XXXX`, so text a job or
+/// its worker wrote cannot act on the operator's terminal.
+pub(super) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    let odd = |c: char| {
+        (c.is_control() && !matches!(c, '\n' | '\t'))
+            || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.contains(odd) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if odd(c) {
+            out.push_str(&format!("U+{:04X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// A column: its header and whether its values are numbers (right-aligned).
 pub(super) struct Column {
     pub header: &'static str,
@@ -23,6 +46,11 @@ pub(super) const fn num(header: &'static str) -> Column {
 
 /// Renders rows under their columns, two spaces apart.
 pub(super) fn render(columns: &[Column], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| shown(c).into_owned()).collect())
+        .collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = columns.iter().map(|c| c.header.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -163,7 +163,31 @@ fn layout(title: &str, active: &str, content: Markup) -> Markup {
 
 #[allow(clippy::unnecessary_wraps)] // every page handler returns a Page; this is their last step
 fn page(title: &str, active: &str, content: Markup) -> Page {
-    Ok(Html(layout(title, active, content).into_string()))
+    Ok(Html(marked(&layout(title, active, content).into_string())))
+}
+
+/// A whole page with every bidi control and every other control character (a terminal
+/// escape, a NUL; not a newline or a tab) that is still raw, in any field, attribute or
+/// title, written as the text `U+XXXX`: what `shown` styles in the fields it knows is thus
+/// true of every field of every page, those added later included.
+fn marked(html: &str) -> String {
+    if !html.contains(|c: char| is_bidi_control(c) || is_hidden_control(c)) {
+        return html.to_string();
+    }
+    let mut out = String::with_capacity(html.len() + 16);
+    for c in html.chars() {
+        if is_bidi_control(c) || is_hidden_control(c) {
+            out.push_str(&format!("U+{:04X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A control character other than a newline, a carriage return or a tab.
+fn is_hidden_control(c: char) -> bool {
+    c.is_control() && !matches!(c, '\n' | '\r' | '\t')
 }
 
 fn ms_text(ms: Option<u64>) -> String {
