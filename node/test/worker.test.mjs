@@ -43,7 +43,7 @@ test("a worker runs jobs with their payload, reports progress and log lines, and
   });
   assert.deepEqual(seen.progress, { percent: 50, message: "half way" });
   const r = await client.wait(id, 20_000);
-  assert.deepEqual([r.status, r.output], ["finished", "42"]);
+  assert.deepEqual([r.status, r.output, r.outputText], ["finished", 42, "42"]);
   assert.deepEqual((await client.get(id)).log, ["attempt 1"]);
   await waitFor("the completed event", async () => completed.length === 1);
   // BullMQ's completed event: what the handler returned, as it returned it
