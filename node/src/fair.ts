@@ -1,17 +1,17 @@
 // Fair share within a queue (issue 52) on the operator's side: the policy fields a `Queue` sets
 // (`fair`, `fairWeights`, `keyConcurrency`, checked here as hero-admin checks them), and the
-// limit keys with jobs waiting in a fair queue's gates (hero-admin's `Inspector::fair_keys`,
-// ported line for line: `hero queues --keys`, the API and the dashboard answer the same).
-// An operator's question: each gate's ring is read whole with one LLEN per key, pipelined
-// 1,000 at a time, so it costs O(keys with work); nothing on a job's path reads it.
+// limit keys with jobs waiting in a fair queue's gates through `hero_keys` on each shard, the
+// reading hero-admin's `Inspector::fair_keys` and hero-py share: counted by the rings' lengths,
+// read for a page of 1,000 keys at most, so no view reads every key.
 import type { Redis } from "ioredis";
 
 import { InvalidInput, OlderProcesses } from "./errors.js";
 import { whole } from "./options.js";
 import { Keys } from "./keys.js";
+import type { Protocol } from "./protocol.js";
 
-/** Keys read per round trip. */
-const PAGE = 1000;
+/** The keys whose waiting jobs one `getKeys` reads at most (hero-admin's `KEY_PAGE`). */
+export const KEY_PAGE = 1000;
 
 /** One limit key and its jobs waiting in the gates of the queue asked about (`""` for the jobs
  * without a key). */
@@ -23,10 +23,15 @@ export interface KeyWaiting {
 /** The limit keys of one queue, summed over its work streams (every priority, group and
  * instance under the name) and shards. */
 export interface FairKeys {
-  /** Distinct limit keys with jobs waiting in a gate, paused ones included. */
+  /** Limit keys with jobs waiting in a gate, paused ones included: exact when one page read
+   * them all; past that, the rings' lengths. */
   keys: number;
-  /** The keys with the most jobs waiting, most first (ties by key). */
+  /** The keys with the most jobs waiting among those read, most first (ties by key). */
   top: KeyWaiting[];
+  /** How many keys were read (at most 1,000), and where `getKeys({ from })` goes on (null: it
+   * read to the last). */
+  read: number;
+  next: number | null;
   /** The keys paused (`pauseKey`, `hero pause <queue> --key`) under or over this queue, as
    * `<queue name>|<key>`. */
   held: string[];
@@ -130,48 +135,32 @@ export function byCodePoint(a: string, b: string): number {
 
 /** The limit keys of `queue` with jobs waiting in its fair gates on the shards `shards` (each
  * shard's keys, on `redis`), and the `top` with the most. */
-export async function fairKeys(redis: Redis, shards: Keys[], queue: string, top: number): Promise<FairKeys> {
+export async function fairKeys(shards: Protocol[], queue: string, top: number, from = 0): Promise<FairKeys> {
   const byKey = new Map<string, number>();
   let held: string[] = [];
-  for (const keys of shards) {
-    const members = await redis.smembers(keys.held());
-    const here = members.filter((m) => {
-      const at = m.indexOf("|");
-      if (at < 0) return false;
-      const q = m.slice(0, at);
-      return under(q, queue) || under(queue, q);
-    });
-    const heldKeys = here.map((m) => m.slice(m.indexOf("|") + 1));
-    await fairKeysHere(redis, keys, queue, heldKeys, byKey);
-    held.push(...here);
+  let total = 0;
+  let at = 0;
+  let read = 0;
+  for (const p of shards) {
+    const page = await p.keysPage(queue, Math.max(from - at, 0), Math.max(KEY_PAGE - read, 0));
+    total += page.total;
+    at += page.total;
+    read += page.read;
+    held.push(...page.held);
+    for (const [key, n] of page.waiting) byKey.set(key, (byKey.get(key) ?? 0) + n);
   }
   held.sort(byCodePoint);
   held = held.filter((m, i) => i === 0 || m !== held[i - 1]);
   const keys = [...byKey].map(([key, waiting]) => ({ key, waiting }));
   keys.sort((a, b) => b.waiting - a.waiting || byCodePoint(a.key, b.key));
-  return { keys: keys.length, top: keys.slice(0, top), held };
-}
-
-/** Adds this shard's keys of `queue` with their waiting jobs to `byKey`: those in each gate's
- * ring, and the `held` keys (out of the rings while paused). */
-async function fairKeysHere(redis: Redis, keys: Keys, queue: string, held: string[], byKey: Map<string, number>): Promise<void> {
-  for (const stream of await redis.sunion(keys.queues(), keys.pausedQueues())) {
-    if (!under(queueNameOf(keys, stream), queue)) continue;
-    const ring = [...(await redis.lrange(keys.fairRing(stream), 0, -1)), ...held];
-    const here = new Map<string, number>();
-    for (let i = 0; i < ring.length; i += PAGE) {
-      const page = ring.slice(i, i + PAGE);
-      const pipe = redis.pipeline();
-      for (const key of page) pipe.llen(keys.fairLane(stream, key));
-      const replies = (await pipe.exec()) ?? [];
-      page.forEach((key, j) => {
-        const [err, n] = replies[j] ?? [new Error("no reply"), 0];
-        if (err) throw err;
-        // a key twice in one ring is one lane, counted once; a held key's lane may be empty here
-        const waiting = Math.max(Number(n), 0);
-        if (waiting > 0) here.set(key, waiting);
-      });
-    }
-    for (const [key, n] of here) byKey.set(key, (byKey.get(key) ?? 0) + n);
-  }
+  const end = from + read;
+  return {
+    // read whole, counted exactly (a key in two streams or shards once); past a page, by the
+    // rings' lengths
+    keys: from === 0 && end >= total ? keys.length : total,
+    top: keys.slice(0, top),
+    read,
+    next: end < total ? end : null,
+    held,
+  };
 }

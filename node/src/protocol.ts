@@ -164,6 +164,20 @@ export class Protocol {
     return [text(r[0]), r.slice(1).map(text)];
   }
 
+  /** hero_keys (read-only, protocol 33): one page of fair queue `name`'s limit keys on this
+   * shard, read from index `from`, at most `page` (0-1000; 0 counts only): the keys in its
+   * rings (`total`), how many were read, the paused keys under or over it, and the keys read
+   * with jobs waiting. */
+  async keysPage(name: string, from: number, page: number): Promise<{ total: number; read: number; held: string[]; waiting: [string, number][] }> {
+    const k = this.keys;
+    const keys = [k.queues(), k.held()];
+    const r = (await this.redis.callBuffer("FCALL_RO", this.fn("keys"), keys.length, ...keys, name, from, page)) as unknown[];
+    const flat = (r[3] as unknown[]).map((x) => x);
+    const waiting: [string, number][] = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) waiting.push([text(flat[i]), Number(flat[i + 1])]);
+    return { total: Number(r[0]), read: Number(r[1]), held: (r[2] as unknown[]).map(text), waiting };
+  }
+
   /** hero_drain: one step deleting queue `name`'s waiting jobs (and delayed ones when `delayed`;
    * the queue itself once empty when `remove`), at most `budget`, the delayed set's walk going on
    * at `cursor` ('0' at first). */

@@ -186,16 +186,20 @@ export class Queue {
   }
 
   /** The limit keys with jobs waiting in this fair queue's gates (every priority, group,
-   * instance, shard): how many keys, the `top` with the most (most first, ties by key) and
-   * the paused ones (`<queue>|<key>`); what `hero queues --keys` shows. */
-  async getKeys(opts: { top?: number } = {}): Promise<FairKeys> {
-    strictOptions("getKeys", opts, new Set(["top"]), { limit: "top", count: "top" });
+   * instance, shard): how many keys, the `top` with the most (most first, ties by key) among a
+   * page of 1,000 keys read from `from` (0; then the page's `next`), and the paused ones
+   * (`<queue>|<key>`); what `hero queues --keys` shows. */
+  async getKeys(opts: { top?: number; from?: number } = {}): Promise<FairKeys> {
+    strictOptions("getKeys", opts, new Set(["top", "from"]), { limit: "top", count: "top", cursor: "from" });
     const top = opts.top === undefined ? 10 : opts.top;
     if (typeof top !== "number" || !Number.isInteger(top) || top < 0) throw new InvalidInput(`top ${JSON.stringify(top)} is not a whole number of at least 0`);
-    const c = await this.waitUntilReady();
-    const shards = (await this.shards()).map(([, k]) => k);
-    return this.call(() => fairKeys(c.redis, shards, this.queueName, top));
+    const from = opts.from === undefined ? 0 : opts.from;
+    if (typeof from !== "number" || !Number.isInteger(from) || from < 0) throw new InvalidInput(`from ${JSON.stringify(from)} is not a whole number of at least 0 (a page's next)`);
+    await this.waitUntilReady();
+    const shards = (await this.shards()).map(([, , p]) => p);
+    return this.call(() => fairKeys(shards, this.queueName, top, from));
   }
+
 
   // -- counts ---------------------------------------------------------------------------------
   /** BullMQ's `getJobCounts`: the queue's jobs now, each in one count at most: `waiting`,

@@ -1,8 +1,8 @@
 """A fair queue's limit keys (gate.lua): how many keys have jobs waiting in its gates, the keys
-with the most, and the keys an operator paused, for `Queue.keys()` as for `hero queues --keys`
-(a port of the Rust `Inspector::fair_keys`, admin/src/inspect/fair.rs, with the same answer).
-An operator's question: each gate's ring is read whole with one LLEN per key, pipelined 1,000 at
-a time, so it costs O(keys with work); nothing on a job's path reads it."""
+with the most, and the keys an operator paused, for `Queue.keys()` as for `hero queues --keys`:
+`hero_keys` on each shard, the reading the Rust `Inspector::fair_keys` and Node's `getKeys`
+share, counted by the rings' lengths and read for a page of 1,000 keys at most, so no view reads
+every key."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,8 +10,8 @@ from typing import Any, Iterable
 
 from .keys import Keys
 
-# keys read per round trip
-PAGE = 1000
+# the keys whose waiting jobs one call reads at most (hero-admin's KEY_PAGE)
+KEY_PAGE = 1000
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,14 @@ class FairKeys:
     keys: int = 0
     top: list[KeyWaiting] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
+    # how many keys were read (at most 1,000), and where `keys(start=)` goes on (None: the last)
+    read: int = 0
+    next: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form `hero queues --keys --json` and the API answer."""
         return {"keys": self.keys, "top": [{"key": k.key, "waiting": k.waiting} for k in self.top],
-                "held": list(self.held)}
+                "read": self.read, "next": self.next, "held": list(self.held)}
 
 
 def under(stream_name: str, queue: str) -> bool:
@@ -52,40 +55,24 @@ def _text(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
-def fair_keys(r: Any, shards: Iterable[Keys], queue: str, top: int) -> FairKeys:
+def fair_keys(shards: Iterable[Any], queue: str, top: int, start: int = 0) -> FairKeys:
     """The limit keys of `queue` with jobs waiting in its fair gates on every shard (`shards`,
-    each shard's keys, on connection `r`), and the `top` with the most."""
+    each shard's Protocol): counted, and the `top` with the most among the KEY_PAGE keys read
+    from index `start` (0; then a page's `next`)."""
     by_key: dict[str, int] = {}
     held: set[str] = set()
-    for keys in shards:
-        here = []
-        for m in (_text(x) for x in r.smembers(keys.held())):
-            q, sep, _ = m.partition("|")
-            if sep and (under(q, queue) or under(queue, q)):
-                here.append(m)
-        _keys_here(r, keys, queue, [m.partition("|")[2] for m in here], by_key)
+    total = at = read = 0
+    for p in shards:
+        n, got, here, waiting = p.keys_page(queue, max(start - at, 0), max(KEY_PAGE - read, 0))
+        total += n
+        at += n
+        read += got
         held.update(here)
+        for key, w in waiting:
+            by_key[key] = by_key.get(key, 0) + w
     ranked = sorted((KeyWaiting(k, n) for k, n in by_key.items()), key=lambda k: (-k.waiting, k.key))
-    return FairKeys(keys=len(ranked), top=ranked[:top], held=sorted(held))
-
-
-def _keys_here(r: Any, keys: Keys, queue: str, held: list[str], by_key: dict[str, int]) -> None:
-    """Adds one shard's keys of `queue` with their waiting jobs to `by_key`: those in each
-    gate's ring, and the `held` keys (out of the rings while paused)."""
-    for stream in sorted(_text(s) for s in r.sunion(keys.queues(), keys.paused_queues())):
-        if not under(keys.queue_name(stream), queue):
-            continue
-        ring = [_text(k) for k in r.lrange(keys.fair_ring(stream), 0, -1)] + held
-        here: dict[str, int] = {}
-        for i in range(0, len(ring), PAGE):
-            page = ring[i:i + PAGE]
-            pipe = r.pipeline(transaction=False)
-            for key in page:
-                pipe.llen(keys.fair_lane(stream, key))
-            for key, n in zip(page, pipe.execute()):
-                # a key twice in one ring is one lane, counted once; a held key's lane may be
-                # empty here
-                if int(n) > 0:
-                    here[key] = int(n)
-        for key, n in here.items():
-            by_key[key] = by_key.get(key, 0) + n
+    end = start + read
+    # read whole, counted exactly (a key in two streams or shards once); past a page, the rings'
+    # lengths
+    keys = len(ranked) if start == 0 and end >= total else total
+    return FairKeys(keys=keys, top=ranked[:top], held=sorted(held), read=read, next=end if end < total else None)

@@ -145,6 +145,16 @@ class Protocol:
         reads at most 1,000 candidates: a page may be short, even empty, with a cursor."""
         return parse_list(self.r.fcall_ro(self.fn("list"), *list_args(self.keys, state, name, cursor, limit)))
 
+    def keys_page(self, name: str, start: int, page: int) -> tuple[int, int, list[str], list[tuple[str, int]]]:
+        """hero_keys (read-only, protocol 33): one page of fair queue `name`'s limit keys on this
+        shard, read from index `start`, at most `page` (0-1000; 0 counts only): (the keys in its
+        rings, how many were read, the paused keys under or over it, the keys read with jobs
+        waiting)."""
+        r = self.r.fcall_ro(self.fn("keys"), 2, self.keys.queues(), self.keys.held(), name, start, page)
+        flat = list(r[3])
+        waiting = [(_text(flat[i]), int(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
+        return int(r[0]), int(r[1]), [_text(m) for m in r[2]], waiting
+
     def drain(self, name: str, delayed: bool, budget: int, remove: bool, cursor: str) -> tuple[int, bool, int, str]:
         """hero_drain: deletes up to `budget` waiting jobs of queue `name` (and its delayed ones
         when `delayed`; `remove` deletes its emptied streams and names); answers (deleted, more,

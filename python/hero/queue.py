@@ -135,13 +135,14 @@ class Queue(Cleanup, Listing):
                 "they are gone); `hero actors` shows each process's protocol")
         return sum(self._call(lambda p=p: p.pause_key(self.name, key, pause)) for _, _, p in self._shards())
 
-    def keys(self, top: int = 10) -> FairKeys:
+    def keys(self, top: int = 10, start: int = 0) -> FairKeys:
         """The limit keys of a fair queue with jobs waiting in its gates (every priority, group
         and instance under the name, every shard): how many, the `top` with the most (most
-        first, ties by key) and the keys held by pause_key(), as `hero queues --keys` shows
-        them. An operator's question: it reads every key with work, so not for a job's path."""
+        first, ties by key) among a page of 1,000 keys read from `start` (0; then the page's
+        `next`), and the keys held by pause_key(), as `hero queues --keys` shows them."""
         _whole("top", top, 0)
-        return fair_keys(self.r, [k for _, k, _ in self._shards()], self.name, top)
+        _whole("start", start, 0)
+        return self._call(lambda: fair_keys([p for _, _, p in self._shards()], self.name, top, start))
 
     # -- counts -------------------------------------------------------------------------------
     def job_counts(self) -> JobCounts:

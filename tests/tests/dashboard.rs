@@ -11,7 +11,7 @@ use hero_client::Client;
 use hero_protocol::{JobId, NewJob, Status};
 use hero_testkit::{
     batch_done, browser, dead_letter, http_broker, queue_idle, run_to_finish, shot,
-    stepped_reporter, text_of, wait_for, InProcWorker, RedisServer,
+    sign_in_browser, stepped_reporter, text_of, wait_for, InProcWorker, RedisServer,
 };
 use hero_worker::{Outcome, Worker};
 
@@ -99,8 +99,8 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
         .await
         .unwrap();
     text_of(&b, "#queues").await;
-    // the link with the token, as `hero broker` prints it: the browser keeps it as a cookie
-    b.goto(&format!("{base}/?token={TOKEN}")).await.unwrap();
+    // signed in again, for changes (the form above gave a read-only session)
+    sign_in_browser(&b, &base, TOKEN).await;
     // the queues page, with the right counts
     b.goto(&format!("{base}/")).await.unwrap();
     assert_eq!(
@@ -372,7 +372,7 @@ async fn the_dashboard_shows_counts_a_jobs_page_retries_a_dead_letter_and_feeds_
 
     // the system's dark scheme gives the dark palette
     let (_driver, b, profile) = browser(true).await;
-    b.goto(&format!("{base}/?token={TOKEN}")).await.unwrap();
+    sign_in_browser(&b, &base, TOKEN).await;
     text_of(&b, "#queues").await;
     let bg = b
         .execute(

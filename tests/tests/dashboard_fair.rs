@@ -7,7 +7,7 @@ use fantoccini::Locator;
 use hero_client::Client;
 use hero_protocol::policy::Policy;
 use hero_protocol::NewJob;
-use hero_testkit::{browser, http_broker, shot, text_of, RedisServer};
+use hero_testkit::{browser, http_broker, shot, sign_in_browser, text_of, RedisServer};
 
 const TOKEN: &str = "fair-token-0123456789";
 
@@ -43,7 +43,7 @@ async fn a_fair_queues_page_shows_its_keys_with_work() {
     admin.pause_key("tenants", "initech").await.unwrap();
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
     let (_driver, b, _profile) = browser(false).await;
-    b.goto(&format!("{base}/?token={TOKEN}")).await.unwrap();
+    sign_in_browser(&b, &base, TOKEN).await;
     b.goto(&format!("{base}/")).await.unwrap();
     assert_eq!(
         text_of(&b, "#queues tr[data-queue='tenants'] td[data-f='waiting']").await,

@@ -5,7 +5,9 @@
 
 use hero_client::Client;
 use hero_protocol::NewJob;
-use hero_testkit::{browser, http_broker, keys, shot, text_of, wait_for, RedisServer};
+use hero_testkit::{
+    browser, http_broker, keys, shot, sign_in_browser, text_of, wait_for, RedisServer,
+};
 use redis::AsyncCommands;
 
 const TOKEN: &str = "redis-token-0123456789";
@@ -37,7 +39,7 @@ async fn the_overview_says_when_redis_refuses_submits_or_lost_data() {
         .unwrap();
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
     let (_driver, b, _profile) = browser(false).await;
-    b.goto(&format!("{base}/?token={TOKEN}")).await.unwrap();
+    sign_in_browser(&b, &base, TOKEN).await;
     b.goto(&format!("{base}/")).await.unwrap();
     let warning = text_of(&b, "#redis-warning").await;
     assert!(

@@ -191,18 +191,40 @@ async fn a_non_loopback_bind_without_a_token_is_refused_and_without_one_configur
     assert_eq!(api_get(&base, "/api/queues", Some("anything")).await.0, 403);
     let (code, v) = api_post(&base, "/api/dead/purge", Some("anything"), "{\"all\":true}").await;
     assert_eq!(code, 403, "{v}");
-    let link = broker
-        .output()
-        .into_iter()
+    let out = broker.output();
+    let link = out
+        .iter()
         .find(|l| l.starts_with("http: "))
-        .unwrap();
-    let made = link
-        .split("?token=")
-        .nth(1)
-        .expect("the link carries the token it made")
-        .trim();
-    assert_eq!(made.len(), 32, "{link}");
-    assert_eq!(api_get(&base, "/api/queues", Some(made)).await.0, 200);
+        .unwrap()
+        .clone();
+    let made = out
+        .iter()
+        .find_map(|l| l.strip_prefix("http token: "))
+        .expect("the token it made, on the terminal")
+        .trim()
+        .to_string();
+    assert_eq!(made.len(), 32, "{made}");
+    assert!(
+        !link.contains(&made),
+        "the link never carries the token: {link}"
+    );
+    assert_eq!(api_get(&base, "/api/queues", Some(&made)).await.0, 200);
+    // the link's one-time code: a session for its first visit, refused after
+    let code = link.split("?code=").nth(1).expect("a one-time code").trim();
+    let visit = || {
+        hero_testkit::no_redirect()
+            .get(format!("{base}/?code={code}"))
+            .header("sec-fetch-site", "none")
+            .send()
+    };
+    let first = visit().await.unwrap();
+    assert_eq!(first.status().as_u16(), 303);
+    let cookie = first.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        !cookie.contains(&made) && !cookie.contains(code),
+        "{cookie}"
+    );
+    assert_eq!(visit().await.unwrap().status().as_u16(), 401, "spent");
     broker.kill9();
     // --http-open: reads without a token on loopback, changes still refused
     let (_open, base) = hero_testkit::http_broker(&url, Some(TOKEN), &["--http-open"]).await;
@@ -274,8 +296,20 @@ async fn reads_need_a_token_and_env_values_stay_redacted_unless_the_admin_asks()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
+    // a token in the address signs nothing in (a link from another site could sign the
+    // browser in): the form again, no cookie
     let r = no_redirect
         .get(format!("{base}/jobs/secret-1?token={READ}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(r.headers().get("set-cookie").is_none());
+    // the form's POST does
+    let r = no_redirect
+        .post(format!("{base}/sign-in"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={READ}&next=%2Fjobs%2Fsecret-1"))
         .send()
         .await
         .unwrap();

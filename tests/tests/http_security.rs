@@ -10,7 +10,7 @@ use hero_client::Client;
 use hero_protocol::NewJob;
 use hero_testkit::{
     api_get, api_post, browser, hero_cli, http_broker, http_client, known_api_state, no_redirect,
-    run_to_finish, send, session, shot, wait_for, InProcWorker, RedisServer,
+    run_to_finish, send, session, shot, sign_in_browser, wait_for, InProcWorker, RedisServer,
 };
 use hero_worker::{Outcome, Worker};
 
@@ -67,7 +67,7 @@ async fn a_page_on_another_port_cannot_change_anything_through_the_operators_bro
     let broker_port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
     let (evil, _server) = attacker_page(broker_port).await;
     let (_driver, b, _profile) = browser(false).await;
-    b.goto(&format!("{base}/?token={TOKEN}")).await.unwrap();
+    sign_in_browser(&b, &base, TOKEN).await;
     assert!(!b.current_url().await.unwrap().as_str().contains(TOKEN));
 
     b.goto(&format!("http://127.0.0.1:{evil}/")).await.unwrap();
@@ -295,7 +295,7 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
     let (_c, base_c) = http_broker(&url, Some("another-admin-token-0123"), &[]).await;
     let page = |base: &str| format!("{base}/api/queues");
     let cookie = session(&base_a, READ).await;
-    assert!(!cookie.contains(READ) && cookie.starts_with("hero_session=v1.r."));
+    assert!(!cookie.contains(READ) && cookie.starts_with("hero_session=v2.r."));
     for base in [&base_a, &base_b] {
         let (code, _, body) = send(
             reqwest::Method::GET,
@@ -315,7 +315,7 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
     .await;
     assert_eq!(code, 401, "signed with another token");
     // a cookie of the same name set by a page on another port (sent first) hides nothing
-    let tossed = format!("hero_session=v1.a.99999999999999.00; {cookie}");
+    let tossed = format!("hero_session=v2.a.99999999999999.ab.00; {cookie}");
     let (code, _, _) = send(
         reqwest::Method::GET,
         &page(&base_a),
@@ -324,7 +324,7 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
     )
     .await;
     assert_eq!(code, 200, "the operator's own session among a tossed one");
-    let raised = cookie.replacen("v1.r.", "v1.a.", 1);
+    let raised = cookie.replacen("v2.r.", "v2.a.", 1);
     let (code, _, _) = send(
         reqwest::Method::GET,
         &page(&base_a),
@@ -365,7 +365,39 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
     )
     .await;
     assert_eq!(code, 403);
-    // sign-out ends it in the browser
+    // issue 61: the admin token's session reads only unless the operator asks for changes
+    let change = |cookie: String| {
+        let base_a = base_a.clone();
+        let host = host.to_string();
+        async move {
+            send(
+                reqwest::Method::POST,
+                &format!("{base_a}/api/jobs/x-1/track"),
+                &[
+                    ("cookie", &cookie),
+                    ("origin", &format!("http://{host}")),
+                    ("content-type", "application/json"),
+                ],
+                "{}",
+            )
+            .await
+            .0
+        }
+    };
+    let quiet = hero_testkit::session_for(&base_a, TOKEN, false).await;
+    assert_eq!(change(quiet).await, 403, "not asked for changes");
+    let admin = session(&base_a, TOKEN).await;
+    // allowed (404: there is no such job to track)
+    assert_eq!(change(admin.clone()).await, 404, "asked for changes");
+    // a live read session tossed in front of it (a page on another port signed in with a
+    // read token it knows) hides nothing: the highest live role counts
+    let tossed = format!("{cookie}; {admin}");
+    assert_eq!(
+        change(tossed).await,
+        404,
+        "the operator's session behind a tossed one"
+    );
+    // sign-out ends it everywhere: a copy replayed on either broker is refused
     let (code, headers, _) = send(
         reqwest::Method::POST,
         &format!("{base_a}/sign-out"),
@@ -378,10 +410,27 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
         .to_str()
         .unwrap()
         .contains("Max-Age=0"));
+    assert!(headers["clear-site-data"]
+        .to_str()
+        .unwrap()
+        .contains("storage"));
+    for base in [&base_a, &base_b] {
+        let (code, _, _) = send(
+            reqwest::Method::GET,
+            &page(base),
+            &[("cookie", &cookie)],
+            "",
+        )
+        .await;
+        assert_eq!(code, 401, "{base}: a session signed out is refused");
+    }
+    assert_eq!(change(admin).await, 404, "another session lives on");
 
     let (_tls, base_t) = http_broker(&url, Some(TOKEN), &["--http-behind-tls"]).await;
     let r = no_redirect()
-        .get(format!("{base_t}/?token={TOKEN}"))
+        .post(format!("{base_t}/sign-in"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={TOKEN}"))
         .send()
         .await
         .unwrap();
@@ -480,10 +529,10 @@ async fn answers_carry_security_headers_and_errors_are_json() {
     let (_broker, base) = http_broker(&url, Some(TOKEN), &[]).await;
 
     let (code, headers, _) = send(
-        reqwest::Method::GET,
-        &format!("{base}//evil.example/?token={TOKEN}"),
-        &[],
-        "",
+        reqwest::Method::POST,
+        &format!("{base}/sign-in"),
+        &[("content-type", "application/x-www-form-urlencoded")],
+        &format!("token={TOKEN}&next=%2F%2Fevil.example%2F"),
     )
     .await;
     assert_eq!(code, 303);

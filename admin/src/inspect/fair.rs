@@ -9,7 +9,6 @@ use std::collections::HashMap;
 
 use super::Inspector;
 use hero_protocol::error::Result;
-use hero_protocol::reply;
 
 /// Keys read per round trip.
 const PAGE: usize = 1000;
@@ -29,8 +28,9 @@ pub struct KeyWaiting {
 /// under the name) and shards.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FairKeys {
-    /// Limit keys with jobs waiting in a gate (a key in the gates of two streams of the name,
-    /// two priorities say, counts in each), paused ones included.
+    /// Limit keys with jobs waiting in a gate, paused ones included: exact when one page read
+    /// them all; past that, the rings' lengths (a key in the gates of two streams or shards
+    /// counts in each).
     pub keys: u64,
     /// The keys with the most jobs waiting among those this call read, most first (ties by
     /// key).
@@ -66,41 +66,30 @@ fn under(stream_name: &str, queue: &str) -> bool {
 impl Inspector {
     /// The limit keys of `queue` with jobs waiting in its fair gates (counted, not read), and
     /// the `top` with the most among the [`KEY_PAGE`] keys read from `from` (0 at first, then a
-    /// page's `next`), keys in ring order, shard after shard, the paused keys last.
+    /// page's `next`), keys in ring order, shard after shard, the paused keys last: `hero_keys`
+    /// on each shard, the reading Python's and Node's key views share.
     pub async fn fair_keys(&self, queue: &str, top: usize, from: u64) -> Result<FairKeys> {
         let mut by_key: HashMap<String, u64> = HashMap::new();
         let mut held = Vec::new();
-        let mut total = 0u64;
-        let mut at = 0u64; // the index of the next key in the rings, all shards and streams
-        let mut read = 0u64;
+        let (mut total, mut at, mut read) = (0u64, 0u64, 0u64);
         for (_, shard) in self.shards() {
-            let members: Vec<String> = shard
-                .redis
-                .query(redis::cmd("SMEMBERS").arg(shard.keys.held()))
-                .await?;
-            let here: Vec<String> = members
-                .into_iter()
-                .filter(|m| {
-                    m.split_once('|')
-                        .is_some_and(|(q, _)| under(q, queue) || under(queue, q))
-                })
-                .collect();
-            let held_keys: Vec<String> = here
-                .iter()
-                .filter_map(|m| m.split_once('|').map(|(_, k)| k.to_string()))
-                .collect();
-            shard
-                .fair_keys_here(
-                    queue,
-                    &held_keys,
-                    from,
-                    &mut at,
-                    &mut read,
-                    &mut total,
-                    &mut by_key,
-                )
-                .await?;
-            held.extend(here);
+            let room = (KEY_PAGE as u64).saturating_sub(read) as usize;
+            let call = hero_protocol::function::fair_keys(
+                &shard.keys,
+                queue,
+                from.saturating_sub(at),
+                room,
+            );
+            let page = hero_protocol::function::KeysPage::parse(
+                &shard.redis.query::<redis::Value>(&call).await?,
+            )?;
+            total += page.total;
+            at += page.total;
+            read += page.read;
+            held.extend(page.held);
+            for (key, n) in page.waiting {
+                *by_key.entry(key).or_default() += n;
+            }
         }
         held.sort();
         held.dedup();
@@ -109,85 +98,22 @@ impl Inspector {
             .map(|(key, waiting)| KeyWaiting { key, waiting })
             .collect();
         keys.sort_by(|a, b| b.waiting.cmp(&a.waiting).then_with(|| a.key.cmp(&b.key)));
+        let distinct = keys.len() as u64;
         keys.truncate(top);
         let end = from + read;
         Ok(FairKeys {
-            keys: total,
+            // read whole, the keys are counted exactly (a key in two streams or shards once);
+            // past a page, by the rings' lengths (a key in two of them counts in each)
+            keys: if from == 0 && end >= total {
+                distinct
+            } else {
+                total
+            },
             top: keys,
             read,
             next: (end < total).then_some(end),
             held,
         })
-    }
-
-    /// This shard's part of [`Inspector::fair_keys`]: each stream's ring (and the `held` keys,
-    /// out of the rings while paused) counted into `total`, and the waiting jobs of the keys at
-    /// indexes `from..from + KEY_PAGE` (`at` the index where this shard's keys begin, `read`
-    /// how many were read so far) added to `by_key`.
-    #[allow(clippy::too_many_arguments)]
-    async fn fair_keys_here(
-        &self,
-        queue: &str,
-        held: &[String],
-        from: u64,
-        at: &mut u64,
-        read: &mut u64,
-        total: &mut u64,
-        by_key: &mut HashMap<String, u64>,
-    ) -> Result<()> {
-        for stream in self.queue_streams().await? {
-            if !under(&self.keys.queue_name(&stream), queue) {
-                continue;
-            }
-            let ring = self.keys.fair_ring(&stream);
-            let len: u64 = self.redis.query(redis::cmd("LLEN").arg(&ring)).await?;
-            let len = len + held.len() as u64;
-            *total += len;
-            let start = from.max(*at);
-            let room = (KEY_PAGE as u64).saturating_sub(*read);
-            if room > 0 && start < *at + len {
-                let lo = start - *at;
-                let hi = (lo + room).min(len);
-                let ring_len = len - held.len() as u64;
-                let mut keys: Vec<String> = if lo < ring_len {
-                    self.redis
-                        .query(
-                            redis::cmd("LRANGE")
-                                .arg(&ring)
-                                .arg(lo)
-                                .arg(hi.min(ring_len) - 1),
-                        )
-                        .await?
-                } else {
-                    Vec::new()
-                };
-                let held_from = lo.saturating_sub(ring_len) as usize;
-                let held_to = hi.saturating_sub(ring_len) as usize;
-                keys.extend(held.iter().take(held_to).skip(held_from).cloned());
-                *read += keys.len() as u64;
-                let mut here: HashMap<String, u64> = HashMap::new();
-                for page in keys.chunks(PAGE) {
-                    let mut pipe = redis::pipe();
-                    for key in page {
-                        pipe.cmd("LLEN").arg(self.keys.fair_lane(&stream, key));
-                    }
-                    let replies = self.redis.pipeline(&pipe).await?;
-                    for (key, n) in page.iter().zip(replies) {
-                        let n = reply::int(&n?)?.max(0) as u64;
-                        // a key twice in one ring is one lane, counted once; a held key's lane
-                        // may be empty here
-                        if n > 0 {
-                            here.insert(key.clone(), n);
-                        }
-                    }
-                }
-                for (key, n) in here {
-                    *by_key.entry(key).or_default() += n;
-                }
-            }
-            *at += len;
-        }
-        Ok(())
     }
 }
 

@@ -476,10 +476,11 @@ pub(crate) fn is_entry_id(c: &str) -> bool {
             .then(|| p.parse::<u64>().ok())
             .flatten()
     };
-    c.split_once('-').is_some_and(|(ms, seq)| match (num(ms), num(seq)) {
-        (Some(ms), Some(seq)) => (ms, seq) != (u64::MAX, u64::MAX),
-        _ => false,
-    })
+    c.split_once('-')
+        .is_some_and(|(ms, seq)| match (num(ms), num(seq)) {
+            (Some(ms), Some(seq)) => (ms, seq) != (u64::MAX, u64::MAX),
+            _ => false,
+        })
 }
 
 /// A cursor no page of a listing gave: the caller's error, never Redis's.

@@ -16,7 +16,13 @@ pub(super) async fn broker(g: &Global, args: &BrokerArgs) -> Result<i32> {
     let served = crate::http::serve(client.clone(), &http, stop.clone()).await?;
     if let Some((addr, _)) = &served {
         // on stdout, so a supervisor (or a test) learns the port when --http asked for port 0
-        println!("http: {}", http.link(*addr));
+        println!("http: {}", http.link(&client, *addr).await?);
+        if http.generated {
+            if let Some(t) = &http.token {
+                // the terminal's, never the browser's: for programs (Authorization: Bearer)
+                println!("http token: {t}");
+            }
+        }
     }
     crate::daemon::run(client, cfg, stop).await?;
     if let Some((_, task)) = served {

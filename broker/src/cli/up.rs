@@ -64,8 +64,13 @@ pub(super) async fn up(g: &Global, args: &UpArgs) -> Result<i32> {
     println!("  broker:    running");
     match &served {
         Some((addr, _)) => {
-            println!("  dashboard: {}", http.link(*addr));
-            println!("             (API: /api/queues, metrics: /metrics, with that token as Authorization: Bearer)");
+            println!(
+                "  dashboard: {} (a one-time sign-in link)",
+                http.link(&client, *addr).await?
+            );
+            if let (true, Some(t)) = (http.generated, &http.token) {
+                println!("  API token: {t} (API: /api/queues, metrics: /metrics, as Authorization: Bearer)");
+            }
         }
         None => println!("  dashboard: off (--http off)"),
     }

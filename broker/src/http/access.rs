@@ -169,59 +169,139 @@ impl App {
         }
     }
 
-    /// What a request may do: a bearer token first, else a session cookie, else open reads;
-    /// 401 without any (or with a session that expired), 403 with a wrong token.
-    pub fn role(&self, headers: &HeaderMap) -> Result<Role, ApiError> {
+    /// What sessions are signed with: both tokens, so a change of either ends them all.
+    fn session_key(&self) -> String {
+        format!(
+            "{}\n{}",
+            self.token.as_deref().unwrap_or_default(),
+            self.read_token.as_deref().unwrap_or_default()
+        )
+    }
+
+    /// What a request may do: a bearer token first, else a session cookie whose record still
+    /// exists in Redis (the highest role among the live ones a request presents, so a session
+    /// cookie tossed in by a page on another port cannot stand in front of the operator's own),
+    /// else open reads; 401 without any (or with sessions ended or expired), 403 with a wrong
+    /// token. Answers the live session's id too (for signing out).
+    pub async fn role(&self, headers: &HeaderMap) -> Result<(Role, Option<String>), ApiError> {
         if let Some(given) = bearer(headers) {
-            return self.role_of(given);
+            return self.role_of(given).map(|r| (r, None));
         }
         let now = clock::now_ms();
-        let mut session = false;
-        for s in session::presented(headers, self.behind_tls) {
-            session = true;
-            if let Some(role) = session::verify(s, now, |r| self.token_of(r)) {
-                return Ok(role);
+        let mut presented = false;
+        let mut signed = Vec::new();
+        for s in session::presented(headers, self.behind_tls).take(8) {
+            presented = true;
+            if let Some(v) = session::verify(s, now, &self.session_key()) {
+                signed.push(v);
+            }
+        }
+        if !signed.is_empty() {
+            let mut pipe = redis::pipe();
+            for (_, sid) in &signed {
+                pipe.cmd("GET").arg(self.client.keys().session(sid));
+            }
+            let live = self.client.redis().pipeline(&pipe).await?;
+            let best = signed
+                .into_iter()
+                .zip(live)
+                .filter(|((role, _), v)| {
+                    v.as_ref()
+                        .ok()
+                        .and_then(|v| hero_protocol::reply::text(v).ok())
+                        .is_some_and(|l| l == session::letter(*role))
+                })
+                .map(|(s, _)| s)
+                .max_by_key(|(role, _)| *role);
+            if let Some((role, sid)) = best {
+                return Ok((role, Some(sid)));
             }
         }
         if self.open {
-            return Ok(Role::Read);
+            return Ok((Role::Read, None));
         }
         Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
-            if session {
-                "the session has expired (or the broker's token changed): sign in again with the token, or send Authorization: Bearer <token>"
+            if presented {
+                "the session has ended (signed out) or expired, or the broker's token changed: sign in again with the token, or send Authorization: Bearer <token>"
             } else {
-                "this broker needs a token: send Authorization: Bearer <token> (its --http-token, or --http-read-token to read), or open the link it printed at start (…/?token=…)"
+                "this broker needs a token: send Authorization: Bearer <token> (its --http-token, or --http-read-token to read), or sign in on the dashboard's form (or open the link it printed at start)"
             },
         ))
     }
 
-    /// Endpoints that change jobs, run the audit or reveal `env_vars`: the admin token (or a
-    /// session signed with it) only.
+    /// Endpoints that change jobs, run the audit or reveal `env_vars`: the admin token, or a
+    /// session the operator signed in for changes. Reads the role the guard resolved for this
+    /// request ([`ROLE_HEADER`], set by the guard alone).
     pub fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        match self.role(headers) {
-            Ok(Role::Admin) => Ok(()),
-            Ok(Role::Read) if bearer(headers).is_none() && session::presented(headers, self.behind_tls).next().is_none() => {
-                Err(ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "this endpoint needs the admin token: send Authorization: Bearer <token> (the broker's --http-token)",
-                ))
-            }
-            Ok(Role::Read) => Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "the read-only token may not do this: it needs the broker's --http-token",
+        let role = headers.get(ROLE_HEADER).and_then(|v| v.to_str().ok());
+        let credential = bearer(headers).is_some()
+            || session::presented(headers, self.behind_tls)
+                .next()
+                .is_some();
+        match role {
+            Some("admin") => Ok(()),
+            Some(_) if !credential => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "this endpoint needs the admin token: send Authorization: Bearer <token> (the broker's --http-token)",
             )),
-            Err(e) => Err(e),
+            Some(_) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "this session or token may read only: changes need the broker's --http-token (sign in again and tick \"allow changes\", or send Authorization: Bearer <token>)",
+            )),
+            None => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "this endpoint needs the admin token: send Authorization: Bearer <token>",
+            )),
         }
     }
 
-    /// A `Set-Cookie` header carrying a new session for `role`.
-    fn session_cookie(&self, role: Role) -> Option<HeaderValue> {
-        let token = self.token_of(role)?;
-        let value = session::issue(role, token, clock::now_ms());
-        HeaderValue::from_str(&session::set_cookie(&value, self.behind_tls)).ok()
+    /// A `Set-Cookie` header carrying a new session for `role`, its record stored in Redis for
+    /// as long as the cookie lasts.
+    async fn session_cookie(&self, role: Role) -> Result<HeaderValue, ApiError> {
+        let token = self.session_key();
+        let sid = session::new_id();
+        let ttl = session::SESSION_TTL.as_millis() as u64;
+        let () = self
+            .client
+            .redis()
+            .query(
+                redis::cmd("SET")
+                    .arg(self.client.keys().session(&sid))
+                    .arg(session::letter(role))
+                    .arg("PX")
+                    .arg(ttl),
+            )
+            .await?;
+        let value = session::issue(role, &token, clock::now_ms(), &sid);
+        HeaderValue::from_str(&session::set_cookie(&value, self.behind_tls)).map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the session cookie is not a header value",
+            )
+        })
     }
 }
+
+/// The request header the guard sets to the credential it resolved: `token:<role>` (a token's
+/// holders share it), `session:<id>`, or `open`.
+pub const WHO_HEADER: &str = "x-hero-resolved-credential";
+
+/// The credential the guard resolved for a request, and whether it is the admin's: what the
+/// live streams are counted by.
+pub fn credential(headers: &HeaderMap) -> (String, bool) {
+    let who = headers
+        .get(WHO_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("open")
+        .to_string();
+    let admin = headers.get(ROLE_HEADER).and_then(|v| v.to_str().ok()) == Some("admin");
+    (who, admin)
+}
+
+/// The request header the guard sets to the role it resolved (`admin` or `read`), after
+/// removing any a client sent: how handlers' [`App::authorize`] knows it.
+pub const ROLE_HEADER: &str = "x-hero-resolved-role";
 
 /// A path of this server to send a browser to: `//evil.example/` and `/\evil.example` would
 /// leave it, so leading slashes and backslashes fold into one slash; a control character
@@ -283,9 +363,14 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// Every request passes here first: the host, then (for a change) the origin and the body's
-/// type, then the token or session; a `?token=` link becomes a session and a redirect to the
-/// same page without it.
-pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
+/// type, then the token or session; the printed link's one-time `?code=` becomes a session and
+/// a redirect to the same page without it (a `?token=` signs nothing in: a link from another
+/// site could sign the browser into the attacker's session, and the address stays in the
+/// history).
+pub async fn guard(State(app): State<App>, mut req: Request, next: Next) -> Response {
+    // only this guard says which role a request has (`App::authorize` reads it)
+    req.headers_mut().remove(ROLE_HEADER);
+    req.headers_mut().remove(WHO_HEADER);
     let path = req.uri().path().to_string();
     if matches!(path.as_str(), "/healthz" | "/readyz") {
         return next.run(req).await;
@@ -355,26 +440,44 @@ pub async fn guard(State(app): State<App>, req: Request, next: Next) -> Response
             e.into_response()
         }
     };
-    let query_token = req.uri().query().and_then(|q| {
-        q.split('&')
-            .find_map(|kv| kv.strip_prefix("token="))
-            .map(str::to_string)
-    });
-    if let Some(given) = query_token {
-        let role = match app.role_of(&given) {
-            Ok(role) => role,
-            Err(e) => return refuse(e),
+    let (token_q, code_q) = {
+        let query = |name: &str| -> Option<String> {
+            req.uri().query().and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix(name))
+                    .map(str::to_string)
+            })
         };
-        let mut resp = Redirect::to(&local_path(&without_token(&here))).into_response();
-        if let Some(cookie) = app.session_cookie(role) {
-            resp.headers_mut().insert(header::SET_COOKIE, cookie);
-        }
-        return resp;
+        (query("token="), query("code="))
+    };
+    if token_q.is_some() {
+        return dashboard::sign_in(
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "a token in the address signs nothing in (a link from another site could sign this browser in, and the address stays in the history): type the token in the form, or open the link with a one-time code the broker printed",
+            ),
+            &without_token(&here),
+        );
     }
-    match app.role(req.headers()) {
-        Ok(role) => {
+    if let Some(code) = code_q {
+        let headers = req.headers().clone();
+        return spend_code(&app, &headers, &code, &without_token(&here)).await;
+    }
+    match app.role(req.headers()).await {
+        Ok((role, sid)) => {
             let mut req = req;
             req.extensions_mut().insert(role);
+            let role_name = if role == Role::Admin { "admin" } else { "read" };
+            req.headers_mut()
+                .insert(ROLE_HEADER, HeaderValue::from_static(role_name));
+            let who = match (sid, bearer(req.headers()).is_some()) {
+                (Some(sid), _) => format!("session:{sid}"),
+                (None, true) => format!("token:{role_name}"),
+                (None, false) => "open".to_string(),
+            };
+            if let Ok(v) = HeaderValue::from_str(&who) {
+                req.headers_mut().insert(WHO_HEADER, v);
+            }
             // a client with a credential may take its time over a body
             if let Some(s) = req.extensions().get::<Settle>() {
                 s.settled();
@@ -414,7 +517,7 @@ fn without_token(path_and_query: &str) -> String {
         .unwrap_or((path_and_query, ""));
     let rest: Vec<&str> = query
         .split('&')
-        .filter(|kv| !kv.starts_with("token=") && !kv.is_empty())
+        .filter(|kv| !kv.starts_with("token=") && !kv.starts_with("code=") && !kv.is_empty())
         .collect();
     if rest.is_empty() {
         path.to_string()
@@ -434,10 +537,15 @@ struct SignIn {
     token: String,
     #[serde(default)]
     next: String,
+    /// `1`/`on`: the operator asks for a session that may change jobs (the admin token only);
+    /// without it a session reads only, whatever the token.
+    #[serde(default)]
+    changes: String,
 }
 
-/// The sign-in form's POST: a session for the token's role and back to the page asked for; a
-/// wrong token gets the form again. A POST keeps the token out of the address and the history.
+/// The sign-in form's POST: a session for the token's role (read-only unless the operator
+/// ticked "allow changes" with the admin token) and back to the page asked for; a wrong token
+/// gets the form again. A POST keeps the token out of the address and the history.
 async fn sign_in(State(app): State<App>, raw: Bytes) -> Response {
     let Ok(form) = serde_urlencoded::from_bytes::<SignIn>(&raw) else {
         return dashboard::sign_in(
@@ -452,22 +560,110 @@ async fn sign_in(State(app): State<App>, raw: Bytes) -> Response {
     });
     match app.role_of(form.token.trim()) {
         Ok(role) => {
-            let mut resp = Redirect::to(&next).into_response();
-            if let Some(cookie) = app.session_cookie(role) {
-                resp.headers_mut().insert(header::SET_COOKIE, cookie);
-            }
-            resp
+            let asked = matches!(form.changes.as_str(), "1" | "on" | "true");
+            let role = if asked { role } else { Role::Read };
+            signed_in(&app, role, &next).await
         }
         Err(e) => dashboard::sign_in(e, &next),
     }
 }
 
-/// Ends the browser's session.
-async fn sign_out(State(app): State<App>) -> Response {
+/// A redirect to `next` carrying a new session for `role`.
+async fn signed_in(app: &App, role: Role, next: &str) -> Response {
+    match app.session_cookie(role).await {
+        Ok(cookie) => {
+            let mut resp = Redirect::to(next).into_response();
+            resp.headers_mut().insert(header::SET_COOKIE, cookie);
+            resp
+        }
+        Err(e) => dashboard::sign_in(e, next),
+    }
+}
+
+/// The printed link's one-time code: spent (GETDEL) by its first visit, which gets the session
+/// the broker minted it for; refused from another site (a page cannot sign the operator in,
+/// even with a code it got), and once spent.
+async fn spend_code(app: &App, headers: &HeaderMap, code: &str, next: &str) -> Response {
+    let site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none");
+    if !matches!(site, "none" | "same-origin") {
+        return dashboard::sign_in(
+            ApiError::new(StatusCode::FORBIDDEN, "a sign-in link opened from another site signs nothing in: open it from the terminal that printed it"),
+            next,
+        );
+    }
+    let valid = !code.is_empty() && code.len() <= 64 && code.bytes().all(|b| b.is_ascii_hexdigit());
+    let letter: Option<String> = if valid {
+        match app
+            .client
+            .redis()
+            .query(redis::cmd("GETDEL").arg(app.client.keys().sign_in_code(code)))
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => return dashboard::sign_in(e.into(), next),
+        }
+    } else {
+        None
+    };
+    let role = match letter.as_deref() {
+        Some("a") => Role::Admin,
+        Some("r") => Role::Read,
+        _ => {
+            return dashboard::sign_in(
+                ApiError::new(StatusCode::UNAUTHORIZED, "this sign-in link was used already (each is good once) or is not this broker's: sign in with the token, or restart the broker for a new link"),
+                next,
+            )
+        }
+    };
+    signed_in(app, role, next).await
+}
+
+/// A one-time code for a printed link, good for `ttl`, granting `role`'s session to the first
+/// visit (`?code=`): the broker's own link at start, and `hero http-link`.
+pub async fn mint_code(
+    client: &hero_client::Client,
+    role: Role,
+    ttl: std::time::Duration,
+) -> Result<String, hero_protocol::Error> {
+    let code = session::new_id();
+    let () = client
+        .redis()
+        .query(
+            redis::cmd("SET")
+                .arg(client.keys().sign_in_code(&code))
+                .arg(session::letter(role))
+                .arg("PX")
+                .arg(ttl.as_millis() as u64),
+        )
+        .await?;
+    Ok(code)
+}
+
+/// Ends the browser's session everywhere: its record in Redis is deleted, so the cookie is
+/// refused by every broker, wherever a copy of it went; the browser is told to forget its
+/// cookies and storage (`Clear-Site-Data`; the dashboard's script clears its own storage too).
+async fn sign_out(State(app): State<App>, headers: HeaderMap) -> Response {
+    if let Ok((_, Some(sid))) = app.role(&headers).await {
+        if let Err(e) = app
+            .client
+            .redis()
+            .query::<i64>(redis::cmd("DEL").arg(app.client.keys().session(&sid)))
+            .await
+        {
+            return ApiError::from(e).into_response();
+        }
+    }
     let mut resp = Redirect::to("/").into_response();
     if let Ok(v) = HeaderValue::from_str(&session::clear_cookie(app.behind_tls)) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
+    resp.headers_mut().insert(
+        "clear-site-data",
+        HeaderValue::from_static("\"cookies\", \"storage\""),
+    );
     resp
 }
 

@@ -377,15 +377,17 @@ async fn events(State(app): State<App>, Query(q): Query<EventsQuery>) -> ApiResu
 /// newest events: it is a live view (`hero events --follow` is the full tail).
 async fn event_stream(
     State(app): State<App>,
+    headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let filter = q.filter()?;
-    let rx = app.feed.subscribe().await?;
+    let (who, admin) = super::access::credential(&headers);
+    let (rx, slot) = app.feed.subscribe(&who, admin).await?;
     let keys = app.client.keys().clone();
     let stop = app.stop.clone();
     let stream = futures::stream::unfold(
-        (rx, filter, keys, stop),
-        |(mut rx, filter, keys, stop)| async move {
+        (rx, filter, keys, stop, slot),
+        |(mut rx, filter, keys, stop, slot)| async move {
             loop {
                 let got = tokio::select! {
                     () = stop.cancelled() => return None,
@@ -396,7 +398,7 @@ async fn event_stream(
                         let msg = SseEvent::default()
                             .event("event")
                             .data(ev.to_json().to_string());
-                        return Some((Ok(msg), (rx, filter, keys, stop)));
+                        return Some((Ok(msg), (rx, filter, keys, stop, slot)));
                     }
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,

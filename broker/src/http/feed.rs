@@ -29,6 +29,14 @@ pub const READ_EVERY: Duration = Duration::from_millis(250);
 /// could hold every connection with them.
 pub const MAX_STREAMS: usize = 64;
 
+/// Live streams one credential (a session, or a token shared by its holders) may hold at once:
+/// no single client, a read-only token's holder included, takes the feed from the others.
+pub const PER_CLIENT: usize = 8;
+
+/// Streams kept for admin credentials: reads take at most `MAX_STREAMS - ADMIN_RESERVED`, so
+/// the operator can always watch.
+pub const ADMIN_RESERVED: usize = 16;
+
 /// Events a slow stream may fall behind by before it skips to the newest.
 const BACKLOG: usize = 4096;
 
@@ -38,6 +46,30 @@ pub struct Feed {
     live: Arc<Mutex<Option<broadcast::Sender<Arc<Event>>>>>,
     client: Client,
     stop: CancellationToken,
+    /// Streams open per credential.
+    held: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+/// One stream's place in its credential's count, given back when the stream ends.
+pub struct StreamSlot {
+    who: String,
+    held: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.who) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.who);
+            }
+        }
+    }
+}
+
+fn busy(message: String) -> ApiError {
+    ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, message)
 }
 
 impl Feed {
@@ -46,21 +78,42 @@ impl Feed {
             live: Arc::new(Mutex::new(None)),
             client,
             stop,
+            held: Arc::default(),
         }
     }
 
-    /// Every event from now on (a live view); the first subscriber starts the reader, whose
-    /// starting point is fixed before this returns, so nothing after it is missed.
-    pub async fn subscribe(&self) -> Result<broadcast::Receiver<Arc<Event>>, ApiError> {
+    /// Every event from now on (a live view) for credential `who` (`admin`: it may use the
+    /// streams kept for admins); the first subscriber starts the reader, whose starting point is
+    /// fixed before this returns, so nothing after it is missed.
+    pub async fn subscribe(
+        &self,
+        who: &str,
+        admin: bool,
+    ) -> Result<(broadcast::Receiver<Arc<Event>>, StreamSlot), ApiError> {
         let mut live = self.live.lock().await;
-        if let Some(tx) = live.as_ref() {
-            if tx.receiver_count() >= MAX_STREAMS {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                    format!("{MAX_STREAMS} live event streams are open in this broker, the most it serves: close a dashboard tab, or follow the log with `hero events --follow`"),
-                ));
+        let open = live.as_ref().map_or(0, broadcast::Sender::receiver_count);
+        let most = if admin {
+            MAX_STREAMS
+        } else {
+            MAX_STREAMS - ADMIN_RESERVED
+        };
+        if open >= most {
+            return Err(busy(format!("{open} live event streams are open in this broker, the most it serves {}: close a dashboard tab, or follow the log with `hero events --follow`", if admin { "anyone" } else { "without the admin token" })));
+        }
+        {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let n = held.entry(who.to_string()).or_default();
+            if *n >= PER_CLIENT {
+                return Err(busy(format!("this session or token holds {PER_CLIENT} live event streams already, the most one may: close a dashboard tab")));
             }
-            return Ok(tx.subscribe());
+            *n += 1;
+        }
+        let slot = StreamSlot {
+            who: who.to_string(),
+            held: self.held.clone(),
+        };
+        if let Some(tx) = live.as_ref() {
+            return Ok((tx.subscribe(), slot));
         }
         let follower = hero_admin::Inspector::from(&self.client)
             .follow(EventFilter::default(), "$")
@@ -74,7 +127,7 @@ impl Feed {
             self.live.clone(),
             self.stop.clone(),
         ));
-        Ok(rx)
+        Ok((rx, slot))
     }
 
     /// Whether a reader runs now (for tests and the log).

@@ -42,6 +42,9 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// the port and every job, and 16 characters of a random alphabet resist guessing over HTTP.
 pub const MIN_TOKEN_LEN: usize = 16;
 
+/// How long the printed link's one-time code is good for, unspent.
+pub const CODE_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// Connections served at once by default (`--http-max-connections`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
@@ -189,13 +192,20 @@ impl HttpConfig {
         }
     }
 
-    /// The address to open in a browser: with the admin token in it when the broker made that
-    /// token (no one else knows it), else without (the operator configured it).
-    pub fn link(&self, bound: SocketAddr) -> String {
-        match (&self.token, self.generated) {
-            (Some(t), true) => format!("http://{bound}/?token={t}"),
-            _ => format!("http://{bound}/"),
+    /// The address to open in a browser. When the broker made the admin token (no one else
+    /// knows it) the link carries a one-time code for an admin session, spent by its first
+    /// visit: never the token, which would stay in the browser's history. Otherwise the plain
+    /// address (the operator signs in with the token configured).
+    pub async fn link(
+        &self,
+        client: &Client,
+        bound: SocketAddr,
+    ) -> Result<String, hero_protocol::Error> {
+        if self.generated {
+            let code = access::mint_code(client, Role::Admin, CODE_TTL).await?;
+            return Ok(format!("http://{bound}/?code={code}"));
         }
+        Ok(format!("http://{bound}/"))
     }
 }
 

@@ -2,12 +2,15 @@
 //!
 //! A cookie on 127.0.0.1 is sent to every port of that host, so whatever the browser keeps can
 //! reach any local HTTP server the operator opens. The cookie therefore never holds a token: it
-//! holds `v1.<role>.<expires ms>.<HMAC-SHA256>`, the MAC keyed by the token of that role. It
-//! proves the browser once showed that token, lasts [`SESSION_TTL`], and stops working when the
-//! token changes. It needs no state on the broker, so several brokers behind a load balancer
-//! that share the tokens all accept it. Behind TLS (`--http-behind-tls`) it is named
-//! `__Host-hero_session` and marked `Secure`, so no plain-HTTP page and no other subdomain can
-//! set or read it.
+//! holds `v2.<role>.<expires ms>.<session id>.<HMAC-SHA256>`, the MAC keyed by the broker's
+//! tokens (`App::session_key`). It proves the browser once showed a token, lasts
+//! [`SESSION_TTL`], and stops working when a token changes; its role is what the operator
+//! signed in for (a session of the admin token is read-only unless asked for changes); and it
+//! names a record in Redis (`Keyspace::session`) that
+//! must still exist, so signing out ends it on every broker at once (a page that stole the
+//! cookie replays it in vain), while brokers behind a load balancer stay stateless. Behind TLS
+//! (`--http-behind-tls`) it is named `__Host-hero_session` and marked `Secure`, so no
+//! plain-HTTP page and no other subdomain can set or read it.
 
 use std::time::Duration;
 
@@ -37,8 +40,18 @@ fn role_letter(role: Role) -> &'static str {
     }
 }
 
-fn message(role: Role, expires_ms: u64) -> String {
-    format!("hero-session.v1.{}.{expires_ms}", role_letter(role))
+fn message(role: Role, expires_ms: u64, sid: &str) -> String {
+    format!("hero-session.v2.{}.{expires_ms}.{sid}", role_letter(role))
+}
+
+/// A role's letter in the session record and the cookie.
+pub fn letter(role: Role) -> &'static str {
+    role_letter(role)
+}
+
+/// A new random session id (also a sign-in code): 128 bits, hex.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -55,22 +68,24 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// A session for `role`, signed with that role's `token`, valid until `now_ms` + the TTL.
-pub fn issue(role: Role, token: &str, now_ms: u64) -> String {
+/// A session `sid` for `role`, signed with `token` (the session key), valid until `now_ms` +
+/// the TTL (while its record in Redis lasts too).
+pub fn issue(role: Role, token: &str, now_ms: u64, sid: &str) -> String {
     let expires = now_ms + SESSION_TTL.as_millis() as u64;
-    let tag = hmac::sign(&key(token), message(role, expires).as_bytes());
-    format!("v1.{}.{expires}.{}", role_letter(role), hex(tag.as_ref()))
+    let tag = hmac::sign(&key(token), message(role, expires, sid).as_bytes());
+    format!(
+        "v2.{}.{expires}.{sid}.{}",
+        role_letter(role),
+        hex(tag.as_ref())
+    )
 }
 
-/// The role a session proves, if its MAC is right for the token of the role it names and it
-/// has not expired. `token_of` gives the configured token of a role.
-pub fn verify<'t>(
-    value: &str,
-    now_ms: u64,
-    token_of: impl Fn(Role) -> Option<&'t str>,
-) -> Option<Role> {
+/// The role and session id a cookie proves, if its MAC is right for the session key `token`
+/// and it has not expired (whether its record still exists is the caller's to ask).
+pub fn verify(value: &str, now_ms: u64, token: &str) -> Option<(Role, String)> {
     let mut parts = value.split('.');
-    let (Some("v1"), Some(r), Some(expires), Some(tag), None) = (
+    let (Some("v2"), Some(r), Some(expires), Some(sid), Some(tag), None) = (
+        parts.next(),
         parts.next(),
         parts.next(),
         parts.next(),
@@ -79,6 +94,9 @@ pub fn verify<'t>(
     ) else {
         return None;
     };
+    if sid.is_empty() || sid.len() > 64 || !sid.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
     let role = match r {
         "a" => Role::Admin,
         "r" => Role::Read,
@@ -89,9 +107,8 @@ pub fn verify<'t>(
         return None;
     }
     let tag = unhex(tag)?;
-    let token = token_of(role)?;
-    hmac::verify(&key(token), message(role, expires).as_bytes(), &tag).ok()?;
-    Some(role)
+    hmac::verify(&key(token), message(role, expires, sid).as_bytes(), &tag).ok()?;
+    Some((role, sid.to_string()))
 }
 
 /// The `Set-Cookie` value that keeps `session` in the browser.
@@ -135,40 +152,48 @@ mod tests {
     use super::*;
 
     const ADMIN: &str = "admin-token-0123456789";
-    const READ: &str = "read-token-0123456789";
-
-    #[allow(clippy::unnecessary_wraps)] // the shape `verify` takes
-    fn tokens(role: Role) -> Option<&'static str> {
-        Some(match role {
-            Role::Admin => ADMIN,
-            Role::Read => READ,
-        })
-    }
+    const SID: &str = "0123456789abcdef0123456789abcdef";
 
     #[test]
-    fn a_session_proves_its_role_until_it_expires() {
-        let s = issue(Role::Admin, ADMIN, 1_000);
-        assert_eq!(verify(&s, 2_000, tokens), Some(Role::Admin));
-        let r = issue(Role::Read, READ, 1_000);
-        assert_eq!(verify(&r, 2_000, tokens), Some(Role::Read));
+    fn a_session_proves_its_role_and_id_until_it_expires() {
+        let s = issue(Role::Admin, ADMIN, 1_000, SID);
+        assert_eq!(
+            verify(&s, 2_000, ADMIN),
+            Some((Role::Admin, SID.to_string()))
+        );
+        let r = issue(Role::Read, ADMIN, 1_000, SID);
+        assert_eq!(verify(&r, 2_000, ADMIN).map(|v| v.0), Some(Role::Read));
         let end = 1_000 + SESSION_TTL.as_millis() as u64;
-        assert_eq!(verify(&s, end, tokens), None, "expired");
+        assert_eq!(verify(&s, end, ADMIN), None, "expired");
     }
 
     #[test]
-    fn a_session_is_not_the_token_and_cannot_be_raised_or_extended() {
-        let r = issue(Role::Read, READ, 1_000);
-        assert!(!r.contains(READ) && !r.contains(ADMIN));
-        let raised = r.replacen("v1.r.", "v1.a.", 1);
-        assert_eq!(verify(&raised, 2_000, tokens), None);
+    fn a_session_is_not_the_token_and_cannot_be_raised_extended_or_renamed() {
+        let r = issue(Role::Read, ADMIN, 1_000, SID);
+        assert!(!r.contains(ADMIN));
+        let raised = r.replacen("v2.r.", "v2.a.", 1);
+        assert_eq!(verify(&raised, 2_000, ADMIN), None);
         let parts: Vec<&str> = r.split('.').collect();
-        let longer = format!("v1.r.{}.{}", parts[2].parse::<u64>().unwrap() + 1, parts[3]);
-        assert_eq!(verify(&longer, 2_000, tokens), None);
+        let longer = format!(
+            "v2.r.{}.{}.{}",
+            parts[2].parse::<u64>().unwrap() + 1,
+            parts[3],
+            parts[4]
+        );
+        assert_eq!(verify(&longer, 2_000, ADMIN), None);
+        let renamed = r.replace(SID, "ffffffffffffffffffffffffffffffff");
+        assert_eq!(verify(&renamed, 2_000, ADMIN), None);
         // signed by another broker's token: refused
-        let other = issue(Role::Admin, "another-token-0123456789", 1_000);
-        assert_eq!(verify(&other, 2_000, tokens), None);
-        for junk in ["", "v1", "v1.a.x.y", "v1.a.99999999999999.zz", "v2.a.5.00"] {
-            assert_eq!(verify(junk, 2_000, tokens), None, "{junk}");
+        let other = issue(Role::Admin, "another-token-0123456789", 1_000, SID);
+        assert_eq!(verify(&other, 2_000, ADMIN), None);
+        for junk in [
+            "",
+            "v2",
+            "v2.a.x.y.z",
+            "v1.a.99999999999999.zz",
+            "v2.a.5.g.00",
+        ] {
+            assert_eq!(verify(junk, 2_000, ADMIN), None, "{junk}");
         }
     }
 }

@@ -326,6 +326,7 @@ fn every_builder_follows_its_lua_header() {
         ),
         (Function::Drain, drain(&keys, "osis", true, 100, false, "0")),
         (Function::List, list(&keys, "error", "osis", "", 100)),
+        (Function::Keys, fair_keys(&keys, "osis", 0, 100)),
     ];
     let mut wrong = Vec::new();
     for f in Function::ALL {

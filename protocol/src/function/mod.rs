@@ -25,6 +25,7 @@ mod duties;
 mod expire;
 mod fetch;
 mod fix;
+mod keys;
 mod list;
 mod pause;
 mod policy;
@@ -58,6 +59,7 @@ pub use fetch::{
     Records, RegistryCursor, RegistryView,
 };
 pub use fix::{fix, Repair};
+pub use keys::{fair_keys, KeysPage};
 pub use list::{list, Listed, LIST_STATES};
 pub use pause::{pause, pause_key};
 pub use policy::set_policy;
@@ -165,10 +167,11 @@ pub enum Function {
     Clean,
     Drain,
     List,
+    Keys,
 }
 
 impl Function {
-    pub const ALL: [Function; 28] = [
+    pub const ALL: [Function; 29] = [
         Function::Version,
         Function::Submit,
         Function::Fetch,
@@ -197,6 +200,7 @@ impl Function {
         Function::Clean,
         Function::Drain,
         Function::List,
+        Function::Keys,
     ];
 
     /// Writes nothing: registered `no-writes` and called with FCALL_RO, so a read-only ACL user
@@ -204,7 +208,11 @@ impl Function {
     pub fn read_only(self) -> bool {
         matches!(
             self,
-            Function::Version | Function::Counts | Function::CronNext | Function::List
+            Function::Version
+                | Function::Counts
+                | Function::CronNext
+                | Function::List
+                | Function::Keys
         )
     }
 
@@ -264,6 +272,7 @@ impl Function {
             Function::Clean => "clean",
             Function::Drain => "drain",
             Function::List => "list",
+            Function::Keys => "keys",
         }
     }
 
@@ -298,6 +307,7 @@ impl Function {
             Function::Clean => versioned!("clean"),
             Function::Drain => versioned!("drain"),
             Function::List => versioned!("list"),
+            Function::Keys => versioned!("keys"),
         }
     }
 
@@ -331,6 +341,7 @@ impl Function {
             Function::Clean => include_str!("clean.lua"),
             Function::Drain => include_str!("drain.lua"),
             Function::List => include_str!("list.lua"),
+            Function::Keys => include_str!("keys.lua"),
         }
     }
 

@@ -281,6 +281,7 @@ impl Job {
         let lease = r.nonempty(F::Lease);
         let entry = r.nonempty(F::Entry);
         let payload = r.take(F::Payload).map(String::into_bytes);
+        let value = r.take(F::Value).map(String::into_bytes);
         let batch = r.nonempty(F::Batch);
         let progress = match r.nonempty(F::Progress) {
             None => None,
@@ -333,7 +334,7 @@ impl Job {
             dependents,
             tags,
             output,
-            value: None,
+            value,
             error,
             trace,
             attempts,

@@ -74,6 +74,7 @@ record_fields! {
     UniqueTtl => "unique_ttl",
     LimitKey => "limit_key",
     Output => "output",
+    Value => "value",
     Error => "error",
     Lease => "lease",
     Entry => "entry",

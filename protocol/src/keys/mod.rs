@@ -298,6 +298,18 @@ impl Keyspace {
         format!("{}:meta:held", self.prefix)
     }
 
+    /// String: a dashboard session (its role's letter, `a` or `r`) while it lasts; the signed
+    /// cookie names it, and signing out deletes it, on every broker at once.
+    pub fn session(&self, sid: &str) -> String {
+        format!("{}:meta:session:{sid}", self.prefix)
+    }
+
+    /// String: a one-time sign-in code the broker printed in its link (the role's letter),
+    /// spent (GETDEL) by the first visit.
+    pub fn sign_in_code(&self, code: &str) -> String {
+        format!("{}:meta:signin:{code}", self.prefix)
+    }
+
     /// Set: every work stream that exists, so the broker can walk them without SCAN.
     pub fn queues(&self) -> String {
         format!("{}:meta:queues", self.prefix)

@@ -32,7 +32,9 @@ pub struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let needle = format!("--user-data-dir={}", self.profile.display());
+        // the profile's path, in any argument: the browser's own `--user-data-dir=`, and its
+        // helpers' (the crash handler names the profile's `Crash Reports` instead)
+        let needle = self.profile.display().to_string();
         let Ok(entries) = std::fs::read_dir("/proc") else {
             return;
         };
@@ -51,6 +53,7 @@ impl Drop for Driver {
                 .args(&pids)
                 .status();
         }
+        let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
 
@@ -122,4 +125,33 @@ pub async fn text_of(b: &Browser, css: &str) -> String {
         .await
         .unwrap_or_else(|e| panic!("no element {css}: {e}"));
     el.text().await.expect("element text")
+}
+
+/// Signs the browser in on the dashboard's form with `token`, asking for changes (the admin
+/// token's session reads only unless asked), and waits for the page it lands on.
+pub async fn sign_in_browser(b: &Browser, base: &str, token: &str) {
+    // a token in the address signs nothing in: it answers the sign-in form, signed in or not
+    b.goto(&format!("{base}/?token=")).await.unwrap();
+    let field = b
+        .find(Locator::Css("#sign-in input[name=token]"))
+        .await
+        .unwrap();
+    field.send_keys(token).await.unwrap();
+    b.find(Locator::Css("#sign-in input[name=changes]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.find(Locator::Css("#sign-in button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait()
+        .at_most(std::time::Duration::from_secs(20))
+        .for_element(Locator::Css("nav"))
+        .await
+        .unwrap();
 }

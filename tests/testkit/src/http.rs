@@ -50,14 +50,28 @@ pub fn no_redirect() -> reqwest::Client {
         .unwrap()
 }
 
-/// The session cookie (`name=value`) a browser gets from the printed link.
+/// The session cookie (`name=value`) a browser gets from the sign-in form with `token`,
+/// asking for changes (an admin token's session reads only unless asked).
 pub async fn session(base: &str, token: &str) -> String {
+    session_for(base, token, true).await
+}
+
+/// The session cookie from the sign-in form with `token`, asking for changes or not.
+pub async fn session_for(base: &str, token: &str, changes: bool) -> String {
+    let body = format!(
+        "token={token}&next=%2F{}",
+        if changes { "&changes=1" } else { "" }
+    );
     let r = no_redirect()
-        .get(format!("{base}/?token={token}"))
+        .post(format!("{base}/sign-in"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin")
+        .header("origin", base)
+        .body(body)
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(r.status().as_u16(), 303, "sign-in with {token}");
     let c = r.headers()["set-cookie"].to_str().unwrap();
     c.split(';').next().unwrap().to_string()
 }

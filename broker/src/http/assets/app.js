@@ -13,6 +13,17 @@ function flash(text, ok) {
   el.className = ok ? "ok" : "bad";
 }
 
+// Signing out forgets the token this browser kept, as the broker forgets the session (its
+// Clear-Site-Data answer does the same where the browser honours it).
+function setupSignOut() {
+  document.addEventListener("submit", (e) => {
+    if (e.target.closest("form.sign-out")) {
+      localStorage.removeItem(TOKEN_KEY);
+      sessionStorage.clear();
+    }
+  });
+}
+
 function setupToken() {
   const form = document.getElementById("token-form");
   const input = document.getElementById("token");
@@ -174,6 +185,7 @@ function setupJobRefresh() {
 
 document.addEventListener("DOMContentLoaded", () => {
   setupToken();
+  setupSignOut();
   setupButtons();
   setupFeed();
   setupQueueRefresh();

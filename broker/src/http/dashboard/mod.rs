@@ -108,6 +108,11 @@ pub(crate) fn sign_in(e: ApiError, next: &str) -> Response {
                     input type="password" name="token" placeholder="token" autocomplete="off" aria-label="token";
                     input type="hidden" name="next" value=(next);
                     " "
+                    label title="With the admin token: a session that may stop, requeue and retry jobs. Without: it reads only." {
+                        input type="checkbox" name="changes" value="1";
+                        " allow changes"
+                    }
+                    " "
                     button.primary type="submit" { "Sign in" }
                 }
             }
