@@ -80,16 +80,23 @@ async fn hero_up_prints_the_url_with_its_password_hidden_and_the_dashboard_link_
         redis_line.contains(&shown) && redis_line.contains("HERO_REDIS_URL"),
         "{redis_line}"
     );
-    // the dashboard's link with its token is the way in: printed whole
+    // the dashboard's link is the way in: a one-time code, printed whole; the token it made
+    // is on the terminal for programs, never in the link
     let dashboard = banner
         .lines()
         .find(|l| l.trim_start().starts_with("dashboard:"))
         .unwrap_or_else(|| panic!("no dashboard: line in\n{banner}"));
-    let token = dashboard
-        .split_once("?token=")
-        .map(|(_, t)| t.trim())
-        .unwrap_or_else(|| panic!("no token in {dashboard}"));
-    assert!(token.len() >= 16 && !token.contains('*'), "{dashboard}");
+    let code = dashboard
+        .split_once("?code=")
+        .and_then(|(_, t)| t.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no code in {dashboard}"));
+    assert!(code.len() >= 16 && !code.contains('*'), "{dashboard}");
+    let token = banner
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("API token: "))
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no API token line in\n{banner}"));
+    assert!(token.len() >= 16 && !dashboard.contains(token), "{banner}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -211,8 +218,8 @@ async fn the_broker_logs_its_url_at_start_without_the_password() {
             .await
             .join("\n");
         assert_hidden("hero broker", &all);
-        // the dashboard's link keeps its token
-        assert!(all.contains("?token="), "{all}");
+        // the dashboard's link carries a one-time code, never the token
+        assert!(all.contains("?code=") && !all.contains("?token="), "{all}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
