@@ -121,6 +121,9 @@ test("every capability of the Node column answers against a real broker", async 
     await waitFor("the retried job", async () => (await client.get(failed.id)).attempts === 1 && (await client.status(failed.id)) === "error");
     assert.ok((await q.clean(0, 1000, "completed")).length >= 1);
     assert.equal(await q.isPaused(), false);
+    assert.ok(Array.isArray(await q.getJobs(["completed"], 0, 9)));
+    const ran = await client.run({ type: "c", script: "ran" }, 20_000);
+    assert.equal((await client.get(ran.id)).returnvalue.toLowerCase(), "ran", "text stays text");
     assert.equal(typeof (await q.drain()), "number");
     assert.ok((await idle.obliterate()) >= 1);
   } finally {

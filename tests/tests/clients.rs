@@ -115,7 +115,9 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
         .unwrap();
     let s = client.submit(&job("one")).await.unwrap();
     assert!(client.submit_many(&[job("two")]).await.unwrap()[0].is_ok());
-    assert_eq!(client.run(&job("ran"), LIMIT).await.unwrap().output, "RAN");
+    let ran = client.run(&job("ran"), LIMIT).await.unwrap();
+    assert_eq!(ran.output, "RAN");
+    assert_eq!(ran.output_as::<String>().unwrap(), "RAN", "text reads as a String");
     assert_eq!(client.wait(&s.id, LIMIT).await.unwrap().output, "ONE");
     assert_eq!(client.status(&s.id).await.unwrap(), Status::Finished);
     assert_eq!(
@@ -232,6 +234,11 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
         .unwrap();
     assert_eq!(admin.drain("gone", false).await.unwrap(), 1);
     assert!(!admin.is_paused("gone").await.unwrap());
+    assert!(admin
+        .jobs_in(Some("gone"), "waiting", 10)
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(admin.obliterate("gone").await.unwrap(), 0);
     client
         .cron_add(&cron_job("nightly", "0 3 * * *", "c", Missed::Skip))
