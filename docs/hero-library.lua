@@ -5560,7 +5560,7 @@ end
 -- ARGV[1] consumer group  ARGV[2] queue name ('*': every queue, as hero_duties' depth sample)
 -- Per stream the name covers (registered, paused, or known to the stats only: one whose jobs
 -- all wait in the delayed set yet; any priority): the sizes now, `waiting`
--- (entries not yet delivered: the group's lag, else the length less the pending, less a wake-up
+-- (entries not yet delivered: the group's lag, at most the length less the pending, less a wake-up
 -- entry at their head, plus a fair queue's jobs in its gate: the stats gauge `fair`), `running`
 -- (delivered, not acknowledged) and `delayed` (its jobs in the delayed set: the stats gauge),
 -- then the counters since the namespace began, `finished`, `failed` (ended error, whatever the
@@ -5604,7 +5604,10 @@ local function hero_counts(keys, args)
           if gname == group then lag, last = glag, glast end
         end
       end
-      local waiting = lag or math.max(len - running, 0)
+      -- the lag, but never more than the entries left: Redis keeps a group's lag when entries
+      -- past its last delivery are deleted (a drain, a stop), so it alone overcounts then
+      local waiting = math.max(len - running, 0)
+      if lag then waiting = math.min(lag, waiting) end
       local age = -1
       local c = redis.call('HMGET', keys[3], s .. '|delayed', s .. '|finished', s .. '|failed', s .. '|dead', s .. '|fair')
       local gated = math.max(tonumber(c[5]) or 0, 0)

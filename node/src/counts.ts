@@ -10,7 +10,7 @@ import type { Protocol } from "./protocol.js";
 
 type Shard = [number, Keys, Protocol];
 
-/** Ends counted since the namespace began: events, not jobs now. A job that ended and was
+/** Ends counted since each stream began (an obliterated queue's go with it): events, not jobs now. A job that ended and was
  * queued again (a retried dead letter, a requeue) is counted at each end, and a job deleted at
  * its retention stays counted; none of them is a job in `waiting`, `delayed` or `running`. */
 export interface JobTotals {

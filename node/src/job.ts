@@ -1,4 +1,5 @@
 // The job record (docs/protocol.md §3) as Node sees it, and what calls answer.
+import { decode } from "./msgpack.js";
 import { binaryField, readResult } from "./value.js";
 
 export const DEFAULT_TIMEOUT_S = 300;
@@ -14,6 +15,21 @@ export interface Job {
   id: string;
   status: string;
   script: string;
+  /** BullMQ's `job.name` (the first argument of `queue.add(name, data)`): the job's `script`. */
+  name: string;
+  /** BullMQ's `job.data`: the payload decoded from its MessagePack (null without one; the raw
+   * bytes when they are not MessagePack, a foreign producer's). */
+  data: unknown;
+  /** BullMQ's `job.queueName`: the job's queue (its script type). */
+  queueName: string | null;
+  /** BullMQ's `failedReason`: `error`. */
+  failedReason: string | null;
+  /** BullMQ's `attemptsMade`: `attempts`. */
+  attemptsMade: number;
+  /** BullMQ's `timestamp`, `processedOn`, `finishedOn`: ms since the epoch (null when not yet). */
+  timestamp: number;
+  processedOn: number | null;
+  finishedOn: number | null;
   scriptType: string | null;
   group: string | null;
   instance: string | null;
@@ -194,10 +210,30 @@ export function jobFromText(id: string, text: Record<string, string>, payload: B
   const results = resultsOf(text, values);
   const output = readResult(values.value, text.output);
   const level = num("priority", 5) ?? 5;
+  const ms = (iso: string | undefined): number | null => {
+    const t = iso ? Date.parse(iso) : NaN;
+    return Number.isNaN(t) ? null : t;
+  };
+  let data: unknown = null;
+  if (payload) {
+    try {
+      data = decode(payload);
+    } catch {
+      data = payload;
+    }
+  }
   return {
     id: text.id || id,
     status,
     script: text.script ?? "",
+    name: text.script ?? "",
+    data,
+    queueName: text.script_type ?? null,
+    failedReason: text.error ?? null,
+    attemptsMade: attempts,
+    timestamp: ms(text.created_at) ?? 0,
+    processedOn: ms(text.started_at),
+    finishedOn: ms(text.finished_at),
     scriptType: text.script_type ?? null,
     group: text.group || null,
     instance: text.instance || null,

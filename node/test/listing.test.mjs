@@ -141,7 +141,18 @@ test("queue.add(name, data, opts) is BullMQ's: job.name the name, job.data the d
   assert.equal(job.script, "send-welcome");
   assert.equal(job.scriptType, "mail");
   assert.equal(job.retries, 2);
+  // the job add() answers, and getJob's, read with BullMQ's names too
+  assert.equal(job.name, "send-welcome");
+  assert.deepEqual(job.data, { to: "a@example.com", at: new Date(0) });
+  assert.equal(job.queueName, "mail");
   assert.equal((await client.wait("m1", 10_000)).output, "sent");
+  const got = await q.getJob("m1");
+  assert.equal(got.name, "send-welcome");
+  assert.deepEqual(got.data, { to: "a@example.com", at: new Date(0) });
+  assert.equal(got.returnvalue, "sent");
+  assert.equal(got.attemptsMade, 1);
+  assert.ok(got.finishedOn >= got.timestamp && got.timestamp > 0, `${got.timestamp} ${got.finishedOn}`);
+  assert.equal(got.failedReason, null);
   assert.deepEqual(seen[0], ["send-welcome", { to: "a@example.com", at: new Date(0) }, "mail"]);
   const bulk = await q.addBulk([{ name: "a", data: 1 }, { name: "b", data: [2], opts: { id: "b1" } }]);
   assert.equal(bulk[1], "b1");

@@ -119,10 +119,14 @@ def _chord_specs(header: Group | Iterable[Signature], body: Signature) -> list:
     return specs
 
 
-def chord(header: Group | Iterable[Signature], body: Signature) -> AsyncResult:
+def chord(header: Group | Iterable[Signature], body: Signature | None = None) -> Any:
     """Runs `header`'s tasks in parallel, then `body` with the list of their results as its
-    first argument (Celery's `chord(header)(body)`), all sent in one call. A member that fails
-    fails the callback (`dependency failed: <id>`)."""
+    first argument, all sent in one call; answers the callback's result. Celery's spelling
+    `chord(header)(body)` works too: without `body`, it answers what takes it. A member that
+    fails fails the callback (`dependency failed: <id>`)."""
+    if body is None:
+        members = list(header) if not isinstance(header, Group) else header
+        return lambda body: chord(members, body)
     specs = _chord_specs(header, body)
     body.task.app.client.submit_many(specs)
     return AsyncResult(body.task.app, specs[-1][0])

@@ -49,12 +49,16 @@ class Cleanup:
         '1h'), oldest first (BullMQ's `queue.clean(grace, limit, 'completed' | 'failed')`);
         answers their ids. Waiting jobs are drain()'s."""
         grace = duration_ms("older_than", older_than)
+        # hero's words, Celery's (SUCCESS, FAILURE) and BullMQ's (completed, failed)
+        words = {"finished": "finished", "error": "error", "SUCCESS": "finished", "FAILURE": "error",
+                 "completed": "finished", "failed": "error"}
         if status is None:
             st = ""
-        elif status in ("finished", "error"):
-            st = status
+        elif status in words:
+            st = words[status]
         else:
-            raise InvalidInput(f"clean takes finished or error jobs, not {status}: drain deletes waiting ones")
+            raise InvalidInput(f"clean takes ended jobs: finished (SUCCESS) or error (FAILURE), not {status!r}; "
+                               "drain() deletes waiting ones")
         _whole("limit", limit, 0)
         out: list[str] = []
         for _, _, p in self._shards():  # type: ignore[attr-defined]

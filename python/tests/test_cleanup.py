@@ -60,6 +60,7 @@ def test_clean_deletes_ended_jobs_by_queue_status_and_age_and_nothing_else(broke
             ended(c, job_id)
     # younger than an hour: nothing
     assert qa.clean(3600, "error", 100) == []
+    assert qa.clean(3600, "FAILURE") == [] and qa.clean(3600, "SUCCESS") == [], "Celery's words taken"
     assert qa.clean(older_than="1h") == []
     gone = sorted(qa.clean(status="error", limit=100))
     assert gone == [f"a-bad-{i}" for i in range(5)]
@@ -68,7 +69,7 @@ def test_clean_deletes_ended_jobs_by_queue_status_and_age_and_nothing_else(broke
     for bad in ({"status": "waiting"}, {"older_than": -1}, {"older_than": "soon"}, {"limit": -1}):
         with pytest.raises(hero.InvalidInput):
             qa.clean(**bad)
-    with pytest.raises(hero.InvalidInput, match="drain deletes waiting ones"):
+    with pytest.raises(hero.InvalidInput, match="drain.. deletes waiting ones"):
         qa.clean(status="waiting")
     # a limit, then everything ended of the queue; another queue's stay until cleaned
     assert len(qa.clean(limit=4)) == 4

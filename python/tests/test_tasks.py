@@ -91,6 +91,7 @@ def test_chains_groups_and_chords_pass_results(broker):
         g = hero.group(add.s(i, i) for i in range(4)).delay()
         assert g.get(10) == [0, 2, 4, 6]
         assert hero.chord([add.s(1, 1), add.s(2, 2)], total.s(extra=100)).get(10) == 106
+        assert hero.chord([add.s(1, 1), add.s(2, 2)])(total.s(extra=100)).get(10) == 106, "Celery's chord(header)(body)"
         assert hero.chain(add.s(1, 1), mul.s(3)).delay().get(10) == 6
 
 

@@ -25,7 +25,7 @@ pub struct QueueStats {
     pub stream: String,
     /// `<type>[/<group>[/<instance>]]`, ` prio <n>` off the default level.
     pub name: String,
-    /// Entries not yet delivered (a stopped job's entry counts until a fetch drops it).
+    /// Entries not yet delivered: the group's lag, at most the entries left.
     pub waiting: u64,
     /// Delivered and not yet acknowledged: running.
     pub running: u64,
@@ -235,7 +235,13 @@ impl Inspector {
             let mut q = QueueStats {
                 name: self.keys.queue_name(stream),
                 stream: stream.clone(),
-                waiting: g.lag.unwrap_or_else(|| g.len.saturating_sub(g.running)),
+                // the lag, but never more than the entries left: Redis keeps a group's lag
+                // when entries past its last delivery are deleted (a drain, a stop)
+                waiting: g
+                    .lag
+                    .map_or(g.len.saturating_sub(g.running), |lag| {
+                        lag.min(g.len.saturating_sub(g.running))
+                    }),
                 running: g.running,
                 done_per_minute: *done.get(stream).unwrap_or(&0) as f64 / RATE_MINUTES as f64,
                 paused: paused.contains(stream),
