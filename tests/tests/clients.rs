@@ -117,7 +117,11 @@ async fn every_capability_of_the_rust_column_answers_against_a_real_broker() {
     assert!(client.submit_many(&[job("two")]).await.unwrap()[0].is_ok());
     let ran = client.run(&job("ran"), LIMIT).await.unwrap();
     assert_eq!(ran.output, "RAN");
-    assert_eq!(ran.output_as::<String>().unwrap(), "RAN", "text reads as a String");
+    assert_eq!(
+        ran.output_as::<String>().unwrap(),
+        "RAN",
+        "text reads as a String"
+    );
     assert_eq!(client.wait(&s.id, LIMIT).await.unwrap().output, "ONE");
     assert_eq!(client.status(&s.id).await.unwrap(), Status::Finished);
     assert_eq!(

@@ -4,16 +4,13 @@
 //! with `?reveal=1`; the audit and every change need the admin token. Bad input is answered
 //! 4xx before anything is read or changed.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::Stream;
 use hero_admin::inspect::{AuditReport, DeadLetter, EventFilter, Finding, ListFilter};
 use hero_protocol::{JobId, Priority, ScriptType, Status, Target};
 use serde::Deserialize;
@@ -43,7 +40,7 @@ pub fn routes() -> Router<App> {
         .route("/api/jobs/{id}/requeue", post(requeue))
         .route("/api/jobs/{id}/track", post(track))
         .route("/api/events", get(events))
-        .route("/api/events/stream", get(event_stream))
+        .route("/api/events/stream", get(super::feed::event_stream))
         .route("/api/history", get(history))
         .route("/api/audit", get(audit).post(audit_fix))
         .route("/api/batches", get(batches))
@@ -369,44 +366,6 @@ async fn events(State(app): State<App>, Query(q): Query<EventsQuery>) -> ApiResu
     Ok(Json(json!({
         "events": events.iter().map(|e| e.to_json()).collect::<Vec<_>>()
     })))
-}
-
-/// Server-Sent Events: one `event` message per job event from now on that passes the query's
-/// filter, from the process's one reader of the log ([`super::feed`]), a keep-alive comment
-/// every 15 s; the stream ends when the broker stops. A stream that falls behind skips to the
-/// newest events: it is a live view (`hero events --follow` is the full tail).
-async fn event_stream(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Query(q): Query<EventsQuery>,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    let filter = q.filter()?;
-    let (who, admin) = super::access::credential(&headers);
-    let (rx, slot) = app.feed.subscribe(&who, admin).await?;
-    let keys = app.client.keys().clone();
-    let stop = app.stop.clone();
-    let stream = futures::stream::unfold(
-        (rx, filter, keys, stop, slot),
-        |(mut rx, filter, keys, stop, slot)| async move {
-            loop {
-                let got = tokio::select! {
-                    () = stop.cancelled() => return None,
-                    got = rx.recv() => got,
-                };
-                match got {
-                    Ok(ev) if filter.matches(&keys, &ev) => {
-                        let msg = SseEvent::default()
-                            .event("event")
-                            .data(ev.to_json().to_string());
-                        return Some((Ok(msg), (rx, filter, keys, stop, slot)));
-                    }
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        },
-    );
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
 #[derive(Deserialize, Default)]

@@ -18,7 +18,14 @@ use hero_client::Client;
 use tokio::sync::{broadcast, Mutex};
 use tokio_util::sync::CancellationToken;
 
-use super::ApiError;
+use std::convert::Infallible;
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::Stream;
+
+use super::{ApiError, App};
 
 /// The newest log entries read at most per [`READ_EVERY`].
 pub const READ_ENTRIES: usize = 100;
@@ -198,4 +205,42 @@ async fn read(
         }
     }
     *live.lock().await = None;
+}
+
+/// Server-Sent Events: one `event` message per job event from now on that passes the query's
+/// filter, from the process's one reader of the log ([`super::feed`]), a keep-alive comment
+/// every 15 s; the stream ends when the broker stops. A stream that falls behind skips to the
+/// newest events: it is a live view (`hero events --follow` is the full tail).
+pub(super) async fn event_stream(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(q): Query<super::api::EventsQuery>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let filter = q.filter()?;
+    let (who, admin) = super::access::credential(&headers);
+    let (rx, slot) = app.feed.subscribe(&who, admin).await?;
+    let keys = app.client.keys().clone();
+    let stop = app.stop.clone();
+    let stream = futures::stream::unfold(
+        (rx, filter, keys, stop, slot),
+        |(mut rx, filter, keys, stop, slot)| async move {
+            loop {
+                let got = tokio::select! {
+                    () = stop.cancelled() => return None,
+                    got = rx.recv() => got,
+                };
+                match got {
+                    Ok(ev) if filter.matches(&keys, &ev) => {
+                        let msg = SseEvent::default()
+                            .event("event")
+                            .data(ev.to_json().to_string());
+                        return Some((Ok(msg), (rx, filter, keys, stop, slot)));
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

@@ -21,6 +21,7 @@ pub mod origin;
 pub mod redact;
 pub mod server;
 pub mod session;
+pub mod signin;
 pub mod watched_io;
 
 use std::net::SocketAddr;
@@ -202,7 +203,7 @@ impl HttpConfig {
         bound: SocketAddr,
     ) -> Result<String, hero_protocol::Error> {
         if self.generated {
-            let code = access::mint_code(client, Role::Admin, CODE_TTL).await?;
+            let code = signin::mint_code(client, Role::Admin, CODE_TTL).await?;
             return Ok(format!("http://{bound}/?code={code}"));
         }
         Ok(format!("http://{bound}/"))
@@ -279,7 +280,7 @@ pub fn router(app: App) -> Router {
         .merge(api::routes())
         .merge(metrics::routes())
         .merge(dashboard::routes())
-        .merge(access::routes())
+        .merge(signin::routes())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
