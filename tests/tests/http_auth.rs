@@ -225,6 +225,35 @@ async fn a_non_loopback_bind_without_a_token_is_refused_and_without_one_configur
         "{cookie}"
     );
     assert_eq!(visit().await.unwrap().status().as_u16(), 401, "spent");
+    // a code of a broker with other tokens on the same Redis is no good here, and stays unspent
+    // for its own broker
+    let other = hero_testkit::http_broker(&url, Some(TOKEN), &[]).await;
+    let fresh_code = hero_broker::http::signin::mint_code(
+        &hero_client::Client::connect(&url).await.unwrap(),
+        &made_key(&made),
+        hero_broker::http::Role::Admin,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let on_other = hero_testkit::no_redirect()
+        .get(format!("{}/?code={fresh_code}", other.1))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_other.status().as_u16(), 401, "another broker's code");
+    let on_own = hero_testkit::no_redirect()
+        .get(format!("{base}/?code={fresh_code}"))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        on_own.status().as_u16(),
+        303,
+        "still good on its own broker"
+    );
     broker.kill9();
     // --http-open: reads without a token on loopback, changes still refused
     let (_open, base) = hero_testkit::http_broker(&url, Some(TOKEN), &["--http-open"]).await;
@@ -338,4 +367,9 @@ async fn reads_need_a_token_and_env_values_stay_redacted_unless_the_admin_asks()
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
+}
+
+/// The session key of a broker that made admin token `made` and has no read token.
+fn made_key(made: &str) -> String {
+    hero_broker::http::session::key_of(Some(made), None)
 }

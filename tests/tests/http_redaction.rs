@@ -92,4 +92,21 @@ async fn a_jobs_secrets_are_hidden_in_every_text_the_read_token_gets() {
     assert!(v["error"].as_str().unwrap().contains(SECRET), "{v}");
     let (code, _) = api_get(&base, "/api/jobs/sec-1?reveal=1", Some(READ)).await;
     assert_eq!(code, 403);
+    // its record gone (removed, expired): its events' texts are hidden whole, since nothing can
+    // tell its secrets from the rest any more
+    let mut raw = server.conn().await;
+    redis::cmd("DEL")
+        .arg(hero_testkit::job_key("sec-1"))
+        .query_async::<i64>(&mut raw)
+        .await
+        .unwrap();
+    for path in ["/api/events?job=sec-1", "/api/events?event=error"] {
+        let (code, v) = api_get(&base, path, Some(READ)).await;
+        assert_eq!(code, 200, "{path}: {v}");
+        let text = v.to_string();
+        assert!(
+            !text.contains(SECRET) && text.contains("record is gone"),
+            "{path}: {text}"
+        );
+    }
 }

@@ -449,7 +449,7 @@ async fn answers_carry_security_headers_and_errors_are_json() {
     redis::cmd("HSET")
         .arg(hero_testkit::job_key("bidi-1"))
         .arg("x_note")
-        .arg("note\u{2066}gpj.exe\u{1b}[31m")
+        .arg("note\u{2066}gpj.exe\u{1b}[31m\u{2028}\u{200B}")
         .arg("log")
         .arg(r#"["clear \u001b[2J then \u202e"]"#)
         .query_async::<i64>(&mut raw)
@@ -470,7 +470,9 @@ async fn answers_carry_security_headers_and_errors_are_json() {
         page.contains("U+202E")
             && page.contains("fdp.exe")
             && page.contains("U+2066")
-            && page.contains("U+001B"),
+            && page.contains("U+001B")
+            && page.contains("U+2028")
+            && page.contains("U+200B"),
         "{page}"
     );
     // the CLI's text output marks them too

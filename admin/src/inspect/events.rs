@@ -29,12 +29,24 @@ impl Inspector {
     /// page at a time, so a filter that matches little reads the whole log (at most its cap).
     /// In a sharded namespace the shards' logs are merged by time.
     pub async fn events(&self, filter: &EventFilter, limit: usize) -> Result<Vec<Event>> {
+        self.events_within(filter, limit, usize::MAX).await
+    }
+
+    /// As [`Inspector::events`], reading at most `max_scan` entries of each shard's log: a
+    /// filter that matches little answers what the newest `max_scan` entries hold (the HTTP
+    /// API's bound, so one request costs the same beside a log of any length).
+    pub async fn events_within(
+        &self,
+        filter: &EventFilter,
+        limit: usize,
+        max_scan: usize,
+    ) -> Result<Vec<Event>> {
         if self.others.is_empty() {
-            return self.events_here(filter, limit).await;
+            return self.events_here(filter, limit, max_scan).await;
         }
         let mut all = Vec::new();
         for (_, shard) in self.shards() {
-            all.extend(shard.events_here(filter, limit).await?);
+            all.extend(shard.events_here(filter, limit, max_scan).await?);
         }
         // stable: a shard's own order holds among events of one millisecond
         all.sort_by_key(Event::at_ms);
@@ -130,11 +142,18 @@ impl Inspector {
         Ok((out, whole))
     }
 
-    async fn events_here(&self, filter: &EventFilter, limit: usize) -> Result<Vec<Event>> {
+    async fn events_here(
+        &self,
+        filter: &EventFilter,
+        limit: usize,
+        max_scan: usize,
+    ) -> Result<Vec<Event>> {
         let key = self.keys.events();
         let mut out = Vec::new();
         let mut end = "+".to_string();
-        while out.len() < limit {
+        let mut scanned = 0usize;
+        while out.len() < limit && scanned < max_scan {
+            scanned += PAGE;
             let page: Value = self
                 .redis
                 .query(

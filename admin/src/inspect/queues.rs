@@ -237,11 +237,9 @@ impl Inspector {
                 stream: stream.clone(),
                 // the lag, but never more than the entries left: Redis keeps a group's lag
                 // when entries past its last delivery are deleted (a drain, a stop)
-                waiting: g
-                    .lag
-                    .map_or(g.len.saturating_sub(g.running), |lag| {
-                        lag.min(g.len.saturating_sub(g.running))
-                    }),
+                waiting: g.lag.map_or(g.len.saturating_sub(g.running), |lag| {
+                    lag.min(g.len.saturating_sub(g.running))
+                }),
                 running: g.running,
                 done_per_minute: *done.get(stream).unwrap_or(&0) as f64 / RATE_MINUTES as f64,
                 paused: paused.contains(stream),

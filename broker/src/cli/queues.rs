@@ -126,7 +126,7 @@ pub(super) async fn keys(g: &Global, queue: &str, top: usize) -> Result<i32> {
         print!("{}", render(&[text("KEY"), num("WAITING")], &rows));
     }
     for h in &k.held {
-        println!("paused: {h}");
+        println!("paused: {}", super::table::shown(h));
     }
     Ok(0)
 }

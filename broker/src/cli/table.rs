@@ -9,6 +9,10 @@ pub(super) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     let odd = |c: char| {
         (c.is_control() && !matches!(c, '\n' | '\t'))
             || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}'
+            )
     };
     if !text.contains(odd) {
         return std::borrow::Cow::Borrowed(text);

@@ -486,3 +486,51 @@ fn without_token(path_and_query: &str) -> String {
         format!("{path}?{}", rest.join("&"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_by_default_are_loopback_names_and_the_bound_address() {
+        let r = HostRule::new(&[], Some("127.0.0.1:7700".parse().unwrap())).unwrap();
+        for ok in [
+            "localhost:7700",
+            "LOCALHOST",
+            "127.0.0.1:7700",
+            "[::1]:7700",
+            "localhost.",
+        ] {
+            assert!(r.allows(ok), "{ok}");
+        }
+        for no in [
+            "evil.example:7700",
+            "127.0.0.1.nip.io:7700",
+            "",
+            "10.0.0.5:7700",
+            "localhost:x",
+        ] {
+            assert!(!r.allows(no), "{no}");
+        }
+        let wild = HostRule::new(&[], Some("0.0.0.0:7700".parse().unwrap())).unwrap();
+        assert!(wild.allows("10.0.0.5:7700") && wild.allows("[fe80::1]:7700"));
+        assert!(!wild.allows("rebind.evil.example:7700"));
+        let named = HostRule::new(&["Hero.Example.com".into()], None).unwrap();
+        assert!(named.allows("hero.example.com:443") && !named.allows("127.0.0.1"));
+        for bad in ["http://x", "x:80", "a b", "", "x/y"] {
+            assert!(HostRule::new(&[bad.into()], None).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn redirects_never_leave_the_server() {
+        assert_eq!(local_path("//evil.example/"), "/evil.example/");
+        assert_eq!(local_path("/\\evil.example"), "/evil.example");
+        assert_eq!(local_path("https://evil.example"), "/");
+        assert_eq!(local_path("/jobs?status=error"), "/jobs?status=error");
+        assert_eq!(
+            without_token("/jobs?token=x&status=error"),
+            "/jobs?status=error"
+        );
+    }
+}

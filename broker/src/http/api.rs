@@ -18,6 +18,10 @@ use serde_json::{json, Value};
 
 use super::{ApiError, App};
 
+/// The event-log entries one `GET /api/events` reads at most (a job whose record is gone, or a
+/// filter that matches little, answers what the newest this many hold).
+pub const EVENTS_SCAN: usize = 20_000;
+
 /// What a redacted value reads as.
 pub const REDACTED: &str = "***";
 
@@ -359,9 +363,26 @@ impl EventsQuery {
 
 async fn events(State(app): State<App>, Query(q): Query<EventsQuery>) -> ApiResult {
     let filter = q.filter()?;
-    let mut events = hero_admin::Inspector::from(&app.client)
-        .events(&filter, q.limit.unwrap_or(100).clamp(1, 10_000))
-        .await?;
+    let inspector = hero_admin::Inspector::from(&app.client);
+    let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
+    // one job's: its life's span of the log (bounded), when its record is there
+    let one = match &filter.job {
+        Some(id) => match app.client.get(&job_id(id)?).await {
+            Ok(job) => Some(inspector.job_history(&job).await?.0),
+            Err(hero_protocol::Error::JobNotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        },
+        None => None,
+    };
+    let mut events = match one {
+        Some(mut h) => {
+            h.retain(|e| filter.matches(app.client.keys(), e));
+            let skip = h.len().saturating_sub(limit);
+            h.split_off(skip)
+        }
+        // a filter that matches little reads the newest entries only, not the whole log
+        None => inspector.events_within(&filter, limit, EVENTS_SCAN).await?,
+    };
     super::redact::scrub_events(&app.client, &mut events).await?;
     Ok(Json(json!({
         "events": events.iter().map(|e| e.to_json()).collect::<Vec<_>>()

@@ -44,7 +44,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MIN_TOKEN_LEN: usize = 16;
 
 /// How long the printed link's one-time code is good for, unspent.
-pub const CODE_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+pub const CODE_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Connections served at once by default (`--http-max-connections`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
@@ -203,7 +203,8 @@ impl HttpConfig {
         bound: SocketAddr,
     ) -> Result<String, hero_protocol::Error> {
         if self.generated {
-            let code = signin::mint_code(client, Role::Admin, CODE_TTL).await?;
+            let key = session::key_of(self.token.as_deref(), self.read_token.as_deref());
+            let code = signin::mint_code(client, &key, Role::Admin, CODE_TTL).await?;
             return Ok(format!("http://{bound}/?code={code}"));
         }
         Ok(format!("http://{bound}/"))

@@ -22,20 +22,41 @@ use super::ApiError;
 /// The shortest env value matched inside other text.
 pub const MIN_SECRET: usize = 6;
 
-/// One job's secrets: its env values of at least [`MIN_SECRET`] characters, longest first.
+/// One job's secrets: its env values of at least [`MIN_SECRET`] characters, each as written
+/// and as JSON escapes it (a value with a quote or a backslash reads escaped in a JSON error or
+/// output), longest first; or, for a job whose record is gone, unknown: its texts are hidden
+/// whole, as nothing can tell its secrets from the rest any more.
 #[derive(Clone, Debug, Default)]
-pub struct Secrets(Vec<String>);
+pub struct Secrets {
+    values: Vec<String>,
+    unknown: bool,
+}
 
 impl Secrets {
     pub fn of(env: &BTreeMap<String, String>) -> Secrets {
-        let mut values: Vec<String> = env
-            .values()
-            .filter(|v| v.chars().count() >= MIN_SECRET)
-            .cloned()
-            .collect();
+        let mut values: Vec<String> = Vec::new();
+        for v in env.values().filter(|v| v.chars().count() >= MIN_SECRET) {
+            values.push(v.clone());
+            let json = serde_json::to_string(v).unwrap_or_default();
+            let escaped = json.trim_matches('"');
+            if escaped != v {
+                values.push(escaped.to_string());
+            }
+        }
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
-        Secrets(values)
+        Secrets {
+            values,
+            unknown: false,
+        }
+    }
+
+    /// The secrets of a job whose record is gone.
+    fn unknown() -> Secrets {
+        Secrets {
+            values: Vec::new(),
+            unknown: true,
+        }
     }
 
     /// From a record's `env_vars` field (a JSON object of strings); none when it is absent or
@@ -47,13 +68,16 @@ impl Secrets {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.values.is_empty() && !self.unknown
     }
 
-    /// `text` with each secret replaced by `***`.
+    /// `text` with each secret replaced by `***` (all of it when the job's secrets are unknown).
     pub fn scrub(&self, text: &str) -> String {
+        if self.unknown {
+            return format!("{REDACTED} (the job's record is gone: its text is hidden whole)");
+        }
         let mut out = text.to_string();
-        for s in &self.0 {
+        for s in &self.values {
             if out.contains(s.as_str()) {
                 out = out.replace(s.as_str(), REDACTED);
             }
@@ -68,7 +92,7 @@ impl Secrets {
         }
         match v {
             Value::String(s) => {
-                if self.0.iter().any(|x| s.contains(x.as_str())) {
+                if self.unknown || self.values.iter().any(|x| s.contains(x.as_str())) {
                     *s = self.scrub(s);
                 }
             }
@@ -93,14 +117,32 @@ pub async fn secrets_of(
     }
     let mut pipe = redis::pipe();
     for id in &ids {
-        pipe.cmd("HGET")
+        pipe.cmd("HMGET")
             .arg(client.keys().job_unchecked(id))
+            .arg("status")
             .arg("env_vars");
     }
     let rows = client.redis().pipeline(&pipe).await?;
     for (id, row) in ids.into_iter().zip(rows) {
-        let raw = row.ok().and_then(|v| hero_protocol::reply::text(&v).ok());
-        let s = Secrets::of_field(raw.as_deref());
+        let fields = row
+            .ok()
+            .and_then(|v| {
+                hero_protocol::reply::array(&v)
+                    .ok()
+                    .map(<[redis::Value]>::to_vec)
+            })
+            .unwrap_or_default();
+        let text = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| hero_protocol::reply::text(v).ok())
+        };
+        // no record (expired, removed): its secrets cannot be known, so its texts go whole
+        let s = if text(0).is_none() {
+            Secrets::unknown()
+        } else {
+            Secrets::of_field(text(1).as_deref())
+        };
         if !s.is_empty() {
             out.insert(id, s);
         }
@@ -169,6 +211,12 @@ mod tests {
         let mut v =
             serde_json::json!({"error": "x hunter2-very-secret", "log": ["a hunter2"], "n": 1});
         s.scrub_json(&mut v);
+        // as JSON escapes it, too
+        let quoted = BTreeMap::from([("PW".to_string(), r#"pa"ss\word<99>"#.to_string())]);
+        assert_eq!(
+            Secrets::of(&quoted).scrub(r#"bad {"pw":"pa\"ss\\word<99>"}"#),
+            r#"bad {"pw":"***"}"#
+        );
         assert_eq!(
             v,
             serde_json::json!({"error": "x ***", "log": ["a ***"], "n": 1})

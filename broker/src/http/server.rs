@@ -11,7 +11,8 @@
 //!   [`SHED_AGE`] (`ConnState::stuck`): open that long without a settled request (headers sent
 //!   a byte at a time, or a sign-in body), or an answer waiting that long on a client that does
 //!   not read; then accepts the next. So `/healthz` gets a slot within about
-//!   [`SHED_AGE`] + [`SHED_EVERY`] however many clients misbehave.
+//!   [`SHED_AGE`] + [`SHED_EVERY`] while misbehaving clients open fewer than `cap / SHED_AGE`
+//!   connections a second (a cap of 16 frees 32 slots a second; the default, 512).
 //! - An answer a client does not read ends its connection after `watched_io::WRITE_TIMEOUT`,
 //!   and hyper buffers at most [`MAX_BUF`] of a connection's pipelined requests.
 //! - A request's body must arrive within `access::BODY_TIMEOUT` once its credentials passed; the
@@ -41,8 +42,11 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long open connections get to finish when the broker stops.
 pub const DRAIN: Duration = Duration::from_secs(5);
 
-/// A connection open this long without one complete request may be closed at the cap.
-pub const SHED_AGE: Duration = Duration::from_secs(1);
+/// A connection that holds a slot on its client's account this long may be closed at the cap:
+/// a client on any network sends a request's headers well within it, and at the cap the
+/// broker frees `cap / SHED_AGE` slots a second for new clients (so `/healthz` keeps its bound
+/// while misbehaving clients open fewer connections a second than that: 512 at the default cap).
+pub const SHED_AGE: Duration = Duration::from_millis(500);
 
 /// How often the accept loop looks again for connections to close while at the cap.
 const SHED_EVERY: Duration = Duration::from_millis(200);

@@ -49,6 +49,23 @@ pub fn letter(role: Role) -> &'static str {
     role_letter(role)
 }
 
+/// What sessions (and sign-in codes) are bound to: both of a broker's tokens, so a change of
+/// either ends them all, and a broker with other tokens sharing the Redis takes none of them.
+pub fn key_of(token: Option<&str>, read_token: Option<&str>) -> String {
+    format!(
+        "{}\n{}",
+        token.unwrap_or_default(),
+        read_token.unwrap_or_default()
+    )
+}
+
+/// A short public tag of a session key (SHA-256, 16 hex digits): what a sign-in code's record
+/// carries to say which brokers may spend it, without the tokens.
+pub fn key_tag(key: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
+    hex(&d.as_ref()[..8])
+}
+
 /// A new random session id (also a sign-in code): 128 bits, hex.
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()

@@ -19,11 +19,7 @@ use super::{dashboard, session, ApiError, App, Role};
 impl App {
     /// What sessions are signed with: both tokens, so a change of either ends them all.
     pub(super) fn session_key(&self) -> String {
-        format!(
-            "{}\n{}",
-            self.token.as_deref().unwrap_or_default(),
-            self.read_token.as_deref().unwrap_or_default()
-        )
+        session::key_of(self.token.as_deref(), self.read_token.as_deref())
     }
 
     /// A `Set-Cookie` header carrying a new session for `role`, its record stored in Redis for
@@ -122,22 +118,37 @@ pub(super) async fn spend_code(app: &App, headers: &HeaderMap, code: &str, next:
         );
     }
     let valid = !code.is_empty() && code.len() <= 64 && code.bytes().all(|b| b.is_ascii_hexdigit());
-    let letter: Option<String> = if valid {
-        match app
-            .client
-            .redis()
-            .query(redis::cmd("GETDEL").arg(app.client.keys().sign_in_code(code)))
-            .await
+    // minted by a broker with these tokens (another's, on the same Redis, is no good here, and
+    // is left unspent for the broker it belongs to): read, and only a code of ours spent
+    let tag = session::key_tag(&app.session_key());
+    let ours = |l: &Option<String>| {
+        l.as_deref()
+            .and_then(|l| l.split_once('.'))
+            .is_some_and(|(_, t)| t == tag)
+    };
+    let key = app.client.keys().sign_in_code(code);
+    let mut letter: Option<String> = None;
+    if valid {
+        let seen: Option<String> = match app.client.redis().query(redis::cmd("GET").arg(&key)).await
         {
             Ok(l) => l,
             Err(e) => return dashboard::sign_in(e.into(), next),
+        };
+        if ours(&seen) {
+            letter = match app
+                .client
+                .redis()
+                .query(redis::cmd("GETDEL").arg(&key))
+                .await
+            {
+                Ok(l) => l,
+                Err(e) => return dashboard::sign_in(e.into(), next),
+            };
         }
-    } else {
-        None
-    };
-    let role = match letter.as_deref() {
-        Some("a") => Role::Admin,
-        Some("r") => Role::Read,
+    }
+    let role = match letter.as_deref().and_then(|l| l.split_once('.')) {
+        Some(("a", t)) if t == tag => Role::Admin,
+        Some(("r", t)) if t == tag => Role::Read,
         _ => {
             return dashboard::sign_in(
                 ApiError::new(StatusCode::UNAUTHORIZED, "this sign-in link was used already (each is good once) or is not this broker's: sign in with the token, or restart the broker for a new link"),
@@ -150,8 +161,11 @@ pub(super) async fn spend_code(app: &App, headers: &HeaderMap, code: &str, next:
 
 /// A one-time code for a printed link, good for `ttl`, granting `role`'s session to the first
 /// visit (`?code=`): the broker's link at start.
+/// The code is bound to the broker's tokens (`session_key`): a broker with other tokens on the
+/// same Redis does not take it.
 pub async fn mint_code(
     client: &hero_client::Client,
+    session_key: &str,
     role: Role,
     ttl: std::time::Duration,
 ) -> Result<String, hero_protocol::Error> {
@@ -161,7 +175,11 @@ pub async fn mint_code(
         .query(
             redis::cmd("SET")
                 .arg(client.keys().sign_in_code(&code))
-                .arg(session::letter(role))
+                .arg(format!(
+                    "{}.{}",
+                    session::letter(role),
+                    session::key_tag(session_key)
+                ))
                 .arg("PX")
                 .arg(ttl.as_millis() as u64),
         )
@@ -192,52 +210,4 @@ async fn sign_out(State(app): State<App>, headers: HeaderMap) -> Response {
         HeaderValue::from_static("\"cookies\", \"storage\""),
     );
     resp
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_by_default_are_loopback_names_and_the_bound_address() {
-        let r = HostRule::new(&[], Some("127.0.0.1:7700".parse().unwrap())).unwrap();
-        for ok in [
-            "localhost:7700",
-            "LOCALHOST",
-            "127.0.0.1:7700",
-            "[::1]:7700",
-            "localhost.",
-        ] {
-            assert!(r.allows(ok), "{ok}");
-        }
-        for no in [
-            "evil.example:7700",
-            "127.0.0.1.nip.io:7700",
-            "",
-            "10.0.0.5:7700",
-            "localhost:x",
-        ] {
-            assert!(!r.allows(no), "{no}");
-        }
-        let wild = HostRule::new(&[], Some("0.0.0.0:7700".parse().unwrap())).unwrap();
-        assert!(wild.allows("10.0.0.5:7700") && wild.allows("[fe80::1]:7700"));
-        assert!(!wild.allows("rebind.evil.example:7700"));
-        let named = HostRule::new(&["Hero.Example.com".into()], None).unwrap();
-        assert!(named.allows("hero.example.com:443") && !named.allows("127.0.0.1"));
-        for bad in ["http://x", "x:80", "a b", "", "x/y"] {
-            assert!(HostRule::new(&[bad.into()], None).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn redirects_never_leave_the_server() {
-        assert_eq!(local_path("//evil.example/"), "/evil.example/");
-        assert_eq!(local_path("/\\evil.example"), "/evil.example");
-        assert_eq!(local_path("https://evil.example"), "/");
-        assert_eq!(local_path("/jobs?status=error"), "/jobs?status=error");
-        assert_eq!(
-            without_token("/jobs?token=x&status=error"),
-            "/jobs?status=error"
-        );
-    }
 }

@@ -190,9 +190,15 @@ fn marked(html: &str) -> String {
     out
 }
 
-/// A control character other than a newline, a carriage return or a tab.
+/// A control character other than a newline, a carriage return or a tab, or an invisible one
+/// that changes how text reads: the line and paragraph separators, the zero-width space, joiners
+/// and no-break, the byte-order mark.
 fn is_hidden_control(c: char) -> bool {
-    c.is_control() && !matches!(c, '\n' | '\r' | '\t')
+    (c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}'
+        )
 }
 
 fn ms_text(ms: Option<u64>) -> String {
