@@ -226,9 +226,14 @@ impl ChildResult {
         }
     }
 
+    /// `output` is its result by the reading rule, as JSON: the value it returned, else its
+    /// text (what every language's children's results answer).
     pub fn to_json(&self) -> serde_json::Value {
-        let value = self.value.as_deref().and_then(value::to_json);
-        serde_json::json!({"status": self.status.as_str(), "output": self.output, "value": value, "error": self.error})
+        let output = match self.value.as_deref().and_then(value::to_json) {
+            Some(v) => v,
+            None => serde_json::json!(self.output),
+        };
+        serde_json::json!({"status": self.status.as_str(), "output": output, "error": self.error})
     }
 
     /// Its output as `T`: the value it returned, else its output text (see [`value::decode`]).
