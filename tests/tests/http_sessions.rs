@@ -174,3 +174,50 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
         .unwrap()
         .contains("max-age="));
 }
+
+/// Issue 61, finding 6: signing out in a real browser forgets what the browser kept: the token
+/// typed into the dashboard's box (local storage) and the session, which the broker no longer
+/// takes.
+#[tokio::test]
+async fn signing_out_in_chromium_forgets_the_kept_token_and_ends_the_session() {
+    use fantoccini::Locator;
+    let server = RedisServer::start();
+    let (_broker, base) = http_broker(&server.url(), Some(TOKEN), &[]).await;
+    let (_driver, b, _profile) = hero_testkit::browser(false).await;
+    hero_testkit::sign_in_browser(&b, &base, TOKEN).await;
+    // the token kept in the box for the buttons' changes
+    b.find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    b.find(Locator::Css("#token-form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let kept = b
+        .execute("return localStorage.getItem('hero-token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(kept, serde_json::json!(TOKEN));
+    b.find(Locator::Css("form.sign-out button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    hero_testkit::text_of(&b, "#sign-in").await;
+    let kept = b
+        .execute("return localStorage.getItem('hero-token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(kept, serde_json::Value::Null, "the kept token is forgotten");
+    // the session is over: the dashboard asks to sign in again
+    b.goto(&format!("{base}/")).await.unwrap();
+    hero_testkit::text_of(&b, "#sign-in").await;
+    hero_testkit::shot(&b, "signed-out").await;
+    b.close().await.unwrap();
+}
