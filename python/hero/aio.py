@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator, Sequence
 import redis
 import redis.asyncio as aredis
 
+from .aio_queue import QueueBase
 from .client import JobSpec, _name, check_options, gated, job_spec, read_lacks, refuse_lacking, resolve_url
 from .errors import HeroError, InvalidInput, JobNotFound
 from .events import BLOCK_MS, COUNT, NOT_ENDS, POLL, Event, EventStream, Filter, decode
@@ -305,6 +306,12 @@ class Client:
             sync.close()
 
 
-# the operator's side of a queue on asyncio (listing by state, retry, clean, drain, obliterate,
-# is_paused): its own module, over this module's Client
-from .aio_queue import Queue  # noqa: E402,F401
+class Queue(QueueBase):
+    """The operator's side of queue `type` (or `type/group` with `group=`) on asyncio: the jobs
+    listed by state, retry, clean, drain, obliterate, is_paused (aio_queue.py); `client` an
+    `hero.aio.Client` to share (else one of its own, closed by `close()` / `async with`)."""
+
+    def __init__(self, type: str, url: str | None = None, namespace: str = "hero", *, group: str | None = None,
+                 client: Client | None = None):
+        own = client is None
+        super().__init__(type, client if client is not None else Client(url, namespace), own, group=group)

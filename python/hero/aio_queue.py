@@ -26,21 +26,20 @@ from .protocol import (clean_args, counts_args, drain_args, list_args, parse_cou
                        pause_args, policy_args, requeue_args)
 
 
-class Queue:
-    """Queue `type` (or `type/group` with `group=`) on asyncio; `client` an `hero.aio.Client`
-    to share (else one of its own, closed by `close()` / `async with`)."""
+class QueueBase:
+    """Queue `type` (or `type/group` with `group=`) on asyncio, over `client`, an
+    `hero.aio.Client`; `own` when closing the queue closes it. `hero.aio.Queue` (aio.py) makes
+    the client when none is given: this module sits below aio.py and names none of it."""
 
-    def __init__(self, type: str, url: str | None = None, namespace: str = "hero", *, group: str | None = None,
-                 client: Any = None):
-        from .aio import Client
+    def __init__(self, type: str, client: Any, own: bool, *, group: str | None = None):
         self.type = _name("script type", type)
         self.name = type if group is None else f"{type}/{_name('group', group)}"
-        self._own = client is None
-        self.client = client if client is not None else Client(url, namespace)
+        self._own = own
+        self.client = client
         self.r = self.client.r
         self.keys = self.client.keys
 
-    async def __aenter__(self) -> "Queue":
+    async def __aenter__(self) -> "QueueBase":
         await self.client.connect()
         return self
 

@@ -11,19 +11,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hero_admin::inspect::{AuditReport, DeadLetter, EventFilter, Finding, ListFilter};
+use hero_admin::inspect::{AuditReport, DeadLetter, Finding, ListFilter};
 use hero_protocol::{JobId, Priority, ScriptType, Status, Target};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::redact::REDACTED;
 use super::{ApiError, App};
 
 /// The event-log entries one `GET /api/events` reads at most (a job whose record is gone, or a
 /// filter that matches little, answers what the newest this many hold).
 pub const EVENTS_SCAN: usize = 20_000;
-
-/// What a redacted value reads as.
-pub const REDACTED: &str = "***";
 
 /// The audit's bounds over HTTP: it is the one O(jobs) read, so a page of findings and a time
 /// limit keep one request from loading Redis for long.
@@ -333,35 +331,7 @@ async fn requeue(
     })))
 }
 
-#[derive(Deserialize, Default)]
-pub struct EventsQuery {
-    pub job: Option<String>,
-    pub queue: Option<String>,
-    #[serde(rename = "type")]
-    pub script_type: Option<String>,
-    pub event: Option<String>,
-    pub limit: Option<usize>,
-}
-
-impl EventsQuery {
-    pub fn filter(&self) -> Result<EventFilter, ApiError> {
-        let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.trim().is_empty());
-        Ok(EventFilter {
-            job: nonempty(&self.job),
-            queue: nonempty(&self.queue)
-                .map(|q| Target::parse_queue(&q).map(|(t, _)| t))
-                .transpose()?,
-            script_type: nonempty(&self.script_type)
-                .map(|t| ScriptType::new(&t))
-                .transpose()?,
-            event: nonempty(&self.event)
-                .map(|e| e.parse::<hero_protocol::EventKind>())
-                .transpose()?,
-        })
-    }
-}
-
-async fn events(State(app): State<App>, Query(q): Query<EventsQuery>) -> ApiResult {
+async fn events(State(app): State<App>, Query(q): Query<super::feed::EventsQuery>) -> ApiResult {
     let filter = q.filter()?;
     let inspector = hero_admin::Inspector::from(&app.client);
     let limit = q.limit.unwrap_or(100).clamp(1, 10_000);

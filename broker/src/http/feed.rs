@@ -24,6 +24,8 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::Stream;
+use hero_protocol::{ScriptType, Target};
+use serde::Deserialize;
 
 use super::{ApiError, App};
 
@@ -178,7 +180,7 @@ async fn read(
                 {
                     for e in &mut events {
                         if e.reason.is_some() {
-                            e.reason = Some(super::api::REDACTED.to_string());
+                            e.reason = Some(super::redact::REDACTED.to_string());
                         }
                     }
                 }
@@ -214,10 +216,10 @@ async fn read(
 pub(super) async fn event_stream(
     State(app): State<App>,
     headers: HeaderMap,
-    Query(q): Query<super::api::EventsQuery>,
+    Query(q): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let filter = q.filter()?;
-    let (who, admin) = super::access::credential(&headers);
+    let (who, admin) = super::origin::credential(&headers);
     let (rx, slot) = app.feed.subscribe(&who, admin).await?;
     let keys = app.client.keys().clone();
     let stop = app.stop.clone();
@@ -243,4 +245,33 @@ pub(super) async fn event_stream(
         },
     );
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// The filter of `/api/events` and of a live stream.
+#[derive(Deserialize, Default)]
+pub struct EventsQuery {
+    pub job: Option<String>,
+    pub queue: Option<String>,
+    #[serde(rename = "type")]
+    pub script_type: Option<String>,
+    pub event: Option<String>,
+    pub limit: Option<usize>,
+}
+
+impl EventsQuery {
+    pub fn filter(&self) -> Result<EventFilter, ApiError> {
+        let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.trim().is_empty());
+        Ok(EventFilter {
+            job: nonempty(&self.job),
+            queue: nonempty(&self.queue)
+                .map(|q| Target::parse_queue(&q).map(|(t, _)| t))
+                .transpose()?,
+            script_type: nonempty(&self.script_type)
+                .map(|t| ScriptType::new(&t))
+                .transpose()?,
+            event: nonempty(&self.event)
+                .map(|e| e.parse::<hero_protocol::EventKind>())
+                .transpose()?,
+        })
+    }
 }

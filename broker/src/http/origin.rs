@@ -83,3 +83,33 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
         None | Some("same-origin" | "none")
     )
 }
+
+/// The request header the guard sets to the credential it resolved: `token:<role>` (a token's
+/// holders share it), `session:<id>`, or `open`.
+pub const WHO_HEADER: &str = "x-hero-resolved-credential";
+
+/// The credential the guard resolved for a request, and whether it is the admin's: what the
+/// live streams are counted by.
+pub fn credential(headers: &HeaderMap) -> (String, bool) {
+    let who = headers
+        .get(WHO_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("open")
+        .to_string();
+    let admin = headers.get(ROLE_HEADER).and_then(|v| v.to_str().ok()) == Some("admin");
+    (who, admin)
+}
+
+/// The request header the guard sets to the role it resolved (`admin` or `read`), after
+/// removing any a client sent: how handlers' [`App::authorize`] knows it.
+pub const ROLE_HEADER: &str = "x-hero-resolved-role";
+
+/// A path of this server to send a browser to: `//evil.example/` and `/\evil.example` would
+/// leave it, so leading slashes and backslashes fold into one slash; a control character
+/// (a browser drops a tab from a URL, so `/\t/evil.example` leaves too) sends to `/`.
+pub fn local_path(to: &str) -> String {
+    if !to.starts_with('/') || to.contains(|c: char| c.is_control()) {
+        return "/".to_string();
+    }
+    format!("/{}", to.trim_start_matches(['/', '\\']))
+}

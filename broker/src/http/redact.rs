@@ -16,8 +16,10 @@ use hero_admin::inspect::Event;
 use hero_client::Client;
 use serde_json::Value;
 
-use super::api::REDACTED;
 use super::ApiError;
+
+/// What a redacted value reads as.
+pub const REDACTED: &str = "***";
 
 /// The shortest env value matched inside other text.
 pub const MIN_SECRET: usize = 6;

@@ -13,7 +13,7 @@ use axum::Router;
 use hero_protocol::clock;
 use serde::Deserialize;
 
-use super::access::local_path;
+use super::origin::local_path;
 use super::{dashboard, session, ApiError, App, Role};
 
 impl App {
