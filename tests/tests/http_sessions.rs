@@ -9,6 +9,35 @@ use hero_testkit::{http_broker, no_redirect, send, session, RedisServer};
 const TOKEN: &str = "security-admin-token-0123";
 const READ: &str = "security-read-token-0123";
 
+/// The status of `GET /api/queues` on `base` with `cookie`.
+async fn read_with(base: &str, cookie: &str) -> u16 {
+    send(
+        reqwest::Method::GET,
+        &format!("{base}/api/queues"),
+        &[("cookie", cookie)],
+        "",
+    )
+    .await
+    .0
+}
+
+/// The status of a change (tracking job x-1) on `base` with `cookie`, from its own origin.
+async fn change_with(base: &str, cookie: &str) -> u16 {
+    let origin = format!("http://{}", base.trim_start_matches("http://"));
+    send(
+        reqwest::Method::POST,
+        &format!("{base}/api/jobs/x-1/track"),
+        &[
+            ("cookie", cookie),
+            ("origin", &origin),
+            ("content-type", "application/json"),
+        ],
+        "{}",
+    )
+    .await
+    .0
+}
+
 /// Finding 2: the cookie is a signed, expiring session, not the token: the token never travels
 /// in it, the old cookie holding the token no longer opens anything, a session made by another
 /// broker with the same tokens works (a load balancer), one signed by another token or altered
@@ -20,96 +49,34 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
     let (_a, base_a) = http_broker(&url, Some(TOKEN), &["--http-read-token", READ]).await;
     let (_b, base_b) = http_broker(&url, Some(TOKEN), &["--http-read-token", READ]).await;
     let (_c, base_c) = http_broker(&url, Some("another-admin-token-0123"), &[]).await;
-    let page = |base: &str| format!("{base}/api/queues");
     let cookie = session(&base_a, READ).await;
     assert!(!cookie.contains(READ) && cookie.starts_with("hero_session=v2.r."));
     for base in [&base_a, &base_b] {
-        let (code, _, body) = send(
-            reqwest::Method::GET,
-            &page(base),
-            &[("cookie", &cookie)],
-            "",
-        )
-        .await;
-        assert_eq!(code, 200, "{base}: {body}");
+        let code = read_with(base.as_str(), &cookie).await;
+        assert_eq!(code, 200, "{base}");
     }
-    let (code, _, _) = send(
-        reqwest::Method::GET,
-        &page(&base_c),
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let code = read_with(base_c.as_str(), &cookie).await;
     assert_eq!(code, 401, "signed with another token");
     // a cookie of the same name set by a page on another port (sent first) hides nothing
     let tossed = format!("hero_session=v2.a.99999999999999.ab.00; {cookie}");
-    let (code, _, _) = send(
-        reqwest::Method::GET,
-        &page(&base_a),
-        &[("cookie", &tossed)],
-        "",
-    )
-    .await;
+    let code = read_with(base_a.as_str(), &tossed).await;
     assert_eq!(code, 200, "the operator's own session among a tossed one");
     let raised = cookie.replacen("v2.r.", "v2.a.", 1);
-    let (code, _, _) = send(
-        reqwest::Method::GET,
-        &page(&base_a),
-        &[("cookie", &raised)],
-        "",
-    )
-    .await;
+    let code = read_with(base_a.as_str(), &raised).await;
     assert_eq!(code, 401, "a read session altered to admin");
     let other_name = cookie.replacen("hero_session=", "__Host-hero_session=", 1);
-    let (code, _, _) = send(
-        reqwest::Method::GET,
-        &page(&base_a),
-        &[("cookie", &other_name)],
-        "",
-    )
-    .await;
+    let code = read_with(base_a.as_str(), &other_name).await;
     assert_eq!(code, 401, "only the name this deployment sets is read");
     let old = format!("hero_token={TOKEN}");
-    let (code, _, _) = send(
-        reqwest::Method::GET,
-        &page(&base_a),
-        &[("cookie", &old)],
-        "",
-    )
-    .await;
+    let code = read_with(base_a.as_str(), &old).await;
     assert_eq!(code, 401, "the token in a cookie opens nothing");
     // the read session may not change anything
     let host = base_a.trim_start_matches("http://");
-    let (code, _, _) = send(
-        reqwest::Method::POST,
-        &format!("{base_a}/api/jobs/x-1/track"),
-        &[
-            ("cookie", &cookie),
-            ("origin", &format!("http://{host}")),
-            ("content-type", "application/json"),
-        ],
-        "{}",
-    )
-    .await;
-    assert_eq!(code, 403);
+    assert_eq!(change_with(&base_a, &cookie).await, 403);
     // issue 61: the admin token's session reads only unless the operator asks for changes
     let change = |cookie: String| {
         let base_a = base_a.clone();
-        let host = host.to_string();
-        async move {
-            send(
-                reqwest::Method::POST,
-                &format!("{base_a}/api/jobs/x-1/track"),
-                &[
-                    ("cookie", &cookie),
-                    ("origin", &format!("http://{host}")),
-                    ("content-type", "application/json"),
-                ],
-                "{}",
-            )
-            .await
-            .0
-        }
+        async move { change_with(&base_a, &cookie).await }
     };
     let quiet = hero_testkit::session_for(&base_a, TOKEN, false).await;
     assert_eq!(change(quiet).await, 403, "not asked for changes");
@@ -142,13 +109,7 @@ async fn the_cookie_is_a_signed_session_any_broker_with_the_tokens_accepts() {
         .unwrap()
         .contains("storage"));
     for base in [&base_a, &base_b] {
-        let (code, _, _) = send(
-            reqwest::Method::GET,
-            &page(base),
-            &[("cookie", &cookie)],
-            "",
-        )
-        .await;
+        let code = read_with(base.as_str(), &cookie).await;
         assert_eq!(code, 401, "{base}: a session signed out is refused");
     }
     assert_eq!(change(admin).await, 404, "another session lives on");
