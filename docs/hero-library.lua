@@ -470,9 +470,25 @@ local function server_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The last second iso_of wrote, its text up to the fraction, and the fractions written
+-- (`.123Z` by ms): the library's state outlives a call, and the calls of one second (a fetch and
+-- a completion each stamp their jobs) then pay a concatenation, not the calendar (~30 k
+-- instructions a call, measured with benches/profile_functions.py).
+local ISO = { secs = -1, head = '', frac = {} }
+
 -- Time `ms` (ms since the epoch) as ISO 8601 UTC with milliseconds, as the clients write it.
 local function iso_of(ms)
   local secs = math.floor(ms / 1000)
+  local c = ISO
+  if secs == c.secs then
+    local r = ms - secs * 1000
+    local f = c.frac[r]
+    if not f then
+      f = string.format('.%03dZ', r)
+      c.frac[r] = f
+    end
+    return c.head .. f
+  end
   local days = math.floor(secs / 86400)
   local rem = secs - days * 86400
   -- civil date of a day count (Howard Hinnant's algorithm)
@@ -487,8 +503,10 @@ local function iso_of(ms)
   if m > 12 then m = m - 12 end
   local y = yoe + era * 400
   if m <= 2 then y = y + 1 end
-  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
-    math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
+  c.secs = secs
+  c.head = string.format('%04d-%02d-%02dT%02d:%02d:%02d', y, m, d, math.floor(rem / 3600),
+    math.floor(rem % 3600 / 60), rem % 60)
+  return iso_of(ms)
 end
 
 -- Redis's clock as ISO 8601 UTC with milliseconds, as the clients write it.
@@ -3872,6 +3890,8 @@ end
 --   job's stream (a key the call already holds: one string a job fewer for Redis to make)
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
+--   (ARGV[2] is the caller's clock, read only to rebase its retry times: the ends are stamped
+--   with Redis's TIME since protocol 33)
 -- ARGV[5] consumer name (for the event log)
 -- ARGV[6] retention per job: `<i> <ms>` pairs joined by spaces ('' when no job has one), the
 --   TTL (PEXPIRE) a job of index i (from 0) gets in this call when it ends here: its queue
@@ -3933,8 +3953,11 @@ local function hero_complete(keys, args)
   local kept = setting(cfg, KEPT_FIELD, 0) > 0
   local ended -- the status the job in hand ended with
   local memo = {}
-  local caller_ms = nil -- the caller's clock as ms, parsed from now_iso for the first retry
-  local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
+  local caller_ms = nil -- the caller's clock as ms, parsed from ARGV[2] for the first retry
+  -- an end is stamped on Redis's clock, as a start is (hero_fetch): a dependent's started_at is
+  -- never before its prerequisite's finished_at, whatever the worker's estimate of the offset
+  local server_now = server_ms()
+  local group, now_iso, xackdel, ids = args[1], iso_of(server_now), args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
   local st = stats(keys[5], now_iso)
@@ -4050,10 +4073,10 @@ local function hero_complete(keys, args)
           if not retry_at then
             -- the worker's retry time, on its clock, moved to Redis's (rebased)
             retry_at = args[10 + a]
-            caller_ms = caller_ms or iso_ms(now_iso) or false
+            caller_ms = caller_ms or iso_ms(args[2]) or false
             local at = tonumber(retry_at)
             if at and caller_ms then
-              local due = rebased(at, caller_ms, server_ms())
+              local due = rebased(at, caller_ms, server_now)
               if due ~= at then retry_at = string.format('%d', due) end
             end
           end

@@ -104,3 +104,58 @@ async fn workers_30_s_off_redis_clock_change_nothing() {
     behind.kill9();
     b.kill9();
 }
+
+/// One clock for a job's whole life: its end is stamped on Redis's clock as its start is, so a
+/// completion whose caller's clock is an hour ahead (or a few ms off, as an offset estimated
+/// over a round trip may be) never records a `finished_at` after Redis's now, and a dependent
+/// released by it never starts "before" its prerequisite finished.
+#[tokio::test]
+async fn an_end_is_stamped_on_redis_clock_whatever_the_callers() {
+    use hero_protocol::function::{self, CompleteBatch, Completion, Ended, Ending, Leased};
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    client.submit(&job("c1", "clk", "x")).await.unwrap();
+    let stream = hero_testkit::work_key("clk");
+    let fetch = function::fetch(
+        client.keys(),
+        std::slice::from_ref(&stream),
+        "g:clk:1",
+        1,
+        "0",
+    );
+    let v: redis::Value = client.redis().query(&fetch).await.unwrap();
+    let leased = function::FetchReply::decode(&v).unwrap();
+    let lease = leased.jobs[0].entry.clone();
+    let hour_ahead = hero_protocol::clock::iso(hero_protocol::clock::local_ms() + 3_600_000);
+    let mut end = CompleteBatch::new(client.keys(), &hour_ahead, "0", "g:clk:1");
+    let id = hero_protocol::JobId::new("c1").unwrap();
+    end.push(Ended {
+        held: Leased {
+            id: &id,
+            stream: &stream,
+            lease: &lease,
+            reply: "",
+        },
+        ending: Ending::Done,
+        text: "ok",
+        retry_at_ms: 0,
+        ran: None,
+    });
+    let v: redis::Value = client.redis().query(&end.call()).await.unwrap();
+    assert_eq!(
+        Completion::decode_many(&v, 1).unwrap(),
+        [Completion::Completed]
+    );
+    let (secs, _): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut server.conn().await)
+        .await
+        .unwrap();
+    let rec = hero_testkit::record(&client, "c1").await;
+    let (started, finished) = (rec.started_at.unwrap(), rec.finished_at.unwrap());
+    assert!(started <= finished, "{started} then {finished}");
+    let finished_ms = hero_protocol::clock::parse_iso_ms(&finished).unwrap();
+    assert!(
+        finished_ms <= secs * 1000 + 1000 && finished_ms + 10_000 > secs * 1000,
+        "finished_at {finished} is Redis's time ({secs} s), not the caller's hour ahead"
+    );
+}

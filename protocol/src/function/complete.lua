@@ -9,6 +9,8 @@
 --   job's stream (a key the call already holds: one string a job fewer for Redis to make)
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
+--   (ARGV[2] is the caller's clock, read only to rebase its retry times: the ends are stamped
+--   with Redis's TIME since protocol 33)
 -- ARGV[5] consumer name (for the event log)
 -- ARGV[6] retention per job: `<i> <ms>` pairs joined by spaces ('' when no job has one), the
 --   TTL (PEXPIRE) a job of index i (from 0) gets in this call when it ends here: its queue
@@ -70,8 +72,11 @@ local function hero_complete(keys, args)
   local kept = setting(cfg, KEPT_FIELD, 0) > 0
   local ended -- the status the job in hand ended with
   local memo = {}
-  local caller_ms = nil -- the caller's clock as ms, parsed from now_iso for the first retry
-  local group, now_iso, xackdel, ids = args[1], args[2], args[3], args[4]
+  local caller_ms = nil -- the caller's clock as ms, parsed from ARGV[2] for the first retry
+  -- an end is stamped on Redis's clock, as a start is (hero_fetch): a dependent's started_at is
+  -- never before its prerequisite's finished_at, whatever the worker's estimate of the offset
+  local server_now = server_ms()
+  local group, now_iso, xackdel, ids = args[1], iso_of(server_now), args[3], args[4]
   local log = event_log(keys[4], cfg)
   local consumer = args[5]
   local st = stats(keys[5], now_iso)
@@ -187,10 +192,10 @@ local function hero_complete(keys, args)
           if not retry_at then
             -- the worker's retry time, on its clock, moved to Redis's (rebased)
             retry_at = args[10 + a]
-            caller_ms = caller_ms or iso_ms(now_iso) or false
+            caller_ms = caller_ms or iso_ms(args[2]) or false
             local at = tonumber(retry_at)
             if at and caller_ms then
-              local due = rebased(at, caller_ms, server_ms())
+              local due = rebased(at, caller_ms, server_now)
               if due ~= at then retry_at = string.format('%d', due) end
             end
           end
