@@ -55,9 +55,11 @@ function pcts(us) {
   return { p50: at(0.5), p99: at(0.99), max: us[us.length - 1] / 1000 };
 }
 
-// A plain job, or one of the features scenario: 3 attempts, a jobId (BullMQ's deduplication:
-// a second add with the id is ignored, as hero's uniqueness key refuses it) and a small payload
-// (the same fields hero's side sends; BullMQ has no tags).
+// A plain job, or one of the features scenario: 3 attempts, a deduplication id and a small
+// payload (the same fields hero's side sends; BullMQ has no tags, which hero's side also pays
+// for). BullMQ's `deduplication: { id }` is hero's uniqueness key one for one: a second add is
+// ignored while the first is queued or running, and allowed once it ended; a `jobId` would be
+// hero's job id instead (idempotent for ever), which hero's side gives besides.
 let seq = 0;
 function job(features) {
   if (!features) return { name: 'noop', data: { t: nowUs() }, opts: jobOpts };
@@ -65,7 +67,7 @@ function job(features) {
   return {
     name: 'noop',
     data: { t: nowUs(), order: n, customer: 'c-20417', amount_cents: 1999 + (n % 100), currency: 'EUR' },
-    opts: { ...jobOpts, attempts: 3, jobId: `order-${n}` },
+    opts: { ...jobOpts, attempts: 3, deduplication: { id: `order-${n}` } },
   };
 }
 
