@@ -200,10 +200,11 @@ export class Keeper<R extends Lease> {
 
   /** A job naming no time limit gets its queue policy's (group's, then type's), else the
    * default (300 s). */
-  policyTimeout(fields: Record<string, string>): number {
+  policyTimeout(job: WorkerJob): number {
     if (this.timeLimits.size === 0) return DEFAULT_TIMEOUT_S;
-    const type = fields.script_type ?? "";
-    const s = (fields.group ? this.timeLimits.get(`${type}/${fields.group}`) : undefined) ?? this.timeLimits.get(type);
+    const type = job.field("script_type");
+    const group = job.field("group");
+    const s = (group ? this.timeLimits.get(`${type}/${group}`) : undefined) ?? this.timeLimits.get(type);
     return s ?? DEFAULT_TIMEOUT_S;
   }
 

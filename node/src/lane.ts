@@ -11,16 +11,16 @@
 // of worker.ts.
 import { Redis } from "ioredis";
 
-import { numberField, recordText } from "./job.js";
+import { numberField } from "./job.js";
 import { duplicate } from "./connect.js";
 import { HeroError, libraryMissing, transient, WorkerFailed } from "./errors.js";
 import { runDuties } from "./duties.js";
 import { Keeper, type Lease } from "./keeper.js";
 import { Keys } from "./keys.js";
 import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep, wakeSleepers } from "./outage.js";
-import { boundedTrace, Done, nowMs, Protocol, retryAtMs } from "./protocol.js";
+import { boundedTrace, Done, nowMs, Protocol, retryAtMs, text } from "./protocol.js";
 import { resultOf } from "./value.js";
-import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
+import { Abort, Handler, isText, pick, Retry, WorkerJob } from "./worker-job.js";
 
 /** What a lane needs of the worker that owns it (the `Worker`, whose lanes share its slots). */
 export interface LaneOwner {
@@ -37,6 +37,7 @@ export interface LaneOwner {
   releaseSlots(n: number): void;
   presence(running: number): string;
   emit(event: string | symbol, ...args: unknown[]): boolean;
+  listenerCount(event: string | symbol): number;
   /** An error of the worker's: its `error` event, or a logged line when no one listens. */
   fail(e: unknown): void;
   /** Something the operator should know that is no failed call (a skewed clock, an evicting
@@ -192,7 +193,7 @@ export class Lane {
           }
           if (view) {
             // the answer's stream indexes are into the streams it was given
-            got.jobs = got.jobs.map(([i, entry, id]) => [view.indexes[i], entry, id]);
+            for (const j of got.jobs) j[0] = view.indexes[j[0]];
           }
         } catch (e) {
           this.w.releaseSlots(free);
@@ -203,7 +204,10 @@ export class Lane {
         fetching.ok();
         this.w.releaseSlots(free - got.jobs.length);
         full = got.jobs.length === free;
-        if (got.jobs.length) await this.begin(got.jobs, got.records, sent);
+        if (got.jobs.length) {
+          if (got.records.includes(null)) await this.readRecords(got.jobs, got.records);
+          this.begin(got.jobs, got.records, sent);
+        }
         else if (got.registered === "stale") continue;
         else if (got.cursors.length) {
           try {
@@ -265,9 +269,8 @@ export class Lane {
     }
   }
 
-  /** Starts the handlers of fetched jobs (leased at local time `leasedAt`). Never throws: a job
-   * it cannot start gives its slot back (its lease runs out, and recovery hands it on). */
-  private async begin(jobs: [number, string, string][], records: (unknown[] | null)[], leasedAt: number): Promise<void> {
+  /** Reads the records a fetch did not hand back (a library that hands back none). */
+  private async readRecords(jobs: [number, string, string][], records: (unknown[] | null)[]): Promise<void> {
     const missing: number[] = [];
     for (let i = 0; i < jobs.length; i++) if (records[i] === null) missing.push(i);
     if (missing.length) {
@@ -293,24 +296,33 @@ export class Lane {
         }
       }
     }
+  }
+
+  /** Starts the handlers of fetched jobs (leased at local time `leasedAt`). Never throws: a job
+   * it cannot start gives its slot back (its lease runs out, and recovery hands it on). */
+  private begin(jobs: [number, string, string][], records: (unknown[] | null)[], leasedAt: number): void {
     const now = Date.now();
+    const active = this.w.listenerCount("active") > 0;
     for (let i = 0; i < jobs.length; i++) {
       try {
         const [index, entry, id] = jobs[i];
-        const [fields, payload, values] = recordText(records[i] ?? []);
-        if (fields.status !== "started" || fields.lease !== entry) {
+        // the few fields read of every job, found in the record's pairs: the rest is decoded
+        // only when a handler asks (a sixth of the worker's time went to decoding it whole)
+        const pairs = records[i] ?? [];
+        if (!isText(pick(pairs, "status"), "started") || !isText(pick(pairs, "lease"), entry)) {
           // stopped or recovered between the fetch and the read: no longer ours
           this.w.releaseSlots(1);
           continue;
         }
-        const limitS = numberField(fields, "timeout", null) ?? this.keeper.policyTimeout(fields);
-        const job = new WorkerJob(id, fields, payload, values);
+        const job = new WorkerJob(id, pairs);
+        const timeout = pick(pairs, "timeout");
+        const limitS = (timeout === undefined ? null : numberField({ timeout: text(timeout) }, "timeout", null)) ?? this.keeper.policyTimeout(job);
         // the keeper ends it at its deadline (a timer per job cost more than the job's start)
         job.deadline = now + limitS * 1000;
         const run: Running = { job, lane: this, streamIndex: index, entry, began: now, renewedAt: leasedAt, settled: false };
         this.running.set(id, run);
-        this.tell("active", job);
-        void this.execute(run);
+        if (active) this.tell("active", job);
+        this.execute(run);
       } catch (e) {
         this.w.releaseSlots(1);
         this.w.fail(e);
@@ -318,41 +330,55 @@ export class Lane {
     }
   }
 
-  private async execute(run: Running): Promise<void> {
-    const job = run.job;
-    let outcome: Done["outcome"] = "done";
-    let out = "";
-    let retryAt = 0;
-    let trace: string | undefined;
-    let bytes: Buffer | null = null;
+  /** Runs the job's handler; its outcome goes to the completer (`settle`), its slot back. No
+   * async function a job: the handler's own promise is the only one waited on. */
+  private execute(run: Running): void {
+    let value: unknown;
     try {
-      const value = await this.w.handler(job);
-      run.value = value;
-      try {
-        ({ text: out, bytes } = resultOf(value));
-      } catch (e) {
-        // a value MessagePack cannot carry: the job ends error naming it (as Rust's
-        // Outcome::value), never a result silently dropped or turned into `{}`
-        throw new Abort(`job ${job.id}: ${e instanceof Error ? e.message : e}; return data (MessagePack carries objects, arrays, Dates, Buffers, Maps, BigInts)`);
-      }
+      value = this.w.handler(run.job);
     } catch (e) {
-      run.error = e;
-      if (e instanceof Retry) {
-        outcome = "retry";
-        out = e.message;
-        retryAt = nowMs() + e.delayMs;
-      } else if (e instanceof Abort) {
-        outcome = "abort";
-        out = e.message;
-        trace = boundedTrace(e);
-      } else {
-        // the handler failed: the attempt fails, retried within the job's budget or its policy's
-        outcome = "fail";
-        out = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-        retryAt = retryAtMs(job.attempt);
-        trace = boundedTrace(e);
-      }
+      this.failed(run, e);
+      return;
     }
+    if (value instanceof Promise) {
+      value.then(
+        (v) => this.succeeded(run, v),
+        (e) => this.failed(run, e),
+      );
+    } else if (value !== null && typeof value === "object" && typeof (value as { then?: unknown }).then === "function") {
+      Promise.resolve(value).then(
+        (v) => this.succeeded(run, v),
+        (e) => this.failed(run, e),
+      );
+    } else {
+      // a handler that answered at once: recorded as an async one's, after this turn
+      queueMicrotask(() => this.succeeded(run, value));
+    }
+  }
+
+  private succeeded(run: Running, value: unknown): void {
+    run.value = value;
+    let r: { text: string; bytes: Buffer | null };
+    try {
+      r = resultOf(value);
+    } catch (e) {
+      // a value MessagePack cannot carry: the job ends error naming it (as Rust's
+      // Outcome::value), never a result silently dropped or turned into `{}`
+      this.failed(run, new Abort(`job ${run.job.id}: ${e instanceof Error ? e.message : e}; return data (MessagePack carries objects, arrays, Dates, Buffers, Maps, BigInts)`));
+      return;
+    }
+    this.ended(run, "done", r.text, 0, undefined, r.bytes);
+  }
+
+  private failed(run: Running, e: unknown): void {
+    run.error = e;
+    if (e instanceof Retry) this.ended(run, "retry", e.message, nowMs() + e.delayMs);
+    else if (e instanceof Abort) this.ended(run, "abort", e.message, 0, boundedTrace(e));
+    // the handler failed: the attempt fails, retried within the job's budget or its policy's
+    else this.ended(run, "fail", e instanceof Error ? `${e.name}: ${e.message}` : String(e), retryAtMs(run.job.attempt), boundedTrace(e));
+  }
+
+  private ended(run: Running, outcome: Done["outcome"], out: string, retryAt: number, trace?: string, bytes?: Buffer | null): void {
     try {
       this.settle(run, outcome, out, retryAt, trace, bytes);
     } catch (e) {
@@ -374,18 +400,10 @@ export class Lane {
       return;
     }
     // its last report goes with the outcome: the completer sends it just before (record)
-    this.done.push({
-      id: run.job.id,
-      stream: this.streams[run.streamIndex],
-      lease: run.entry,
-      outcome,
-      text: out,
-      retryAt,
-      reply: run.job.field("reply"),
-      ranMs: Date.now() - run.began,
-      ...(trace && !this.keeper.holdTraces ? { trace } : {}),
-      ...(value && outcome === "done" ? { value } : {}),
-    });
+    const d: Done = { id: run.job.id, stream: this.streams[run.streamIndex], lease: run.entry, outcome, text: out, retryAt, reply: run.job.field("reply"), ranMs: Date.now() - run.began };
+    if (trace && !this.keeper.holdTraces) d.trace = trace;
+    if (value && outcome === "done") d.value = value;
+    this.done.push(d);
     this.wake();
   }
 
@@ -476,15 +494,22 @@ export class Lane {
         await reports;
       }
     }
-    batch.forEach((d, i) => {
+    // the events of each outcome, when someone listens (an emit a job cost when no one did)
+    const completed = this.w.listenerCount("completed") > 0;
+    const failed = this.w.listenerCount("failed") > 0;
+    const fenced = this.w.listenerCount("fenced") > 0;
+    for (let i = 0; i < batch.length; i++) {
+      const d = batch[i];
       const run = this.running.get(d.id);
       this.running.delete(d.id);
-      const answer = answers![i];
+      const answer = answers[i];
       const job = run?.job;
-      if (answer === "completed" && d.outcome === "done") this.tell("completed", job, run ? run.value : d.text);
-      else if (answer === "completed" || answer === "retrying") this.tell("failed", job, run?.error instanceof Error ? run.error : new Error(d.text), answer);
-      else this.tell("fenced", job, answer);
-    });
+      if (answer === "completed" && d.outcome === "done") {
+        if (completed) this.tell("completed", job, run ? run.value : d.text);
+      } else if (answer === "completed" || answer === "retrying") {
+        if (failed) this.tell("failed", job, run?.error instanceof Error ? run.error : new Error(d.text), answer);
+      } else if (fenced) this.tell("fenced", job, answer);
+    }
   }
 
   /** Sends the reports (progress, log lines) the handlers of `batch` left since the keeper's

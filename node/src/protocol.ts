@@ -8,37 +8,69 @@ import type { Redis } from "ioredis";
 import { HeroError } from "./errors.js";
 import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
+import { Arg, rawOk, RawCommand, Resp } from "./resp.js";
 
 export const VERSION = "33";
 /** This package's release (package.json says the same: a test holds them equal). */
 export const RELEASE = "1.1.0";
 
-type Arg = string | number | Buffer;
-
 /** Text of a reply item (a Buffer, a string, a number, or nil). */
 export function text(v: unknown): string {
   if (v === null || v === undefined) return "";
-  if (Buffer.isBuffer(v)) return v.toString("utf8");
+  if (Buffer.isBuffer(v)) return v.toString();
   return String(v);
+}
+
+/** A reply item holding a whole number 0 or more (its digits as bytes), as a number; NaN when
+ * it holds anything else. */
+export function whole(v: unknown): number {
+  if (typeof v === "number") return v;
+  if (Buffer.isBuffer(v) && v.length > 0 && v.length < 16) {
+    let n = 0;
+    for (let i = 0; i < v.length; i++) {
+      const c = v[i] - 48;
+      if (c < 0 || c > 9) return NaN;
+      n = n * 10 + c;
+    }
+    return n;
+  }
+  return Number(text(v));
 }
 
 /** The calls of one protocol version on one connection, for one shard's keys. */
 export class Protocol {
   private xackdelFlag: string | null = null;
+  /** The keys every fetch and completion names, built once. */
+  private readonly hot: { queues: string; config: string; events: string; stats: string; delayed: string; retention: string; jobPrefix: string; replyPrefix: string };
+  /** Whether the connection takes commands written here (resp.ts): not with a key prefix. */
+  private readonly raw: boolean;
 
   constructor(
     readonly redis: Redis,
     readonly keys: Keys,
     readonly version: string = VERSION,
     private readonly library: string = LIBRARY_SOURCE,
-  ) {}
+  ) {
+    const k = keys;
+    this.hot = { queues: k.queues(), config: k.config(), events: k.events(), stats: k.stats(), delayed: k.delayed(), retention: k.retention(), jobPrefix: k.jobPrefix(), replyPrefix: k.replyPrefix() };
+    this.raw = rawOk(redis);
+  }
 
   fn(name: string): string {
     return `hero_v${this.version}_${name}`;
   }
 
+  /** FCALL of function `name` on `keys` with `argv`; the reply as `callBuffer` answers it. */
   async fcall(name: string, keys: string[], argv: Arg[]): Promise<unknown> {
-    return this.redis.callBuffer("FCALL", this.fn(name), keys.length, ...keys, ...argv);
+    if (!this.raw) return this.redis.callBuffer("FCALL", this.fn(name), keys.length, ...keys, ...argv);
+    const w = new Resp().str("FCALL").str(this.fn(name)).num(keys.length);
+    for (let i = 0; i < keys.length; i++) w.str(keys[i]);
+    for (let i = 0; i < argv.length; i++) w.arg(argv[i]);
+    return this.send(w);
+  }
+
+  private send(w: Resp): Promise<unknown> {
+    return this.redis.sendCommand(new RawCommand("fcall", w.done())) as Promise<unknown>;
   }
 
   /** Loads this version's library unless the server has it (never replaces another version). */
@@ -53,7 +85,8 @@ export class Protocol {
 
   /** '1' when the server has XACKDEL (asked once), else '0'. */
   async xackdel(): Promise<string> {
-    if (this.xackdelFlag === null) {
+    if (this.xackdelFlag !== null) return this.xackdelFlag;
+    {
       try {
         await this.redis.call("XACKDEL");
         this.xackdelFlag = "1";
@@ -237,16 +270,25 @@ export class Protocol {
     count: number,
     registry: string | null = null,
   ): Promise<{ jobs: [number, string, string][]; cursors: string[]; records: (unknown[] | null)[]; signal: string | null; registered: number[] | "stale" | null; limited: boolean }> {
-    const k = this.keys;
-    const keys = [k.queues(), k.config(), k.events(), k.stats(), ...streams];
+    const h = this.hot;
+    const xackdel = this.xackdelFlag ?? (await this.xackdel());
     // "2": every fetch hands the records back, so no read a job follows (one ioredis command a
     // job cost this process more than the fetch itself; Redis spends about the same)
-    const argv: Arg[] = [GROUP, consumer, count, k.jobPrefix(), iso(), await this.xackdel(), "", "2"];
-    if (registry !== null) argv.push(registry);
-    const reply = (await this.fcall("fetch", keys, argv)) as unknown[];
+    let reply: unknown[];
+    if (this.raw) {
+      const w = new Resp().str("FCALL").str(this.fn("fetch")).num(4 + streams.length).str(h.queues).str(h.config).str(h.events).str(h.stats);
+      for (let i = 0; i < streams.length; i++) w.str(streams[i]);
+      w.str(GROUP).str(consumer).num(count).str(h.jobPrefix).str(iso()).str(xackdel).str("").str("2");
+      if (registry !== null) w.str(registry);
+      reply = (await this.send(w)) as unknown[];
+    } else {
+      const argv: Arg[] = [GROUP, consumer, count, h.jobPrefix, iso(), xackdel, "", "2"];
+      if (registry !== null) argv.push(registry);
+      reply = (await this.fcall("fetch", [h.queues, h.config, h.events, h.stats, ...streams], argv)) as unknown[];
+    }
     const flat = reply[0] as unknown[];
-    const jobs: [number, string, string][] = [];
-    for (let i = 0; i < flat.length; i += 3) jobs.push([Number(text(flat[i])) - 1, text(flat[i + 1]), text(flat[i + 2])]);
+    const jobs: [number, string, string][] = new Array(flat.length / 3);
+    for (let i = 0, j = 0; i + 2 < flat.length; i += 3, j++) jobs[j] = [whole(flat[i]) - 1, text(flat[i + 1]), text(flat[i + 2])];
     const cursors = ((reply[2] as unknown[]) ?? []).map(text);
     // a concurrency limit (a queue's, or a fair queue's key's) held jobs back: a slot it frees
     // writes no entry that would wake a blocked read
@@ -285,30 +327,46 @@ export class Protocol {
   /** hero_complete of a batch of outcomes; per job: completed, retrying, already_completed or
    * lease_lost. */
   async complete(consumer: string, done: Done[]): Promise<string[]> {
-    const k = this.keys;
-    const keys = [k.delayed(), k.config(), k.retention(), k.events(), k.stats(), k.queues()];
-    const argv: Arg[] = [GROUP, iso(), await this.xackdel(), done.map((d) => d.id).join(" "), consumer, ""];
-    for (const d of done) {
-      // a job no one waits on has its reply list untouched: its stream stands in for it, a key
-      // the call holds already (one string a job fewer for Redis to make)
-      keys.push(k.job(d.id), d.stream, d.reply ? k.reply(d.id) : d.stream);
-      argv.push(d.lease, d.outcome, d.text, d.retryAt, d.id, d.reply, d.ranMs);
+    const h = this.hot;
+    const xackdel = this.xackdelFlag ?? (await this.xackdel());
+    const traces = Number(this.version) >= 30;
+    const values = Number(this.version) >= 33;
+    let ids = "";
+    for (let i = 0; i < done.length; i++) ids = i === 0 ? done[i].id : `${ids} ${done[i].id}`;
+    let answer: unknown[];
+    if (this.raw) {
+      // written straight into the command's bytes: a job's keys as prefix and id, no string
+      // built for them (a batch of 100 is a thousand arguments)
+      const w = new Resp().str("FCALL").str(this.fn("complete")).num(6 + 3 * done.length);
+      w.str(h.delayed).str(h.config).str(h.retention).str(h.events).str(h.stats).str(h.queues);
+      for (const d of done) {
+        // a job no one waits on has its reply list untouched: its stream stands in for it, a
+        // key the call holds already (one string a job fewer for Redis to make)
+        w.str2(h.jobPrefix, d.id).str(d.stream);
+        if (d.reply) w.str2(h.replyPrefix, d.id);
+        else w.str(d.stream);
+      }
+      w.str(GROUP).str(iso()).str(xackdel).str(ids).str(consumer).str("");
+      for (const d of done) w.str(d.lease).str(d.outcome).str(d.text).num(d.retryAt).str(d.id).str(d.reply).num(d.ranMs);
+      // then (index, trace) per failure that has one: a batch of successes sends none (nor does
+      // a library before 30, which takes no traces)
+      if (traces) for (let i = 0; i < done.length; i++) if (done[i].trace && done[i].outcome !== "done") w.num(i).str(done[i].trace!);
+      // then (v<index>, value) per success that returned a value, not text (protocol 33): the
+      // record's `value` beside its `output` text
+      if (values) for (let i = 0; i < done.length; i++) if (done[i].value && done[i].outcome === "done") w.str2("v", String(i)).bytes(done[i].value!);
+      answer = (await this.send(w)) as unknown[];
+    } else {
+      const keys = [h.delayed, h.config, h.retention, h.events, h.stats, h.queues];
+      const argv: Arg[] = [GROUP, iso(), xackdel, ids, consumer, ""];
+      for (const d of done) {
+        keys.push(this.keys.job(d.id), d.stream, d.reply ? this.keys.reply(d.id) : d.stream);
+        argv.push(d.lease, d.outcome, d.text, d.retryAt, d.id, d.reply, d.ranMs);
+      }
+      if (traces) done.forEach((d, i) => d.trace && d.outcome !== "done" && argv.push(i, d.trace));
+      if (values) done.forEach((d, i) => d.value && d.outcome === "done" && argv.push(`v${i}`, d.value));
+      answer = (await this.fcall("complete", keys, argv)) as unknown[];
     }
-    // then (index, trace) per failure that has one: a batch of successes sends none (nor does a
-    // library before 30, which takes no traces)
-    if (Number(this.version) >= 30) {
-      done.forEach((d, i) => {
-        if (d.trace && d.outcome !== "done") argv.push(i, d.trace);
-      });
-    }
-    // then (v<index>, value) per success that returned a value, not text (protocol 33): the
-    // record's `value` beside its `output` text
-    if (Number(this.version) >= 33) {
-      done.forEach((d, i) => {
-        if (d.value && d.outcome === "done") argv.push(`v${i}`, d.value);
-      });
-    }
-    return ((await this.fcall("complete", keys, argv)) as unknown[]).map(text);
+    return answer.map(text);
   }
 
   /** hero_beat: the heartbeat of process `name` (a worker's consumer), on Redis's clock and

@@ -16,9 +16,14 @@ import { decode, encode } from "./msgpack.js";
  * function, a symbol, a Set, a cycle …, and where it is). */
 export function resultOf(value: unknown): { text: string; bytes: Buffer | null } {
   if (typeof value === "string") return { text: value, bytes: null };
+  // a handler that returns nothing (most do): MessagePack's nil, one shared answer
+  if (value === undefined || value === null) return NOTHING;
   const bytes = encode(value, "the value the handler returned");
   return { text: jsonText(value), bytes };
 }
+
+/** What `undefined` and `null` are written as (never changed: its bytes are only read). */
+const NOTHING: { readonly text: string; readonly bytes: Buffer } = Object.freeze({ text: "null", bytes: Buffer.from([0xc0]) });
 
 /** The reading rule: the record's `value` decoded when it has one, else its `output` text
  * (null when it has none). Bytes that are not MessagePack (no worker of ours writes such) read

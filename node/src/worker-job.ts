@@ -1,8 +1,9 @@
 // The job a handler is given (`WorkerJob`: BullMQ's `job.data`, `job.updateProgress`, `job.log`,
 // an AbortSignal that fires on stop, time limit, lost lease or shutdown) and the outcomes a
 // handler throws (`Retry`, `Abort`, BullMQ's `UnrecoverableError`).
-import { attemptsOf, Job, jobFromText, resultsOf } from "./job.js";
+import { attemptsOf, Job, jobFromText, recordText, resultsOf } from "./job.js";
 import { decode } from "./msgpack.js";
+import { text } from "./protocol.js";
 
 const LOG_LINES = 100;
 
@@ -39,15 +40,27 @@ export class WorkerJob<Data = any> {
 
   private parsed: Job | null = null;
   private decoded: { data: Data } | null = null;
+  /** The record's fields as text, its payload and binary values: read from `pairs` when first
+   * asked for (a no-op handler's job never is: a worker reads its few fields with `pick`). */
+  private read: [Record<string, string>, Buffer | null, Record<string, Buffer>] | null = null;
 
-  /** @internal from the record's fields as text (see `recordText`): the rest is parsed when
-   * asked for, since a handler that reads only `data` should not pay for the whole record. */
+  /** @internal from the record as a fetch hands it back (HGETALL's flat pairs, as Buffers):
+   * parsed when asked for, since a handler that reads only `data` should not pay for the whole
+   * record. */
   constructor(
     readonly id: string,
-    private readonly fields: Record<string, string>,
-    private readonly payload: Buffer | null,
-    private readonly values: Record<string, Buffer> = {},
+    private readonly pairs: readonly unknown[],
   ) {}
+
+  private get fields(): Record<string, string> {
+    return (this.read ??= recordText(this.pairs))[0];
+  }
+  private get payload(): Buffer | null {
+    return (this.read ??= recordText(this.pairs))[1];
+  }
+  private get values(): Record<string, Buffer> {
+    return (this.read ??= recordText(this.pairs))[2];
+  }
 
   /** The job record (every field the protocol defines). */
   get record(): Job {
@@ -85,7 +98,7 @@ export class WorkerJob<Data = any> {
 
   /** @internal a field of the record as text ('' when absent). */
   field(name: string): string {
-    return this.fields[name] ?? "";
+    return this.read ? (this.read[0][name] ?? "") : text(pick(this.pairs, name));
   }
 
   /** Aborted once the job must stop: stopped, timed out, its lease lost, or shutting down. */
@@ -162,3 +175,19 @@ export class WorkerJob<Data = any> {
  * anything else as a value, its MessagePack beside its JSON text, read back of its own type by
  * `returnvalue`, `client.get(id).output`, `getChildrenValues`) or throws. */
 export type Handler<Data = any, Result = unknown> = (job: WorkerJob<Data>) => Promise<Result> | Result;
+
+/** True when `v` (a reply item: Buffer or string) is the text `s` (ASCII), compared byte by
+ * byte: no string is made of it. */
+export function isText(v: unknown, s: string): boolean {
+  if (typeof v === "string") return v === s;
+  if (!Buffer.isBuffer(v) || v.length !== s.length) return false;
+  for (let i = 0; i < s.length; i++) if (v[i] !== s.charCodeAt(i)) return false;
+  return true;
+}
+
+/** Field `name`'s value in a record's flat pairs (as read: a Buffer), undefined when absent:
+ * what a worker reads of every job (status, lease, timeout, reply) without decoding the rest. */
+export function pick(pairs: readonly unknown[], name: string): unknown {
+  for (let i = 0; i + 1 < pairs.length; i += 2) if (isText(pairs[i], name)) return pairs[i + 1];
+  return undefined;
+}

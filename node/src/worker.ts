@@ -346,7 +346,7 @@ export class Worker<Data = any, Result = unknown> extends EventEmitter {
   /** @internal */
   releaseSlots(n: number): void {
     this.free += n;
-    for (const w of this.slotWaiters.splice(0)) w();
+    if (this.slotWaiters.length) for (const w of this.slotWaiters.splice(0)) w();
   }
 
   /** @internal the worker's connection (each lane adds two blocking ones: its stop lists', and
