@@ -91,3 +91,5 @@ class _Running:
     # after a cancel, on the thread pool: the handler told (its _interrupt), its slot freed
     interrupted: bool = False
     freed: bool = False
+    # its slot given to the next job while its handler ran on (thread pool, past its cancel)
+    abandoned: bool = False

@@ -144,61 +144,73 @@ class Job:
     @classmethod
     def from_record(cls, job_id: str, rec: dict[Any, Any]) -> "Job":
         """A record as HGETALL gives it (bytes or text); the binary fields (`payload`, `value`,
-        `value:<id>`) stay bytes."""
+        `value:<id>`) stay bytes. Every worker reads one a job: the fields a plain job lacks cost
+        nothing here."""
         text: dict[str, str] = {}
         binary: dict[str, bytes] = {}
+        results_at: list[str] = []
         for k, v in rec.items():
-            k = k.decode("utf-8", "replace") if isinstance(k, bytes) else k
-            if _binary(k):
-                binary[k] = v if isinstance(v, bytes) else str(v).encode()
+            if k.__class__ is bytes:
+                k = k.decode("utf-8", "replace")
+            if k in BINARY_FIELDS or k.startswith(VALUE_PREFIX):
+                binary[k] = v if v.__class__ is bytes else str(v).encode()
                 continue
-            text[k] = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
-        payload = binary.get("payload")
+            text[k] = v.decode("utf-8", "replace") if v.__class__ is bytes else v
+            if k.startswith(RESULT_PREFIX):
+                results_at.append(k)
+        get = text.get
 
         def num(name: str, default: int | None) -> int | None:
-            v = text.get(name, "")
-            return int(v) if v.isdigit() else default
+            v = get(name)
+            return int(v) if v and v.isdigit() else default
 
         def lst(name: str) -> list[str]:
-            v = text.get(name, "")
+            v = get(name)
+            if not v:
+                return []
             try:
-                out = json.loads(v) if v else []
+                out = json.loads(v)
             except ValueError:
                 return []
             return [str(x) for x in out] if isinstance(out, list) else []
 
         progress = None
-        if text.get("progress"):
+        if get("progress"):
             try:
                 p = json.loads(text["progress"])
                 progress = Progress(float(p.get("percent", 0)), str(p.get("message", "")))
             except (ValueError, AttributeError):
                 progress = None
-        try:
-            env = json.loads(text["env_vars"]) if text.get("env_vars") else {}
-        except ValueError:
-            env = {}
-        status = text.get("status", "")
+        env: Any = {}
+        if get("env_vars"):
+            try:
+                env = json.loads(text["env_vars"])
+            except ValueError:
+                env = {}
+        status = get("status", "")
         results = {}
-        for k, v in text.items():
-            if k.startswith(RESULT_PREFIX):
-                r = ChildResult.parse(v, binary.get(VALUE_PREFIX + k[len(RESULT_PREFIX):]))
-                if r is not None:
-                    results[k[len(RESULT_PREFIX):]] = r
-        try:
-            backoff = json.loads(text["backoff"]) if text.get("backoff") else None
-        except ValueError:
-            backoff = None
+        for k in results_at:
+            r = ChildResult.parse(text[k], binary.get(VALUE_PREFIX + k[len(RESULT_PREFIX):]))
+            if r is not None:
+                results[k[len(RESULT_PREFIX):]] = r
+        backoff = None
+        if get("backoff"):
+            try:
+                backoff = json.loads(text["backoff"])
+            except ValueError:
+                backoff = None
         attempts = num("attempts", None)
         if attempts is None:
-            attempts = 1 if status in ("started", "finished", "error") and text.get("started_at") else 0
+            attempts = 1 if status in ("started", "finished", "error") and get("started_at") else 0
+        output_text = get("output")
+        value = binary.get("value")
         return cls(
-            id=text.get("id") or job_id,
+            id=get("id") or job_id,
             status=status,
-            script=text.get("script", ""),
-            script_type=text.get("script_type"),
-            group=text.get("group") or None,
-            instance=text.get("instance") or None,
+            script=get("script", ""),
+            script_type=get("script_type"),
+            group=get("group") or None,
+            instance=get("instance") or None,
             priority=num("priority", 5) or 0,
             timeout=num("timeout", None),
             retries=num("retries", 0) or 0,
@@ -206,28 +218,28 @@ class Job:
             env_vars=env if isinstance(env, dict) else {},
             tags=lst("tags"),
             prerequisites=lst("prerequisites") or lst("dependencies"),
-            output=_read(text.get("output"), binary.get("value")),
-            error=text.get("error"),
-            trace=text.get("trace") or None,
-            worker_id=text.get("worker_id", ""),
-            lease=text.get("lease") or None,
-            created_at=text.get("created_at", ""),
-            started_at=text.get("started_at"),
-            finished_at=text.get("finished_at"),
-            batch=text.get("batch") or None,
-            unique=text.get("unique") or None,
-            limit_key=text.get("limit_key") or None,
+            output=_read(output_text, value) if output_text is not None or value is not None else None,
+            error=get("error"),
+            trace=get("trace") or None,
+            worker_id=get("worker_id", ""),
+            lease=get("lease") or None,
+            created_at=get("created_at", ""),
+            started_at=get("started_at"),
+            finished_at=get("finished_at"),
+            batch=get("batch") or None,
+            unique=get("unique") or None,
+            limit_key=get("limit_key") or None,
             progress=progress,
             log=lst("log"),
-            payload=payload,
-            reply=text.get("reply", ""),
+            payload=binary.get("payload"),
+            reply=get("reply", ""),
             backoff=backoff if isinstance(backoff, dict) else None,
             keep=num("keep", None),
             keep_failed=num("keep_failed", None),
             results=results,
             raw=text,
-            output_text=text.get("output"),
-            value=binary.get("value"),
+            output_text=output_text,
+            value=value,
         )
 
 

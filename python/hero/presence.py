@@ -117,13 +117,12 @@ class _Presence:
                         run.ctx._interrupt(run.ctx.cancel_reason or "")
                     except Exception as e:
                         log.warning("job %s: interrupting its handler failed (%s: %s)", run.job.id, type(e).__name__, e)
-            if not run.freed and since >= ABANDON_AFTER_S:
+            if not run.freed and since >= ABANDON_AFTER_S and self._abandon(run):
                 self.abandoned += 1
                 log.warning("job %s: its handler still runs %.0f s after it was cancelled (%s): its slot goes to the "
                             "next job and its thread runs on, abandoned (a thread cannot be killed: check "
                             "ctx.cancelled / self.request.cancelled, or use pool='process')", run.job.id, since,
                             run.ctx.cancel_reason)
-                self._free(run)
 
     def _send_report(self, run: _Running, report) -> None:
         """Renews the run's lease with its report; a report that could not be sent is kept."""

@@ -41,6 +41,8 @@ class Protocol:
         self.version = version
         self.library = library
         self._xackdel: str | None = None
+        # hero_fetch's keys for a list of streams (the same list every fetch of a worker)
+        self._fetch_keys: dict[tuple[str, ...], list[str]] = {}
 
     def fn(self, name: str) -> str:
         return f"hero_v{self.version}_{name}"
@@ -190,21 +192,36 @@ class Protocol:
 
     # -- worker -----------------------------------------------------------------------------
     def fetch(self, streams: Sequence[str], consumer: str, count: int) -> tuple[list, list, list, dict]:
-        """hero_fetch over `streams` in precedence order, asking for the records of a short
-        fetch; answers (jobs as (stream index from 0, entry, job id), dropped, cursors,
-        records by job id)."""
-        k = self.keys
-        keys = [k.queues(), k.config(), k.events(), k.stats(), *streams]
-        reply = self.r.fcall(self.fn("fetch"), len(keys), *keys, GROUP, consumer, count, k.job_prefix(),
-                             iso(), self.xackdel(), "", "1")
-        flat = reply[0]
-        jobs = [(int(flat[i]) - 1, _text(flat[i + 1]), _text(flat[i + 2])) for i in range(0, len(flat), 3)]
-        cursors = [_text(c) for c in reply[2]]
-        records: dict[str, dict] = {}
-        if len(reply) > 4:
-            for (_, _, job_id), rec in zip(jobs, reply[4]):
-                records[job_id] = {rec[i]: rec[i + 1] for i in range(0, len(rec), 2)}
-        return jobs, reply[1], cursors, records
+        """hero_fetch over `streams` in precedence order, asking for the records of the jobs it
+        leases; answers (jobs as (stream index from 0, entry, job id), dropped, cursors, records
+        by job id)."""
+        return read_fetch(self.r.fcall(*self.fetch_call(streams, consumer, count)))
+
+    def fetch_call(self, streams: Sequence[str], consumer: str, count: int) -> list[Any]:
+        """hero_fetch's FCALL arguments. Every fetch hands back the records of the jobs it
+        leased (ARGV[8] = 2, protocol 29 on): a round trip and a command a job fewer for a client
+        whose own cost a command is high, as Python's is (before 29, a short fetch only)."""
+        named = tuple(streams)
+        keys = self._fetch_keys.get(named)
+        if keys is None:
+            k = self.keys
+            keys = self._fetch_keys[named] = [k.queues(), k.config(), k.events(), k.stats(), *named]
+        return [self.fn("fetch"), len(keys), *keys, GROUP, consumer, count, self.keys.job_prefix(), iso(),
+                self.xackdel(), "", "2" if int(self.version) >= 29 else "1"]
+
+    def complete_and_fetch(self, consumer: str, done: Sequence[dict[str, Any]], streams: Sequence[str],
+                           count: int) -> tuple[list[str] | Exception, tuple | Exception]:
+        """A batch of outcomes recorded and `count` jobs fetched (the slots the batch freed) in
+        one round trip: the fetch pipelined right after the hero_complete on one connection, so
+        Redis records the ends before it leases anew (docs/protocol.md §5.4, step 4). Answers each call's
+        answer (as `complete` and `fetch` do) or the error it answered; raises when the round
+        trip itself failed (nothing is known of either)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.fcall(*self.complete_call(consumer, done))
+        pipe.fcall(*self.fetch_call(streams, consumer, count))
+        completed, fetched = pipe.execute(raise_on_error=False)
+        return (completed if isinstance(completed, Exception) else [_text(x) for x in completed],
+                fetched if isinstance(fetched, Exception) else read_fetch(fetched))
 
     def renew(self, job_id: str, stream: str, lease: str, consumer: str,
               progress: tuple[float, str] | None = None, lines: Iterable[str] = ()) -> str:
@@ -226,6 +243,10 @@ class Protocol:
         trace (a failure's traceback, or None) and value (a success's MessagePack value, or None:
         sent from protocol 33 on).
         Answers per job: completed, retrying, already_completed or lease_lost."""
+        return [_text(x) for x in self.r.fcall(*self.complete_call(consumer, done))]
+
+    def complete_call(self, consumer: str, done: Sequence[dict[str, Any]]) -> list[Any]:
+        """hero_complete's FCALL arguments for the batch `done` (see `complete`)."""
         k = self.keys
         keys = [k.delayed(), k.config(), k.retention(), k.events(), k.stats(), k.queues()]
         argv: list[Any] = [GROUP, iso(), self.xackdel(), " ".join(d["id"] for d in done), consumer, ""]
@@ -237,17 +258,18 @@ class Protocol:
                      d.get("ran_ms", "")]
         # then (index, trace) per failure that has a trace: a batch of successes sends none (nor
         # does a library before 30, which takes no traces: a test speaks it, as an older release)
-        if int(self.version) >= 30:
+        version = int(self.version)
+        if version >= 30:
             for i, d in enumerate(done):
                 if d.get("trace") and d["outcome"] != "done":
                     argv += [i, d["trace"]]
         # then (v<index>, value) per success whose handler returned a value, not text (protocol
         # 33): its MessagePack, stored as the record's `value` beside the `output` JSON text
-        if int(self.version) >= 33:
+        if version >= 33:
             for i, d in enumerate(done):
                 if d.get("value") is not None and d["outcome"] == "done":
                     argv += [f"v{i}", d["value"]]
-        return [_text(x) for x in self.r.fcall(self.fn("complete"), len(keys), *keys, *argv)]
+        return [self.fn("complete"), len(keys), *keys, *argv]
 
     def hand_back(self, stream: str, consumer: str) -> int:
         """Puts every delivery `consumer` holds on `stream` back, without counting an attempt
@@ -493,10 +515,30 @@ def note_policy(policy: str) -> None:
         log.info("Redis's maxmemory-policy is %s again: submits are accepted", policy)
 
 
+# the text of the second iso() last wrote: a worker stamps every call, many a second
+_iso_second: tuple[int, str] = (-1, "")
+
+
 def iso(ms: int | None = None) -> str:
+    global _iso_second
     ms = now_ms() if ms is None else ms
-    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    second, milli = divmod(ms, 1000)
+    last = _iso_second
+    if last[0] != second:
+        last = _iso_second = (second, datetime.fromtimestamp(second, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S."))
+    return f"{last[1]}{milli:03d}Z"
+
+
+def read_fetch(reply: Any) -> tuple[list, list, list, dict]:
+    """hero_fetch's answer as `Protocol.fetch` gives it."""
+    flat = reply[0]
+    jobs = [(int(flat[i]) - 1, _text(flat[i + 1]), _text(flat[i + 2])) for i in range(0, len(flat), 3)]
+    cursors = [_text(c) for c in reply[2]]
+    records: dict[str, dict] = {}
+    if len(reply) > 4:
+        for (_, _, job_id), rec in zip(jobs, reply[4]):
+            records[job_id] = {rec[i]: rec[i + 1] for i in range(0, len(rec), 2)}
+    return jobs, reply[1], cursors, records
 
 
 def _text(v: Any) -> str:

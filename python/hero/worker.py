@@ -13,7 +13,6 @@ import asyncio
 import copy
 import functools
 import inspect
-import json
 import logging
 import os
 import queue
@@ -29,7 +28,9 @@ import redis
 from .client import _name, connect
 from .context import JobContext, _Running
 from .duties import _Duties
-from .errors import InvalidInput, WorkerFailed, transient
+from .flow import _Flow, _ended_as  # noqa: F401 (hero.worker._ended_as as before)
+from .handlers import Handlers
+from .errors import InvalidInput, WorkerFailed
 from .outage import GIVE_UP_S, _Guards, _Outage
 from .outcomes import Abort, Retry, trace_of
 from .payload import output_of
@@ -50,18 +51,7 @@ log = logging.getLogger("hero")
 from .orphan import MAX_ATTEMPTS, _Orphans  # noqa: E402,F401 (hero.worker.MAX_ATTEMPTS as before)
 
 
-def _ended_as(outcome: str, answer: str) -> str:
-    """The event a recorded outcome is reported as (`on_event`): `finished` (done), `retrying`
-    (failed, to run again), `failed` (ended error), or `lost` (the completion was refused: the
-    job was taken away, e.g. stopped or recovered, and this run's result is not the job's)."""
-    if answer == "retrying":
-        return "retrying"
-    if answer != "completed":
-        return "lost"
-    return "finished" if outcome == "done" else "failed"
-
-
-class Worker(_Guards, _Presence, _Duties, _Orphans):
+class Worker(_Flow, _Guards, _Presence, _Duties, _Orphans):
     """Serves `types` with `handler(job, ctx)`, whose return value is the job's output: a
     `str` as text, any other value as a value (MessagePack in the record's `value`, its JSON text
     in `output` for older readers: `Job.output` gives it back as returned); a value MessagePack
@@ -120,7 +110,12 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(concurrency)
-        self._done: queue.Queue = queue.Queue()
+        # the threads handlers run on (or wait on a process pool's child), reused job to job
+        self._handlers = Handlers(concurrency)
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        # the last fetch came back full: the completer fetches the slots it frees (flow.py)
+        self._backlog = False
+        self._completing = False
         self._stopping = threading.Event()
         self._finished = threading.Event()
         self.completed = 0
@@ -147,7 +142,9 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
         w._running = {}
         w._live = {}
         w._lock = threading.Lock()
-        w._done = queue.Queue()
+        w._done = queue.SimpleQueue()
+        w._backlog = False
+        w._completing = False
         w._finished = threading.Event()
         w.completed = 0
         return w
@@ -228,6 +225,8 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
                     t.join(timeout=5)
                 if self._pool is not None and base:
                     self._pool.close()
+                if base:
+                    self._handlers.close()
         if base and self._failure[0] is not None:
             raise WorkerFailed(f"the worker {self.consumer} stopped: {self._failure[0]}")
 
@@ -252,110 +251,6 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
                 log.error("on_event(%r, %r) raised\n%s", kind, job_id,
                           "".join(traceback.format_exception(type(e), e, e.__traceback__)))
 
-    # -- fetch ------------------------------------------------------------------------------
-    def _fetch_loop(self) -> None:
-        outage = _Outage(self, "fetching jobs")
-        while not self._stopping.is_set():
-            free = 0
-            while self._slots.acquire(blocking=False):
-                free += 1
-            if free == 0:
-                # every slot busy: wait for one (or the stop)
-                if self._slots.acquire(timeout=0.5):
-                    free = 1
-                else:
-                    continue
-            try:
-                jobs, _dropped, cursors, records = self.proto.fetch(self.streams, self.consumer, free)
-            except Exception as e:
-                # a lost answer leaves leased jobs: recovery hands them out again
-                for _ in range(free):
-                    self._slots.release()
-                self._emit("error", "", f"fetch failed: {e}")
-                self._stopping.wait(outage.failed(e))
-                continue
-            outage.ok()
-            for _ in range(free - len(jobs)):
-                self._slots.release()
-            if jobs:
-                self._start(jobs, records)
-            elif cursors:
-                self._wait_for_work(cursors, outage)
-
-    def _wait_for_work(self, cursors: list[str], outage: "_Outage") -> None:
-        watch = {s: c for s, c in zip(self.streams, cursors) if c}
-        if len(cursors) > len(self.streams) and cursors[-1]:
-            watch[self.keys.queue_signal()] = cursors[-1]
-        try:
-            # at most a second, so a stop or a free slot is seen promptly
-            self.r.xread(watch, count=1, block=1000)
-        except Exception as e:
-            self._stopping.wait(outage.failed(e))
-
-    def _read_records(self, job_ids: list[str], records: dict[str, dict]) -> bool:
-        """Reads the records a fetch did not answer, again with back-off while Redis fails;
-        False when stopped first (the jobs, still leased to this worker, go back with the
-        shutdown's hand-back)."""
-        outage = _Outage(self, "reading fetched jobs")
-        while True:
-            try:
-                pipe = self.r.pipeline(transaction=False)
-                for job_id in job_ids:
-                    pipe.hgetall(self.keys.job(job_id))
-                for job_id, rec in zip(job_ids, pipe.execute()):
-                    records[job_id] = rec
-                outage.ok()
-                return True
-            except Exception as e:
-                if self._stopping.wait(outage.failed(e)):
-                    return False
-
-    def _start(self, jobs: list[tuple[int, str, str]], records: dict[str, dict]) -> None:
-        missing = [job_id for _, _, job_id in jobs if job_id not in records]
-        if missing and not self._read_records(missing, records):
-            for _ in jobs:
-                self._slots.release()
-            return
-        for index, entry, job_id in jobs:
-            try:
-                job = Job.from_record(job_id, records.get(job_id) or {})
-                if job.status != "started" or job.lease != entry:
-                    # stopped or recovered between the fetch and the read: no longer ours
-                    self._slots.release()
-                    self._emit("dropped", job_id, "stale")
-                    continue
-                limit = job.time_limit if job.timeout is not None else self._policy_timeout(job)
-                run = _Running(job, index, entry, JobContext(job), time.monotonic(), time.monotonic() + limit)
-                with self._lock:
-                    self._running[job_id] = run
-                    if self._pool is None:
-                        self._live[job_id] = run
-                self._emit("started", job_id, str(run.ctx.attempt))
-                threading.Thread(target=self._run_job, args=(run,), daemon=True, name=f"hero-job-{job_id}").start()
-            except Exception as e:
-                # not started (a record this worker cannot read, no thread to be had): its
-                # delivery stays leased, unrenewed, and recovery hands it out again
-                log.error("job %s could not be started; recovery hands it out again after its lease\n%s", job_id,
-                          "".join(traceback.format_exception(type(e), e, e.__traceback__)))
-                with self._lock:
-                    self._running.pop(job_id, None)
-                    self._live.pop(job_id, None)
-                self._slots.release()
-
-    def _policy_timeout(self, job: Job) -> int:
-        """A job naming no time limit gets its queue policy's, else the default (the policies as
-        the heartbeat last read them: no read a job)."""
-        for q in ([f"{job.script_type}/{job.group}"] if job.group else []) + [job.script_type or ""]:
-            raw = self._policies.get(q)
-            if raw:
-                try:
-                    ms = json.loads(raw).get("timeout_ms")
-                except ValueError:
-                    ms = None
-                if ms:
-                    return max(1, int(ms) // 1000)
-        return job.time_limit
-
     # -- run --------------------------------------------------------------------------------
     def _run_job(self, run: _Running) -> None:
         if self._pool is not None:
@@ -373,13 +268,25 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
             self._free(run)
 
     def _free(self, run: _Running) -> None:
-        """Gives the run's slot back, once: when its thread ends, or when the keeper abandons a
-        thread that outlived its cancel (presence.py)."""
+        """Gives the run's slot back, once: when its handler returned (before its outcome is
+        queued, so the completer finds the slot free with the outcome), or when its thread ends."""
         with run.lock:
             if run.freed:
                 return
             run.freed = True
         self._slots.release()
+
+    def _abandon(self, run: _Running) -> bool:
+        """The keeper gives the slot of a thread-pool run that outlived its cancel to the next
+        job (presence.py): its thread runs on unwatched and ends when its handler returns; a new
+        thread serves meanwhile. False when the run has just ended (nothing to abandon)."""
+        with run.lock:
+            if run.freed:
+                return False
+            run.freed = run.abandoned = True
+        self._handlers.abandoned()
+        self._slots.release()
+        return True
 
     def _run_here(self, run: _Running) -> None:
         ctx = run.ctx
@@ -406,7 +313,7 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
         except Exception as e:  # the handler failed: the attempt fails, retried within budget
             outcome, text, retry_at = "fail", f"{type(e).__name__}: {e}", retry_at_ms(ctx.attempt)
             trace = trace_of(e)
-        self._settle(run, outcome, text, retry_at, trace, packed)
+        self._settle(run, outcome, text, retry_at, trace, packed, own=True)
 
     def _run_in_child(self, run: _Running) -> None:
         """The job in a child process of the pool; a cancelled one (time limit, stop, lost
@@ -417,27 +324,28 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
             r = self._pool.run(run.job, run.ctx)
             kind = r[0]
             if kind == "done":
-                self._settle(run, "done", r[1], 0, None, r[2] if len(r) > 2 else None)
+                self._settle(run, "done", r[1], 0, None, r[2] if len(r) > 2 else None, own=True)
             elif kind == "retry":
-                self._settle(run, "again" if r[3] else "retry", r[1], now_ms() + int(r[2] * 1000))
+                self._settle(run, "again" if r[3] else "retry", r[1], now_ms() + int(r[2] * 1000), own=True)
             elif kind == "abort":
-                self._settle(run, "abort", r[1], 0, r[2])
+                self._settle(run, "abort", r[1], 0, r[2], own=True)
             elif kind == "fail":
-                self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt), r[2])
+                self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt), r[2], own=True)
             elif kind == "died":
                 self._child_died(run, r[1])
             else:  # cancelled: the keeper settled a time limit; a stop records nothing
-                self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt))
+                self._settle(run, "fail", r[1], retry_at_ms(run.ctx.attempt), own=True)
         except Exception as e:  # the pool itself failed (a child could not start): the attempt fails
-            self._settle(run, "fail", f"{type(e).__name__}: {e}", retry_at_ms(run.ctx.attempt))
+            self._settle(run, "fail", f"{type(e).__name__}: {e}", retry_at_ms(run.ctx.attempt), own=True)
         finally:
-            self._slots.release()
+            self._free(run)
 
     def _settle(self, run: _Running, outcome: str, text: str, retry_at: int, trace: str | None = None,
-                value: bytes | None = None) -> None:
+                value: bytes | None = None, own: bool = False) -> None:
         """Queues the outcome for the completer, once per run; an interrupted run records none.
         A failure's `trace` goes with it, unless a live older process would refuse the field; a
-        success's `value` (the MessagePack of what the handler returned, when not text) too."""
+        success's `value` (the MessagePack of what the handler returned, when not text) too.
+        `own`: called by the run's own thread, its handler done: the slot is freed first."""
         with run.lock:
             if run.settled:
                 return
@@ -456,6 +364,8 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
                 # is recorded if it can
                 log.warning("job %s: its last progress and log lines were not recorded yet (%s: %s)", run.job.id,
                             type(e).__name__, e)
+        if own:
+            self._free(run)
         self._done.put({
             "id": run.job.id, "stream": self.streams[run.stream_index], "lease": run.entry,
             "outcome": outcome, "text": text, "retry_at": retry_at, "reply": run.job.reply,
@@ -463,47 +373,6 @@ class Worker(_Guards, _Presence, _Duties, _Orphans):
             "trace": None if self._hold_traces else trace,
             "value": value if outcome == "done" else None,
         })
-
-    # -- complete ---------------------------------------------------------------------------
-    def _completer(self) -> None:
-        outage = _Outage(self, "recording outcomes")
-        while not (self._finished.is_set() and self._done.empty()):
-            try:
-                first = self._done.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            batch = [first]
-            while len(batch) < 100:
-                try:
-                    batch.append(self._done.get_nowait())
-                except queue.Empty:
-                    break
-            self._record(batch, outage)
-
-    def _record(self, batch: list[dict], outage: _Outage) -> None:
-        """Records a batch of outcomes, sending it again with back-off until Redis takes it: a
-        second answer is harmless (the completion is fenced by the lease), and the keeper renews
-        the leases meanwhile, so no outcome is dropped while its lease may hold. A batch that
-        fails unexpectedly (not an outage) is sent one outcome at a time, so that one the
-        server refuses holds no other back."""
-        while True:
-            try:
-                answers = self.proto.complete(self.consumer, batch)
-                outage.ok()
-                break
-            except Exception as e:
-                self._emit("error", "", f"completion failed: {e}")
-                delay = outage.failed(e)
-                if len(batch) > 1 and not transient(e):
-                    for d in batch:
-                        self._record([d], outage)
-                    return
-                time.sleep(delay)
-        for d, answer in zip(batch, answers):
-            with self._lock:
-                self._running.pop(d["id"], None)
-            self.completed += 1
-            self._emit(_ended_as(d["outcome"], answer), d["id"], d["text"] if d["outcome"] != "done" else answer)
 
     # -- stop requests ----------------------------------------------------------------------
     def _control(self) -> None:
