@@ -26,39 +26,56 @@ class Handlers:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._serving = 0  # threads made and not abandoned
-        # an idle thread's token: a submit that takes one has a thread waiting for its job
-        self._idle = threading.Semaphore(0)
+        self._idle = 0  # of them, waiting for a job
+        self._pending = 0  # jobs submitted and not taken yet
+
+    def _more(self) -> bool:
+        """Under the lock: whether a job waits that no idle thread will take, and a thread may be
+        made for it (then counted)."""
+        if self._pending > self._idle and self._serving < self.size:
+            self._serving += 1
+            return True
+        return False
+
+    def _spawn(self) -> None:
+        threading.Thread(target=self._serve, daemon=True, name=f"hero-job-{next(_names)}").start()
 
     def submit(self, fn: Callable[[Any], None], run: Any) -> None:
-        self._jobs.put((fn, run))
-        if self._idle.acquire(blocking=False):
-            return
         with self._lock:
-            if self._serving >= self.size:
-                return  # every thread is busy: the job waits for the first free one
-            self._serving += 1
-        threading.Thread(target=self._serve, daemon=True, name=f"hero-job-{next(_names)}").start()
+            self._pending += 1
+            more = self._more()
+        self._jobs.put((fn, run))
+        if more:
+            self._spawn()
 
     def abandoned(self) -> None:
         """A thread's handler was abandoned (its slot given to the next job): the thread no longer
-        counts, and ends when its handler returns."""
+        counts, and ends when its handler returns; a job already waiting gets a new thread."""
         with self._lock:
             self._serving -= 1
+            more = self._more()
+        if more:
+            self._spawn()
 
     def _serve(self) -> None:
         while True:
+            with self._lock:
+                self._idle += 1
             item = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+                self._pending -= 1
             if item is None:
                 return
             fn, run = item
             contextvars.Context().run(fn, run)
             if getattr(run, "abandoned", False):
                 return  # a new thread took this one's place
-            self._idle.release()
 
     def close(self) -> None:
         """Ends every thread once it finished its job (the jobs queued before are run first)."""
         with self._lock:
             n = self._serving
+            self._pending += n
         for _ in range(n):
             self._jobs.put(None)
