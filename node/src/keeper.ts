@@ -62,7 +62,7 @@ export class Keeper<R extends Lease> {
     private readonly keys: Keys,
     private readonly proto: Protocol,
     private readonly streams: string[],
-    private readonly running: ReadonlyMap<string, R>,
+    private readonly running: { readonly size: number; values(): IterableIterator<R> },
     private readonly settle: (run: R, outcome: "fail", out: string, retryAt: number) => void,
   ) {
     this.leaseMs = w.settings.leaseMs;

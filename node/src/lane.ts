@@ -15,12 +15,12 @@ import { numberField } from "./job.js";
 import { duplicate } from "./connect.js";
 import { HeroError, libraryMissing, transient, WorkerFailed } from "./errors.js";
 import { runDuties } from "./duties.js";
-import { Keeper, type Lease } from "./keeper.js";
+import { Keeper } from "./keeper.js";
 import { Keys } from "./keys.js";
 import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep, wakeSleepers } from "./outage.js";
-import { boundedTrace, Done, nowMs, Protocol, retryAtMs, text } from "./protocol.js";
-import { resultOf } from "./value.js";
-import { Abort, Handler, isText, pick, Retry, WorkerJob } from "./worker-job.js";
+import { Done, Protocol, text } from "./protocol.js";
+import { execute, retire, Running, Runs } from "./runs.js";
+import { Handler, isText, pick, WorkerJob } from "./worker-job.js";
 
 /** What a lane needs of the worker that owns it (the `Worker`, whose lanes share its slots). */
 export interface LaneOwner {
@@ -54,21 +54,11 @@ const HAND_BACK_FOR_MS = 10_000;
 /** How long a fetch held back by a concurrency limit waits before it looks again (ms). */
 const LIMITED_BLOCK_MS = 50;
 
-/** A job this lane runs, from its fetch to its recorded end (the keeper renews its `Lease`). */
-interface Running extends Lease {
-  lane: Lane;
-  began: number;
-  /** What the handler returned, or threw: the worker's `completed` and `failed` events carry
-   * them as they were (the record holds their text). */
-  value?: unknown;
-  error?: unknown;
-}
-
 /** The worker on one shard: its keys, streams, connections, running jobs and completions. */
 export class Lane {
   private readonly proto: Protocol;
   private readonly streams: string[];
-  private readonly running = new Map<string, Running>();
+  private readonly running = new Runs<Running>();
   private done: Done[] = [];
   private doneWaiter: (() => void) | null = null;
   private control!: Redis;
@@ -309,6 +299,8 @@ export class Lane {
         // the few fields read of every job, found in the record's pairs: the rest is decoded
         // only when a handler asks (a sixth of the worker's time went to decoding it whole)
         const pairs = records[i] ?? [];
+        // the fetch's answer lets go of the record (the job holds it): see retire()
+        records[i] = null;
         if (!isText(pick(pairs, "status"), "started") || !isText(pick(pairs, "lease"), entry)) {
           // stopped or recovered between the fetch and the read: no longer ours
           this.w.releaseSlots(1);
@@ -319,7 +311,7 @@ export class Lane {
         const limitS = (timeout === undefined ? null : numberField({ timeout: text(timeout) }, "timeout", null)) ?? this.keeper.policyTimeout(job);
         // the keeper ends it at its deadline (a timer per job cost more than the job's start)
         job.deadline = now + limitS * 1000;
-        const run: Running = { job, lane: this, streamIndex: index, entry, began: now, renewedAt: leasedAt, settled: false };
+        const run: Running = { job, streamIndex: index, entry, began: now, renewedAt: leasedAt, settled: false };
         this.running.set(id, run);
         if (active) this.tell("active", job);
         this.execute(run);
@@ -330,63 +322,19 @@ export class Lane {
     }
   }
 
-  /** Runs the job's handler; its outcome goes to the completer (`settle`), its slot back. No
-   * async function a job: the handler's own promise is the only one waited on. */
   private execute(run: Running): void {
-    let value: unknown;
-    try {
-      value = this.w.handler(run.job);
-    } catch (e) {
-      this.failed(run, e);
-      return;
-    }
-    if (value instanceof Promise) {
-      value.then(
-        (v) => this.succeeded(run, v),
-        (e) => this.failed(run, e),
-      );
-    } else if (value !== null && typeof value === "object" && typeof (value as { then?: unknown }).then === "function") {
-      Promise.resolve(value).then(
-        (v) => this.succeeded(run, v),
-        (e) => this.failed(run, e),
-      );
-    } else {
-      // a handler that answered at once: recorded as an async one's, after this turn
-      queueMicrotask(() => this.succeeded(run, value));
-    }
+    execute(this.w.handler, run, this.end);
   }
 
-  private succeeded(run: Running, value: unknown): void {
-    run.value = value;
-    let r: { text: string; bytes: Buffer | null };
-    try {
-      r = resultOf(value);
-    } catch (e) {
-      // a value MessagePack cannot carry: the job ends error naming it (as Rust's
-      // Outcome::value), never a result silently dropped or turned into `{}`
-      this.failed(run, new Abort(`job ${run.job.id}: ${e instanceof Error ? e.message : e}; return data (MessagePack carries objects, arrays, Dates, Buffers, Maps, BigInts)`));
-      return;
-    }
-    this.ended(run, "done", r.text, 0, undefined, r.bytes);
-  }
-
-  private failed(run: Running, e: unknown): void {
-    run.error = e;
-    if (e instanceof Retry) this.ended(run, "retry", e.message, nowMs() + e.delayMs);
-    else if (e instanceof Abort) this.ended(run, "abort", e.message, 0, boundedTrace(e));
-    // the handler failed: the attempt fails, retried within the job's budget or its policy's
-    else this.ended(run, "fail", e instanceof Error ? `${e.name}: ${e.message}` : String(e), retryAtMs(run.job.attempt), boundedTrace(e));
-  }
-
-  private ended(run: Running, outcome: Done["outcome"], out: string, retryAt: number, trace?: string, bytes?: Buffer | null): void {
+  /** Where a handler's outcome goes (`execute`'s `ended`): the completer, and its slot back. */
+  private readonly end = (run: Running, outcome: Done["outcome"], out: string, retryAt: number, trace?: string, bytes?: Buffer | null): void => {
     try {
       this.settle(run, outcome, out, retryAt, trace, bytes);
     } catch (e) {
       this.w.fail(e);
     }
     this.w.releaseSlots(1);
-  }
-
+  };
   /** Queues the outcome for the completer, once per run; an interrupted run records none. */
   private settle(run: Running, outcome: Done["outcome"], out: string, retryAt: number, trace?: string, value?: Buffer | null): void {
     if (run.settled) return;
@@ -397,6 +345,7 @@ export class Lane {
       // a renewal answered `lost` (another delivery owns the job): the result is fenced here,
       // before a completion would have been refused with `lease_lost`
       if (reason === "lost") this.tell("fenced", run.job, "lost");
+      retire(run);
       return;
     }
     // its last report goes with the outcome: the completer sends it just before (record)
@@ -417,9 +366,14 @@ export class Lane {
         if (this.done.length === 0) {
           if (this.w.isStopping && this.fetchers === 0 && this.running.size === 0 && inFlight.size === 0) return;
           if (Date.now() > this.closeBy && inFlight.size === 0) return;
+          // woken by an outcome, or after 200 ms to look at the close again (the timer cleared
+          // when woken: one left pending a wait held its promise, and what that held, 200 ms)
           await new Promise<void>((r) => {
-            this.doneWaiter = r;
-            setTimeout(r, 200);
+            const timer = setTimeout(r, 200);
+            this.doneWaiter = () => {
+              clearTimeout(timer);
+              r();
+            };
           });
           this.doneWaiter = null;
           continue;
@@ -509,6 +463,7 @@ export class Lane {
       } else if (answer === "completed" || answer === "retrying") {
         if (failed) this.tell("failed", job, run?.error instanceof Error ? run.error : new Error(d.text), answer);
       } else if (fenced) this.tell("fenced", job, answer);
+      if (run) retire(run);
     }
   }
 
@@ -538,7 +493,9 @@ export class Lane {
    * Redis's: recovery hands it on once its lease runs out, or `close()` hands it back). */
   private drop(batch: Done[], why: string): void {
     for (const d of batch) {
+      const run = this.running.get(d.id);
       this.running.delete(d.id);
+      if (run) retire(run);
       this.w.fail(new HeroError(`job ${d.id}: its outcome (${d.outcome}) was not recorded: ${why}. The job runs again once its lease runs out`));
     }
   }

@@ -297,7 +297,11 @@ export class Protocol {
     const records: (unknown[] | null)[] = new Array(jobs.length).fill(null);
     if (reply.length > 4 && Array.isArray(reply[4])) {
       const recs = reply[4] as unknown[];
-      for (let i = 0; i < jobs.length && i < recs.length; i++) if (Array.isArray(recs[i])) records[i] = recs[i] as unknown[];
+      for (let i = 0; i < jobs.length && i < recs.length; i++) {
+        if (Array.isArray(recs[i])) records[i] = recs[i] as unknown[];
+        // moved, not shared: the reply holds no record once its job has it (lane.ts, retire())
+        recs[i] = null;
+      }
     }
     let signal: string | null = null;
     let registered: number[] | "stale" | null = null;
