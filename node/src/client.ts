@@ -21,6 +21,22 @@ function name(what: string, v: string): string {
   return v;
 }
 
+/** Record field -> the feature the brokers' `fleet_lacks` summary names it by. */
+const GATED: Record<string, string> = { unique: "unique", tags: "tags", limit_key: "limit_key", batch: "batch", backoff: "job_policy", keep: "job_policy", keep_failed: "job_policy" };
+
+/** [job id, feature] of each gated feature `specs` use (see `checkFleet`). */
+function gatedUse(specs: Spec[]): [string, string][] {
+  const used: [string, string][] = [];
+  for (const s of specs) {
+    const f = s.fields;
+    for (let i = 0; i < f.length; i++) {
+      const [k, v] = f[i];
+      if (Object.hasOwn(GATED, k) && v !== "" && v !== "[]") used.push([s.id, GATED[k]]);
+    }
+  }
+  return used;
+}
+
 export class Client {
   readonly keys: Keys;
   private readonly proto: Protocol;
@@ -153,11 +169,7 @@ export class Client {
   /** Refuses a job using a feature the brokers say a live older process lacks (their
    * `fleet_lacks` summary in the config hash, read at most every 2 s and only when a job uses
    * such a feature: docs/protocol.md §8). */
-  private async checkFleet(specs: Spec[]): Promise<void> {
-    // record field -> the feature the brokers' summary names
-    const gated: Record<string, string> = { unique: "unique", tags: "tags", limit_key: "limit_key", batch: "batch", backoff: "job_policy", keep: "job_policy", keep_failed: "job_policy" };
-    const used: [string, string][] = [];
-    for (const s of specs) for (const [k, v] of s.fields) if (k in gated && v !== "" && v !== "[]") used.push([s.id, gated[k]]);
+  private async checkFleet(used: [string, string][]): Promise<void> {
     if (used.length === 0) return;
     if (this.lacks === null || Date.now() - this.lacks.at >= 2000) {
       const raw = await this.redis.hget(this.keys.config(), "fleet_lacks");
@@ -202,9 +214,11 @@ export class Client {
    * process warning, `HERO_NO_UPKEEP`, naming the namespace and the Redis with its db). */
   async submitMany<Data = unknown>(jobs: JobOptions<Data>[], reply = false): Promise<Submitted[]> {
     const specs = jobs.map((j) => this.spec(j, reply));
-    await this.upkeep.note(jobs.map((j, i) => [j, specs[i]]));
-    await this.checkFleet(specs);
-    const m = await this.shardMap();
+    // each look below awaits only when it has something to do (a bulk submit's fixed cost)
+    if (this.upkeep.pending) await this.upkeep.note(jobs.map((j, i) => [j, specs[i]]));
+    const used = gatedUse(specs);
+    if (used.length) await this.checkFleet(used);
+    const m = Date.now() - this.mapAt < 2000 ? this.map : await this.shardMap();
     if (!m.sharded) return this.submitOn(this.proto, this.keys, specs);
     const ids = new Set(specs.map((s) => s.id));
     const flow = specs.some((s) => JSON.parse((s.fields.find(([k]) => k === "prerequisites")?.[1] ?? "[]").toString()).some((p: string) => ids.has(p)));
@@ -244,8 +258,17 @@ export class Client {
   private async submitOn(proto: Protocol, keys: Keys, specs: Spec[]): Promise<Submitted[]> {
     let answers: [string, string][];
     try {
+      // a bulk submit's jobs mostly share a work stream: its key made once for a run of them
+      let last: Spec | null = null;
+      let stream = "";
       answers = await proto.submit(
-        specs.map((s) => [s.id, keys.work(s.type, s.group, s.instance, s.priority), s.runAt, s.fields]),
+        specs.map((s) => {
+          if (last === null || s.type !== last.type || s.group !== last.group || s.instance !== last.instance || s.priority !== last.priority) {
+            stream = keys.work(s.type, s.group, s.instance, s.priority);
+            last = s;
+          }
+          return [s.id, stream, s.runAt, s.fields];
+        }),
       );
     } catch (e) {
       throw HeroError.fromServer(e);

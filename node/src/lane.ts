@@ -153,7 +153,12 @@ export class Lane {
   }
 
   wake(): void {
-    this.doneWaiter?.();
+    const w = this.doneWaiter;
+    if (w !== null) {
+      // once: every job that ends wakes the completer, which needs waking once a wait
+      this.doneWaiter = null;
+      w();
+    }
   }
 
   // -- fetch ----------------------------------------------------------------------------------

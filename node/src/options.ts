@@ -253,7 +253,7 @@ export function jobSpec(o: JobOptions, reply = false): Spec {
   if (!o || typeof o !== "object" || Array.isArray(o)) throw new InvalidInput("a job is an object: { type, script, ... }");
   strictOptions("job", o, JOB_OPTIONS, JOB_HINTS);
   const id = o.id === undefined ? randomUUID() : o.id;
-  if (typeof id !== "string" || !JOB_ID.test(id)) throw new InvalidInput(`job id ${JSON.stringify(id)}: use 1-128 characters of A-Z a-z 0-9 _ - .`);
+  if (o.id !== undefined && (typeof id !== "string" || !JOB_ID.test(id))) throw new InvalidInput(`job id ${JSON.stringify(id)}: use 1-128 characters of A-Z a-z 0-9 _ - .`);
   const type = name("script type", o.type);
   const script = o.script ?? "";
   if (typeof script !== "string") throw new InvalidInput(`script is a ${typeof script}: give the job's script as a string (its data goes in payload)`);
@@ -261,7 +261,8 @@ export function jobSpec(o: JobOptions, reply = false): Spec {
   if (o.group !== undefined) name("group", o.group);
   if (o.instance !== undefined) name("instance", o.instance);
   const priority = levelOf(o);
-  if (Buffer.byteLength(script) > MAX_SCRIPT_BYTES) {
+  // (a UTF-8 byte is at most three a UTF-16 unit: a short script is measured by its length)
+  if (script.length * 3 > MAX_SCRIPT_BYTES && Buffer.byteLength(script) > MAX_SCRIPT_BYTES) {
     throw new InvalidInput(`the script is ${Buffer.byteLength(script)} bytes; the limit is ${MAX_SCRIPT_BYTES}`);
   }
   if (o.route !== undefined) text("route key", o.route);
@@ -316,7 +317,7 @@ export function jobSpec(o: JobOptions, reply = false): Spec {
   } else if (o.delay !== undefined) runAt = nowMs() + Math.floor(delayMs(o.delay));
   // due now (BullMQ's `delay: 0`): queued at once, not parked in the delayed set, which costs a
   // `delayed` event, up to the upkeep's pace in latency, and needs a process doing the upkeep
-  if (runAt <= nowMs()) runAt = 0;
+  if (runAt !== 0 && runAt <= nowMs()) runAt = 0;
   if (runAt > 0 && f.some(([k]) => k === "prerequisites")) {
     throw new InvalidInput("a job with prerequisites cannot also be delayed: it starts when they finish");
   }

@@ -21,6 +21,29 @@ export function text(v: unknown): string {
   return String(v);
 }
 
+/** The text of reply items that repeat (a status a job): the last two texts read are kept, and
+ * an item of the same bytes answers the same string. */
+export class Words {
+  private a: [unknown, string] | null = null;
+  private b: [unknown, string] | null = null;
+
+  of(v: unknown): string {
+    if (this.a !== null && same(v, this.a[0])) return this.a[1];
+    if (this.b !== null && same(v, this.b[0])) return this.b[1];
+    const t = text(v);
+    this.b = this.a;
+    this.a = [v, t];
+    return t;
+  }
+}
+
+function same(x: unknown, y: unknown): boolean {
+  if (x === y) return true;
+  if (!Buffer.isBuffer(x) || !Buffer.isBuffer(y) || x.length !== y.length || x.length > 32) return false;
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
+  return true;
+}
+
 /** A reply item holding a whole number 0 or more (its digits as bytes), as a number; NaN when
  * it holds anything else. */
 export function whole(v: unknown): number {
@@ -102,16 +125,33 @@ export class Protocol {
    * [kind, status] per job: kind `created`, `exists` or `duplicate:<id>`. */
   async submit(jobs: [string, string, number, [string, Arg][]][]): Promise<[string, string][]> {
     const k = this.keys;
-    const keys = [k.delayed(), k.queues(), k.bridgeRegistry(), k.config(), k.events(), k.stats()];
-    const argv: Arg[] = [GROUP];
-    for (const [id, stream, runAt, fields] of jobs) {
-      keys.push(k.job(id), stream);
-      argv.push(id, runAt, fields.length * 2);
-      for (const [f, v] of fields) argv.push(f, v);
+    const h = this.hot;
+    let answer: unknown[];
+    if (this.raw) {
+      // written straight into the command's bytes, a job's key as prefix and id (resp.ts)
+      const w = new Resp().str("FCALL").str(this.fn("submit")).num(6 + 2 * jobs.length);
+      w.str(h.delayed).str(h.queues).str(k.bridgeRegistry()).str(h.config).str(h.events).str(h.stats);
+      for (const job of jobs) w.str2(h.jobPrefix, job[0]).str(job[1]);
+      w.str(GROUP);
+      for (const [id, , runAt, fields] of jobs) {
+        w.str(id).num(runAt).num(fields.length * 2);
+        for (let i = 0; i < fields.length; i++) w.str(fields[i][0]).arg(fields[i][1]);
+      }
+      answer = (await this.send(w)) as unknown[];
+    } else {
+      const keys = [h.delayed, h.queues, k.bridgeRegistry(), h.config, h.events, h.stats];
+      const argv: Arg[] = [GROUP];
+      for (const [id, stream, runAt, fields] of jobs) {
+        keys.push(k.job(id), stream);
+        argv.push(id, runAt, fields.length * 2);
+        for (const [f, v] of fields) argv.push(f, v);
+      }
+      answer = (await this.fcall("submit", keys, argv)) as unknown[];
     }
-    const answer = (await this.fcall("submit", keys, argv)) as unknown[];
-    const out: [string, string][] = [];
-    for (let i = 0; i < answer.length; i += 2) out.push([text(answer[i]), text(answer[i + 1])]);
+    // the same few words each job (`created`, `dispatched`): each read once a call
+    const words = new Words();
+    const out: [string, string][] = new Array(answer.length >> 1);
+    for (let i = 0, j = 0; i + 1 < answer.length; i += 2, j++) out[j] = [words.of(answer[i]), words.of(answer[i + 1])];
     return out;
   }
 
@@ -370,7 +410,8 @@ export class Protocol {
       if (values) done.forEach((d, i) => d.value && d.outcome === "done" && argv.push(`v${i}`, d.value));
       answer = (await this.fcall("complete", keys, argv)) as unknown[];
     }
-    return answer.map(text);
+    const words = new Words();
+    return answer.map((a) => words.of(a));
   }
 
   /** hero_beat: the heartbeat of process `name` (a worker's consumer), on Redis's clock and

@@ -57,6 +57,11 @@ export class Upkeep {
     private readonly url: string | null,
   ) {}
 
+  /** Whether the one look is still to come (`note` does nothing after it). */
+  get pending(): boolean {
+    return !this.looked;
+  }
+
   /** Looks once, when a job of `jobs` needs the upkeep: warns when nobody holds the duty lease.
    * A failed look says nothing (the submit itself tells of a Redis that does not answer). */
   async note(jobs: [JobOptions<unknown>, Spec][]): Promise<void> {
