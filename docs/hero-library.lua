@@ -6361,7 +6361,8 @@ end
 --   'delayed': the delayed set, soonest first (retries and run-at jobs)
 --   'waiting', 'running': the entries of the work streams (registered and paused), stream after
 --     stream in name order: the jobs whose record is `dispatched` (queued, not taken) or
---     `started`
+--     `started`; for 'waiting', then each stream's fair gate (gate.lua): its lanes, the ring's
+--     keys in ring order and then the held keys', each lane first in, first out
 -- and kept when the job's record has that status and its queue is covered by ARGV[3].
 -- KEYS[1] retention stream  KEYS[2] delayed zset  KEYS[3] queue registry set
 -- ARGV[1] job key prefix  ARGV[2] state (above)  ARGV[3] queue name (`<type>[/<group>[/
@@ -6454,19 +6455,28 @@ local function hero_list(keys, args)
     return out
   end
 
-  -- waiting, running: cursor `<stream index>:<entry>` (exclusive)
+  -- waiting, running: cursor `<stream index>:<entry>` (exclusive), or `<stream index>:g<lane>:
+  -- <item>`, that stream's gate from its lane-th lane (from 0), item-th job (from 0)
   local streams = redis.call('SUNION', keys[3], paused_key(keys[3]))
   table.sort(streams)
-  local at, after = 1, nil
+  local at, after, lane, item = 1, nil, nil, 0
   if cursor ~= '' then
     local i, e = string.match(cursor, '^(%d+):(%d+%-%d+)$')
-    if not i then return redis.error_reply('HERO_BAD_ARG cursor ' .. cursor) end
-    at, after = tonumber(i), e
+    if i then
+      at, after = tonumber(i), e
+    else
+      local g, l, k = string.match(cursor, '^(%d+):g(%d+):(%d+)$')
+      if not g or state ~= 'waiting' then return redis.error_reply('HERO_BAD_ARG cursor ' .. cursor) end
+      at, lane, item = tonumber(g), tonumber(l), tonumber(k)
+    end
   end
   while at <= #streams and read < LIST_READ do
     local stream = streams[at]
     local p = stream_parts(stream)
-    if p and (queue == '' or covers(queue, p)) then
+    if not p or (queue ~= '' and not covers(queue, p)) then
+      at, after, lane = at + 1, nil, nil
+      out[1] = at .. ':0-0'
+    elseif not lane then
       local from = after and ('(' .. after) or '-'
       local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 100)
       for _, e in ipairs(entries) do
@@ -6480,13 +6490,44 @@ local function hero_list(keys, args)
       if #entries == 100 then
         after = entries[#entries][1]
         out[1] = at .. ':' .. after
+      elseif state == 'waiting' then
+        lane, item = 0, 0
+        out[1] = at .. ':g0:0'
       else
         at, after = at + 1, nil
         out[1] = at .. ':0-0'
       end
     else
-      at, after = at + 1, nil
-      out[1] = at .. ':0-0'
+      -- the gate's lanes: the ring's keys, then the keys held under a name covering the stream
+      -- (out of the ring until resumed); a key in both is read once
+      local lanes, named = redis.call('LRANGE', fair_ring_of(stream), 0, -1), {}
+      for _, k in ipairs(lanes) do named[k] = true end
+      local names, ns = names_of(stream)
+      for _, m in ipairs(#names > 0 and redis.call('SMEMBERS', ns .. ':meta:held') or {}) do
+        local q, k = string.match(m, '^([^|]*)|(.*)$')
+        for _, name in ipairs(names) do
+          if q == name and not named[k] then
+            named[k] = true
+            lanes[#lanes + 1] = k
+          end
+        end
+      end
+      while lane < #lanes and read < LIST_READ do
+        local items = redis.call('LRANGE', fair_lane_of(stream, lanes[lane + 1]), item, item + 99)
+        for _, it in ipairs(items) do
+          item, read = item + 1, read + 1
+          if take(string.match(it, '^(%S+)') or '') then
+            out[1] = at .. ':g' .. lane .. ':' .. item
+            return out
+          end
+        end
+        if #items < 100 then lane, item = lane + 1, 0 end
+        out[1] = at .. ':g' .. lane .. ':' .. item
+      end
+      if lane >= #lanes then
+        at, after, lane = at + 1, nil, nil
+        out[1] = at .. ':0-0'
+      end
     end
   end
   if at > #streams then out[1] = '' end

@@ -474,3 +474,43 @@ async fn a_queue_of_many_keys_is_counted_and_paged_not_read_whole() {
     assert_eq!(read, 3000);
     assert_eq!(busiest, 4);
 }
+
+/// Every waiting job of a fair queue is listed, from every language (they all page through
+/// `hero_list`): those in its gate's lanes too, the ring's keys and a held key's alike, once
+/// each, and a page's cursor goes on inside the gate.
+#[tokio::test]
+async fn the_jobs_waiting_in_a_fair_gate_are_listed_once_each() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let admin = hero_admin::Admin::from(&client);
+    admin.set_policy("lw", &fair(None)).await.unwrap();
+    let mut jobs = keyed("lw", "A", 3);
+    jobs.extend(keyed("lw", "B", 2));
+    jobs.push(NewJob::builder("lw", "x").id("plain").build().unwrap());
+    client.submit_many(&jobs).await.unwrap();
+    admin.pause_key("lw", "B").await.unwrap();
+    let mut want: Vec<String> = jobs.iter().map(|j| j.id().to_string()).collect();
+    want.sort();
+    let mut all = admin.jobs_in(Some("lw"), "waiting", 100).await.unwrap();
+    all.sort();
+    assert_eq!(all, want, "every job in the gate, the held key's too");
+    // pages of two: the cursor goes on inside the gate, and no job comes twice
+    let (mut paged, mut cursor) = (Vec::new(), String::new());
+    for _ in 0..20 {
+        let call = hero_protocol::function::list(client.keys(), "waiting", "lw", &cursor, 2);
+        let v: redis::Value = client.redis().query(&call).await.unwrap();
+        let page = hero_protocol::function::Listed::parse(&v).unwrap();
+        paged.extend(page.ids);
+        match page.next {
+            Some(n) => cursor = n,
+            None => break,
+        }
+    }
+    paged.sort();
+    assert_eq!(paged, want);
+    assert!(admin
+        .jobs_in(Some("lw"), "running", 100)
+        .await
+        .unwrap()
+        .is_empty());
+}
