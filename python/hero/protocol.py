@@ -191,13 +191,13 @@ class Protocol:
         return [int(x) for x in self.r.fcall_ro(self.fn("cron_next"), 0, schedule, tz, int(after_ms), int(n))]
 
     # -- worker -----------------------------------------------------------------------------
-    def fetch(self, streams: Sequence[str], consumer: str, count: int) -> tuple[list, list, list, dict]:
+    def fetch(self, streams: Sequence[str], consumer: str, count: int, since: str = "") -> "Fetched":
         """hero_fetch over `streams` in precedence order, asking for the records of the jobs it
-        leases; answers (jobs as (stream index from 0, entry, job id), dropped, cursors, records
-        by job id)."""
-        return read_fetch(self.r.fcall(*self.fetch_call(streams, consumer, count)))
+        leases; `since` the registry cursor (ARGV[9]: '' none, '*' to learn which streams are
+        registered, or the signal id such an answer gave, with `streams` the registered ones)."""
+        return read_fetch(self.r.fcall(*self.fetch_call(streams, consumer, count, since)))
 
-    def fetch_call(self, streams: Sequence[str], consumer: str, count: int) -> list[Any]:
+    def fetch_call(self, streams: Sequence[str], consumer: str, count: int, since: str = "") -> list[Any]:
         """hero_fetch's FCALL arguments. Every fetch hands back the records of the jobs it
         leased (ARGV[8] = 2, protocol 29 on): a round trip and a command a job fewer for a client
         whose own cost a command is high, as Python's is (before 29, a short fetch only)."""
@@ -206,11 +206,14 @@ class Protocol:
         if keys is None:
             k = self.keys
             keys = self._fetch_keys[named] = [k.queues(), k.config(), k.events(), k.stats(), *named]
-        return [self.fn("fetch"), len(keys), *keys, GROUP, consumer, count, self.keys.job_prefix(), iso(),
+        call = [self.fn("fetch"), len(keys), *keys, GROUP, consumer, count, self.keys.job_prefix(), iso(),
                 self.xackdel(), "", "2" if int(self.version) >= 29 else "1"]
+        if since:
+            call.append(since)
+        return call
 
     def complete_and_fetch(self, consumer: str, done: Sequence[dict[str, Any]], streams: Sequence[str],
-                           count: int) -> tuple[list[str] | Exception, tuple | Exception]:
+                           count: int, since: str = "") -> tuple[list[str] | Exception, "Fetched | Exception"]:
         """A batch of outcomes recorded and `count` jobs fetched (the slots the batch freed) in
         one round trip: the fetch pipelined right after the hero_complete on one connection, so
         Redis records the ends before it leases anew (docs/protocol.md §5.4, step 4). Answers each call's
@@ -218,7 +221,7 @@ class Protocol:
         trip itself failed (nothing is known of either)."""
         pipe = self.r.pipeline(transaction=False)
         pipe.fcall(*self.complete_call(consumer, done))
-        pipe.fcall(*self.fetch_call(streams, consumer, count))
+        pipe.fcall(*self.fetch_call(streams, consumer, count, since))
         completed, fetched = pipe.execute(raise_on_error=False)
         return (completed if isinstance(completed, Exception) else [_text(x) for x in completed],
                 fetched if isinstance(fetched, Exception) else read_fetch(fetched))
@@ -529,8 +532,25 @@ def iso(ms: int | None = None) -> str:
     return f"{last[1]}{milli:03d}Z"
 
 
-def read_fetch(reply: Any) -> tuple[list, list, list, dict]:
-    """hero_fetch's answer as `Protocol.fetch` gives it."""
+class Fetched:
+    """hero_fetch's answer: `jobs` as (stream index from 0 among the streams named, entry, job
+    id), `dropped`, `cursors` (empty when the fetch claimed all it asked), `records` by job id,
+    and with a registry cursor `signal` and `registered` (0-based indexes among the streams
+    named, or None when the cursor was stale: nothing was claimed)."""
+
+    __slots__ = ("jobs", "dropped", "cursors", "records", "signal", "registered")
+
+    def __init__(self, jobs: list, dropped: list, cursors: list, records: dict, signal: str | None,
+                 registered: list[int] | None):
+        self.jobs, self.dropped, self.cursors, self.records = jobs, dropped, cursors, records
+        self.signal, self.registered = signal, registered
+
+    def __iter__(self):  # jobs, dropped, cursors, records: as `fetch` answered before
+        return iter((self.jobs, self.dropped, self.cursors, self.records))
+
+
+def read_fetch(reply: Any) -> Fetched:
+    """hero_fetch's answer (see `Fetched`)."""
     flat = reply[0]
     jobs = [(int(flat[i]) - 1, _text(flat[i + 1]), _text(flat[i + 2])) for i in range(0, len(flat), 3)]
     cursors = [_text(c) for c in reply[2]]
@@ -538,7 +558,12 @@ def read_fetch(reply: Any) -> tuple[list, list, list, dict]:
     if len(reply) > 4:
         for (_, _, job_id), rec in zip(jobs, reply[4]):
             records[job_id] = {rec[i]: rec[i + 1] for i in range(0, len(rec), 2)}
-    return jobs, reply[1], cursors, records
+    signal = registered = None
+    if len(reply) > 6:
+        signal = _text(reply[5])
+        named = reply[6]
+        registered = None if isinstance(named, bytes | str) else [int(i) - 1 for i in named]
+    return Fetched(jobs, reply[1], cursors, records, signal, registered)
 
 
 def _text(v: Any) -> str:

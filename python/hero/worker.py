@@ -116,6 +116,9 @@ class Worker(_Flow, _Guards, _Presence, _Duties, _Orphans):
         # the last fetch came back full: the completer fetches the slots it frees (flow.py)
         self._backlog = False
         self._completing = False
+        # the registry cursor's view, (signal id, indexes of the registered streams, those
+        # streams), or None: the next fetch names every stream and asks (flow.py)
+        self._registry: tuple[str, list[int], list[str]] | None = None
         self._stopping = threading.Event()
         self._finished = threading.Event()
         self.completed = 0
@@ -145,6 +148,7 @@ class Worker(_Flow, _Guards, _Presence, _Duties, _Orphans):
         w._done = queue.SimpleQueue()
         w._backlog = False
         w._completing = False
+        w._registry = None
         w._finished = threading.Event()
         w.completed = 0
         return w
