@@ -206,7 +206,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--out")
-    ap.add_argument("--cpu-jobs", type=int, default=200, help="CPU-bound jobs (0: none)")
+    ap.add_argument("--cpu-jobs", type=int, default=400, help="CPU-bound jobs (0: none)")
     ap.add_argument("--cpu-loops", type=int, default=300000, help="squares summed by each CPU-bound job")
     ap.add_argument("--cpu-concurrency", type=int, default=2, help="processes (cores) for the CPU-bound rows")
     ap.add_argument("--only-cpu", action="store_true")

@@ -370,13 +370,17 @@ class Worker(_Flow, _Guards, _Presence, _Duties, _Orphans):
                             type(e).__name__, e)
         if own:
             self._free(run)
-        self._done.put({
+        outcome_of = {
             "id": run.job.id, "stream": self.streams[run.stream_index], "lease": run.entry,
             "outcome": outcome, "text": text, "retry_at": retry_at, "reply": run.job.reply,
             "ran_ms": int((time.monotonic() - run.began) * 1000),
             "trace": None if self._hold_traces else trace,
             "value": value if outcome == "done" else None,
-        })
+        }
+        if own and self._pool is not None and self._backlog and not self._stopping.is_set() and self._fused():
+            self._complete_now(outcome_of)
+        else:
+            self._done.put(outcome_of)
 
     # -- stop requests ----------------------------------------------------------------------
     def _control(self) -> None:
