@@ -20,7 +20,7 @@ import { Keys } from "./keys.js";
 import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep, wakeSleepers } from "./outage.js";
 import { Done, Protocol, text } from "./protocol.js";
 import { execute, retire, Running, Runs } from "./runs.js";
-import { Handler, isText, pick, WorkerJob } from "./worker-job.js";
+import { Handler, isText, pickRun, RunFields, WorkerJob } from "./worker-job.js";
 
 /** What a lane needs of the worker that owns it (the `Worker`, whose lanes share its slots). */
 export interface LaneOwner {
@@ -59,6 +59,8 @@ export class Lane {
   private readonly proto: Protocol;
   private readonly streams: string[];
   private readonly running = new Runs<Running>();
+  /** `begin`'s look at each record (one object, filled a job at a time). */
+  private readonly picked: RunFields = { status: undefined, lease: undefined, timeout: undefined, reply: undefined };
   private done: Done[] = [];
   private doneWaiter: (() => void) | null = null;
   private control!: Redis;
@@ -306,17 +308,18 @@ export class Lane {
         const pairs = records[i] ?? [];
         // the fetch's answer lets go of the record (the job holds it): see retire()
         records[i] = null;
-        if (!isText(pick(pairs, "status"), "started") || !isText(pick(pairs, "lease"), entry)) {
+        const f = this.picked;
+        pickRun(pairs, f);
+        if (!isText(f.status, "started") || !isText(f.lease, entry)) {
           // stopped or recovered between the fetch and the read: no longer ours
           this.w.releaseSlots(1);
           continue;
         }
         const job = new WorkerJob(id, pairs);
-        const timeout = pick(pairs, "timeout");
-        const limitS = (timeout === undefined ? null : numberField({ timeout: text(timeout) }, "timeout", null)) ?? this.keeper.policyTimeout(job);
+        const limitS = (f.timeout === undefined ? null : numberField({ timeout: text(f.timeout) }, "timeout", null)) ?? this.keeper.policyTimeout(job);
         // the keeper ends it at its deadline (a timer per job cost more than the job's start)
         job.deadline = now + limitS * 1000;
-        const run: Running = { job, streamIndex: index, entry, began: now, renewedAt: leasedAt, settled: false };
+        const run: Running = { job, streamIndex: index, entry, began: now, renewedAt: leasedAt, settled: false, reply: f.reply === undefined ? "" : text(f.reply) };
         this.running.set(id, run);
         if (active) this.tell("active", job);
         this.execute(run);
@@ -354,7 +357,7 @@ export class Lane {
       return;
     }
     // its last report goes with the outcome: the completer sends it just before (record)
-    const d: Done = { id: run.job.id, stream: this.streams[run.streamIndex], lease: run.entry, outcome, text: out, retryAt, reply: run.job.field("reply"), ranMs: Date.now() - run.began };
+    const d: Done = { id: run.job.id, stream: this.streams[run.streamIndex], lease: run.entry, outcome, text: out, retryAt, reply: run.reply, ranMs: Date.now() - run.began };
     if (trace && !this.keeper.holdTraces) d.trace = trace;
     if (value && outcome === "done") d.value = value;
     this.done.push(d);

@@ -17,6 +17,8 @@ import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
 /** A job a lane runs, from its fetch to its recorded end (the keeper renews its `Lease`). */
 export interface Running extends Lease {
   began: number;
+  /** The record's `reply` ('' when no caller waits): the completion names the reply list. */
+  reply: string;
   /** What the handler returned, or threw: the worker's `completed` and `failed` events carry
    * them as they were (the record holds their text). */
   value?: unknown;

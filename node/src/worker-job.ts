@@ -34,7 +34,8 @@ export class WorkerJob<Data = any> {
    * of the worker's time, and most handlers never look. */
   private abort: AbortController | null = null;
   private progress: [number, string] | null = null;
-  private lines: string[] = [];
+  /** Log lines since the last take (made when a handler first logs). */
+  private lines: string[] | null = null;
   /** @internal when the job's time limit ends it (ms since the epoch). */
   deadline = 0;
 
@@ -143,16 +144,17 @@ export class WorkerJob<Data = any> {
 
   /** Appends a line to the job's log (it keeps its last 100). */
   async log(line: string): Promise<void> {
-    this.lines.push(String(line));
-    if (this.lines.length > LOG_LINES) this.lines.shift();
+    const lines = (this.lines ??= []);
+    lines.push(String(line));
+    if (lines.length > LOG_LINES) lines.shift();
   }
 
   /** @internal what was reported since the last take. */
   take(): [[number, string] | null, string[]] | null {
-    if (this.progress === null && this.lines.length === 0) return null;
-    const out: [[number, string] | null, string[]] = [this.progress, this.lines];
+    if (this.progress === null && (this.lines === null || this.lines.length === 0)) return null;
+    const out: [[number, string] | null, string[]] = [this.progress, this.lines ?? []];
     this.progress = null;
-    this.lines = [];
+    this.lines = null;
     return out;
   }
 
@@ -161,7 +163,7 @@ export class WorkerJob<Data = any> {
   putBack(taken: [[number, string] | null, string[]]): void {
     const [progress, lines] = taken;
     if (this.progress === null) this.progress = progress;
-    this.lines = [...lines, ...this.lines].slice(-LOG_LINES);
+    this.lines = [...lines, ...(this.lines ?? [])].slice(-LOG_LINES);
   }
 
   /** @internal */
@@ -183,6 +185,33 @@ export function isText(v: unknown, s: string): boolean {
   if (!Buffer.isBuffer(v) || v.length !== s.length) return false;
   for (let i = 0; i < s.length; i++) if (v[i] !== s.charCodeAt(i)) return false;
   return true;
+}
+
+/** The fields a worker reads of every job before its handler runs, as read (Buffers),
+ * undefined when absent: filled by `pickRun`. */
+export interface RunFields {
+  status: unknown;
+  lease: unknown;
+  timeout: unknown;
+  reply: unknown;
+}
+
+/** Fills `out` from a record's flat pairs in one pass, no string made (`pick` a field each
+ * took a pass each). */
+export function pickRun(pairs: readonly unknown[], out: RunFields): void {
+  out.status = out.lease = out.timeout = out.reply = undefined;
+  for (let i = 0; i + 1 < pairs.length; i += 2) {
+    const k = pairs[i];
+    const n = Buffer.isBuffer(k) || typeof k === "string" ? k.length : -1;
+    if (n === 6) {
+      if (isText(k, "status")) out.status = pairs[i + 1];
+    } else if (n === 5) {
+      if (isText(k, "lease")) out.lease = pairs[i + 1];
+      else if (isText(k, "reply")) out.reply = pairs[i + 1];
+    } else if (n === 7) {
+      if (isText(k, "timeout")) out.timeout = pairs[i + 1];
+    }
+  }
 }
 
 /** Field `name`'s value in a record's flat pairs (as read: a Buffer), undefined when absent:
