@@ -13,7 +13,8 @@ Celery's prefork, and hero-py's threads (held by the GIL) for contrast.
 What each does a job is not the same: hero-py records every job's result and lease in Redis
 (fenced, retried, timed), Celery's tasks here ignore their result (`ignore_result=True`) and are
 acknowledged when received (its default), RQ keeps each job's result.
-Prints a table and writes JSON (--out)."""
+Every row but RQ's runs `--rounds` times (3), the rows interleaved, each on a fresh Redis; a
+row's figure is its median. Prints a table and writes JSON (--out)."""
 import argparse
 import json
 import os
@@ -210,6 +211,9 @@ def main():
     ap.add_argument("--cpu-loops", type=int, default=300000, help="squares summed by each CPU-bound job")
     ap.add_argument("--cpu-concurrency", type=int, default=2, help="processes (cores) for the CPU-bound rows")
     ap.add_argument("--only-cpu", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of every row but RQ's, interleaved; each row's median is its figure (the machine's "
+                         "speed moves between rows)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="hero-peers-tasks-")
     with open(os.path.join(tmp, "bench_tasks.py"), "w") as f:
@@ -232,19 +236,31 @@ def main():
         (f"CPU-bound: Celery (prefork, {cc})", lambda url, r: run_celery_cpu(url, r, cj, cc, cl, tmp)),
         (f"CPU-bound: hero-py (threads, {cc})", lambda url, r: run_hero_cpu(url, r, cj, cc, cl, "thread", tmp)),
     ] if cj > 0 else []
-    for name, run in ([] if a.only_cpu else trivial) + cpu:
-        n_jobs = cj if name.startswith("CPU") else a.jobs
-        p, d, url, r = start_redis()
-        try:
-            measured, took, start = run(url, r)
-        finally:
-            p.kill()
-            p.wait()
-            shutil.rmtree(d, ignore_errors=True)
-        rows.append({"worker": name, "jobs": n_jobs, "measured": measured, "seconds": round(took, 3),
-                     "jobs_per_s": round(measured / took), "start_s": round(start, 2)})
-        print(f"{name:38} {measured / took:8.0f} jobs/s  ({measured} jobs in {took:.2f} s, after {start:.2f} s "
-              "of start-up)", flush=True)
+    plan = [x for x in ([] if a.only_cpu else trivial) + cpu]
+    runs: dict[str, list[dict]] = {name: [] for name, _ in plan}
+    for k in range(max(1, a.rounds)):
+        for name, run in plan:
+            if k > 0 and name.startswith("RQ"):
+                continue  # far behind, and its fork-per-job row alone takes half a minute
+            n_jobs = cj if name.startswith("CPU") else a.jobs
+            p, d, url, r = start_redis()
+            try:
+                measured, took, start = run(url, r)
+            finally:
+                p.kill()
+                p.wait()
+                shutil.rmtree(d, ignore_errors=True)
+            runs[name].append({"jobs": n_jobs, "measured": measured, "seconds": round(took, 3),
+                               "jobs_per_s": round(measured / took), "start_s": round(start, 2)})
+            print(f"round {k + 1}: {name:38} {measured / took:8.0f} jobs/s  ({measured} jobs in {took:.2f} s, after "
+                  f"{start:.2f} s of start-up)", flush=True)
+    for name, _ in plan:
+        got = sorted(runs[name], key=lambda x: x["jobs_per_s"])
+        mid = dict(got[len(got) // 2])
+        rows.append({"worker": name, **mid, "rounds": [x["jobs_per_s"] for x in runs[name]]})
+    print()
+    for x in rows:
+        print(f"{x['worker']:38} {x['jobs_per_s']:8} jobs/s  (median of {x['rounds']})")
     best = max((x["jobs_per_s"] for x in rows if x["worker"].startswith("Celery")), default=0)
     cpu_celery = next((x["jobs_per_s"] for x in rows if x["worker"].startswith("CPU-bound: Celery")), 0)
     for x in rows:
@@ -258,7 +274,8 @@ def main():
                   f"{'best pool' if 'vs_celery_best' in x else 'prefork'}")
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d"), "concurrency": a.concurrency, "rows": rows}, f, indent=2)
+            json.dump({"date": time.strftime("%Y-%m-%d"), "concurrency": a.concurrency, "rounds": a.rounds,
+                       "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

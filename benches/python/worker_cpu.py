@@ -2,12 +2,16 @@
 """What one hero-py worker process costs a job: N no-op jobs (each one INCR, as in peers.py)
 queued on a throwaway Redis, then one worker process of `--concurrency` threads (or
 `--pool process`) runs them; prints the jobs/s and the worker process's CPU per job, both
-measured from its `--warm`th job to its last (its start-up excluded). `--spy FILE` records the
-worker with py-spy (`pip install py-spy` into the venv) as a flame graph or, with a `.txt`
-name, the top functions (`--format raw` collapsed stacks). Run with the bench venv:
+measured from its `--warm`th job to its last (its start-up excluded), and the Redis calls a job
+(INFO commandstats: a function's own calls counted too). `--spy FILE` samples the worker with
+py-spy (`pip install py-spy` into the venv; only while a thread holds the GIL: where its Python
+time goes) into a flame graph (`.svg`) or, with a `.txt` name, collapsed stacks, and prints
+the top functions by their own samples and by their callees'. Run with the bench venv:
 `target/bench-venv/bin/python benches/python/worker_cpu.py --jobs 5000`."""
 import argparse
+import collections
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +55,29 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def top(path: str, n: int = 25) -> None:
+    """The top functions of py-spy's collapsed stacks: by their own samples, then with callees."""
+    own: collections.Counter = collections.Counter()
+    within: collections.Counter = collections.Counter()
+    total = 0
+    with open(path) as f:
+        text = f.read()
+    # a line is `frame;frame;... count`; the process's own name may span lines
+    for m in re.finditer(r"(.*?) (\d+)\n", text, re.S):
+        frames = m.group(1).split(";")[1:] or ["(no Python frame)"]
+        count = int(m.group(2))
+        total += count
+        own[frames[-1]] += count
+        for fr in set(frames):
+            within[fr] += count
+    print(f"  {total} samples; own:")
+    for fr, c in own.most_common(n):
+        print(f"  {c / total * 100:5.1f}% {fr}")
+    print("  with callees:")
+    for fr, c in within.most_common(n + 10):
+        print(f"  {c / total * 100:5.1f}% {fr}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=5000)
@@ -77,9 +104,10 @@ def main():
         spy = None
         if a.spy:
             fmt = ["--format", "raw"] if a.spy.endswith(".txt") else []
-            spy = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "-s", "-r", "250", "--nonblocking", "--nolineno", "--gil",
-                                    "-o", a.spy, *fmt, "--pid", str(w.pid)], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+            # sampled without pausing it, only while a thread holds the GIL: where its CPU goes
+            spy = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "-s",
+                                    "-r", "250", "--nonblocking", "--nolineno", "--gil", "-o", a.spy, *fmt,
+                                    "--pid", str(w.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         r.config_resetstat()
         while int(r.get(COUNTER) or 0) < a.jobs:
             time.sleep(0.002)
@@ -97,6 +125,8 @@ def main():
         calls = {k[len("cmdstat_"):]: v["calls"] / n for k, v in stats.items()
                  if k not in ("cmdstat_get", "cmdstat_incr", "cmdstat_config|resetstat")}
         print("  calls a job: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(calls.items(), key=lambda x: -x[1])))
+        if a.spy and a.spy.endswith(".txt"):
+            top(a.spy)
     finally:
         p.kill()
         p.wait()
