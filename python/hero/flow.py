@@ -262,6 +262,8 @@ class _Flow:
         if not isinstance(fetched, Exception) and jobs:
             self._start(jobs, records)
         if isinstance(answers, Exception):
+            # sent again below with back-off: the fetch loop fetches meanwhile, as without a backlog
+            self._backlog = False
             self._emit("error", "", f"completion failed: {answers}")
             delay = outage.failed(answers)
             if len(batch) > 1 and not transient(answers):
