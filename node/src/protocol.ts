@@ -8,57 +8,13 @@ import type { Redis } from "ioredis";
 import { HeroError } from "./errors.js";
 import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
-import { Arg, rawOk, RawCommand, Resp } from "./resp.js";
+import { Arg, rawOk, RawCommand, Resp, text, whole, Words } from "./resp.js";
 
 export const VERSION = "33";
 /** This package's release (package.json says the same: a test holds them equal). */
 export const RELEASE = "1.1.0";
 
-/** Text of a reply item (a Buffer, a string, a number, or nil). */
-export function text(v: unknown): string {
-  if (v === null || v === undefined) return "";
-  if (Buffer.isBuffer(v)) return v.toString();
-  return String(v);
-}
-
-/** The text of reply items that repeat (a status a job): the last two texts read are kept, and
- * an item of the same bytes answers the same string. */
-export class Words {
-  private a: [unknown, string] | null = null;
-  private b: [unknown, string] | null = null;
-
-  of(v: unknown): string {
-    if (this.a !== null && same(v, this.a[0])) return this.a[1];
-    if (this.b !== null && same(v, this.b[0])) return this.b[1];
-    const t = text(v);
-    this.b = this.a;
-    this.a = [v, t];
-    return t;
-  }
-}
-
-function same(x: unknown, y: unknown): boolean {
-  if (x === y) return true;
-  if (!Buffer.isBuffer(x) || !Buffer.isBuffer(y) || x.length !== y.length || x.length > 32) return false;
-  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
-  return true;
-}
-
-/** A reply item holding a whole number 0 or more (its digits as bytes), as a number; NaN when
- * it holds anything else. */
-export function whole(v: unknown): number {
-  if (typeof v === "number") return v;
-  if (Buffer.isBuffer(v) && v.length > 0 && v.length < 16) {
-    let n = 0;
-    for (let i = 0; i < v.length; i++) {
-      const c = v[i] - 48;
-      if (c < 0 || c > 9) return NaN;
-      n = n * 10 + c;
-    }
-    return n;
-  }
-  return Number(text(v));
-}
+export { text } from "./resp.js";
 
 /** The calls of one protocol version on one connection, for one shard's keys. */
 export class Protocol {
