@@ -4,7 +4,10 @@
 // interleaved (FLUSHALL between), medians. Prints a table with the ratios and writes the
 // figures as JSON.
 //
-// usage: node compare.mjs [--jobs N] [--rounds N] [--concurrency N] [--out FILE]
+// usage: node compare.mjs [--jobs N] [--rounds N] [--concurrency N] [--out FILE] [--base DIR]
+// --base DIR: a third side, "base", interleaved with the others: another build of the package
+// (DIR holds its node/ with dist/ built and benches/node/hero.mjs, e.g. `git archive HEAD node
+// benches/node | tar -x -C DIR`, node_modules linked, `node scripts/build.mjs` in DIR/node).
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
@@ -16,7 +19,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const opt = { jobs: 50000, rounds: 3, concurrency: 100, out: join(here, "..", "node-results.json") };
 for (let i = 2; i < process.argv.length; i += 2) {
   const name = process.argv[i].replace(/^--/, "");
-  opt[name] = name === "out" ? process.argv[i + 1] : Number(process.argv[i + 1]);
+  opt[name] = name === "out" || name === "base" ? process.argv[i + 1] : Number(process.argv[i + 1]);
 }
 
 const freePort = () =>
@@ -42,20 +45,21 @@ for (let i = 0; cli("PING").stdout?.trim() !== "PONG"; i++) {
 }
 
 function run(side, scenario) {
-  const script = side === "hero" ? join(here, "hero.mjs") : join(here, "..", "peer", "bullmq.mjs");
+  const script = side === "hero" ? join(here, "hero.mjs") : side === "base" ? join(opt.base, "benches", "node", "hero.mjs") : join(here, "..", "peer", "bullmq.mjs");
   const args = [script, scenario, "--url", url, "--jobs", String(opt.jobs), "--concurrency", String(opt.concurrency)];
   const [cmd, cargs] = pinned(1, process.execPath, args);
-  const cwd = side === "hero" ? here : join(here, "..", "peer");
+  const cwd = side === "hero" ? here : side === "base" ? join(opt.base, "benches", "node") : join(here, "..", "peer");
   const out = execFileSync(cmd, cargs, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"], timeout: 600_000 });
   return JSON.parse(out.trim().split("\n").pop());
 }
 
 const scenarios = ["worker-concurrent", "end-to-end"];
-const figures = { hero: {}, bullmq: {} };
+const sides = opt.base ? ["base", "hero", "bullmq"] : ["hero", "bullmq"];
+const figures = { hero: {}, bullmq: {}, base: {} };
 try {
   for (let round = 1; round <= opt.rounds; round++) {
     for (const scenario of scenarios) {
-      for (const side of ["hero", "bullmq"]) {
+      for (const side of sides) {
         cli("FLUSHALL");
         process.stderr.write(`[round ${round}/${opt.rounds}] ${scenario} ${side}\n`);
         const f = run(side, scenario);
@@ -74,8 +78,9 @@ const median = (xs) => {
   return s[Math.floor(s.length / 2)];
 };
 const rows = [];
-console.log("| scenario | metric | hero (Node) | BullMQ (Node) | ratio |");
-console.log("| --- | --- | ---: | ---: | ---: |");
+const based = Boolean(opt.base);
+console.log(`| scenario | metric |${based ? " base (Node) |" : ""} hero (Node) | BullMQ (Node) | ratio |${based ? " base ratio |" : ""}`);
+console.log(`| --- | --- |${based ? " ---: |" : ""} ---: | ---: | ---: |${based ? " ---: |" : ""}`);
 for (const scenario of scenarios) {
   for (const [metric, label, higherBetter] of [
     ["jobs_per_s", "jobs/s", true],
@@ -85,8 +90,13 @@ for (const scenario of scenarios) {
     const h = median(figures.hero[scenario].map((f) => f[metric]));
     const b = median(figures.bullmq[scenario].map((f) => f[metric]));
     const ratio = h / b;
-    rows.push({ scenario, metric, hero: h, bullmq: b, ratio });
-    console.log(`| ${scenario} | ${label} | ${h.toFixed(1)} | ${b.toFixed(1)} | ${ratio.toFixed(2)}${higherBetter ? "×" : ""} |`);
+    const row = { scenario, metric, hero: h, bullmq: b, ratio };
+    const x = higherBetter ? "×" : "";
+    if (based) {
+      row.base = median(figures.base[scenario].map((f) => f[metric]));
+      console.log(`| ${scenario} | ${label} | ${row.base.toFixed(1)} | ${h.toFixed(1)} | ${b.toFixed(1)} | ${ratio.toFixed(2)}${x} | ${(row.base / b).toFixed(2)}${x} |`);
+    } else console.log(`| ${scenario} | ${label} | ${h.toFixed(1)} | ${b.toFixed(1)} | ${ratio.toFixed(2)}${x} |`);
+    rows.push(row);
   }
 }
 writeFileSync(opt.out, JSON.stringify({ jobs: opt.jobs, rounds: opt.rounds, concurrency: opt.concurrency, pinned: pin, rows }, null, 2) + "\n");
