@@ -318,7 +318,8 @@ async fn a_due_job_that_names_no_queue_ends_error_with_its_event_count_and_depen
         .await
         .unwrap();
     let failed_before: u64 = before.iter().map(|m| m.failed).sum();
-    let _: () = raw.zadd(keys().delayed(), "no-queue", 1).await.unwrap(); // due now
+    // due now
+    let _: () = raw.zadd(keys().delayed(), "no-queue", 1).await.unwrap();
     // one step of the queue's upkeep, as a worker or broker holding the duties makes it
     hero_protocol::duties::step(
         client.redis(),
