@@ -6511,22 +6511,36 @@ local function hero_list(keys, args)
         out[1] = at .. ':0-0'
       end
     else
-      -- the gate's lanes: the ring's keys, then the keys held under a name covering the stream
-      -- (out of the ring until resumed); a key in both is read once
-      local lanes, named = redis.call('LRANGE', fair_ring_of(stream), 0, -1), {}
-      for _, k in ipairs(lanes) do named[k] = true end
-      local names, ns = names_of(stream)
-      for _, m in ipairs(#names > 0 and redis.call('SMEMBERS', ns .. ':meta:held') or {}) do
-        local q, k = string.match(m, '^([^|]*)|(.*)$')
-        for _, name in ipairs(names) do
-          if q == name and not named[k] then
-            named[k] = true
-            lanes[#lanes + 1] = k
+      -- the gate's lanes from the lane-th: the ring's keys, read a window of 100 at a time (a
+      -- ring may hold every customer's key), then the keys held under a name covering the
+      -- stream (out of the ring until resumed), sorted so a cursor names the same lane again;
+      -- each lane looked at counts as a candidate read, so empty lanes bound a call too
+      local ring = fair_ring_of(stream)
+      local ring_len, held_keys, window, window_at = redis.call('LLEN', ring), nil, {}, 0
+      local function lane_key(k)
+        if k < ring_len then
+          if k < window_at or k >= window_at + #window then
+            window, window_at = redis.call('LRANGE', ring, k, k + 99), k
           end
+          return window[k - window_at + 1]
         end
+        if not held_keys then
+          held_keys = {}
+          local names, ns = names_of(stream)
+          for _, m in ipairs(#names > 0 and redis.call('SMEMBERS', ns .. ':meta:held') or {}) do
+            local q, key = string.match(m, '^([^|]*)|(.*)$')
+            for _, name in ipairs(names) do
+              if q == name then held_keys[#held_keys + 1] = key end
+            end
+          end
+          table.sort(held_keys)
+        end
+        return held_keys[k - ring_len + 1]
       end
-      while lane < #lanes and read < LIST_READ do
-        local items = redis.call('LRANGE', fair_lane_of(stream, lanes[lane + 1]), item, item + 99)
+      local key = lane_key(lane)
+      while key and read < LIST_READ do
+        read = read + 1
+        local items = redis.call('LRANGE', fair_lane_of(stream, key), item, item + 99)
         for _, it in ipairs(items) do
           item, read = item + 1, read + 1
           if take(string.match(it, '^(%S+)') or '') then
@@ -6534,10 +6548,13 @@ local function hero_list(keys, args)
             return out
           end
         end
-        if #items < 100 then lane, item = lane + 1, 0 end
+        if #items < 100 then
+          lane, item = lane + 1, 0
+          key = lane_key(lane)
+        end
         out[1] = at .. ':g' .. lane .. ':' .. item
       end
-      if lane >= #lanes then
+      if not key then
         at, after, lane = at + 1, nil, nil
         out[1] = at .. ':0-0'
       end

@@ -513,4 +513,14 @@ async fn the_jobs_waiting_in_a_fair_gate_are_listed_once_each() {
         .await
         .unwrap()
         .is_empty());
+    // a ring of 250 keys is read a window at a time: every job once
+    admin.set_policy("many", &fair(None)).await.unwrap();
+    let many: Vec<NewJob> = (0..250)
+        .flat_map(|k| keyed("many", &format!("k{k}"), 1))
+        .collect();
+    client.submit_many(&many).await.unwrap();
+    let mut listed = admin.jobs_in(Some("many"), "waiting", 1000).await.unwrap();
+    listed.sort();
+    listed.dedup();
+    assert_eq!(listed.len(), 250);
 }
