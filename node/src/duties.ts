@@ -35,24 +35,9 @@ export interface DutiesOwner extends Reporter {
   readonly isStopping: boolean;
 }
 
-/** The most a call looks at after calls that answered `more` having moved nothing (below). */
-export const BUDGET_MAX = 400;
-
 /** One step of the upkeep as `holder` (a lease of 0 hands the duties back when it holds them). */
-export function step(proto: Protocol, holder: string, leaseMs: number, budget = BUDGET): Promise<Duties> {
-  return proto.duties(holder, leaseMs, budget, mayRecover());
-}
-
-/** The budget of the call after `d` (made with `budget`). A call that answers `more` having
- * moved nothing was a walk over running jobs cut short (the time limits' walk, every second,
- * through every pending delivery): under load the deliveries come faster than 100 a call
- * walks, so the walk went on call after call without end, a call every millisecond or two,
- * at a quarter of Redis's time (5 of 20 µs a job at 50,000 jobs/s) while it moved nothing.
- * Each such call doubles the next one's budget, up to BUDGET_MAX, so the walk gets through
- * and waits its second; a call that moved something, or is through, goes back to BUDGET. */
-export function nextBudget(d: Duties, budget: number): number {
-  const moved = d.promoted + d.recovered + d.dead + d.timedOut + d.expired + d.fired + d.skipped;
-  return d.more && moved === 0 ? Math.min(BUDGET_MAX, budget * 2) : BUDGET;
+export function step(proto: Protocol, holder: string, leaseMs: number): Promise<Duties> {
+  return proto.duties(holder, leaseMs, BUDGET, mayRecover());
 }
 
 /** Does the duties on `proto`'s shard as the worker's consumer until the worker stops, then
@@ -64,15 +49,13 @@ export async function runDuties(w: DutiesOwner, proto: Protocol, pace: Pace = PA
   const failing = new Outage(w, "the queue's upkeep (hero_duties)", "another process may do it meanwhile");
   const stopping = () => w.isStopping;
   let held = false;
-  let budget = BUDGET;
   // when the lease this process holds runs out by itself (performance.now())
   let heldUntil = 0;
   while (!w.isStopping) {
     let wait: number;
     const sent = performance.now();
     try {
-      const d = await step(proto, w.consumer, pace.leaseMs, budget);
-      budget = nextBudget(d, budget);
+      const d = await step(proto, w.consumer, pace.leaseMs);
       failing.ok();
       held = d.held;
       if (held) heldUntil = sent + pace.leaseMs;
