@@ -256,6 +256,8 @@ def main():
     ap.add_argument("--fair", action="store_true",
                     help="make the queue fair (its jobs wait in a gate and the fetch releases them "
                          "in turns): compare with the same --keys without it")
+    ap.add_argument("--complete", type=int, default=25,
+                    help="jobs per completion call (the Rust worker's batches run 25 to 50 under load)")
     ap.add_argument("--fetch", type=int, default=25,
                     help="jobs a fetch asks for (a worker under load fetches the few slots a "
                          "completion freed, in the completion's round trip)")
@@ -266,7 +268,7 @@ def main():
         global LIBRARY
         LIBRARY = args.library
     n = args.jobs - args.jobs % 50
-    submit_batch, fetch_batch, complete_batch = 50, args.fetch, 25
+    submit_batch, fetch_batch, complete_batch = 50, args.fetch, args.complete
     os.makedirs(args.out, exist_ok=True)
     for f in glob.glob(os.path.join(args.out, "redis.out*")):
         os.remove(f)
@@ -382,7 +384,7 @@ def main():
         if len(fetched) != n or r.xlen(STREAM) != 0:
             sys.exit(f"expected {n} jobs fetched and an empty stream, got {len(fetched)}, {r.xlen(STREAM)}")
 
-        mode = f"submit 50, fetch {fetch_batch} and complete 25 a call" + (", jobs with features" if args.features else "")
+        mode = f"submit 50, fetch {fetch_batch} and complete {complete_batch} a call" + (", jobs with features" if args.features else "")
         print(f"Redis instructions and redis.calls per job ({n} jobs, {mode}, {len(streams)} streams, "
               "library from docs/hero-library.lua):")
         for (step, count), dump in zip(results.items(), dumps[1:]):

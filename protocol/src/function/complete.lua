@@ -63,8 +63,9 @@
 -- restarted from an older snapshot leaves it) is not deleted (since protocol 31).
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
+FIELDS.complete = { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD, KEPT_FIELD }
 local function hero_complete(keys, args)
-  local delayed, cfg = keys[1], settings(keys[2], { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD, KEPT_FIELD })
+  local delayed, cfg = keys[1], settings(keys[2], FIELDS.complete)
   -- the queue policies the completion applies itself (retries, back-off, retention), for a
   -- worker of any language: read only while some queue has one
   local policed = setting(cfg, 'policed', 0) > 0

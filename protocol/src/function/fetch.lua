@@ -95,6 +95,7 @@
 -- not set to nil): a table of this size made per call cost Redis ~20 k instructions a call in
 -- garbage collection (a fetch of one job costs ~250 k).
 local FETCH = {}
+FIELDS.fetch = { 'events_max', 'limited', 'rated', 'aged', 'fair' }
 -- The empty list a reply carries when nothing was dropped (only read, never written).
 local NONE = {}
 local function fetch_state(keys, args)
@@ -121,7 +122,7 @@ local function fetch_state(keys, args)
     end
     f.limits = limits
   end
-  f.cfg = settings(keys[2], { 'events_max', 'limited', 'rated', 'aged', 'fair' })
+  f.cfg = settings(keys[2], FIELDS.fetch)
   f.policies, f.released = nil, false
   f.log = event_log(keys[3], f.cfg)
   local want_limits = not f.limits and setting(f.cfg, 'limited', 0) > 0

@@ -32,7 +32,7 @@ local function hero_renew(keys, args)
   local claimed = redis.call('XCLAIM', stream, group, consumer, 0, lease, 'JUSTID')
   if #claimed == 0 then return 'lost' end
   if #args < 4 then return 'ok' end
-  local log = event_log(keys[3], settings(keys[4], { 'events_max' }))
+  local log = event_log(keys[3], settings(keys[4], FIELDS.renew))
   local job_id = args[4]
   if progress and progress ~= '' then
     redis.call('HSET', job_key, 'progress', progress)

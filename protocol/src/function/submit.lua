@@ -214,8 +214,7 @@ local function hero_submit(keys, args)
   local answers = {}
   -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
   -- with the registry); while none, a submit asks the registry nothing
-  local cfg = settings(keys[4], unique and { 'events_max', 'bridged', 'accept_eviction', 'retention_ms' }
-    or { 'events_max', 'bridged', 'accept_eviction' })
+  local cfg = settings(keys[4], unique and FIELDS.submit_unique or FIELDS.submit)
   local evicting = refuse_evicting(cfg)
   if evicting then return evicting end
   -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it

@@ -122,22 +122,34 @@ local function rebased(at, caller_ms, now)
   return at
 end
 
+-- Increments go out as text made with '%d': a Lua number argument becomes text through
+-- printf's '%.14g', which cost Redis ~3 k instructions more an increment.
 local function flush_stats(st)
-  for _, f in ipairs(st.order) do
-    redis.call('HINCRBY', st.key, f, st.inc[f])
+  local order, inc, key = st.order, st.inc, st.key
+  for k = 1, #order do
+    local f = order[k]
+    redis.call('HINCRBY', key, f, string.format('%d', inc[f]))
   end
-  if #st.morder > 0 and st.at then
-    local fresh = false
-    for _, f in ipairs(st.morder) do
+  local morder = st.morder
+  if #morder > 0 and st.at then
+    local fresh, minute = false, st.minute
+    for k = 1, #morder do
+      local f = morder[k]
+      local n = minute[f]
       -- the field's first write this minute is the one whose total is its own increment: the
       -- key's TTL is set then, not on every call (a command a call at low rates)
-      if redis.call('HINCRBY', st.at, f, st.minute[f]) == st.minute[f] then fresh = true end
+      if redis.call('HINCRBY', st.at, f, string.format('%d', n)) == n then fresh = true end
     end
-    if fresh then redis.call('EXPIRE', st.at, 7200) end
+    if fresh then redis.call('EXPIRE', st.at, '7200') end
   end
-  for _, h in ipairs(st.hists or {}) do
-    for b, n in pairs(h) do
-      if b ~= 'prefix' and n ~= 0 then redis.call('HINCRBY', st.key, h.prefix .. b, n) end
+  local hists = st.hists
+  if hists then
+    for k = 1, #hists do
+      local h = hists[k]
+      local prefix = h.prefix
+      for b, n in pairs(h) do
+        if b ~= 'prefix' and n ~= 0 then redis.call('HINCRBY', key, prefix .. b, string.format('%d', n)) end
+      end
     end
   end
   st.inc, st.order, st.minute, st.morder, st.hists = {}, {}, {}, {}, nil
