@@ -103,6 +103,76 @@ def cycle(r, streams, view):
     yield "complete", answers
 
 
+def plain_job(job):
+    """A plain job's arguments to hero_submit, as the Rust client passes them."""
+    return [job, 0, 6, "script", "noop", "script_type", "bench", "created_at", ISO]
+
+
+def submit_args(count, job_argv):
+    """hero_submit's keys and arguments for `count` new jobs, `job_argv(id)` giving each one's."""
+    keys = ["hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge", "hero:meta:config",
+            "hero:meta:events", "hero:meta:stats"]
+    argv = ["workers"]
+    for _ in range(count):
+        job = str(uuid.uuid4())
+        keys += ["hero:job:" + job, STREAM]
+        argv += job_argv(job)
+    return keys, argv
+
+
+def per_call(r, k, instructions):
+    """--per-call: instructions a call of the fetch and of the completion costs, with 1 job and
+    with k, on one stream named with the registry cursor; the fixed part and the part a job adds
+    follow (cost(k) - cost(1)) / (k - 1). An empty fetch is what an idle worker's call costs."""
+    def submit(count):
+        keys, argv = submit_args(count, plain_job)
+        r.fcall(fn("submit"), len(keys), *keys, *argv)
+
+    def fetch(count, cursor):
+        return r.fcall(fn("fetch"), 5, "hero:meta:queues", "hero:meta:config", "hero:meta:events",
+                       "hero:meta:stats", STREAM, "workers", "bench:1:x", count, "hero:job:", ISO, 0,
+                       "", "", cursor)
+
+    def complete(batch):
+        keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events",
+                "hero:meta:stats", "hero:meta:queues"]
+        argv = complete_head(" ".join(job for _, _, job in batch))
+        for _, entry, job in batch:
+            keys += ["hero:job:" + job, STREAM, STREAM]
+            argv += [entry, "done", "", 0, job, "", 1]
+        return r.fcall(fn("complete"), len(keys), *keys, *argv)
+
+    submit(1)
+    first = fetch(25, "*")
+    signal = first[5]
+    complete([first[0][0:3]])
+    calls = 400
+    instructions()
+    for _ in range(calls):
+        fetch(25, signal)
+    empty = instructions() / calls
+    cost = {}
+    for count in (1, k):
+        for _ in range(calls):
+            submit(count)
+        instructions()
+        got = []
+        for _ in range(calls):
+            jobs = fetch(count, signal)[0]
+            got.append([jobs[i:i + 3] for i in range(0, len(jobs), 3)])
+        fetched = instructions() / calls
+        for batch in got:
+            complete(batch)
+        cost[count] = (fetched, instructions() / calls)
+    print(f"Redis instructions a call (one stream, {calls} calls each, library from {LIBRARY}):")
+    print(f"  empty fetch   {empty:>11,.0f}")
+    for step, at in (("fetch", 0), ("complete", 1)):
+        one, many = cost[1][at], cost[k][at]
+        job = (many - one) / (k - 1)
+        print(f"  {step:<9} of 1 {one:>11,.0f}  of {k} {many:>11,.0f}  = {one - job:>9,.0f} a call "
+              f"+ {job:>7,.0f} a job")
+
+
 def light_cycle(r, args, n, instructions, commands, pid, dumps):
     """--light: instructions per job of the whole one-job cycle, then (collection off) the
     redis.calls of each step, counted over a shorter run."""
@@ -261,6 +331,10 @@ def main():
     ap.add_argument("--fetch", type=int, default=25,
                     help="jobs a fetch asks for (a worker under load fetches the few slots a "
                          "completion freed, in the completion's round trip)")
+    ap.add_argument("--per-call", action="store_true",
+                    help="split the fetch's and the completion's cost into what a call costs "
+                         "whatever its jobs and what each job adds (one stream, as the Rust "
+                         "worker names the registered ones): calls of 1 and of --fetch jobs")
     ap.add_argument("--library", default=None,
                     help="the library file to load, to count an older version beside this one")
     args = ap.parse_args()
@@ -316,26 +390,26 @@ def main():
         if args.light:
             light_cycle(r, args, n, instructions, commands, server.pid, dumps)
             return
+        if args.per_call:
+            per_call(r, args.fetch, instructions)
+            return
         pipe = r.pipeline(transaction=False)
         commands()
         for b in range(n // submit_batch):
-            keys = ["hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge", "hero:meta:config",
-                    "hero:meta:events", "hero:meta:stats"]
-            argv = ["workers"]
-            for _ in range(submit_batch):
-                job = str(uuid.uuid4())
-                keys += ["hero:job:" + job, STREAM]
+            def job_argv(job, b=b, made=[0]):
+                made[0] += 1
                 if args.features:
                     # the end-to-end-features scenario's job: retries, a uniqueness key, two tags
                     # and a small payload (MessagePack bytes as the Rust client sends them)
-                    argv += [job, 0, 14, "script", "noop", "script_type", "bench", "created_at", ISO,
-                             "retries", "3", "unique", f"order-{job}", "tags", '["bench","features"]',
-                             "payload", "\x84\xa5order\xcd\x01\x00\xa8customer\xa7c-20417"]
-                elif args.keys:
-                    argv += [job, 0, 8, "script", "noop", "script_type", "bench", "created_at", ISO,
-                             "limit_key", f"k{(b * submit_batch + len(keys)) % args.keys}"]
-                else:
-                    argv += [job, 0, 6, "script", "noop", "script_type", "bench", "created_at", ISO]
+                    return [job, 0, 14, "script", "noop", "script_type", "bench", "created_at", ISO,
+                            "retries", "3", "unique", f"order-{job}", "tags", '["bench","features"]',
+                            "payload", "\x84\xa5order\xcd\x01\x00\xa8customer\xa7c-20417"]
+                if args.keys:
+                    # the limit key of the job's place in the run, in turn
+                    return [job, 0, 8, "script", "noop", "script_type", "bench", "created_at", ISO,
+                            "limit_key", f"k{(b * submit_batch + 6 + 2 * made[0]) % args.keys}"]
+                return plain_job(job)
+            keys, argv = submit_args(submit_batch, job_argv)
             pipe.fcall(fn("submit"), len(keys), *keys, *argv)
             if b % 8 == 7:
                 pipe.execute()
