@@ -136,6 +136,8 @@ async fn jobs_are_listed_by_state_and_queue_through_every_page() {
     jobs.extend((0..5).map(|i| job("ls", &format!("bad-{i}"), "fail")));
     jobs.push(job("other", "bad-other", "fail"));
     client.submit_many(&jobs).await.unwrap();
+    // every job ended: the finished ones and the failed ones (a failure may end after the
+    // last success)
     wait_for("every job ended", LIMIT, || {
         let admin = admin.clone();
         async move {
@@ -144,7 +146,8 @@ async fn jobs_are_listed_by_state_and_queue_through_every_page() {
                 .await
                 .ok()?
                 .len();
-            (n == 1500).then_some(())
+            let failed = admin.jobs_in(None, "error", 100).await.ok()?.len();
+            (n == 1500 && failed == 6).then_some(())
         }
     })
     .await;
