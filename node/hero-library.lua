@@ -276,7 +276,7 @@ end
 -- `prefetch` (optional) names the fields the call reads for sure, read with one HMGET: at one
 -- job a call every command counts (a `redis.call` costs Redis ~4 us before its own work).
 
--- The hot functions' prefetch lists, made once with the library (see PREFETCHED).
+-- The hot functions' prefetch lists, made once with the library (see settings).
 local FIELDS = {
   submit = { 'events_max', 'bridged', 'accept_eviction' },
   submit_unique = { 'events_max', 'bridged', 'accept_eviction', 'retention_ms' },
