@@ -47,11 +47,30 @@ def fn(name):
     return f"hero_v{version()}_{name}"
 
 
-def complete_head(ids):
-    """hero_complete's arguments before the per-job ones: since protocol 26 the sixth is the
-    queue policies' retention per job ('' here: no policy)."""
-    head = ["workers", ISO, 0, ids, "g:a:1"]
-    return head + [""] if int(version()) >= 26 else head
+def complete_args(batch):
+    """hero_complete's keys and arguments for `batch`, (entry, job id, reply field) each, every
+    job on STREAM, done in 1 ms, as the Rust worker passes them: since protocol 34 the stream
+    once and four arguments a job (a `w<i>` pair for a job someone waits on); before it, three
+    keys and seven arguments a job, the stream standing in for the reply list of a job no one
+    waits on. Since protocol 26 the sixth argument is the queue policies' retention per job ('':
+    no policy)."""
+    v = int(version())
+    keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events",
+            "hero:meta:stats", "hero:meta:queues"]
+    argv = ["workers", ISO, 0, " ".join(job for _, job, _ in batch), "g:a:1"] + ([""] if v >= 26 else [])
+    if v >= 34:
+        keys.append(STREAM)
+        argv += ["hero:job:", len(batch)]
+        for entry, job, _ in batch:
+            argv += [entry, job, "d1", ""]
+        for i, (_, _, reply) in enumerate(batch):
+            if reply:
+                argv += [f"w{i}", reply]
+        return keys, argv
+    for entry, job, reply in batch:
+        keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job if reply else STREAM]
+        argv += [entry, "done", "", 0, job, reply, 1]
+    return keys, argv
 
 
 def free_port():
@@ -95,10 +114,8 @@ def cycle(r, streams, view):
     jobs, records = reply[0], reply[4]
     assert len(jobs) == 3 and jobs[2] == job, jobs
     record = dict(zip(records[0][::2], records[0][1::2]))
-    answers = r.fcall(fn("complete"), 9, "hero:meta:delayed", "hero:meta:config", "hero:meta:retention",
-                      "hero:meta:events", "hero:meta:stats", "hero:meta:queues", "hero:job:" + job, STREAM,
-                      "hero:q:reply:" + job if record.get("reply") else STREAM, *complete_head(job), jobs[1], "done", "", 0, job,
-                      record.get("reply", ""), 1)
+    keys, argv = complete_args([(jobs[1], job, record.get("reply", ""))])
+    answers = r.fcall(fn("complete"), len(keys), *keys, *argv)
     assert answers == ["completed"], answers
     yield "complete", answers
 
@@ -134,12 +151,7 @@ def per_call(r, k, instructions):
                        "", "", cursor)
 
     def complete(batch):
-        keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events",
-                "hero:meta:stats", "hero:meta:queues"]
-        argv = complete_head(" ".join(job for _, _, job in batch))
-        for _, entry, job in batch:
-            keys += ["hero:job:" + job, STREAM, STREAM]
-            argv += [entry, "done", "", 0, job, "", 1]
+        keys, argv = complete_args([(entry, job, "") for _, entry, job in batch])
         return r.fcall(fn("complete"), len(keys), *keys, *argv)
 
     submit(1)
@@ -443,14 +455,8 @@ def main():
         calls["hgetall"] = commands()
 
         for b in range(0, len(fetched), complete_batch):
-            keys = ["hero:meta:delayed", "hero:meta:config", "hero:meta:retention", "hero:meta:events",
-                    "hero:meta:stats", "hero:meta:queues"]
-            argv = complete_head(" ".join(job for _, _, job in fetched[b:b + complete_batch]))
-            for _, entry, job in fetched[b:b + complete_batch]:
-                # the Rust worker passes the stream for the reply list of a job no one waits on
-                reply = records[job].get("reply", "")
-                keys += ["hero:job:" + job, STREAM, "hero:q:reply:" + job if reply else STREAM]
-                argv += [entry, "done", "", 0, job, records[job].get("reply", ""), 1]
+            keys, argv = complete_args([(entry, job, records[job].get("reply", ""))
+                                        for _, entry, job in fetched[b:b + complete_batch]])
             answers = r.fcall(fn("complete"), len(keys), *keys, *argv)
             assert all(a == "completed" for a in answers), answers
         results["complete"] = instructions()

@@ -18,7 +18,8 @@ import { runDuties } from "./duties.js";
 import { Keeper } from "./keeper.js";
 import { Keys } from "./keys.js";
 import { BACKOFF_MAX_MS, HOPELESS_FAILURES, message, Outage, sleep, wakeSleepers } from "./outage.js";
-import { Done, Protocol, text } from "./protocol.js";
+import type { Done } from "./done.js";
+import { Protocol, text } from "./protocol.js";
 import { execute, retire, Running, Runs } from "./runs.js";
 import { Handler, isText, pickRun, RunFields, WorkerJob } from "./worker-job.js";
 

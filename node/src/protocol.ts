@@ -5,12 +5,13 @@
 // (§8).
 import type { Redis } from "ioredis";
 
+import { byStream, type Done, LETTERS } from "./done.js";
 import { HeroError } from "./errors.js";
 import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
 import { Arg, rawOk, RawCommand, Resp, text, whole, Words } from "./resp.js";
 
-export const VERSION = "33";
+export const VERSION = "34";
 /** This package's release (package.json says the same: a test holds them equal). */
 export const RELEASE = "1.1.0";
 
@@ -325,49 +326,59 @@ export class Protocol {
   }
 
   /** hero_complete of a batch of outcomes; per job: completed, retrying, already_completed or
-   * lease_lost. */
-  async complete(consumer: string, done: Done[]): Promise<string[]> {
+   * lease_lost, in the order given. */
+  async complete(consumer: string, given: Done[]): Promise<string[]> {
     const h = this.hot;
     const xackdel = this.xackdelFlag ?? (await this.xackdel());
-    const traces = Number(this.version) >= 30;
-    const values = Number(this.version) >= 33;
+    const version = Number(this.version);
+    // since protocol 34 the call takes each stream once and the jobs grouped by it
+    const { done, streams, counts, order } = version >= 34 ? byStream(given) : { done: given, streams: [], counts: [], order: null };
     let ids = "";
     for (let i = 0; i < done.length; i++) ids = i === 0 ? done[i].id : `${ids} ${done[i].id}`;
     let answer: unknown[];
-    if (this.raw) {
-      // written straight into the command's bytes: a job's keys as prefix and id, no string
-      // built for them (a batch of 100 is a thousand arguments)
-      const w = new Resp().str("FCALL").str(this.fn("complete")).num(6 + 3 * done.length);
+    if (version >= 34 && this.raw) {
+      // written straight into the command's bytes
+      const w = new Resp().str("FCALL").str(this.fn("complete")).num(6 + streams.length);
       w.str(h.delayed).str(h.config).str(h.retention).str(h.events).str(h.stats).str(h.queues);
-      for (const d of done) {
-        // a job no one waits on has its reply list untouched: its stream stands in for it, a
-        // key the call holds already (one string a job fewer for Redis to make)
-        w.str2(h.jobPrefix, d.id).str(d.stream);
-        if (d.reply) w.str2(h.replyPrefix, d.id);
-        else w.str(d.stream);
+      for (const s of streams) w.str(s);
+      w.str(GROUP).str(iso()).str(xackdel).str(ids).str(consumer).str("").str(h.jobPrefix).str(counts.join(" "));
+      // the outcome's letter and the run time: most often one code for a whole batch
+      for (const d of done) w.str(d.lease).str(d.id).str2(LETTERS[d.outcome], String(d.ranMs)).str(d.text);
+      for (let i = 0; i < done.length; i++) {
+        const d = done[i];
+        if (d.outcome !== "done" && d.outcome !== "abort") w.str2("t", String(i)).num(d.retryAt);
+        if (d.reply) w.str2("w", String(i)).str(d.reply);
+        if (d.trace && d.outcome !== "done") w.num(i).str(d.trace);
+        if (d.value && d.outcome === "done") w.str2("v", String(i)).bytes(d.value);
       }
-      w.str(GROUP).str(iso()).str(xackdel).str(ids).str(consumer).str("");
-      for (const d of done) w.str(d.lease).str(d.outcome).str(d.text).num(d.retryAt).str(d.id).str(d.reply).num(d.ranMs);
-      // then (index, trace) per failure that has one: a batch of successes sends none (nor does
-      // a library before 30, which takes no traces)
-      if (traces) for (let i = 0; i < done.length; i++) if (done[i].trace && done[i].outcome !== "done") w.num(i).str(done[i].trace!);
-      // then (v<index>, value) per success that returned a value, not text (protocol 33): the
-      // record's `value` beside its `output` text
-      if (values) for (let i = 0; i < done.length; i++) if (done[i].value && done[i].outcome === "done") w.str2("v", String(i)).bytes(done[i].value!);
       answer = (await this.send(w)) as unknown[];
+    } else if (version >= 34) {
+      const argv: Arg[] = [GROUP, iso(), xackdel, ids, consumer, "", h.jobPrefix, counts.join(" ")];
+      for (const d of done) argv.push(d.lease, d.id, `${LETTERS[d.outcome]}${d.ranMs}`, d.text);
+      done.forEach((d, i) => {
+        if (d.outcome !== "done" && d.outcome !== "abort") argv.push(`t${i}`, d.retryAt);
+        if (d.reply) argv.push(`w${i}`, d.reply);
+        if (d.trace && d.outcome !== "done") argv.push(i, d.trace);
+        if (d.value && d.outcome === "done") argv.push(`v${i}`, d.value);
+      });
+      answer = (await this.fcall("complete", [h.delayed, h.config, h.retention, h.events, h.stats, h.queues, ...streams], argv)) as unknown[];
     } else {
+      // protocols before 34: three keys and seven arguments a job, then traces (30) and values (33)
       const keys = [h.delayed, h.config, h.retention, h.events, h.stats, h.queues];
       const argv: Arg[] = [GROUP, iso(), xackdel, ids, consumer, ""];
       for (const d of done) {
         keys.push(this.keys.job(d.id), d.stream, d.reply ? this.keys.reply(d.id) : d.stream);
         argv.push(d.lease, d.outcome, d.text, d.retryAt, d.id, d.reply, d.ranMs);
       }
-      if (traces) done.forEach((d, i) => d.trace && d.outcome !== "done" && argv.push(i, d.trace));
-      if (values) done.forEach((d, i) => d.value && d.outcome === "done" && argv.push(`v${i}`, d.value));
+      if (version >= 30) done.forEach((d, i) => d.trace && d.outcome !== "done" && argv.push(i, d.trace));
+      if (version >= 33) done.forEach((d, i) => d.value && d.outcome === "done" && argv.push(`v${i}`, d.value));
       answer = (await this.fcall("complete", keys, argv)) as unknown[];
     }
     const words = new Words();
-    return answer.map((a) => words.of(a));
+    if (!order) return answer.map((a) => words.of(a));
+    const out: string[] = new Array(order.length);
+    for (let at = 0; at < order.length; at++) out[order[at]] = words.of(answer[at]);
+    return out;
   }
 
   /** hero_beat: the heartbeat of process `name` (a worker's consumer), on Redis's clock and
@@ -483,33 +494,6 @@ export function parseDuties(reply: unknown): Duties {
     fired: n(8),
     skipped: n(9),
   };
-}
-
-/** One outcome on its way to hero_complete. */
-export interface Done {
-  id: string;
-  stream: string;
-  lease: string;
-  outcome: "done" | "fail" | "retry" | "abort";
-  text: string;
-  retryAt: number;
-  reply: string;
-  ranMs: number;
-  /** A failure's stack, bounded ({@link boundedTrace}); stored as the record's `trace`. */
-  trace?: string;
-  /** A success's value, MessagePack (protocol 33): stored as the record's `value`. */
-  value?: Buffer;
-}
-
-/** The most of a trace a worker sends (hero_complete keeps as much). */
-export const TRACE_MAX = 16 * 1024;
-
-/** An error's stack (its message when it has none), cut to its first TRACE_MAX bytes: a stack
- * names the failure and the frame that threw it first. */
-export function boundedTrace(e: unknown): string {
-  const t = e instanceof Error ? (e.stack ?? `${e.name}: ${e.message}`) : String(e);
-  const b = Buffer.from(t, "utf8");
-  return b.length <= TRACE_MAX ? t : b.subarray(0, TRACE_MAX).toString("utf8").replace(/\uFFFD$/, "");
 }
 
 /** 1 s × 2^(attempt-1), ±20 %, capped at an hour: the SDKs' back-off (docs/protocol.md §6). */

@@ -10,7 +10,8 @@
 // an ended run lets go of its job, record and value (`retire`), and the fetch's answer lets go of
 // each record its job takes (protocol.ts, lane.ts).
 import type { Lease } from "./keeper.js";
-import { boundedTrace, Done, nowMs, retryAtMs } from "./protocol.js";
+import { boundedTrace, Done } from "./done.js";
+import { nowMs, retryAtMs } from "./protocol.js";
 import { resultOf } from "./value.js";
 import { Abort, Handler, Retry, WorkerJob } from "./worker-job.js";
 

@@ -116,3 +116,27 @@ test("following the page, a stop request reaches the stop list of the instance r
   // and, per §5.4.5, the stopped job is not completed: its record already says so
   assert.equal((await client.get(j2.id)).status, "error");
 });
+
+test("following the page, a batch over two streams, interleaved, is answered job by job in the order given", async () => {
+  // protocol 34 takes each stream once and the jobs grouped by it: the package groups the batch
+  // and puts the answers back in the order it was given
+  const a1 = await client.submit({ type: "pagemixa", script: "x" });
+  const a2 = await client.submit({ type: "pagemixa", script: "y" });
+  const b1 = await client.submit({ type: "pagemixb", script: "z" });
+  const ca = await register("pagemixa", "m1");
+  const cb = await register("pagemixb", "m2");
+  const j1 = await fetchOne("pagemixa", "m1", ca);
+  const j2 = await fetchOne("pagemixb", "m2", cb);
+  const j3 = await fetchOne("pagemixa", "m1", ca);
+  assert.deepEqual([j1.id, j3.id].sort(), [a1, a2].sort());
+  assert.equal(j2.id, b1);
+  const answers = await proto.complete(ca, [
+    { id: j1.id, stream: j1.stream, lease: j1.entry, outcome: "done", text: "one", retryAt: 0, reply: "", ranMs: 3 },
+    { id: j2.id, stream: j2.stream, lease: "1-1", outcome: "done", text: "not its lease", retryAt: 0, reply: "", ranMs: 3 },
+    { id: j3.id, stream: j3.stream, lease: j3.entry, outcome: "abort", text: "three", retryAt: 0, reply: "", ranMs: 5 },
+  ]);
+  assert.deepEqual(answers, ["completed", "lease_lost", "completed"]);
+  assert.equal((await client.get(j1.id)).status, "finished");
+  assert.equal((await client.get(j2.id)).status, "started", "a lost lease records nothing");
+  assert.equal((await client.get(j3.id)).status, "error");
+});

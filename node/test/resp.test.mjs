@@ -16,7 +16,7 @@ function ioredisBytes(args) {
 
 test("a command written by Resp is the bytes ioredis writes for it", () => {
   const cases = [
-    ["FCALL", "hero_v33_fetch", 4, "a", "", "b"],
+    ["FCALL", "hero_v34_fetch", 4, "a", "", "b"],
     ["FCALL", "é".repeat(9), "€".repeat(40), "x".repeat(200), "ü".repeat(3000), "z".repeat(70) + "é"],
     ["FCALL", 0, 9, 10, 99, 100, 12345, 1795888287117, 1.5, -3, Buffer.from([0xc0]), Buffer.alloc(0), Buffer.alloc(5000, 7)],
     ["FCALL", ...Array.from({ length: 1500 }, (_, i) => (i % 3 === 0 ? i : i % 3 === 1 ? `k:${i}` : Buffer.from(`v${i}`)))],

@@ -16,12 +16,13 @@ from typing import Any, Iterable, Sequence
 
 import redis
 
+from .completion import by_stream, complete_args, in_order
 from .errors import HeroError
 from .keys import GROUP, Keys
 
 log = logging.getLogger("hero")
 
-VERSION = "33"
+VERSION = "34"
 # this package's release (pyproject.toml says the same: a test holds them equal)
 RELEASE = "1.1.0"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -219,11 +220,12 @@ class Protocol:
         Redis records the ends before it leases anew (docs/protocol.md §5.4, step 4). Answers each call's
         answer (as `complete` and `fetch` do) or the error it answered; raises when the round
         trip itself failed (nothing is known of either)."""
+        done, order = by_stream(done)
         pipe = self.r.pipeline(transaction=False)
         pipe.fcall(*self.complete_call(consumer, done))
         pipe.fcall(*self.fetch_call(streams, consumer, count, since))
         completed, fetched = pipe.execute(raise_on_error=False)
-        return (completed if isinstance(completed, Exception) else [_text(x) for x in completed],
+        return (completed if isinstance(completed, Exception) else [_text(x) for x in in_order(completed, order)],
                 fetched if isinstance(fetched, Exception) else read_fetch(fetched))
 
     def renew(self, job_id: str, stream: str, lease: str, consumer: str,
@@ -246,33 +248,13 @@ class Protocol:
         trace (a failure's traceback, or None) and value (a success's MessagePack value, or None:
         sent from protocol 33 on).
         Answers per job: completed, retrying, already_completed or lease_lost."""
-        return [_text(x) for x in self.r.fcall(*self.complete_call(consumer, done))]
+        done, order = by_stream(done)
+        return [_text(x) for x in in_order(self.r.fcall(*self.complete_call(consumer, done)), order)]
 
     def complete_call(self, consumer: str, done: Sequence[dict[str, Any]]) -> list[Any]:
-        """hero_complete's FCALL arguments for the batch `done` (see `complete`)."""
-        k = self.keys
-        keys = [k.delayed(), k.config(), k.retention(), k.events(), k.stats(), k.queues()]
-        argv: list[Any] = [GROUP, iso(), self.xackdel(), " ".join(d["id"] for d in done), consumer, ""]
-        for d in done:
-            # a job no one waits on has its reply list untouched: its stream stands in for it, a
-            # key the call holds already (one string a job fewer for Redis to make)
-            keys += [k.job(d["id"]), d["stream"], k.reply(d["id"]) if d.get("reply") else d["stream"]]
-            argv += [d["lease"], d["outcome"], d["text"], d.get("retry_at", 0), d["id"], d.get("reply", ""),
-                     d.get("ran_ms", "")]
-        # then (index, trace) per failure that has a trace: a batch of successes sends none (nor
-        # does a library before 30, which takes no traces: a test speaks it, as an older release)
-        version = int(self.version)
-        if version >= 30:
-            for i, d in enumerate(done):
-                if d.get("trace") and d["outcome"] != "done":
-                    argv += [i, d["trace"]]
-        # then (v<index>, value) per success whose handler returned a value, not text (protocol
-        # 33): its MessagePack, stored as the record's `value` beside the `output` JSON text
-        if version >= 33:
-            for i, d in enumerate(done):
-                if d.get("value") is not None and d["outcome"] == "done":
-                    argv += [f"v{i}", d["value"]]
-        return [self.fn("complete"), len(keys), *keys, *argv]
+        """hero_complete's FCALL arguments for the batch `done` (see `complete`), whose jobs come
+        grouped by stream (`by_stream`)."""
+        return [self.fn("complete"), *complete_args(self.keys, int(self.version), self.xackdel(), iso(), consumer, done)]
 
     def hand_back(self, stream: str, consumer: str) -> int:
         """Puts every delivery `consumer` holds on `stream` back, without counting an attempt

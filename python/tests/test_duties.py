@@ -383,3 +383,28 @@ def test_recurring_jobs_are_fired_by_the_workers_each_tick_once_and_go_on_when_t
         j = ended(c, job_id)
         n = runs(workers, job_id, 1)
         assert n == 1 or (n == 2 and dead.starts(job_id) == 1 and j.attempts == 2), (job_id, n)
+
+
+def test_a_batch_over_interleaved_streams_is_answered_job_by_job_in_the_order_given(redis_url):
+    """Protocol 34's hero_complete takes each stream once and the jobs grouped by it: `complete`
+    groups a batch whose streams interleave and puts the answers back in the order given."""
+    r = redis.Redis.from_url(redis_url)
+    p = Protocol(r, Keys())
+    p.ensure_library()
+    c = hero.Client(redis_url)
+    for job_id, queue in (("mix-a1", "mixa"), ("mix-a2", "mixa"), ("mix-b1", "mixb")):
+        c.submit("x", queue, id=job_id)
+    k = Keys()
+    sa, sb = k.work("mixa"), k.work("mixb")
+    got = p.fetch([sa], "g:m:1", 2).jobs + p.fetch([sb], "g:m:1", 1).jobs
+    lease = {job_id: entry for _, entry, job_id in got}
+    assert sorted(lease) == ["mix-a1", "mix-a2", "mix-b1"]
+
+    def done(job_id, stream, outcome, entry=None):
+        return {"id": job_id, "stream": stream, "lease": entry or lease[job_id], "outcome": outcome,
+                "text": job_id, "retry_at": 0, "reply": "", "ran_ms": 3}
+
+    answers = p.complete("g:m:1", [done("mix-a1", sa, "done"), done("mix-b1", sb, "done", "1-1"),
+                                   done("mix-a2", sa, "abort")])
+    assert answers == ["completed", "lease_lost", "completed"]
+    assert [c.status(j) for j in ("mix-a1", "mix-b1", "mix-a2")] == ["finished", "started", "error"]

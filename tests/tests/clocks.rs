@@ -143,7 +143,7 @@ async fn an_end_is_stamped_on_redis_clock_whatever_the_callers() {
     });
     let v: redis::Value = client.redis().query(&end.call()).await.unwrap();
     assert_eq!(
-        Completion::decode_many(&v, 1).unwrap(),
+        end.answers(&v).unwrap(),
         [Completion::Completed]
     );
     let (secs, _): (u64, u64) = redis::cmd("TIME")

@@ -304,7 +304,7 @@ async fn requeue_moves_a_job_wherever_it_is_and_a_revoked_lease_records_nothing(
     });
     let v: redis::Value = client.redis().query(&late.call()).await.unwrap();
     assert_eq!(
-        hero_protocol::function::Completion::decode_many(&v, 1).unwrap(),
+        late.answers(&v).unwrap(),
         [hero_protocol::function::Completion::LeaseLost],
         "the revoked delivery records nothing"
     );

@@ -212,7 +212,7 @@ async fn record(
     let answers = loop {
         if let Some(r) = first.take() {
             match r {
-                Ok(v) => break Completion::decode_many(&v, sent.len()),
+                Ok(v) => break outcomes.answers(&v),
                 Err(e) if !e.is_retryable() => break Err(e),
                 Err(_) => {}
             }
@@ -220,7 +220,7 @@ async fn record(
         match s.redis.query::<redis::Value>(&cmd).await {
             Ok(v) => {
                 outage.ok();
-                break Completion::decode_many(&v, sent.len());
+                break outcomes.answers(&v);
             }
             Err(e) if e.is_retryable() => {
                 // kept, with their slots, until Redis takes them

@@ -3,10 +3,8 @@
 -- entries are acknowledged with one command and trimmed with another (see trim_done).
 -- KEYS[1] delayed zset  KEYS[2] config hash  KEYS[3] retention stream  KEYS[4] event log
 -- KEYS[5] stats hash  KEYS[6] queue registry set
---   then per job i = 0, 1, ...: KEYS[7+3i] job hash  KEYS[8+3i] its work stream
---   KEYS[9+3i] its reply list: touched only when ARGV[12+7i] is not '', so a caller completing
---   a job no one waits on may pass any key of the namespace there, as the workers pass the
---   job's stream (a key the call already holds: one string a job fewer for Redis to make)
+-- KEYS[7..] the batch's work streams, each once (since protocol 34: a job's own keys are
+--   derived from the prefixes, its stream from its place in the batch)
 -- ARGV[1] consumer group  ARGV[2] now ISO 8601  ARGV[3] '1' when the server has XACKDEL
 -- ARGV[4] the batch's job ids joined by single spaces, for the retention entry
 --   (ARGV[2] is the caller's clock, read only to rebase its retry times: the ends are stamped
@@ -15,19 +13,23 @@
 -- ARGV[6] retention per job: `<i> <ms>` pairs joined by spaces ('' when no job has one), the
 --   TTL (PEXPIRE) a job of index i (from 0) gets in this call when it ends here: its queue
 --   policy keeps ended jobs shorter than the broker's retention
---   then per job i: ARGV[7+7i] lease (the delivery's entry id)  ARGV[8+7i] outcome
---   ARGV[9+7i] output or error text  ARGV[10+7i] retry-at ms (on the caller's clock, moved to
---   Redis's by ARGV[2] when the two differ by over a second, since protocol 31)  ARGV[11+7i] job id
---   ARGV[12+7i] the job's `reply` field as read with the record ('' when it has none)
---   ARGV[13+7i] run ms: how long the attempt ran, as the worker measured it ('' for unknown)
--- then, optionally, pairs ARGV[7+7n+2k] job index i (from 0)  ARGV[8+7n+2k] the trace of that
---   job's failed attempt (store_trace in finish.lua): only failures that have one, so a batch of
---   successes passes none and pays nothing (since protocol 30); or, the index written `v<i>`,
---   the MessagePack value job i's handler returned, stored as the record's `value` beside the
---   `output` text when it ends finished: only values that are not plain text (since protocol 33)
---   outcome: 'done' (text = output), 'fail' (text = error; retried at retry-at while
---   attempts <= retries), 'retry' (retried at retry-at while the budget lasts, else error text),
---   'abort' (error text, never retried), 'again' (retried at retry-at whatever the record's
+-- ARGV[7] job key prefix (`<ns>:job:`: a job's reply list is derived from it too)
+-- ARGV[8] how many jobs of the batch each stream of KEYS[7..] holds, in that order, joined by
+--   single spaces: the jobs come grouped by stream, the first count's jobs on KEYS[7], ...
+--   then per job i = 0, 1, ...: ARGV[9+4i] lease (the delivery's entry id)  ARGV[10+4i] job id
+--   ARGV[11+4i] code: the outcome's letter (d done, f fail, r retry, a abort, g again), then
+--   how long the attempt ran in ms as the worker measured it (none: unknown), as `d12`
+--   ARGV[12+4i] output or error text
+-- then, optionally, pairs (i the job's index from 0, in the order above): `<i>` and the trace
+--   of that job's failed attempt (store_trace in finish.lua; since protocol 30); `v<i>` and the
+--   MessagePack value job i's handler returned, stored as the record's `value` beside the
+--   `output` text when it ends finished (since protocol 33); `t<i>` and job i's retry-at ms, on
+--   the caller's clock, moved to Redis's by ARGV[2] when the two differ by over a second (none:
+--   due at once); `w<i>` and job i's `reply` field as read with the record (none: no one waits);
+--   so a batch of successes no one waits on passes four strings a job and nothing more
+--   outcome: done (text = output), fail (text = error; retried at retry-at while
+--   attempts <= retries), retry (retried at retry-at while the budget lasts, else error text),
+--   abort (error text, never retried), again (retried at retry-at whatever the record's
 --   budget: the worker applied its queue policy's larger budget)
 -- The fence: a delivery's entry stays pending in the group exactly as long as its lease holds,
 -- because whatever takes a started job away (recovery, stop, dead-lettering) acknowledges its
@@ -64,6 +66,8 @@
 -- Errors: HERO_BAD_ARG for an unknown outcome or KEYS and ARGV that do not describe the same
 -- jobs; then nothing is written.
 FIELDS.complete = { 'events_max', DEPS_FIELD, 'policed', BATCHES_FIELD, KEPT_FIELD }
+-- a code's first byte: the outcome it names
+local OUTCOMES = { [100] = 'done', [102] = 'fail', [114] = 'retry', [97] = 'abort', [103] = 'again' }
 local function hero_complete(keys, args)
   local delayed, cfg = keys[1], settings(keys[2], FIELDS.complete)
   -- the queue policies the completion applies itself (retries, back-off, retention), for a
@@ -79,43 +83,49 @@ local function hero_complete(keys, args)
   local server_now = server_ms()
   local group, now_iso, xackdel, ids = args[1], iso_of(server_now), args[3], args[4]
   local log = event_log(keys[4], cfg)
-  local consumer = args[5]
+  local consumer, job_prefix = args[5], args[7]
   local st = stats(keys[5], now_iso)
-  local n = (#keys - 6) / 3
-  local extra = #args - 6 - 7 * n
-  if n ~= math.floor(n) or extra < 0 or extra % 2 ~= 0 then
-    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and 6 arguments, then 3 keys and 7 arguments per job, then (index, trace) or (v<index>, value) pairs')
+  -- the jobs of each stream: most batches name one stream, one number
+  local n = tonumber(args[8])
+  local counts = { n }
+  if not n or n % 1 ~= 0 then
+    counts, n = {}, 0
+    for c in string.gmatch(args[8] or '', '%d+') do
+      counts[#counts + 1] = tonumber(c)
+      n = n + tonumber(c)
+    end
   end
-  -- the failed attempts' traces, by job index: parsed only when the batch has one
-  local traces, values = nil, nil
+  local extra = #args - 8 - 4 * n
+  if #counts ~= #keys - 6 or extra < 0 or extra % 2 ~= 0 then
+    return redis.error_reply('HERO_BAD_ARG complete takes 6 keys and a stream each, 8 arguments (the 8th counting each stream\'s jobs) and 4 a job, then (index, trace), (v<index>, value), (t<index>, retry-at) or (w<index>, reply) pairs')
+  end
+  -- the pairs, by job index: parsed only when the batch has one
+  local traces, values, retry_ats, replies = nil, nil, nil, nil
   if extra > 0 then
-    traces, values = {}, {}
-    for k = 7 + 7 * n, #args, 2 do
+    traces, values, retry_ats, replies = {}, {}, {}, {}
+    for k = 9 + 4 * n, #args, 2 do
       local at = args[k]
-      if string.byte(at, 1) == 118 then -- 'v'
+      local b = string.byte(at, 1)
+      if b == 118 then -- 'v'
         values[tonumber(string.sub(at, 2))] = args[k + 1]
+      elseif b == 116 then -- 't'
+        retry_ats[tonumber(string.sub(at, 2))] = args[k + 1]
+      elseif b == 119 then -- 'w'
+        replies[tonumber(string.sub(at, 2))] = args[k + 1]
       else
         traces[tonumber(at)] = args[k + 1]
       end
     end
   end
-  -- check every outcome before the first write, and group the batch by stream, each job
-  -- keeping its place in the answers
-  local streams, batches = {}, {}
-  for i = 0, n - 1 do
-    local outcome = args[8 + 7 * i]
-    if outcome ~= 'done' and outcome ~= 'fail' and outcome ~= 'retry' and outcome ~= 'abort' and outcome ~= 'again' then
-      return redis.error_reply('HERO_BAD_ARG unknown outcome ' .. tostring(outcome))
+  -- check every outcome before the first write (a run of one code is checked once)
+  local code = nil
+  for c = 11, 10 + 4 * n, 4 do
+    if args[c] ~= code then
+      code = args[c]
+      if not OUTCOMES[string.byte(code, 1) or 0] then
+        return redis.error_reply('HERO_BAD_ARG unknown outcome code ' .. code)
+      end
     end
-    local stream = keys[8 + 3 * i]
-    local b = batches[stream]
-    if not b then
-      b = { ids = {}, jobs = {} }
-      batches[stream] = b
-      streams[#streams + 1] = stream
-    end
-    local k = #b.ids + 1
-    b.ids[k], b.jobs[k] = args[7 + 7 * i], i
   end
   -- the queue policies' retention, by job index: parsed only when a job of the batch has one
   local keep = nil
@@ -129,25 +139,38 @@ local function hero_complete(keys, args)
   local ek = nil
   if collect_ended(cfg) then ek = {} end
   local ei, eo = {}, {}
-  for _, stream in ipairs(streams) do
-    local b = batches[stream]
+  -- the code in hand, its outcome and run-time sample (text, number, bucket): most of a batch of
+  -- short jobs shares one code, parsed once
+  local outcome, ran, ran_bucket = nil, nil, 0
+  code = nil
+  local first = 0 -- the index of the stream's first job
+  for s = 1, #counts do
+    local stream, count = keys[6 + s], counts[s]
+    local entries = {}
+    for k = 1, count do entries[k] = args[5 + 4 * (first + k)] end
     local finished = {} -- for the event log's shared entry of this stream
     local failed, retries, runs = 0, 0, nil
-    local last_ran, ran, ran_bucket = nil, nil, 0 -- the last run-time sample's text, number, bucket
-    local all_held = ack(stream, group, b.ids) == #b.ids
-    local spared = nil -- by position in b.ids: entries this call must not delete
-    local jobs = b.jobs
-    for k = 1, #jobs do -- not ipairs: its iterator is a C call a job
-      local i = jobs[k]
-      local a = 7 * i
-      local job_key, outcome, text = keys[7 + 3 * i], args[8 + a], args[9 + a]
+    local all_held = count == 0 or ack(stream, group, entries) == count
+    local spared = nil -- by position in entries: entries this call must not delete
+    for k = 1, count do
+      local i = first + k - 1
+      local a = 4 * i
+      local job_id, text = args[10 + a], args[12 + a]
+      local job_key = job_prefix .. job_id
+      if args[11 + a] ~= code then
+        code = args[11 + a]
+        outcome = OUTCOMES[string.byte(code, 1)]
+        ran = nil
+        if #code > 1 then ran = tonumber(string.sub(code, 2)) end
+        if ran and ran > 0 then ran_bucket = math.floor(math.log(ran + 1) / LN2) else ran_bucket = 0 end
+      end
+      local reply = replies and replies[i]
       local answer
       if not all_held then
-        local lease = args[7 + a]
         -- pcall: a job key replaced by another type is gone for this delivery, and must not fail
         -- the whole batch of other workers' jobs with it
         local f = redis.pcall('HMGET', job_key, 'status', 'lease')
-        if f.err or not f[1] or f[2] ~= lease then
+        if f.err or not f[1] or f[2] ~= entries[k] then
           answer = 'lease_lost'
           -- a job queued again under this very entry (a Redis restarted from an older snapshot
           -- restored it before its delivery): the entry is its place in the queue, kept
@@ -189,10 +212,10 @@ local function hero_complete(keys, args)
           end
         end
         if retried then
-          local retry_at, job_id = policy_retry_at, args[11 + a]
+          local retry_at = policy_retry_at
           if not retry_at then
             -- the worker's retry time, on its clock, moved to Redis's (rebased)
-            retry_at = args[10 + a]
+            retry_at = retry_ats and retry_ats[i] or '0'
             caller_ms = caller_ms or iso_ms(args[2]) or false
             local at = tonumber(retry_at)
             if at and caller_ms then
@@ -207,7 +230,7 @@ local function hero_complete(keys, args)
           answer = 'retrying'
           retries = retries + 1
           log_event(log, 'retried', job_id, stream, consumer, nil, text, retry_at)
-        elseif not answer and outcome == 'done' and args[12 + a] == '' then
+        elseif not answer and outcome == 'done' and not reply then
           -- a success no one waits on, the common case, is written here: through finish it costs
           -- Redis 1.3 k more instructions a job (a Lua call of eight arguments)
           local value, w = values and values[i], nil
@@ -220,29 +243,32 @@ local function hero_complete(keys, args)
             answer = 'lease_lost'
           else
             answer = 'completed'
-            finished[#finished + 1] = args[11 + a]
+            finished[#finished + 1] = job_id
             if ek then
               local e = #ek + 1
-              ek[e], ei[e], eo[e] = job_key, args[11 + a], true
+              ek[e], ei[e], eo[e] = job_key, job_id, true
             end
           end
         elseif not answer then
           local status = 'error'
           if outcome == 'done' then status = 'finished' end
           ended = status
-          if finish(job_key, args[11 + a], keys[9 + 3 * i], cfg, status, text, args[12 + a], now_iso) then
+          -- the reply list only where someone waits (finish reads it only then)
+          local reply_key = stream
+          if reply then reply_key = reply_prefix_of(string.sub(job_prefix, 1, #job_prefix - 4)) .. job_id end
+          if finish(job_key, job_id, reply_key, cfg, status, text, reply or '', now_iso) then
             answer = 'completed'
             if ek then
               local e = #ek + 1
-              ek[e], ei[e], eo[e] = job_key, args[11 + a], status == 'finished'
+              ek[e], ei[e], eo[e] = job_key, job_id, status == 'finished'
             end
             if status == 'finished' then
               if values and values[i] then redis.call('HSET', job_key, 'value', values[i]) end
-              finished[#finished + 1] = args[11 + a]
+              finished[#finished + 1] = job_id
             else
               failed = failed + 1
               store_trace(job_key, traces and traces[i])
-              log_event(log, 'error', args[11 + a], stream, consumer, nil, text)
+              log_event(log, 'error', job_id, stream, consumer, nil, text)
             end
           else
             answer = 'lease_lost'
@@ -259,30 +285,24 @@ local function hero_complete(keys, args)
         if kept then ttl = keep_ttl(cfg, job_key, ended, ttl) end
         if ttl then redis.call('PEXPIRE', job_key, ttl) end
       end
-      local ran_text = args[13 + a]
-      if answer == 'completed' or answer == 'retrying' then
-        -- sampled inline: a Lua call per job costs more than the sample; a run time the job
-        -- before gave too (most of a batch, for short jobs) reuses its number and bucket
-        if ran_text ~= last_ran then
-          last_ran, ran = ran_text, tonumber(ran_text)
-          if ran and ran > 0 then ran_bucket = math.floor(math.log(ran + 1) / LN2) else ran_bucket = 0 end
-        end
-        if ran then
-          runs = runs or histogram(st, stream, 'run')
-          if ran > 0 then runs.sum = runs.sum + ran end
-          runs[ran_bucket] = (runs[ran_bucket] or 0) + 1
-        end
+      -- sampled inline: a Lua call per job costs more than the sample
+      if ran and (answer == 'completed' or answer == 'retrying') then
+        runs = runs or histogram(st, stream, 'run')
+        if ran > 0 then runs.sum = runs.sum + ran end
+        runs[ran_bucket] = (runs[ran_bucket] or 0) + 1
       end
     end
-    -- not the entry of a job queued under it (spared above): deleting it would strand the job
-    local owned = b.ids
-    if spared then
-      owned = {}
-      for k = 1, #jobs do
-        if not spared[k] then owned[#owned + 1] = b.ids[k] end
+    if count > 0 then
+      -- not the entry of a job queued under it (spared above): deleting it would strand the job
+      local owned = entries
+      if spared then
+        owned = {}
+        for k = 1, count do
+          if not spared[k] then owned[#owned + 1] = entries[k] end
+        end
       end
+      trim_done(stream, group, owned, xackdel)
     end
-    trim_done(stream, group, owned, xackdel)
     log_shared(log, 'finished', finished, stream, consumer)
     if #finished > 0 then tally(st, stream, 'finished', #finished, true) end
     if failed > 0 then tally(st, stream, 'failed', failed, true) end
@@ -290,6 +310,7 @@ local function hero_complete(keys, args)
       tally(st, stream, 'retried', retries, true)
       tally(st, stream, 'delayed', retries)
     end
+    first = first + count
   end
   if ek then
     local done = retained(keys[3], now_iso)

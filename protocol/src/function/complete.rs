@@ -62,39 +62,39 @@ pub struct Ended<'a> {
     pub ran: Option<std::time::Duration>,
 }
 
-/// The words of the header for each key and argument a job adds, in order.
-const JOB_KEYS: [&str; 3] = ["job hash", "its work stream", "its reply list"];
-const JOB_ARGS: [&str; 7] = [
-    "lease",
-    "outcome",
-    "output or error text",
-    "retry-at ms",
-    "job id",
-    "the job's `reply` field",
-    "run ms",
-];
+/// The words of the header for each argument a job adds, in order.
+const JOB_ARGS: [&str; 4] = ["lease", "job id", "code", "output or error text"];
+
+/// One outcome as pushed, kept until the call groups the batch by stream.
+struct Pushed {
+    stream: String,
+    /// The four arguments of [`JOB_ARGS`].
+    args: [String; 4],
+    /// The retry time, for the outcomes that retry.
+    retry_at: Option<u64>,
+    /// The record's `reply` field, when someone waits.
+    reply: Option<String>,
+    /// Its queue policy's retention (ms).
+    retention: Option<u64>,
+    trace: Option<String>,
+    value: Option<Vec<u8>>,
+}
 
 /// One `hero_complete` call recording a batch of outcomes (decode its reply with
-/// [`crate::function::Completion::decode_many`], one answer per [`CompleteBatch::push`]).
+/// [`CompleteBatch::answers`], one answer per [`CompleteBatch::push`], in push order).
+///
+/// Since protocol 34 the call takes each stream once and the jobs grouped by stream, four
+/// arguments a job: the batch is grouped here, in the order its streams were first pushed, and
+/// the answers are put back in push order.
 pub struct CompleteBatch<'a> {
     keys: &'a Keyspace,
     now_iso: String,
     xackdel: String,
-    /// Per job, the three keys of [`JOB_KEYS`].
-    job_keys: Vec<String>,
-    /// Per job, the seven arguments of [`JOB_ARGS`].
-    job_args: Vec<String>,
+    jobs: Vec<Pushed>,
     /// The job ids joined by spaces (a [`JobId`] holds none): the retention entry.
     ids: String,
     /// The worker's consumer name, for the event log.
     consumer: String,
-    /// `<job index> <ms>` pairs: the TTL each such job gets when this call ends it.
-    retention: String,
-    /// Per failed attempt that has one, its job index and its trace (the trailing pairs).
-    traces: Vec<(usize, String)>,
-    /// Per success that returned a value, its job index and the value's MessagePack bytes
-    /// (trailing pairs too, the index written `v<i>`: since protocol 33).
-    values: Vec<(usize, Vec<u8>)>,
 }
 
 /// The most of a trace a call sends (the function keeps as much, `TRACE_MAX` in finish.lua): a
@@ -123,12 +123,8 @@ impl<'a> CompleteBatch<'a> {
             keys,
             now_iso: now_iso.to_string(),
             xackdel: xackdel.to_string(),
-            job_keys: Vec::new(),
-            job_args: Vec::new(),
+            jobs: Vec::new(),
             ids: String::new(),
-            retention: String::new(),
-            traces: Vec::new(),
-            values: Vec::new(),
         }
     }
 
@@ -141,25 +137,34 @@ impl<'a> CompleteBatch<'a> {
             retry_at_ms,
             ran,
         } = e;
-        // A job no one waits on never has its reply list touched, so its stream stands in for
-        // it: a key Redis has already turned into a Lua string in this call, where a reply key
-        // of its own cost ~1.7 k instructions a job (`benches/profile_functions.py`).
-        let reply_list = if d.reply.is_empty() {
-            d.stream.to_string()
-        } else {
-            self.keys.reply(d.id)
+        // the outcome's letter and the run time: one short string, most often the same for a
+        // whole batch of short jobs, which the function then parses once
+        let letter = match ending {
+            Ending::Done => 'd',
+            Ending::Fail => 'f',
+            Ending::Retry => 'r',
+            Ending::Abort => 'a',
+            Ending::Again => 'g',
         };
-        self.job_keys
-            .extend([self.keys.job(d.id), d.stream.to_string(), reply_list]);
-        self.job_args.extend([
-            d.lease.to_string(),
-            ending.as_str().to_string(),
-            text.to_string(),
-            retry_at_ms.to_string(),
-            d.id.as_str().to_string(),
-            d.reply.to_string(),
-            ran.map(|r| r.as_millis().to_string()).unwrap_or_default(),
-        ]);
+        let code = match ran {
+            Some(r) => format!("{letter}{}", r.as_millis()),
+            None => letter.to_string(),
+        };
+        let retries = matches!(ending, Ending::Fail | Ending::Retry | Ending::Again);
+        self.jobs.push(Pushed {
+            stream: d.stream.to_string(),
+            args: [
+                d.lease.to_string(),
+                d.id.as_str().to_string(),
+                code,
+                text.to_string(),
+            ],
+            retry_at: retries.then_some(retry_at_ms),
+            reply: (!d.reply.is_empty()).then(|| d.reply.to_string()),
+            retention: None,
+            trace: None,
+            value: None,
+        });
         if !self.ids.is_empty() {
             self.ids.push(' ');
         }
@@ -169,20 +174,17 @@ impl<'a> CompleteBatch<'a> {
     /// The job pushed last expires `ms` after this call ends it (its queue policy's retention,
     /// shorter than the broker's), in the same call: nothing is left to a second command.
     pub fn expire_after(&mut self, ms: u64) {
-        if let Some(last) = self.len().checked_sub(1) {
-            if !self.retention.is_empty() {
-                self.retention.push(' ');
-            }
-            self.retention.push_str(&format!("{last} {ms}"));
+        if let Some(last) = self.jobs.last_mut() {
+            last.retention = Some(ms);
         }
     }
 
     /// The job pushed last failed with `trace` (its error chain, traceback or stack): stored in
     /// its record's `trace` field, bounded. Only failures carry one; a success's is ignored.
     pub fn trace(&mut self, trace: &str) {
-        if let Some(last) = self.len().checked_sub(1) {
+        if let Some(last) = self.jobs.last_mut() {
             if !trace.is_empty() {
-                self.traces.push((last, bounded_trace(trace).to_string()));
+                last.trace = Some(bounded_trace(trace).to_string());
             }
         }
     }
@@ -190,49 +192,113 @@ impl<'a> CompleteBatch<'a> {
     /// The job pushed last returned `value` (MessagePack bytes): stored as its record's
     /// `value` beside its output text when it ends finished; a failure's is ignored.
     pub fn value(&mut self, value: &[u8]) {
-        if let Some(last) = self.len().checked_sub(1) {
-            self.values.push((last, value.to_vec()));
+        if let Some(last) = self.jobs.last_mut() {
+            last.value = Some(value.to_vec());
         }
     }
 
     pub fn len(&self) -> usize {
-        self.job_keys.len() / JOB_KEYS.len()
+        self.jobs.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The streams of the batch in the order they were first pushed, and the jobs (push
+    /// indexes) grouped by them: the order the call passes them in.
+    fn grouped(&self) -> (Vec<&str>, Vec<usize>, Vec<usize>) {
+        let mut streams: Vec<&str> = Vec::new();
+        let mut of_job = Vec::with_capacity(self.jobs.len());
+        for j in &self.jobs {
+            // a batch names few streams (most often one): a scan beats a map
+            let s = match streams.iter().position(|s| *s == j.stream) {
+                Some(s) => s,
+                None => {
+                    streams.push(&j.stream);
+                    streams.len() - 1
+                }
+            };
+            of_job.push(s);
+        }
+        let mut counts = vec![0usize; streams.len()];
+        let mut order: Vec<usize> = (0..self.jobs.len()).collect();
+        order.sort_by_key(|&i| of_job[i]);
+        for &s in &of_job {
+            counts[s] += 1;
+        }
+        (streams, counts, order)
+    }
+
     /// The call recording every outcome pushed so far.
     pub fn call(&self) -> Call {
-        let mut c = Call::new(Function::Complete, 6 + self.job_keys.len());
+        let (streams, counts, order) = self.grouped();
+        let mut c = Call::new(Function::Complete, 6 + streams.len());
         c.key("delayed zset", self.keys.delayed())
             .key("config hash", self.keys.config())
             .key("retention stream", self.keys.retention())
             .key("event log", self.keys.events())
             .key("stats hash", self.keys.stats())
             .key("queue registry set", self.keys.queues());
-        for (i, k) in self.job_keys.iter().enumerate() {
-            c.key(JOB_KEYS[i % JOB_KEYS.len()], k);
+        for s in &streams {
+            c.key("the batch's work streams", *s);
         }
+        let mut retention = String::new();
+        for (at, &i) in order.iter().enumerate() {
+            if let Some(ms) = self.jobs[i].retention {
+                if !retention.is_empty() {
+                    retention.push(' ');
+                }
+                retention.push_str(&format!("{at} {ms}"));
+            }
+        }
+        let counts = counts
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(" ");
         c.arg("consumer group", CONSUMER_GROUP)
             .arg("now ISO 8601", &self.now_iso)
             .arg("'1' when the server has XACKDEL", &self.xackdel)
             .arg("the batch's job ids joined", &self.ids)
             .arg("consumer name", &self.consumer)
-            .arg("retention per job", &self.retention);
-        for (i, a) in self.job_args.iter().enumerate() {
-            c.arg(JOB_ARGS[i % JOB_ARGS.len()], a);
+            .arg("retention per job", &retention)
+            .arg("job key prefix", self.keys.job_prefix())
+            .arg("how many jobs of the batch each stream", &counts);
+        for &i in &order {
+            for (label, a) in JOB_ARGS.iter().zip(&self.jobs[i].args) {
+                c.arg(label, a);
+            }
         }
         // unlabelled: their positions follow the batch's length, which the header check's
         // fixed and repeating positions cannot name (the header defines them in words)
-        for (i, t) in &self.traces {
-            c.arg("", i.to_string()).arg("", t);
-        }
-        for (i, v) in &self.values {
-            c.arg("", format!("v{i}")).arg("", v.as_slice());
+        for (at, &i) in order.iter().enumerate() {
+            let j = &self.jobs[i];
+            if let Some(t) = &j.retry_at {
+                c.arg("", format!("t{at}")).arg("", t.to_string());
+            }
+            if let Some(r) = &j.reply {
+                c.arg("", format!("w{at}")).arg("", r);
+            }
+            if let Some(t) = &j.trace {
+                c.arg("", at.to_string()).arg("", t);
+            }
+            if let Some(v) = &j.value {
+                c.arg("", format!("v{at}")).arg("", v.as_slice());
+            }
         }
         c
+    }
+
+    /// The answers of [`CompleteBatch::call`], one per job in push order.
+    pub fn answers(&self, v: &Value) -> Result<Vec<Completion>> {
+        let (_, _, order) = self.grouped();
+        let given = Completion::decode_many(v, order.len())?;
+        let mut out = vec![Completion::LeaseLost; order.len()];
+        for (at, &i) in order.iter().enumerate() {
+            out[i] = given[at];
+        }
+        Ok(out)
     }
 }
 

@@ -79,7 +79,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "33"
+        "34"
     };
 }
 

@@ -16,7 +16,6 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     // and the rest of the batch is recorded all the same
     let bd = c.keys().job(&JobId::new("bd").unwrap());
     let _: () = raw.set(&bd, "not a job").await.unwrap();
-    let id = |s: &str| JobId::new(s).unwrap();
     let answers = complete_batch(
         &c,
         &stream,
@@ -69,14 +68,7 @@ async fn complete_records_a_batch_with_one_answer_per_job() {
     );
 
     // a batch with one unknown outcome is refused whole, before anything is written
-    let bad = complete_by_hand(
-        &c,
-        "bc",
-        &stream,
-        &c.keys().reply(&id("bc")),
-        &lost,
-        "explode",
-    );
+    let bad = complete_by_hand(&c, "bc", &stream, &lost, "explode");
     let err = c.redis().query::<redis::Value>(&bad).await.unwrap_err();
     assert!(err.to_string().contains("unknown outcome"), "{err}");
     let sc: String = raw.hget(job_key("bc"), "status").await.unwrap();
@@ -343,7 +335,7 @@ async fn the_call_that_ends_a_job_gives_it_its_queue_retention() {
     });
     outcomes.expire_after(60_000);
     let v: redis::Value = c.redis().query(&outcomes.call()).await.expect("complete");
-    let answers = Completion::decode_many(&v, 4).expect("decode complete");
+    let answers = outcomes.answers(&v).expect("decode complete");
     assert_eq!(
         answers,
         [
@@ -416,7 +408,7 @@ async fn run_samples_of_a_batch_land_in_their_buckets() {
         });
     }
     let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
-    let answers = Completion::decode_many(&v, ids.len()).unwrap();
+    let answers = batch.answers(&v).unwrap();
     assert!(
         answers.iter().all(|a| *a == Completion::Completed),
         "{answers:?}"
@@ -449,11 +441,12 @@ async fn run_samples_of_a_batch_land_in_their_buckets() {
     assert_eq!(samples, 5, "one sample a job that gave its run time");
 }
 
-/// A job no one waits on has no reply list to answer: the worker passes its stream in that
-/// key's place (one string fewer for Redis to make a job), and the completion never touches
-/// that key, for a success or a failure; a job someone waits on is answered on its own list.
+/// A job no one waits on has no reply list to answer: since protocol 34 the completion derives
+/// a job's reply list from its id only for a job given its `reply` field (a `w<i>` pair), so a
+/// batch no one waits on names no reply key at all, and such a job's list is never made, for a
+/// success or a failure; a job someone waits on is answered on its own list.
 #[tokio::test]
-async fn a_job_no_one_waits_on_has_its_stream_for_a_reply_list_and_is_never_answered() {
+async fn only_a_job_someone_waits_on_is_answered_on_its_reply_list() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (stream, quiet) = submit_and_fetch(&c, "quiet").await;
@@ -493,48 +486,83 @@ async fn a_job_no_one_waits_on_has_its_stream_for_a_reply_list_and_is_never_answ
             _ => None,
         })
         .collect();
-    // FCALL name numkeys, then 6 keys, then 3 a job: job hash, stream, reply list
-    let reply_slot = |i: usize| words[3 + 6 + 3 * i + 2].clone();
-    assert_eq!(reply_slot(0), stream, "a job no one waits on: its stream");
-    assert_eq!(reply_slot(1), stream);
+    assert!(
+        !words.iter().any(|w| w.contains(":reply:") && w != &c.keys().reply_prefix()),
+        "no reply key is passed: {words:?}"
+    );
     assert_eq!(
-        reply_slot(2),
-        c.keys().reply(&ids[2]),
-        "a waited job: its reply list"
+        &words[words.len() - 2..],
+        ["w2", "1"],
+        "the waited job's reply field, after the jobs"
     );
     let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
-    let answers = Completion::decode_many(&v, 3).unwrap();
+    let answers = batch.answers(&v).unwrap();
     assert_eq!(answers, [Completion::Completed; 3]);
-    let kind: String = redis::cmd("TYPE")
-        .arg(&stream)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(kind, "stream");
     let answered: Vec<String> = raw.lrange(c.keys().reply(&ids[2]), 0, -1).await.unwrap();
     assert_eq!(answered.len(), 1, "{answered:?}");
     for quiet in &ids[..2] {
         let n: usize = raw.exists(c.keys().reply(quiet)).await.unwrap();
         assert_eq!(n, 0, "{quiet}: no one waits, no reply list");
     }
+}
 
-    // the function's side of it: a key given for a job with no `reply` is never written, for
-    // a success or a failure
-    for (id, ending) in [("s-done", "done"), ("s-abort", "abort")] {
-        let (_, lease) = submit_and_fetch(&c, id).await;
-        let sentinel = format!("hero:sentinel:{id}");
-        let call = complete_by_hand(&c, id, &stream, &sentinel, &lease, ending);
-        let v: redis::Value = c.redis().query(&call).await.unwrap();
-        assert_eq!(
-            Completion::decode_many(&v, 1).unwrap(),
-            [Completion::Completed]
-        );
-        let n: usize = raw.exists(&sentinel).await.unwrap();
-        assert_eq!(
-            n, 0,
-            "{ending}: the key in the reply list's place is never touched"
-        );
+/// A batch whose jobs come from several streams, interleaved: the call passes each stream
+/// once and the jobs grouped by it (protocol 34), and each answer comes back in push order.
+#[tokio::test]
+async fn a_batch_over_interleaved_streams_answers_each_job_in_push_order() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (stream, first) = submit_and_fetch(&c, "s1").await;
+    let (_, last) = submit_and_fetch(&c, "s3").await;
+    // s2 was never fetched, from a stream that does not exist: its delivery holds nothing
+    let other = format!("{stream}:elsewhere");
+    let now = clock::now_iso();
+    let mut batch = CompleteBatch::new(c.keys(), &now, c.redis().caps().xackdel_flag(), "g:a:1");
+    let ids: Vec<JobId> = ["s1", "s2", "s3", "s4"]
+        .iter()
+        .map(|s| JobId::new(*s).unwrap())
+        .collect();
+    let plan = [
+        (&stream, first.as_str(), Ending::Done, Some(3)),
+        (&other, "1-1", Ending::Done, None),
+        (&stream, last.as_str(), Ending::Abort, Some(3)),
+        (&other, "1-2", Ending::Fail, None),
+    ];
+    for (id, (s, lease, ending, ran)) in ids.iter().zip(plan) {
+        batch.push(Ended {
+            held: Leased {
+                id,
+                stream: s,
+                lease,
+                reply: "",
+            },
+            ending,
+            text: "out",
+            retry_at_ms: 0,
+            ran: ran.map(Duration::from_millis),
+        });
     }
+    let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
+    assert_eq!(
+        batch.answers(&v).unwrap(),
+        [
+            Completion::Completed,
+            Completion::LeaseLost,
+            Completion::Completed,
+            Completion::LeaseLost
+        ]
+    );
+    let mut raw = server.conn().await;
+    let s1: String = raw.hget(job_key("s1"), "status").await.unwrap();
+    let s3: String = raw.hget(job_key("s3"), "status").await.unwrap();
+    assert_eq!((s1.as_str(), s3.as_str()), ("finished", "error"));
+    let stats: std::collections::HashMap<String, String> =
+        raw.hgetall(c.keys().stats()).await.unwrap();
+    assert_eq!(
+        stats.get(&format!("{stream}|run|2")).map(String::as_str),
+        Some("2"),
+        "both of the stream's run times, one code parsed once: {stats:?}"
+    );
 }
 
 /// `hero_complete` of one job (no `reply` field, no run time) with every key and argument
@@ -543,7 +571,6 @@ pub(super) fn complete_by_hand(
     c: &Client,
     id: &str,
     stream: &str,
-    reply_key: &str,
     lease: &str,
     outcome: &str,
 ) -> redis::Cmd {
@@ -554,22 +581,20 @@ pub(super) fn complete_by_hand(
         c.keys().events(),
         c.keys().stats(),
         c.keys().queues(),
-        c.keys().job(&JobId::new(id).unwrap()),
         stream.to_string(),
-        reply_key.to_string(),
     ]);
+    // the code is the outcome's first letter: a whole word (`done`) names it as well
     call.arg(CONSUMER_GROUP)
         .arg(clock::now_iso())
         .arg(c.redis().caps().xackdel_flag())
         .arg(id)
         .arg("g:a:1")
         .arg("")
+        .arg(c.keys().job_prefix())
+        .arg("1")
         .arg(lease)
-        .arg(outcome)
-        .arg("x")
-        .arg(0)
         .arg(id)
-        .arg("")
-        .arg("");
+        .arg(outcome)
+        .arg("x");
     call
 }

@@ -95,7 +95,7 @@ async fn complete_batch(
         });
     }
     let v: redis::Value = c.redis().query(&outcomes.call()).await.expect("complete");
-    Completion::decode_many(&v, batch.len()).expect("decode complete")
+    outcomes.answers(&v).expect("decode complete")
 }
 
 async fn recover_consumer(

@@ -17,7 +17,7 @@ async fn a_failure_stores_its_trace_bounded_and_the_next_failure_replaces_it() {
     let trace_of = |id: &str| job_key(id);
     // a 40 KiB trace sent by hand (a foreign caller): kept to its first 16 KiB
     let (stream, lease) = submit_and_fetch(&c, "big").await;
-    let mut call = complete_by_hand(&c, "big", &stream, &stream, &lease, "abort");
+    let mut call = complete_by_hand(&c, "big", &stream, &lease, "abort");
     call.arg(0).arg("x".repeat(40 * 1024));
     let v: redis::Value = c.redis().query(&call).await.unwrap();
     assert_eq!(
@@ -50,7 +50,7 @@ async fn a_failure_stores_its_trace_bounded_and_the_next_failure_replaces_it() {
     }
     let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
     assert_eq!(
-        Completion::decode_many(&v, 2).unwrap(),
+        batch.answers(&v).unwrap(),
         [Completion::Completed, Completion::Completed],
         "tb has no retries: its failure ends it"
     );
@@ -87,7 +87,7 @@ async fn a_failure_stores_its_trace_bounded_and_the_next_failure_replaces_it() {
     batch.trace("first attempt's trace");
     let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
     assert_eq!(
-        Completion::decode_many(&v, 1).unwrap(),
+        batch.answers(&v).unwrap(),
         [Completion::Retrying]
     );
     let kept: String = raw.hget(trace_of("tr"), "trace").await.unwrap();
@@ -100,7 +100,7 @@ async fn a_failure_stores_its_trace_bounded_and_the_next_failure_replaces_it() {
     );
     let _: () = raw.hset(trace_of("tr"), "status", "started").await.unwrap();
     let _: () = raw.hset(trace_of("tr"), "lease", "9-9").await.unwrap();
-    let again = complete_by_hand(&c, "tr", &stream, &stream, "9-9", "fail");
+    let again = complete_by_hand(&c, "tr", &stream, "9-9", "fail");
     let v: redis::Value = c.redis().query(&again).await.unwrap();
     let _ = Completion::decode_many(&v, 1).unwrap();
     let gone: Option<String> = raw.hget(trace_of("tr"), "trace").await.unwrap();
@@ -109,7 +109,7 @@ async fn a_failure_stores_its_trace_bounded_and_the_next_failure_replaces_it() {
         "a failure without a trace leaves none of an earlier one"
     );
 
-    // a batch of successes and failures without traces sends 6 + 7 arguments a job, no more
+    // a batch of successes and failures without traces sends 8 arguments and 4 a job, no more
     let mut plain = CompleteBatch::new(c.keys(), &now, "0", "g:a:1");
     plain.push(Ended {
         held: Leased {
@@ -126,7 +126,7 @@ async fn a_failure_stores_its_trace_bounded_and_the_next_failure_replaces_it() {
     let words = plain.call().into_cmd().args_iter().count();
     assert_eq!(
         words,
-        3 + 6 + 3 + 6 + 7,
-        "FCALL name numkeys, keys, arguments"
+        3 + 6 + 1 + 8 + 4,
+        "FCALL name numkeys, keys (one a stream), arguments"
     );
 }
