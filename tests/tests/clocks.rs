@@ -142,10 +142,7 @@ async fn an_end_is_stamped_on_redis_clock_whatever_the_callers() {
         ran: None,
     });
     let v: redis::Value = client.redis().query(&end.call()).await.unwrap();
-    assert_eq!(
-        end.answers(&v).unwrap(),
-        [Completion::Completed]
-    );
+    assert_eq!(end.answers(&v).unwrap(), [Completion::Completed]);
     let (secs, _): (u64, u64) = redis::cmd("TIME")
         .query_async(&mut server.conn().await)
         .await

@@ -487,7 +487,9 @@ async fn only_a_job_someone_waits_on_is_answered_on_its_reply_list() {
         })
         .collect();
     assert!(
-        !words.iter().any(|w| w.contains(":reply:") && w != &c.keys().reply_prefix()),
+        !words
+            .iter()
+            .any(|w| w.contains(":reply:") && w != &c.keys().reply_prefix()),
         "no reply key is passed: {words:?}"
     );
     assert_eq!(

@@ -86,10 +86,7 @@ async fn a_failure_stores_its_trace_bounded_and_the_next_failure_replaces_it() {
     });
     batch.trace("first attempt's trace");
     let v: redis::Value = c.redis().query(&batch.call()).await.unwrap();
-    assert_eq!(
-        batch.answers(&v).unwrap(),
-        [Completion::Retrying]
-    );
+    assert_eq!(batch.answers(&v).unwrap(), [Completion::Retrying]);
     let kept: String = raw.hget(trace_of("tr"), "trace").await.unwrap();
     assert_eq!(kept, "first attempt's trace");
     let job = c.get(&tr).await.unwrap();
