@@ -97,11 +97,9 @@ def cycle(r, streams, view):
     and hands its record back (a worker keeping up), a one-job completion. Yields the steps. The
     fetch names the registered streams only, as the Rust worker does (`view`: the signal id and
     the registered streams a fetch that asked answered; empty until one asked)."""
-    job = str(uuid.uuid4())
-    yield "submit", r.fcall(fn("submit"), 8, "hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge",
-                            "hero:meta:config", "hero:meta:events", "hero:meta:stats", "hero:job:" + job,
-                            STREAM, "workers", job, 0, 6, "script", "noop", "script_type", "bench",
-                            "created_at", ISO)
+    keys, argv = submit_args(1, plain_job)
+    job = argv[3] if int(version()) >= 35 else argv[1]
+    yield "submit", r.fcall(fn("submit"), len(keys), *keys, *argv)
     named, cursor = (view["streams"], view["signal"]) if view else (streams, "*")
     reply = r.fcall(fn("fetch"), len(named) + 4, "hero:meta:queues", "hero:meta:config",
                     "hero:meta:events", "hero:meta:stats", *named, "workers", "bench:1:x", 25,
@@ -126,9 +124,22 @@ def plain_job(job):
 
 
 def submit_args(count, job_argv):
-    """hero_submit's keys and arguments for `count` new jobs, `job_argv(id)` giving each one's."""
+    """hero_submit's keys and arguments for `count` new jobs, `job_argv(id)` giving each one's as
+    protocols before 35 took them (id, run-at, value count, field/value pairs), as the Rust
+    client passes them: since protocol 35 the stream once, and per job its id, a code
+    (`<stream>.<values>[@<run-at>]`) and its pairs without `created_at` and `script_type`, which
+    the function writes."""
     keys = ["hero:meta:delayed", "hero:meta:queues", "hero:meta:bridge", "hero:meta:config",
             "hero:meta:events", "hero:meta:stats"]
+    if int(version()) >= 35:
+        keys.append(STREAM)
+        argv = ["workers", "hero:job:", int(time.time() * 1000)]
+        for _ in range(count):
+            job, run_at, _, *pairs = job_argv(str(uuid.uuid4()))
+            kept = [x for k, v in zip(pairs[::2], pairs[1::2])
+                    if k not in ("created_at", "script_type") for x in (k, v)]
+            argv += [job, f"1.{len(kept)}" + (f"@{run_at}" if run_at else ""), *kept]
+        return keys, argv
     argv = ["workers"]
     for _ in range(count):
         job = str(uuid.uuid4())

@@ -1,5 +1,5 @@
-#!lua name=hero_v34
-local VERSION = '34'
+#!lua name=hero_v35
+local VERSION = '35'
 -- hero function library: the shared helpers every function may use, one file a topic
 -- (`function/lib/*.lua`, concatenated in this order, then one file per function):
 --   keys.lua          the keys the functions derive instead of taking them in KEYS
@@ -16,6 +16,7 @@ local VERSION = '34'
 --   batches.lua       batches: members counted as they end, callbacks once
 --   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
 --   records.lua       a job's record as a fetch reads it and hands it back (read_job, as_leased)
+--   submits.lua       a submit's uniqueness keys, tag indexes and prerequisites
 --   fleet.lua         the fleet summary the duties' holder writes (fleet_lacks)
 --   zones.lua, tz.lua, cron_engine.lua   the cron engine: zones' rules, offsets, next ticks
 -- A helper that writes events or stats says which in its comment ("Writes events:", "Writes
@@ -810,14 +811,14 @@ end
 
 -- A queue as a refusal names it: group and instance `none` where there is none.
 local function queue_text(stype, grp, inst, prio)
-  return 'type ' .. tostring(stype) .. ', group ' .. (grp or 'none') .. ', instance ' ..
+  return 'type ' .. tostring(stype or 'none') .. ', group ' .. (grp or 'none') .. ', instance ' ..
     (inst or 'none') .. ', priority ' .. tostring(prio)
 end
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
 -- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
--- it names its `created_at` (a submit without one gets the server's time: see hero_submit), and
--- whether it has a retention of its own (`keep`, `keep_failed`: see keep_ttl):
+-- it has a retention of its own (`keep`, `keep_failed`: see keep_ttl). A record without
+-- `script_type` is of its stream's type (hero_submit writes it):
 -- `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call, and in `parsed.good`
 -- the values found good (the caller makes it, { good = {} }, for a call of several jobs: for one
@@ -825,7 +826,7 @@ end
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags, prereqs, batch, dated, kept = nil, nil, nil, nil, nil, false, false
+  local uniq, uttl, tags, prereqs, batch, kept = nil, nil, nil, nil, nil, false
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -856,7 +857,6 @@ local function refuse(job_id, stream, args, from, to, parsed)
       elseif name == 'group' then grp = v
       elseif name == 'instance' then inst = v
       elseif name == 'priority' then prio = v
-      elseif name == 'created_at' then dated = true
       elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
       elseif name == 'unique' then
         if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
@@ -872,7 +872,6 @@ local function refuse(job_id, stream, args, from, to, parsed)
     end
   end
   if not script then return 'field `script` is missing' end
-  if not stype then return 'field `script_type` is missing' end
   if inst and not grp then
     return 'field `instance` needs a `group`: an instance is named within its group (queue <type>/<group>/<instance>)'
   end
@@ -885,6 +884,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
     return 'its stream ' .. stream .. ' is not a work stream (its record names ' ..
       queue_text(stype, grp, inst, prio) .. ')'
   end
+  stype = stype or p.type
   if p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
     return 'its stream ' .. stream .. ' is the queue of ' ..
       queue_text(p.type, p.group, p.instance, p.priority) .. ', but its record names ' ..
@@ -894,7 +894,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags, prereqs, batch, dated, kept
+  return nil, uniq, uttl, tags, prereqs, batch, kept
 end
 
 -- Ending a job: the reply to a waiting caller, the retention entry, the terminal write.
@@ -2083,6 +2083,101 @@ local function as_leased(rec, id, consumer, now_iso, counted)
   return rec
 end
 
+-- What a submit does beside writing a record and queueing it: a job's uniqueness key, its
+-- place in its prerequisites' `dependents`, the tag indexes, and the state of its
+-- prerequisites (hero_submit, submit.lua).
+
+-- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
+-- another job that is still waiting, dispatched or started, that job's id and status (the
+-- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
+-- (the job's `unique_ttl` ms, or the broker's retention time, read once a call through `cfg`),
+-- and nil. A holder that ended or is gone releases the key to the next submit: nothing on the
+-- job path has to clear it. The common case, a key no one holds, is one SET NX GET (Redis 7.0
+-- takes NX with GET): taken, and nil back; only a key someone holds is looked at further.
+local function claim_unique(cfg, job_key, job_id, u)
+  local ukey = unique_key(ns_of(job_key, job_id), u[1])
+  local ttl = u[2] or setting_arg(cfg, 'retention_ms', 86400000)
+  local holder = redis.call('SET', ukey, job_id, 'NX', 'GET', 'PX', ttl)
+  if not holder then return nil end
+  if holder ~= job_id then
+    local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
+    if status == 'waiting' or status == 'dispatched' or status == 'started' then
+      return holder, status
+    end
+  end
+  redis.call('SET', ukey, job_id, 'PX', ttl)
+  return nil
+end
+
+-- Names a new job in the `dependents` field of each of its prerequisites (protocol.md §3), a
+-- JSON array grown in place as text (a string copy, not a parse, per submit); a field that is
+-- not an array (edited by hand) is left as it is, a key of another type skipped (pcall).
+local function note_dependent(prefix, deps, job_id)
+  local quoted = cjson.encode(job_id)
+  for _, d in ipairs(deps) do
+    local k = prefix .. d
+    local cur = redis.pcall('HGET', k, 'dependents')
+    if cur == false or cur == '[]' then
+      redis.call('HSET', k, 'dependents', '[' .. quoted .. ']')
+    elseif type(cur) == 'string' and string.sub(cur, 1, 1) == '[' and string.sub(cur, -1) == ']' then
+      redis.call('HSET', k, 'dependents', string.sub(cur, 1, -2) .. ',' .. quoted .. ']')
+    end
+  end
+end
+
+-- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set), so listing by tag
+-- reads the index, not every job. A batch pays one SADD a tag (flush_tags writes `index.ids`, tag
+-- key -> ids, in `index.order`), and each distinct JSON text of its tags is decoded and its keys
+-- made once (`index.decoded`): a job costs one append a tag (~3 k instructions fewer for two).
+local function index_tags(index, job_key, job_id, tags)
+  local ns = ns_of(job_key, job_id)
+  local e = index.decoded[tags]
+  if not e or e.ns ~= ns then
+    e = { ns = ns, lists = {} }
+    for _, t in ipairs(cjson.decode(tags)) do
+      local k = tag_key(ns, t)
+      local ids = index.ids[k]
+      if not ids then
+        ids, index.order[#index.order + 1] = {}, k
+        index.ids[k] = ids
+      end
+      e.lists[#e.lists + 1] = ids
+    end
+    index.decoded[tags] = e
+  end
+  local lists = e.lists
+  for k = 1, #lists do lists[k][#lists[k] + 1] = job_id end
+end
+
+local function flush_tags(index)
+  for _, k in ipairs(index.order) do
+    local ids = index.ids[k]
+    for from = 1, #ids, 1000 do
+      redis.call('SADD', k, unpack(ids, from, math.min(#ids, from + 999)))
+    end
+  end
+end
+
+-- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
+-- have not finished yet, the first that ended error (nil when none did), and the results of
+-- those that ended ({id, status, text, value}), which keep_result writes into the new job's record.
+local function prerequisites_state(prefix, list)
+  local left, failed, ended = 0, nil, {}
+  for _, p in ipairs(list) do
+    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error', 'value')
+    local s = not r.err and r[1]
+    if s == 'error' then
+      failed = failed or p
+      ended[#ended + 1] = { p, s, r[3] or '' }
+    elseif s == 'finished' then
+      ended[#ended + 1] = { p, s, r[2] or '', r[4] }
+    else
+      left = left + 1
+    end
+  end
+  return left, failed, ended
+end
+
 -- The fleet summary: per feature some live process does not serve, those processes described
 -- (`fleet_lacks` in the config hash), which hero-py and Node refuse a submit by rather than read
 -- the fleet themselves. Written by hero_duties' holder every 10 s, so whatever language the
@@ -3107,18 +3202,23 @@ end
 -- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
 --   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
 -- KEYS[4] config hash  KEYS[5] event log  KEYS[6] stats hash
---   then per job i = 0, 1, ...: KEYS[7+2i] job hash  KEYS[8+2i] its work stream
+-- KEYS[7..] the batch's work streams, each once (since protocol 35: a job's key is derived from
+--   the prefix and its id, its stream named by its code)
 -- A job queued now gets status 'dispatched'; its record does not name its stream entry (the
 -- entry names the job), except on a stream the bridge registry names: such a job is also pushed
 -- (LPUSH) to that legacy list, with `entry` = its entry id, `bridge` = the list, `bridge_stop` =
 -- the legacy stop queue and `worker_id` = the legacy worker id, and tracked in the mapping's
 -- zset; whichever side takes it first runs it, and the bridge deletes the entry the other side
 -- never read.
--- ARGV[1] consumer group
---   then per job, in the order of KEYS: its id, its run-at ms ('0' or not in the future: now;
---   the producer's clock, rebased by the record's `created_at`), n = how many values
---   follow, and those n values: field, value pairs of the job record (without status / entry);
---   a record without `created_at` is given the server's time now (since protocol 29)
+-- ARGV[1] consumer group  ARGV[2] job key prefix (`<ns>:job:`)
+-- ARGV[3] the caller's clock now, ms: a run-at is moved to Redis's clock by it (see rebased)
+--   then per job: its id, its code `<s>.<n>` or `<s>.<n>@<run-at ms>` (s: its stream, 1 for
+--   KEYS[7]; n: how many values follow; the run-at on the caller's clock, none or not in the
+--   future: now), and those n values: field, value pairs of the job record (without status /
+--   entry). Most jobs of a batch share one code, read once a call: a plain job is four
+--   strings (since protocol 35; before, eleven). The record gets `created_at`, Redis's clock
+--   now, and `script_type`, its stream's type, unless it names them (a named `created_at` is
+--   kept, a named type checked against the stream)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set; a fair queue's `fair`
 -- gauge up for each job its gate took (see gate).
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
@@ -3139,152 +3239,67 @@ end
 -- job <id>, still queued or running (nothing is written: see claim_unique).
 -- Errors: HERO_EVICTING <policy> when Redis's maxmemory policy may evict keys (INFO, at most once
 -- a second: refuse_evicting) and the config's `accept_eviction` does not name it. HERO_BAD_ARG
--- when ARGV does not describe one job per pair of KEYS or a field list is not in pairs;
+-- when a code is not one (a stream not given, values not in pairs) or ARGV ends inside a job;
 -- HERO_INVALID_JOB when a record is one a worker would refuse (refuse: an unknown field, a value
 -- of the wrong form, a stream other than the record names). Then nothing of the batch is written.
--- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
--- another job that is still waiting, dispatched or started, that job's id and status (the
--- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
--- (the job's `unique_ttl` ms, or the broker's retention time, read once a call through `cfg`),
--- and nil. A holder that ended or is gone releases the key to the next submit: nothing on the
--- job path has to clear it. The common case, a key no one holds, is one SET NX GET (Redis 7.0
--- takes NX with GET): taken, and nil back; only a key someone holds is looked at further.
-local function claim_unique(cfg, job_key, job_id, u)
-  local ukey = unique_key(ns_of(job_key, job_id), u[1])
-  local ttl = u[2] or setting_arg(cfg, 'retention_ms', 86400000)
-  local holder = redis.call('SET', ukey, job_id, 'NX', 'GET', 'PX', ttl)
-  if not holder then return nil end
-  if holder ~= job_id then
-    local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
-    if status == 'waiting' or status == 'dispatched' or status == 'started' then
-      return holder, status
-    end
-  end
-  redis.call('SET', ukey, job_id, 'PX', ttl)
-  return nil
-end
-
--- Names a new job in the `dependents` field of each of its prerequisites (protocol.md §3), a
--- JSON array grown in place as text (a string copy, not a parse, per submit); a field that is
--- not an array (edited by hand) is left as it is, a key of another type skipped (pcall).
-local function note_dependent(prefix, deps, job_id)
-  local quoted = cjson.encode(job_id)
-  for _, d in ipairs(deps) do
-    local k = prefix .. d
-    local cur = redis.pcall('HGET', k, 'dependents')
-    if cur == false or cur == '[]' then
-      redis.call('HSET', k, 'dependents', '[' .. quoted .. ']')
-    elseif type(cur) == 'string' and string.sub(cur, 1, 1) == '[' and string.sub(cur, -1) == ']' then
-      redis.call('HSET', k, 'dependents', string.sub(cur, 1, -2) .. ',' .. quoted .. ']')
-    end
-  end
-end
-
--- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set), so listing by tag
--- reads the index, not every job. A batch pays one SADD a tag (flush_tags writes `index.ids`, tag
--- key -> ids, in `index.order`), and each distinct JSON text of its tags is decoded and its keys
--- made once (`index.decoded`): a job costs one append a tag (~3 k instructions fewer for two).
-local function index_tags(index, job_key, job_id, tags)
-  local ns = ns_of(job_key, job_id)
-  local e = index.decoded[tags]
-  if not e or e.ns ~= ns then
-    e = { ns = ns, lists = {} }
-    for _, t in ipairs(cjson.decode(tags)) do
-      local k = tag_key(ns, t)
-      local ids = index.ids[k]
-      if not ids then
-        ids, index.order[#index.order + 1] = {}, k
-        index.ids[k] = ids
-      end
-      e.lists[#e.lists + 1] = ids
-    end
-    index.decoded[tags] = e
-  end
-  local lists = e.lists
-  for k = 1, #lists do lists[k][#lists[k] + 1] = job_id end
-end
-
-local function flush_tags(index)
-  for _, k in ipairs(index.order) do
-    local ids = index.ids[k]
-    for from = 1, #ids, 1000 do
-      redis.call('SADD', k, unpack(ids, from, math.min(#ids, from + 999)))
-    end
-  end
-end
-
--- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
--- have not finished yet, the first that ended error (nil when none did), and the results of
--- those that ended ({id, status, text, value}), which keep_result writes into the new job's record.
-local function prerequisites_state(prefix, list)
-  local left, failed, ended = 0, nil, {}
-  for _, p in ipairs(list) do
-    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error', 'value')
-    local s = not r.err and r[1]
-    if s == 'error' then
-      failed = failed or p
-      ended[#ended + 1] = { p, s, r[3] or '' }
-    elseif s == 'finished' then
-      ended[#ended + 1] = { p, s, r[2] or '', r[4] }
-    else
-      left = left + 1
-    end
-  end
-  return left, failed, ended
+-- A job's code (see ARGV) read: { s = its stream's index in KEYS, n = values that follow, at =
+-- its run-at text or nil }, or nil when it is not one.
+local function read_code(keys, code)
+  local s, n, at = string.match(code, '^(%d+)%.(%d+)@?(%d*)$')
+  s, n = tonumber(s), tonumber(n)
+  if not s or s < 1 or 6 + s > #keys or n % 2 ~= 0 then return nil end
+  return { s = 6 + s, n = n, at = at ~= '' and at ~= '0' and at or nil }
 end
 
 local function hero_submit(keys, args)
-  local delayed, registry, bridges, group = keys[1], keys[2], keys[3], args[1]
-  local n = (#keys - 6) / 2
-  if n ~= math.floor(n) then
-    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 6')
-  end
+  local delayed, registry, bridges, group, prefix = keys[1], keys[2], keys[3], args[1], args[2]
   -- check the whole batch before the first write
-  -- at: a job's first argument; counts: a count's text -> number (tonumber: 2 strtod, ~0.8 k)
-  local at, counts = {}, {}
-  local parsed = { good = n > 1 and {} or nil } -- stream -> its parts (see stream_parts); good: see refuse
+  -- at: a job's first argument; cs: its code read (codes: a code's text -> read, once a call);
+  -- jk: its key
+  local at, cs, jk, codes = {}, {}, {}, {}
+  -- stream -> its parts (see stream_parts); good: see refuse, made from the second job on
+  local parsed = {}
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once
   local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
   local members = nil -- per job that names a batch: { batch key, batch name }
-  local undated = nil -- per job without `created_at`: true (it gets the server's time)
-  local kept, pos = false, 2 -- kept: some job has a retention of its own (keep_ttl)
-  for i = 1, n do
-    local count = counts[args[pos + 2]] or tonumber(args[pos + 2])
-    if not count or count % 2 ~= 0 or pos + 2 + count > #args then
-      return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
+  local kept, pos, n = false, 4, 0 -- kept: some job has a retention of its own (keep_ttl)
+  while pos <= #args do
+    local code = args[pos + 1]
+    local c = code and (codes[code] or read_code(keys, code))
+    if not c or pos + 1 + c.n > #args then
+      return redis.error_reply('HERO_BAD_ARG job ' .. tostring(args[pos]) .. ': code ' .. tostring(code) ..
+        ' is not <stream>.<values>[@<run-at ms>] of a stream given, with the values in field/value pairs')
     end
-    counts[args[pos + 2]] = count
-    local why, uniq, uttl, tags, prereqs, bname, dated, own_keep = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    codes[code] = c
+    if n == 1 then parsed.good = {} end
+    n = n + 1
+    local job_id = args[pos]
+    local job_key = prefix .. job_id
+    local why, uniq, uttl, tags, prereqs, bname, own_keep = refuse(job_id, keys[c.s], args, pos + 2, pos + 1 + c.n, parsed)
     if why then
-      return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+      return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(job_id) .. ': ' .. why)
     end
     if own_keep then kept = true end
-    if not dated then
-      undated = undated or {}
-      undated[i] = true
-    end
     if bname then
-      local bkey = batch_key(ns_of(keys[5 + 2 * i], args[pos]), bname)
+      local bkey = batch_key(ns_of(job_key, job_id), bname)
       if batch_done(bkey) then
-        return redis.error_reply('HERO_INVALID_JOB job ' .. args[pos] .. ': batch ' .. bname ..
+        return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': batch ' .. bname ..
           ' is done (its callbacks were submitted): a new member needs a new batch')
       end
       members = members or {}
-      members[i] = { bkey, bname }
+      members[n] = { bkey, bname }
     end
     if prereqs then
       -- each must exist already, or come earlier in this batch (a flow: children first): a
       -- job can only wait on jobs older than itself, so no cycle can form
-      local job_key, job_id = keys[5 + 2 * i], args[pos]
-      local prefix = string.sub(job_key, 1, #job_key - #job_id)
       local list, seen = {}, {}
       if not batch then
         batch = {}
-        for k = 1, i - 1 do batch[args[at[k]]] = true end
+        for k = 1, n - 1 do batch[args[at[k]]] = true end
       end
-      if tonumber(args[pos + 1]) and tonumber(args[pos + 1]) > 0 then
+      if c.at then
         return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': a job with prerequisites cannot also be delayed')
       end
       for _, p in ipairs(cjson.decode(prereqs)) do
@@ -3298,22 +3313,19 @@ local function hero_submit(keys, args)
         end
       end
       deps = deps or {}
-      deps[i] = list
+      deps[n] = list
     end
-    if batch then batch[args[pos]] = true end
+    if batch then batch[job_id] = true end
     if uniq then
       unique = unique or {}
-      unique[i] = { uniq, uttl }
+      unique[n] = { uniq, uttl }
     end
     if tags then
       tagged = tagged or {}
-      tagged[i] = tags
+      tagged[n] = tags
     end
-    at[i] = pos
-    pos = pos + 3 + count
-  end
-  if pos ~= #args + 1 then
-    return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
+    at[n], cs[n], jk[n] = pos, c, job_key
+    pos = pos + 2 + c.n
   end
   local answers = {}
   -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
@@ -3331,25 +3343,31 @@ local function hero_submit(keys, args)
   -- gate), written once at the end
   local known = { gated = {} }
   local bridged = setting(cfg, 'bridged', 0) > 0 -- see dual_push_mapping
-  local now_ms
+  -- Redis's clock, read once a call (a record's `created_at`, a run-at's rebase): the first job
+  -- queued tells it by its entry's id (`ms`), else TIME does
+  local now_ms, now_iso, caller_ms = nil, nil, tonumber(args[3])
+  local function stamp(ms)
+    now_ms = now_ms or ms or server_ms()
+    now_iso = now_iso or iso_of(now_ms)
+    return now_iso
+  end
   -- Whether any job of the batch exists already, with one EXISTS over all their keys: a new
   -- job's id is new, and asking each record for its status cost a call a job (a third of the
   -- submit's calls at 5,000 jobs/s). Only when some key exists is each one asked; a job written
   -- earlier in this call is asked too (an id given twice in one batch).
   local taken = 0
   do
-    local job_keys = {}
-    for i = 1, n do job_keys[i] = keys[5 + 2 * i] end
     for from = 1, n, 1000 do
-      taken = taken + redis.call('EXISTS', unpack(job_keys, from, math.min(n, from + 999)))
+      taken = taken + redis.call('EXISTS', unpack(jk, from, math.min(n, from + 999)))
     end
   end
   local written = {} -- job keys written in this call
   for i = 1, n do
-    local job_key, stream = keys[5 + 2 * i], keys[6 + 2 * i]
-    local p = at[i]
-    local job_id, run_at_text, count = args[p], args[p + 1], counts[args[p + 2]]
-    local run_at = run_at_text == '0' and 0 or tonumber(run_at_text)
+    local job_key, c, p = jk[i], cs[i], at[i]
+    local stream, job_id, run_at_text = keys[c.s], args[p], c.at
+    -- the values' span, and the record's defaults: its stream's type, Redis's clock (a value
+    -- the job names comes later in the HSET, and the last of a field given twice counts)
+    local from, to, stype = p + 2, p + 1 + c.n, parsed[stream].type
     local existing = nil
     if taken > 0 or written[job_key] then existing = redis.call('HGET', job_key, 'status') end
     written[job_key] = true
@@ -3359,17 +3377,14 @@ local function hero_submit(keys, args)
     end
     local blocked, failed_dep, results = 0, nil, nil
     if not existing and not holder and deps and deps[i] then
-      blocked, failed_dep, results = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
+      blocked, failed_dep, results = prerequisites_state(prefix, deps[i])
     end
-    -- the run-at on Redis's clock (rebased by created_at); one not in the future is no delay
-    local due = nil
-    if run_at and run_at > 0 and not existing and not holder then
-      local created = nil
-      for q = p + 3, p + 1 + count, 2 do
-        if args[q] == 'created_at' then created = args[q + 1] break end
-      end
-      now_ms = now_ms or server_ms()
-      due = rebased(run_at, iso_ms(created), now_ms)
+    -- the run-at on Redis's clock (rebased by the caller's); one not in the future is no delay
+    local due, run_at = nil, nil
+    if run_at_text and not existing and not holder then
+      run_at = tonumber(run_at_text)
+      stamp()
+      due = rebased(run_at, caller_ms, now_ms)
       if due <= now_ms then due = nil end
     end
     if existing then
@@ -3379,15 +3394,17 @@ local function hero_submit(keys, args)
     elseif failed_dep then
       -- a prerequisite ended error already: so does this job, at once, with the reason
       local reason = 'dependency failed: ' .. failed_dep
-      redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso_now(), unpack(args, p + 3, p + 2 + count))
+      local iso = stamp()
+      redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso, 'script_type', stype,
+        'created_at', iso, unpack(args, from, to))
       redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
       log_event(log, 'error', job_id, stream, nil, nil, reason)
       answers[2 * i - 1], answers[2 * i] = 'created', 'error'
     elseif blocked > 0 then
       -- waits for its prerequisites: each names it in its dependents hash, and the call that
       -- ends the last one queues it (see release_dependents)
-      redis.call('HSET', job_key, 'status', 'waiting', 'deps_left', blocked, unpack(args, p + 3, p + 2 + count))
-      local prefix = string.sub(job_key, 1, #job_key - #job_id)
+      redis.call('HSET', job_key, 'status', 'waiting', 'deps_left', blocked, 'script_type', stype,
+        'created_at', stamp(), unpack(args, from, to))
       for _, d in ipairs(deps[i]) do
         local s = redis.call('HGET', prefix .. d, 'status')
         if s ~= 'finished' then
@@ -3404,7 +3421,8 @@ local function hero_submit(keys, args)
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     elseif due then
       if due ~= run_at then run_at, run_at_text = due, string.format('%d', due) end
-      redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
+      redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, 'script_type', stype,
+        'created_at', now_iso, unpack(args, from, to))
       redis.call('ZADD', delayed, run_at, job_id)
       st = st or stats(keys[6])
       tally(st, stream, 'delayed', 1)
@@ -3413,10 +3431,10 @@ local function hero_submit(keys, args)
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     else
       -- the common case written out: no dual-push mapping, the stream registered earlier in
-      -- this call (two Lua calls a job cost ~1.6 k instructions)
-      -- the record first: a fair queue's gate reads its limit key (see append)
+      -- this call (two Lua calls a job cost ~1.6 k instructions); the record is written after
+      -- the entry (a fair queue's gate is given the limit key, and the call is atomic), so the
+      -- first entry's id dates the call
       local m = bridged and dual_push_mapping(cfg, bridges, stream, dual)
-      redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       local entry
       local seen = not m and known[stream]
       if seen == true then
@@ -3426,7 +3444,7 @@ local function hero_submit(keys, args)
         -- (from the end: the Rust client writes it among the last fields, and as in HSET the
         -- last of a field given twice counts)
         local lk = ''
-        for q = p + 1 + count, p + 3, -2 do
+        for q = to - 1, from, -2 do
           if args[q] == 'limit_key' then
             lk = args[q + 1]
             break
@@ -3439,9 +3457,11 @@ local function hero_submit(keys, args)
         else
           entry = append(stream, group, registry, job_id, known, nil, m and true)
         end
+        if not now_iso then stamp(entry and tonumber(string.match(entry, '^%d+'))) end
       end
+      redis.call('HSET', job_key, 'status', 'dispatched', 'script_type', stype, 'created_at', now_iso or stamp(),
+        unpack(args, from, to))
       if m then
-        now_ms = now_ms or server_ms()
         hand_to_legacy(job_key, job_id, m, entry, now_ms)
       end
       if log then
@@ -3463,14 +3483,6 @@ local function hero_submit(keys, args)
     end
   end
   if kept then redis.call('HSETNX', keys[4], KEPT_FIELD, '1') end
-  if undated then
-    -- a record without `created_at` (a foreign client's) is dated by the server, so that every
-    -- record says when it was made
-    local now_iso = iso_now()
-    for i in pairs(undated) do
-      if answers[2 * i - 1] == 'created' then redis.call('HSETNX', keys[5 + 2 * i], 'created_at', now_iso) end
-    end
-  end
   if members then
     -- each new member counts in its batch; one that ended at once (a failed prerequisite)
     -- counts as failed, and may be what its closed batch waited for
@@ -3478,8 +3490,7 @@ local function hero_submit(keys, args)
     for i = 1, n do
       local m = members[i]
       if m and answers[2 * i - 1] == 'created' then
-        local now_iso = iso_now()
-        join_batch(keys[4], m[1], m[2], answers[2 * i] == 'error', now_iso)
+        join_batch(keys[4], m[1], m[2], answers[2 * i] == 'error', stamp())
         if answers[2 * i] == 'error' then
           ctx = ctx or { cfg = settings(keys[4]), log = log, now_iso = now_iso }
           settle_batch(ctx, m[1], m[2])
@@ -3490,8 +3501,7 @@ local function hero_submit(keys, args)
   if deps then
     for i = 1, n do
       if deps[i] and answers[2 * i - 1] == 'created' then
-        local job_key, job_id = keys[5 + 2 * i], args[at[i]]
-        note_dependent(string.sub(job_key, 1, #job_key - #job_id), deps[i], job_id)
+        note_dependent(prefix, deps[i], args[at[i]])
       end
     end
   end
@@ -6686,32 +6696,32 @@ local function hero_keys(keys, args)
   return { total, read, held_members, waiting }
 end
 
-redis.register_function{function_name='hero_v34_version', callback=hero_version, flags={'no-writes'}}
-redis.register_function('hero_v34_submit', hero_submit)
-redis.register_function{function_name='hero_v34_fetch', callback=hero_fetch, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_complete', callback=hero_complete, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_renew', callback=hero_renew, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_stop', callback=hero_stop, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_recover', callback=hero_recover, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_promote', callback=hero_promote, flags={'allow-oom'}}
-redis.register_function('hero_v34_bridge_in', hero_bridge_in)
-redis.register_function('hero_v34_bridge_out', hero_bridge_out)
-redis.register_function('hero_v34_bridge_watch', hero_bridge_watch)
-redis.register_function{function_name='hero_v34_expire', callback=hero_expire, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_dead', callback=hero_dead, flags={'allow-oom'}}
-redis.register_function('hero_v34_requeue', hero_requeue)
-redis.register_function('hero_v34_fix', hero_fix)
-redis.register_function('hero_v34_pause', hero_pause)
-redis.register_function('hero_v34_cron', hero_cron)
-redis.register_function('hero_v34_batch', hero_batch)
-redis.register_function('hero_v34_batch_ends', hero_batch_ends)
-redis.register_function{function_name='hero_v34_counts', callback=hero_counts, flags={'no-writes'}}
-redis.register_function{function_name='hero_v34_remove', callback=hero_remove, flags={'allow-oom'}}
-redis.register_function('hero_v34_policy', hero_policy)
-redis.register_function{function_name='hero_v34_beat', callback=hero_beat, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_duties', callback=hero_duties, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_cron_next', callback=hero_cron_next, flags={'no-writes'}}
-redis.register_function{function_name='hero_v34_clean', callback=hero_clean, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_drain', callback=hero_drain, flags={'allow-oom'}}
-redis.register_function{function_name='hero_v34_list', callback=hero_list, flags={'no-writes'}}
-redis.register_function{function_name='hero_v34_keys', callback=hero_keys, flags={'no-writes'}}
+redis.register_function{function_name='hero_v35_version', callback=hero_version, flags={'no-writes'}}
+redis.register_function('hero_v35_submit', hero_submit)
+redis.register_function{function_name='hero_v35_fetch', callback=hero_fetch, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_complete', callback=hero_complete, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_renew', callback=hero_renew, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_stop', callback=hero_stop, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_recover', callback=hero_recover, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_promote', callback=hero_promote, flags={'allow-oom'}}
+redis.register_function('hero_v35_bridge_in', hero_bridge_in)
+redis.register_function('hero_v35_bridge_out', hero_bridge_out)
+redis.register_function('hero_v35_bridge_watch', hero_bridge_watch)
+redis.register_function{function_name='hero_v35_expire', callback=hero_expire, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_dead', callback=hero_dead, flags={'allow-oom'}}
+redis.register_function('hero_v35_requeue', hero_requeue)
+redis.register_function('hero_v35_fix', hero_fix)
+redis.register_function('hero_v35_pause', hero_pause)
+redis.register_function('hero_v35_cron', hero_cron)
+redis.register_function('hero_v35_batch', hero_batch)
+redis.register_function('hero_v35_batch_ends', hero_batch_ends)
+redis.register_function{function_name='hero_v35_counts', callback=hero_counts, flags={'no-writes'}}
+redis.register_function{function_name='hero_v35_remove', callback=hero_remove, flags={'allow-oom'}}
+redis.register_function('hero_v35_policy', hero_policy)
+redis.register_function{function_name='hero_v35_beat', callback=hero_beat, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_duties', callback=hero_duties, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_cron_next', callback=hero_cron_next, flags={'no-writes'}}
+redis.register_function{function_name='hero_v35_clean', callback=hero_clean, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_drain', callback=hero_drain, flags={'allow-oom'}}
+redis.register_function{function_name='hero_v35_list', callback=hero_list, flags={'no-writes'}}
+redis.register_function{function_name='hero_v35_keys', callback=hero_keys, flags={'no-writes'}}

@@ -79,7 +79,7 @@ use crate::error::{Error, Result};
 /// every function in it, so a server may hold several versions at once.
 macro_rules! version {
     () => {
-        "34"
+        "35"
     };
 }
 
@@ -126,6 +126,8 @@ const PRELUDE: &str = concat!(
     include_str!("lib/dependencies.lua"),
     "\n",
     include_str!("lib/records.lua"),
+    "\n",
+    include_str!("lib/submits.lua"),
     "\n",
     include_str!("lib/fleet.lua"),
     "\n",

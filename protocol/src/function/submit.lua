@@ -3,18 +3,23 @@
 -- KEYS[1] delayed zset  KEYS[2] queue registry set  KEYS[3] bridge registry hash (work stream ->
 --   JSON of a dual-push mapping: {list, stop, track, worker, pickup_ms})
 -- KEYS[4] config hash  KEYS[5] event log  KEYS[6] stats hash
---   then per job i = 0, 1, ...: KEYS[7+2i] job hash  KEYS[8+2i] its work stream
+-- KEYS[7..] the batch's work streams, each once (since protocol 35: a job's key is derived from
+--   the prefix and its id, its stream named by its code)
 -- A job queued now gets status 'dispatched'; its record does not name its stream entry (the
 -- entry names the job), except on a stream the bridge registry names: such a job is also pushed
 -- (LPUSH) to that legacy list, with `entry` = its entry id, `bridge` = the list, `bridge_stop` =
 -- the legacy stop queue and `worker_id` = the legacy worker id, and tracked in the mapping's
 -- zset; whichever side takes it first runs it, and the bridge deletes the entry the other side
 -- never read.
--- ARGV[1] consumer group
---   then per job, in the order of KEYS: its id, its run-at ms ('0' or not in the future: now;
---   the producer's clock, rebased by the record's `created_at`), n = how many values
---   follow, and those n values: field, value pairs of the job record (without status / entry);
---   a record without `created_at` is given the server's time now (since protocol 29)
+-- ARGV[1] consumer group  ARGV[2] job key prefix (`<ns>:job:`)
+-- ARGV[3] the caller's clock now, ms: a run-at is moved to Redis's clock by it (see rebased)
+--   then per job: its id, its code `<s>.<n>` or `<s>.<n>@<run-at ms>` (s: its stream, 1 for
+--   KEYS[7]; n: how many values follow; the run-at on the caller's clock, none or not in the
+--   future: now), and those n values: field, value pairs of the job record (without status /
+--   entry). Most jobs of a batch share one code, read once a call: a plain job is four
+--   strings (since protocol 35; before, eleven). The record gets `created_at`, Redis's clock
+--   now, and `script_type`, its stream's type, unless it names them (a named `created_at` is
+--   kept, a named type checked against the stream)
 -- Stats: the stream's `delayed` gauge for a job parked in the delayed set; a fair queue's `fair`
 -- gauge up for each job its gate took (see gate).
 -- Events: `submitted` per new job (q its stream; d its run-at when it waits in the delayed set);
@@ -35,152 +40,67 @@
 -- job <id>, still queued or running (nothing is written: see claim_unique).
 -- Errors: HERO_EVICTING <policy> when Redis's maxmemory policy may evict keys (INFO, at most once
 -- a second: refuse_evicting) and the config's `accept_eviction` does not name it. HERO_BAD_ARG
--- when ARGV does not describe one job per pair of KEYS or a field list is not in pairs;
+-- when a code is not one (a stream not given, values not in pairs) or ARGV ends inside a job;
 -- HERO_INVALID_JOB when a record is one a worker would refuse (refuse: an unknown field, a value
 -- of the wrong form, a stream other than the record names). Then nothing of the batch is written.
--- The uniqueness key of a job (`<ns>:unique:<key>`, beside `<ns>:job:<id>`): when it names
--- another job that is still waiting, dispatched or started, that job's id and status (the
--- submit is a duplicate: nothing is written); else the key is taken for `job_id`, for its TTL
--- (the job's `unique_ttl` ms, or the broker's retention time, read once a call through `cfg`),
--- and nil. A holder that ended or is gone releases the key to the next submit: nothing on the
--- job path has to clear it. The common case, a key no one holds, is one SET NX GET (Redis 7.0
--- takes NX with GET): taken, and nil back; only a key someone holds is looked at further.
-local function claim_unique(cfg, job_key, job_id, u)
-  local ukey = unique_key(ns_of(job_key, job_id), u[1])
-  local ttl = u[2] or setting_arg(cfg, 'retention_ms', 86400000)
-  local holder = redis.call('SET', ukey, job_id, 'NX', 'GET', 'PX', ttl)
-  if not holder then return nil end
-  if holder ~= job_id then
-    local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
-    if status == 'waiting' or status == 'dispatched' or status == 'started' then
-      return holder, status
-    end
-  end
-  redis.call('SET', ukey, job_id, 'PX', ttl)
-  return nil
-end
-
--- Names a new job in the `dependents` field of each of its prerequisites (protocol.md §3), a
--- JSON array grown in place as text (a string copy, not a parse, per submit); a field that is
--- not an array (edited by hand) is left as it is, a key of another type skipped (pcall).
-local function note_dependent(prefix, deps, job_id)
-  local quoted = cjson.encode(job_id)
-  for _, d in ipairs(deps) do
-    local k = prefix .. d
-    local cur = redis.pcall('HGET', k, 'dependents')
-    if cur == false or cur == '[]' then
-      redis.call('HSET', k, 'dependents', '[' .. quoted .. ']')
-    elseif type(cur) == 'string' and string.sub(cur, 1, 1) == '[' and string.sub(cur, -1) == ']' then
-      redis.call('HSET', k, 'dependents', string.sub(cur, 1, -2) .. ',' .. quoted .. ']')
-    end
-  end
-end
-
--- Adds a new job to the index of each of its tags (`<ns>:tag:<tag>`, a set), so listing by tag
--- reads the index, not every job. A batch pays one SADD a tag (flush_tags writes `index.ids`, tag
--- key -> ids, in `index.order`), and each distinct JSON text of its tags is decoded and its keys
--- made once (`index.decoded`): a job costs one append a tag (~3 k instructions fewer for two).
-local function index_tags(index, job_key, job_id, tags)
-  local ns = ns_of(job_key, job_id)
-  local e = index.decoded[tags]
-  if not e or e.ns ~= ns then
-    e = { ns = ns, lists = {} }
-    for _, t in ipairs(cjson.decode(tags)) do
-      local k = tag_key(ns, t)
-      local ids = index.ids[k]
-      if not ids then
-        ids, index.order[#index.order + 1] = {}, k
-        index.ids[k] = ids
-      end
-      e.lists[#e.lists + 1] = ids
-    end
-    index.decoded[tags] = e
-  end
-  local lists = e.lists
-  for k = 1, #lists do lists[k][#lists[k] + 1] = job_id end
-end
-
-local function flush_tags(index)
-  for _, k in ipairs(index.order) do
-    local ids = index.ids[k]
-    for from = 1, #ids, 1000 do
-      redis.call('SADD', k, unpack(ids, from, math.min(#ids, from + 999)))
-    end
-  end
-end
-
--- The state of a new job's prerequisites `list` (job ids, `prefix` their key prefix): how many
--- have not finished yet, the first that ended error (nil when none did), and the results of
--- those that ended ({id, status, text, value}), which keep_result writes into the new job's record.
-local function prerequisites_state(prefix, list)
-  local left, failed, ended = 0, nil, {}
-  for _, p in ipairs(list) do
-    local r = redis.pcall('HMGET', prefix .. p, 'status', 'output', 'error', 'value')
-    local s = not r.err and r[1]
-    if s == 'error' then
-      failed = failed or p
-      ended[#ended + 1] = { p, s, r[3] or '' }
-    elseif s == 'finished' then
-      ended[#ended + 1] = { p, s, r[2] or '', r[4] }
-    else
-      left = left + 1
-    end
-  end
-  return left, failed, ended
+-- A job's code (see ARGV) read: { s = its stream's index in KEYS, n = values that follow, at =
+-- its run-at text or nil }, or nil when it is not one.
+local function read_code(keys, code)
+  local s, n, at = string.match(code, '^(%d+)%.(%d+)@?(%d*)$')
+  s, n = tonumber(s), tonumber(n)
+  if not s or s < 1 or 6 + s > #keys or n % 2 ~= 0 then return nil end
+  return { s = 6 + s, n = n, at = at ~= '' and at ~= '0' and at or nil }
 end
 
 local function hero_submit(keys, args)
-  local delayed, registry, bridges, group = keys[1], keys[2], keys[3], args[1]
-  local n = (#keys - 6) / 2
-  if n ~= math.floor(n) then
-    return redis.error_reply('HERO_BAD_ARG submit takes 2 keys per job after the first 6')
-  end
+  local delayed, registry, bridges, group, prefix = keys[1], keys[2], keys[3], args[1], args[2]
   -- check the whole batch before the first write
-  -- at: a job's first argument; counts: a count's text -> number (tonumber: 2 strtod, ~0.8 k)
-  local at, counts = {}, {}
-  local parsed = { good = n > 1 and {} or nil } -- stream -> its parts (see stream_parts); good: see refuse
+  -- at: a job's first argument; cs: its code read (codes: a code's text -> read, once a call);
+  -- jk: its key
+  local at, cs, jk, codes = {}, {}, {}, {}
+  -- stream -> its parts (see stream_parts); good: see refuse, made from the second job on
+  local parsed = {}
   local unique = nil -- per job with a uniqueness key: { key, ttl ms or nil }
   local tagged = nil -- per job with tags: their JSON array (checked by refuse)
   local deps = nil -- per job with prerequisites: their ids, each once
   local batch = nil -- job id -> true for the jobs before this one, made when one has prerequisites
   local members = nil -- per job that names a batch: { batch key, batch name }
-  local undated = nil -- per job without `created_at`: true (it gets the server's time)
-  local kept, pos = false, 2 -- kept: some job has a retention of its own (keep_ttl)
-  for i = 1, n do
-    local count = counts[args[pos + 2]] or tonumber(args[pos + 2])
-    if not count or count % 2 ~= 0 or pos + 2 + count > #args then
-      return redis.error_reply('HERO_BAD_ARG job fields must come in field/value pairs')
+  local kept, pos, n = false, 4, 0 -- kept: some job has a retention of its own (keep_ttl)
+  while pos <= #args do
+    local code = args[pos + 1]
+    local c = code and (codes[code] or read_code(keys, code))
+    if not c or pos + 1 + c.n > #args then
+      return redis.error_reply('HERO_BAD_ARG job ' .. tostring(args[pos]) .. ': code ' .. tostring(code) ..
+        ' is not <stream>.<values>[@<run-at ms>] of a stream given, with the values in field/value pairs')
     end
-    counts[args[pos + 2]] = count
-    local why, uniq, uttl, tags, prereqs, bname, dated, own_keep = refuse(args[pos], keys[6 + 2 * i], args, pos + 3, pos + 2 + count, parsed)
+    codes[code] = c
+    if n == 1 then parsed.good = {} end
+    n = n + 1
+    local job_id = args[pos]
+    local job_key = prefix .. job_id
+    local why, uniq, uttl, tags, prereqs, bname, own_keep = refuse(job_id, keys[c.s], args, pos + 2, pos + 1 + c.n, parsed)
     if why then
-      return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(args[pos]) .. ': ' .. why)
+      return redis.error_reply('HERO_INVALID_JOB job ' .. tostring(job_id) .. ': ' .. why)
     end
     if own_keep then kept = true end
-    if not dated then
-      undated = undated or {}
-      undated[i] = true
-    end
     if bname then
-      local bkey = batch_key(ns_of(keys[5 + 2 * i], args[pos]), bname)
+      local bkey = batch_key(ns_of(job_key, job_id), bname)
       if batch_done(bkey) then
-        return redis.error_reply('HERO_INVALID_JOB job ' .. args[pos] .. ': batch ' .. bname ..
+        return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': batch ' .. bname ..
           ' is done (its callbacks were submitted): a new member needs a new batch')
       end
       members = members or {}
-      members[i] = { bkey, bname }
+      members[n] = { bkey, bname }
     end
     if prereqs then
       -- each must exist already, or come earlier in this batch (a flow: children first): a
       -- job can only wait on jobs older than itself, so no cycle can form
-      local job_key, job_id = keys[5 + 2 * i], args[pos]
-      local prefix = string.sub(job_key, 1, #job_key - #job_id)
       local list, seen = {}, {}
       if not batch then
         batch = {}
-        for k = 1, i - 1 do batch[args[at[k]]] = true end
+        for k = 1, n - 1 do batch[args[at[k]]] = true end
       end
-      if tonumber(args[pos + 1]) and tonumber(args[pos + 1]) > 0 then
+      if c.at then
         return redis.error_reply('HERO_INVALID_JOB job ' .. job_id .. ': a job with prerequisites cannot also be delayed')
       end
       for _, p in ipairs(cjson.decode(prereqs)) do
@@ -194,22 +114,19 @@ local function hero_submit(keys, args)
         end
       end
       deps = deps or {}
-      deps[i] = list
+      deps[n] = list
     end
-    if batch then batch[args[pos]] = true end
+    if batch then batch[job_id] = true end
     if uniq then
       unique = unique or {}
-      unique[i] = { uniq, uttl }
+      unique[n] = { uniq, uttl }
     end
     if tags then
       tagged = tagged or {}
-      tagged[i] = tags
+      tagged[n] = tags
     end
-    at[i] = pos
-    pos = pos + 3 + count
-  end
-  if pos ~= #args + 1 then
-    return redis.error_reply('HERO_BAD_ARG more arguments than the keys describe jobs')
+    at[n], cs[n], jk[n] = pos, c, job_key
+    pos = pos + 2 + c.n
   end
   local answers = {}
   -- `bridged`: how many dual-push mappings the bridge registry holds (the broker publishes it
@@ -227,25 +144,31 @@ local function hero_submit(keys, args)
   -- gate), written once at the end
   local known = { gated = {} }
   local bridged = setting(cfg, 'bridged', 0) > 0 -- see dual_push_mapping
-  local now_ms
+  -- Redis's clock, read once a call (a record's `created_at`, a run-at's rebase): the first job
+  -- queued tells it by its entry's id (`ms`), else TIME does
+  local now_ms, now_iso, caller_ms = nil, nil, tonumber(args[3])
+  local function stamp(ms)
+    now_ms = now_ms or ms or server_ms()
+    now_iso = now_iso or iso_of(now_ms)
+    return now_iso
+  end
   -- Whether any job of the batch exists already, with one EXISTS over all their keys: a new
   -- job's id is new, and asking each record for its status cost a call a job (a third of the
   -- submit's calls at 5,000 jobs/s). Only when some key exists is each one asked; a job written
   -- earlier in this call is asked too (an id given twice in one batch).
   local taken = 0
   do
-    local job_keys = {}
-    for i = 1, n do job_keys[i] = keys[5 + 2 * i] end
     for from = 1, n, 1000 do
-      taken = taken + redis.call('EXISTS', unpack(job_keys, from, math.min(n, from + 999)))
+      taken = taken + redis.call('EXISTS', unpack(jk, from, math.min(n, from + 999)))
     end
   end
   local written = {} -- job keys written in this call
   for i = 1, n do
-    local job_key, stream = keys[5 + 2 * i], keys[6 + 2 * i]
-    local p = at[i]
-    local job_id, run_at_text, count = args[p], args[p + 1], counts[args[p + 2]]
-    local run_at = run_at_text == '0' and 0 or tonumber(run_at_text)
+    local job_key, c, p = jk[i], cs[i], at[i]
+    local stream, job_id, run_at_text = keys[c.s], args[p], c.at
+    -- the values' span, and the record's defaults: its stream's type, Redis's clock (a value
+    -- the job names comes later in the HSET, and the last of a field given twice counts)
+    local from, to, stype = p + 2, p + 1 + c.n, parsed[stream].type
     local existing = nil
     if taken > 0 or written[job_key] then existing = redis.call('HGET', job_key, 'status') end
     written[job_key] = true
@@ -255,17 +178,14 @@ local function hero_submit(keys, args)
     end
     local blocked, failed_dep, results = 0, nil, nil
     if not existing and not holder and deps and deps[i] then
-      blocked, failed_dep, results = prerequisites_state(string.sub(job_key, 1, #job_key - #job_id), deps[i])
+      blocked, failed_dep, results = prerequisites_state(prefix, deps[i])
     end
-    -- the run-at on Redis's clock (rebased by created_at); one not in the future is no delay
-    local due = nil
-    if run_at and run_at > 0 and not existing and not holder then
-      local created = nil
-      for q = p + 3, p + 1 + count, 2 do
-        if args[q] == 'created_at' then created = args[q + 1] break end
-      end
-      now_ms = now_ms or server_ms()
-      due = rebased(run_at, iso_ms(created), now_ms)
+    -- the run-at on Redis's clock (rebased by the caller's); one not in the future is no delay
+    local due, run_at = nil, nil
+    if run_at_text and not existing and not holder then
+      run_at = tonumber(run_at_text)
+      stamp()
+      due = rebased(run_at, caller_ms, now_ms)
       if due <= now_ms then due = nil end
     end
     if existing then
@@ -275,15 +195,17 @@ local function hero_submit(keys, args)
     elseif failed_dep then
       -- a prerequisite ended error already: so does this job, at once, with the reason
       local reason = 'dependency failed: ' .. failed_dep
-      redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso_now(), unpack(args, p + 3, p + 2 + count))
+      local iso = stamp()
+      redis.call('HSET', job_key, 'status', 'error', 'error', reason, 'finished_at', iso, 'script_type', stype,
+        'created_at', iso, unpack(args, from, to))
       redis.call('PEXPIRE', job_key, setting_arg(cfg, 'retention_ms', 86400000))
       log_event(log, 'error', job_id, stream, nil, nil, reason)
       answers[2 * i - 1], answers[2 * i] = 'created', 'error'
     elseif blocked > 0 then
       -- waits for its prerequisites: each names it in its dependents hash, and the call that
       -- ends the last one queues it (see release_dependents)
-      redis.call('HSET', job_key, 'status', 'waiting', 'deps_left', blocked, unpack(args, p + 3, p + 2 + count))
-      local prefix = string.sub(job_key, 1, #job_key - #job_id)
+      redis.call('HSET', job_key, 'status', 'waiting', 'deps_left', blocked, 'script_type', stype,
+        'created_at', stamp(), unpack(args, from, to))
       for _, d in ipairs(deps[i]) do
         local s = redis.call('HGET', prefix .. d, 'status')
         if s ~= 'finished' then
@@ -300,7 +222,8 @@ local function hero_submit(keys, args)
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     elseif due then
       if due ~= run_at then run_at, run_at_text = due, string.format('%d', due) end
-      redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, unpack(args, p + 3, p + 2 + count))
+      redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, 'script_type', stype,
+        'created_at', now_iso, unpack(args, from, to))
       redis.call('ZADD', delayed, run_at, job_id)
       st = st or stats(keys[6])
       tally(st, stream, 'delayed', 1)
@@ -309,10 +232,10 @@ local function hero_submit(keys, args)
       if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
     else
       -- the common case written out: no dual-push mapping, the stream registered earlier in
-      -- this call (two Lua calls a job cost ~1.6 k instructions)
-      -- the record first: a fair queue's gate reads its limit key (see append)
+      -- this call (two Lua calls a job cost ~1.6 k instructions); the record is written after
+      -- the entry (a fair queue's gate is given the limit key, and the call is atomic), so the
+      -- first entry's id dates the call
       local m = bridged and dual_push_mapping(cfg, bridges, stream, dual)
-      redis.call('HSET', job_key, 'status', 'dispatched', unpack(args, p + 3, p + 2 + count))
       local entry
       local seen = not m and known[stream]
       if seen == true then
@@ -322,7 +245,7 @@ local function hero_submit(keys, args)
         -- (from the end: the Rust client writes it among the last fields, and as in HSET the
         -- last of a field given twice counts)
         local lk = ''
-        for q = p + 1 + count, p + 3, -2 do
+        for q = to - 1, from, -2 do
           if args[q] == 'limit_key' then
             lk = args[q + 1]
             break
@@ -335,9 +258,11 @@ local function hero_submit(keys, args)
         else
           entry = append(stream, group, registry, job_id, known, nil, m and true)
         end
+        if not now_iso then stamp(entry and tonumber(string.match(entry, '^%d+'))) end
       end
+      redis.call('HSET', job_key, 'status', 'dispatched', 'script_type', stype, 'created_at', now_iso or stamp(),
+        unpack(args, from, to))
       if m then
-        now_ms = now_ms or server_ms()
         hand_to_legacy(job_key, job_id, m, entry, now_ms)
       end
       if log then
@@ -359,14 +284,6 @@ local function hero_submit(keys, args)
     end
   end
   if kept then redis.call('HSETNX', keys[4], KEPT_FIELD, '1') end
-  if undated then
-    -- a record without `created_at` (a foreign client's) is dated by the server, so that every
-    -- record says when it was made
-    local now_iso = iso_now()
-    for i in pairs(undated) do
-      if answers[2 * i - 1] == 'created' then redis.call('HSETNX', keys[5 + 2 * i], 'created_at', now_iso) end
-    end
-  end
   if members then
     -- each new member counts in its batch; one that ended at once (a failed prerequisite)
     -- counts as failed, and may be what its closed batch waited for
@@ -374,8 +291,7 @@ local function hero_submit(keys, args)
     for i = 1, n do
       local m = members[i]
       if m and answers[2 * i - 1] == 'created' then
-        local now_iso = iso_now()
-        join_batch(keys[4], m[1], m[2], answers[2 * i] == 'error', now_iso)
+        join_batch(keys[4], m[1], m[2], answers[2 * i] == 'error', stamp())
         if answers[2 * i] == 'error' then
           ctx = ctx or { cfg = settings(keys[4]), log = log, now_iso = now_iso }
           settle_batch(ctx, m[1], m[2])
@@ -386,8 +302,7 @@ local function hero_submit(keys, args)
   if deps then
     for i = 1, n do
       if deps[i] and answers[2 * i - 1] == 'created' then
-        local job_key, job_id = keys[5 + 2 * i], args[at[i]]
-        note_dependent(string.sub(job_key, 1, #job_key - #job_id), deps[i], job_id)
+        note_dependent(prefix, deps[i], args[at[i]])
       end
     end
   end

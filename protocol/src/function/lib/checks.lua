@@ -68,14 +68,14 @@ end
 
 -- A queue as a refusal names it: group and instance `none` where there is none.
 local function queue_text(stype, grp, inst, prio)
-  return 'type ' .. tostring(stype) .. ', group ' .. (grp or 'none') .. ', instance ' ..
+  return 'type ' .. tostring(stype or 'none') .. ', group ' .. (grp or 'none') .. ', instance ' ..
     (inst or 'none') .. ', priority ' .. tostring(prio)
 end
 
 -- Why the record of one submitted job is refused (nil when it is fine), then its uniqueness
 -- key and TTL, its tags, its prerequisites (JSON text), its batch when it has them, and whether
--- it names its `created_at` (a submit without one gets the server's time: see hero_submit), and
--- whether it has a retention of its own (`keep`, `keep_failed`: see keep_ttl):
+-- it has a retention of its own (`keep`, `keep_failed`: see keep_ttl). A record without
+-- `script_type` is of its stream's type (hero_submit writes it):
 -- `args` from `from` to `to` are its field/value pairs, `stream`
 -- its work stream; `parsed` caches stream_parts per stream for the call, and in `parsed.good`
 -- the values found good (the caller makes it, { good = {} }, for a call of several jobs: for one
@@ -83,7 +83,7 @@ end
 -- or a string built per job here cost Redis several thousand instructions a job.
 local function refuse(job_id, stream, args, from, to, parsed)
   local script, stype, grp, inst, prio = nil, nil, false, false, '5'
-  local uniq, uttl, tags, prereqs, batch, dated, kept = nil, nil, nil, nil, nil, false, false
+  local uniq, uttl, tags, prereqs, batch, kept = nil, nil, nil, nil, nil, false
   for k = from, to, 2 do
     local name, v = args[k], args[k + 1]
     local kind = SUBMIT_FIELDS[name]
@@ -114,7 +114,6 @@ local function refuse(job_id, stream, args, from, to, parsed)
       elseif name == 'group' then grp = v
       elseif name == 'instance' then inst = v
       elseif name == 'priority' then prio = v
-      elseif name == 'created_at' then dated = true
       elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
       elseif name == 'unique' then
         if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
@@ -130,7 +129,6 @@ local function refuse(job_id, stream, args, from, to, parsed)
     end
   end
   if not script then return 'field `script` is missing' end
-  if not stype then return 'field `script_type` is missing' end
   if inst and not grp then
     return 'field `instance` needs a `group`: an instance is named within its group (queue <type>/<group>/<instance>)'
   end
@@ -143,6 +141,7 @@ local function refuse(job_id, stream, args, from, to, parsed)
     return 'its stream ' .. stream .. ' is not a work stream (its record names ' ..
       queue_text(stype, grp, inst, prio) .. ')'
   end
+  stype = stype or p.type
   if p.type ~= stype or p.group ~= grp or p.instance ~= inst or p.priority ~= prio then
     return 'its stream ' .. stream .. ' is the queue of ' ..
       queue_text(p.type, p.group, p.instance, p.priority) .. ', but its record names ' ..
@@ -152,5 +151,5 @@ local function refuse(job_id, stream, args, from, to, parsed)
   if uttl == '0' or (uttl and string.match(uttl, '^0+$')) then
     return 'field `unique_ttl` is not at least 1 (ms)'
   end
-  return nil, uniq, uttl, tags, prereqs, batch, dated, kept
+  return nil, uniq, uttl, tags, prereqs, batch, kept
 end

@@ -14,6 +14,7 @@
 --   batches.lua       batches: members counted as they end, callbacks once
 --   dependencies.lua  prerequisites and their dependents (release_if_any, the ended-jobs hook)
 --   records.lua       a job's record as a fetch reads it and hands it back (read_job, as_leased)
+--   submits.lua       a submit's uniqueness keys, tag indexes and prerequisites
 --   fleet.lua         the fleet summary the duties' holder writes (fleet_lacks)
 --   zones.lua, tz.lua, cron_engine.lua   the cron engine: zones' rules, offsets, next ticks
 -- A helper that writes events or stats says which in its comment ("Writes events:", "Writes
