@@ -5501,10 +5501,10 @@ function cron.pass(d)
         if not full and (spec.missed == 'catch-up' or d.now_ms - nxt <= 1000) then
           local id = cron.job_id(name, nxt)
           local stream = cron.stream(d.ns, spec.job)
-          local args = { d.group, id, '0', tostring(#fields) }
+          local args = { d.group, d.prefix, '', id, '1.' .. #fields }
           for k = 1, #fields do args[#args + 1] = fields[k] end
           local r = hero_submit({ d.keys[2], d.keys[4], bridge_registry_of(d.keys[4]), d.keys[5], d.keys[6],
-            d.keys[7], d.prefix .. id, stream }, args)
+            d.keys[7], stream }, args)
           d.budget = d.budget - 1
           if not r.err then
             fired = fired + 1

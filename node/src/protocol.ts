@@ -9,9 +9,10 @@ import { byStream, type Done, LETTERS } from "./done.js";
 import { HeroError } from "./errors.js";
 import { GROUP, Keys } from "./keys.js";
 import { LIBRARY_SOURCE } from "./library.generated.js";
+import { submitsByStream, type NewJobArgs } from "./submits.js";
 import { Arg, rawOk, RawCommand, Resp, text, whole, Words } from "./resp.js";
 
-export const VERSION = "34";
+export const VERSION = "35";
 /** This package's release (package.json says the same: a test holds them equal). */
 export const RELEASE = "1.1.0";
 
@@ -79,13 +80,39 @@ export class Protocol {
   }
 
   /** hero_submit of [job id, work stream, run-at ms or 0, record fields] each; answers
-   * [kind, status] per job: kind `created`, `exists` or `duplicate:<id>`. */
-  async submit(jobs: [string, string, number, [string, Arg][]][]): Promise<[string, string][]> {
+   * [kind, status] per job: kind `created`, `exists` or `duplicate:<id>`. Since protocol 35 the
+   * call names each stream once and a job as its id, a code `<stream>.<values>[@<run-at>]` and
+   * its pairs without `created_at` and `script_type`, which the function writes. */
+  async submit(jobs: NewJobArgs[]): Promise<[string, string][]> {
     const k = this.keys;
     const h = this.hot;
     let answer: unknown[];
-    if (this.raw) {
-      // written straight into the command's bytes, a job's key as prefix and id (resp.ts)
+    if (Number(this.version) >= 35) {
+      const { streams, codes, kept } = submitsByStream(jobs);
+      if (this.raw) {
+        // written straight into the command's bytes (resp.ts)
+        const w = new Resp().str("FCALL").str(this.fn("submit")).num(6 + streams.length);
+        w.str(h.delayed).str(h.queues).str(k.bridgeRegistry()).str(h.config).str(h.events).str(h.stats);
+        for (const stream of streams) w.str(stream);
+        w.str(GROUP).str(h.jobPrefix).num(nowMs());
+        jobs.forEach(([id], j) => {
+          w.str(id).str(codes[j]);
+          const f = kept[j];
+          for (let i = 0; i < f.length; i++) w.str(f[i][0]).arg(f[i][1]);
+        });
+        answer = (await this.send(w)) as unknown[];
+      } else {
+        const keys = [h.delayed, h.queues, k.bridgeRegistry(), h.config, h.events, h.stats, ...streams];
+        const argv: Arg[] = [GROUP, h.jobPrefix, nowMs()];
+        jobs.forEach(([id], j) => {
+          argv.push(id, codes[j]);
+          for (const [f, v] of kept[j]) argv.push(f, v);
+        });
+        answer = (await this.fcall("submit", keys, argv)) as unknown[];
+      }
+    } else if (this.raw) {
+      // protocols before 35: two keys and three counts a job, written straight into the
+      // command's bytes, a job's key as prefix and id (resp.ts)
       const w = new Resp().str("FCALL").str(this.fn("submit")).num(6 + 2 * jobs.length);
       w.str(h.delayed).str(h.queues).str(k.bridgeRegistry()).str(h.config).str(h.events).str(h.stats);
       for (const job of jobs) w.str2(h.jobPrefix, job[0]).str(job[1]);

@@ -32,7 +32,7 @@ from .errors import HeroError, InvalidInput, JobNotFound
 from .events import BLOCK_MS, COUNT, NOT_ENDS, POLL, Event, EventStream, Filter, decode
 from .job import Job, Result, Submitted
 from .keys import GROUP, Keys
-from .protocol import LIBRARY, VERSION, iso
+from .protocol import LIBRARY, VERSION, iso, submit_args
 from .shards import ShardMap
 from .upkeep import Upkeep
 
@@ -120,13 +120,7 @@ class Client:
                 self._lacks = read_lacks(await self.r.hget(self.keys.config(), "fleet_lacks"))
                 self._lacks_at = time.monotonic()
             refuse_lacking(jobs, self._lacks)
-        k = self.keys
-        keys = [k.delayed(), k.queues(), k.bridge_registry(), k.config(), k.events(), k.stats()]
-        argv: list[Any] = [GROUP]
-        for job_id, stream, run_at, fields in jobs:
-            keys += [k.job(job_id), stream]
-            pairs = [x for kv in fields.items() for x in kv]
-            argv += [job_id, run_at, len(pairs), *pairs]
+        keys, argv = submit_args(self.keys, int(VERSION), jobs)
         try:
             answer = [_text(x) for x in await self.r.fcall(self.fn("submit"), len(keys), *keys, *argv)]
         except redis.ResponseError as e:

@@ -22,7 +22,7 @@ from .keys import GROUP, Keys
 
 log = logging.getLogger("hero")
 
-VERSION = "34"
+VERSION = "35"
 # this package's release (pyproject.toml says the same: a test holds them equal)
 RELEASE = "1.1.0"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -74,13 +74,7 @@ class Protocol:
     def submit(self, jobs: Sequence[tuple[str, str, int, dict[str, str]]]) -> list[tuple[str, str]]:
         """hero_submit of (job id, work stream, run-at ms or 0, record fields) each; answers
         (kind, status) per job: kind 'created', 'exists' or 'duplicate:<id>'."""
-        k = self.keys
-        keys = [k.delayed(), k.queues(), k.bridge_registry(), k.config(), k.events(), k.stats()]
-        argv: list[Any] = [GROUP]
-        for job_id, stream, run_at, fields in jobs:
-            keys += [k.job(job_id), stream]
-            pairs = [x for kv in fields.items() for x in kv]
-            argv += [job_id, run_at, len(pairs), *pairs]
+        keys, argv = submit_args(self.keys, int(self.version), jobs)
         answer = self.r.fcall(self.fn("submit"), len(keys), *keys, *argv)
         out = [_text(x) for x in answer]
         return [(out[i], out[i + 1]) for i in range(0, len(out), 2)]
@@ -434,6 +428,33 @@ SKEW_WARN_MS = 2000
 _offset_ms = 0
 _skew_said = False
 _clock_lock = threading.Lock()
+
+
+# the record's fields hero_submit writes itself since protocol 35 (Redis's clock, the stream's
+# type): left out of the call
+_WRITTEN_BY_SUBMIT = ("created_at", "script_type")
+
+
+def submit_args(k: Keys, version: int, jobs: Sequence[tuple[str, str, int, dict[str, Any]]]) -> tuple[list[str], list[Any]]:
+    """hero_submit's keys and arguments for (job id, work stream, run-at ms or 0, record fields)
+    each. Since protocol 35 each stream once, and a job as its id, a code `<stream>.<values>`
+    (`@<run-at>` when it has one) and its pairs; before, two keys and three counts a job."""
+    keys: list[str] = [k.delayed(), k.queues(), k.bridge_registry(), k.config(), k.events(), k.stats()]
+    if version >= 35:
+        streams: dict[str, int] = {}
+        argv: list[Any] = [GROUP, k.job_prefix(), now_ms()]
+        for job_id, stream, run_at, fields in jobs:
+            s = streams.setdefault(stream, len(streams) + 1)
+            pairs = [x for kv in fields.items() if kv[0] not in _WRITTEN_BY_SUBMIT for x in kv]
+            code = f"{s}.{len(pairs)}@{run_at}" if run_at else f"{s}.{len(pairs)}"
+            argv += [job_id, code, *pairs]
+        return keys + list(streams), argv
+    argv = [GROUP]
+    for job_id, stream, run_at, fields in jobs:
+        keys += [k.job(job_id), stream]
+        pairs = [x for kv in fields.items() for x in kv]
+        argv += [job_id, run_at, len(pairs), *pairs]
+    return keys, argv
 
 
 def local_ms() -> int:

@@ -52,22 +52,19 @@ async fn submit_takes_a_batch_and_refuses_a_malformed_one_whole() {
         c.keys().config(),
         c.keys().events(),
         c.keys().stats(),
-        c.keys().job_unchecked("b1"),
-        osis.clone(),
-        c.keys().job_unchecked("b2"),
         osis.clone(),
     ]);
     bad.arg(CONSUMER_GROUP)
-        .arg("b1")
+        .arg(c.keys().job_prefix())
         .arg(0)
-        .arg(4)
+        .arg("b1")
+        .arg("1.4")
         .arg("script")
         .arg("x")
         .arg("script_type")
         .arg("osis")
         .arg("b2")
-        .arg(0)
-        .arg(4)
+        .arg("1.4")
         .arg("script")
         .arg("y");
     let err = c.redis().query::<redis::Value>(&bad).await.unwrap_err();
@@ -146,20 +143,19 @@ async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its
             c.keys().config(),
             c.keys().events(),
             c.keys().stats(),
-            c.keys().job_unchecked("fine"),
             osis.clone(),
-            c.keys().job_unchecked("bad"),
             stream.to_string(),
         ]);
         let good = [("script", "x"), ("script_type", "osis")];
         cmd.arg(CONSUMER_GROUP)
-            .arg("fine")
+            .arg(c.keys().job_prefix())
             .arg(0)
-            .arg(2 * good.len());
+            .arg("fine")
+            .arg(format!("1.{}", 2 * good.len()));
         for (k, v) in good {
             cmd.arg(k).arg(v);
         }
-        cmd.arg("bad").arg(0).arg(2 * fields.len());
+        cmd.arg("bad").arg(format!("2.{}", 2 * fields.len()));
         for (k, v) in fields {
             cmd.arg(*k).arg(*v);
         }
@@ -194,7 +190,7 @@ async fn submit_refuses_a_record_a_worker_would_refuse_and_writes_nothing_of_its
             osis.clone(),
             "`unique_ttl`",
         ),
-        (vec![("script", "x")], osis.clone(), "`script_type`"),
+        (vec![("script_type", "osis")], osis.clone(), "`script`"),
         (
             with(&[("instance", "i1")]),
             osis.clone(),
