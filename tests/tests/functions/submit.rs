@@ -314,3 +314,87 @@ async fn a_fair_submit_files_runs_and_alternating_keys_in_order() {
     let counts = admin.job_counts("tenants").await.unwrap();
     assert_eq!(counts.waiting, 2600, "the gauge counts every gated job");
 }
+
+/// Protocol 35: a batch names each stream once and a job by its code, so the jobs of a batch
+/// over two streams, interleaved, each land on their own stream; the function writes the
+/// record's `created_at` (Redis's clock) and `script_type` (the stream's), and keeps a
+/// `created_at` the job names; a code's run-at parks the job as a delayed one.
+#[tokio::test]
+async fn a_batch_over_interleaved_streams_puts_each_job_on_its_own_and_dates_it_by_redis() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let (osis, py) = (work_key("osis"), work_key("py"));
+    let mut cmd = Function::Submit.unchecked(&[
+        c.keys().delayed(),
+        c.keys().queues(),
+        c.keys().bridge_registry(),
+        c.keys().config(),
+        c.keys().events(),
+        c.keys().stats(),
+        osis.clone(),
+        py.clone(),
+    ]);
+    let far = hero_protocol::clock::now_ms() + 3_600_000;
+    cmd.arg(CONSUMER_GROUP)
+        .arg(c.keys().job_prefix())
+        .arg(hero_protocol::clock::now_ms())
+        .arg("o1")
+        .arg("1.2")
+        .arg("script")
+        .arg("a")
+        .arg("p1")
+        .arg("2.4")
+        .arg("script")
+        .arg("b")
+        .arg("created_at")
+        .arg("2020-01-02T03:04:05.000Z")
+        .arg("o2")
+        .arg(format!("1.2@{far}"))
+        .arg("script")
+        .arg("c");
+    let got: Vec<String> = c.redis().query(&cmd).await.unwrap();
+    assert_eq!(
+        got,
+        ["created", "dispatched", "created", "dispatched", "created", "waiting"]
+    );
+    let on = |stream: &String| {
+        let stream = stream.clone();
+        let mut raw = raw.clone();
+        async move {
+            let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+                .arg(&stream)
+                .arg("-")
+                .arg("+")
+                .query_async::<redis::Value>(&mut raw)
+                .await
+                .map(|v| redis::from_redis_value(&v).unwrap())
+                .unwrap();
+            entries
+                .into_iter()
+                .map(|(_, f)| f[0].1.clone())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(on(&osis).await, ["o1"], "o2 waits in the delayed set");
+    assert_eq!(on(&py).await, ["p1"]);
+    let (redis_s, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    for (id, stype) in [("o1", "osis"), ("p1", "py"), ("o2", "osis")] {
+        let (t, created): (String, String) = raw
+            .hget(c.keys().job_unchecked(id), &["script_type", "created_at"])
+            .await
+            .unwrap();
+        assert_eq!(t, stype, "{id}'s type is its stream's");
+        if id == "p1" {
+            assert_eq!(created, "2020-01-02T03:04:05.000Z", "a named created_at is kept");
+        } else {
+            let secs = hero_protocol::clock::parse_iso_ms(&created).unwrap_or(0) / 1000;
+            assert!(
+                secs.abs_diff(redis_s) <= 2,
+                "{id} is dated by Redis's clock: {created}"
+            );
+        }
+    }
+    let due: f64 = raw.zscore(c.keys().delayed(), "o2").await.unwrap();
+    assert!((due as u64).abs_diff(far) <= 1_000, "{due} against {far}");
+}
