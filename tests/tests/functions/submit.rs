@@ -356,7 +356,14 @@ async fn a_batch_over_interleaved_streams_puts_each_job_on_its_own_and_dates_it_
     let got: Vec<String> = c.redis().query(&cmd).await.unwrap();
     assert_eq!(
         got,
-        ["created", "dispatched", "created", "dispatched", "created", "waiting"]
+        [
+            "created",
+            "dispatched",
+            "created",
+            "dispatched",
+            "created",
+            "waiting"
+        ]
     );
     let on = |stream: &String| {
         let stream = stream.clone();
@@ -366,9 +373,8 @@ async fn a_batch_over_interleaved_streams_puts_each_job_on_its_own_and_dates_it_
                 .arg(&stream)
                 .arg("-")
                 .arg("+")
-                .query_async::<redis::Value>(&mut raw)
+                .query_async(&mut raw)
                 .await
-                .map(|v| redis::from_redis_value(&v).unwrap())
                 .unwrap();
             entries
                 .into_iter()
@@ -380,13 +386,19 @@ async fn a_batch_over_interleaved_streams_puts_each_job_on_its_own_and_dates_it_
     assert_eq!(on(&py).await, ["p1"]);
     let (redis_s, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
     for (id, stype) in [("o1", "osis"), ("p1", "py"), ("o2", "osis")] {
-        let (t, created): (String, String) = raw
-            .hget(c.keys().job_unchecked(id), &["script_type", "created_at"])
+        let (t, created): (String, String) = redis::cmd("HMGET")
+            .arg(c.keys().job_unchecked(id))
+            .arg("script_type")
+            .arg("created_at")
+            .query_async(&mut raw)
             .await
             .unwrap();
         assert_eq!(t, stype, "{id}'s type is its stream's");
         if id == "p1" {
-            assert_eq!(created, "2020-01-02T03:04:05.000Z", "a named created_at is kept");
+            assert_eq!(
+                created, "2020-01-02T03:04:05.000Z",
+                "a named created_at is kept"
+            );
         } else {
             let secs = hero_protocol::clock::parse_iso_ms(&created).unwrap_or(0) / 1000;
             assert!(
