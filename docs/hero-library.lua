@@ -3829,12 +3829,13 @@ end
 -- Writes stats: `wait`.
 local function record_started(f)
   local jobs, keys, attempts, log, st = f.jobs, f.keys, f.attempts, f.log, f.st
-  local now_ms, k = f.now_ms, 1
-  while log and k <= #jobs do
-    local i, ids, att = jobs[k], {}, {}
-    while k <= #jobs and jobs[k] == i do
-      ids[#ids + 1] = jobs[k + 2]
-      att[#att + 1] = attempts[(k + 2) / 3]
+  -- lengths kept in locals: a `#` is a search of the table's array part, four a job here
+  local now_ms, k, n, j = f.now_ms, 1, #jobs, 0
+  while log and k <= n do
+    local i, ids, att, c = jobs[k], {}, {}, 0
+    while k <= n and jobs[k] == i do
+      c, j = c + 1, j + 1
+      ids[c], att[c] = jobs[k + 2], attempts[j]
       k = k + 3
     end
     local logged = log_shared(log, 'started', ids, keys[i + 4], f.consumer, att)
