@@ -315,8 +315,7 @@ end
 -- Writes stats: `wait`.
 local function record_started(f)
   local jobs, keys, attempts, log, st = f.jobs, f.keys, f.attempts, f.log, f.st
-  -- lengths kept in locals: a `#` is a search of the table's array part, four a job here
-  local now_ms, k, n, j = f.now_ms, 1, #jobs, 0
+  local now_ms, k, n, j = f.now_ms, 1, #jobs, 0 -- lengths in locals: a `#` is a search
   while log and k <= n do
     local i, ids, att, c = jobs[k], {}, {}, 0
     while k <= n and jobs[k] == i do
