@@ -88,7 +88,7 @@
 -- always (hand every fetch's records back),
 -- since (the registry cursor). What the policies say: limits (stream index -> {key, max,
 -- running}, shared per key), rates, keyrates, agings. What the call gathers for its reply: jobs
--- (stream index, entry id, job id: three items a job), attempts and recs (per job leased),
+-- (stream index, entry id, job id: three items a job), recs (per job leased, when whole),
 -- dropped, last_read (per stream read to its end: its last entry), limited, signal, present (per
 -- stream: 1 when registered).
 -- The table is made once and filled anew by each call (every field set here, those a call may
@@ -107,7 +107,7 @@ local function fetch_state(keys, args)
   f.always = args[8] == '2'
   f.whole = f.always or args[8] == '1'
   f.since, f.limited, f.parked, f.now_ms, f.st = args[9] or '', 0, false, nil, stats(keys[4])
-  f.jobs, f.dropped, f.attempts, f.recs, f.last_read = {}, nil, {}, {}, {}
+  f.jobs, f.dropped, f.recs, f.last_read = {}, nil, nil, {}
   f.regrouped, f.present, f.limits, f.lost = nil, {}, nil, nil
   f.rates, f.keyrates, f.agings = nil, nil, nil
   if args[7] and args[7] ~= '' then
@@ -201,16 +201,17 @@ end
 -- still dispatched (and its limit key has room), else dropped or parked. The entries are taken
 -- in this loop, with the call's state in locals: a Lua call or a table field per job costs
 -- Redis ~0.8 k instructions a job, a tenth of what the fetch spends on a job.
-local function claim_from(f, i)
+local function claim_from(f, i, ids)
   local stream, group, consumer, prefix = f.keys[i + 4], f.group, f.consumer, f.prefix
-  local now_iso, xackdel, jobs, attempts = f.now_iso, f.xackdel, f.jobs, f.attempts
+  local now_iso, xackdel, jobs = f.now_iso, f.xackdel, f.jobs
+  local c, att = 0, nil -- jobs leased from this stream, and their attempts once one is a retry
   local lim = f.limits and f.limits[i]
   if lim and not lim.running then lim.running = limit_running(lim, prefix) end
   local rate, keyrate = f.rates and f.rates[i], f.keyrates and f.keyrates[i]
   local fair = fair_policy(f.keys[2], stream, f, setting(f.cfg, 'fair', 0) > 0)
   while f.want > 0 do
     local asked = (lim or rate) and room_of(f, lim, rate) or f.want
-    if asked <= 0 then return end
+    if asked <= 0 then break end
     local read = read_new(f, i, stream, asked)
     if fair and (not read or #read < asked) then
       -- a fair queue's stream holds only what was released: release what this read lacks
@@ -227,7 +228,7 @@ local function claim_from(f, i)
         end
       end
     end
-    if not read then return end
+    if not read then break end
     local short = #read < asked
     if short then
       -- every new entry was read: the last is the stream's last, the wake-up cursor (no
@@ -246,7 +247,8 @@ local function claim_from(f, i)
       if not (wake or dual or whole_now or keyrate) then
         -- the common case, written out
         local r = redis.pcall('HGET', job_key, 'status')
-        if type(r) == 'table' then err = r.err else status = r end
+        -- `type` is a C call: only what is not the common answer is looked at
+        if r == 'dispatched' then status = r elseif type(r) == 'table' then err = r.err else status = r end
       elseif not wake then
         status, bridge, err, rec = read_job(job_key, dual, whole_now, keyrate)
       end
@@ -293,64 +295,44 @@ local function claim_from(f, i)
         end
         local n = #jobs
         jobs[n + 1], jobs[n + 2], jobs[n + 3] = i, id, job_id
-        attempts[#attempts + 1] = counted and tostring(counted + 1) or '1'
-        if rec then f.recs[#attempts] = as_leased(rec, id, consumer, now_iso, counted) end
+        c = c + 1
+        ids[c] = job_id
+        if counted then
+          if not att then
+            att = {}
+            for k = 1, c - 1 do att[k] = '1' end
+          end
+          att[c] = tostring(counted + 1)
+        elseif att then
+          att[c] = '1'
+        end
+        if rec then
+          f.recs = f.recs or {}
+          f.recs[n / 3 + 1] = as_leased(rec, id, consumer, now_iso, counted)
+        end
         want = want - 1
         if lim or rate or keylog then count_start(f, lim, rate, keylog, job_id) end
       end
     end
     f.want = want
-    if f.last_read[i] then return end
+    if f.last_read[i] then break end
   end
+  return c, att
 end
 
--- The jobs leased: their `started` events, one shared entry per stream (the jobs of a stream
--- are contiguous in jobs; the entry's id is Redis's clock now: no TIME call for the samples),
--- and each job's wait, its entry's age, sampled inline (a Lua call per job cost more). Entries
--- of one read mostly share their millisecond (a producer's batch is appended in one call), so
--- the wait and its bucket are worked out once per distinct millisecond of a stream's jobs and
--- counted for the run of jobs that share it: the log and the float division per job were most
--- of what a sample cost.
--- Writes events: `started`.
+-- The jobs leased: a `wait` sample each, its entry's age by Redis's clock (see sample_waits),
+-- the jobs of a stream being contiguous in jobs. (Their `started` events were logged per stream
+-- as it was claimed: see hero_fetch.)
 -- Writes stats: `wait`.
 local function record_started(f)
-  local jobs, keys, attempts, log, st = f.jobs, f.keys, f.attempts, f.log, f.st
-  local now_ms, k, n, j = f.now_ms, 1, #jobs, 0 -- lengths in locals: a `#` is a search
-  while log and k <= n do
-    local i, ids, att, c = jobs[k], {}, {}, 0
-    while k <= n and jobs[k] == i do
-      c, j = c + 1, j + 1
-      ids[c], att[c] = jobs[k + 2], attempts[j]
-      k = k + 3
-    end
-    local logged = log_shared(log, 'started', ids, keys[i + 4], f.consumer, att)
-    if logged and not now_ms then now_ms = tonumber(string.match(logged, '^(%d+)')) end
-  end
-  now_ms = now_ms or server_ms()
+  local jobs, keys, st = f.jobs, f.keys, f.st
+  local now_ms, n, lo = f.now_ms or server_ms(), #jobs, 1
   f.now_ms = now_ms
-  -- the run of jobs sharing one entry millisecond (`last`) of one stream (`at`): `run` jobs
-  -- that waited `waited` ms, bucket `b`, added to `waits` when the run ends
-  local waits, at, last, waited, b, run = nil, nil, nil, 0, 0, 0
-  for j = 1, #jobs, 3 do
-    local ms = string.match(jobs[j + 1], '^%d+')
-    if jobs[j] ~= at or ms ~= last then
-      if run > 0 then
-        waits[b] = (waits[b] or 0) + run
-        waits.sum = waits.sum + waited * run
-      end
-      if jobs[j] ~= at then
-        at = jobs[j]
-        waits = histogram(st, keys[at + 4], 'wait')
-      end
-      last, run, b = ms, 0, 0
-      waited = now_ms - (tonumber(ms) or now_ms)
-      if waited > 0 then b = math.floor(math.log(waited + 1) / LN2) else waited = 0 end
-    end
-    run = run + 1
-  end
-  if run > 0 then
-    waits[b] = (waits[b] or 0) + run
-    waits.sum = waits.sum + waited * run
+  while lo <= n do
+    local at, hi = jobs[lo], lo
+    while hi + 3 <= n and jobs[hi + 3] == at do hi = hi + 3 end
+    sample_waits(histogram(st, keys[at + 4], 'wait'), jobs, lo, hi, now_ms)
+    lo = hi + 3
   end
 end
 
@@ -361,7 +343,7 @@ local function fetch_reply(f, cursors, registered)
   if not f.whole and not signal then return { jobs, dropped, cursors, limited } end
   local records = {}
   if f.whole and (f.want > 0 or f.always) then
-    local recs, prefix = f.recs, f.prefix
+    local recs, prefix = f.recs or NONE, f.prefix
     for k = 3, #jobs, 3 do
       records[#records + 1] = recs[#records + 1] or redis.call('HGETALL', prefix .. jobs[k])
     end
@@ -390,7 +372,11 @@ local function hero_fetch(keys, args)
     if want <= 0 then break end
     local i = order and order[oi] or oi
     if present[i] == 1 then
-      claim_from(f, i)
+      -- the stream's `started` event: one shared entry for the jobs it leased (the jobs of a
+      -- first delivery, most, are logged with attempts '1' each: see log_shared)
+      local ids = {}
+      local c, att = claim_from(f, i, ids)
+      if c > 0 then log_shared(f.log, 'started', ids, keys[i + 4], f.consumer, att or true) end
       want = f.want
     end
   end

@@ -435,6 +435,82 @@ async fn wait_samples_of_a_fetch_land_in_their_buckets() {
     );
 }
 
+/// The wait samples of a fetch whose entries come in runs of one millisecond each (as a submit
+/// of many jobs appends them), of different lengths: every job is counted once, in the bucket of
+/// its run's age, and the sum holds every job's wait.
+#[tokio::test]
+async fn wait_samples_count_every_job_of_runs_of_one_millisecond_once() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn().await;
+    let stream = c
+        .keys()
+        .work(&Target::of_type(t("runs")), Priority::DEFAULT);
+    hero_testkit::create_group(&mut raw, &stream).await;
+    let _: () = raw.sadd(c.keys().queues(), &stream).await.unwrap();
+    let now = clock::now_ms();
+    // (age in ms, jobs, bucket): each age mid-bucket, with room for a slow machine
+    let runs = [
+        (20_000, 1, 14),
+        (5_000, 7, 12),
+        (1_400, 3, 10),
+        (350, 8, 8),
+        (90, 1, 6),
+    ];
+    let mut n = 0;
+    for &(age, jobs, _) in &runs {
+        for seq in 0..jobs {
+            n += 1;
+            let id = format!("r{n}");
+            let _: () = raw
+                .hset_multiple(
+                    c.keys().job(&JobId::new(&id).unwrap()),
+                    &[
+                        ("status", "dispatched"),
+                        ("script", "x"),
+                        ("script_type", "runs"),
+                    ],
+                )
+                .await
+                .unwrap();
+            let _: String = redis::cmd("XADD")
+                .arg(&stream)
+                .arg(format!("{}-{seq}", now - age))
+                .arg("j")
+                .arg(&id)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+    }
+    let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 25).await;
+    let fetched_at = clock::now_ms();
+    assert_eq!(got.jobs.len(), n);
+    let stats: std::collections::HashMap<String, String> =
+        raw.hgetall(c.keys().stats()).await.unwrap();
+    let field = |b: &str| stats.get(&format!("{stream}|wait|{b}")).cloned();
+    for &(age, jobs, bucket) in &runs {
+        assert_eq!(
+            field(&bucket.to_string()),
+            Some(jobs.to_string()),
+            "{jobs} jobs {age} ms old in bucket {bucket} ({stats:?})"
+        );
+    }
+    let counted: usize = stats
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("{stream}|wait|")) && !k.ends_with("|sum"))
+        .map(|(_, v)| v.parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(counted, n, "each job counted once");
+    let sum: u64 = field("sum").unwrap().parse().unwrap();
+    let least: u64 = runs.iter().map(|&(age, jobs, _)| age * jobs as u64).sum();
+    let most = least + n as u64 * (fetched_at - now);
+    assert!(
+        (least..=most).contains(&sum),
+        "the waits' sum {sum} is between {least} and {most}"
+    );
+}
+
 /// A retried job's record handed back by a fetch (the record still holds the worker and start
 /// of its first run, and counts attempts) is the record as written: the lease's fields replaced
 /// in place, attempts counted on.

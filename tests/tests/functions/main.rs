@@ -23,6 +23,7 @@ mod renew;
 mod stop;
 mod submit;
 mod trace;
+mod trim;
 
 async fn client(server: &RedisServer) -> Client {
     Client::connect(&server.url()).await.expect("connect")

@@ -27,17 +27,39 @@ local function log_event(log, event, job_id, queue, worker, attempt, reason, due
   return redis.call(unpack(f))
 end
 
+-- The attempts of c first deliveries as a shared entry writes them ('1 1 ... 1'), made once per
+-- count and library load.
+local ONES = {}
+local function ones_text(c)
+  local t = ONES[c]
+  if not t then
+    t = string.rep('1 ', c - 1) .. '1'
+    ONES[c] = t
+  end
+  return t
+end
+
 -- The shared entry of `ids` (a list of job ids of one stream and worker, with their `attempts`
--- when given): one entry for all but those whose id holds a space (a legacy id), which get one of
--- their own. The hot functions collect the lists inline as they go: calling a helper per job cost
--- Redis ~5 k instructions a job. Returns the id of the last entry written (see log_event).
+-- when given: a list, or true when every one is a first delivery): one entry for all but those
+-- whose id holds a space (a legacy id), which get one of their own. The hot functions collect
+-- the lists inline as they go: calling a helper per job cost Redis ~5 k instructions a job.
+-- Returns the id of the last entry written (see log_event).
 local function log_shared(log, event, ids, queue, worker, attempts)
   if not log or #ids == 0 then return nil end
   -- one search of the ids run together instead of one an id (a C call a job): only when some
   -- id holds a space is each one looked at
   if not string.find(table.concat(ids), ' ', 1, true) then
-    return log_event(log, event, table.concat(ids, ' '), queue, worker,
-      attempts and table.concat(attempts, ' '))
+    local a = nil
+    if attempts == true then
+      a = ones_text(#ids)
+    elseif attempts then
+      a = table.concat(attempts, ' ')
+    end
+    return log_event(log, event, table.concat(ids, ' '), queue, worker, a)
+  end
+  if attempts == true then
+    attempts = {}
+    for k = 1, #ids do attempts[k] = '1' end
   end
   for k = 1, #ids do
     if string.find(ids[k], ' ', 1, true) then
