@@ -395,8 +395,16 @@ end
 -- entry: `j` then holds their ids and `a` their attempts, each separated by single spaces. An
 -- entry per job cost Redis ~20 k instructions a job per event (a third more for the worker path);
 -- a shared one costs ~1 k.
+-- The cap as the XADD's MAXLEN takes it, by the config's text (absent: ''), made once per text
+-- and library load: read through setting_arg each call it cost Redis ~10 k instructions a call.
+local EVENTS_MAX = {}
 local function event_log(key, cfg)
-  local max = setting_arg(cfg, 'events_max', 10000)
+  local raw = raw_setting(cfg, 'events_max') or ''
+  local max = EVENTS_MAX[raw]
+  if not max then
+    max = setting_arg(cfg, 'events_max', 10000)
+    EVENTS_MAX[raw] = max
+  end
   if max == '0' then return false end
   return { key = key, max = max }
 end
@@ -856,6 +864,14 @@ local SUBMIT_FIELDS = {
   backoff = 'backoff', keep = 'count', keep_failed = 'count',
 }
 
+-- The fields whose values refuse keeps, or checks against the job: one lookup a field, where
+-- the chain of comparisons cost Redis ~1 k instructions a field it does not name (a payload).
+local KEPT_FIELDS = {
+  script = true, script_type = true, group = true, instance = true, priority = true, id = true,
+  unique = true, unique_ttl = true, tags = true, batch = true, keep = true, keep_failed = true,
+  prerequisites = true, dependencies = true,
+}
+
 -- Why the value `v` is not of form `kind` (nil when it is).
 local function bad_value(kind, v)
   if kind == 'text' then return nil end
@@ -952,22 +968,24 @@ local function refuse(job_id, stream, args, from, to, parsed)
           if good then good[v] = true end
         end
       end
-      if name == 'script' then script = v
-      elseif name == 'script_type' then stype = v
-      elseif name == 'group' then grp = v
-      elseif name == 'instance' then inst = v
-      elseif name == 'priority' then prio = v
-      elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
-      elseif name == 'unique' then
-        if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
-        uniq = v
-      elseif name == 'unique_ttl' then uttl = v
-      elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
-      elseif name == 'batch' then batch = v
-      elseif name == 'keep' or name == 'keep_failed' then kept = true
-      elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
-        if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
-        prereqs = v
+      if KEPT_FIELDS[name] then
+        if name == 'script' then script = v
+        elseif name == 'script_type' then stype = v
+        elseif name == 'group' then grp = v
+        elseif name == 'instance' then inst = v
+        elseif name == 'priority' then prio = v
+        elseif name == 'id' and v ~= job_id then return 'field `id` is not the job id ' .. job_id
+        elseif name == 'unique' then
+          if #v < 1 or #v > 200 then return 'field `unique` is not 1-200 characters' end
+          uniq = v
+        elseif name == 'unique_ttl' then uttl = v
+        elseif name == 'tags' and v ~= '' and v ~= '[]' then tags = v
+        elseif name == 'batch' then batch = v
+        elseif name == 'keep' or name == 'keep_failed' then kept = true
+        elseif (name == 'prerequisites' or name == 'dependencies') and v ~= '' and v ~= '[]' then
+          if prereqs then return 'fields `prerequisites` and `dependencies` are one list: give one' end
+          prereqs = v
+        end
       end
     end
   end
@@ -2194,13 +2212,15 @@ end
 -- and nil. A holder that ended or is gone releases the key to the next submit: nothing on the
 -- job path has to clear it. The common case, a key no one holds, is one SET NX GET (Redis 7.0
 -- takes NX with GET): taken, and nil back; only a key someone holds is looked at further.
-local function claim_unique(cfg, job_key, job_id, u)
-  local ukey = unique_key(ns_of(job_key, job_id), u[1])
+-- `ns` is the namespace's key prefix (`<ns>:`) and `prefix` its job keys' (`<ns>:job:`), each
+-- made once a call.
+local function claim_unique(cfg, ns, prefix, job_id, u)
+  local ukey = unique_key(ns, u[1])
   local ttl = u[2] or setting_arg(cfg, 'retention_ms', 86400000)
   local holder = redis.call('SET', ukey, job_id, 'NX', 'GET', 'PX', ttl)
   if not holder then return nil end
   if holder ~= job_id then
-    local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
+    local status = redis.call('HGET', prefix .. holder, 'status')
     if status == 'waiting' or status == 'dispatched' or status == 'started' then
       return holder, status
     end
@@ -2229,8 +2249,8 @@ end
 -- reads the index, not every job. A batch pays one SADD a tag (flush_tags writes `index.ids`, tag
 -- key -> ids, in `index.order`), and each distinct JSON text of its tags is decoded and its keys
 -- made once (`index.decoded`): a job costs one append a tag (~3 k instructions fewer for two).
-local function index_tags(index, job_key, job_id, tags)
-  local ns = ns_of(job_key, job_id)
+-- `ns` is the namespace's key prefix (`<ns>:`), made once a call.
+local function index_tags(index, ns, job_id, tags)
   local e = index.decoded[tags]
   if not e or e.ns ~= ns then
     e = { ns = ns, lists = {} }
@@ -3435,6 +3455,8 @@ local function hero_submit(keys, args)
   if evicting then return evicting end
   -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it
   local tag_index = tagged and { ids = {}, order = {}, decoded = {} }
+  -- the namespace's key prefix, for uniqueness and tag keys: made once, not once a job
+  local ns = (unique or tagged) and ns_of(prefix, '')
   local log = event_log(keys[5], cfg)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
@@ -3473,7 +3495,7 @@ local function hero_submit(keys, args)
     written[job_key] = true
     local holder, held = nil, nil
     if not existing and unique and unique[i] then
-      holder, held = claim_unique(cfg, job_key, job_id, unique[i])
+      holder, held = claim_unique(cfg, ns, prefix, job_id, unique[i])
     end
     local blocked, failed_dep, results = 0, nil, nil
     if not existing and not holder and deps and deps[i] then
@@ -3518,7 +3540,7 @@ local function hero_submit(keys, args)
       end
       log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
-      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, ns, job_id, tagged[i]) end
     elseif due then
       if due ~= run_at then run_at, run_at_text = due, string.format('%d', due) end
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, 'script_type', stype,
@@ -3528,7 +3550,7 @@ local function hero_submit(keys, args)
       tally(st, stream, 'delayed', 1)
       log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
-      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, ns, job_id, tagged[i]) end
     else
       -- the common case written out: no dual-push mapping, the stream registered earlier in
       -- this call (two Lua calls a job cost ~1.6 k instructions); the record is written after
@@ -3574,7 +3596,7 @@ local function hero_submit(keys, args)
         ids[#ids + 1] = job_id
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
-      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, ns, job_id, tagged[i]) end
     end
     -- the prerequisites that ended before it, their results in its record (a later end writes
     -- its own there: release_dependents)

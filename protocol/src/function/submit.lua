@@ -136,6 +136,8 @@ local function hero_submit(keys, args)
   if evicting then return evicting end
   -- tag key -> ids of this call (see index_tags); only a batch with tagged jobs makes it
   local tag_index = tagged and { ids = {}, order = {}, decoded = {} }
+  -- the namespace's key prefix, for uniqueness and tag keys: made once, not once a job
+  local ns = (unique or tagged) and ns_of(prefix, '')
   local log = event_log(keys[5], cfg)
   local st = nil -- stats, when a job of the batch is delayed
   local submitted, order = {}, {} -- per stream, the ids queued now (the event log's entries)
@@ -174,7 +176,7 @@ local function hero_submit(keys, args)
     written[job_key] = true
     local holder, held = nil, nil
     if not existing and unique and unique[i] then
-      holder, held = claim_unique(cfg, job_key, job_id, unique[i])
+      holder, held = claim_unique(cfg, ns, prefix, job_id, unique[i])
     end
     local blocked, failed_dep, results = 0, nil, nil
     if not existing and not holder and deps and deps[i] then
@@ -219,7 +221,7 @@ local function hero_submit(keys, args)
       end
       log_event(log, 'submitted', job_id, stream, nil, nil, 'waiting on ' .. blocked .. ' prerequisites')
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
-      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, ns, job_id, tagged[i]) end
     elseif due then
       if due ~= run_at then run_at, run_at_text = due, string.format('%d', due) end
       redis.call('HSET', job_key, 'status', 'waiting', 'run_at', run_at_text, 'script_type', stype,
@@ -229,7 +231,7 @@ local function hero_submit(keys, args)
       tally(st, stream, 'delayed', 1)
       log_event(log, 'submitted', job_id, stream, nil, nil, nil, run_at_text)
       answers[2 * i - 1], answers[2 * i] = 'created', 'waiting'
-      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, ns, job_id, tagged[i]) end
     else
       -- the common case written out: no dual-push mapping, the stream registered earlier in
       -- this call (two Lua calls a job cost ~1.6 k instructions); the record is written after
@@ -275,7 +277,7 @@ local function hero_submit(keys, args)
         ids[#ids + 1] = job_id
       end
       answers[2 * i - 1], answers[2 * i] = 'created', 'dispatched'
-      if tagged and tagged[i] then index_tags(tag_index, job_key, job_id, tagged[i]) end
+      if tagged and tagged[i] then index_tags(tag_index, ns, job_id, tagged[i]) end
     end
     -- the prerequisites that ended before it, their results in its record (a later end writes
     -- its own there: release_dependents)

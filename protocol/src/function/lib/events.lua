@@ -8,8 +8,16 @@
 -- entry: `j` then holds their ids and `a` their attempts, each separated by single spaces. An
 -- entry per job cost Redis ~20 k instructions a job per event (a third more for the worker path);
 -- a shared one costs ~1 k.
+-- The cap as the XADD's MAXLEN takes it, by the config's text (absent: ''), made once per text
+-- and library load: read through setting_arg each call it cost Redis ~10 k instructions a call.
+local EVENTS_MAX = {}
 local function event_log(key, cfg)
-  local max = setting_arg(cfg, 'events_max', 10000)
+  local raw = raw_setting(cfg, 'events_max') or ''
+  local max = EVENTS_MAX[raw]
+  if not max then
+    max = setting_arg(cfg, 'events_max', 10000)
+    EVENTS_MAX[raw] = max
+  end
   if max == '0' then return false end
   return { key = key, max = max }
 end

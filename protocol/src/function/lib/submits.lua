@@ -9,13 +9,15 @@
 -- and nil. A holder that ended or is gone releases the key to the next submit: nothing on the
 -- job path has to clear it. The common case, a key no one holds, is one SET NX GET (Redis 7.0
 -- takes NX with GET): taken, and nil back; only a key someone holds is looked at further.
-local function claim_unique(cfg, job_key, job_id, u)
-  local ukey = unique_key(ns_of(job_key, job_id), u[1])
+-- `ns` is the namespace's key prefix (`<ns>:`) and `prefix` its job keys' (`<ns>:job:`), each
+-- made once a call.
+local function claim_unique(cfg, ns, prefix, job_id, u)
+  local ukey = unique_key(ns, u[1])
   local ttl = u[2] or setting_arg(cfg, 'retention_ms', 86400000)
   local holder = redis.call('SET', ukey, job_id, 'NX', 'GET', 'PX', ttl)
   if not holder then return nil end
   if holder ~= job_id then
-    local status = redis.call('HGET', string.sub(job_key, 1, #job_key - #job_id) .. holder, 'status')
+    local status = redis.call('HGET', prefix .. holder, 'status')
     if status == 'waiting' or status == 'dispatched' or status == 'started' then
       return holder, status
     end
@@ -44,8 +46,8 @@ end
 -- reads the index, not every job. A batch pays one SADD a tag (flush_tags writes `index.ids`, tag
 -- key -> ids, in `index.order`), and each distinct JSON text of its tags is decoded and its keys
 -- made once (`index.decoded`): a job costs one append a tag (~3 k instructions fewer for two).
-local function index_tags(index, job_key, job_id, tags)
-  local ns = ns_of(job_key, job_id)
+-- `ns` is the namespace's key prefix (`<ns>:`), made once a call.
+local function index_tags(index, ns, job_id, tags)
   local e = index.decoded[tags]
   if not e or e.ns ~= ns then
     e = { ns = ns, lists = {} }
