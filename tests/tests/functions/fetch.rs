@@ -384,11 +384,7 @@ async fn wait_samples_of_a_fetch_land_in_their_buckets() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut raw = server.conn().await;
-    let stream = c
-        .keys()
-        .work(&Target::of_type(t("aged")), Priority::DEFAULT);
-    hero_testkit::create_group(&mut raw, &stream).await;
-    let _: () = raw.sadd(c.keys().queues(), &stream).await.unwrap();
+    let stream = stream_by_hand(&c, &mut raw, "aged").await;
     let now = clock::now_ms();
     // two entries 5 s old (one millisecond), one 300 ms old: buckets 12 (5000..8191 ms waited)
     // and 8 (300..510), with room for a slow machine between the XADDs and the fetch
@@ -398,25 +394,7 @@ async fn wait_samples_of_a_fetch_land_in_their_buckets() {
         ("w3", format!("{}-0", now - 300)),
     ];
     for (id, entry) in &entries {
-        let _: () = raw
-            .hset_multiple(
-                c.keys().job(&JobId::new(*id).unwrap()),
-                &[
-                    ("status", "dispatched"),
-                    ("script", "x"),
-                    ("script_type", "aged"),
-                ],
-            )
-            .await
-            .unwrap();
-        let _: String = redis::cmd("XADD")
-            .arg(&stream)
-            .arg(entry)
-            .arg("j")
-            .arg(id)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        job_by_hand(&c, &mut raw, &stream, "aged", id, entry).await;
     }
     let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 10).await;
     let fetched_at = clock::now_ms();
@@ -443,11 +421,7 @@ async fn wait_samples_count_every_job_of_runs_of_one_millisecond_once() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut raw = server.conn().await;
-    let stream = c
-        .keys()
-        .work(&Target::of_type(t("runs")), Priority::DEFAULT);
-    hero_testkit::create_group(&mut raw, &stream).await;
-    let _: () = raw.sadd(c.keys().queues(), &stream).await.unwrap();
+    let stream = stream_by_hand(&c, &mut raw, "runs").await;
     let now = clock::now_ms();
     // (age in ms, jobs, bucket): each age mid-bucket, with room for a slow machine
     let runs = [
@@ -462,25 +436,8 @@ async fn wait_samples_count_every_job_of_runs_of_one_millisecond_once() {
         for seq in 0..jobs {
             n += 1;
             let id = format!("r{n}");
-            let _: () = raw
-                .hset_multiple(
-                    c.keys().job(&JobId::new(&id).unwrap()),
-                    &[
-                        ("status", "dispatched"),
-                        ("script", "x"),
-                        ("script_type", "runs"),
-                    ],
-                )
-                .await
-                .unwrap();
-            let _: String = redis::cmd("XADD")
-                .arg(&stream)
-                .arg(format!("{}-{seq}", now - age))
-                .arg("j")
-                .arg(&id)
-                .query_async(&mut raw)
-                .await
-                .unwrap();
+            let entry = format!("{}-{seq}", now - age);
+            job_by_hand(&c, &mut raw, &stream, "runs", &id, &entry).await;
         }
     }
     let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 25).await;

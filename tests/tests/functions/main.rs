@@ -134,6 +134,49 @@ async fn recover_as(
     Recovered::decode(&v).expect("decode recover")
 }
 
+/// A registered work stream of type `ty` (default priority) with its group, for the tests that
+/// lay its entries out by hand (chosen ages, chosen id lengths).
+async fn stream_by_hand(
+    c: &Client,
+    raw: &mut redis::aio::MultiplexedConnection,
+    ty: &str,
+) -> String {
+    let stream = c.keys().work(&Target::of_type(t(ty)), Priority::DEFAULT);
+    hero_testkit::create_group(raw, &stream).await;
+    let _: () = raw.sadd(c.keys().queues(), &stream).await.unwrap();
+    stream
+}
+
+/// A dispatched job `id` of type `ty` queued on `stream` under the entry id `entry`.
+async fn job_by_hand(
+    c: &Client,
+    raw: &mut redis::aio::MultiplexedConnection,
+    stream: &str,
+    ty: &str,
+    id: &str,
+    entry: &str,
+) {
+    let _: () = raw
+        .hset_multiple(
+            c.keys().job(&JobId::new(id).unwrap()),
+            &[
+                ("status", "dispatched"),
+                ("script", "x"),
+                ("script_type", ty),
+            ],
+        )
+        .await
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(stream)
+        .arg(entry)
+        .arg("j")
+        .arg(id)
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
 /// Submits a job `id` of type `osis` and leases it to consumer `g:a:1`: (stream, lease).
 async fn submit_and_fetch(c: &Client, id: &str) -> (String, String) {
     c.submit(&NewJob::builder("osis", "x").id(id).build().unwrap())

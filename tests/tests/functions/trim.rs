@@ -14,11 +14,7 @@ async fn done_entries_go_whatever_the_length_of_their_ids_while_an_older_job_run
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut raw = server.conn().await;
-    let stream = c
-        .keys()
-        .work(&Target::of_type(t("trim")), Priority::DEFAULT);
-    hero_testkit::create_group(&mut raw, &stream).await;
-    let _: () = raw.sadd(c.keys().queues(), &stream).await.unwrap();
+    let stream = stream_by_hand(&c, &mut raw, "trim").await;
     let m = clock::now_ms();
     // `b` runs on; the `a`s are before it, the `c`s after it: more than the eight a call
     // deletes by id alone, so the trim tells them apart
@@ -36,25 +32,7 @@ async fn done_entries_go_whatever_the_length_of_their_ids_while_an_older_job_run
         ("c6", format!("{}-0", m + 2)),
     ];
     for (id, entry) in &entries {
-        let _: () = raw
-            .hset_multiple(
-                c.keys().job(&JobId::new(*id).unwrap()),
-                &[
-                    ("status", "dispatched"),
-                    ("script", "x"),
-                    ("script_type", "trim"),
-                ],
-            )
-            .await
-            .unwrap();
-        let _: String = redis::cmd("XADD")
-            .arg(&stream)
-            .arg(entry)
-            .arg("j")
-            .arg(id)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        job_by_hand(&c, &mut raw, &stream, "trim", id, entry).await;
     }
     let got = fetch(&c, "g:a:1", std::slice::from_ref(&stream), 25).await;
     assert_eq!(got.jobs.len(), entries.len());
