@@ -525,17 +525,18 @@ local LN2 = 0.6931471805599453 -- ln 2 (math is not reachable while the library 
 
 -- The histogram `name` (wait or run) of `stream` in this call: the callers add a sample of t ms
 -- inline as `h[b] = (h[b] or 0) + 1`, b = floor(log2(t + 1)) (bucket b holds [2^b - 1, 2^(b+1) - 1)),
--- and t to `h.sum`. Its fields' names, `<prefix><b>`, are made once per library load (BUCKETS):
--- a number made text costs Redis ~2.7 k instructions, a table lookup ~0.2 k.
-local BUCKETS = {}
+-- and t to `h.sum`. Its fields' names, `<prefix><b>`, are kept once made (BUCKETS, per
+-- histogram, each name made at its first write: see flush_stats): a number made text costs
+-- Redis ~2.7 k instructions, a table lookup ~0.2 k. The library's state outlives its calls, so
+-- the cache is let go once it names BUCKETS_MAX histograms (streams come and go).
+local BUCKETS, BUCKETS_N, BUCKETS_MAX = {}, 0, 10000
 local function histogram(st, stream, name)
   local prefix = stream .. '|' .. name .. '|'
   local names = BUCKETS[prefix]
   if not names then
-    names = {}
-    for b = 0, 63 do names[b] = prefix .. string.format('%d', b) end
-    names.sum = prefix .. 'sum'
-    BUCKETS[prefix] = names
+    if BUCKETS_N >= BUCKETS_MAX then BUCKETS, BUCKETS_N = {}, 0 end
+    names = { prefix = prefix, sum = prefix .. 'sum' }
+    BUCKETS[prefix], BUCKETS_N = names, BUCKETS_N + 1
   end
   local h = { sum = 0, names = names }
   local hists = st.hists
@@ -691,7 +692,14 @@ local function flush_stats(st)
       local h = hists[k]
       local names = h.names
       for b, n in pairs(h) do
-        if b ~= 'names' and n ~= 0 then redis.call('HINCRBY', key, names[b], count_text(n)) end
+        if b ~= 'names' and n ~= 0 then
+          local field = names[b]
+          if not field then
+            field = names.prefix .. string.format('%d', b)
+            names[b] = field
+          end
+          redis.call('HINCRBY', key, field, count_text(n))
+        end
       end
     end
   end
